@@ -1,0 +1,44 @@
+"""stallscope: find out why your accelerator waits for data, prove it, and fix it.
+
+``import stallscope as ss`` gives the library surface; heavy modules load on
+first use so ``stallscope --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "LoaderConfig": "config",
+    "load_target": "target",
+    "Pipeline": "target",
+    "bench": "bench",
+    "tune": "tuner",
+    "make_loader": "autoconfig",
+    "seed_worker": "seeding",
+    "check": "checks",
+    "stages": "stages",
+    "stage": "stages",
+    "watch": "watch",
+    "RunRecord": "record",
+    "UsageError": "errors",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'stallscope' has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

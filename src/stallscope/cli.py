@@ -1,0 +1,41 @@
+"""``stallscope COMMAND ...``: dispatch to one module per command (``commands/<name>.py``)."""
+
+from __future__ import annotations
+
+import sys
+from importlib import import_module
+
+from . import __version__
+
+COMMANDS = {
+    "doctor": "check + sweep + stage breakdown + tune + recommendations, one report (default: the built-in demo)",
+    "bench": "measure throughput over a grid of loader settings",
+    "tune": "find the fastest loader config within a time budget",
+    "check": "worker-safety, memory and sample-health checks",
+    "stages": "per-stage cost breakdown and augmentation overhead",
+    "profile": "data stalls inside a training loop (the target's train_step)",
+    "report": "render a saved --json record as Markdown, HTML or console text",
+}
+
+
+def _usage() -> str:
+    lines = ["usage: stallscope COMMAND [options]", "", "commands:"]
+    lines += [f"  {name:<8} {text}" for name, text in COMMANDS.items()]
+    lines += ["", "Run 'stallscope COMMAND --help' for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in {"-h", "--help", "help"}:
+        print(_usage())
+        return 0
+    if args[0] in {"-V", "--version", "version"}:
+        print(f"stallscope {__version__}")
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"stallscope: unknown command {name!r}; choose one of {', '.join(COMMANDS)}.", file=sys.stderr)
+        return 2
+    module = import_module(f"stallscope.commands.{name}")
+    return int(module.main(rest))

@@ -1,0 +1,1 @@
+"""One module per CLI command, each with ``main(argv=None) -> int`` (thin: parse, probe, analyse, render)."""

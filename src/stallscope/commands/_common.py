@@ -1,0 +1,164 @@
+"""What every command shares: target and output options, error handling, clean exit.
+
+A command's body gets a :class:`CommandContext`, fills ``ctx.record`` as it
+goes (so Ctrl-C still leaves a partial report), and returns its exit code.
+:func:`execute` turns a :class:`UsageError` into one sentence and exit code 2,
+Ctrl-C into a partial report and exit code 130, and always reaps any child
+process left behind (NOTE [worker shutdown] in ``processes.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ..errors import StallscopeError, UsageError
+from ..processes import reap_children
+from ..record import RunRecord
+
+
+def add_target_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    parser.add_argument(
+        "target",
+        nargs=None if required else "?",
+        help="path/to/file.py:fn or package.module:fn returning a Dataset, DataLoader or dict",
+    )
+    parser.add_argument("--batch-size", type=int, default=None, help="override the target's batch size")
+    parser.add_argument("--collate", default=None, metavar="MODULE:FN", help="collate function to use")
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the run record as JSON")
+    parser.add_argument("--md", type=Path, default=None, metavar="PATH", help="write a Markdown report")
+    parser.add_argument("--html", type=Path, default=None, metavar="PATH", help="write a self-contained HTML report")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars or console summary")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one value")
+    return values
+
+
+def bool_list(text: str) -> list[bool]:
+    mapping = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+    try:
+        return [mapping[v.strip().lower()] for v in text.split(",") if v.strip()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated true/false values, got {text!r}") from None
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports bad usage as one sentence and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}.")
+
+
+@dataclass
+class CommandContext:
+    args: argparse.Namespace
+    console: Console
+    record: RunRecord | None = None
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def quiet(self) -> bool:
+        return bool(getattr(self.args, "quiet", False))
+
+    def new_record(self, command: str, target: str) -> RunRecord:
+        from ..host import host_info
+
+        self.record = RunRecord(command=command, target=target, host=host_info().to_dict())
+        return self.record
+
+
+def execute(
+    parser: argparse.ArgumentParser,
+    argv: list[str] | None,
+    body: Callable[[CommandContext], int],
+) -> int:
+    console = Console(stderr=False, highlight=False)
+    err = Console(stderr=True, highlight=False)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+        return 2
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    ctx = CommandContext(args=args, console=console)
+    code = 0
+    try:
+        code = body(ctx)
+    except KeyboardInterrupt:
+        reap_children()
+        err.print("interrupted: workers stopped" + ("; writing the partial report." if ctx.record else "."))
+        if ctx.record is not None:
+            ctx.record.partial = True
+            _write_outputs(ctx, err)
+        return 130
+    except StallscopeError as exc:
+        if getattr(args, "debug", False):
+            err.print_exception()
+        err.print(f"[bold red]error:[/] {_escape(str(exc))}", markup=True, highlight=False)
+        hint = getattr(exc, "hint", None)
+        if hint:
+            err.print(_escape(hint), highlight=False)
+        return exc.exit_code
+    finally:
+        reap_children()
+    if ctx.record is not None:
+        _write_outputs(ctx, err)
+    return code
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _write_outputs(ctx: CommandContext, err: Console) -> None:
+    from ..render import write_report
+
+    record = ctx.record
+    assert record is not None
+    record.duration_s = round(time.perf_counter() - ctx.started, 3)
+    for attr in ("json", "md", "html"):
+        path = getattr(ctx.args, attr, None)
+        if path is not None:
+            try:
+                write_report(record, Path(path), fmt=attr)
+            except OSError as exc:
+                err.print(f"[bold red]error:[/] cannot write {path}: {exc.strerror or exc}.", markup=True)
+                continue
+            if not ctx.quiet:
+                err.print(f"wrote {path}")
+
+
+def fail(message: str) -> None:
+    raise UsageError(message)
+
+
+def stdout_is_tty() -> bool:
+    return sys.stdout.isatty()
+
+
+def run_target_loader(args: argparse.Namespace) -> Any:
+    """Load ``args.target`` with the CLI overrides into a Pipeline."""
+    from ..target import load_target
+
+    return load_target(args.target, batch_size=args.batch_size, collate=args.collate)

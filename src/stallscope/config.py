@@ -1,0 +1,158 @@
+"""``LoaderConfig``: the DataLoader knobs stallscope measures, tunes and emits."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# Keys of a LoaderConfig that are DataLoader arguments (the rest are ours).
+_LOADER_ARGS = (
+    "batch_size",
+    "num_workers",
+    "prefetch_factor",
+    "persistent_workers",
+    "pin_memory",
+    "in_order",
+    "multiprocessing_context",
+)
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """One DataLoader configuration.
+
+    ``batched_fetch`` asks for the whole batch of indices in one call
+    (``dataset.__getitems__`` when the dataset has it, or a batch sampler),
+    which removes per-item overhead for in-memory data. ``torch_threads`` is
+    the main process's intra-op thread count (``torch.set_num_threads``);
+    None leaves it alone.
+    """
+
+    num_workers: int = 0
+    batch_size: int = 1
+    prefetch_factor: int | None = None
+    persistent_workers: bool = False
+    pin_memory: bool = False
+    in_order: bool = True
+    multiprocessing_context: str | None = None
+    batched_fetch: bool = False
+    torch_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 0:
+            raise ValueError("num_workers must be >= 0")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        if self.num_workers == 0:
+            # Torch rejects these without workers; normalise so equal configs compare equal.
+            object.__setattr__(self, "prefetch_factor", None)
+            object.__setattr__(self, "persistent_workers", False)
+            object.__setattr__(self, "multiprocessing_context", None)
+            object.__setattr__(self, "in_order", True)
+        elif self.prefetch_factor is None:
+            object.__setattr__(self, "prefetch_factor", 2)
+
+    # -- conversions -------------------------------------------------------
+    def to_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``torch.utils.data.DataLoader``.
+
+        ``batched_fetch`` and ``torch_threads`` are not DataLoader arguments;
+        :func:`stallscope.make_loader` applies them.
+        """
+        kwargs: dict[str, Any] = {
+            "batch_size": self.batch_size,
+            "num_workers": self.num_workers,
+            "pin_memory": self.pin_memory,
+        }
+        if self.num_workers > 0:
+            kwargs["prefetch_factor"] = self.prefetch_factor
+            kwargs["persistent_workers"] = self.persistent_workers
+            if self.multiprocessing_context:
+                kwargs["multiprocessing_context"] = self.multiprocessing_context
+            if not self.in_order and loader_supports("in_order"):
+                kwargs["in_order"] = False
+        return kwargs
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoaderConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown LoaderConfig keys: {', '.join(unknown)}")
+        return cls(**data)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> LoaderConfig:
+        data = yaml.safe_load(text) or {}
+        if isinstance(data, dict) and "config" in data and isinstance(data["config"], dict):
+            data = data["config"]
+        if not isinstance(data, dict):
+            raise ValueError("a LoaderConfig YAML must be a mapping")
+        return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path: str | Path) -> LoaderConfig:
+        return cls.from_yaml(Path(path).read_text())
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_yaml())
+
+    def replace(self, **changes: Any) -> LoaderConfig:
+        return replace(self, **changes)
+
+    def label(self) -> str:
+        """A short human label, e.g. ``w=4 bs=32 pf=2``."""
+        parts = [f"w={self.num_workers}", f"bs={self.batch_size}"]
+        if self.num_workers:
+            parts.append(f"pf={self.prefetch_factor}")
+            if self.persistent_workers:
+                parts.append("persistent")
+            if not self.in_order:
+                parts.append("unordered")
+            if self.multiprocessing_context:
+                parts.append(self.multiprocessing_context)
+        if self.pin_memory:
+            parts.append("pin")
+        if self.batched_fetch:
+            parts.append("batched")
+        if self.torch_threads is not None:
+            parts.append(f"threads={self.torch_threads}")
+        return " ".join(parts)
+
+
+def loader_supports(argument: str) -> bool:
+    """Whether this torch's DataLoader takes ``argument`` (``in_order`` came in 2.6)."""
+    import inspect
+
+    from torch.utils.data import DataLoader
+
+    return argument in inspect.signature(DataLoader.__init__).parameters
+
+
+def config_from_loader(loader: Any) -> LoaderConfig:
+    """The user's baseline: the knobs of an existing DataLoader."""
+    num_workers = int(getattr(loader, "num_workers", 0) or 0)
+    ctx = getattr(loader, "multiprocessing_context", None)
+    ctx_name = ctx.get_start_method() if ctx is not None and hasattr(ctx, "get_start_method") else None
+    batch_size = getattr(loader, "batch_size", None)
+    if batch_size is None:
+        batch_sampler = getattr(loader, "batch_sampler", None)
+        batch_size = getattr(batch_sampler, "batch_size", 1) or 1
+    return LoaderConfig(
+        num_workers=num_workers,
+        batch_size=int(batch_size),
+        prefetch_factor=getattr(loader, "prefetch_factor", None) if num_workers else None,
+        persistent_workers=bool(getattr(loader, "persistent_workers", False)),
+        pin_memory=bool(getattr(loader, "pin_memory", False)),
+        in_order=bool(getattr(loader, "in_order", True)),
+        multiprocessing_context=ctx_name,
+    )

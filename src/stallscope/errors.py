@@ -1,0 +1,37 @@
+"""Errors that reach the user as one sentence and an exit code.
+
+A ``UsageError`` is the user's to fix (a bad target, an empty dataset, a batch
+size larger than the dataset...). The CLI prints its message and exits with
+``exit_code`` (2), with no traceback unless ``--debug`` is given. Anything else
+that escapes is our bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class StallscopeError(Exception):
+    """Base class of the errors stallscope raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(StallscopeError):
+    """Bad usage or a target that cannot be loaded or measured: exit code 2."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class PipelineError(UsageError):
+    """The user's pipeline failed while being measured (dataset raised, worker died)."""
+
+
+def describe_exception(exc: BaseException, limit: int = 200) -> str:
+    """``TypeName: message`` on one line, shortened to ``limit`` characters."""
+    text = " ".join(str(exc).split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,347 @@
+"""Loading the user's pipeline from a TARGET (``file.py:fn`` or ``pkg.mod:fn``).
+
+The callable takes no arguments and returns a Dataset, a DataLoader (whose
+settings become the user's baseline config) or a dict with ``dataset`` and
+optionally ``collate_fn``, ``batch_size``, ``model``, ``train_step``.
+
+Worker processes must be able to import whatever the dataset pickles by
+reference under every start method. A file target is therefore imported by
+its module name with its folder put first on ``sys.path``; multiprocessing
+hands ``sys.path`` to spawn/forkserver children, so they import it the same way.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data.dataloader import default_collate
+
+from .config import LoaderConfig, config_from_loader
+from .errors import PipelineError, UsageError, describe_exception
+
+DEFAULT_BATCH_SIZE = 32
+
+
+@dataclass
+class Pipeline:
+    """Everything stallscope needs to rebuild the user's loader with other knobs."""
+
+    dataset: Any
+    batch_size: int
+    baseline: LoaderConfig
+    collate_fn: Callable[[list], Any] | None = None
+    shuffle: bool = False
+    drop_last: bool = False
+    worker_init_fn: Callable[[int], None] | None = None
+    model: Any = None
+    train_step: Callable[..., Any] | None = None
+    target: str = "<object>"
+    source: str = "dataset"  # "dataset" | "dataloader" | "dict"
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_iterable(self) -> bool:
+        return isinstance(self.dataset, IterableDataset)
+
+    def length(self) -> int | None:
+        """``len(dataset)``, or None for an iterable dataset without a length."""
+        try:
+            return len(self.dataset)
+        except TypeError:
+            return None
+
+    @property
+    def collate(self) -> Callable[[list], Any]:
+        return self.collate_fn or default_collate
+
+
+# -- resolving TARGET strings ---------------------------------------------------
+
+
+def _split_spec(spec: str) -> tuple[str, str]:
+    if ":" not in spec:
+        raise UsageError(
+            f"target {spec!r} must name a callable as 'path/to/file.py:fn' or 'package.module:fn'."
+        )
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise UsageError(f"target {spec!r} must look like 'path/to/file.py:fn' or 'package.module:fn'.")
+    return where, name
+
+
+def _import_file(path_text: str) -> Any:
+    path = Path(path_text).expanduser()
+    if not path.is_file():
+        raise UsageError(f"target file {path_text!r} does not exist.")
+    path = path.resolve()
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    name = path.stem
+    existing = sys.modules.get(name)
+    if existing is not None and Path(getattr(existing, "__file__", "") or "").resolve() == path:
+        return existing
+    try:
+        module = importlib.import_module(name)
+        if Path(getattr(module, "__file__", "") or "").resolve() == path:
+            return module
+        # The stem names another module (e.g. an installed package): load the file
+        # itself. Spawned workers may then not find it; check reports that case.
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+    except UsageError:
+        raise
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise UsageError(f"importing {path_text} raised {describe_exception(exc)}.") from exc
+
+
+def _import_module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and name.startswith(exc.name):
+            raise UsageError(f"module {name!r} cannot be imported: no module named {exc.name!r}.") from exc
+        raise UsageError(f"importing {name} raised {describe_exception(exc)}.") from exc
+    except Exception as exc:
+        raise UsageError(f"importing {name} raised {describe_exception(exc)}.") from exc
+
+
+def resolve_callable(spec: str) -> Callable[..., Any]:
+    """The object a ``where:name`` spec points at (a file path or a module)."""
+    where, name = _split_spec(spec)
+    looks_like_file = where.endswith(".py") or "/" in where or "\\" in where
+    module = _import_file(where) if looks_like_file else _import_module(where)
+    obj: Any = module
+    for part in name.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageError(f"{where} has no attribute {name!r}.") from None
+    if not callable(obj):
+        raise UsageError(f"{spec} is a {type(obj).__name__}, not a callable.")
+    return obj
+
+
+def load_target(
+    target: str | Any,
+    *,
+    batch_size: int | None = None,
+    collate: str | Callable[[list], Any] | None = None,
+) -> Pipeline:
+    """Load TARGET into a :class:`Pipeline`.
+
+    ``target`` may be a spec string, a zero-argument callable, or directly a
+    Dataset, DataLoader or dict. ``batch_size`` and ``collate`` override what
+    the target says (the CLI's ``--batch-size`` and ``--collate``).
+    """
+    label = target if isinstance(target, str) else getattr(target, "__qualname__", type(target).__name__)
+    obj: Any = target
+    if isinstance(target, str):
+        factory = resolve_callable(target)
+        obj = _call_factory(factory, target)
+    elif callable(target) and not isinstance(target, (Dataset, DataLoader, dict)):
+        obj = _call_factory(target, label)
+    pipeline = pipeline_from_object(obj, label=str(label))
+    if collate is not None:
+        pipeline.collate_fn = resolve_callable(collate) if isinstance(collate, str) else collate
+    if batch_size is not None:
+        if batch_size < 1:
+            raise UsageError(f"--batch-size must be at least 1, not {batch_size}.")
+        pipeline.batch_size = batch_size
+        pipeline.baseline = pipeline.baseline.replace(batch_size=batch_size)
+    return pipeline
+
+
+def _call_factory(factory: Callable[..., Any], label: str) -> Any:
+    try:
+        return factory()
+    except UsageError:
+        raise
+    except TypeError as exc:
+        raise UsageError(f"{label} must take no arguments; calling it raised {describe_exception(exc)}.") from exc
+    except Exception as exc:
+        raise UsageError(f"{label} raised {describe_exception(exc)} when called.") from exc
+
+
+def pipeline_from_object(obj: Any, *, label: str = "<object>") -> Pipeline:
+    if isinstance(obj, DataLoader):
+        return _from_loader(obj, label)
+    if isinstance(obj, dict):
+        if "dataset" not in obj:
+            raise UsageError(f"{label} returned a dict without a 'dataset' key.")
+        inner = obj["dataset"]
+        if isinstance(inner, DataLoader):
+            pipeline = _from_loader(inner, label)
+        else:
+            _require_dataset(inner, label)
+            bs = int(obj.get("batch_size") or DEFAULT_BATCH_SIZE)
+            pipeline = Pipeline(dataset=inner, batch_size=bs, baseline=LoaderConfig(batch_size=bs), target=label)
+        pipeline.source = "dict"
+        if obj.get("batch_size"):
+            pipeline.batch_size = int(obj["batch_size"])
+            pipeline.baseline = pipeline.baseline.replace(batch_size=pipeline.batch_size)
+        if obj.get("collate_fn") is not None:
+            pipeline.collate_fn = obj["collate_fn"]
+        pipeline.model = obj.get("model")
+        pipeline.train_step = obj.get("train_step")
+        pipeline.extras = {k: v for k, v in obj.items() if k not in {"dataset", "batch_size", "collate_fn", "model", "train_step"}}
+        return pipeline
+    _require_dataset(obj, label)
+    return Pipeline(dataset=obj, batch_size=DEFAULT_BATCH_SIZE, baseline=LoaderConfig(batch_size=DEFAULT_BATCH_SIZE), target=label)
+
+
+def _require_dataset(obj: Any, label: str) -> None:
+    if isinstance(obj, Dataset):
+        return
+    if hasattr(obj, "__getitem__") and hasattr(obj, "__len__"):
+        return  # duck-typed map-style dataset (a list, a NumPy array...)
+    if hasattr(obj, "__iter__") and not isinstance(obj, (str, bytes)):
+        return
+    raise UsageError(f"{label} returned a {type(obj).__name__}; expected a Dataset, a DataLoader or a dict with 'dataset'.")
+
+
+def _from_loader(loader: DataLoader, label: str) -> Pipeline:
+    from torch.utils.data import RandomSampler
+
+    baseline = config_from_loader(loader)
+    collate = loader.collate_fn if loader.collate_fn is not default_collate else None
+    sampler = getattr(loader, "sampler", None)
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    drop_last = bool(getattr(loader, "drop_last", False) or getattr(batch_sampler, "drop_last", False))
+    return Pipeline(
+        dataset=loader.dataset,
+        batch_size=baseline.batch_size,
+        baseline=baseline,
+        collate_fn=collate,
+        shuffle=isinstance(sampler, RandomSampler),
+        drop_last=drop_last,
+        worker_init_fn=loader.worker_init_fn,
+        target=label,
+        source="dataloader",
+    )
+
+
+# -- pre-flight -------------------------------------------------------------------
+
+
+@dataclass
+class Preflight:
+    """What one in-process fetch and collate of a first batch revealed."""
+
+    length: int | None
+    item_structure: str
+    batch_structure: str
+    batch_bytes: int
+    seconds_per_item: float
+
+
+def preflight(pipeline: Pipeline, *, items: int | None = None) -> Preflight:
+    """Fetch and collate one batch in this process, turning failures into one sentence.
+
+    Catches, before any worker starts: an empty dataset, a batch size larger
+    than the dataset, ``__getitem__`` raising, and items the collate cannot batch.
+    """
+    import time
+
+    length = pipeline.length()
+    bs = pipeline.batch_size
+    if length is not None:
+        if length == 0:
+            raise UsageError("the dataset is empty (len(dataset) == 0): there is nothing to load.")
+        if bs > length:
+            raise UsageError(
+                f"batch size {bs} is larger than the dataset ({length} items); pass --batch-size {length} or smaller."
+            )
+    want = min(bs, items or bs)
+    samples: list[Any] = []
+    start = time.perf_counter()
+    if pipeline.is_iterable or length is None:
+        try:
+            for sample in pipeline.dataset:
+                samples.append(sample)
+                if len(samples) >= want:
+                    break
+        except Exception as exc:
+            raise PipelineError(f"iterating the dataset raised {describe_exception(exc)}.") from exc
+        if not samples:
+            raise UsageError("the dataset is empty: iterating it yielded nothing.")
+    else:
+        for index in range(want):
+            try:
+                samples.append(pipeline.dataset[index])
+            except Exception as exc:
+                raise PipelineError(f"dataset[{index}] raised {describe_exception(exc)}.") from exc
+    per_item = (time.perf_counter() - start) / len(samples)
+    try:
+        batch = pipeline.collate(samples)
+    except Exception as exc:
+        kinds = sorted({describe_structure(s) for s in samples})
+        shown = "; ".join(kinds[:3]) + ("; ..." if len(kinds) > 3 else "")
+        raise PipelineError(
+            f"the collate function cannot batch these items ({describe_exception(exc, 120)}); items look like: {shown}. "
+            "Pad them to one shape or pass --collate MODULE:FN."
+        ) from exc
+    return Preflight(
+        length=length,
+        item_structure=describe_structure(samples[0]),
+        batch_structure=describe_structure(batch),
+        batch_bytes=nbytes(batch) * max(1, bs // max(1, len(samples))),
+        seconds_per_item=per_item,
+    )
+
+
+def describe_structure(obj: Any, depth: int = 0) -> str:
+    """A compact type/shape description: ``tuple(Tensor[3,224,224] float32, int)``."""
+    import numpy as np
+    import torch
+
+    if depth > 3:
+        return "…"
+    if isinstance(obj, torch.Tensor):
+        return f"Tensor[{','.join(map(str, obj.shape))}] {str(obj.dtype).replace('torch.', '')}"
+    if isinstance(obj, np.ndarray):
+        return f"ndarray[{','.join(map(str, obj.shape))}] {obj.dtype}"
+    if isinstance(obj, dict):
+        inner = ", ".join(f"{k}: {describe_structure(v, depth + 1)}" for k, v in list(obj.items())[:6])
+        return "{" + inner + "}"
+    if isinstance(obj, (list, tuple)):
+        inner = ", ".join(describe_structure(v, depth + 1) for v in list(obj)[:6])
+        more = ", …" if len(obj) > 6 else ""
+        return f"{type(obj).__name__}({inner}{more})"
+    return type(obj).__name__
+
+
+def nbytes(obj: Any) -> int:
+    """Bytes of tensor/array payload in a (nested) batch."""
+    import numpy as np
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.element_size() * obj.nelement()
+    if isinstance(obj, np.ndarray):
+        return int(obj.nbytes)
+    if isinstance(obj, (bytes, bytearray)):
+        return len(obj)
+    if isinstance(obj, dict):
+        return sum(nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(nbytes(v) for v in obj)
+    return 0
+
+
+def indices_of(pipeline: Pipeline) -> Sequence[int] | None:
+    length = pipeline.length()
+    return None if length is None else range(length)

@@ -1,0 +1,48 @@
+"""Shared fixtures: every test must leave no child process behind."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+PIPELINES = Path(__file__).parent / "pipelines"
+sys.path.insert(0, str(PIPELINES))
+
+
+def _children() -> list[psutil.Process]:
+    try:
+        return [p for p in psutil.Process().children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    except psutil.Error:
+        return []
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes():
+    """Fail a test that leaves a child process alive (after a short grace period)."""
+    before = {p.pid for p in _children()}
+    yield
+    deadline = time.monotonic() + 5.0
+    leftover = []
+    while time.monotonic() < deadline:
+        leftover = [p for p in _children() if p.pid not in before]
+        if not leftover:
+            return
+        time.sleep(0.1)
+    names = []
+    for proc in leftover:
+        try:
+            names.append(f"{proc.pid} {' '.join(proc.cmdline()[:4])}")
+            proc.kill()
+        except psutil.Error:
+            pass
+    if names:
+        pytest.fail("test left child processes alive: " + "; ".join(names))
+
+
+@pytest.fixture
+def pipelines_dir() -> Path:
+    return PIPELINES
