@@ -90,7 +90,8 @@ def execute(
     argv: list[str] | None,
     body: Callable[[CommandContext], int],
 ) -> int:
-    console = Console(stderr=False, highlight=False)
+    # Piped output gets a readable width instead of rich's 80-column default.
+    console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 140)
     err = Console(stderr=True, highlight=False)
     try:
         args = parser.parse_args(argv)

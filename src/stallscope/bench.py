@@ -1,0 +1,268 @@
+"""``ss.bench``: throughput over a grid of loader settings (SPEC §3.1–3.3)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import LoaderConfig
+from .host import cuda_available, usable_cores
+from .target import Pipeline, Preflight, load_target, preflight
+from .throughput import (
+    Measurement,
+    histogram,
+    latency_stats,
+    measure,
+    measure_interleaved,
+    relative_spread,
+    spread,
+)
+
+# A worker count within this fraction of the best rate counts as "on the plateau".
+PLATEAU_FRACTION = 0.95
+
+
+def default_worker_counts(cores: int | None = None) -> list[int]:
+    """0, 1, 2, cores, 2×cores, 4×cores (cores = usable cores, see host.py)."""
+    cores = cores or usable_cores()
+    return sorted({0, 1, 2, cores, 2 * cores, 4 * cores})
+
+
+@dataclass
+class ConfigResult:
+    """A configuration's repeats, summarised."""
+
+    config: LoaderConfig
+    measurements: list[Measurement]
+    efficiency: float | None = None
+    speedup: float | None = None
+
+    @property
+    def rates(self) -> list[float]:
+        return [m.samples_per_s for m in self.measurements]
+
+    @property
+    def median_rate(self) -> float:
+        return spread(self.rates)["median"]
+
+    def all_batch_ms(self) -> list[float]:
+        return [ms for m in self.measurements for ms in m.batch_ms]
+
+    def to_dict(self) -> dict[str, Any]:
+        resources = [m.resources for m in self.measurements if m.resources is not None]
+        batch_ms = self.all_batch_ms()
+        return {
+            "config": self.config.to_dict(),
+            "label": self.config.label(),
+            "samples_per_s": spread(self.rates),
+            "batches_per_s": spread([m.batches_per_s for m in self.measurements]),
+            "startup_s": spread([m.startup_s for m in self.measurements])["median"],
+            "batch_ms": latency_stats(batch_ms),
+            "batch_ms_histogram": histogram(batch_ms),
+            "efficiency": self.efficiency,
+            "speedup": self.speedup,
+            "noise": relative_spread(self.rates),
+            "repeats": len(self.measurements),
+            "samples_per_s_repeats": self.rates,
+            "window_s": sum(m.window_s for m in self.measurements),
+            "batches_measured": sum(m.batches for m in self.measurements),
+            "resources": _merge_resources(resources),
+            "error": None,
+        }
+
+
+def _merge_resources(summaries: list[Any]) -> dict[str, Any] | None:
+    if not summaries:
+        return None
+    dicts = [s.to_dict() for s in summaries]
+    merged: dict[str, Any] = {}
+    for key in ("main_cpu_percent", "workers_cpu_percent"):
+        merged[key] = round(sum(d[key] for d in dicts) / len(dicts), 1)
+    for key in ("main_rss_mb", "workers_rss_mb", "n_workers"):
+        merged[key] = max(d[key] for d in dicts)
+    uss = [d["worker_uss_mb"] for d in dicts if d["worker_uss_mb"] is not None]
+    merged["worker_uss_mb"] = max(uss) if uss else None
+    return merged
+
+
+@dataclass
+class BenchResult:
+    target: str
+    cores: int
+    results: list[ConfigResult]
+    single_process_ms_per_sample: float | None
+    dataset: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def best(self) -> ConfigResult:
+        return max(self.results, key=lambda r: r.median_rate)
+
+    def plateau_workers(self) -> int | None:
+        """Fewest workers reaching PLATEAU_FRACTION of the best rate (same other knobs as the best)."""
+        best = self.best
+        same = [
+            r
+            for r in self.results
+            if r.config.replace(num_workers=best.config.num_workers, prefetch_factor=best.config.prefetch_factor)
+            == best.config
+            or r.config.num_workers == 0
+        ]
+        ok = [r.config.num_workers for r in same if r.median_rate >= PLATEAU_FRACTION * best.median_rate]
+        return min(ok) if ok else None
+
+    def to_dict(self) -> dict[str, Any]:
+        best = self.best
+        per_sample = self.single_process_ms_per_sample
+        ideal = {}
+        if per_sample:
+            for w in sorted({r.config.num_workers for r in self.results}):
+                ideal[str(w)] = min(self.cores, max(w, 1)) * 1000.0 / per_sample
+        return {
+            "results": [r.to_dict() for r in self.results],
+            "scaling": {
+                "cores": self.cores,
+                "single_process_ms_per_sample": per_sample,
+                "best_label": best.config.label(),
+                "best_index": self.results.index(best),
+                "plateau_workers": self.plateau_workers(),
+                "ideal_samples_per_s": ideal,
+            },
+            "dataset": self.dataset,
+        }
+
+
+def dataset_facts(pipeline: Pipeline, pre: Preflight) -> dict[str, Any]:
+    return {
+        "length": pre.length,
+        "item": pre.item_structure,
+        "batch": pre.batch_structure,
+        "batch_bytes": pre.batch_bytes,
+        "batch_size": pipeline.batch_size,
+        "iterable": pipeline.is_iterable,
+        "type": type(pipeline.dataset).__name__,
+    }
+
+
+def grid(
+    base: LoaderConfig,
+    *,
+    num_workers: Sequence[int],
+    batch_sizes: Sequence[int] | None = None,
+    prefetch_factors: Sequence[int] | None = None,
+    persistent_workers: Sequence[bool] | None = None,
+    pin_memory: Sequence[bool] | None = None,
+    in_order: Sequence[bool] | None = None,
+    multiprocessing_context: str | None = None,
+) -> list[LoaderConfig]:
+    """The cartesian product, deduplicated (knobs that need workers collapse at 0 workers)."""
+    axes = itertools.product(
+        batch_sizes or [base.batch_size],
+        num_workers,
+        prefetch_factors or [base.prefetch_factor or 2],
+        persistent_workers or [base.persistent_workers],
+        pin_memory or [base.pin_memory],
+        in_order or [base.in_order],
+    )
+    configs: list[LoaderConfig] = []
+    for bs, w, pf, persist, pin, ordered in axes:
+        cfg = LoaderConfig(
+            num_workers=w,
+            batch_size=bs,
+            prefetch_factor=pf if w else None,
+            persistent_workers=persist,
+            pin_memory=pin and cuda_available(),
+            in_order=ordered,
+            multiprocessing_context=multiprocessing_context or base.multiprocessing_context,
+        )
+        if cfg not in configs:
+            configs.append(cfg)
+    return configs
+
+
+def bench(
+    target: Any,
+    *,
+    num_workers: Sequence[int] | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    prefetch_factors: Sequence[int] | None = None,
+    persistent_workers: Sequence[bool] | None = None,
+    pin_memory: Sequence[bool] | None = None,
+    in_order: Sequence[bool] | None = None,
+    multiprocessing_context: str | None = None,
+    repeats: int = 3,
+    min_window_s: float = 1.0,
+    timeout: float = 60.0,
+    sample_resources: bool = True,
+    on_result: Callable[[int, int, Measurement], None] | None = None,
+    configs: Sequence[LoaderConfig] | None = None,
+) -> BenchResult:
+    """Measure throughput over a grid; see ``stallscope bench --help`` for the knobs.
+
+    ``target`` is a TARGET string, a callable, a Dataset/DataLoader/dict or a
+    loaded :class:`Pipeline`. Every config is measured ``repeats`` times,
+    interleaved. Efficiency compares each rate with ``min(cores, workers)``
+    times the single-process rate at the same batch size.
+    """
+    pipeline = target if isinstance(target, Pipeline) else load_target(target)
+    pre = preflight(pipeline)
+    cores = usable_cores()
+    if configs is None:
+        configs = grid(
+            pipeline.baseline,
+            num_workers=num_workers or default_worker_counts(cores),
+            batch_sizes=batch_sizes,
+            prefetch_factors=prefetch_factors,
+            persistent_workers=persistent_workers,
+            pin_memory=pin_memory,
+            in_order=in_order,
+            multiprocessing_context=multiprocessing_context,
+        )
+    runs = measure_interleaved(
+        pipeline,
+        list(configs),
+        repeats=repeats,
+        on_result=on_result,
+        min_window_s=min_window_s,
+        timeout=timeout,
+        sample_resources=sample_resources,
+    )
+    results = [ConfigResult(config=c, measurements=m) for c, m in zip(configs, runs)]
+    references = _single_process_references(pipeline, results, min_window_s=min_window_s, timeout=timeout)
+    per_sample = _attach_scaling(results, cores, references)
+    return BenchResult(
+        target=pipeline.target,
+        cores=cores,
+        results=results,
+        single_process_ms_per_sample=per_sample,
+        dataset=dataset_facts(pipeline, pre),
+    )
+
+
+def _single_process_references(
+    pipeline: Pipeline, results: list[ConfigResult], *, min_window_s: float, timeout: float
+) -> dict[int, float]:
+    """Single-process rate per batch size; measured once more where the grid has no 0-worker config."""
+    single = {r.config.batch_size: r.median_rate for r in results if r.config.num_workers == 0 and r.median_rate > 0}
+    for bs in sorted({r.config.batch_size for r in results} - set(single)):
+        m = measure(pipeline, LoaderConfig(num_workers=0, batch_size=bs), min_window_s=min_window_s, timeout=timeout)
+        if m.samples_per_s > 0:
+            single[bs] = m.samples_per_s
+    return single
+
+
+def _attach_scaling(results: list[ConfigResult], cores: int, single: dict[int, float]) -> float | None:
+    """Set speed-up and parallel efficiency against the single-process rate per batch size."""
+    for r in results:
+        base = single.get(r.config.batch_size)
+        if not base:
+            continue
+        r.speedup = r.median_rate / base
+        ideal = min(cores, max(r.config.num_workers, 1)) * base
+        r.efficiency = r.median_rate / ideal
+    if not single:
+        return None
+    # The single-process per-sample cost at the most common batch size.
+    bs = max(single, key=lambda b: sum(1 for r in results if r.config.batch_size == b))
+    return 1000.0 / single[bs]

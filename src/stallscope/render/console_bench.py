@@ -1,0 +1,66 @@
+"""Console summary of a bench record: one table, best marked, noise stated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def render_bench(data: dict[str, Any], console: Console) -> None:
+    results = data.get("results") or []
+    if not results:
+        return
+    scaling = data.get("scaling") or {}
+    best_index = scaling.get("best_index")
+    table = Table(title="DataLoader throughput (steady state; start-up reported separately)", title_justify="left")
+    for column, justify in [
+        ("config", "left"),
+        ("samples/s", "right"),
+        ("range", "right"),
+        ("start-up s", "right"),
+        ("batch ms p50", "right"),
+        ("p95", "right"),
+        ("p99", "right"),
+        ("speed-up", "right"),
+        ("efficiency", "right"),
+        ("workers CPU %", "right"),
+    ]:
+        table.add_column(column, justify=justify)
+    for i, r in enumerate(results):
+        rate = r["samples_per_s"]
+        res = r.get("resources") or {}
+        style = "bold green" if i == best_index else None
+        table.add_row(
+            ("★ " if i == best_index else "  ") + r["label"],
+            _fmt(rate["median"]),
+            f"{_fmt(rate['min'])}–{_fmt(rate['max'])}",
+            _fmt(r["startup_s"], 2),
+            _fmt(r["batch_ms"]["p50"], 2),
+            _fmt(r["batch_ms"]["p95"], 2),
+            _fmt(r["batch_ms"]["p99"], 2),
+            "–" if r.get("speedup") is None else f"{r['speedup']:.2f}×",
+            "–" if r.get("efficiency") is None else f"{r['efficiency'] * 100:.0f}%",
+            _fmt(res.get("workers_cpu_percent"), 0) if res else "–",
+            style=style,
+        )
+    console.print(table)
+    best = results[best_index] if best_index is not None else None
+    if best is not None:
+        noise = best.get("noise")
+        console.print(
+            f"Best: [bold]{best['label']}[/] at {best['samples_per_s']['median']:,.1f} samples/s "
+            f"(median of {best['repeats']} repeats, spread {noise * 100:.0f}%)."
+        )
+    per_sample = scaling.get("single_process_ms_per_sample")
+    if per_sample:
+        line = f"Single-process cost: {per_sample:.2f} ms/sample on {scaling['cores']} usable core(s)"
+        plateau = scaling.get("plateau_workers")
+        if plateau is not None:
+            line += f"; throughput plateaus from num_workers={plateau}"
+        console.print(line + ".")

@@ -1,0 +1,223 @@
+"""Background sampling of CPU and memory for the main process and its workers (SPEC §3.6).
+
+CPU % comes from differences of each process's CPU times between ticks
+(100 % = one core busy), so it is exact over the window rather than an
+average of instantaneous readings. USS (private memory) needs
+``/proc/PID/smaps``, which is costly to read, so it is sampled every
+``uss_every`` ticks only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import psutil
+
+MB = 1024 * 1024
+
+
+@dataclass
+class ResourceTick:
+    """Totals at one sampling instant."""
+
+    t: float  # seconds since the sampler started
+    main_cpu_percent: float
+    workers_cpu_percent: float
+    main_rss_mb: float
+    workers_rss_mb: float
+    n_workers: int
+    worker_uss_mb: list[float] | None = None  # per worker, on the ticks that read USS
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ResourceSummary:
+    """The window's figures: mean CPU %, peak memory."""
+
+    main_cpu_percent: float = 0.0
+    workers_cpu_percent: float = 0.0
+    main_rss_mb: float = 0.0
+    workers_rss_mb: float = 0.0
+    worker_uss_mb: float | None = None  # peak of the mean private memory per worker
+    n_workers: int = 0
+    seconds: float = 0.0
+    ticks: list[ResourceTick] = field(default_factory=list)
+
+    def to_dict(self, *, timeline: bool = False) -> dict:
+        data = {k: v for k, v in asdict(self).items() if k != "ticks"}
+        for key in ("main_cpu_percent", "workers_cpu_percent", "main_rss_mb", "workers_rss_mb", "seconds"):
+            data[key] = round(data[key], 2)
+        if data["worker_uss_mb"] is not None:
+            data["worker_uss_mb"] = round(data["worker_uss_mb"], 2)
+        if timeline:
+            data["timeline"] = [t.to_dict() for t in self.ticks]
+        return data
+
+
+class ResourceSampler:
+    """Samples the root process (default: this one) and its descendants in a thread.
+
+    ``worker_pids`` optionally narrows "workers" to known pids (e.g. a
+    DataLoader iterator's); by default every descendant counts.
+    Use as a context manager or ``start()`` / ``stop()``.
+    """
+
+    def __init__(
+        self,
+        interval: float = 0.25,
+        *,
+        uss_every: int = 4,
+        root_pid: int | None = None,
+        worker_pids: Callable[[], list[int]] | None = None,
+        keep_ticks: bool = True,
+    ) -> None:
+        self.interval = interval
+        self.uss_every = max(1, uss_every)
+        self.root = psutil.Process(root_pid or os.getpid())
+        self._worker_pids = worker_pids
+        self._keep_ticks = keep_ticks
+        self._procs: dict[int, psutil.Process] = {}
+        self._cpu_first: dict[int, float] = {}
+        self._cpu_last: dict[int, float] = {}
+        self._prev_cpu: dict[int, float] = {}
+        self._ticks: list[ResourceTick] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = 0.0
+        self._prev_t = 0.0
+        self._peak = {"main_rss": 0.0, "workers_rss": 0.0, "uss": None, "n": 0}
+        self._main_cpu0 = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------
+    def start(self) -> ResourceSampler:
+        self._started = time.perf_counter()
+        self._prev_t = self._started
+        self._main_cpu0 = _cpu_seconds(self.root)
+        self._prev_cpu[self.root.pid] = self._main_cpu0
+        self._thread = threading.Thread(target=self._run, name="stallscope-resources", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> ResourceSummary:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        self._tick(read_uss=False)
+        elapsed = max(1e-9, time.perf_counter() - self._started)
+        main_cpu = (_cpu_seconds(self.root) - self._main_cpu0) / elapsed * 100
+        workers_cpu = sum(self._cpu_last[p] - self._cpu_first.get(p, 0.0) for p in self._cpu_last) / elapsed * 100
+        return ResourceSummary(
+            main_cpu_percent=main_cpu,
+            workers_cpu_percent=workers_cpu,
+            main_rss_mb=self._peak["main_rss"],
+            workers_rss_mb=self._peak["workers_rss"],
+            worker_uss_mb=self._peak["uss"],
+            n_workers=self._peak["n"],
+            seconds=elapsed,
+            ticks=list(self._ticks),
+        )
+
+    def __enter__(self) -> ResourceSampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.summary = self.stop()
+
+    # -- sampling ----------------------------------------------------------------
+    def _workers(self) -> list[psutil.Process]:
+        if self._worker_pids is not None:
+            pids = self._worker_pids()
+        else:
+            try:
+                pids = [p.pid for p in self.root.children(recursive=True)]
+            except psutil.Error:
+                pids = []
+        procs = []
+        for pid in pids:
+            proc = self._procs.get(pid)
+            if proc is None:
+                with contextlib.suppress(psutil.Error):
+                    proc = psutil.Process(pid)
+                    self._procs[pid] = proc
+            if proc is not None:
+                procs.append(proc)
+        return procs
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.wait(self.interval):
+            n += 1
+            self._tick(read_uss=(n % self.uss_every == 0))
+
+    def _tick(self, *, read_uss: bool) -> None:
+        now = time.perf_counter()
+        dt = max(1e-9, now - self._prev_t)
+        self._prev_t = now
+        main_cpu = _cpu_seconds(self.root)
+        main_pct = (main_cpu - self._prev_cpu.get(self.root.pid, main_cpu)) / dt * 100
+        self._prev_cpu[self.root.pid] = main_cpu
+        main_rss = _rss_mb(self.root)
+        workers_pct = 0.0
+        workers_rss = 0.0
+        uss: list[float] = []
+        workers = self._workers()
+        for proc in workers:
+            cpu = _cpu_seconds(proc)
+            if cpu <= 0.0 and not proc.is_running():
+                continue
+            self._cpu_first.setdefault(proc.pid, 0.0)
+            self._cpu_last[proc.pid] = max(cpu, self._cpu_last.get(proc.pid, 0.0))
+            workers_pct += (cpu - self._prev_cpu.get(proc.pid, cpu if proc.pid in self._prev_cpu else 0.0)) / dt * 100
+            self._prev_cpu[proc.pid] = cpu
+            workers_rss += _rss_mb(proc)
+            if read_uss:
+                value = _uss_mb(proc)
+                if value is not None:
+                    uss.append(value)
+        self._peak["main_rss"] = max(self._peak["main_rss"], main_rss)
+        self._peak["workers_rss"] = max(self._peak["workers_rss"], workers_rss)
+        self._peak["n"] = max(self._peak["n"], len(workers))
+        if uss:
+            mean_uss = sum(uss) / len(uss)
+            self._peak["uss"] = mean_uss if self._peak["uss"] is None else max(self._peak["uss"], mean_uss)
+        if self._keep_ticks:
+            self._ticks.append(
+                ResourceTick(
+                    t=round(now - self._started, 4),
+                    main_cpu_percent=round(main_pct, 1),
+                    workers_cpu_percent=round(max(0.0, workers_pct), 1),
+                    main_rss_mb=round(main_rss, 1),
+                    workers_rss_mb=round(workers_rss, 1),
+                    n_workers=len(workers),
+                    worker_uss_mb=[round(u, 1) for u in uss] if read_uss else None,
+                )
+            )
+
+
+def _cpu_seconds(proc: psutil.Process) -> float:
+    try:
+        times = proc.cpu_times()
+        return times.user + times.system
+    except psutil.Error:
+        return 0.0
+
+
+def _rss_mb(proc: psutil.Process) -> float:
+    try:
+        return proc.memory_info().rss / MB
+    except psutil.Error:
+        return 0.0
+
+
+def _uss_mb(proc: psutil.Process) -> float | None:
+    try:
+        return proc.memory_full_info().uss / MB
+    except (psutil.Error, AttributeError):
+        return None

@@ -1,0 +1,296 @@
+"""Steady-state throughput of one loader configuration (SPEC §3.1).
+
+How a number is taken, and why:
+
+* **Start-up is separate.** The clock starts before ``iter(loader)`` (which
+  starts the workers) and stops at the first batch: that is ``startup_s``.
+  It never enters the rate.
+* **The prefetch buffer cannot inflate the rate.** A loader's workers hold up
+  to ``num_workers × prefetch_factor`` batches in flight; the ones that were
+  ready at start-up arrive almost at once. We first consume a warm-up of at
+  least that many batches plus one round per worker, and only then open the
+  measurement window. The consumer never idles, so the buffer cannot refill
+  behind our back during the window.
+* **No epoch boundary in the window.** A :class:`CyclingSampler` walks the
+  dataset as often as needed, so worker restarts at epoch ends (their own
+  cost, reported as start-up) do not dilute steady state.
+* **Windows of a second or more.** The window closes after ``min_window_s``
+  and at least ``min_batches`` batches (or ``max_window_s``), and the rate is
+  samples delivered in the window over the window's length.
+* **Repeats, interleaved.** :func:`measure_interleaved` runs configs in
+  A B … B A order per repeat, so drift and order effects hit all of them alike.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .config import LoaderConfig
+from .errors import PipelineError, describe_exception
+from .loaders import CyclingSampler, build_loader
+from .processes import shutdown_iterator, worker_pids
+from .resources import ResourceSampler, ResourceSummary
+from .target import Pipeline
+
+# Draws in the cycling sampler: far more than any window needs.
+_CYCLE_TOTAL = 10**9
+
+
+@dataclass
+class Measurement:
+    """One repeat of one configuration."""
+
+    config: LoaderConfig
+    samples_per_s: float = 0.0
+    batches_per_s: float = 0.0
+    startup_s: float = 0.0
+    batch_ms: list[float] = field(default_factory=list)  # steady-state waits in next()
+    window_s: float = 0.0
+    batches: int = 0
+    samples: int = 0
+    warmup_batches: int = 0
+    exhausted: bool = False  # an iterable dataset ended before the window was full
+    resources: ResourceSummary | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config.to_dict(),
+            "samples_per_s": self.samples_per_s,
+            "batches_per_s": self.batches_per_s,
+            "startup_s": self.startup_s,
+            "window_s": self.window_s,
+            "batches": self.batches,
+            "samples": self.samples,
+            "warmup_batches": self.warmup_batches,
+            "exhausted": self.exhausted,
+            "resources": self.resources.to_dict() if self.resources else None,
+            "error": self.error,
+        }
+
+
+def batch_length(batch: Any) -> int:
+    """Samples in a collated batch: the leading dimension of its first tensor, else its length."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, np.ndarray):
+        return int(batch.shape[0]) if batch.ndim else 1
+    if isinstance(batch, dict):
+        for value in batch.values():
+            return batch_length(value)
+        return 0
+    if isinstance(batch, (list, tuple)):
+        if batch and isinstance(batch[0], (torch.Tensor, np.ndarray, list, tuple, dict)):
+            return batch_length(batch[0])
+        return len(batch)
+    try:
+        return len(batch)
+    except TypeError:
+        return 1
+
+
+def warmup_batches_for(config: LoaderConfig) -> int:
+    """Batches to consume before the window: the whole prefetch buffer plus one round per worker."""
+    if config.num_workers == 0:
+        return 2
+    return config.num_workers * (config.prefetch_factor or 2) + config.num_workers + 1
+
+
+def measure(
+    pipeline: Pipeline,
+    config: LoaderConfig,
+    *,
+    min_window_s: float = 1.0,
+    max_window_s: float = 10.0,
+    min_batches: int = 8,
+    warmup_batches: int | None = None,
+    timeout: float = 60.0,
+    sample_resources: bool = False,
+    seed: int = 0,
+) -> Measurement:
+    """Measure ``config``'s steady-state rate on ``pipeline`` (see the module docstring).
+
+    Raises :class:`PipelineError` when the pipeline itself fails (the dataset
+    raises in a worker, a worker dies, no batch within ``timeout``).
+    """
+    result = Measurement(config=config)
+    warmup = warmup_batches_for(config) if warmup_batches is None else warmup_batches
+    result.warmup_batches = warmup
+    sampler = None
+    length = pipeline.length()
+    if not pipeline.is_iterable and length:
+        sampler = CyclingSampler(length, _CYCLE_TOTAL, shuffle=pipeline.shuffle, seed=seed)
+    loader = build_loader(pipeline, config, sampler=sampler, timeout=timeout, drop_last=False)
+    resources: ResourceSampler | None = None
+    iterator = None
+    previous_threads = _set_threads(config.torch_threads)
+    try:
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            # More workers than cores is a configuration we test on purpose.
+            warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+            iterator = iter(loader)
+        _next(iterator)
+        first = time.perf_counter()
+        result.startup_s = first - start
+        stamps = [first]
+        for _ in range(warmup):
+            if _next(iterator) is _END:
+                break
+            stamps.append(time.perf_counter())
+        if sample_resources:
+            pids = worker_pids(iterator)
+            resources = ResourceSampler(0.2, worker_pids=(lambda: pids) if pids else None).start()
+        window_start = time.perf_counter()
+        last = window_start
+        samples = 0
+        waits: list[float] = []
+        while True:
+            batch = _next(iterator)
+            now = time.perf_counter()
+            if batch is _END:
+                result.exhausted = True
+                break
+            samples += batch_length(batch)
+            del batch
+            waits.append(now - last)
+            last = now
+            elapsed = now - window_start
+            if (elapsed >= min_window_s and len(waits) >= min_batches) or elapsed >= max_window_s:
+                break
+        result.window_s = last - window_start
+        result.batches = len(waits)
+        result.samples = samples
+        result.batch_ms = [w * 1000 for w in waits]
+        if result.window_s > 0:
+            result.samples_per_s = samples / result.window_s
+            result.batches_per_s = len(waits) / result.window_s
+    except PipelineError:
+        raise
+    except Exception as exc:
+        raise _as_pipeline_error(exc, config, timeout) from exc
+    finally:
+        if resources is not None:
+            result.resources = resources.stop()
+        if iterator is not None:
+            shutdown_iterator(iterator)
+        _set_threads(previous_threads)
+    return result
+
+
+_END = object()
+
+
+def _next(iterator: Any) -> Any:
+    try:
+        return next(iterator)
+    except StopIteration:
+        return _END
+
+
+def _set_threads(n: int | None) -> int | None:
+    if n is None:
+        return None
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    return previous
+
+
+def _as_pipeline_error(exc: Exception, config: LoaderConfig, timeout: float) -> PipelineError:
+    """One sentence for a failure inside the user's pipeline (wrapped worker errors included)."""
+    text = str(exc)
+    if "timed out after" in text:
+        return PipelineError(
+            f"no batch arrived within {timeout:g} s with {config.label()}; a sample may hang "
+            "(run `stallscope check` to find which)."
+        )
+    match = re.search(r"DataLoader worker \(pid\(?s?\)? ?([\d, ]+)\)[^\n]*", text)
+    if match or "exited unexpectedly" in text or "killed by signal" in text:
+        line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        return PipelineError(f"a DataLoader worker died with {config.label()}: {line}")
+    if "Original Traceback" in text:
+        # torch wraps worker exceptions: "Caught X in DataLoader worker process N. Original Traceback ... X: msg"
+        last = [ln for ln in text.strip().splitlines() if ln.strip()][-1].strip()
+        where = re.search(r"worker process (\d+)", text)
+        worker = f" (worker {where.group(1)})" if where else ""
+        return PipelineError(
+            f"the dataset raised {last}{worker} while loading with {config.label()}; "
+            "run `stallscope check` to find the index."
+        )
+    return PipelineError(f"loading with {config.label()} failed: {describe_exception(exc)}.")
+
+
+def measure_interleaved(
+    pipeline: Pipeline,
+    configs: Sequence[LoaderConfig],
+    *,
+    repeats: int = 3,
+    on_result: Callable[[int, int, Measurement], None] | None = None,
+    **measure_kwargs: Any,
+) -> list[list[Measurement]]:
+    """Measure every config ``repeats`` times in A B … B A order; results per config.
+
+    ``on_result(config_index, repeat, measurement)`` is called after each run
+    (progress bars, early stopping by raising).
+    """
+    results: list[list[Measurement]] = [[] for _ in configs]
+    order = list(range(len(configs)))
+    for rep in range(repeats):
+        for index in order if rep % 2 == 0 else reversed(order):
+            m = measure(pipeline, configs[index], **measure_kwargs)
+            results[index].append(m)
+            if on_result is not None:
+                on_result(index, rep, m)
+    return results
+
+
+# -- summaries -----------------------------------------------------------------------
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """``{median, min, max}`` of repeated figures."""
+    if not values:
+        return {"median": 0.0, "min": 0.0, "max": 0.0}
+    arr = np.asarray(values, dtype=float)
+    return {"median": float(np.median(arr)), "min": float(arr.min()), "max": float(arr.max())}
+
+
+def latency_stats(batch_ms: Sequence[float]) -> dict[str, float]:
+    """p50/p95/p99/max/std/mean of per-batch waits (ms)."""
+    if not batch_ms:
+        return {"p50": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0, "std": 0.0, "mean": 0.0}
+    arr = np.asarray(batch_ms, dtype=float)
+    p50, p95, p99 = np.percentile(arr, [50, 95, 99])
+    return {
+        "p50": float(p50),
+        "p95": float(p95),
+        "p99": float(p99),
+        "max": float(arr.max()),
+        "std": float(arr.std()),
+        "mean": float(arr.mean()),
+    }
+
+
+def histogram(batch_ms: Sequence[float], bins: int = 30) -> dict[str, list[float]]:
+    if not batch_ms:
+        return {"edges": [], "counts": []}
+    counts, edges = np.histogram(np.asarray(batch_ms, dtype=float), bins=bins)
+    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
+
+
+def relative_spread(values: Sequence[float]) -> float:
+    """(max − min) / median: the noise a result states about itself."""
+    s = spread(values)
+    return (s["max"] - s["min"]) / s["median"] if s["median"] > 0 else math.inf
