@@ -13,9 +13,24 @@ PIPELINES = Path(__file__).parent / "pipelines"
 sys.path.insert(0, str(PIPELINES))
 
 
+# Per-interpreter helpers of multiprocessing itself (started by the first spawn or
+# forkserver use; they exit with the interpreter), not workers.
+_MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def _is_worker(proc: psutil.Process) -> bool:
+    try:
+        if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        cmdline = " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
+    return not any(helper in cmdline for helper in _MP_HELPERS)
+
+
 def _children() -> list[psutil.Process]:
     try:
-        return [p for p in psutil.Process().children(recursive=True) if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        return [p for p in psutil.Process().children(recursive=True) if _is_worker(p)]
     except psutil.Error:
         return []
 

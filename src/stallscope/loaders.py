@@ -8,6 +8,8 @@ separately.
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,6 +55,15 @@ class CyclingSampler(Sampler[int]):
         return self.total
 
 
+@contextlib.contextmanager
+def quiet_worker_warning() -> Iterator[None]:
+    """Silence torch's "suggested max number of worker" warning: more workers than
+    cores is a configuration we measure on purpose (latency-bound sources need it)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+        yield
+
+
 def build_loader(
     pipeline: Pipeline,
     config: LoaderConfig,
@@ -77,6 +88,19 @@ def build_loader(
     if config.pin_memory and not torch.cuda.is_available():
         kwargs["pin_memory"] = False
     drop = pipeline.drop_last if drop_last is None else drop_last
+    with quiet_worker_warning():
+        return _construct(pipeline, config, kwargs, sampler=sampler, drop=drop, generator=generator)
+
+
+def _construct(
+    pipeline: Pipeline,
+    config: LoaderConfig,
+    kwargs: dict[str, Any],
+    *,
+    sampler: Sampler[int] | None,
+    drop: bool,
+    generator: torch.Generator | None,
+) -> DataLoader:
     if pipeline.is_iterable:
         return DataLoader(pipeline.dataset, collate_fn=pipeline.collate, drop_last=drop, generator=generator, **kwargs)
     if config.batched_fetch:

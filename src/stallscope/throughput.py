@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 import re
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +34,7 @@ import numpy as np
 
 from .config import LoaderConfig
 from .errors import PipelineError, describe_exception
-from .loaders import CyclingSampler, build_loader
+from .loaders import CyclingSampler, build_loader, quiet_worker_warning
 from .processes import shutdown_iterator, worker_pids
 from .resources import ResourceSampler, ResourceSummary
 from .target import Pipeline
@@ -117,8 +116,13 @@ def measure(
     timeout: float = 60.0,
     sample_resources: bool = False,
     seed: int = 0,
+    settle_s: float = 0.0,
 ) -> Measurement:
     """Measure ``config``'s steady-state rate on ``pipeline`` (see the module docstring).
+
+    ``settle_s`` idles after the first batch, as a training loop does while it
+    builds or compiles its model: the prefetch buffer fills up meanwhile, and
+    the warm-up must drain it before the window opens.
 
     Raises :class:`PipelineError` when the pipeline itself fails (the dataset
     raises in a worker, a worker dies, no batch within ``timeout``).
@@ -136,13 +140,13 @@ def measure(
     previous_threads = _set_threads(config.torch_threads)
     try:
         start = time.perf_counter()
-        with warnings.catch_warnings():
-            # More workers than cores is a configuration we test on purpose.
-            warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+        with quiet_worker_warning():
             iterator = iter(loader)
         _next(iterator)
         first = time.perf_counter()
         result.startup_s = first - start
+        if settle_s > 0:
+            time.sleep(settle_s)
         stamps = [first]
         for _ in range(warmup):
             if _next(iterator) is _END:
@@ -178,7 +182,7 @@ def measure(
     except PipelineError:
         raise
     except Exception as exc:
-        raise _as_pipeline_error(exc, config, timeout) from exc
+        raise _as_pipeline_error(exc, config, timeout, dead_workers(iterator)) from exc
     finally:
         if resources is not None:
             result.resources = resources.stop()
@@ -208,9 +212,31 @@ def _set_threads(n: int | None) -> int | None:
     return previous
 
 
-def _as_pipeline_error(exc: Exception, config: LoaderConfig, timeout: float) -> PipelineError:
+def dead_workers(iterator: Any) -> list[tuple[int, int]]:
+    """(pid, exit code) of a DataLoader iterator's workers that exited abnormally."""
+    dead = []
+    for worker in getattr(iterator, "_workers", None) or []:
+        code = getattr(worker, "exitcode", None)
+        if code not in (None, 0):
+            dead.append((worker.pid, code))
+    return dead
+
+
+def _as_pipeline_error(
+    exc: Exception, config: LoaderConfig, timeout: float, dead: list[tuple[int, int]] | None = None
+) -> PipelineError:
     """One sentence for a failure inside the user's pipeline (wrapped worker errors included)."""
     text = str(exc)
+    if dead:
+        # A worker that died without a Python exception (os._exit, a segfault, the OOM
+        # killer) can surface as a broken connection rather than torch's own message.
+        pid, code = dead[0]
+        how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        hint = " (signal 9 is usually the out-of-memory killer)" if code == -9 else ""
+        return PipelineError(
+            f"a DataLoader worker died with {config.label()}: pid {pid}, {how}{hint}; "
+            "run `stallscope check` or num_workers=0 to see the failing sample."
+        )
     if "timed out after" in text:
         return PipelineError(
             f"no batch arrived within {timeout:g} s with {config.label()}; a sample may hang "

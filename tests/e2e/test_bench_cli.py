@@ -1,0 +1,116 @@
+"""The real CLI on small real pipelines, with real worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from stallscope.schema import record_schema
+
+PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
+
+
+def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="160")
+    return subprocess.run(
+        [sys.executable, "-m", "stallscope", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=PIPELINES.parent.parent,
+    )
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_bench_json_is_valid_and_complete(tmp_path, start_method):
+    out = tmp_path / "bench.json"
+    plot = tmp_path / "scaling.png"
+    proc = run_cli(
+        "bench", f"{PIPELINES}/bench_sleepy.py:sleepy_dict",
+        "--num-workers", "0,2", "--repeats", "2", "--window", "0.5",
+        "--start-method", start_method, "--json", str(out), "--plot", str(plot),
+    )
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(out.read_text())
+    jsonschema.validate(record, record_schema())
+    assert record["command"] == "bench"
+    assert record["host"]["cores"] >= 1
+    labels = [r["label"] for r in record["results"]]
+    assert len(labels) == 2
+    zero, two = record["results"]
+    assert zero["config"]["num_workers"] == 0 and two["config"]["num_workers"] == 2
+    assert two["config"]["multiprocessing_context"] == start_method
+    # 4 ms sleep per item: two workers roughly double the single-process rate.
+    assert 1.6 < two["speedup"] < 2.3
+    assert zero["efficiency"] == pytest.approx(1.0)
+    assert two["resources"]["n_workers"] >= 2
+    assert record["scaling"]["single_process_ms_per_sample"] == pytest.approx(4.0, rel=0.25)
+    assert record["dataset"]["length"] == 512
+    assert "samples/s" in proc.stdout
+    assert plot.exists() and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_takes_dataloader_baseline(tmp_path):
+    out = tmp_path / "b.json"
+    proc = run_cli("bench", f"{PIPELINES}/bench_sleepy.py:sleepy_loader", "--num-workers", "2",
+                   "--repeats", "1", "--window", "0.3", "--json", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    cfg = json.loads(out.read_text())["results"][0]["config"]
+    # batch size and prefetch factor come from the user's DataLoader.
+    assert cfg["batch_size"] == 8 and cfg["prefetch_factor"] == 4
+
+
+def test_module_target_and_python_m(tmp_path):
+    out = tmp_path / "b.json"
+    proc = run_cli("bench", "stallscope.demo:pipeline", "--num-workers", "0", "--repeats", "1",
+                   "--window", "0.3", "--batch-size", "4", "--json", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["results"][0]["config"]["batch_size"] == 4
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("missing_file.py:fn", "does not exist"),
+        ("no_such_package_xyz.mod:fn", "cannot be imported"),
+        ("{p}/bench_errors.py:nope", "has no attribute 'nope'"),
+        ("{p}/bench_errors.py", "must name a callable"),
+        ("{p}/bench_errors.py:raises_on_call", "RuntimeError: cannot open the annotation file"),
+        ("{p}/bench_errors.py:needs_args", "must take no arguments"),
+        ("{p}/bench_errors.py:not_a_dataset", "returned a int"),
+        ("{p}/bench_errors.py:empty", "dataset is empty"),
+        ("{p}/bench_errors.py:tiny", "batch size 32 is larger than the dataset (10 items)"),
+        ("{p}/bench_errors.py:raises_first", "dataset[0] raised ValueError: corrupt record 0"),
+        ("{p}/bench_errors.py:ragged", "collate function cannot batch these items"),
+        ("{p}/bench_errors.py:raises_later", "the dataset raised ValueError: corrupt record 200"),
+        ("{p}/bench_errors.py:dies_in_worker", "a DataLoader worker died"),
+    ],
+)
+def test_errors_are_one_sentence_and_exit_2(target, expected):
+    proc = run_cli("bench", target.format(p=PIPELINES), "--num-workers", "2", "--repeats", "1",
+                   "--window", "0.3", "--timeout", "20", timeout=120)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert expected in " ".join(proc.stderr.split())
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 3
+
+
+def test_debug_shows_traceback():
+    proc = run_cli("bench", f"{PIPELINES}/bench_errors.py:raises_on_call", "--debug")
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr
+
+
+def test_bad_flags_exit_2():
+    proc = run_cli("bench", f"{PIPELINES}/bench_sleepy.py:sleepy", "--num-workers", "two")
+    assert proc.returncode == 2
+    assert "comma-separated integers" in proc.stderr
+    proc = run_cli("frobnicate")
+    assert proc.returncode == 2

@@ -1,0 +1,95 @@
+"""Measurement accuracy: known per-item costs in, the same rates out (SPEC §3.1)."""
+
+from __future__ import annotations
+
+import pytest
+from bench_sleepy import SleepyDataset
+
+from stallscope.config import LoaderConfig
+from stallscope.target import load_target
+from stallscope.throughput import batch_length, latency_stats, measure, relative_spread, spread, warmup_batches_for
+
+COST = 0.010  # s per item: long enough that sleep overshoot and IPC stay well under 10 %
+
+
+def _pipeline(n: int = 400, cost: float = COST, batch_size: int = 4):
+    return load_target(SleepyDataset(n, cost), batch_size=batch_size)
+
+
+@pytest.mark.parametrize(
+    ("workers", "context"),
+    [(0, None), (2, "fork"), (4, "fork"), (3, "spawn")],
+)
+def test_rate_matches_known_cost(workers, context):
+    # Sleep releases the CPU, so W workers deliver W items per COST even on 2 cores.
+    pipeline = _pipeline()
+    config = LoaderConfig(num_workers=workers, batch_size=4, multiprocessing_context=context)
+    m = measure(pipeline, config, min_window_s=1.0)
+    truth = max(workers, 1) / COST
+    assert m.samples_per_s == pytest.approx(truth, rel=0.10)
+    assert m.batches_per_s == pytest.approx(truth / 4, rel=0.10)
+    assert m.window_s >= 1.0
+    assert m.samples == m.batches * 4
+
+
+def test_prefetch_buffer_does_not_inflate_rate():
+    """A deep prefetch buffer full at start-up must not show up as extra throughput."""
+    pipeline = _pipeline(cost=0.02)
+    deep = LoaderConfig(num_workers=2, batch_size=2, prefetch_factor=16)
+    truth = 2 / 0.02
+    # The consumer idles 1 s after the first batch (a model being built): both workers
+    # fill their 16-batch buffers. The warm-up drains them before the window opens.
+    m = measure(pipeline, deep, min_window_s=1.0, settle_s=1.0)
+    assert m.samples_per_s == pytest.approx(truth, rel=0.10)
+    assert m.warmup_batches >= 2 * 16
+
+    # The same run timed the naive way (no warm-up, a few batches) counts the buffer
+    # as throughput: this is the mistake the warm-up prevents, so the test can fail.
+    naive = measure(pipeline, deep, min_window_s=0.0, min_batches=8, warmup_batches=0, settle_s=1.0)
+    assert naive.samples_per_s > 3 * truth
+
+
+def test_startup_reported_separately_from_rate():
+    pipeline = _pipeline()
+    m = measure(pipeline, LoaderConfig(num_workers=2, batch_size=4, multiprocessing_context="spawn"))
+    # Spawning two interpreters that import torch costs far more than one batch (40 ms)...
+    assert m.startup_s > 0.04
+    # ...but the steady-state rate is unaffected by it.
+    assert m.samples_per_s == pytest.approx(2 / COST, rel=0.10)
+
+
+def test_iterable_dataset_that_ends_early_is_flagged():
+    from torch.utils.data import IterableDataset
+
+    class Short(IterableDataset):
+        def __iter__(self):
+            yield from range(40)
+
+    m = measure(load_target(Short(), batch_size=4), LoaderConfig(batch_size=4), min_window_s=5.0)
+    assert m.exhausted
+    assert m.samples <= 40
+
+
+def test_warmup_covers_prefetch_buffer():
+    assert warmup_batches_for(LoaderConfig(num_workers=0, batch_size=2)) == 2
+    cfg = LoaderConfig(num_workers=4, batch_size=2, prefetch_factor=3)
+    assert warmup_batches_for(cfg) == 4 * 3 + 4 + 1
+
+
+def test_summaries_are_exact():
+    assert spread([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0}
+    assert relative_spread([90.0, 100.0, 110.0]) == pytest.approx(0.2)
+    stats = latency_stats([1.0] * 98 + [10.0, 20.0])
+    assert stats["p50"] == 1.0
+    assert stats["max"] == 20.0
+    assert stats["p99"] > stats["p95"] >= 1.0
+
+
+def test_batch_length_of_common_batch_shapes():
+    import numpy as np
+    import torch
+
+    assert batch_length(torch.zeros(5, 3)) == 5
+    assert batch_length((torch.zeros(7, 2), torch.zeros(7))) == 7
+    assert batch_length({"x": np.zeros((6, 2)), "y": [1] * 6}) == 6
+    assert batch_length([1, 2, 3]) == 3
