@@ -1,0 +1,183 @@
+"""Console summary of a ``stages`` record: the stage table, augmentation, transfer, hot spots.
+
+Reads only the record (``RunRecord`` or its dict); every sentence is built from its numbers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..record import RunRecord
+
+_BAR_WIDTH = 24
+
+
+def _as_dict(record: RunRecord | Mapping[str, Any]) -> Mapping[str, Any]:
+    return record.to_dict() if isinstance(record, RunRecord) else record
+
+
+def short_path(path: str, line: int | None = None) -> str:
+    """``file:line`` with site-packages and the working directory trimmed off."""
+    if path == "<built-in>":
+        return path
+    marker = f"site-packages{os.sep}"
+    if marker in path:
+        path = path.split(marker, 1)[1]
+    else:
+        try:
+            relative = os.path.relpath(path)
+            if not relative.startswith(".."):
+                path = relative
+        except ValueError:
+            pass
+    return f"{path}:{line}" if line else path
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}" if value >= 0.1 else f"{value:.3f}"
+
+
+def _bytes(count: int) -> str:
+    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} B"
+
+
+class StagesConsoleRenderer:
+    """Prints the ``stages`` section of a record to a rich console."""
+
+    def render(self, record: RunRecord | Mapping[str, Any], console: Console) -> None:
+        data = _as_dict(record)
+        stages = data.get("stages") or []
+        if not stages:
+            console.print("no stage times were measured.")
+            return
+        console.print(self._heading(data))
+        console.print(self._stage_table(stages))
+        for line in self._summary_lines(data):
+            console.print(line, highlight=False)
+        hotspots = data.get("hotspots") or []
+        if hotspots:
+            console.print(self._hotspot_table(hotspots, data))
+        for note in data.get("stage_notes") or []:
+            console.print(f"[dim]note: {note}[/]", highlight=False)
+
+    def render_text(self, record: RunRecord | Mapping[str, Any], width: int = 110) -> str:
+        console = Console(record=True, width=width, file=open(os.devnull, "w"), color_system=None)  # noqa: SIM115
+        self.render(record, console)
+        text = console.export_text()
+        console.file.close()
+        return text
+
+    @staticmethod
+    def _heading(data: Mapping[str, Any]) -> str:
+        run = data.get("stage_run") or {}
+        workers = run.get("num_workers", 0)
+        where = "in the main process" if workers == 0 else f"in {workers} worker{'s' if workers != 1 else ''}"
+        method = f" ({run['start_method']})" if run.get("start_method") and workers else ""
+        device = f", copies to {run['device']}" if run.get("device") else ""
+        return (
+            f"[bold]Stage breakdown[/] of {data.get('target', '?')}: {run.get('samples', 0)} samples "
+            f"({run.get('batches', 0)} batches of {run.get('batch_size', '?')}) measured {where}{method}{device}"
+        )
+
+    @staticmethod
+    def _stage_table(stages: list[Mapping[str, Any]]) -> Table:
+        table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+        table.add_column("stage")
+        table.add_column("runs in")
+        table.add_column("ms/sample", justify="right")
+        table.add_column("share", justify="right")
+        table.add_column("", no_wrap=True)
+        top = max((s.get("share") or 0.0) for s in stages) or 1.0
+        for item in stages:
+            share = item.get("share") or 0.0
+            name = item["name"] + (" [dim](random)[/]" if item.get("random") else "")
+            bar = "█" * max(0, round(_BAR_WIDTH * share / top)) if share > 0 else ""
+            table.add_row(name, item.get("where", ""), _ms(item.get("ms_per_sample")), f"{100 * share:.1f}%", bar)
+        total = sum(s.get("ms_per_sample") or 0.0 for s in stages)
+        table.add_row("[bold]total[/]", "", f"[bold]{_ms(total)}[/]", "100.0%", "")
+        return table
+
+    @staticmethod
+    def _summary_lines(data: Mapping[str, Any]) -> list[str]:
+        lines: list[str] = []
+        stages = data.get("stages") or []
+        largest = max(stages, key=lambda s: s.get("ms_per_sample") or 0.0)
+        lines.append(
+            f"Largest stage: [bold]{largest['name']}[/], {_ms(largest['ms_per_sample'])} ms per sample "
+            f"({100 * (largest.get('share') or 0.0):.0f}% of the time)."
+        )
+        aug = data.get("augmentation_overhead")
+        if aug:
+            names = ", ".join(aug.get("transforms") or [])
+            how = "detected as random" if aug.get("source") == "detected" else "as given"
+            line = (
+                f"Augmentation ({names}; {how}): {_ms(aug['ms_per_sample'])} ms per sample, "
+                f"+{aug['percent']:.0f}% over the pipeline without them."
+                if aug.get("percent") is not None
+                else f"Augmentation ({names}; {how}): {_ms(aug['ms_per_sample'])} ms per sample."
+            )
+            if aug.get("with_ms_per_sample") is not None and aug.get("without_ms_per_sample") is not None:
+                diff = aug.get("differential_ms_per_sample") or 0.0
+                pct = aug.get("differential_percent")
+                line += (
+                    f" With vs without them, __getitem__ in-process: {_ms(aug['with_ms_per_sample'])} vs "
+                    f"{_ms(aug['without_ms_per_sample'])} ms ({diff:+.2f} ms"
+                    + (f", {pct:+.0f}%)." if pct is not None else ").")
+                )
+            lines.append(line)
+        transfer = data.get("transfer")
+        if transfer:
+            lines.append(
+                f"Worker→main transfer per batch ({_bytes(int(transfer.get('batch_bytes') or 0))}): "
+                f"serialise {_ms(transfer.get('serialise_ms_per_batch'))} ms, queue {_ms(transfer.get('queue_ms_per_batch'))} ms, "
+                f"deserialise {_ms(transfer.get('deserialise_ms_per_batch'))} ms "
+                f"(plus {_ms(transfer.get('handoff_ms_per_batch'))} ms waiting for the worker's queue thread, overlapped with its next batch)."
+            )
+        storage = data.get("storage")
+        if storage:
+            lines.append(
+                f"Page cache ({storage['files']} files, {_bytes(int(storage['bytes']))}): warm {_ms(storage['warm_ms_per_sample'])} ms, "
+                f"cold {_ms(storage['cold_ms_per_sample'])} ms per sample → fetching from storage "
+                f"{_ms(storage['fetch_ms_per_sample'])} ms ({100 * storage['fetch_share']:.0f}%), "
+                f"preparation on the CPU {_ms(storage['prepare_ms_per_sample'])} ms."
+            )
+        return lines
+
+    @staticmethod
+    def _hotspot_table(hotspots: list[Mapping[str, Any]], data: Mapping[str, Any]) -> Table:
+        table = Table(title="__getitem__ hot spots (cProfile, in-process, by own time)", title_justify="left",
+                      show_edge=False, pad_edge=False, box=None, header_style="bold")
+        table.add_column("function", overflow="fold")
+        table.add_column("where", overflow="fold")
+        table.add_column("calls", justify="right")
+        table.add_column("own ms", justify="right")
+        table.add_column("cum ms", justify="right")
+        table.add_column("ms/sample", justify="right")
+        for spot in hotspots:
+            table.add_row(
+                str(spot["function"]),
+                short_path(str(spot["file"]), int(spot.get("line") or 0)),
+                str(spot["calls"]),
+                _ms(spot["total_ms"]),
+                _ms(spot["cumulative_ms"]),
+                _ms(spot.get("ms_per_sample")),
+            )
+        return table
+
+
+def render_stages(record: RunRecord | Mapping[str, Any], console: Console) -> None:
+    StagesConsoleRenderer().render(record, console)

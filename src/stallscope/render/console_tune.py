@@ -1,0 +1,98 @@
+"""Console summary of a tune record: what was measured, the pick, how sure, and why."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _by_config(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per config: phases it was measured in, median rate, start-up, repeats."""
+    rows: dict[str, dict[str, Any]] = {}
+    for t in trials:
+        row = rows.setdefault(t["label"], {"label": t["label"], "phases": [], "rates": [], "startup": [], "error": None})
+        if t["phase"] not in row["phases"]:
+            row["phases"].append(t["phase"])
+        if t["error"]:
+            row["error"] = t["error"]
+        else:
+            row["rates"].append(t["samples_per_s"])
+            if t.get("startup_s") is not None:
+                row["startup"].append(t["startup_s"])
+    out = []
+    for row in rows.values():
+        row["rate"] = statistics.median(row["rates"]) if row["rates"] else None
+        row["startup_s"] = statistics.median(row["startup"]) if row["startup"] else None
+        out.append(row)
+    return sorted(out, key=lambda r: -(r["rate"] or 0.0))
+
+
+def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -> None:
+    best, baseline = data.get("best"), data.get("baseline")
+    if not best or not baseline:
+        return
+    search = data.get("search") or {}
+    region = search.get("region") or {}
+    if region:
+        console.print(f"[bold]Region:[/] {escape(region.get('name', '?'))} — {escape(region.get('reason', ''))}")
+    rows = _by_config(data.get("trials") or [])
+    table = Table(
+        title=f"Configs measured ({len(data.get('trials') or [])} runs in {data.get('tuning_seconds', 0):.1f} s)",
+        title_justify="left",
+    )
+    for column, justify in [("config", "left"), ("phases", "left"), ("samples/s", "right"), ("runs", "right"),
+                            ("vs baseline", "right"), ("start-up s", "right")]:
+        table.add_column(column, justify=justify)
+    base_rate = baseline.get("samples_per_s") or 0.0
+    pick_label = best.get("label")
+    for row in rows[:max_rows]:
+        mark = "★ " if _same_knobs(row["label"], pick_label) else "  "
+        rel = "–" if not row["rate"] or not base_rate else f"{row['rate'] / base_rate:.2f}×"
+        table.add_row(
+            mark + escape(row["label"]),
+            ", ".join(row["phases"]),
+            _fmt(row["rate"]) if row["error"] is None else "[red]failed[/]",
+            str(len(row["rates"]) or 1),
+            rel,
+            _fmt(row["startup_s"], 2),
+            style="bold green" if mark.strip() else None,
+        )
+    if len(rows) > max_rows:
+        table.caption = f"{len(rows) - max_rows} more configs in the JSON record"
+    console.print(table)
+    speedup = best.get("speedup")
+    confidence = best.get("confidence")
+    console.print(
+        f"Pick: [bold]{escape(best['label'])}[/] at {best['samples_per_s']:,.1f} samples/s"
+        + (f", {speedup:.2f}× the baseline ({escape(baseline['label'])}, {base_rate:,.1f}/s)" if speedup else "")
+        + "."
+    )
+    if confidence is not None:
+        runner = best.get("runner_up")
+        margin = best.get("margin")
+        extra = f"; runner-up {escape(runner)} at {1 / margin:.1%} of it" if runner and margin else ""
+        console.print(
+            f"Confidence {confidence:.0%} that no other finalist is more than 3% faster "
+            f"({search.get('rounds', 0)} interleaved round(s){extra})."
+        )
+    for note in search.get("notes") or []:
+        console.print(f"  · {escape(note)}", style="dim")
+    for rec in data.get("recommendations") or []:
+        console.print(f"[bold]→ {escape(rec['title'])}[/] ({escape(rec['expected_gain'])})")
+        console.print(f"    measured: {escape(rec['measured'])}", style="dim")
+
+
+def _same_knobs(label: str, pick_label: str | None) -> bool:
+    """The pick may add persistent workers (same steady state): match the rest of the label."""
+    if pick_label is None:
+        return False
+    strip = lambda text: " ".join(p for p in text.split() if p != "persistent")  # noqa: E731
+    return strip(label) == strip(pick_label)

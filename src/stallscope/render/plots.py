@@ -1,0 +1,334 @@
+"""PNG plots of a run record (matplotlib, Agg, no pyplot state).
+
+Each plot has a figure builder (record dict -> Figure, or None when the record
+lacks the data) and a ``plot_<name>(record, path) -> Path | None`` entry that
+writes the PNG. :func:`render_plots` writes every plot the record supports
+into a folder; :func:`plot_png` returns one plot's PNG bytes (the HTML report
+embeds them as data URIs).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .. import analysis as an
+
+DPI = 100
+COLORS = {
+    "measured": "#2f6db5",
+    "ideal": "#8a8f98",
+    "best": "#d1495b",
+    "data": "#e07b39",
+    "compute": "#2f6db5",
+    "baseline": "#8a8f98",
+}
+STAGE_COLORS = ["#2f6db5", "#e07b39", "#3a9d5d", "#d1495b", "#8e6cc0", "#c9a227", "#4fb3bf", "#a0522d", "#6b7a8f"]
+# Keys LoaderConfig drops at num_workers=0; a 0-worker result joins every series that agrees on the rest.
+_WORKER_ONLY_KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "multiprocessing_context", "in_order")
+
+
+def _new_figure(width: float, height: float) -> tuple[Figure, Any]:
+    fig = Figure(figsize=(width, height), dpi=DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.grid(True, color="#e3e6ea", linewidth=0.8)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return fig, ax
+
+
+def _save(fig: Figure | None, target: Any) -> bool:
+    if fig is None:
+        return False
+    fig.tight_layout()
+    # No "Software" text chunk: the PNG carries no URL and is byte-stable.
+    fig.savefig(target, format="png", dpi=DPI, metadata={"Software": None}, bbox_inches="tight", pad_inches=0.15)
+    return True
+
+
+# -- throughput vs workers -----------------------------------------------------
+def scaling_figure(record: Any) -> Figure | None:
+    r = an.as_record_dict(record)
+    results = an.ok_results(r)
+    workers = sorted({an._workers(res.get("config")) for res in results})
+    if len(workers) < 2:
+        return None
+    series = _scaling_series(results)
+    fig, ax = _new_figure(7.5, 4.2)
+    for i, (name, points) in enumerate(series.items()):
+        points.sort(key=lambda p: p[0])
+        xs = [p[0] for p in points]
+        ys = [p[1] for p in points]
+        low = [max(0.0, p[1] - p[2]) for p in points]
+        high = [max(0.0, p[3] - p[1]) for p in points]
+        color = COLORS["measured"] if i == 0 else STAGE_COLORS[(i + 1) % len(STAGE_COLORS)]
+        ax.errorbar(xs, ys, yerr=[low, high], marker="o", color=color, capsize=3, linewidth=1.8,
+                    linestyle="-" if len(points) > 1 else "none",
+                    label=name if len(series) > 1 else "measured (median, min–max)")
+    failed = sorted({an._workers(res.get("config")) for res in r.get("results") or []
+                     if isinstance(res, dict) and res.get("error")})
+    if failed:
+        ax.scatter(failed, [0] * len(failed), marker="x", s=70, color=COLORS["best"], zorder=5, clip_on=False,
+                   label="failed")
+    shown = sorted(set(workers) | set(failed))
+    ideal = (r.get("scaling") or {}).get("ideal_samples_per_s") or {}
+    ideal_points = sorted((int(k), an.number(v)) for k, v in ideal.items()
+                          if str(k).isdigit() and int(k) in workers and an.number(v))
+    if len(ideal_points) >= 2:
+        ax.plot([p[0] for p in ideal_points], [p[1] for p in ideal_points], linestyle="--", color=COLORS["ideal"],
+                linewidth=1.5, label="ideal: min(cores, workers) / per-sample cost")
+    best = an.best_result(r)
+    if best is not None:
+        bx, by = an._workers(best.get("config")), an.rate_of(best.get("samples_per_s"))
+        ax.scatter([bx], [by], marker="*", s=260, color=COLORS["best"], zorder=5,
+                   label=f"best: {an.config_label(best.get('config'), best.get('label'))}")
+    cores = (r.get("scaling") or {}).get("cores") or (r.get("host") or {}).get("cores")
+    if isinstance(cores, int) and cores > 0:
+        ax.axvline(cores, color="#b0b5bc", linestyle=":", linewidth=1.2)
+        ax.annotate("usable cores", (cores, 0), xytext=(4, 4), textcoords="offset points", fontsize=8,
+                    color="#6b7280", xycoords=("data", "axes fraction"))
+    if shown[-1] >= 16:
+        ax.set_xscale("symlog", base=2, linthresh=1, linscale=0.5)
+    ax.set_xlim(-0.4 if shown[-1] >= 16 else -0.05 * shown[-1] - 0.3, shown[-1] * (1.25 if shown[-1] >= 16 else 1.05) + 0.3)
+    ax.set_xticks(shown)
+    ax.set_xticklabels([str(w) for w in shown])
+    ax.minorticks_off()
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("num_workers")
+    ax.set_ylabel("samples/s")
+    ax.set_title("Throughput vs num_workers")
+    ax.legend(fontsize=8, frameon=False, loc="best")
+    return fig
+
+
+def _scaling_series(results: list[dict]) -> dict[str, list[tuple[float, float, float, float]]]:
+    """Points (workers, median, min, max) per series: configs that differ only in num_workers."""
+
+    def shared(config: dict) -> tuple:
+        return tuple(sorted((k, repr(v)) for k, v in config.items() if k not in _WORKER_ONLY_KEYS))
+
+    def series_key(config: dict) -> tuple:
+        return tuple(sorted((k, repr(v)) for k, v in config.items() if k != "num_workers"))
+
+    def point(res: dict) -> tuple[float, float, float, float]:
+        spread = res.get("samples_per_s") if isinstance(res.get("samples_per_s"), dict) else {}
+        median = an.rate_of(res.get("samples_per_s")) or 0.0
+        low, high = an.number(spread.get("min")), an.number(spread.get("max"))
+        return (an._workers(res.get("config")), median, median if low is None else low,
+                median if high is None else high)
+
+    groups: dict[tuple, tuple[dict, list[dict]]] = {}
+    zero = []
+    for res in results:
+        config = res.get("config") or {}
+        if an._workers(config) > 0:
+            groups.setdefault(series_key(config), (config, []))[1].append(res)
+        else:
+            zero.append(res)
+    series: dict[str, list] = {}
+    for config, members in groups.values():
+        # A series measured at one worker count stays a lone marker: a line to 0 workers would imply a trend.
+        joined = members + [z for z in zero if len(members) > 1 and shared(z.get("config") or {}) == shared(config)]
+        series[_series_label(config)] = [point(res) for res in joined]
+    joined_any = {shared(config) for config, members in groups.values() if len(members) > 1}
+    orphans = [z for z in zero if shared(z.get("config") or {}) not in joined_any]
+    for z in orphans:
+        series[an.config_label(z.get("config"), z.get("label"))] = [point(z)]
+    return series
+
+
+def _series_label(config: dict) -> str:
+    label = an.config_label(config)
+    return " ".join(part for part in label.split() if not part.startswith("w=")) or label
+
+
+# -- batch latency -----------------------------------------------------------------
+def latency_figure(record: Any) -> Figure | None:
+    r = an.as_record_dict(record)
+    best = an.best_result(r)
+    if best is None:
+        return None
+    hist = _histogram(best)
+    if hist is None:
+        return _percentile_figure(r)
+    fig, ax = _new_figure(7.5, 3.8)
+    edges, counts = hist
+    best_label = an.config_label(best.get("config"), best.get("label"))
+    ax.stairs(counts, edges, fill=True, color=COLORS["measured"], alpha=0.75, label=best_label)
+    single = an.single_process_result(r, an._batch_size(best.get("config")))
+    if single is not None and single is not best and _histogram(single) is not None:
+        s_edges, s_counts = _histogram(single)
+        ax.stairs(s_counts, s_edges, color=COLORS["baseline"], linewidth=1.5,
+                  label=an.config_label(single.get("config"), single.get("label")))
+    latency = best.get("batch_ms") or {}
+    for key, style in (("p50", "-"), ("p95", "--"), ("p99", ":")):
+        value = an.number(latency.get(key))
+        if value is not None:
+            ax.axvline(value, color=COLORS["best"], linestyle=style, linewidth=1.2, label=f"{key} of best")
+    ax.set_xlabel("wait for the next batch (ms)")
+    ax.set_ylabel("batches")
+    ax.set_title("Batch latency in steady state")
+    ax.legend(fontsize=8, frameon=False)
+    return fig
+
+
+def _histogram(result: dict) -> tuple[list[float], list[float]] | None:
+    hist = result.get("batch_ms_histogram")
+    if not isinstance(hist, dict):
+        return None
+    edges = [an.number(e) for e in hist.get("edges") or []]
+    counts = [an.number(c) for c in hist.get("counts") or []]
+    if not counts or len(edges) != len(counts) + 1 or None in edges or None in counts or sum(counts) <= 0:
+        return None
+    return edges, counts
+
+
+def _percentile_figure(r: dict) -> Figure | None:
+    """Without histograms: p50/p95/p99/max per configuration."""
+    rows = [(an.config_label(res.get("config"), res.get("label")), res.get("batch_ms") or {})
+            for res in an.ok_results(r)][:12]
+    rows = [(label, lat) for label, lat in rows if an.number(lat.get("p50")) is not None]
+    if not rows:
+        return None
+    fig, ax = _new_figure(7.5, 1.2 + 0.38 * len(rows))
+    ys = list(range(len(rows)))
+    for key, marker in (("p50", "o"), ("p95", "s"), ("p99", "^"), ("max", "x")):
+        xs = [an.number(lat.get(key)) for _, lat in rows]
+        pts = [(x, y) for x, y in zip(xs, ys) if x is not None]
+        if pts:
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=key, s=30)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([label for label, _ in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("wait for the next batch (ms)")
+    ax.set_title("Batch latency percentiles")
+    ax.legend(fontsize=8, frameon=False, ncol=4)
+    return fig
+
+
+# -- stages -----------------------------------------------------------------------
+def stages_figure(record: Any) -> Figure | None:
+    stages = an.stage_facts(an.as_record_dict(record))
+    if stages is None or not stages.rows or stages.total_ms <= 0:
+        return None
+    fig, ax = _new_figure(7.5, 1.9)
+    ax.grid(False)
+    axes_px = 7.5 * DPI * 0.85
+    left = 0.0
+    for i, row in enumerate(stages.rows):
+        color = STAGE_COLORS[i % len(STAGE_COLORS)]
+        ax.barh([0], [row.ms_per_sample], left=left, color=color, edgecolor="white",
+                label=f"{row.name} ({row.ms_per_sample:.3g} ms)")
+        # Name the segment inside the bar only where the text fits (about 6.5 px per character at 8 pt).
+        if row.share * axes_px > 6.5 * len(row.name) + 8:
+            ax.text(left + row.ms_per_sample / 2, 0, row.name, ha="center", va="center", color="white", fontsize=8)
+        left += row.ms_per_sample
+    ax.set_yticks([])
+    ax.set_xlim(0, left)
+    ax.set_xlabel("ms per sample")
+    ax.set_title("Where a sample's time goes")
+    # Below the figure's own bottom edge (under the x label); bbox_inches="tight" keeps it in the PNG.
+    fig.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3)
+    return fig
+
+
+# -- training timeline -------------------------------------------------------------
+def timeline_figure(record: Any) -> Figure | None:
+    r = an.as_record_dict(record)
+    timeline = r.get("step_timeline") or {}
+    # Missing buckets (None) draw as gaps of zero height.
+    data = [an.number(x) or 0.0 for x in timeline.get("data_ms") or []]
+    compute = [an.number(x) or 0.0 for x in timeline.get("compute_ms") or []]
+    n = min(len(data), len(compute))
+    if n == 0 or not any(data[:n]) and not any(compute[:n]):
+        return None
+    data, compute = data[:n], compute[:n]
+    stride = timeline.get("stride") if isinstance(timeline.get("stride"), int) and timeline["stride"] > 1 else 1
+    steps = [1 + i * stride for i in range(n)]
+    fig, ax = _new_figure(7.5, 3.6)
+    # Stacked steps (one artist per series, fast for any number of steps): data wait below, compute above.
+    edges = steps + [steps[-1] + stride]
+    total = [d + c for d, c in zip(data, compute)]
+    ax.stairs(data, edges, fill=True, color=COLORS["data"], label="waiting for data")
+    ax.stairs(total, edges, baseline=data, fill=True, color=COLORS["compute"], label="compute")
+    ax.set_xlim(1, steps[-1] + stride)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("training step" if stride == 1 else f"training step (mean of every {stride} steps)")
+    ax.set_ylabel("ms")
+    ax.set_title("Data wait and compute per step")
+    ax.legend(fontsize=8, frameon=False)
+    return fig
+
+
+# -- entries ------------------------------------------------------------------------
+FigureBuilder = Callable[[Any], "Figure | None"]
+
+# name -> figure builder; file names are <name>.png
+PLOTS: dict[str, FigureBuilder] = {
+    "scaling": scaling_figure,
+    "latency": latency_figure,
+    "stages": stages_figure,
+    "timeline": timeline_figure,
+}
+
+
+@functools.lru_cache(maxsize=16)
+def _png(name: str, record_json: str) -> bytes | None:
+    """One plot of one record, drawn once: Markdown files and HTML data URIs share it."""
+    buffer = io.BytesIO()
+    return buffer.getvalue() if _save(PLOTS[name](json.loads(record_json)), buffer) else None
+
+
+def _write(name: str, record: Any, path: str | Path) -> Path | None:
+    data = plot_png(name, record)
+    if data is None:
+        return None
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def plot_scaling(record: Any, path: str | Path) -> Path | None:
+    """Throughput vs num_workers with the ideal line and the best marked; None without a sweep."""
+    return _write("scaling", record, path)
+
+
+def plot_latency(record: Any, path: str | Path) -> Path | None:
+    """Batch-latency histogram of the best configuration (percentiles where no histogram)."""
+    return _write("latency", record, path)
+
+
+def plot_stages(record: Any, path: str | Path) -> Path | None:
+    """Stacked bar of per-sample time by stage."""
+    return _write("stages", record, path)
+
+
+def plot_timeline(record: Any, path: str | Path) -> Path | None:
+    """Per-step data wait and compute of a profiled training loop."""
+    return _write("timeline", record, path)
+
+
+def plot_png(name: str, record: Any) -> bytes | None:
+    """One plot's PNG bytes, or None when the record lacks its data."""
+    return _png(name, json.dumps(an.as_record_dict(record), sort_keys=True))
+
+
+def render_plots(record: Any, folder: str | Path) -> list[Path]:
+    """Write every plot the record supports as ``folder/<name>.png``."""
+    folder = Path(folder)
+    written = []
+    for name in PLOTS:
+        path = _write(name, record, folder / f"{name}.png")
+        if path is not None:
+            written.append(path)
+    return written

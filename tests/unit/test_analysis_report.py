@@ -1,0 +1,230 @@
+"""Report analysis: exact facts from small hand-made records (no measurement, no clock)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from stallscope import analysis as an
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def fixture(name: str) -> dict:
+    return json.loads((FIXTURES / f"record_{name}.json").read_text())
+
+
+def cfg(w: int, bs: int = 10, pf: int | None = 2, **extra) -> dict:
+    return {"num_workers": w, "batch_size": bs, "prefetch_factor": pf if w else None, "persistent_workers": False,
+            "pin_memory": False, "in_order": True, "multiprocessing_context": None, "batched_fetch": False,
+            "torch_threads": None, **extra}
+
+
+def result(config: dict, rate: float, **extra) -> dict:
+    base = {"config": config, "samples_per_s": {"median": rate, "min": rate * 0.98, "max": rate * 1.01},
+            "startup_s": 0.5, "batch_ms": {"p50": 40.0, "p95": 60.0}, "noise": 0.03, "error": None}
+    base.update(extra)
+    return base
+
+
+def bench_record(**extra) -> dict:
+    record = {
+        "command": "bench", "target": "t.py:f",
+        "host": {"cores": 4, "memory_available_bytes": 8_000_000, "shm_free_bytes": 1_000_000},
+        "dataset": {"length": 1000, "batch_bytes": 1000, "batch_size": 10},
+        "results": [
+            result(cfg(0), 100.0, speedup=1.0, efficiency=1.0),
+            result(cfg(2), 250.0, speedup=2.5, efficiency=1.25,
+                   resources={"main_cpu_percent": 20.0, "workers_cpu_percent": 180.0, "workers_rss_mb": 2.0}),
+        ],
+        "scaling": {"cores": 4, "best_index": 1, "plateau_workers": 2},
+    }
+    record.update(extra)
+    return record
+
+
+def test_best_configuration_from_the_sweep_is_measured_against_single_process():
+    best = an.best_configuration(bench_record())
+    assert best.source == "bench"
+    assert best.label == "w=2 bs=10 pf=2"
+    assert best.samples_per_s == 250.0
+    assert best.baseline.label == "w=0 bs=10" and best.baseline.samples_per_s == 100.0
+    assert best.speedup == 2.5
+
+
+def test_best_configuration_prefers_the_tuner_and_computes_missing_speedup():
+    record = bench_record(baseline={"config": cfg(1), "samples_per_s": 80.0},
+                          best={"config": cfg(2), "samples_per_s": 240.0}, trials=[])
+    best = an.best_configuration(record)
+    assert best.source == "tune"
+    assert best.speedup == pytest.approx(3.0)
+    assert best.result is record["results"][1]  # the sweep measured the same config
+
+
+def test_epoch_estimate_is_length_over_rate():
+    epoch = an.epoch_estimate(bench_record())
+    assert epoch.length == 1000
+    best, baseline = epoch.rows
+    assert (best.role, best.seconds, best.batches, best.startup_s) == ("best", 4.0, 100, 0.5)
+    assert (baseline.role, baseline.seconds) == ("baseline", 10.0)
+    assert epoch.saving_s == 6.0
+
+
+def test_epoch_estimate_needs_the_dataset_length():
+    record = bench_record()
+    record["dataset"]["length"] = None
+    assert an.epoch_estimate(record) is None
+    del record["dataset"]
+    assert an.epoch_estimate(record) is None
+
+
+def test_memory_budget_scales_batch_bytes_to_the_batch_size():
+    record = bench_record()
+    record["results"][1]["config"] = cfg(4, bs=20, pf=3)
+    budget = an.memory_budget(record)
+    row = budget.rows[0]
+    assert (row.role, row.workers, row.prefetch_factor, row.batch_size) == ("best", 4, 3, 20)
+    assert row.batch_bytes == 2000.0  # 1000 bytes at batch size 10 -> 2000 at 20
+    assert row.in_flight_batches == 12
+    assert row.in_flight_bytes == 24000.0
+    assert row.shm_fraction == pytest.approx(0.024)
+    assert row.ram_needed_bytes == 24000.0 + 2.0 * 1024 * 1024
+    assert row.ram_fraction == pytest.approx((24000.0 + 2.0 * 1024 * 1024) / 8_000_000)
+
+
+def test_memory_budget_absent_without_batch_bytes_or_workers():
+    record = bench_record()
+    del record["dataset"]["batch_bytes"]
+    assert an.memory_budget(record) is None
+    only_zero = bench_record(results=[result(cfg(0), 100.0)])
+    only_zero["scaling"]["best_index"] = 0
+    assert an.memory_budget(only_zero) is None
+
+
+def test_cpu_use_is_a_share_of_the_usable_cores():
+    cpu = an.cpu_use(bench_record())
+    assert cpu.focus.label == "w=2 bs=10 pf=2"
+    assert cpu.focus.total_percent == 200.0
+    assert cpu.focus.capacity_fraction == 0.5  # 200% of 4 cores × 100%
+
+
+@pytest.mark.parametrize(("p95", "status"), [(48.0, "pass"), (100.0, "warn"), (160.0, "fail")])
+def test_batch_time_consistency_check(p95, status):
+    record = bench_record()
+    record["results"][1]["batch_ms"] = {"p50": 40.0, "p95": p95}
+    row = an.check_batch_time_consistency(record)
+    assert row.measured == pytest.approx(p95 / 40.0)
+    assert row.status == status
+    assert row.subject == "w=2 bs=10 pf=2"
+
+
+def test_data_wait_check_agrees_with_the_profilers_threshold():
+    record = {"stall_fraction": 0.2, "verdict": "input-bound"}
+    assert an.check_data_wait(record).status == "pass"  # below the 30% target
+    record["thresholds"] = {"input_bound_at": 0.15}
+    row = an.check_data_wait(record)
+    assert row.target.good == 0.15
+    assert row.status == "warn"
+
+
+def test_checklist_rules_run_in_order_and_skip_missing_data():
+    rows = an.checklist(bench_record())
+    names = [row.name for row in rows]
+    assert names == [
+        "Batch-time consistency (p95/p50)",
+        "Parallel efficiency",
+        "Measurement noise (max−min)/median",
+        "Headroom over the baseline (best ÷ baseline)",
+        "In-flight batches / free /dev/shm",
+        "Workers + in-flight batches / available RAM",
+        "Worker start-up / epoch time",
+    ]
+    startup = rows[-1]
+    assert startup.measured == pytest.approx(0.5 / 4.0) and startup.status == "warn"
+    assert an.checklist(bench_record(), rules=[an.check_data_wait]) == []
+
+
+def test_verdict_rules_first_match_wins():
+    record = bench_record()
+    assert an.verdict(record).label == "loader-limited"
+    record["results"][1]["samples_per_s"]["median"] = 105.0
+    record["results"][1]["speedup"] = 1.05
+    assert an.verdict(record).label == "near-optimal"
+    record["stall_fraction"], record["verdict"] = 0.5, "input-bound"
+    assert an.verdict(record).label == "input-bound"
+    record["findings"] = [{"code": "hang", "severity": "error", "message": "m"}]
+    v = an.verdict(record)
+    assert (v.label, v.values["errors"], v.values["codes"]) == ("unsafe", 1, ["hang"])
+
+
+def test_derived_recommendations_yield_to_the_records_own():
+    record = bench_record()
+    ids = [r.id for r in an.recommendations(record)]
+    assert ids == ["use-best-config", "persistent-workers"]
+    rec = an.recommendations(record)[1]
+    assert rec.values["fraction"] == pytest.approx(0.125)
+    record["recommendations"] = [{"id": "persistent-workers", "title": "keep workers", "detail": "d",
+                                  "measured": "m", "expected_gain": 1.1}]
+    recs = an.recommendations(record)
+    assert [(r.id, r.source) for r in recs] == [("persistent-workers", "record"), ("use-best-config", "analysis")]
+    record["recommendations"].append({"id": "loader-config", "title": "Use the tuned DataLoader settings"})
+    assert [r.id for r in an.recommendations(record)] == ["persistent-workers", "loader-config"]
+
+
+def test_memory_growth_is_projected_over_an_epoch_and_the_workers():
+    record = bench_record(findings=[{"code": "memory-growth", "severity": "warning", "message": "grows",
+                                     "evidence": {"mb_per_1000_samples": 4.0}}])
+    view = an.finding_facts(record).findings[0]
+    assert view.derived == {"mb_per_1000": 4.0, "epoch_samples": 1000.0, "epoch_mb_per_worker": 4.0,
+                            "workers": 2.0, "epoch_mb_all_workers": 8.0}
+
+
+def test_findings_sorted_by_severity_and_counted():
+    facts = an.finding_facts(fixture("check"))
+    severities = [f.severity for f in facts.findings]
+    assert severities == sorted(severities, key=lambda s: an.SEVERITY_ORDER[s])
+    assert facts.counts == {"error": 3, "warning": 3, "info": 1}
+
+
+def test_stage_shares_accept_percentages():
+    record = {"stages": [{"name": "decode", "ms_per_sample": 3.0, "share": 75.0},
+                         {"name": "collate", "ms_per_sample": 1.0, "share": 25.0}]}
+    facts = an.stage_facts(record)
+    assert [r.share for r in facts.rows] == [0.75, 0.25]
+    assert facts.total_ms == 4.0 and facts.top.name == "decode"
+
+
+def test_loader_arguments_follow_the_config():
+    assert an.loader_arguments(cfg(0)) == [("batch_size", 10), ("num_workers", 0)]
+    args = an.loader_arguments(cfg(4, pf=None, in_order=False, pin_memory=True, persistent_workers=True,
+                                   multiprocessing_context="spawn"))
+    assert args == [("batch_size", 10), ("num_workers", 4), ("prefetch_factor", 2), ("persistent_workers", True),
+                    ("multiprocessing_context", "spawn"), ("in_order", False), ("pin_memory", True)]
+
+
+def test_training_facts_prefer_steady_state_means():
+    record = fixture("profile")
+    t = an.training_facts(record)
+    assert t.mean_data_ms == record["data_ms"]["mean"]
+    assert t.config_label == "w=8 bs=64 pf=2"
+    del record["data_ms"]
+    t = an.training_facts(record)
+    data = record["step_timeline"]["data_ms"]
+    assert t.mean_data_ms == pytest.approx(sum(data) / len(data))
+
+
+def test_a_record_without_sections_has_no_facts():
+    facts = an.analyse({"command": "bench", "target": "t", "host": {"cores": 2}})
+    assert facts.verdict is None and facts.bench is None and facts.best is None and facts.cpu is None
+    assert facts.checklist == [] and facts.recommendations == [] and facts.findings is None
+
+
+@pytest.mark.parametrize("name", ["bench", "tune", "check", "stages", "profile", "doctor"])
+def test_analysis_is_pure(name):
+    record = fixture(name)
+    before = copy.deepcopy(record)
+    an.analyse(record)
+    assert record == before

@@ -1,0 +1,219 @@
+"""Markdown and HTML reports: every renderer over every fixture record, number provenance, self-containment."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+from report_numbers import markdown_text, tokens, unexplained_numbers, visible_html_text
+
+from stallscope import analysis as an
+from stallscope.record import RunRecord
+from stallscope.render import renderer_for, write_report
+from stallscope.render.html import HTMLRenderer
+from stallscope.render.markdown import MarkdownRenderer, escape
+from stallscope.render.plots import PLOTS
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+NAMES = ["bench", "tune", "check", "stages", "profile", "doctor"]
+
+# Which headings a record's sections must produce (and which must be absent otherwise).
+SECTION_KEYS = {
+    "Benchmark": "results",
+    "Tuning": "best",
+    "Stage breakdown": "stages",
+    "Training loop": "stall_fraction",
+    "Check findings": "findings",
+}
+
+
+def load(name: str) -> dict:
+    return json.loads((FIXTURES / f"record_{name}.json").read_text())
+
+
+@cache
+def html_with_plots(name: str) -> str:
+    return HTMLRenderer().render(RunRecord.from_dict(load(name)))
+
+
+def test_every_fixture_is_a_loadable_record():
+    assert sorted(p.stem for p in FIXTURES.glob("record_*.json")) == sorted(f"record_{n}" for n in NAMES)
+    for name in NAMES:
+        record = RunRecord.load(FIXTURES / f"record_{name}.json")
+        assert record.command == name
+        assert record.to_dict() == load(name)
+
+
+@pytest.mark.parametrize("fmt", ["md", "html", "json"])
+@pytest.mark.parametrize("name", NAMES)
+def test_every_renderer_renders_every_record(name, fmt):
+    record = RunRecord.from_dict(load(name))
+    renderer = renderer_for(fmt)
+    if fmt == "html":
+        renderer.plots = False  # plots are covered below; keep this test fast
+    text = renderer.render(record)
+    assert isinstance(text, str) and text.endswith("\n")
+    if fmt == "json":
+        assert json.loads(text) == load(name)
+        return
+    assert f"stallscope {name} report" in text
+    assert "Executive summary" in text and "Verdict:" in text
+    for heading, key in SECTION_KEYS.items():
+        present = key in load(name)
+        assert (heading in text) == present, f"{heading!r} {'missing' if present else 'unexpected'} in {name}"
+    assert ("Troubleshooting" in text) == bool(load(name).get("findings"))
+    assert ("Estimated epoch time" in text) == (an.epoch_estimate(load(name)) is not None)
+
+
+def test_a_bench_record_renders_a_bench_report_and_a_doctor_record_everything():
+    bench = MarkdownRenderer().render(load("bench"))
+    headings = re.findall(r"^## (.+)$", bench, flags=re.M)
+    assert headings == ["Executive summary", "Benchmark", "Best configuration", "Estimated epoch time",
+                        "Memory budget of in-flight batches", "CPU use", "Checklist", "Recommendations"]
+    doctor = re.findall(r"^## (.+)$", MarkdownRenderer().render(load("doctor")), flags=re.M)
+    assert doctor == ["Executive summary", "Benchmark", "Tuning", "Best configuration", "Stage breakdown",
+                      "Training loop", "Estimated epoch time", "Memory budget of in-flight batches", "CPU use",
+                      "Checklist", "Check findings", "Recommendations", "Troubleshooting"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_number_in_the_markdown_comes_from_the_record(name):
+    record = load(name)
+    text = markdown_text(MarkdownRenderer().render(record, images={k: f"{k}.png" for k in PLOTS}))
+    assert len(tokens(text)) > 20
+    assert unexplained_numbers(text, record) == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_number_in_the_html_comes_from_the_record(name):
+    record = load(name)
+    text = visible_html_text(html_with_plots(name))
+    assert len(tokens(text)) > 20
+    assert unexplained_numbers(text, record) == []
+
+
+def test_the_number_check_catches_a_wrong_derivation(monkeypatch):
+    """A 3% error in one derived figure (epoch time) is caught: the check is not vacuous."""
+    record = load("doctor")
+    original = an._epoch_row
+
+    def off_by_three_percent(*args, **kwargs):
+        row = original(*args, **kwargs)
+        row.seconds *= 1.03
+        return row
+
+    monkeypatch.setattr(an, "_epoch_row", off_by_three_percent)
+    bad = unexplained_numbers(markdown_text(MarkdownRenderer().render(record)), record)
+    assert any(b.endswith("min") for b in bad)
+    assert unexplained_numbers("took 37.3 ms at 1,234 samples/s, 13.7% and 2.38×", record) == [
+        "37.3 ms", "1,234", "13.7 %", "2.38 ×"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_html_is_self_contained(name):
+    page = html_with_plots(name)
+    assert page.startswith("<!DOCTYPE html>")
+    assert not re.search(r"https?:", page, flags=re.I)
+    assert "<script" not in page.lower() and "<link" not in page.lower() and "@import" not in page
+    assert "url(" not in page
+    for src in re.findall(r'src="([^"]*)"', page):
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1]).startswith(b"\x89PNG\r\n\x1a\n")
+    for href in re.findall(r'href="([^"]*)"', page):
+        assert href.startswith("#") and f'id="{href[1:]}"' in page
+    expected_plots = [n for n, build in PLOTS.items() if build(load(name)) is not None]
+    assert len(re.findall(r"<img ", page)) == len(expected_plots)
+
+
+def test_record_text_is_escaped():
+    record = load("check")
+    record["target"] = "<script>alert('x')</script>.py:build"
+    record["findings"][0]["message"] = "a | b <b>bold</b> & *star* __init__"
+    record["findings"][0]["fix"] = "use `seed_worker` <now>"
+    page = HTMLRenderer(plots=False).render(record)
+    assert "<script>" not in page and "<b>bold" not in page
+    assert "&lt;script&gt;" in page and "&lt;b&gt;bold&lt;/b&gt; &amp; *star*" in page
+    assert "<code>seed_worker</code> &lt;now&gt;" in page
+    md = MarkdownRenderer().render(record)
+    assert "a \\| b \\<b>bold\\</b> & \\*star\\* \\_\\_init\\_\\_" in md
+    row = next(line for line in md.splitlines() if line.startswith("| ❌ fail | `unpicklable`"))
+    assert len(re.findall(r"(?<!\\)\|", row)) == 4  # the message's pipe does not add a column
+
+
+def test_markdown_escape_keeps_plain_text_readable():
+    assert escape("persistent_workers=True on x86_64") == "persistent_workers=True on x86_64"
+    assert escape("- not a list") == "\\- not a list"
+    assert escape("[link](http) and [x]") == "[link\\](http) and [x]"
+
+
+def test_markdown_write_links_the_plots_it_writes(tmp_path):
+    path = tmp_path / "out" / "report.md"
+    path.parent.mkdir()
+    written = MarkdownRenderer().write(load("doctor"), path, plots_dir=tmp_path / "plots")
+    assert sorted(p.name for p in written) == sorted(f"{n}.png" for n in PLOTS)
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", path.read_text())
+    assert links == ["../plots/scaling.png", "../plots/latency.png", "../plots/stages.png", "../plots/timeline.png"]
+    assert all((path.parent / link).is_file() for link in links)
+
+
+def test_write_report_dispatches_by_extension(tmp_path):
+    record = RunRecord.from_dict(load("stages"))
+    write_report(record, tmp_path / "r.md")
+    write_report(record, tmp_path / "r.html")
+    assert (tmp_path / "r_plots" / "stages.png").is_file()
+    assert "![Per-sample time by stage](r_plots/stages.png)" in (tmp_path / "r.md").read_text()
+    assert (tmp_path / "r.html").read_text().count("data:image/png;base64,") == 1
+
+
+def test_sentences_follow_the_measurements():
+    """Change the measurements and the summary changes with them (nothing is canned)."""
+    record = load("bench")
+    before = MarkdownRenderer().render(record)
+    for res in record["results"]:
+        if res["samples_per_s"]:
+            res["samples_per_s"]["median"] *= 2
+    after = MarkdownRenderer().render(record)
+    summary = lambda text: text.split("## Benchmark")[0]  # noqa: E731
+    assert summary(before) != summary(after)
+    assert "1,411 samples/s" in after and "706 samples/s" in before
+
+
+def test_a_partial_record_says_so():
+    record = load("bench")
+    record["partial"] = True
+    assert "Partial run:" in MarkdownRenderer().render(record)
+    assert "Partial run:" not in MarkdownRenderer().render(load("bench"))
+
+
+def _degenerate_records() -> dict[str, dict]:
+    base = {"schema": 1, "tool_version": "0.1.0", "target": "t.py:f", "started_at": 0, "duration_s": None,
+            "partial": True}
+    failed = load("bench")
+    for res in failed["results"]:
+        res.update(samples_per_s=None, error="RuntimeError: worker died")
+    failed["scaling"]["best_index"] = None
+    return {
+        "no host, no sections": {**base, "command": "bench", "host": {}},
+        "every config failed": failed,
+        "empty sweep": {**base, "command": "bench", "host": {"cores": 2}, "results": [], "scaling": {}},
+        "clean check": {**base, "command": "check", "host": {"cores": 2}, "findings": [], "coverage": {}},
+        "profile without steps": {**base, "command": "profile", "host": {}, "stall_fraction": None, "verdict": None,
+                                  "steps": 0, "step_timeline": {"data_ms": [], "compute_ms": []}, "advice": ""},
+        "augmentation only": {**base, "command": "stages", "host": {}, "stages": [],
+                              "augmentation_overhead": {"ms_per_sample": 1.5, "percent": 12.0, "transforms": []}},
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_degenerate_records()))
+def test_degenerate_records_render(case):
+    record = _degenerate_records()[case]
+    md = MarkdownRenderer().render(record)
+    page = HTMLRenderer().render(record)
+    assert md.startswith("# stallscope ") and "<!DOCTYPE html>" in page
+    assert unexplained_numbers(markdown_text(md), record) == []
+    assert unexplained_numbers(visible_html_text(page), record) == []
+    assert "None" not in md and "nan" not in md.lower()
