@@ -124,6 +124,10 @@ class ResourceSampler:
             ticks=list(self._ticks),
         )
 
+    def latest(self) -> ResourceTick | None:
+        """The most recent tick (None before the first; needs ``keep_ticks``), for live displays."""
+        return self._ticks[-1] if self._ticks else None
+
     def __enter__(self) -> ResourceSampler:
         return self.start()
 

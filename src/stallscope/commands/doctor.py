@@ -1,0 +1,262 @@
+"""``stallscope doctor [TARGET]``: check + sweep + stages + tune (+ profile) in one report.
+
+With no TARGET it runs on the built-in demo pipeline (``stallscope.demo``).
+Everything lands in one folder: report.json, report.md (+ plots), report.html.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from ..errors import PipelineError, UsageError
+from ..record import RunRecord
+from ..target import Pipeline, load_target, preflight
+from ._common import ArgumentParser, CommandContext, add_target_arguments, execute
+
+DEMO_TARGET = "stallscope.demo:pipeline"
+STEPS = ("check", "bench", "stages", "tune", "profile")
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="stallscope doctor",
+        description="Check, benchmark, break down and tune a pipeline; one report with what to set and why.",
+    )
+    add_target_arguments(parser, required=False)
+    parser.add_argument("--out", type=Path, default=Path("stallscope-report"), metavar="DIR",
+                        help="folder for report.json, report.md, report.html and plots (default ./stallscope-report)")
+    parser.add_argument("--budget", type=float, default=45.0, metavar="SECONDS", help="time budget of the tuner (default 45)")
+    parser.add_argument("--skip", default="", metavar="STEP,...", help=f"steps to skip: {', '.join(STEPS)}")
+    parser.add_argument("--timeout", type=float, default=10.0, help="per-sample timeout of the checks (default 10 s)")
+    parser.add_argument("--repeats", type=int, default=2, help="repeats per config in the sweep (default 2)")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the record here")
+    parser.add_argument("--md", type=Path, default=None, metavar="PATH", help="also write Markdown here")
+    parser.add_argument("--html", type=Path, default=None, metavar="PATH", help="also write HTML here")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars or console summary")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return execute(build_parser(), argv, _run)
+
+
+def _run(ctx: CommandContext) -> int:
+    args = ctx.args
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    unknown = skip - set(STEPS)
+    if unknown:
+        raise UsageError(f"--skip takes {', '.join(STEPS)}; {', '.join(sorted(unknown))} is not a step.")
+    out: Path = args.out
+    # The report folder is written by execute() through these paths, on Ctrl-C too.
+    args.json = args.json or out / "report.json"
+    args.md = args.md or out / "report.md"
+    args.html = args.html or out / "report.html"
+    out.mkdir(parents=True, exist_ok=True)
+
+    target = args.target
+    if target is None:
+        target = DEMO_TARGET
+        _build_demo(ctx)
+    pipeline = load_target(target, batch_size=args.batch_size, collate=args.collate)
+    pre = preflight(pipeline)
+    record = ctx.new_record("doctor", pipeline.target)
+    from ..bench import dataset_facts
+
+    record.add(dataset=dataset_facts(pipeline, pre))
+    if pipeline.train_step is None:
+        skip.add("profile")
+
+    failures: list[dict[str, str]] = []
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("[bold]{task.fields[step]:<7}[/]"),
+        BarColumn(bar_width=30),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=ctx.console,
+        transient=True,
+        disable=ctx.quiet,
+    ) as progress:
+        for step in STEPS:
+            if step in skip:
+                continue
+            task = progress.add_task("starting", total=1.0, step=step)
+
+            def report(text: str, fraction: float | None = None, *, _task: int = task) -> None:
+                progress.update(_task, description=text, **({"completed": fraction} if fraction is not None else {}))
+
+            started = time.perf_counter()
+            try:
+                sections = RUNNERS[step](pipeline, args, report)
+            except PipelineError as exc:
+                # One failing step (a pipeline that breaks only under spawn, say) must not
+                # lose what the other steps measured: note it and go on.
+                failures.append({"step": step, "message": str(exc)})
+                progress.update(task, completed=1.0, description=f"[red]failed[/]: {exc}")
+                continue
+            _merge(record, sections)
+            progress.update(task, completed=1.0, description=f"done in {time.perf_counter() - started:.0f} s")
+    if failures:
+        record.add(step_failures=failures)
+
+    if not ctx.quiet:
+        _print_summary(ctx, record)
+    data = record.to_dict()
+    has_errors = any(f.get("severity") == "error" for f in data.get("findings", []))
+    return 1 if has_errors or failures else 0
+
+
+def _build_demo(ctx: CommandContext) -> None:
+    from ..demo import build_demo_dataset
+
+    if not ctx.quiet:
+        with ctx.console.status("preparing the demo dataset (built once, then cached)"):
+            build = build_demo_dataset()
+    else:
+        build = build_demo_dataset()
+    if not ctx.quiet and getattr(build, "built", False):
+        ctx.console.print(f"built the demo dataset in {build.seconds:.1f} s at {build.path}")
+
+
+def _merge(record: RunRecord, sections: dict[str, Any]) -> None:
+    """Add a step's sections; recommendations from several steps are concatenated by id."""
+    sections = dict(sections)
+    new_recs = sections.pop("recommendations", None) or []
+    record.add(**sections)
+    if new_recs:
+        existing = record.sections.get("recommendations", [])
+        ids = {r.get("id") for r in existing}
+        record.add(recommendations=existing + [r for r in new_recs if r.get("id") not in ids or r.get("id") is None])
+
+
+# -- steps: each returns record sections ------------------------------------------------
+
+Report = Callable[..., None]
+
+
+def _step_check(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
+    from ..checks import check
+
+    def progress(text: str, done: int | None = None, total: int | None = None) -> None:
+        report(text, done / total if done is not None and total else None)
+
+    return check(pipeline, timeout=args.timeout, budget=40.0, progress=progress).to_dict()
+
+
+def _step_bench(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
+    from ..bench import bench, default_worker_counts
+
+    workers = default_worker_counts()
+    total = len(workers) * args.repeats
+    done = [0]
+
+    def on_result(index: int, repeat: int, m: Any) -> None:
+        done[0] += 1
+        report(f"{m.config.label()}: {m.samples_per_s:,.0f} samples/s", done[0] / total)
+
+    result = bench(pipeline, num_workers=workers, repeats=args.repeats, on_result=on_result)
+    return result.to_dict()
+
+
+def _step_stages(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
+    from ..stages import stages
+
+    def progress(text: str, fraction: float | None = None) -> None:
+        report(text, fraction)
+
+    return stages(pipeline, progress=progress).to_dict()
+
+
+def _step_tune(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
+    from ..tuner import tune
+
+    started = time.perf_counter()
+
+    def on_trial(trial: Any) -> None:
+        label = getattr(trial, "label", None) or getattr(getattr(trial, "config", None), "label", lambda: "")()
+        rate = getattr(trial, "samples_per_s", None)
+        text = f"{label}: {rate:,.0f} samples/s" if rate else str(label)
+        report(text, min(1.0, (time.perf_counter() - started) / args.budget))
+
+    return tune(pipeline, budget_s=args.budget, on_trial=on_trial).to_dict()
+
+
+def _step_profile(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
+    from ..profiling import run_profile
+
+    def on_step(done: int, total: int) -> None:
+        report(f"step {done}/{total}", done / total if total else None)
+
+    section = run_profile(pipeline, on_step=on_step)
+    return section
+
+
+RUNNERS: dict[str, Callable[[Pipeline, Any, Report], dict[str, Any]]] = {
+    "check": _step_check,
+    "bench": _step_bench,
+    "stages": _step_stages,
+    "tune": _step_tune,
+    "profile": _step_profile,
+}
+
+
+# -- console ------------------------------------------------------------------------------
+
+
+def _print_summary(ctx: CommandContext, record: RunRecord) -> None:
+    from ..render.console_bench import render_bench
+    from ..render.console_check import render_check
+    from ..render.console_stages import render_stages
+    from ..render.console_tune import render_tune
+
+    data = record.to_dict()
+    console = ctx.console
+    if "findings" in data:
+        render_check(data, console)
+    if "results" in data:
+        console.print()
+        render_bench(data, console)
+    if "stages" in data:
+        console.print()
+        render_stages(data, console)
+    if "best" in data:
+        console.print()
+        render_tune(data, console)
+    if "stall_fraction" in data:
+        from ..render.console_profile import render_profile
+
+        console.print()
+        render_profile(data, console)
+    _print_what_to_set(console, data)
+    for failure in data.get("step_failures", []):
+        console.print(f"[red]{failure['step']} failed:[/] {failure['message']}")
+
+
+def _print_what_to_set(console: Any, data: dict[str, Any]) -> None:
+    from rich.markup import escape
+
+    best = data.get("best")
+    recs = data.get("recommendations") or []
+    if not best and not recs:
+        return
+    console.print()
+    console.rule("[bold]What to set and why")
+    if best:
+        from ..config import LoaderConfig
+        from ..emit import to_python
+
+        config = LoaderConfig.from_dict(best["config"])
+        console.print(escape(to_python(config)))
+    for rec in recs:
+        line = f"• [bold]{escape(rec.get('title', ''))}[/]"
+        if rec.get("measured"):
+            line += f" — measured: {escape(str(rec['measured']))}"
+        if rec.get("expected_gain"):
+            line += f"; expected gain: {escape(str(rec['expected_gain']))}"
+        console.print(line)

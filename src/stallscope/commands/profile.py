@@ -1,0 +1,109 @@
+"""``stallscope profile TARGET``: data stalls inside the target's real training step (SPEC §3.5).
+
+Works when launched by ``torchrun``: every rank measures its own shard, the
+summaries are gathered (gloo on CPU, nccl on CUDA), and rank 0 prints and
+writes the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..errors import UsageError
+from ..profiling import (
+    DEFAULT_STEPS,
+    DEFAULT_WARMUP,
+    resolve_device,
+    resolve_profile_sync,
+    run_profile,
+)
+from ._common import (
+    ArgumentParser,
+    CommandContext,
+    add_output_arguments,
+    add_target_arguments,
+    execute,
+    run_target_loader,
+)
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="stallscope profile",
+        description=(
+            "Run the target's train_step on a real DataLoader and measure how much of each step waits for data. "
+            "The target returns a dict with 'dataset', 'model' and 'train_step' (train_step(model, batch) or "
+            "train_step(batch)). Works under torchrun."
+        ),
+    )
+    add_target_arguments(parser)
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"measured steps (default {DEFAULT_STEPS})")
+    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
+                        help=f"steps run first and kept out of the figures (default {DEFAULT_WARMUP})")
+    parser.add_argument("--num-workers", type=int, default=None, help="override the target's num_workers")
+    parser.add_argument("--device", default=None, metavar="cpu|cuda",
+                        help="where the model runs (default: cuda when available, else cpu)")
+    parser.add_argument("--sync", action=argparse.BooleanOptionalAction, default=None,
+                        help="synchronise the device at every step boundary for honest timing (default: on for CUDA)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for any one batch (default 60)")
+    add_output_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return execute(build_parser(), argv, _run)
+
+
+def _run(ctx: CommandContext) -> int:
+    from ..distributed import init_from_env, rank_info, shutdown
+    from ..target import preflight
+
+    args = ctx.args
+    if args.num_workers is not None and args.num_workers < 0:
+        raise UsageError(f"--num-workers must be at least 0, not {args.num_workers}.")
+    device = resolve_device(args.device)
+    started_group = init_from_env(device)
+    try:
+        info = rank_info()
+        quiet = ctx.quiet or not info.is_main
+        pipeline = run_target_loader(args)
+        record = ctx.new_record("profile", pipeline.target)
+        preflight(pipeline)
+        config = pipeline.baseline
+        if args.num_workers is not None:
+            config = config.replace(num_workers=args.num_workers)
+        with Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} steps"),
+            TimeElapsedColumn(),
+            console=ctx.console,
+            transient=True,
+            disable=quiet,
+        ) as progress:
+            task = progress.add_task(f"profiling train_step ({config.label()}, {device})", total=args.warmup + args.steps)
+            profile = run_profile(
+                pipeline,
+                steps=args.steps,
+                warmup=args.warmup,
+                config=config,
+                device=device,
+                sync=resolve_profile_sync(args.sync, device),
+                timeout=args.timeout,
+                on_step=lambda done, total: progress.update(task, completed=done),
+            )
+        record.add(**profile)
+        if not info.is_main:
+            ctx.record = None  # rank 0 writes the report for the whole job
+            return 0
+        if not ctx.quiet:
+            from ..render.console_profile import render_profile
+
+            render_profile(record.to_dict(), ctx.console)
+            if device == "cpu" and args.sync:
+                ctx.console.print("note: --sync has no effect on CPU (there is no asynchronous device work).")
+        return 0
+    finally:
+        shutdown(started_group)

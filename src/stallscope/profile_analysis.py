@@ -1,0 +1,389 @@
+"""Training-loop stall analysis: pure functions from measured step times to verdicts and advice.
+
+Nothing here measures or prints. :mod:`stallscope.watch` and
+:mod:`stallscope.profiling` record per-step data-wait and compute times; these
+functions turn them into the ``profile`` section of the run record (SPEC §5,
+notes/RECORD.md) and into recommendations that say what was measured.
+
+Definitions (per step, one step = one batch):
+- data wait: time the loop spent blocked in ``next()`` on the loader;
+- compute: the rest of the step, until the loop asks for the next batch;
+- stall fraction = sum(data wait) / sum(data wait + compute), steady state
+  (the first batch of every epoch and any warm-up steps are reported apart);
+- what-if speed-up = total / compute: how much faster the same steps would
+  run if data arrived instantly.
+
+Verdict thresholds (steady-state stall fraction):
+- ``input-bound`` at ``INPUT_BOUND_AT`` (0.15) or more: the loader costs at
+  least ~18% of the run (what-if >= 1.18x); the input pipeline is worth fixing;
+- ``compute-bound`` below ``COMPUTE_BOUND_BELOW`` (0.05): a faster loader
+  would gain < ~5%;
+- ``balanced`` in between: the loader mostly keeps up, with visible waits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+INPUT_BOUND_AT = 0.15
+COMPUTE_BOUND_BELOW = 0.05
+# A prefetch buffer emptier than this on average means the workers cannot keep up.
+BUFFER_STARVED_BELOW = 0.25
+# ...and fuller than this means batches wait for the model (spare loader capacity).
+BUFFER_FULL_ABOVE = 0.75
+# First batch of an epoch costing more than this share of the run is worth fixing.
+STARTUP_SHARE_NOTABLE = 0.05
+TIMELINE_POINTS = 2000
+
+
+def thresholds() -> dict[str, float]:
+    return {"input_bound_at": INPUT_BOUND_AT, "compute_bound_below": COMPUTE_BOUND_BELOW}
+
+
+def verdict_for(stall_fraction: float | None) -> str | None:
+    """``input-bound`` / ``balanced`` / ``compute-bound`` (None without measurements)."""
+    if stall_fraction is None or math.isnan(stall_fraction):
+        return None
+    if stall_fraction >= INPUT_BOUND_AT:
+        return "input-bound"
+    if stall_fraction < COMPUTE_BOUND_BELOW:
+        return "compute-bound"
+    return "balanced"
+
+
+def what_if_speedup(total_s: float, compute_s: float) -> float | None:
+    """Speed-up of the same steps if data were free: total / compute."""
+    if total_s <= 0 or compute_s <= 0:
+        return None
+    return total_s / compute_s
+
+
+@dataclass
+class Distribution:
+    """Summary of one per-step series in milliseconds."""
+
+    mean: float
+    p50: float
+    p95: float
+    max: float
+    total_s: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: round(v, 4) for k, v in asdict(self).items()}
+
+
+def distribution_ms(values_s: Sequence[float]) -> Distribution | None:
+    """Mean, p50, p95, max (ms) and total (s) of ``values_s`` given in seconds."""
+    import numpy as np
+
+    arr = np.asarray(values_s, dtype=float)
+    arr = arr[np.isfinite(arr)]
+    if arr.size == 0:
+        return None
+    ms = arr * 1000.0
+    return Distribution(
+        mean=float(ms.mean()),
+        p50=float(np.percentile(ms, 50)),
+        p95=float(np.percentile(ms, 95)),
+        max=float(ms.max()),
+        total_s=float(arr.sum()),
+    )
+
+
+def steady_mask(n_steps: int, epoch_starts: Sequence[int], warmup: int, closed: Sequence[bool]) -> list[bool]:
+    """Steps that count for steady state: closed, past warm-up, not an epoch's first."""
+    first = set(epoch_starts)
+    return [bool(closed[i]) and i >= warmup and i not in first for i in range(n_steps)]
+
+
+def timeline(data_s: Sequence[float], compute_s: Sequence[float], points: int = TIMELINE_POINTS) -> dict[str, Any]:
+    """Per-step series in ms for plots, averaged into buckets of ``stride`` steps when long."""
+    import numpy as np
+
+    n = len(data_s)
+    stride = max(1, math.ceil(n / points)) if n else 1
+
+    def bucket(values: Sequence[float]) -> list[float | None]:
+        arr = np.asarray(values, dtype=float) * 1000.0
+        if stride == 1:
+            return [round(float(v), 4) if math.isfinite(v) else None for v in arr]
+        out: list[float | None] = []
+        for start in range(0, n, stride):
+            chunk = arr[start : start + stride]
+            chunk = chunk[np.isfinite(chunk)]
+            out.append(round(float(chunk.mean()), 4) if chunk.size else None)
+        return out
+
+    return {"data_ms": bucket(data_s), "compute_ms": bucket(compute_s), "stride": stride}
+
+
+# -- distributed -------------------------------------------------------------------
+
+
+def rank_report(ranks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Across ranks: the maximum exposed data wait per step and which rank it is.
+
+    In synchronous data-parallel training every rank waits for the slowest at
+    the gradient all-reduce, so one rank's data wait shows up on the others
+    as longer compute: the maximum across ranks is what the job loses.
+    """
+    measured = [r for r in ranks if r.get("data_wait_ms_per_step") is not None]
+    if not measured:
+        return None
+    slowest = max(measured, key=lambda r: r["data_wait_ms_per_step"])
+    fastest = min(measured, key=lambda r: r["data_wait_ms_per_step"])
+    stalls = [r["stall_fraction"] for r in measured if r.get("stall_fraction") is not None]
+    return {
+        "world_size": len(ranks),
+        "slowest_rank": slowest["rank"],
+        "max_data_wait_ms_per_step": slowest["data_wait_ms_per_step"],
+        "min_data_wait_ms_per_step": fastest["data_wait_ms_per_step"],
+        "max_exposed_data_wait_s": slowest.get("data_wait_s"),
+        "max_stall_fraction": max(stalls) if stalls else None,
+        # The job as a whole runs at the pace of its most-stalled rank.
+        "job_verdict": verdict_for(max(stalls)) if stalls else None,
+        "spread_ms_per_step": slowest["data_wait_ms_per_step"] - fastest["data_wait_ms_per_step"],
+    }
+
+
+def workers_per_rank(cores: int, local_world_size: int) -> int:
+    """Loader workers each local rank can run without oversubscribing the cores they share.
+
+    Each rank gets ``cores // local_world_size`` cores; one of them goes to the
+    rank's own main process (the training loop), the rest to its workers, and
+    at least one worker so loading still overlaps compute.
+    """
+    per_rank = max(1, cores // max(1, local_world_size))
+    return max(1, per_rank - 1)
+
+
+# -- advice ------------------------------------------------------------------------
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.0f}%"
+
+
+def advise(profile: dict[str, Any], context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Recommendations from a ``profile`` section, each with what was measured and the expected gain.
+
+    ``context`` may carry ``target`` (the TARGET string for a hand-off to
+    ``tune``), ``config`` (the LoaderConfig dict used), ``cores`` and
+    ``local_world_size``.
+    """
+    context = context or {}
+    rules = (
+        _advise_straggler_rank,
+        _advise_input_bound,
+        _advise_main_process_wait,
+        _advise_startup,
+        _advise_spare_loader,
+        _advise_gpu_idle,
+        _advise_workers_per_rank,
+    )
+    recommendations: list[dict[str, Any]] = []
+    for rule in rules:
+        rec = rule(profile, context)
+        if rec is not None:
+            recommendations.append(rec)
+    return recommendations
+
+
+def _measured_line(profile: dict[str, Any]) -> str:
+    data = (profile.get("data_ms") or {}).get("mean")
+    compute = (profile.get("compute_ms") or {}).get("mean")
+    parts = [f"stall fraction {_pct(profile.get('stall_fraction'))}"]
+    if data is not None and compute is not None:
+        parts.append(f"data wait {data:.2f} ms vs compute {compute:.2f} ms per step")
+    occ = profile.get("occupancy")
+    if occ:
+        parts.append(f"prefetch buffer {occ['mean_ready']:.1f}/{occ['capacity']} ready on average")
+    return "; ".join(parts)
+
+
+def _buffer_fraction(profile: dict[str, Any]) -> float | None:
+    occ = profile.get("occupancy")
+    return None if not occ else occ.get("mean_fraction")
+
+
+def _advise_input_bound(profile: dict[str, Any], context: dict[str, Any]) -> dict[str, Any] | None:
+    if profile.get("verdict") != "input-bound":
+        return None
+    fraction = _buffer_fraction(profile)
+    if fraction is not None and fraction >= BUFFER_STARVED_BELOW:
+        return None  # batches were ready: the wait is in the main process (next rule)
+    config = context.get("config") or {}
+    workers = config.get("num_workers")
+    target = context.get("target") or "TARGET"
+    speedup = profile.get("what_if_speedup")
+    gain = f"up to {speedup:.2f}x faster steps if the loader kept up" if speedup else "unknown"
+    label = context.get("config_label") or (f"num_workers={workers}" if workers is not None else "your loader settings")
+    if workers == 0:
+        cause = f"with {label} the main process loads every batch itself, between steps"
+    elif fraction is not None:
+        cause = f"the prefetch buffer is almost always empty: the workers cannot keep up with {label}"
+    else:
+        cause = f"the loader cannot keep up with {label}"
+    detail = (
+        f"The training loop waits for data {_pct(profile.get('stall_fraction'))} of the time; {cause}. "
+        f"Run `stallscope tune {target}` to find a faster loader config (workers, prefetch, batched fetching), "
+        f"or `stallscope stages {target}` to see which stage is slow."
+    )
+    return {
+        "id": "profile-input-bound",
+        "title": "The input pipeline limits training: tune the loader",
+        "detail": detail,
+        "measured": _measured_line(profile),
+        "expected_gain": gain,
+        "handoff": f"stallscope tune {target}",
+    }
+
+
+def _advise_main_process_wait(profile: dict[str, Any], context: dict[str, Any]) -> dict[str, Any] | None:
+    verdict = profile.get("verdict")
+    fraction = _buffer_fraction(profile)
+    if fraction is None:
+        return None
+    # Input-bound with batches waiting, or a visible wait although the buffer is nearly always full.
+    if not ((verdict == "input-bound" and fraction >= BUFFER_STARVED_BELOW) or (verdict == "balanced" and fraction >= BUFFER_FULL_ABOVE)):
+        return None
+    speedup = profile.get("what_if_speedup")
+    return {
+        "id": "profile-main-process-wait",
+        "title": "Batches are ready but next() is still slow: the cost is in the main process",
+        "detail": (
+            f"The prefetch buffer was {_pct(fraction)} full on average, yet the loop still waited "
+            f"{_pct(profile.get('stall_fraction'))} of each step: the time goes into moving batches to the main "
+            "process (unpickling, shared-memory transfer, pin_memory) rather than producing them. Return fewer, "
+            "smaller tensors per batch (uint8 instead of float32, no Python objects), or move the work into the workers."
+        ),
+        "measured": _measured_line(profile),
+        "expected_gain": f"up to {speedup:.2f}x" if speedup else "unknown",
+    }
+
+
+def _advise_startup(profile: dict[str, Any], context: dict[str, Any]) -> dict[str, Any] | None:
+    share = profile.get("startup_share_per_epoch")
+    per_epoch = share is not None
+    if share is None:
+        share = profile.get("startup_share")
+    first = profile.get("first_batch_s")
+    if share is None or first is None or share < STARTUP_SHARE_NOTABLE:
+        return None
+    where = f"of an epoch of {profile.get('epoch_steps')} steps" if per_epoch else "of the measured time"
+    config = context.get("config") or {}
+    fix = (
+        "set persistent_workers=True so workers survive between epochs"
+        if config.get("num_workers") and not config.get("persistent_workers")
+        else "keep worker start-up cheap (persistent_workers=True, a lighter dataset __init__ or forkserver)"
+    )
+    return {
+        "id": "profile-epoch-startup",
+        "title": "The first batch of each epoch costs a visible share of the run",
+        "detail": f"Waiting for the first batch took {first:.2f} s ({_pct(share)} {where}); {fix}.",
+        "measured": f"first batch {first:.3f} s; {_pct(share)} {where}",
+        "expected_gain": f"up to {_pct(share)} of each epoch's time",
+    }
+
+
+def _advise_spare_loader(profile: dict[str, Any], context: dict[str, Any]) -> dict[str, Any] | None:
+    if profile.get("verdict") != "compute-bound":
+        return None
+    fraction = _buffer_fraction(profile)
+    if fraction is None or fraction < BUFFER_FULL_ABOVE:
+        return None
+    workers = (context.get("config") or {}).get("num_workers")
+    return {
+        "id": "profile-spare-loader-capacity",
+        "title": "The loader has capacity to spare: speed up the model, not the data",
+        "detail": (
+            f"The prefetch buffer was {_pct(fraction)} full on average and the loop waited for data only "
+            f"{_pct(profile.get('stall_fraction'))} of the time. More loader work will not speed training up; "
+            + (f"fewer than {workers} workers would likely keep up and free CPU cores. " if workers and workers > 1 else "")
+            + "Look at the model step (mixed precision, larger batch, torch.compile)."
+        ),
+        "measured": _measured_line(profile),
+        "expected_gain": "none from the loader; CPU freed for other work",
+    }
+
+
+def _advise_gpu_idle(profile: dict[str, Any], context: dict[str, Any]) -> dict[str, Any] | None:
+    util = profile.get("gpu_util")
+    if util is None or profile.get("verdict") != "compute-bound" or util >= 70:
+        return None
+    return {
+        "id": "profile-gpu-underused",
+        "title": "Compute-bound, yet the GPU is often idle: the CPU side of the step is slow",
+        "detail": (
+            f"The loop rarely waits for data, but the GPU was busy only {util:.0f}% of the time: kernel launches, "
+            "Python overhead or host-side work inside the step dominate. Try larger batches, CUDA graphs/torch.compile, "
+            "or moving host-side preprocessing into the loader workers."
+        ),
+        "measured": f"GPU utilisation {util:.0f}%; {_measured_line(profile)}",
+        "expected_gain": f"up to {100 / max(util, 1):.1f}x if the GPU were kept busy",
+    }
+
+
+def _advise_straggler_rank(profile: dict[str, Any], context: dict[str, Any]) -> dict[str, Any] | None:
+    dist = profile.get("distributed")
+    if not dist or dist.get("world_size", 1) < 2:
+        return None
+    spread = dist.get("spread_ms_per_step") or 0.0
+    worst = dist.get("max_data_wait_ms_per_step") or 0.0
+    if worst <= 0 or spread < 0.2 * worst:
+        return None
+    return {
+        "id": "profile-straggler-rank",
+        "title": f"Rank {dist['slowest_rank']} waits longest for data and holds the other ranks back",
+        "detail": (
+            f"Rank {dist['slowest_rank']} waits {worst:.2f} ms per step for data, {spread:.2f} ms more than the fastest "
+            "rank; in synchronous data-parallel training every rank waits for it at the gradient all-reduce. "
+            "Check that rank's storage/node, its shard of the data, and its worker count."
+        ),
+        "measured": f"max data wait {worst:.2f} ms/step on rank {dist['slowest_rank']}; spread {spread:.2f} ms/step",
+        "expected_gain": f"up to {spread:.2f} ms per step for every rank",
+    }
+
+
+def _advise_workers_per_rank(profile: dict[str, Any], context: dict[str, Any]) -> dict[str, Any] | None:
+    local = context.get("local_world_size") or 1
+    cores = context.get("cores")
+    workers = (context.get("config") or {}).get("num_workers")
+    if local < 2 or not cores or workers is None:
+        return None
+    suggested = workers_per_rank(cores, local)
+    if workers <= suggested:
+        return None
+    return {
+        "id": "profile-workers-per-rank",
+        "title": f"{local} local ranks share {cores} cores: use at most {suggested} loader workers per rank",
+        "detail": (
+            f"Each rank runs {workers} loader workers plus its own main process: {(workers + 1) * local} busy processes "
+            f"on {cores} usable cores, which slow each other down. usable cores // local ranks = "
+            f"{max(1, cores // local)} per rank; num_workers={suggested} leaves one core for each rank's training loop."
+        ),
+        "measured": f"{cores} usable cores, {local} local ranks, num_workers={workers} per rank",
+        "expected_gain": "less CPU contention between ranks; confirm with `stallscope profile` under torchrun",
+    }
+
+
+def next_knob(profile: dict[str, Any], recommendations: Sequence[dict[str, Any]]) -> str:
+    """One sentence: the knob to turn next, with the numbers behind it."""
+    verdict = profile.get("verdict")
+    if verdict is None:
+        return "No complete steps were measured; run more steps."
+    data = (profile.get("data_ms") or {}).get("mean") or 0.0
+    compute = (profile.get("compute_ms") or {}).get("mean") or 0.0
+    head = (
+        f"{verdict}: {_pct(profile.get('stall_fraction'))} of each step waits for data "
+        f"({data:.2f} ms data wait vs {compute:.2f} ms compute)"
+    )
+    if recommendations:
+        first = recommendations[0]
+        return f"{head}. Next: {first['title']}" + (f" — run `{first['handoff']}`." if first.get("handoff") else ".")
+    if verdict == "compute-bound":
+        return f"{head}. The loader keeps up; speed up the model step instead."
+    return f"{head}. The loader mostly keeps up; tuning it would gain at most {profile.get('what_if_speedup') or 1:.2f}x."

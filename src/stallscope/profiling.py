@@ -1,0 +1,258 @@
+"""The ``profile`` probe: run the target's real training step on a real DataLoader and watch it.
+
+The target (SPEC §2.1) returns a dict with ``dataset``, ``model`` and
+``train_step``. ``train_step`` is called once per batch as
+
+- ``train_step(model, batch)`` when it takes two required positional
+  parameters (or one named ``model`` first), or
+- ``train_step(batch)`` when it takes one (the model is then the step's own
+  business, e.g. a closure).
+
+Its return value is ignored. Each batch is moved to ``--device`` first
+(tensors inside tuples, lists and dicts; ``non_blocking`` when pinned): that
+copy is part of the step's compute, as in a real loop. The loop runs
+``warmup + steps`` steps through :class:`stallscope.watch.Watch`; warm-up steps
+and the first batch (start-up) are reported apart from the steady state.
+
+Under ``torchrun`` every rank runs its own shard of the indices and
+measures; the per-rank summaries are gathered on all ranks (gloo on CPU,
+nccl on CUDA) and rank 0 reports them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .config import LoaderConfig
+from .errors import PipelineError, UsageError, describe_exception
+from .processes import shutdown_iterator
+from .target import Pipeline
+from .watch import SyncSpec, Watch
+
+DEFAULT_STEPS = 50
+DEFAULT_WARMUP = 5
+
+
+# -- calling the user's train_step -------------------------------------------------------
+
+
+def train_step_style(train_step: Callable[..., Any], has_model: bool) -> str:
+    """``"model, batch"`` or ``"batch"``: how to call ``train_step``, by inspecting its signature."""
+    try:
+        params = list(inspect.signature(train_step).parameters.values())
+    except (TypeError, ValueError):  # builtins, some C extensions
+        return "model, batch" if has_model else "batch"
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    var_positional = any(p.kind == p.VAR_POSITIONAL for p in params)
+    if len(required) >= 3:
+        names = ", ".join(p.name for p in required)
+        raise UsageError(f"train_step takes {len(required)} required arguments ({names}); it must be train_step(model, batch) or train_step(batch).")
+    if len(required) == 2:
+        return "model, batch"
+    if len(required) == 1:
+        if len(positional) >= 2 and positional[0].name == "model" and has_model:
+            return "model, batch"
+        return "batch"
+    if var_positional or len(positional) >= 2:
+        return "model, batch" if has_model else "batch"
+    if len(positional) == 1:
+        return "batch"
+    raise UsageError("train_step takes no positional argument; it must be train_step(model, batch) or train_step(batch).")
+
+
+def step_caller(train_step: Callable[..., Any], model: Any) -> tuple[Callable[[Any], Any], str]:
+    """A one-argument function running one training step, and the call style for the record."""
+    if not callable(train_step):
+        raise UsageError(f"the target's train_step is a {type(train_step).__name__}, not a callable.")
+    style = train_step_style(train_step, model is not None)
+    if style == "model, batch":
+        if model is None:
+            raise UsageError("train_step takes (model, batch) but the target returned no 'model'.")
+        return (lambda batch: train_step(model, batch)), "train_step(model, batch)"
+    return train_step, "train_step(batch)"
+
+
+def resolve_device(name: str | None) -> str:
+    """``cpu`` or ``cuda[:N]``; default: cuda when available. Asking for CUDA without one is a usage error."""
+    import torch
+
+    if name is None or name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {name} was asked for, but this process sees no CUDA device; use --device cpu.")
+        return name
+    raise UsageError(f"--device must be cpu or cuda, not {name!r}.")
+
+
+def resolve_profile_sync(sync: bool | None, device: str) -> SyncSpec:
+    """Synchronise at step boundaries on CUDA unless told not to (honest device timing); never on CPU."""
+    if not device.startswith("cuda"):
+        return None
+    if sync is False:
+        return None
+    return "cuda"
+
+
+def move_to_device(batch: Any, device: Any) -> Any:
+    """Tensors inside ``batch`` (nested tuples, lists, dicts) moved to ``device``; others unchanged."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=batch.is_pinned())
+    if isinstance(batch, dict):
+        return {k: move_to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(move_to_device(v, device) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(move_to_device(v, device) for v in batch)
+    return batch
+
+
+def prepare_model(model: Any, device: str) -> Any:
+    """Put an ``nn.Module`` on the device in training mode; anything else is passed as is."""
+    try:
+        import torch
+
+        if isinstance(model, torch.nn.Module):
+            model.to(device)
+            model.train()
+    except Exception as exc:
+        raise PipelineError(f"moving the model to {device} raised {describe_exception(exc)}.") from exc
+    return model
+
+
+# -- samplers ------------------------------------------------------------------------------
+
+
+class RankShardSampler:
+    """``total`` indices of this rank's shard (rank, rank + world, ...), cycling over the dataset."""
+
+    def __init__(self, length: int, total: int, rank: int = 0, world_size: int = 1) -> None:
+        if length <= 0:
+            raise ValueError("length must be positive")
+        self.length, self.total, self.rank, self.world_size = length, total, rank, max(1, world_size)
+
+    def __iter__(self) -> Iterator[int]:
+        for k in range(self.total):
+            yield (self.rank + k * self.world_size) % self.length
+
+    def __len__(self) -> int:
+        return self.total
+
+
+# -- the probe -----------------------------------------------------------------------------
+
+
+def run_profile(
+    pipeline: Pipeline,
+    *,
+    steps: int = DEFAULT_STEPS,
+    warmup: int = DEFAULT_WARMUP,
+    config: LoaderConfig | None = None,
+    device: str = "cpu",
+    sync: SyncSpec = None,
+    timeout: float = 60.0,
+    sample_interval: float = 0.05,
+    on_step: Callable[[int, int], None] | None = None,
+    watch_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run ``warmup + steps`` real training steps and return the ``profile`` section.
+
+    ``sync`` is passed to :class:`Watch` (``"cuda"`` or a callable; tests pass
+    a fake device's synchronise). ``on_step(done, total)`` reports progress.
+    """
+    from .distributed import rank_info
+    from .host import usable_cores
+    from .loaders import build_loader
+
+    if steps < 1:
+        raise UsageError(f"--steps must be at least 1, not {steps}.")
+    if warmup < 0:
+        raise UsageError(f"--warmup must be at least 0, not {warmup}.")
+    if pipeline.train_step is None:
+        raise UsageError(
+            f"{pipeline.target} has no train_step: return a dict with 'dataset', 'model' and 'train_step' "
+            "(train_step(model, batch) or train_step(batch)), or wrap your own loop with ss.watch(loader)."
+        )
+    call, call_style = step_caller(pipeline.train_step, pipeline.model)
+    config = config or pipeline.baseline
+    info = rank_info()
+    total = warmup + steps
+    model = prepare_model(pipeline.model, device)
+    if model is not None and call_style == "train_step(model, batch)":
+        call, _ = step_caller(pipeline.train_step, model)
+    length = pipeline.length()
+    sampler = None
+    if not pipeline.is_iterable and length:
+        sampler = RankShardSampler(length, total * config.batch_size, info.rank, info.world_size)
+    loader = build_loader(pipeline, config, sampler=sampler, timeout=timeout, drop_last=False)
+    move = device != "cpu"
+    options = {"warmup": warmup, "name": "profile", "sample_interval": sample_interval, "sync": sync}
+    options.update(watch_options or {})
+    watch = Watch(loader, **options)
+    done = 0
+    try:
+        with watch:
+            while done < total:
+                progressed = False
+                batches = iter(watch)
+                while done < total:
+                    try:
+                        batch = next(batches)
+                    except StopIteration:
+                        break
+                    except Exception as exc:
+                        raise PipelineError(f"the loader raised {describe_exception(exc)} at step {done}.") from exc
+                    progressed = True
+                    try:
+                        call(move_to_device(batch, device) if move else batch)
+                    except Exception as exc:
+                        raise PipelineError(f"train_step raised {describe_exception(exc)} at step {done}.") from exc
+                    done += 1
+                    if on_step is not None:
+                        on_step(done, total)
+                # Closing the generator ends the last step now (not at garbage collection).
+                batches.close()  # type: ignore[attr-defined]
+                if not progressed:
+                    break
+    finally:
+        shutdown_iterator(watch.current_iterator)
+    context = {
+        "epoch_steps": _epoch_steps(length, config.batch_size, info.world_size, pipeline.drop_last),
+        "target": pipeline.target,
+        "config": config.to_dict(),
+        "config_label": config.label(),
+        "cores": usable_cores(),
+        "local_world_size": info.local_world_size,
+    }
+    if info.is_distributed:
+        watch.gather()
+    profile = watch.to_dict(context=context)
+    profile.update(
+        {
+            "config": config.to_dict(),
+            "config_label": config.label(),
+            "device": device,
+            "train_step_call": call_style,
+            "requested_steps": steps,
+            "rank": info.rank,
+            "world_size": info.world_size,
+        }
+    )
+    if done < total:
+        profile["note"] = f"the loader ran out after {done} of {total} steps"
+    return profile
+
+
+def _epoch_steps(length: int | None, batch_size: int, world_size: int, drop_last: bool) -> int | None:
+    """Steps in one real epoch of the user's loader on one rank (None for an unsized dataset)."""
+    if not length:
+        return None
+    per_rank = -(-length // max(1, world_size))
+    return per_rank // batch_size if drop_last else -(-per_rank // batch_size)

@@ -1,0 +1,204 @@
+"""The profile probe: calling train_step, devices, honest timing with a fake device, accuracy."""
+
+from __future__ import annotations
+
+import time
+from collections import namedtuple
+
+import pytest
+import torch
+from profile_synthetic import SleepDataset, compute_bound, input_bound
+from torch import nn
+
+from stallscope.config import LoaderConfig
+from stallscope.errors import PipelineError, UsageError
+from stallscope.profiling import (
+    RankShardSampler,
+    move_to_device,
+    resolve_device,
+    resolve_profile_sync,
+    run_profile,
+    step_caller,
+    train_step_style,
+)
+from stallscope.target import load_target
+
+# -- train_step signatures -------------------------------------------------------------------
+
+
+def two(model, batch): ...
+def one(batch): ...
+def with_default(batch, scale=1.0): ...
+def model_first_default(model, batch=None): ...
+def varargs(*args): ...
+def three(model, batch, optimizer): ...
+def none(): ...
+
+
+class Step:
+    def __call__(self, model, batch): ...
+
+
+@pytest.mark.parametrize(
+    ("fn", "has_model", "style"),
+    [
+        (two, True, "model, batch"),
+        (one, True, "batch"),
+        (with_default, True, "batch"),
+        (model_first_default, True, "model, batch"),
+        (varargs, True, "model, batch"),
+        (varargs, False, "batch"),
+        (Step(), True, "model, batch"),
+        (lambda b: None, False, "batch"),
+    ],
+)
+def test_train_step_style_by_signature(fn, has_model, style):
+    assert train_step_style(fn, has_model) == style
+
+
+@pytest.mark.parametrize("fn", [three, none])
+def test_train_step_with_a_wrong_signature_is_a_usage_error(fn):
+    with pytest.raises(UsageError, match="train_step"):
+        train_step_style(fn, True)
+
+
+def test_step_caller_needs_a_model_for_two_arguments():
+    with pytest.raises(UsageError, match="no 'model'"):
+        step_caller(two, None)
+    with pytest.raises(UsageError, match="not a callable"):
+        step_caller(42, None)
+    seen = []
+    call, style = step_caller(lambda model, batch: seen.append((model, batch)), "M")
+    call("B")
+    assert seen == [("M", "B")] and style == "train_step(model, batch)"
+
+
+# -- devices ---------------------------------------------------------------------------------
+
+
+def test_resolve_device(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device(None) == "cpu" and resolve_device("cpu") == "cpu"
+    with pytest.raises(UsageError, match="no CUDA device"):
+        resolve_device("cuda")
+    with pytest.raises(UsageError):
+        resolve_device("tpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device(None) == "cuda" and resolve_device("cuda:1") == "cuda:1"
+
+
+def test_profile_sync_is_on_for_cuda_unless_refused():
+    assert resolve_profile_sync(None, "cpu") is None
+    assert resolve_profile_sync(True, "cpu") is None
+    assert resolve_profile_sync(None, "cuda") == "cuda"
+    assert resolve_profile_sync(False, "cuda:0") is None
+
+
+def test_move_to_device_reaches_nested_tensors():
+    Pair = namedtuple("Pair", "x y")
+    batch = {"a": [torch.zeros(2), (torch.ones(1), 3)], "b": Pair(torch.zeros(1), "label")}
+    moved = move_to_device(batch, "meta")
+    assert moved["a"][0].device.type == "meta" and moved["a"][1][0].device.type == "meta"
+    assert moved["a"][1][1] == 3 and isinstance(moved["b"], Pair) and moved["b"].x.device.type == "meta"
+    assert moved["b"].y == "label"
+
+
+def test_rank_shard_sampler_interleaves_ranks():
+    assert list(RankShardSampler(5, 4, rank=1, world_size=2)) == [1, 3, 0, 2]
+    assert len(RankShardSampler(5, 4)) == 4
+
+
+# -- the probe -------------------------------------------------------------------------------
+
+
+def test_known_costs_give_the_true_stall_fraction():
+    # 4 items x 3 ms of data per batch (single process) vs 4 ms of compute.
+    pipeline = load_target(input_bound)
+    profile = run_profile(pipeline, steps=25, warmup=2, config=LoaderConfig(batch_size=4))
+    truth = 12 / (12 + 4)
+    assert abs(profile["stall_fraction"] - truth) < 0.05, profile["stall_fraction"]
+    assert profile["verdict"] == "input-bound"
+    assert profile["steps"] == 25 and profile["total_steps"] == 27
+    assert profile["train_step_call"] == "train_step(model, batch)"
+    rec = profile["recommendations"][0]
+    assert rec["id"] == "profile-input-bound" and rec["handoff"].startswith("stallscope tune ")
+    assert "stallscope tune" in profile["advice"]
+
+
+def test_compute_dominated_target_is_compute_bound():
+    profile = run_profile(load_target(compute_bound), steps=12, warmup=1, config=LoaderConfig(batch_size=4))
+    assert profile["verdict"] == "compute-bound", profile["stall_fraction"]
+    assert profile["what_if_speedup"] < 1.06
+
+
+class FakeDevice:
+    """Asynchronous 'device': train_step queues work and returns; synchronize() waits for it."""
+
+    def __init__(self, work_s: float) -> None:
+        self.work_s = work_s
+        self.busy_until = 0.0
+
+    def launch(self) -> None:
+        self.busy_until = max(self.busy_until, time.perf_counter()) + self.work_s
+
+    def synchronize(self) -> None:
+        remaining = self.busy_until - time.perf_counter()
+        if remaining > 0:
+            time.sleep(remaining)
+
+
+def _async_target(device: FakeDevice) -> dict:
+    return {"dataset": SleepDataset(64, 0.0), "model": nn.Linear(4, 2), "train_step": lambda m, b: device.launch(), "batch_size": 2}
+
+
+def test_sync_makes_device_time_count_as_compute():
+    device = FakeDevice(work_s=0.025)
+    unsynced = run_profile(load_target(_async_target(device)), steps=10, warmup=1, config=LoaderConfig(batch_size=2))
+    device.synchronize()
+    synced = run_profile(
+        load_target(_async_target(device)), steps=10, warmup=1, config=LoaderConfig(batch_size=2), sync=device.synchronize
+    )
+    # Without a synchronise the queued device work is invisible: the loop looks input-bound.
+    assert unsynced["verdict"] == "input-bound"
+    assert synced["verdict"] == "compute-bound", synced["stall_fraction"]
+    assert synced["compute_ms"]["mean"] == pytest.approx(25.0, abs=5.0)
+    assert synced["sync"]["calls"] >= 10 and synced["sync"]["mean_ms"] > 15.0
+
+
+def test_train_step_errors_name_the_step():
+    from profile_synthetic import failing_step
+
+    with pytest.raises(PipelineError, match=r"train_step raised ValueError: loss is NaN at step 0"):
+        run_profile(load_target(failing_step), steps=3, warmup=0)
+
+
+def test_a_target_without_train_step_is_a_usage_error():
+    from profile_synthetic import no_train_step
+
+    with pytest.raises(UsageError, match="has no train_step"):
+        run_profile(load_target(no_train_step), steps=3)
+    with pytest.raises(UsageError, match="--steps"):
+        run_profile(load_target(input_bound), steps=0)
+
+
+def test_batch_only_train_step_and_workers():
+    from profile_synthetic import batch_only_step
+
+    profile = run_profile(load_target(batch_only_step), steps=8, warmup=1, config=LoaderConfig(batch_size=4, num_workers=1))
+    assert profile["train_step_call"] == "train_step(batch)"
+    assert profile["total_steps"] == 9 and profile["steps"] == 8 and profile["config"]["num_workers"] == 1
+    assert profile["epoch_steps"] == 8
+
+
+def test_iterable_dataset_runs_as_many_epochs_as_needed():
+    from torch.utils.data import IterableDataset
+
+    class Five(IterableDataset):
+        def __iter__(self):
+            return iter(torch.zeros(5, 4))
+
+    seen = []
+    target = {"dataset": Five(), "train_step": lambda batch: seen.append(batch.shape[0]), "batch_size": 2}
+    profile = run_profile(load_target(target), steps=5, warmup=0, config=LoaderConfig(batch_size=2))
+    assert profile["total_steps"] == 5 and profile["epochs"] == 2
+    assert seen == [2, 2, 1, 2, 2]
