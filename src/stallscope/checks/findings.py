@@ -1,0 +1,66 @@
+"""Findings: what ``check`` reports (SPEC §4). The codes are a stable contract."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ERROR = "error"
+WARNING = "warning"
+INFO = "info"
+SEVERITIES = (ERROR, WARNING, INFO)
+
+# Stable finding codes, in the order the spec lists them.
+CODES = (
+    "unpicklable",
+    "duplicate-rng",
+    "memory-growth",
+    "copy-on-write",
+    "slow-samples",
+    "hang",
+    "getitem-error",
+    "collate-error",
+    "shm-too-small",
+    "oversubscription",
+)
+
+
+@dataclass
+class Finding:
+    """One problem, with the numbers that prove it and what to change."""
+
+    code: str
+    severity: str
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    fix: str = ""
+
+    def __post_init__(self) -> None:
+        if self.code not in CODES:
+            raise ValueError(f"unknown finding code {self.code!r}")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"unknown severity {self.severity!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "severity": self.severity,
+            "message": self.message,
+            "evidence": self.evidence,
+            "fix": self.fix,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        return cls(
+            code=data["code"],
+            severity=data["severity"],
+            message=data["message"],
+            evidence=dict(data.get("evidence") or {}),
+            fix=data.get("fix", ""),
+        )
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """Errors first, then warnings, then info; spec order within a severity."""
+    return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), CODES.index(f.code)))

@@ -1,0 +1,720 @@
+"""Probe: per-sample fetch times, exceptions, hangs and collate failures, in worker processes.
+
+Why not a DataLoader here: when a DataLoader worker hangs, all the main process
+learns is "timed out"; it cannot say which index, where the worker was stuck,
+or go on with the rest. So this probe runs its own small pool of worker
+processes that behave like DataLoader workers (same start method, one intra-op
+thread, per-worker seeds, ``get_worker_info()`` and the user's
+``worker_init_fn``) and talk to the main process over a pipe:
+
+    main -> worker   ("fetch", [indices], collate?)   ("next", n, collate?)   ("threads",)   ("stop",)
+    worker -> main   ("ready",)  ("start", i)  ("item", i, seconds)  ("error", i, seconds, type, message, where)
+                     ("collated", [indices], seconds, bytes, structure)  ("collate-error", [indices], error, where, kinds)
+                     ("exhausted",)  ("done",)  ("threads", report)  ("init-error", message)
+
+The main process times each index from the worker's "start" message. Past the
+per-sample timeout it sends SIGUSR1, on which ``faulthandler`` in the worker
+writes every thread's Python stack to a file, then kills the worker, records
+the index and the innermost frame it was stuck on, starts a fresh worker and
+carries on with the remaining indices. Every wait is bounded by the probe's
+deadline, and the pool is torn down in ``finally`` (NOTE [worker shutdown] in
+``processes.py``); each worker also exits by itself if the main process dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import multiprocessing
+import os
+import re
+import signal
+import sysconfig
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+from ..errors import describe_exception
+
+_STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
+_MAX_ERRORS_KEPT = 50
+_SLOWEST_KEPT = 20
+# A sample still in flight when the budget runs out is reported (with its stack) when it
+# has been running this long, and this many times the median fetch.
+UNFINISHED_MIN_S = 1.0
+UNFINISHED_MEDIANS = 10.0
+_THIS_PACKAGE = str(Path(__file__).resolve().parent)
+
+
+# -- in the worker -------------------------------------------------------------------------------
+
+
+def _frame_label(filename: str, lineno: int | None, name: str) -> str:
+    return f"{filename}:{lineno} in {name}"
+
+
+def _where_raised(exc: BaseException) -> str | None:
+    """The innermost traceback frame outside this probe: ``file:line in function``."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_THIS_PACKAGE)]
+    if not frames:
+        return None
+    last = frames[-1]
+    return _frame_label(last.filename, last.lineno, last.name)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Exit when the parent is gone (we get re-parented), even while the main thread is stuck in a fetch.
+
+    The parent is the process that started us: the main process under fork and
+    spawn, the fork server under forkserver (which exits with the main process).
+    """
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent_pid:
+            os._exit(0)
+
+
+def _become_dataloader_worker(worker_id: int, num_workers: int, dataset: Any, base_seed: int, init_fn: Any) -> None:
+    """Set this process up the way torch's ``_worker_loop`` sets up a DataLoader worker."""
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    seed = base_seed + worker_id
+    random.seed(seed)
+    torch.manual_seed(seed)
+    np.random.seed(np.random.SeedSequence([worker_id, base_seed & 0xFFFFFFFF, base_seed >> 32]).generate_state(4))
+    with contextlib.suppress(Exception):  # private in torch; get_worker_info() reads it
+        from torch.utils.data._utils import worker as torch_worker
+
+        torch_worker._worker_info = torch_worker.WorkerInfo(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset)
+    if init_fn is not None:
+        init_fn(worker_id)
+
+
+def _structure_groups(items: list[Any], indices: list[Any]) -> list[list[Any]]:
+    from ..target import describe_structure
+
+    groups: dict[str, list[Any]] = {}
+    for index, item in zip(indices, items):
+        groups.setdefault(describe_structure(item), []).append(index)
+    return [[kind, idx[:8]] for kind, idx in groups.items()]
+
+
+def _collate(conn: Any, collate: Callable[[list], Any], items: list[Any], indices: list[Any], report_structure: bool) -> None:
+    from ..target import describe_structure, nbytes
+
+    start = time.perf_counter()
+    try:
+        batch = collate(items)
+    except Exception as exc:
+        conn.send(("collate-error", indices, describe_exception(exc, 300), _where_raised(exc), _structure_groups(items, indices)))
+        return
+    seconds = time.perf_counter() - start
+    conn.send(("collated", indices, seconds, nbytes(batch), describe_structure(batch) if report_structure else None))
+
+
+def _fetch_indices(conn: Any, dataset: Any, collate: Callable[[list], Any], indices: list[int], do_collate: bool, first: bool) -> None:
+    items: list[Any] = []
+    fetched: list[int] = []
+    for index in indices:
+        conn.send(("start", index))
+        start = time.perf_counter()
+        try:
+            item = dataset[index]
+        except Exception as exc:
+            seconds = time.perf_counter() - start
+            conn.send(("error", index, seconds, type(exc).__name__, describe_exception(exc, 300), _where_raised(exc)))
+            continue
+        conn.send(("item", index, time.perf_counter() - start))
+        if do_collate:
+            items.append(item)
+            fetched.append(index)
+    if do_collate and items:
+        _collate(conn, collate, items, fetched, first)
+
+
+def health_worker(
+    worker_id: int,
+    num_workers: int,
+    dataset: Any,
+    collate: Callable[[list], Any],
+    init_fn: Any,
+    base_seed: int,
+    conn: Any,
+    stack_path: str,
+) -> None:
+    """Entry point of one probe worker (module level, so spawn can import it)."""
+    # Ctrl-C in a terminal reaches the whole process group; the main process decides
+    # when workers stop (and kills them), as it does for DataLoader workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stack_file = open(stack_path, "w")  # noqa: SIM115 - stays open for faulthandler
+    stack_file.write(f"MAIN 0x{threading.main_thread().ident or 0:016x}\n")
+    stack_file.flush()
+    if _STACK_SIGNAL is not None:
+        faulthandler.register(_STACK_SIGNAL, file=stack_file, all_threads=True)
+    # A segfault or abort in native code (a decoder on a corrupt file) leaves its Python stack there too.
+    faulthandler.enable(file=stack_file, all_threads=True)
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), name="stallscope-parent-watch", daemon=True).start()
+    try:
+        _become_dataloader_worker(worker_id, num_workers, dataset, base_seed, init_fn)
+    except Exception as exc:
+        conn.send(("init-error", describe_exception(exc, 300), _where_raised(exc)))
+        return
+    conn.send(("ready",))
+    iterator = None
+    position = 0
+    first = True
+    while True:
+        if not conn.poll(1.0):
+            continue
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        op = message[0]
+        if op == "stop":
+            return
+        if op == "threads":
+            from .threads import thread_report
+
+            conn.send(("threads", thread_report()))
+        elif op == "fetch":
+            _fetch_indices(conn, dataset, collate, message[1], message[2], first)
+            first = False
+            conn.send(("done",))
+        elif op == "next":
+            if iterator is None:
+                iterator = iter(dataset)
+            items: list[Any] = []
+            labels: list[Any] = []
+            exhausted = False
+            for _ in range(message[1]):
+                conn.send(("start", position))
+                start = time.perf_counter()
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    exhausted = True
+                    break
+                except Exception as exc:
+                    conn.send(("error", position, time.perf_counter() - start, type(exc).__name__, describe_exception(exc, 300), _where_raised(exc)))
+                    exhausted = True  # a generator that raised is finished
+                    break
+                conn.send(("item", position, time.perf_counter() - start))
+                items.append(item)
+                labels.append(position)
+                position += 1
+            if message[2] and items:
+                _collate(conn, collate, items, labels, first)
+                first = False
+            if exhausted:
+                conn.send(("exhausted",))
+            conn.send(("done",))
+
+
+# -- stacks ------------------------------------------------------------------------------------------
+
+_THREAD_HEADER = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
+_FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
+
+
+def parse_stack(text: str) -> list[dict[str, Any]]:
+    """The main thread's frames from a faulthandler dump, innermost first."""
+    lines = text.splitlines()
+    main_ident = None
+    if lines and lines[0].startswith("MAIN "):
+        main_ident = int(lines[0].split()[1], 16)
+    threads: dict[int, list[dict[str, Any]]] = {}
+    current: list[dict[str, Any]] | None = None
+    for line in lines:
+        header = _THREAD_HEADER.match(line)
+        if header:
+            current = threads.setdefault(int(header.group(2), 16), [])
+            continue
+        frame = _FRAME.match(line)
+        if frame and current is not None:
+            current.append({"file": frame.group(1), "line": int(frame.group(2)), "function": frame.group(3).strip()})
+    if main_ident is not None and main_ident in threads:
+        return threads[main_ident]
+    return next(iter(threads.values()), [])
+
+
+_STDLIB_PATTERN = re.compile(r"[/\\]lib[/\\]python\d+(\.\d+)?[/\\]")
+
+
+def _is_library(path: str) -> bool:
+    """Frames of this probe or of the standard library (where a wait is, not why)."""
+    if path.startswith(_THIS_PACKAGE) or path.startswith("<"):
+        return True
+    if "site-packages" in path or "dist-packages" in path:
+        return False
+    stdlib = sysconfig.get_paths().get("stdlib", "")
+    return (bool(stdlib) and path.startswith(stdlib)) or bool(_STDLIB_PATTERN.search(path))
+
+
+def stuck_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The innermost frame outside the standard library and this probe (where the user's code waits)."""
+    for frame in frames:
+        if not _is_library(frame["file"]):
+            return frame
+    return frames[0] if frames else None
+
+
+# -- in the main process ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Slot:
+    """One probe worker as the main process sees it."""
+
+    worker_id: int
+    process: Any
+    conn: Any
+    stack_path: Path
+    started_at: float
+    ready: bool = False
+    busy: bool = False
+    pending: list[Any] = field(default_factory=list)  # indices sent, not yet answered
+    current: Any = None
+    current_since: float = 0.0
+    exhausted: bool = False
+
+
+@dataclass
+class HealthSettings:
+    timeout: float
+    deadline: float  # time.monotonic() by which the probe stops
+    workers: int
+    start_method: str
+    batch_size: int
+    seed: int = 0
+    max_hangs: int = 3
+    startup_timeout: float = 60.0
+    sample_limit: int | None = None  # iterable datasets: stop after this many items
+
+
+class HealthProbe:
+    def __init__(self, pipeline: Any, settings: HealthSettings, workdir: Path, progress: Callable[[int], None] | None = None) -> None:
+        self.pipeline = pipeline
+        self.s = settings
+        self.workdir = workdir
+        self.progress = progress
+        self.ctx = multiprocessing.get_context(settings.start_method)
+        import torch
+
+        self.base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=torch.Generator().manual_seed(settings.seed)).item())
+        self.slots: list[_Slot] = []
+        self.times: dict[Any, float] = {}
+        self.retimes: dict[Any, float] = {}
+        self.errors: list[dict[str, Any]] = []
+        self.error_count = 0
+        self.hangs: list[dict[str, Any]] = []
+        self.unfinished: list[dict[str, Any]] = []
+        self.crashes: list[dict[str, Any]] = []
+        self.collated = 0
+        self.collate_errors: list[dict[str, Any]] = []
+        self.collate_error_count = 0
+        self.batch_bytes: list[int] = []
+        self.batch_structure: str | None = None
+        self.init_error: dict[str, Any] | None = None
+        self.threads: dict[str, Any] | None = None
+        self.stopped: str | None = None
+        self.restarts = 0
+        self._retiming = False
+        self._spawned = 0
+
+    # -- worker lifecycle --------------------------------------------------------------------
+    def _start(self, worker_id: int) -> _Slot:
+        parent, child = self.ctx.Pipe(duplex=True)
+        self._spawned += 1
+        stack_path = self.workdir / f"stack-{worker_id}-{self._spawned}.txt"
+        process = self.ctx.Process(
+            target=health_worker,
+            args=(
+                worker_id,
+                self.s.workers,
+                self.pipeline.dataset,
+                self.pipeline.collate,
+                self.pipeline.worker_init_fn,
+                self.base_seed,
+                child,
+                str(stack_path),
+            ),
+            daemon=True,
+            name=f"stallscope-check-{worker_id}",
+        )
+        process.start()
+        child.close()
+        return _Slot(worker_id, process, parent, stack_path, time.monotonic())
+
+    def _stop(self, slot: _Slot, *, kill: bool = False) -> None:
+        if not kill and not slot.busy and slot.process.is_alive():
+            with contextlib.suppress(Exception):
+                slot.conn.send(("stop",))
+            slot.process.join(1.0)
+        if slot.process.is_alive():
+            slot.process.kill()
+            slot.process.join(2.0)
+        with contextlib.suppress(Exception):
+            slot.conn.close()
+
+    def _replace(self, slot: _Slot) -> _Slot:
+        self._stop(slot, kill=True)
+        self.restarts += 1
+        fresh = self._start(slot.worker_id)
+        self.slots[self.slots.index(slot)] = fresh
+        return fresh
+
+    def close(self) -> None:
+        for slot in self.slots:
+            self._stop(slot)
+        self.slots = []
+
+    # -- message handling ------------------------------------------------------------------
+    def _handle(self, slot: _Slot, message: tuple[Any, ...]) -> None:
+        op = message[0]
+        if op == "ready":
+            slot.ready = True
+        elif op == "start":
+            slot.current = message[1]
+            slot.current_since = time.monotonic()
+        elif op in ("item", "error"):
+            index = self._label(slot, message[1])
+            slot.current = None
+            with contextlib.suppress(ValueError):
+                slot.pending.remove(message[1])
+            if op == "item":
+                (self.retimes if self._retiming else self.times)[index] = float(message[2])
+            else:
+                self.error_count += 1
+                if len(self.errors) < _MAX_ERRORS_KEPT:
+                    self.errors.append(
+                        {"index": index, "type": message[3], "message": message[4], "where": message[5], "seconds": round(message[2], 4)}
+                    )
+            if self.progress is not None and not self._retiming:
+                self.progress(len(self.times) + self.error_count)
+        elif op == "collated":
+            self.collated += 1
+            self.batch_bytes.append(int(message[3]))
+            if message[4] is not None and self.batch_structure is None:
+                self.batch_structure = message[4]
+        elif op == "collate-error":
+            self.collated += 1
+            self.collate_error_count += 1
+            if len(self.collate_errors) < 10:
+                self.collate_errors.append(
+                    {
+                        "indices": [self._label(slot, i) for i in message[1]][:16],
+                        "error": message[2],
+                        "where": message[3],
+                        "item_structures": [{"structure": kind, "indices": [self._label(slot, i) for i in idx]} for kind, idx in message[4]],
+                    }
+                )
+        elif op == "exhausted":
+            slot.exhausted = True
+        elif op == "done":
+            slot.busy = False
+            slot.pending = []
+            slot.current = None
+        elif op == "threads":
+            self.threads = message[1]
+        elif op == "init-error":
+            self.init_error = {"message": message[1], "where": message[2], "worker": slot.worker_id}
+
+    def _label(self, slot: _Slot, index: Any) -> Any:
+        return f"w{slot.worker_id}#{index}" if self.pipeline.is_iterable else index
+
+    def _drain(self, slot: _Slot) -> bool:
+        """Handle every message waiting on ``slot``; False when its pipe is closed."""
+        try:
+            while slot.conn.poll():
+                self._handle(slot, slot.conn.recv())
+        except (EOFError, OSError):
+            return False
+        return True
+
+    # -- failure handling ----------------------------------------------------------------------
+    def _dump_stack(self, slot: _Slot) -> list[dict[str, Any]]:
+        if _STACK_SIGNAL is None:
+            return []
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(slot.process.pid, _STACK_SIGNAL)
+        text = previous = ""
+        until = time.monotonic() + 1.0
+        while time.monotonic() < until:
+            time.sleep(0.05)
+            with contextlib.suppress(OSError):
+                text = slot.stack_path.read_text(errors="replace")
+            if "most recent call first" in text and text == previous:
+                break  # the dump is complete once the file stops changing
+            previous = text
+        return parse_stack(text)
+
+    def _on_hang(self, slot: _Slot, now: float) -> _Slot | None:
+        frames = self._dump_stack(slot)
+        where = stuck_frame(frames)
+        index = self._label(slot, slot.current)
+        self.hangs.append(
+            {
+                "index": index,
+                "worker": slot.worker_id,
+                "pid": slot.process.pid,
+                "waited_s": round(now - slot.current_since, 2),
+                "where": _frame_label(where["file"], where["line"], where["function"]) if where else None,
+                "stack": [_frame_label(f["file"], f["line"], f["function"]) for f in frames[:12]],
+            }
+        )
+        return self._requeue_after(slot, skip=slot.current)
+
+    def _note_unfinished(self, now: float) -> None:
+        """Samples still being fetched, suspiciously long, when the budget ran out: where are they?"""
+        values = sorted(self.times.values())
+        median = values[len(values) // 2] if values else 0.0
+        for slot in self.slots:
+            running = now - slot.current_since
+            if slot.current is None or not slot.busy or running < max(UNFINISHED_MIN_S, UNFINISHED_MEDIANS * median):
+                continue
+            frames = self._dump_stack(slot)
+            where = stuck_frame(frames)
+            self.unfinished.append(
+                {
+                    "index": self._label(slot, slot.current),
+                    "running_s": round(running, 2),
+                    "where": _frame_label(where["file"], where["line"], where["function"]) if where else None,
+                    "stack": [_frame_label(f["file"], f["line"], f["function"]) for f in frames[:12]],
+                }
+            )
+
+    def _on_crash(self, slot: _Slot) -> _Slot | None:
+        slot.process.join(1.0)
+        code = slot.process.exitcode
+        name = None
+        if code is not None and code < 0:
+            with contextlib.suppress(ValueError):
+                name = signal.Signals(-code).name
+        where = None
+        if not slot.ready:
+            # It died before fetching anything (e.g. a spawned worker could not import or
+            # unpickle the dataset): every replacement would do the same.
+            how = f"killed by {name}" if name else f"exit code {code}"
+            self.init_error = {"message": f"a probe worker died during start-up ({how})", "where": None, "worker": slot.worker_id}
+            self._stop(slot, kill=True)
+            return None
+        self.crashes.append(
+            {"index": self._label(slot, slot.current) if slot.current is not None else None, "worker": slot.worker_id, "exitcode": code, "signal": name}
+        )
+        if slot.current is not None:
+            self.error_count += 1
+            if len(self.errors) < _MAX_ERRORS_KEPT:
+                how = f"killed by {name}" if name else f"exit code {code}"
+                with contextlib.suppress(OSError):
+                    frame = stuck_frame(parse_stack(slot.stack_path.read_text(errors="replace")))
+                    where = _frame_label(frame["file"], frame["line"], frame["function"]) if frame else None
+                self.errors.append(
+                    {"index": self._label(slot, slot.current), "type": "WorkerCrash", "message": f"the worker process died while fetching it ({how})", "where": where, "seconds": None}
+                )
+        return self._requeue_after(slot, skip=slot.current)
+
+    def _requeue_after(self, slot: _Slot, *, skip: Any) -> _Slot | None:
+        if self.pipeline.is_iterable:
+            # A fresh worker would restart this shard from its first item and meet the
+            # same sample again: retire the worker instead.
+            self._stop(slot, kill=True)
+            self.slots.remove(slot)
+            return None
+        rest = [i for i in slot.pending if i != skip]
+        if rest:
+            self._queue.appendleft(rest)
+        return self._replace(slot)
+
+    # -- the loop ------------------------------------------------------------------------------
+    def _assign(self, slot: _Slot, work: Any) -> None:
+        slot.busy = True
+        slot.current = None
+        if self.pipeline.is_iterable:
+            slot.pending = []
+            slot.conn.send(("next", work, not self._retiming))
+        else:
+            slot.pending = list(work)
+            slot.conn.send(("fetch", list(work), not self._retiming))
+
+    def _next_work(self, slot: _Slot) -> Any:
+        if self.pipeline.is_iterable:
+            if slot.exhausted:
+                return None
+            limit = self.s.sample_limit
+            done = len(self.times) + self.error_count
+            if limit is not None and done >= limit:
+                return None
+            return self.s.batch_size
+        return self._queue.popleft() if self._queue else None
+
+    def _work_left(self) -> bool:
+        if not self.slots:
+            return False
+        if not self.pipeline.is_iterable:
+            return bool(self._queue)
+        limit = self.s.sample_limit
+        if limit is not None and len(self.times) + self.error_count >= limit:
+            return False
+        return any(not s.exhausted for s in self.slots)
+
+    def _run(self, work: list[list[Any]] | None) -> None:
+        """Drive the pool until the work is done, the deadline passes or too many hangs."""
+        self._queue: deque[list[Any]] = deque(work or [])
+        while True:
+            now = time.monotonic()
+            if now >= self.s.deadline:
+                self.stopped = self.stopped or "budget"
+                self._note_unfinished(now)
+                return
+            if len(self.hangs) >= self.s.max_hangs:
+                self.stopped = "hangs"
+                return
+            if self.init_error is not None:
+                self.stopped = "worker_init_fn failed"
+                return
+            for slot in list(self.slots):
+                if slot.ready and not slot.busy:
+                    job = self._next_work(slot)
+                    if job is not None:
+                        self._assign(slot, job)
+            if not any(s.busy for s in self.slots) and not self._work_left():
+                return
+            wait([s.conn for s in self.slots] + [s.process.sentinel for s in self.slots], timeout=min(0.1, max(0.0, self.s.deadline - now)))
+            for slot in list(self.slots):
+                alive = self._drain(slot)
+                now = time.monotonic()
+                if not alive or not slot.process.is_alive():
+                    self._drain(slot)
+                    if self.init_error is not None:
+                        self._stop(slot, kill=True)
+                        return
+                    if slot.busy or not slot.ready:
+                        self._on_crash(slot)
+                        if self.init_error is not None:
+                            return
+                    else:
+                        self._replace(slot)  # died while idle (e.g. the OOM killer): start a fresh one
+                    continue
+                if slot.current is not None and now - slot.current_since > self.s.timeout:
+                    self._on_hang(slot, now)
+                elif not slot.ready and now - slot.started_at > self.s.startup_timeout:
+                    slot.current = "<worker start-up>"
+                    slot.current_since = slot.started_at
+                    self._on_hang(slot, now)
+                    self.stopped = "worker start-up hung"
+                    return
+
+    def run(self, order: list[int] | None, retime: Callable[[dict[Any, float]], list[Any]] | None) -> dict[str, Any]:
+        started = time.perf_counter()
+        try:
+            self.slots = [self._start(k) for k in range(self.s.workers)]
+            bs = self.s.batch_size
+            batches = None if order is None else [order[i : i + bs] for i in range(0, len(order), bs)]
+            self._run(batches)
+            candidates = retime(self.times) if retime is not None and not self.pipeline.is_iterable else []
+            if candidates and time.monotonic() < self.s.deadline and self.stopped is None:
+                self._retiming = True
+                per = max(1, -(-len(candidates) // max(1, len(self.slots))))
+                self._run([candidates[i : i + per] for i in range(0, len(candidates), per)])
+                self._retiming = False
+            self._ask_threads()
+        finally:
+            self.close()
+        return self._record(order, time.perf_counter() - started)
+
+    def _ask_threads(self) -> None:
+        slot = next((s for s in self.slots if s.ready and not s.busy and s.process.is_alive()), None)
+        if slot is None:
+            return
+        with contextlib.suppress(Exception):
+            slot.conn.send(("threads",))
+            until = min(self.s.deadline + 2.0, time.monotonic() + 5.0)
+            while self.threads is None and time.monotonic() < until:
+                if slot.conn.poll(0.1):
+                    self._handle(slot, slot.conn.recv())
+
+    def _record(self, order: list[int] | None, seconds: float) -> dict[str, Any]:
+        values = sorted(self.times.values())
+        slowest = sorted(self.times.items(), key=lambda kv: kv[1], reverse=True)[:_SLOWEST_KEPT]
+        return {
+            "kind": "iterable" if self.pipeline.is_iterable else "map",
+            "requested": None if order is None else len(order),
+            "fetched": len(self.times),
+            "errors_total": self.error_count,
+            "timing": timing_summary(values),
+            "slowest": [[k, round(v, 5)] for k, v in slowest],
+            "retimed": [[k, round(v, 5)] for k, v in self.retimes.items()],
+            "errors": self.errors,
+            "hangs": self.hangs,
+            "unfinished": self.unfinished,
+            "crashes": self.crashes,
+            "collate": {
+                "batches": self.collated,
+                "errors_total": self.collate_error_count,
+                "errors": self.collate_errors,
+                "max_batch_bytes": max(self.batch_bytes) if self.batch_bytes else None,
+                "batch_structure": self.batch_structure,
+                "collate_fn": _callable_name(self.pipeline.collate),
+            },
+            "init_error": self.init_error,
+            "threads": self.threads,
+            "stopped": self.stopped,
+            "restarts": self.restarts,
+            "seconds": round(seconds, 3),
+            "timeout_s": self.s.timeout,
+        }
+
+
+def timing_summary(values: list[float]) -> dict[str, Any]:
+    """Median, MAD and tail quantiles of sorted fetch times (seconds)."""
+    if not values:
+        return {"count": 0}
+    n = len(values)
+
+    def quantile(q: float) -> float:
+        return values[min(n - 1, int(q * (n - 1) + 0.5))]
+
+    median = quantile(0.5)
+    mad = sorted(abs(v - median) for v in values)[n // 2]
+    return {
+        "count": n,
+        "median_s": round(median, 6),
+        "mad_s": round(mad, 6),
+        "p90_s": round(quantile(0.9), 6),
+        "p99_s": round(quantile(0.99), 6),
+        "max_s": round(values[-1], 6),
+        "total_s": round(sum(values), 4),
+    }
+
+
+def _callable_name(fn: Any) -> str:
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None) or ""
+    return f"{module}.{name}" if module and module != "builtins" else name
+
+
+def probe_health(
+    pipeline: Any,
+    settings: HealthSettings,
+    *,
+    order: list[int] | None,
+    workdir: Path,
+    retime: Callable[[dict[Any, float]], list[Any]] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Fetch ``order`` (map-style) or iterate (iterable) in probe workers; see the module docstring."""
+    probe = HealthProbe(pipeline, settings, workdir, progress)
+    return probe.run(order, retime)
+
+

@@ -1,0 +1,256 @@
+"""Probe: each worker's memory while it iterates (memory-growth vs copy-on-write).
+
+A real DataLoader iterates a shuffled stream of indices (as training does)
+while a thread samples every worker's RSS and USS (private memory) with
+psutil, next to the number of samples delivered so far. Two different
+problems show up differently:
+
+- memory-growth: the worker allocates and keeps memory (a cache or a list on
+  ``self`` that never stops growing): RSS and USS rise together, in proportion
+  to the samples processed.
+- copy-on-write: after fork a worker shares the parent's pages; reading a
+  Python object writes its reference count, which makes the kernel copy the
+  whole page into the worker. USS rises while RSS stays flat: shared pages
+  turn private. Over an epoch each worker ends up with its own copy of every
+  page holding the dataset's Python objects. NumPy arrays and tensors do not
+  suffer from this (one object header, the data is never written).
+
+The probe only measures; ``rules.detect_memory_growth`` and
+``rules.detect_copy_on_write`` read the series.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import time
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+from torch.utils.data import Sampler
+
+from ..processes import shutdown_iterator, worker_pids
+from .util import describe_worker_exception
+
+MB = 1024 * 1024
+_POINTS = 40  # memory readings spread over the probe's samples
+
+
+class IndexCycler(Sampler[int]):
+    """``total`` draws from ``indices``, reshuffled on each pass (like RandomSampler over epochs)."""
+
+    def __init__(self, indices: list[int], total: int, *, seed: int = 0) -> None:
+        self.indices = list(indices)
+        self.total = total
+        self.seed = seed
+
+    def __iter__(self) -> Iterator[int]:
+        import torch
+
+        emitted = 0
+        epoch = 0
+        while emitted < self.total and self.indices:
+            order = torch.randperm(len(self.indices), generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
+            for k in order:
+                if emitted >= self.total:
+                    return
+                yield self.indices[k]
+                emitted += 1
+            epoch += 1
+
+    def __len__(self) -> int:
+        return self.total
+
+
+def python_heap(obj: Any, *, max_objects: int = 3_000_000, seconds: float = 2.0) -> dict[str, Any]:
+    """Bytes and count of the Python objects reachable from ``obj`` (array payloads excluded).
+
+    These are the pages a fork worker copies when it touches the objects.
+    Tensors and arrays count as their header only: their data is never written
+    by reading them.
+    """
+    skip = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.CodeType, types.MethodType)
+    array_types: tuple[type, ...] = ()
+    with contextlib.suppress(ImportError):
+        import numpy as np
+        import torch
+
+        array_types = (np.ndarray, torch.Tensor)
+    seen: set[int] = set()
+    stack = [obj]
+    total = 0
+    count = 0
+    deadline = time.monotonic() + seconds
+    complete = True
+    while stack:
+        if count >= max_objects or (count % 4096 == 0 and time.monotonic() > deadline):
+            complete = False
+            break
+        item = stack.pop()
+        key = id(item)
+        if key in seen or isinstance(item, skip):
+            continue
+        seen.add(key)
+        count += 1
+        if isinstance(item, array_types):
+            total += 112  # the object header only
+            continue
+        try:
+            total += sys.getsizeof(item)
+        except TypeError:
+            continue
+        if isinstance(item, (str, bytes, int, float, bool, complex)) or item is None:
+            continue
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+        else:
+            attrs = getattr(item, "__dict__", None)
+            if isinstance(attrs, dict):
+                stack.append(attrs)
+            for name in getattr(type(item), "__slots__", ()) or ():
+                if isinstance(name, str):
+                    with contextlib.suppress(AttributeError):
+                        stack.append(getattr(item, name))
+    return {"bytes": total, "objects": count, "complete": complete}
+
+
+class _MemorySampler:
+    """Per worker ``[samples_per_worker, rss_mb, uss_mb, t]`` points.
+
+    The main loop calls :meth:`sample` every few batches, which spreads the
+    points evenly over samples processed; a background thread adds a point when
+    none was taken for ``idle`` seconds (slow pipelines).
+    """
+
+    def __init__(self, pids: list[int], counter: Any, idle: float = 0.25) -> None:
+        self.procs = {}
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):
+                self.procs[pid] = psutil.Process(pid)
+        self.counter = counter
+        self.idle = idle
+        self.points: dict[int, list[list[float]]] = {pid: [] for pid in self.procs}
+        self.cpu: dict[int, list[float]] = {pid: [] for pid in self.procs}
+        self._lock = threading.Lock()
+        self._last = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stallscope-check-memory", daemon=True)
+        self._t0 = time.perf_counter()
+
+    def start(self) -> _MemorySampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.idle / 2):
+            if time.perf_counter() - self._last >= self.idle:
+                self.sample()
+
+    def sample(self) -> None:
+        with self._lock:
+            n_workers = max(1, len(self.procs))
+            samples = self.counter() / n_workers
+            for pid, proc in self.procs.items():
+                try:
+                    info = proc.memory_full_info()
+                    cpu = proc.cpu_times()
+                except (psutil.Error, AttributeError):
+                    continue
+                t = time.perf_counter() - self._t0
+                self.points[pid].append([round(samples, 1), round(info.rss / MB, 3), round(info.uss / MB, 3), round(t, 3)])
+                self.cpu[pid].append(cpu.user + cpu.system)
+            self._last = time.perf_counter()
+
+
+def probe_memory(
+    pipeline: Any,
+    *,
+    indices: list[int],
+    workers: int,
+    start_method: str,
+    batch_size: int,
+    seconds: float,
+    max_samples: int,
+    batch_timeout: float,
+    deadline: float,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Iterate up to ``max_samples`` shuffled samples (or ``seconds``) while sampling worker memory."""
+    from torch.utils.data import DataLoader
+
+    length = pipeline.length()
+    record: dict[str, Any] = {
+        "start_method": start_method,
+        "workers": workers,
+        "batch_size": batch_size,
+        "dataset_length": length,
+        "indices_available": len(indices) if not pipeline.is_iterable else None,
+        "python_heap": python_heap(pipeline.dataset),
+        "samples": 0,
+        "seconds": 0.0,
+        "series": [],
+        "stopped": None,
+        "error": None,
+    }
+    consumed = [0]
+    if pipeline.is_iterable:
+        loader = DataLoader(
+            pipeline.dataset, batch_size=batch_size, num_workers=workers, collate_fn=pipeline.collate,
+            worker_init_fn=pipeline.worker_init_fn, multiprocessing_context=start_method, timeout=batch_timeout,
+        )
+    else:
+        import torch
+
+        loader = DataLoader(
+            pipeline.dataset, batch_size=batch_size, sampler=IndexCycler(indices, max_samples, seed=seed),
+            num_workers=workers, collate_fn=pipeline.collate, worker_init_fn=pipeline.worker_init_fn,
+            multiprocessing_context=start_method, timeout=batch_timeout, generator=torch.Generator().manual_seed(seed),
+        )
+    started = time.perf_counter()
+    until = deadline  # until the first batch (worker start-up); then ``seconds`` of iteration
+    iterator = iter(loader)
+    sampler = _MemorySampler(worker_pids(iterator), lambda: consumed[0])
+    every = max(1, max_samples // batch_size // _POINTS)
+    try:
+        for k, _batch in enumerate(iterator):
+            consumed[0] += batch_size
+            if k == 0:
+                sampler.sample()  # the baseline: workers are up and have produced a batch
+                sampler.start()
+                until = min(deadline, time.monotonic() + seconds)
+            elif k % every == 0:
+                sampler.sample()
+            if time.monotonic() >= until:
+                record["stopped"] = "time"
+                break
+            if consumed[0] >= max_samples:
+                break
+    except Exception as exc:  # a timeout or the dataset raising in a worker: keep what was measured
+        record["error"] = describe_worker_exception(exc)
+    finally:
+        sampler.sample()
+        sampler.stop()
+        shutdown_iterator(iterator)
+        del iterator
+    elapsed = time.perf_counter() - started
+    record["samples"] = consumed[0]
+    record["seconds"] = round(elapsed, 3)
+    for pid, points in sampler.points.items():
+        cpu = sampler.cpu[pid]
+        span = points[-1][3] - points[0][3] if len(points) >= 2 else 0.0
+        cpu_percent = (cpu[-1] - cpu[0]) / span * 100 if span > 0 else None
+        record["series"].append(
+            {"pid": pid, "points": points, "cpu_percent": None if cpu_percent is None else round(cpu_percent, 1)}
+        )
+    return record

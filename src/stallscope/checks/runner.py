@@ -1,0 +1,599 @@
+"""``ss.check``: run the probes within a time budget, then the rules.
+
+Order matters: the picklability probe runs first (it decides whether worker
+probes can use spawn/forkserver), then the sample-health probe (its own pool:
+it survives hangs and names the bad indices), then the DataLoader-based RNG and
+memory probes, which leave out the indices the health probe found broken so
+they do not stall on them. Every probe gets a deadline carved from the total
+budget; every wait on a worker is bounded (NOTE [worker shutdown] in
+``processes.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError, describe_exception
+from ..processes import descendants, reap_children
+from .findings import CODES, ERROR, Finding
+from .rules import analyse, slow_candidates
+
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_BUDGET_S = 60.0
+SAMPLE_SIZE = 512  # indices fetched in sampled mode
+MEMORY_SECONDS = 4.0  # sampled mode: how long the memory probe iterates at most
+MEMORY_MIN_SAMPLES = 2000
+MEMORY_MAX_SAMPLES = 20000
+MEMORY_MAX_BATCHES = 250  # sampled mode: enough readings for a slope without dwelling on tiny datasets
+MEMORY_INDEX_POOL = 200_000
+RNG_OTHER_INDICES = 4
+RNG_MAX_REPEATS = 6
+# Seconds a fresh worker may take before its first fetch (spawn re-imports torch).
+STARTUP_S = {"fork": 5.0, "spawn": 30.0, "forkserver": 30.0}
+
+# which probes each finding code needs
+_PROBES_FOR = {
+    "unpicklable": {"pickling"},
+    "duplicate-rng": {"rng"},
+    "memory-growth": {"memory"},
+    "copy-on-write": {"memory"},
+    "slow-samples": {"health"},
+    "hang": {"health"},
+    "getitem-error": {"health"},
+    "collate-error": {"health"},
+    "shm-too-small": {"health"},
+    "oversubscription": {"health", "memory"},
+}
+
+
+@dataclass
+class CheckResult:
+    """What ``check`` found: findings (errors first), what was covered, the raw measurements."""
+
+    target: str
+    findings: list[Finding] = field(default_factory=list)
+    coverage: dict[str, Any] = field(default_factory=dict)
+    probes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == ERROR]
+
+    @property
+    def codes(self) -> list[str]:
+        return [f.code for f in self.findings]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.errors else 0
+
+    def by_code(self, code: str) -> list[Finding]:
+        return [f for f in self.findings if f.code == code]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record sections of ``check`` (SPEC §5): findings, coverage, and the measurements."""
+        return {
+            "findings": [f.to_dict() for f in self.findings],
+            "coverage": self.coverage,
+            "check_probes": self.probes,
+        }
+
+
+def default_start_method() -> str:
+    """The start method a DataLoader with no ``multiprocessing_context`` uses here."""
+    current = multiprocessing.get_start_method(allow_none=True)
+    if current:
+        return current
+    if sys.platform in ("win32", "darwin"):
+        return "spawn"
+    return "forkserver" if sys.version_info >= (3, 14) else "fork"
+
+
+def select_codes(only: Iterable[str] | None, skip: Iterable[str] | None) -> list[str]:
+    chosen = list(CODES) if not only else list(dict.fromkeys(only))
+    unknown = sorted({*chosen, *(skip or ())} - set(CODES))
+    if unknown:
+        raise UsageError(f"unknown check code {unknown[0]!r}; choose from {', '.join(CODES)}.")
+    skipped = set(skip or ())
+    return [c for c in chosen if c not in skipped]
+
+
+@contextlib.contextmanager
+def _reaping_new_children() -> Any:
+    """Reap workers this call started, sparing multiprocessing's own helper processes."""
+    before = {p.pid for p in descendants()}
+    try:
+        yield
+    finally:
+        helpers = set()
+        for proc in descendants():
+            with contextlib.suppress(Exception):
+                cmd = " ".join(proc.cmdline())
+                if "multiprocessing.resource_tracker" in cmd or "multiprocessing.forkserver" in cmd:
+                    helpers.add(proc.pid)
+        reap_children(exclude=before | helpers)
+
+
+class _Run:
+    def __init__(
+        self,
+        pipeline: Any,
+        *,
+        codes: list[str],
+        timeout: float,
+        budget: float,
+        full: bool,
+        num_workers: int,
+        start_method: str,
+        seed: int,
+        shm_free_bytes: int | None,
+        workdir: Path,
+        progress: Callable[[str, int | None, int | None], None] | None,
+        on_update: Callable[[CheckResult], None] | None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.codes = codes
+        self.timeout = timeout
+        self.budget = budget
+        self.full = full
+        self.workers = num_workers
+        self.start_method = start_method
+        self.seed = seed
+        self.shm_free_override = shm_free_bytes
+        self.workdir = workdir
+        self.progress_cb = progress
+        self.on_update = on_update
+        self.started = time.monotonic()
+        self.deadline = self.started + budget
+        self.needed = set().union(*(_PROBES_FOR[c] for c in codes)) if codes else set()
+        self.length = pipeline.length()
+        self.batch_size = pipeline.batch_size if not self.length else min(pipeline.batch_size, self.length)
+        self.notes: list[str] = []
+        self.probe_status: dict[str, str] = {}
+        self.result = CheckResult(target=pipeline.target)
+        self.probes = self.result.probes
+        self.worker_method = start_method
+
+    # -- helpers -------------------------------------------------------------------------
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def progress(self, stage: str, done: int | None = None, total: int | None = None) -> None:
+        if self.progress_cb is not None:
+            self.progress_cb(stage, done, total)
+
+    def publish(self) -> None:
+        self.result.findings = analyse(self.probes, codes=set(self.codes))
+        self.result.coverage = self.coverage()
+        if self.on_update is not None:
+            self.on_update(self.result)
+
+    def startup(self) -> float:
+        return STARTUP_S.get(self.worker_method, 30.0)
+
+    # -- the run -----------------------------------------------------------------------------
+    def run(self) -> CheckResult:
+        from ..host import host_info
+
+        host = host_info().to_dict()
+        self.probes["settings"] = {
+            "start_method": self.start_method,
+            "pinned_start_method": self.pipeline.baseline.multiprocessing_context,
+            "num_workers": self.workers,
+            "timeout_s": self.timeout,
+            "budget_s": self.budget,
+            "full": self.full,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "codes": self.codes,
+        }
+        self.probes["host"] = {k: host.get(k) for k in ("cores", "memory_available_bytes", "shm_free_bytes")}
+        pickling = None
+        try:
+            pickling = self._start_pickling()
+            self._choose_worker_method(pickling)
+            self.publish()
+            for probe, wanted, step in (
+                ("health", "health" in self.needed, self._run_health),
+                ("rng", "rng" in self.needed, self._run_rng),
+                ("memory", "memory" in self.needed, self._run_memory),
+                ("shm", "shm-too-small" in self.codes, self._measure_shm),
+                ("threads", "oversubscription" in self.codes, self._collect_threads),
+            ):
+                if wanted:
+                    self._guarded(probe, step)
+                    self.publish()
+            if pickling is not None:
+                self.progress("loading the pickle in a fresh interpreter")
+                self.probes["pickling"] = pickling.finish(time.monotonic() + min(max(self.remaining(), 2.0), 120.0))
+                pickling = None
+            self.publish()
+        finally:
+            if pickling is not None:
+                pickling.cancel()
+        return self.result
+
+    def _guarded(self, probe: str, step: Callable[[], None]) -> None:
+        """Run one probe; if the user's pipeline breaks it in a way no rule covers, say so and go on."""
+        try:
+            step()
+        except Exception as exc:
+            self.probe_status[probe] = f"failed: {describe_exception(exc)}"
+
+    # -- pickling ---------------------------------------------------------------------------------
+    def _roots(self) -> dict[str, Any]:
+        roots: dict[str, Any] = {"dataset": self.pipeline.dataset}
+        if self.pipeline.collate_fn is not None:
+            roots["collate_fn"] = self.pipeline.collate_fn
+        if self.pipeline.worker_init_fn is not None:
+            roots["worker_init_fn"] = self.pipeline.worker_init_fn
+        return roots
+
+    def _start_pickling(self) -> Any:
+        if "pickling" not in self.needed:
+            self.probe_status["pickling"] = "not selected"
+            return None
+        from .pickling import PicklingProbe
+
+        self.progress("pickling the dataset as spawn would")
+        probe = PicklingProbe(self._roots(), self.workdir).start()
+        self.probes["pickling"] = {"roots": [r.to_dict() for r in probe.results], "note": "spawned load pending"}
+        self.probe_status["pickling"] = "done"
+        return probe
+
+    def _choose_worker_method(self, pickling: Any) -> None:
+        if self.start_method == "fork":
+            return
+        if pickling is not None:
+            picklable = all(r.ok for r in pickling.results)
+        else:
+            from .pickling import try_pickle
+
+            picklable = all(try_pickle(obj)[0] is None for obj in self._roots().values())
+        if picklable:
+            return
+        if "fork" in multiprocessing.get_all_start_methods():
+            self.worker_method = "fork"
+            self.notes.append(f"worker probes ran under fork: the pipeline cannot be pickled for {self.start_method}")
+        else:
+            self.worker_method = ""
+            self.notes.append(f"worker probes skipped: the pipeline cannot be pickled for {self.start_method} and fork is unavailable")
+
+    # -- sample health --------------------------------------------------------------------------
+    def _order(self) -> list[int] | None:
+        if self.pipeline.is_iterable or self.length is None:
+            return None
+        n = self.length
+        if self.full or n <= SAMPLE_SIZE:
+            if self.full:
+                return list(range(n))
+            order = list(range(n))
+            random.Random(self.seed).shuffle(order)
+            return order
+        rng = random.Random(self.seed)
+        middle = rng.sample(range(1, n - 1), SAMPLE_SIZE - 2)
+        # The ends first: off-by-one bugs live at the last index. The rest in random
+        # order, so whatever part the budget allows is a uniform sample.
+        return [0, n - 1, *middle]
+
+    def _run_health(self) -> None:
+        if not self.worker_method:
+            self.probe_status["health"] = "skipped: no usable start method"
+            return
+        from .health import HealthSettings, probe_health
+
+        order = self._order()
+        remaining = self.remaining()
+        share = max(0.55 * remaining, min(remaining, 2 * self.timeout + self.startup()))
+        settings = HealthSettings(
+            timeout=self.timeout,
+            deadline=time.monotonic() + share,
+            workers=self.workers,
+            start_method=self.worker_method,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            startup_timeout=self.startup() + self.timeout,
+            sample_limit=None if self.full else SAMPLE_SIZE,
+        )
+        total = len(order) if order is not None else (None if self.full else SAMPLE_SIZE)
+        self.progress("fetching samples in worker processes", 0, total)
+        self.probes["health"] = probe_health(
+            self.pipeline,
+            settings,
+            order=order,
+            workdir=self.workdir,
+            retime=slow_candidates,
+            progress=lambda done: self.progress("fetching samples in worker processes", done, total),
+        )
+        self.probe_status["health"] = "done" if not self.probes["health"].get("stopped") else f"stopped: {self.probes['health']['stopped']}"
+
+    def _bad_indices(self) -> set[Any]:
+        health = self.probes.get("health") or {}
+        bad = {e["index"] for e in health.get("errors") or []}
+        bad |= {h["index"] for h in health.get("hangs") or []}
+        bad |= {u["index"] for u in health.get("unfinished") or []}
+        bad |= {c["index"] for c in health.get("crashes") or [] if c.get("index") is not None}
+        return bad
+
+    def _good_indices(self, limit: int | None = None) -> list[int]:
+        if self.length is None:
+            return []
+        bad = self._bad_indices()
+        n = self.length
+        if limit is not None and n > limit:
+            pool = random.Random(self.seed + 1).sample(range(n), limit)
+        else:
+            pool = list(range(n))
+        return [i for i in pool if i not in bad]
+
+    def _health_blocked(self) -> str | None:
+        health = self.probes.get("health") or {}
+        if health.get("init_error"):
+            return "the workers could not start"
+        if self.pipeline.is_iterable:
+            # A stream cannot skip a bad item: a DataLoader over it would stall or stop on it again.
+            stuck = (health.get("hangs") or []) + (health.get("unfinished") or [])
+            if stuck:
+                return f"the stream hangs at item {stuck[0]['index']}"
+            if health.get("errors"):
+                return f"the stream raises at item {health['errors'][0]['index']}"
+        if health and not health.get("fetched") and (health.get("errors_total") or health.get("hangs")):
+            return "no sample could be fetched"
+        return None
+
+    # -- duplicate rng ------------------------------------------------------------------------------
+    def _rng_indices(self) -> tuple[list[int], int]:
+        health = self.probes.get("health") or {}
+        median = (health.get("timing") or {}).get("median_s") or 0.0
+        if self.pipeline.is_iterable:
+            return list(range(RNG_OTHER_INDICES + 2)), 1
+        good = self._good_indices(limit=10_000)
+        if not good:
+            return [], 0
+        spread = [good[int(k * (len(good) - 1) / RNG_OTHER_INDICES)] for k in range(RNG_OTHER_INDICES + 1)]
+        others = list(dict.fromkeys(spread[1:]))
+        # Fewer repeats when samples are slow: 2 epochs × workers each fetch every item.
+        allowance = min(0.25 * self.remaining(), 60.0)
+        affordable = int(allowance / (2 * median)) if median > 0 else RNG_MAX_REPEATS + len(others)
+        repeats = max(2, min(RNG_MAX_REPEATS, affordable - len(others)))
+        return [spread[0], *others], repeats
+
+    def _run_rng(self) -> None:
+        blocked = self._health_blocked()
+        if blocked or not self.worker_method:
+            self.probe_status["rng"] = f"skipped: {blocked or 'no usable start method'}"
+            return
+        if self.remaining() < 1.0:
+            self.probe_status["rng"] = "skipped: budget exhausted"
+            return
+        from .rng import probe_rng
+
+        indices, repeats = self._rng_indices()
+        if not indices:
+            self.probe_status["rng"] = "skipped: no index could be fetched"
+            return
+        self.progress("comparing random streams across workers")
+        items = repeats + len(indices) - 1
+        batch_timeout = max(1.0, min(self.remaining(), self.timeout * items + self.startup()))
+        self.probes["rng"] = probe_rng(
+            self.pipeline,
+            indices=indices,
+            repeats=repeats,
+            workers=max(2, self.workers),
+            start_method=self.worker_method,
+            timeout=batch_timeout,
+            deadline=time.monotonic() + min(self.remaining(), max(0.4 * self.remaining(), batch_timeout)),
+            seed=self.seed,
+        )
+        error = self.probes["rng"].get("error")
+        self.probe_status["rng"] = "done" if not error else f"failed: {error}"
+
+    # -- memory -------------------------------------------------------------------------------------------
+    def _run_memory(self) -> None:
+        blocked = self._health_blocked()
+        if blocked or not self.worker_method:
+            self.probe_status["memory"] = f"skipped: {blocked or 'no usable start method'}"
+            return
+        reserve = 1.0
+        seconds = (self.remaining() - reserve) if self.full else min(MEMORY_SECONDS, self.remaining() - reserve)
+        if seconds < 0.5:
+            self.probe_status["memory"] = "skipped: budget exhausted"
+            return
+        from .memory import probe_memory
+
+        n = self.length or 0
+        if self.full and n:
+            max_samples = max(n, MEMORY_MIN_SAMPLES)
+        else:
+            max_samples = min(MEMORY_MAX_SAMPLES, max(2 * n, MEMORY_MIN_SAMPLES), MEMORY_MAX_BATCHES * self.batch_size)
+        indices = [] if self.pipeline.is_iterable else self._good_indices(limit=MEMORY_INDEX_POOL)
+        if not self.pipeline.is_iterable and not indices:
+            self.probe_status["memory"] = "skipped: no index could be fetched"
+            return
+        self.progress("sampling worker memory while iterating")
+        self.probes["memory"] = probe_memory(
+            self.pipeline,
+            indices=indices,
+            workers=self.workers,
+            start_method=self.worker_method,
+            batch_size=self.batch_size,
+            seconds=seconds,
+            max_samples=max_samples,
+            batch_timeout=max(1.0, min(self.remaining(), self.timeout * self.batch_size + self.startup())),
+            deadline=self.deadline - reserve,
+            seed=self.seed,
+        )
+        error = self.probes["memory"].get("error")
+        self.probe_status["memory"] = "done" if not error else f"stopped: {error}"
+
+    # -- shared memory and threads -------------------------------------------------------------------------
+    def _loader_shape(self) -> tuple[int, int, str]:
+        """``(num_workers, prefetch_factor, source)`` the user's loader runs with (or the probe's)."""
+        baseline = self.pipeline.baseline
+        if baseline.num_workers > 0:
+            return baseline.num_workers, int(baseline.prefetch_factor or 2), "baseline"
+        return self.workers, 2, "check --num-workers"
+
+    def _measure_shm(self) -> None:
+        from ..host import shm_free_bytes
+
+        health = self.probes.get("health") or {}
+        batch_bytes = (health.get("collate") or {}).get("max_batch_bytes")
+        source = "measured in workers"
+        if batch_bytes is None:
+            batch_bytes, source = self._batch_bytes_in_process(), "one batch in this process"
+        workers, prefetch, config = self._loader_shape()
+        measured = self.shm_free_override is None
+        self.probes["shm"] = {
+            "free_bytes": shm_free_bytes() if measured else self.shm_free_override,
+            "measured_free": measured,
+            "batch_bytes": batch_bytes,
+            "batch_bytes_source": source,
+            "num_workers": workers,
+            "prefetch_factor": prefetch,
+            "config_source": config,
+        }
+        self.probe_status["shm"] = "done"
+
+    def _batch_bytes_in_process(self) -> int | None:
+        from ..target import nbytes
+
+        try:
+            if self.pipeline.is_iterable or self.length is None:
+                items = []
+                for item in self.pipeline.dataset:
+                    items.append(item)
+                    if len(items) >= self.batch_size:
+                        break
+            else:
+                good = self._good_indices(limit=10_000)[: self.batch_size]
+                items = [self.pipeline.dataset[i] for i in good]
+            return nbytes(self.pipeline.collate(items)) if items else None
+        except Exception as exc:
+            self.notes.append(f"could not build a batch to size shared memory: {describe_exception(exc)}")
+            return None
+
+    def _collect_threads(self) -> None:
+        from ..host import usable_cores
+
+        health = self.probes.get("health") or {}
+        memory = self.probes.get("memory") or {}
+        workers, _, config = self._loader_shape()
+        self.probes["threads"] = {
+            "report": health.get("threads"),
+            "num_workers": workers,
+            "config_source": config,
+            "cores": usable_cores(),
+            "worker_cpu_percent": [s.get("cpu_percent") for s in memory.get("series") or []],
+        }
+        self.probe_status["threads"] = "done" if health.get("threads") else "no thread report from the workers"
+
+    # -- coverage ----------------------------------------------------------------------------------------
+    def coverage(self) -> dict[str, Any]:
+        health = self.probes.get("health") or {}
+        memory = self.probes.get("memory") or {}
+        checked = (health.get("fetched") or 0) + (health.get("errors_total") or 0)
+        fraction = round(checked / self.length, 4) if self.length and health else None
+        coverage: dict[str, Any] = {
+            "mode": "full" if self.full else "sampled",
+            "dataset_length": self.length,
+            "indices_requested": health.get("requested"),
+            "indices_checked": checked if health else 0,
+            "fraction_checked": fraction,
+            "memory_samples": memory.get("samples"),
+            "start_method": self.start_method,
+            "worker_start_method": self.worker_method or None,
+            "num_workers": self.workers,
+            "timeout_s": self.timeout,
+            "budget_s": self.budget,
+            "elapsed_s": round(time.monotonic() - self.started, 2),
+            "seed": self.seed,
+            "codes": self.codes,
+            "probes": dict(self.probe_status),
+            "notes": list(self.notes),
+        }
+        if health.get("stopped"):
+            coverage["notes"].append(f"sample-health probe stopped early: {health['stopped']}")
+        return coverage
+
+
+def check(
+    target: Any,
+    *,
+    batch_size: int | None = None,
+    collate: Any = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    budget: float | None = DEFAULT_BUDGET_S,
+    full: bool = False,
+    num_workers: int | None = None,
+    start_method: str | None = None,
+    only: Iterable[str] | None = None,
+    skip: Iterable[str] | None = None,
+    seed: int = 0,
+    shm_free_bytes: int | None = None,
+    progress: Callable[[str, int | None, int | None], None] | None = None,
+    on_update: Callable[[CheckResult], None] | None = None,
+) -> CheckResult:
+    """Worker-safety, memory and sample-health checks (SPEC §4) on a pipeline.
+
+    ``target`` is anything :func:`stallscope.load_target` accepts (a TARGET
+    string, a Dataset, a DataLoader, a dict, a zero-argument factory) or a
+    ``Pipeline``. ``timeout`` bounds each sample's fetch, ``budget`` the whole
+    call (None: no limit besides the per-sample timeouts). Sampled by default
+    (``SAMPLE_SIZE`` indices); ``full=True`` fetches every index.
+    ``num_workers`` (default ``min(2, usable cores)``) and ``start_method``
+    (default: the loader's own, else the platform's) shape the worker probes.
+    ``only``/``skip`` select finding codes. ``shm_free_bytes`` replaces the
+    measured free space of /dev/shm (to ask "would this fit in a 64 MB
+    container?"). ``progress(stage, done, total)`` and ``on_update(result)``
+    report as the probes go; the result so far is complete at every update.
+    """
+    from ..host import usable_cores
+    from ..target import Pipeline, load_target
+
+    if timeout is None or timeout <= 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, not {timeout}.")
+    if budget is not None and budget <= 0:
+        raise UsageError(f"--budget must be a positive number of seconds, not {budget}.")
+    if num_workers is not None and num_workers < 1:
+        raise UsageError(f"--num-workers must be at least 1 for the worker probes, not {num_workers}.")
+    if start_method is not None and start_method not in multiprocessing.get_all_start_methods():
+        raise UsageError(
+            f"start method {start_method!r} is not available here; choose one of {', '.join(multiprocessing.get_all_start_methods())}."
+        )
+    codes = select_codes(only, skip)
+    pipeline = target if isinstance(target, Pipeline) else load_target(target, batch_size=batch_size, collate=collate)
+    length = pipeline.length()
+    if length == 0:
+        raise UsageError("the dataset is empty (len(dataset) == 0): there is nothing to check.")
+    workers = num_workers or min(2, usable_cores())
+    method = start_method or pipeline.baseline.multiprocessing_context or default_start_method()
+    with _reaping_new_children(), tempfile.TemporaryDirectory(prefix="stallscope-check-") as tmp:
+        run = _Run(
+            pipeline,
+            codes=codes,
+            timeout=float(timeout),
+            budget=float(budget) if budget is not None else float("inf"),
+            full=full,
+            num_workers=workers,
+            start_method=method,
+            seed=seed,
+            shm_free_bytes=shm_free_bytes,
+            workdir=Path(tmp),
+            progress=progress,
+            on_update=on_update,
+        )
+        return run.run()

@@ -1,0 +1,213 @@
+"""ss.check on small real datasets with real worker processes: one test per finding code."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import check_datasets as cd
+import pytest
+
+import stallscope as ss
+from stallscope.checks import CheckResult
+from stallscope.checks.rng import duplicated_streams
+
+PIPELINES = Path(cd.__file__)
+HANG_LINE = next(n for n, line in enumerate(PIPELINES.read_text().splitlines(), 1) if "# HANG-LINE" in line)
+
+
+def only(result: CheckResult, code: str):
+    found = result.by_code(code)
+    assert len(found) == 1, f"expected one {code} finding, got {result.codes}"
+    return found[0]
+
+
+def test_ss_check_is_the_checks_function():
+    from stallscope.checks import check
+
+    assert ss.check is check
+
+
+def test_clean_dataset_gets_no_finding():
+    """All ten checks, real workers, a random (per-worker seeded) augmentation: no false alarm."""
+    result = ss.check(cd.clean)
+    assert not result.errors, [f.message for f in result.findings]
+    assert result.codes == [], [f.message for f in result.findings]
+    assert result.exit_code == 0
+    coverage = result.coverage
+    assert coverage["indices_checked"] == 96 and coverage["fraction_checked"] == 1.0
+    assert all(status == "done" for status in coverage["probes"].values()), coverage["probes"]
+    assert result.probes["pickling"]["roots"][0]["load_checked"] is True  # loaded in a fresh interpreter
+    # Observed, not assumed: the pipeline is random, and DataLoader gave every worker its own
+    # random / NumPy legacy / torch global stream (this torch seeds all three per worker).
+    verdict = duplicated_streams(result.probes["rng"])
+    assert verdict["random"] is True
+    assert verdict["globals"] == [] and not verdict["across_workers"]
+
+
+def test_unpicklable_names_attribute_path_and_type_and_probes_fall_back_to_fork():
+    result = ss.check(cd.lambda_transform, only=["unpicklable", "getitem-error"], start_method="spawn")
+    finding = only(result, "unpicklable")
+    assert finding.severity == "error"
+    assert finding.evidence["attribute"] == "dataset.transform.fn"
+    assert finding.evidence["attribute_type"] == "lambda"
+    assert "check_datasets.py" in finding.evidence["description"]
+    assert "module-level function" in finding.fix
+    # the worker probes could not use spawn, and said so
+    assert result.coverage["worker_start_method"] == "fork"
+    assert any("cannot be pickled for spawn" in note for note in result.coverage["notes"])
+    assert result.coverage["indices_checked"] == 32
+
+
+def test_unpicklable_when_a_fresh_interpreter_cannot_import_the_class(tmp_path):
+    import importlib.util
+
+    module_file = tmp_path / "ghost_pipeline.py"
+    module_file.write_text(
+        "import torch\n"
+        "class GhostDataset(torch.utils.data.Dataset):\n"
+        "    def __len__(self):\n        return 8\n"
+        "    def __getitem__(self, i):\n        return torch.tensor(i)\n"
+    )
+    spec = importlib.util.spec_from_file_location("ghost_pipeline", module_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    import sys
+
+    sys.modules["ghost_pipeline"] = module  # importable here, not on sys.path for a new interpreter
+    try:
+        result = ss.check(module.GhostDataset(), only=["unpicklable"], batch_size=4)
+    finally:
+        del sys.modules["ghost_pipeline"]
+    finding = only(result, "unpicklable")
+    assert finding.evidence["attribute_type"] == "import"
+    assert "ModuleNotFoundError" in finding.evidence["error"] and "ghost_pipeline" in finding.evidence["error"]
+
+
+def test_duplicate_rng_names_the_generator_and_seed_worker_fixes_it():
+    result = ss.check(cd.shared_generator, only=["duplicate-rng"])
+    finding = only(result, "duplicate-rng")
+    evidence = finding.evidence
+    assert evidence["identical_across_workers"] is True
+    assert evidence["identical_across_epochs"] is True  # re-forked from the same parent state each epoch
+    assert [a["path"] for a in evidence["attributes"]] == ["dataset.rng"]
+    assert evidence["attributes"][0]["type"] == "numpy.random.Generator"
+    assert evidence["fixed_by_seed_worker"] is True
+    # the raw streams: both workers hashed the same samples, and with seed_worker they differ
+    rng = result.probes["rng"]
+    first_epoch = rng["epochs"][0]
+    assert first_epoch[0]["digests"] == first_epoch[1]["digests"]
+    seeded = rng["with_seed_worker"][0]
+    assert seeded[0]["digests"] != seeded[1]["digests"]
+
+
+def test_duplicate_rng_from_the_samples_when_no_attribute_holds_the_generator():
+    result = ss.check(cd.module_generator, only=["duplicate-rng"], start_method="fork")
+    finding = only(result, "duplicate-rng")
+    assert finding.evidence["identical_across_workers"] is True
+    assert finding.evidence["attributes"] == []
+    assert finding.evidence["fixed_by_seed_worker"] is False  # out of seed_worker's reach, and the fix says so
+    assert "module level" in finding.message
+
+
+def test_memory_growth_in_mb_per_1000_samples():
+    result = ss.check(cd.growing_cache, only=["memory-growth"])
+    finding = only(result, "memory-growth")
+    # the dataset keeps 64 KiB per sample = 62.5 MiB per 1,000 samples
+    assert 40 <= finding.evidence["mb_per_1000_samples"] <= 90, finding.evidence
+    assert finding.evidence["r2"] > 0.9
+    assert not result.by_code("copy-on-write")
+
+
+def test_copy_on_write_of_python_objects_after_fork():
+    result = ss.check(cd.annotations, only=["copy-on-write", "memory-growth"], start_method="fork")
+    finding = only(result, "copy-on-write")
+    evidence = finding.evidence
+    assert evidence["mb_per_worker"] >= 4.0
+    assert evidence["parent_python_heap_mb"] >= 8.0
+    assert evidence["python_objects"] > 100_000
+    assert max(evidence["rss_change_mb"]) < evidence["mb_per_worker"] / 2  # shared pages turned private
+    assert not result.by_code("memory-growth")
+
+
+def test_slow_samples_indices_and_times():
+    result = ss.check(cd.slow_samples, only=["slow-samples"])
+    finding = only(result, "slow-samples")
+    assert sorted(finding.evidence["indices"]) == [5, 17]
+    assert all(s >= 0.2 for s in finding.evidence["seconds"] + finding.evidence["retimed_seconds"])
+    assert finding.evidence["checked"] == 64
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_hang_names_index_and_line_and_finishes(start_method):
+    started = time.monotonic()
+    result = ss.check(cd.hanging, only=["hang", "getitem-error"], timeout=1.5, start_method=start_method)
+    elapsed = time.monotonic() - started
+    finding = only(result, "hang")
+    assert finding.evidence["index"] == 3
+    assert finding.evidence["where"].split(" in ")[0].endswith(f"check_datasets.py:{HANG_LINE}")
+    assert finding.evidence["where"].endswith("in __getitem__")
+    assert f"check_datasets.py:{HANG_LINE}" in finding.message
+    # every other index was still checked after the hung worker was replaced
+    assert result.coverage["indices_checked"] == 15
+    assert elapsed < 1.5 + (25 if start_method == "spawn" else 10)
+
+
+def test_getitem_error_index_type_message():
+    result = ss.check(cd.raising, only=["getitem-error", "hang"])
+    finding = only(result, "getitem-error")
+    assert finding.evidence["index"] == 6
+    assert finding.evidence["type"] == "KeyError"
+    assert finding.evidence["message"] == "KeyError: 6"
+    assert finding.evidence["where"].startswith(str(PIPELINES))
+    assert finding.evidence["count"] == 1 and finding.evidence["checked"] == 32
+    assert result.exit_code == 1
+
+
+def test_worker_crash_names_the_index_and_signal():
+    result = ss.check(cd.crashing, only=["getitem-error", "hang"])
+    finding = only(result, "getitem-error")
+    assert finding.evidence["index"] == 4 and finding.evidence["type"] == "WorkerCrash"
+    assert "SIGSEGV" in finding.message
+    assert "check_datasets.py" in finding.evidence["where"]  # faulthandler's dump of the dying worker
+    assert result.coverage["indices_checked"] == 16  # a fresh worker took over the rest
+
+
+def test_collate_error_names_the_shapes():
+    result = ss.check(cd.ragged, only=["collate-error"])
+    finding = only(result, "collate-error")
+    structures = {s["structure"] for s in finding.evidence["item_structures"]}
+    assert len(structures) >= 2, structures  # items of different lengths in one batch
+    assert structures <= {"tuple(Tensor[3] float32, int)", "tuple(Tensor[4] float32, int)", "tuple(Tensor[5] float32, int)"}
+    assert "default_collate" in finding.evidence["collate_fn"]
+
+
+def test_shm_too_small_with_a_small_dev_shm():
+    result = ss.check(cd.big_batches, only=["shm-too-small"], shm_free_bytes=8 * 1024 * 1024)
+    finding = only(result, "shm-too-small")
+    assert finding.severity == "error"
+    assert finding.evidence["batch_mb"] == 4.0  # 16 items × 256 KiB, measured on real batches in workers
+    assert finding.evidence["in_flight_mb"] == 16.0
+    roomy = ss.check(cd.big_batches, only=["shm-too-small"], shm_free_bytes=1024 * 1024 * 1024)
+    assert roomy.codes == []
+
+
+def test_oversubscription_from_worker_threads(monkeypatch):
+    monkeypatch.setenv("STALLSCOPE_CORES", "2")
+    result = ss.check(cd.thread_hungry, only=["oversubscription"])
+    finding = only(result, "oversubscription")
+    assert finding.evidence["threads_per_worker"] == 4
+    assert finding.evidence["pools"]["torch"] == 4
+    assert finding.evidence["num_workers"] == 2  # the user's DataLoader setting
+    assert finding.evidence["demand"] == 8 and finding.evidence["cores"] == 2
+
+
+def test_budget_bounds_a_slow_dataset():
+    started = time.monotonic()
+    result = ss.check(cd.sleepy, budget=3.0, timeout=2.0, skip=["unpicklable"])
+    elapsed = time.monotonic() - started
+    assert elapsed < 3.0 + 8.0
+    coverage = result.coverage
+    assert 0 < coverage["indices_checked"] < coverage["dataset_length"]
+    assert coverage["fraction_checked"] < 1.0
+    assert not result.errors
