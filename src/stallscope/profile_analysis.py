@@ -1,6 +1,6 @@
 """Training-loop stall analysis: pure functions from measured step times to verdicts and advice.
 
-Nothing here measures or prints. :mod:`stallscope.watch` and
+Nothing here measures or prints. :mod:`stallscope.watcher` and
 :mod:`stallscope.profiling` record per-step data-wait and compute times; these
 functions turn them into the ``profile`` section of the run record (SPEC §5,
 notes/RECORD.md) and into recommendations that say what was measured.

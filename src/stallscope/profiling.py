@@ -11,7 +11,7 @@ The target (SPEC §2.1) returns a dict with ``dataset``, ``model`` and
 Its return value is ignored. Each batch is moved to ``--device`` first
 (tensors inside tuples, lists and dicts; ``non_blocking`` when pinned): that
 copy is part of the step's compute, as in a real loop. The loop runs
-``warmup + steps`` steps through :class:`stallscope.watch.Watch`; warm-up steps
+``warmup + steps`` steps through :class:`stallscope.watcher.Watch`; warm-up steps
 and the first batch (start-up) are reported apart from the steady state.
 
 Under ``torchrun`` every rank runs its own shard of the indices and
@@ -29,7 +29,7 @@ from .config import LoaderConfig
 from .errors import PipelineError, UsageError, describe_exception
 from .processes import shutdown_iterator
 from .target import Pipeline
-from .watch import SyncSpec, Watch
+from .watcher import SyncSpec, Watch
 
 DEFAULT_STEPS = 50
 DEFAULT_WARMUP = 5

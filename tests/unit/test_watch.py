@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 import stallscope as ss
 from stallscope.errors import UsageError
-from stallscope.watch import (
+from stallscope.watcher import (
     Watch,
     occupancy_summary,
     prefetch_occupancy,
@@ -411,7 +411,7 @@ def test_manual_api_next_data_and_end_step():
 
 
 def test_watch_is_callable_even_after_importing_the_module():
-    import stallscope.watch as module
+    import stallscope.watcher as module
 
     assert callable(module)
     w = ss.watch([1, 2, 3], sample_resources=False)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..bench import bench, default_worker_counts
 from ..host import usable_cores
+from ..sweep import bench, default_worker_counts
 from ._common import (
     ArgumentParser,
     CommandContext,

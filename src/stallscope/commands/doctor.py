@@ -66,7 +66,7 @@ def _run(ctx: CommandContext) -> int:
     pipeline = load_target(target, batch_size=args.batch_size, collate=args.collate)
     pre = preflight(pipeline)
     record = ctx.new_record("doctor", pipeline.target)
-    from ..bench import dataset_facts
+    from ..sweep import dataset_facts
 
     record.add(dataset=dataset_facts(pipeline, pre))
     if pipeline.train_step is None:
@@ -150,7 +150,7 @@ def _step_check(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]
 
 
 def _step_bench(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
-    from ..bench import bench, default_worker_counts
+    from ..sweep import bench, default_worker_counts
 
     workers = default_worker_counts()
     total = len(workers) * args.repeats

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..watch import Watch
+from ..watcher import Watch
 
 
 def _callback_base() -> type:
@@ -42,7 +42,7 @@ def _callback_base() -> type:
 class StallscopeCallback(_callback_base()):  # type: ignore[misc]
     """Records data wait vs compute per training batch; ``summary()``/``to_dict()`` afterwards.
 
-    Arguments are those of :func:`stallscope.watch` (``log_every``, ``sync``,
+    Arguments are those of :func:`stallscope.watcher` (``log_every``, ``sync``,
     ``sample_resources``, ``jsonl``, ``csv``, ``tensorboard``, ``name``, ...).
     ``log_metrics=True`` logs the epoch's stall fraction through
     ``pl_module.log`` as ``stallscope/stall_fraction``.

@@ -36,7 +36,6 @@ import math
 import sys
 import threading
 import time
-import types
 from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -842,13 +841,3 @@ def watch(
         name=name,
         **options,
     )
-
-
-class _CallableModule(types.ModuleType):
-    """``import stallscope.watch`` makes ``stallscope.watch`` this module; keep ``ss.watch(loader)`` working."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Watch:
-        return watch(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
