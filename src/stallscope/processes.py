@@ -21,9 +21,24 @@ from typing import Any
 import psutil
 
 
-def descendants() -> list[psutil.Process]:
+# multiprocessing's own per-interpreter helpers: they exit with this process, and
+# killing them early only makes the next spawn complain. Their children (workers
+# started through a forkserver) are still reaped.
+_MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def _is_mp_helper(proc: psutil.Process) -> bool:
     try:
-        return psutil.Process().children(recursive=True)
+        cmdline = " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
+    return any(helper in cmdline for helper in _MP_HELPERS)
+
+
+def descendants() -> list[psutil.Process]:
+    """Live child processes of this one, at any depth, except multiprocessing's helpers."""
+    try:
+        return [p for p in psutil.Process().children(recursive=True) if not _is_mp_helper(p)]
     except psutil.Error:
         return []
 

@@ -16,7 +16,7 @@ PUBLIC_CALLABLES = ["bench", "tune", "check", "stages", "stage", "watch", "make_
 @pytest.mark.parametrize("name", PUBLIC_CALLABLES)
 def test_public_names_are_functions_not_modules(name):
     # Importing every submodule first must not replace ss.<name> with a module.
-    for module in ["sweep", "tuner", "checks", "watcher", "autoconfig", "seeding", "target", "doctor"]:
+    for module in ["sweep", "tuner", "checks", "watcher", "stage_costs", "stage_timing", "autoconfig", "seeding", "target", "doctor"]:
         try:
             importlib.import_module(f"stallscope.{module}")
         except ModuleNotFoundError:

@@ -165,7 +165,7 @@ def _step_bench(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]
 
 
 def _step_stages(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
-    from ..stages import stages
+    from ..stage_costs import stages
 
     def progress(text: str, fraction: float | None = None) -> None:
         report(text, fraction)

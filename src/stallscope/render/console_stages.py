@@ -85,7 +85,11 @@ class StagesConsoleRenderer:
     def _heading(data: Mapping[str, Any]) -> str:
         run = data.get("stage_run") or {}
         workers = run.get("num_workers", 0)
-        where = "in the main process" if workers == 0 else f"in {workers} worker{'s' if workers != 1 else ''}"
+        where = (
+            "in the main process"
+            if workers == 0
+            else f"in {workers} worker{'s' if workers != 1 else ''}"
+        )
         method = f" ({run['start_method']})" if run.get("start_method") and workers else ""
         device = f", copies to {run['device']}" if run.get("device") else ""
         return (
@@ -106,7 +110,13 @@ class StagesConsoleRenderer:
             share = item.get("share") or 0.0
             name = item["name"] + (" [dim](random)[/]" if item.get("random") else "")
             bar = "█" * max(0, round(_BAR_WIDTH * share / top)) if share > 0 else ""
-            table.add_row(name, item.get("where", ""), _ms(item.get("ms_per_sample")), f"{100 * share:.1f}%", bar)
+            table.add_row(
+                name,
+                item.get("where", ""),
+                _ms(item.get("ms_per_sample")),
+                f"{100 * share:.1f}%",
+                bar,
+            )
         total = sum(s.get("ms_per_sample") or 0.0 for s in stages)
         table.add_row("[bold]total[/]", "", f"[bold]{_ms(total)}[/]", "100.0%", "")
         return table
@@ -130,7 +140,10 @@ class StagesConsoleRenderer:
                 if aug.get("percent") is not None
                 else f"Augmentation ({names}; {how}): {_ms(aug['ms_per_sample'])} ms per sample."
             )
-            if aug.get("with_ms_per_sample") is not None and aug.get("without_ms_per_sample") is not None:
+            if (
+                aug.get("with_ms_per_sample") is not None
+                and aug.get("without_ms_per_sample") is not None
+            ):
                 diff = aug.get("differential_ms_per_sample") or 0.0
                 pct = aug.get("differential_percent")
                 line += (
@@ -159,8 +172,14 @@ class StagesConsoleRenderer:
 
     @staticmethod
     def _hotspot_table(hotspots: list[Mapping[str, Any]], data: Mapping[str, Any]) -> Table:
-        table = Table(title="__getitem__ hot spots (cProfile, in-process, by own time)", title_justify="left",
-                      show_edge=False, pad_edge=False, box=None, header_style="bold")
+        table = Table(
+            title="__getitem__ hot spots (cProfile, in-process, by own time)",
+            title_justify="left",
+            show_edge=False,
+            pad_edge=False,
+            box=None,
+            header_style="bold",
+        )
         table.add_column("function", overflow="fold")
         table.add_column("where", overflow="fold")
         table.add_column("calls", justify="right")

@@ -1,0 +1,172 @@
+"""``stallscope stages TARGET``: per-stage cost breakdown and augmentation overhead (SPEC §3.4)."""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+from typing import Any
+
+from ._common import (
+    ArgumentParser,
+    CommandContext,
+    add_output_arguments,
+    add_target_arguments,
+    execute,
+    run_target_loader,
+)
+
+
+def _name_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected comma-separated transform names")
+    return names
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="stallscope stages",
+        description=(
+            "Time per sample in each stage of the pipeline (read, decode, each transform, collate, "
+            "worker→main transfer, pin and host→device with CUDA), measured inside DataLoader workers; "
+            "augmentation overhead; __getitem__ hot spots."
+        ),
+    )
+    add_target_arguments(parser)
+    parser.add_argument(
+        "--num-workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="workers to measure in (default: half the usable cores, at least 1)",
+    )
+    parser.add_argument(
+        "--samples", type=int, default=256, metavar="N", help="samples to measure (default 256)"
+    )
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=15.0,
+        metavar="S",
+        help="stop the worker run after this long (default 15)",
+    )
+    parser.add_argument(
+        "--start-method",
+        choices=multiprocessing.get_all_start_methods(),
+        default=None,
+        help="worker start method (default: the platform's)",
+    )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="where to time pin and host→device copies: auto (CUDA if present), cpu, cuda[:N]",
+    )
+    parser.add_argument(
+        "--augmentations",
+        type=_name_list,
+        default=None,
+        metavar="NAME,...",
+        help="transforms to count as augmentation (default: detect random ones)",
+    )
+    parser.add_argument(
+        "--baseline-transforms",
+        type=_name_list,
+        default=None,
+        metavar="NAME,...",
+        help="transforms the no-augmentation baseline keeps; all others count as augmentation",
+    )
+    parser.add_argument(
+        "--no-differential",
+        action="store_true",
+        help="skip the in-process run with vs without the augmentations",
+    )
+    parser.add_argument(
+        "--hotspots",
+        type=int,
+        default=10,
+        metavar="N",
+        help="how many __getitem__ hot spots to list (0: skip cProfile)",
+    )
+    parser.add_argument(
+        "--drop-cache",
+        action="store_true",
+        help="allow dropping the dataset's files from the page cache to split storage fetch from CPU work",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="longest wait for one batch from a worker",
+    )
+    add_output_arguments(parser)
+    return parser
+
+
+def _run(ctx: CommandContext) -> int:
+    from ..stage_costs import default_stage_workers, stages
+
+    args = ctx.args
+    record = ctx.new_record("stages", args.target)
+    pipeline = run_target_loader(args)
+    workers = default_stage_workers() if args.num_workers is None else args.num_workers
+    with _progress(ctx) as progress:
+        result = stages(
+            pipeline,
+            num_workers=workers,
+            samples=args.samples,
+            max_seconds=args.max_seconds,
+            start_method=args.start_method,
+            device=args.device,
+            augmentations=args.augmentations,
+            baseline_transforms=args.baseline_transforms,
+            differential=not args.no_differential,
+            hotspots=max(0, args.hotspots),
+            drop_cache=args.drop_cache,
+            timeout=args.timeout,
+            progress=progress,
+        )
+    record.add(**result.to_dict())
+    if not ctx.quiet:
+        from ..render.console_stages import StagesConsoleRenderer
+
+        StagesConsoleRenderer().render(record, ctx.console)
+    return 0
+
+
+class _progress:
+    """A rich progress bar per phase of the measurement (nothing when --quiet)."""
+
+    def __init__(self, ctx: CommandContext) -> None:
+        self.ctx = ctx
+        self.bar: Any = None
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> Any:
+        if self.ctx.quiet:
+            return None
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(
+            TextColumn("{task.description:<32}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=self.ctx.console,
+            transient=True,
+        )
+        self.bar.start()
+        return self.update
+
+    def update(self, phase: str, fraction: float) -> None:
+        task = self.tasks.get(phase)
+        if task is None:
+            task = self.tasks[phase] = self.bar.add_task(phase, total=1.0)
+        self.bar.update(task, completed=min(1.0, max(0.0, fraction)))
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    return execute(build_parser(), argv, _run)

@@ -1,0 +1,122 @@
+"""Read/decode found automatically in Pillow and NumPy calls; cold vs warm page cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import stages_shapes as sh
+import torch
+from PIL import Image, ImageFile
+
+import stallscope as ss
+from stallscope.errors import UsageError
+from stallscope.stage_costs import drop_from_page_cache, measure_storage_split
+from stallscope.target import load_target
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory):
+    return sh.write_jpegs(tmp_path_factory.mktemp("jpegs"), count=12)
+
+
+@pytest.mark.parametrize("by_path", [True, False], ids=["Image.open(path)", "Image.open(file)"])
+def test_pillow_read_and_decode_are_separated_in_process(jpegs, by_path):
+    original_open, original_load = Image.open, ImageFile.ImageFile.load
+    dataset = sh.PillowFolder(jpegs, transform=sh.Compose([sh.ToSmall()]), by_path=by_path)
+    result = ss.stages(
+        {"dataset": dataset, "batch_size": 4},
+        num_workers=0,
+        samples=8,
+        hotspots=0,
+        differential=False,
+    )
+    names = {s.name: s for s in result.stages}
+    assert names["read"].ms_per_sample > 0 and names["decode"].ms_per_sample > 0
+    assert names["ToSmall"].ms_per_sample > 0
+    assert not result.notes
+    # the patches are gone afterwards
+    assert Image.open is original_open and ImageFile.ImageFile.load is original_load
+
+
+def test_pillow_detection_in_a_worker_and_numpy_load_counts_as_read(tmp_path, jpegs):
+    paths = []
+    for index in range(8):
+        path = tmp_path / f"a{index}.npy"
+        np.save(path, np.full((64,), index, dtype=np.float32))
+        paths.append(path)
+    result = ss.stages(
+        {"dataset": sh.NumpyFiles(paths), "batch_size": 4},
+        num_workers=1,
+        samples=8,
+        hotspots=0,
+        start_method="fork",
+    )
+    kinds = {s.kind for s in result.stages}
+    assert "read" in kinds and "decode" not in kinds
+    assert result.run.num_workers == 1 and result.run.samples >= 8
+    assert any("no transform pipeline" in note for note in result.notes)
+
+
+def test_nothing_detected_leaves_it_in_other_with_a_note():
+    dataset = sh.TorchvisionLikeDataset(sh.Compose([sh.Normalize()]))
+    result = ss.stages({"dataset": dataset, "batch_size": 4}, num_workers=0, samples=8, hotspots=0)
+    assert [s.name for s in result.stages][:2] == ["Normalize", "other (__getitem__)"]
+    assert any("read and decode were not seen" in note for note in result.notes)
+
+
+def test_iterable_dataset_stages(tmp_path):
+    dataset = sh.StreamDataset(count=48, transform=sh.Compose([sh.Normalize()]))
+    result = ss.stages(
+        {"dataset": dataset, "batch_size": 4},
+        num_workers=1,
+        samples=16,
+        hotspots=2,
+        start_method="fork",
+    )
+    other = result.stage("other (__getitem__)")
+    assert other.ms_per_sample == pytest.approx(2.0, rel=0.5)
+    assert result.hotspots and result.hotspots[0].function == "<built-in method time.sleep>"
+
+
+def test_drop_cache_splits_fetch_from_preparation(jpegs):
+    assert drop_from_page_cache([str(p) for p in jpegs]) == len(jpegs)
+    pipeline = load_target({"dataset": sh.PillowFolder(jpegs), "batch_size": 4})
+    split = measure_storage_split(pipeline, samples=12)
+    assert split is not None
+    assert split.files == len(jpegs) and split.bytes == sum(p.stat().st_size for p in jpegs)
+    assert split.cold_ms_per_sample > 0 and split.warm_ms_per_sample > 0
+    assert split.fetch_ms_per_sample == pytest.approx(
+        max(0.0, split.cold_ms_per_sample - split.warm_ms_per_sample)
+    )
+    assert 0.0 <= split.fetch_share < 1.0
+
+
+def test_a_dataset_that_cannot_be_copied_is_timed_as_a_whole_with_a_note():
+    dataset = sh.Delegating([torch.zeros(2)] * 8, sh.Compose([sh.RandomCrop()]))
+    result = ss.stages({"dataset": dataset, "batch_size": 4}, num_workers=0, samples=8, hotspots=0)
+    assert "RandomCrop" not in [s.name for s in result.stages]
+    assert any("were not timed one by one" in note for note in result.notes)
+    assert result.augmentation_overhead is None
+
+
+def test_batched_fetch_counts_every_sample():
+    result = ss.stages(
+        {"dataset": sh.BatchedFetch(), "batch_size": 4},
+        num_workers=1,
+        samples=16,
+        start_method="fork",
+        hotspots=0,
+    )
+    assert result.run.samples == 16 and result.run.batches == 4
+    assert result.stage("other (__getitem__)").ms_per_sample == pytest.approx(
+        1.0, rel=0.5
+    )  # 4 ms per 4 samples
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
+def test_copies_to_cuda_are_only_timed_with_cuda():
+    from stallscope.stage_costs import _cuda_device
+
+    assert _cuda_device("auto") is None and _cuda_device("cpu") is None
+    with pytest.raises(UsageError, match="CUDA is not available"):
+        _cuda_device("cuda")
