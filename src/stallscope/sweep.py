@@ -113,6 +113,8 @@ class BenchResult:
         return min(ok) if ok else None
 
     def to_dict(self) -> dict[str, Any]:
+        if not self.results:
+            return {"results": [], "dataset": self.dataset}
         best = self.best
         per_sample = self.single_process_ms_per_sample
         ideal = {}
@@ -219,18 +221,48 @@ def bench(
             in_order=in_order,
             multiprocessing_context=multiprocessing_context,
         )
-    runs = measure_interleaved(
-        pipeline,
-        list(configs),
-        repeats=repeats,
-        on_result=on_result,
-        min_window_s=min_window_s,
-        timeout=timeout,
-        sample_resources=sample_resources,
-    )
-    results = [ConfigResult(config=c, measurements=m) for c, m in zip(configs, runs)]
-    references = _single_process_references(pipeline, results, min_window_s=min_window_s, timeout=timeout)
-    per_sample = _attach_scaling(results, cores, references)
+    configs = list(configs)
+    done: list[list[Measurement]] = [[] for _ in configs]
+
+    def record_result(index: int, repeat: int, m: Measurement) -> None:
+        done[index].append(m)
+        if on_result is not None:
+            on_result(index, repeat, m)
+
+    try:
+        measure_interleaved(
+            pipeline,
+            configs,
+            repeats=repeats,
+            on_result=record_result,
+            min_window_s=min_window_s,
+            timeout=timeout,
+            sample_resources=sample_resources,
+        )
+    except KeyboardInterrupt as interrupt:
+        # Ctrl-C: hand what was measured so far to the caller for a partial report.
+        interrupt.partial = _summarise(pipeline, pre, configs, done, cores, references=None)  # type: ignore[attr-defined]
+        raise
+    return _summarise(pipeline, pre, configs, done, cores, references=(min_window_s, timeout))
+
+
+def _summarise(
+    pipeline: Pipeline,
+    pre: Preflight,
+    configs: list[LoaderConfig],
+    runs: list[list[Measurement]],
+    cores: int,
+    *,
+    references: tuple[float, float] | None,
+) -> BenchResult:
+    """A BenchResult from the configs measured at least once; ``references`` (window,
+    timeout) allows measuring a missing single-process reference."""
+    results = [ConfigResult(config=c, measurements=m) for c, m in zip(configs, runs) if m]
+    if references is not None:
+        single = _single_process_references(pipeline, results, min_window_s=references[0], timeout=references[1])
+    else:
+        single = {r.config.batch_size: r.median_rate for r in results if r.config.num_workers == 0 and r.median_rate > 0}
+    per_sample = _attach_scaling(results, cores, single)
     return BenchResult(
         target=pipeline.target,
         cores=cores,

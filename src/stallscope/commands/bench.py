@@ -68,20 +68,26 @@ def _run(ctx: CommandContext) -> int:
         def on_result(index: int, repeat: int, m) -> None:
             progress.update(task, advance=1, description=f"{m.config.label()}: {m.samples_per_s:,.0f}/s")
 
-        result = bench(
-            pipeline,
-            num_workers=workers,
-            batch_sizes=args.batch_sizes,
-            prefetch_factors=args.prefetch_factor,
-            persistent_workers=args.persistent_workers,
-            pin_memory=args.pin_memory,
-            in_order=args.in_order,
-            multiprocessing_context=args.start_method,
-            repeats=args.repeats,
-            min_window_s=args.window,
-            timeout=args.timeout,
-            on_result=on_result,
-        )
+        try:
+            result = bench(
+                pipeline,
+                num_workers=workers,
+                batch_sizes=args.batch_sizes,
+                prefetch_factors=args.prefetch_factor,
+                persistent_workers=args.persistent_workers,
+                pin_memory=args.pin_memory,
+                in_order=args.in_order,
+                multiprocessing_context=args.start_method,
+                repeats=args.repeats,
+                min_window_s=args.window,
+                timeout=args.timeout,
+                on_result=on_result,
+            )
+        except KeyboardInterrupt as interrupt:
+            partial = getattr(interrupt, "partial", None)
+            if partial is not None:
+                record.add(**partial.to_dict())
+            raise
     record.add(**result.to_dict())
     if not ctx.quiet:
         from ..render.console_bench import render_bench

@@ -94,6 +94,12 @@ def _run(ctx: CommandContext) -> int:
             started = time.perf_counter()
             try:
                 sections = RUNNERS[step](pipeline, args, report)
+            except KeyboardInterrupt as interrupt:
+                # A step may hand over what it measured before Ctrl-C (the sweep does).
+                partial = getattr(interrupt, "partial", None)
+                if partial is not None:
+                    _merge(record, partial.to_dict())
+                raise
             except PipelineError as exc:
                 # One failing step (a pipeline that breaks only under spawn, say) must not
                 # lose what the other steps measured: note it and go on.

@@ -1,0 +1,106 @@
+"""`stallscope doctor`: check + sweep + stages + tune in one report folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import psutil
+import pytest
+
+from stallscope.schema import record_schema
+
+PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="160")
+
+
+def test_doctor_writes_one_complete_report(tmp_path):
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, "-m", "stallscope", "doctor", f"{PIPELINES}/bench_sleepy.py:sleepy_dict",
+         "--out", str(out), "--budget", "10", "--repeats", "1"],
+        capture_output=True, text=True, timeout=400, env=_env(),
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    record = json.loads((out / "report.json").read_text())
+    jsonschema.validate(record, record_schema())
+    assert record["command"] == "doctor"
+    # Every step contributed its section.
+    for key in ("findings", "results", "scaling", "stages", "best", "baseline", "trials", "dataset"):
+        assert key in record, key
+    assert not any(f["severity"] == "error" for f in record["findings"])
+    md = (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    assert "samples/s" in md and "<table" in html
+    assert "What to set and why" in proc.stdout
+    assert "DataLoader(" in proc.stdout
+
+
+def test_doctor_exit_1_on_error_findings(tmp_path):
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [sys.executable, "-m", "stallscope", "doctor", f"{PIPELINES}/check_datasets.py:lambda_transform",
+         "--out", str(out), "--skip", "bench,stages,tune", "--quiet"],
+        capture_output=True, text=True, timeout=300, env=_env(),
+    )
+    assert proc.returncode == 1, proc.stderr
+    codes = {f["code"] for f in json.loads((out / "report.json").read_text())["findings"]}
+    assert "unpicklable" in codes
+
+
+def test_doctor_bad_skip_is_usage_error(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "stallscope", "doctor", "--skip", "lunch", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, env=_env(),
+    )
+    assert proc.returncode == 2
+    assert "not a step" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["bench", "doctor"])
+def test_ctrl_c_leaves_partial_report_and_no_orphans(tmp_path, command):
+    out = tmp_path / "r.json"
+    args = [sys.executable, "-m", "stallscope", command, f"{PIPELINES}/bench_sleepy.py:sleepy_dict", "--json", str(out)]
+    if command == "bench":
+        args += ["--num-workers", "2,4", "--repeats", "50"]
+    else:
+        args += ["--out", str(tmp_path / "report"), "--skip", "check,stages,tune"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        # Wait until workers are running, then interrupt as a terminal's Ctrl-C would.
+        parent = psutil.Process(proc.pid)
+
+        def wait_for_workers() -> list[psutil.Process]:
+            deadline = time.monotonic() + 60
+            found: list[psutil.Process] = []
+            while time.monotonic() < deadline and len(found) < 2:
+                time.sleep(0.1)
+                found = parent.children(recursive=True)
+            return found
+
+        assert len(wait_for_workers()) >= 2, "no workers started"
+        time.sleep(4.0)  # let a measurement or two complete...
+        descendants = wait_for_workers()  # ...and interrupt the next one mid-flight
+        assert len(descendants) >= 2
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr
+    partial = json.loads(out.read_text())
+    assert partial["partial"] is True
+    assert partial["results"], "the configs measured before Ctrl-C are in the partial report"
+    _, alive = psutil.wait_procs(descendants, timeout=5)
+    assert not alive, f"left behind: {[p.pid for p in alive]}"
