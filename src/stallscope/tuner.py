@@ -1,0 +1,610 @@
+"""``ss.tune``: the fastest loader config within a time budget (SPEC §2.2, §5 ``tune``, §7, §8).
+
+The parts:
+
+* :func:`profile_pipeline` — cheap in-process numbers: wall and CPU time per
+  sample (CPU / wall far below 1 means the fetch waits, so more workers than
+  cores help), collate time, batch bytes, jitter, and whether a vectorised
+  batch fetch exists and what it saves.
+* :class:`LoaderEvaluator` — measurements of real DataLoaders through
+  :func:`stallscope.throughput.measure` (steady state, start-up apart), under
+  the time budget; a failing config becomes a failed trial, not a crash.
+* :mod:`stallscope.search` — the strategy (NOTE [tuning strategy]).
+* :func:`tune_recommendations` — pure: tune section → recommendations, each
+  with the measured gain.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from .autoconfig import shards_by_worker
+from .batching import FetcherCheck, vectorised_fetcher
+from .config import LoaderConfig, loader_supports
+from .errors import PipelineError, UsageError
+from .host import cuda_available, usable_cores
+from .processes import no_orphans
+from .search import (
+    MB,
+    MemoryBudget,
+    Profile,
+    SearchResult,
+    SearchSettings,
+    SearchSpace,
+    Trial,
+    run_search,
+)
+from .target import Pipeline, load_target, nbytes, preflight
+
+DEFAULT_BUDGET_S = 60.0
+# Default memory budget: this share of available RAM for workers + in-flight batches (tf.data's ram_budget).
+MEMORY_SHARE = 0.5
+# Batched fetching is only probed when a batch is this cheap in-process (in-memory data).
+BATCHED_PROBE_MAX_S = 0.05
+
+
+# -- the cheap profile -----------------------------------------------------------------
+
+
+def profile_pipeline(pipeline: Pipeline, *, max_seconds: float = 1.0, max_items: int = 256) -> tuple[Profile, FetcherCheck | None]:
+    """Time single fetches in this process (wall and CPU), one collate, and the batched alternative.
+
+    Fetches at least 4 items and up to two batches' worth, within ``max_seconds``
+    (after one untimed fetch that absorbs lazy initialisation).
+    """
+    bs = pipeline.batch_size
+    length = pipeline.length()
+    want = max(4, min(max_items, 2 * bs))
+    items, walls, cpus, own = _timed_items(pipeline, length, want, max_seconds)
+    if not items:
+        raise UsageError("the dataset yielded no items to profile.")
+    batch_items = items[:bs]
+    # Best of three: the first call pays allocation and thread-pool start-up, and on a busy
+    # machine torch's intra-op threads can stall a single call by a whole time slice.
+    timings = []
+    for _ in range(3):
+        start = time.perf_counter()
+        try:
+            batch = pipeline.collate(batch_items)
+        except Exception as exc:  # preflight normally catches this first
+            raise PipelineError(f"the collate function failed on {len(batch_items)} items: {exc}") from exc
+        timings.append(time.perf_counter() - start)
+    collate_s = min(timings) * bs / len(batch_items)
+    batch_bytes = int(nbytes(batch) * bs / len(batch_items))
+    # CPU share and jitter come from wall time less run-queue waits: being preempted on a busy
+    # machine is neither waiting for data nor the source's jitter.
+    own_wall = sum(own)
+    ordered = sorted(own)
+    median = statistics.median(ordered)
+    p95 = ordered[min(len(ordered) - 1, int(math.ceil(0.95 * len(ordered))) - 1)]
+    profile = Profile(
+        seconds_per_sample=sum(walls) / len(walls),
+        cpu_per_wall=min(1.0, sum(cpus) / own_wall) if own_wall > 0 else 1.0,
+        collate_s=collate_s,
+        batch_bytes=batch_bytes,
+        jitter=p95 / median if median > 0 else 1.0,
+        spike=ordered[-1] / median if median > 0 else 1.0,
+        map_style=not pipeline.is_iterable and length is not None,
+        length=length,
+        items=len(walls),
+    )
+    check = None
+    if profile.map_style and profile.batch_seconds(bs) <= BATCHED_PROBE_MAX_S and length and length >= bs:
+        check = vectorised_fetcher(pipeline.dataset, pipeline.collate_fn)
+        if check.fetch is not None:
+            profile.batched_fetch = check.kind
+            profile.batched_speedup = _batched_speedup(pipeline, check, length)
+    return profile, check
+
+
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def _run_queue_seconds() -> float:
+    """Seconds this thread has waited for a CPU (Linux schedstat), 0.0 where unavailable.
+
+    On a busy machine a CPU-bound fetch spends part of its wall time queued for
+    a core; that is not the fetch waiting for data, so the profile subtracts it.
+    """
+    try:
+        with open(_SCHEDSTAT) as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _timed_items(
+    pipeline: Pipeline, length: int | None, want: int, max_seconds: float
+) -> tuple[list, list[float], list[float], list[float]]:
+    """Items, their wall times, CPU times, and wall times less run-queue waits."""
+    items: list[Any] = []
+    walls: list[float] = []
+    cpus: list[float] = []
+    own: list[float] = []
+    deadline = time.perf_counter() + max_seconds
+    if pipeline.is_iterable or length is None:
+        iterator = iter(pipeline.dataset)
+        fetch: Callable[[int], Any] = lambda _i: next(iterator)  # noqa: E731
+        indices: Sequence[int] = range(want + 1)
+    else:
+        stride = max(1, length // (want + 1))
+        indices = [(i * stride) % length for i in range(want + 1)]
+        fetch = pipeline.dataset.__getitem__
+    for n, index in enumerate(indices):
+        q0, w0, c0 = _run_queue_seconds(), time.perf_counter(), time.process_time()
+        try:
+            item = fetch(index)
+        except StopIteration:
+            break
+        except Exception as exc:
+            raise PipelineError(f"fetching item {index} raised {type(exc).__name__}: {exc}") from exc
+        w1, c1, q1 = time.perf_counter(), time.process_time(), _run_queue_seconds()
+        if n > 0:  # the first fetch pays lazy initialisation (file handles, caches)
+            items.append(item)
+            walls.append(w1 - w0)
+            cpus.append(c1 - c0)
+            own.append(max(1e-9, (w1 - w0) - (q1 - q0)))
+        if len(walls) >= 4 and w1 > deadline:
+            break
+    return items, walls, cpus, own
+
+
+def _batched_speedup(pipeline: Pipeline, check: FetcherCheck, length: int) -> float | None:
+    """Per-item fetch + collate time over vectorised fetch time, for one batch, in-process (best of 3)."""
+    assert check.fetch is not None
+    bs = pipeline.batch_size
+    indices = list(range(min(bs, length)))
+    per_item, batched = [], []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        pipeline.collate([pipeline.dataset[i] for i in indices])
+        t1 = time.perf_counter()
+        check.fetch(pipeline.dataset, indices)
+        t2 = time.perf_counter()
+        per_item.append(t1 - t0)
+        batched.append(t2 - t1)
+    return min(per_item) / min(batched) if min(batched) > 0 else None
+
+
+# -- measuring real loaders ------------------------------------------------------------------
+
+
+class LoaderEvaluator:
+    """The search's :class:`~stallscope.search.Evaluator` over real DataLoaders."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        budget_s: float,
+        started: float | None = None,
+        timeout: float | None = None,
+        seed: int = 0,
+        on_trial: Callable[[Trial], None] | None = None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.budget_s = budget_s
+        self.started = time.perf_counter() if started is None else started
+        # A hung sample must not eat the whole budget (SPEC §7: never hangs).
+        self.timeout = timeout if timeout is not None else max(5.0, min(30.0, budget_s / 3))
+        self.seed = seed
+        self.on_trial = on_trial
+        self._memory_sampled = False
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def _max_window(self, window_s: float) -> float:
+        left = self.budget_s - self.elapsed()
+        return max(window_s, min(10.0, left / 4))
+
+    def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial:
+        from .throughput import latency_stats, measure
+
+        # One worker trial samples memory (needs a window long enough for a USS reading).
+        sample = config.num_workers > 0 and not self._memory_sampled
+        window = max(window_s, 1.0) if sample else window_s
+        timeout = self.timeout
+        if phase == "startup":
+            # An optional comparison: it may not outrun the budget, however slow the start method.
+            # (stopping hung workers after a timeout takes a second or two more).
+            timeout = max(1.0, min(timeout, self.budget_s - self.elapsed() - 2.0))
+        t0 = time.perf_counter()
+        try:
+            m = measure(
+                self.pipeline,
+                config,
+                min_window_s=window,
+                max_window_s=self._max_window(window),
+                timeout=timeout,
+                sample_resources=sample,
+                seed=self.seed,
+            )
+        except PipelineError as exc:
+            return Trial(config, 0.0, phase, cost_s=time.perf_counter() - t0, error=str(exc))
+        cost = time.perf_counter() - t0
+        stats = latency_stats(m.batch_ms)
+        worker_bytes = _worker_bytes(m)
+        if worker_bytes is not None:
+            self._memory_sampled = True
+        trial = Trial(
+            config=config,
+            samples_per_s=m.samples_per_s,
+            phase=phase,
+            startup_s=m.startup_s,
+            window_s=m.window_s,
+            batches=m.batches,
+            batch_p50_ms=stats["p50"],
+            batch_p95_ms=stats["p95"],
+            rel_se=_relative_se(m.batch_ms),
+            worker_bytes=worker_bytes,
+            cost_s=cost,
+            error=m.error,
+        )
+        return trial
+
+    def interleaved(
+        self, configs: Sequence[LoaderConfig], *, repeats: int, window_s: float, phase: str
+    ) -> list[list[Trial]]:
+        """A B … B A per repeat (as ``throughput.measure_interleaved``), each trial under its own error handling."""
+        out: list[list[Trial]] = [[] for _ in configs]
+        order = list(range(len(configs)))
+        for _ in range(repeats):
+            for index in order + order[::-1]:
+                out[index].append(self.measure(configs[index], window_s=window_s, phase=phase))
+        return out
+
+
+def _worker_bytes(m: Any) -> int | None:
+    res = m.resources
+    if res is None or not res.n_workers:
+        return None
+    if res.worker_uss_mb is not None:
+        return int(res.worker_uss_mb * MB)
+    # Without USS, RSS per worker (counts shared pages too, so it errs on the safe side).
+    return int(res.workers_rss_mb / res.n_workers * MB)
+
+
+def _relative_se(batch_ms: Sequence[float], chunks: int = 4) -> float | None:
+    """Relative standard error of the window's rate, by batch means.
+
+    Inter-batch waits with many workers are bursty and strongly correlated (a
+    burst of ready batches, then a long wait), so their per-batch spread says
+    little about the rate. The rates of ``chunks`` consecutive sub-windows do.
+    """
+    if len(batch_ms) < 4 * chunks:  # fewer batches: the estimate would be noise itself
+        return None
+    size = len(batch_ms) // chunks
+    rates = []
+    for i in range(chunks):
+        part = batch_ms[i * size : (i + 1) * size]
+        total = sum(part)
+        if total <= 0:
+            return None
+        rates.append(len(part) / total)
+    mean = statistics.fmean(rates)
+    return statistics.stdev(rates) / mean / math.sqrt(chunks) if mean > 0 else None
+
+
+# -- the search space for this host -----------------------------------------------------------
+
+
+def default_max_workers(cores: int, pipeline: Pipeline) -> int:
+    """``max(64, 8 × cores)`` capped at 256, and at the batches in one epoch (idle workers help nobody)."""
+    cap = min(256, max(64, 8 * cores))
+    length = pipeline.length()
+    if length:
+        cap = min(cap, max(1, math.ceil(length / pipeline.batch_size)))
+    return cap
+
+
+def start_method_alternatives() -> tuple[str, ...]:
+    """Start methods worth comparing on start-up: forkserver where it is not the default.
+
+    ``fork`` is never proposed where it is not already the default: platforms
+    moved away from it because forking a threaded process is unsafe.
+    """
+    default = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_context().get_start_method()
+    available = multiprocessing.get_all_start_methods()
+    return tuple(m for m in ("forkserver",) if m in available and m != default)
+
+
+def build_space(
+    pipeline: Pipeline,
+    profile: Profile,
+    *,
+    cores: int,
+    max_workers: int | None = None,
+    tune_batch_size: bool = False,
+    compare_start_methods: bool = True,
+) -> SearchSpace:
+    import torch
+
+    bs = pipeline.batch_size
+    length = pipeline.length()
+    sizes: tuple[int, ...] = ()
+    if tune_batch_size:
+        sizes = tuple(s for s in (bs // 2, bs * 2, bs * 4) if s >= 1 and s != bs and (length is None or s <= length))
+    threads = tuple(sorted({1, cores} - {torch.get_num_threads()})) if cores > 1 else ()
+    return SearchSpace(
+        cores=cores,
+        batch_size=bs,
+        max_workers=max_workers if max_workers is not None else default_max_workers(cores, pipeline),
+        in_order=loader_supports("in_order"),
+        batched_fetch=profile.batched_fetch is not None,
+        pin_memory=cuda_available(),
+        threads=threads,
+        batch_sizes=sizes,
+        contexts=start_method_alternatives() if compare_start_methods else (),
+        multiprocessing_context=pipeline.baseline.multiprocessing_context,
+    )
+
+
+# -- the result ----------------------------------------------------------------------------------
+
+
+@dataclass
+class TuneResult:
+    """What ``ss.tune`` found. ``config`` is the pick; ``to_dict()`` gives the record sections of SPEC §5."""
+
+    config: LoaderConfig
+    samples_per_s: float
+    baseline: LoaderConfig
+    baseline_samples_per_s: float
+    confidence: float
+    tuning_seconds: float
+    search: SearchResult
+    profile: Profile
+    space: SearchSpace
+    batched: FetcherCheck | None = None
+    recommendations: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float | None:
+        return self.search.speedup
+
+    @property
+    def trials(self) -> list[Trial]:
+        return self.search.trials
+
+    def to_dict(self) -> dict[str, Any]:
+        search = self.search.to_dict()
+        section = {
+            "baseline": {"config": self.baseline.to_dict(), "label": self.baseline.label(), "samples_per_s": round(self.baseline_samples_per_s, 2)},
+            "best": {
+                "config": self.config.to_dict(),
+                "label": self.config.label(),
+                "samples_per_s": round(self.samples_per_s, 2),
+                "speedup": search["speedup"],
+                "confidence": search["confidence"],
+                "runner_up": search["runner_up"],
+                "margin": search["margin"],
+                "margin_interval": search["margin_interval"],
+            },
+            "trials": search["trials"],
+            "tuning_seconds": round(self.tuning_seconds, 3),
+            "search": {
+                "region": search["region"],
+                "finalists": search["finalists"],
+                "rounds": search["rounds"],
+                "noise": search["noise"],
+                "startup_s": search["startup_s"],
+                "notes": search["notes"],
+                "effects": search["effects"],
+                "memory": search["memory"],
+                "space": self.space.to_dict(),
+                "profile": self.profile.to_dict(),
+                "batched_fetch": None if self.batched is None else self.batched.to_dict(),
+            },
+        }
+        section["recommendations"] = tune_recommendations(section)
+        return section
+
+
+# -- ss.tune ---------------------------------------------------------------------------------------
+
+
+def tune(
+    target: Any,
+    *,
+    budget_s: float = DEFAULT_BUDGET_S,
+    tune_batch_size: bool = False,
+    max_workers: int | None = None,
+    memory_budget_mb: float | None = None,
+    repeats: int | None = None,
+    batch_size: int | None = None,
+    collate: Any = None,
+    seed: int = 0,
+    on_trial: Callable[[Trial], None] | None = None,
+    compare_start_methods: bool = False,
+) -> TuneResult:
+    """Find the fastest loader config for ``target`` within ``budget_s`` seconds.
+
+    ``target``: a TARGET spec, a zero-argument callable, a Dataset, DataLoader,
+    dict or :class:`~stallscope.target.Pipeline`. The baseline is the user's
+    DataLoader config when the target returns one, else torch's defaults.
+    ``repeats`` fixes the number of interleaved confirmation rounds (default:
+    adaptive, until the pick is clear). ``compare_start_methods`` also times
+    worker start-up under ``forkserver``; leave it off when the calling script
+    has no ``if __name__ == "__main__":`` guard (forkserver and spawn re-run
+    the main script in their workers). The CLI's ``--start-methods`` turns it on.
+    See NOTE [tuning strategy] in search.py.
+    """
+    started = time.perf_counter()
+    if budget_s <= 0:
+        raise UsageError(f"--budget must be positive, not {budget_s:g}.")
+    if max_workers is not None and max_workers < 0:
+        raise UsageError(f"--max-workers must be at least 0, not {max_workers}.")
+    if memory_budget_mb is not None and memory_budget_mb <= 0:
+        raise UsageError(f"--memory-budget must be positive (MB), not {memory_budget_mb:g}.")
+    if repeats is not None and repeats < 1:
+        raise UsageError(f"--repeats must be at least 1, not {repeats}.")
+    pipeline = target if isinstance(target, Pipeline) else load_target(target, batch_size=batch_size, collate=collate)
+    preflight(pipeline)
+    profile, check = profile_pipeline(pipeline)
+    cores = usable_cores()
+    space = build_space(
+        pipeline, profile, cores=cores, max_workers=max_workers, tune_batch_size=tune_batch_size,
+        compare_start_methods=compare_start_methods,
+    )
+    notes = []
+    if pipeline.is_iterable and space.max_workers > 0 and not shards_by_worker(pipeline.dataset):
+        # Every worker would replay the whole stream: more samples/s, but duplicates.
+        space.max_workers = 0
+        notes.append(
+            "the IterableDataset does not consult get_worker_info(), so each worker would replay the whole "
+            "stream; only num_workers=0 was measured (shard by worker id to use workers)"
+        )
+    budget_bytes = int(memory_budget_mb * MB) if memory_budget_mb else int(MEMORY_SHARE * psutil.virtual_memory().available)
+    memory = MemoryBudget(budget_bytes=budget_bytes, batch_bytes=profile.batch_bytes)
+    baseline = pipeline.baseline.replace(batch_size=pipeline.batch_size)
+    evaluator = LoaderEvaluator(pipeline, budget_s=budget_s, started=started, seed=seed)
+    settings = SearchSettings(budget_s=budget_s, rounds=repeats, seed=seed)
+    with no_orphans():
+        result = run_search(evaluator, space, profile, baseline=baseline, memory=memory, settings=settings, on_trial=on_trial)
+    result.notes[:0] = notes
+    return TuneResult(
+        config=result.pick,
+        samples_per_s=result.samples_per_s,
+        baseline=baseline,
+        baseline_samples_per_s=result.baseline_samples_per_s,
+        confidence=result.confidence,
+        tuning_seconds=time.perf_counter() - started,
+        search=result,
+        profile=profile,
+        space=space,
+        batched=check,
+    )
+
+
+# -- recommendations (pure: tune section -> list) --------------------------------------------------
+
+_KNOB_ADVICE = {
+    "batched_fetch": (
+        "batched-fetch",
+        "Fetch whole batches instead of single items",
+        "Per-item __getitem__ calls and the collate dominate for this in-memory dataset. Give the dataset a "
+        "__getitems__(indices) that indexes its arrays once per batch (for tensors: "
+        "t.index_select(0, torch.as_tensor(indices)), which stays off the intra-op thread pool), "
+        "or build the loader with ss.make_loader(..., config) where the config has batched_fetch: true.",
+    ),
+    "in_order": (
+        "in-order-false",
+        "Let batches arrive out of order (in_order=False)",
+        "Fetch times are jittery: with in_order=True one slow batch holds back every batch behind it. "
+        "in_order=False (torch >= 2.6) lets the other workers' batches through; sample order within an epoch "
+        "then varies between runs.",
+    ),
+    "torch_threads": (
+        "intra-op-threads",
+        "Cap the main process's intra-op threads",
+        "Loading runs in the main process here; its torch ops contend with torch's own thread pool. "
+        "Call torch.set_num_threads(n) with the measured n before building the loader.",
+    ),
+}
+
+
+def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """Recommendations from a tune section, each with what was measured and the expected gain.
+
+    A knob effect counts only beyond the noise: 3% (or the race's noise) when
+    measured interleaved, 5% (or twice the noise) from single scan measurements.
+    """
+    recs: list[dict[str, Any]] = []
+    best, baseline = section["best"], section["baseline"]
+    search = section.get("search", {})
+    noise = search.get("noise") or 0.0
+    speedup = best.get("speedup")
+    if speedup is not None and speedup >= 1 + max(0.03, noise) and best["config"] != baseline["config"]:
+        confidence = best.get("confidence")
+        recs.append({
+            "id": "loader-config",
+            "title": "Use the tuned DataLoader settings",
+            "detail": f"{best['label']} instead of {baseline['label']} (`stallscope tune --emit python` prints the call).",
+            "measured": (
+                f"{best['samples_per_s']:.1f} vs {baseline['samples_per_s']:.1f} samples/s in steady state"
+                + (f"; confidence {confidence:.0%} that no other candidate is more than 3% faster" if confidence is not None else "")
+            ),
+            "expected_gain": f"{speedup:.2f}x throughput",
+        })
+    seen: set[str] = set()
+    for effect in sorted(search.get("effects", []), key=lambda e: -e["gain"]):
+        advice = _KNOB_ADVICE.get(effect["knob"])
+        if advice is None or advice[0] in seen:
+            continue
+        floor = max(0.03, noise) if effect["source"] == "confirm" else max(0.05, 2 * noise)
+        if effect["gain"] < floor:
+            continue
+        seen.add(advice[0])
+        rec_id, title, detail = advice
+        how = "interleaved medians" if effect["source"] == "confirm" else "single measurements"
+        recs.append({
+            "id": rec_id,
+            "title": title,
+            "detail": detail,
+            "measured": (
+                f"{effect['variant']}: {effect['variant_samples_per_s']:.1f} samples/s vs "
+                f"{effect['parent']}: {effect['parent_samples_per_s']:.1f} samples/s ({how})"
+            ),
+            "expected_gain": f"+{effect['gain']:.0%} throughput",
+        })
+    recs.extend(_beyond_cores(section))
+    recs.extend(_persistent(section))
+    return recs
+
+
+def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """Latency-bound and the pick has more workers than cores: say so, with the measured gain over cores workers."""
+    search = section.get("search", {})
+    cores = search.get("space", {}).get("cores")
+    workers = section["best"]["config"]["num_workers"]
+    if search.get("region", {}).get("name") != "latency-bound" or not cores or workers <= cores:
+        return []
+    at_cores = [
+        t for t in section.get("trials", [])
+        if t["config"]["num_workers"] == cores and t["error"] is None and t["phase"] in {"scale", "climb"}
+    ]
+    if not at_cores:
+        return []
+    rate = max(t["samples_per_s"] for t in at_cores)
+    gain = section["best"]["samples_per_s"] / rate - 1 if rate > 0 else 0.0
+    if gain < 0.05:
+        return []
+    cpu = search.get("profile", {}).get("cpu_per_wall")
+    return [{
+        "id": "workers-beyond-cores",
+        "title": f"Use more workers than cores ({workers} on {cores} core(s))",
+        "detail": (
+            "The fetch mostly waits (storage, network, sleep) rather than computing, so workers overlap their "
+            "waits; the usual num_workers = cores leaves that idle time on the table."
+        ),
+        "measured": (
+            f"{section['best']['samples_per_s']:.1f} samples/s with {workers} workers vs {rate:.1f} with {cores}"
+            + (f"; the fetch used {cpu:.0%} CPU per wall second" if cpu is not None else "")
+        ),
+        "expected_gain": f"+{gain:.0%} throughput",
+    }]
+
+
+def _persistent(section: dict[str, Any]) -> list[dict[str, Any]]:
+    best = section["best"]["config"]
+    startup = section.get("search", {}).get("startup_s")
+    if not best["persistent_workers"] or section["baseline"]["config"]["persistent_workers"] or not startup:
+        return []
+    if startup < 0.05:
+        return []
+    return [{
+        "id": "persistent-workers",
+        "title": "Keep workers alive between epochs (persistent_workers=True)",
+        "detail": "Without it every epoch restarts the workers and waits for their first batches again.",
+        "measured": f"start-up to the first batch: {startup:.2f} s with {best['num_workers']} workers",
+        "expected_gain": f"{startup:.2f} s saved per epoch after the first",
+    }]

@@ -1,0 +1,231 @@
+"""The search strategy on a simulated, deterministic cost model (no workers, fake clock, injected noise)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from tune_costmodel import CPU_BOUND, JITTERY, LATENCY_BOUND, TINY_IN_MEMORY, CostModel, dense_space
+
+from stallscope.config import LoaderConfig
+from stallscope.search import (
+    MB,
+    MemoryBudget,
+    Profile,
+    SearchSettings,
+    SearchSpace,
+    SimulatedEvaluator,
+    Trial,
+    classify,
+    clearly_slower,
+    decide,
+    run_search,
+)
+
+
+def _search(model: CostModel, *, seed: int = 0, noise: float = 0.03, budget_s: float = 60.0,
+            memory_mb: float = 16_000, max_workers: int = 128, **settings):
+    profile = model.profile()
+    space = SearchSpace(cores=model.cores, batch_size=model.batch_size, max_workers=max_workers,
+                        batched_fetch=model.batched, threads=(1,) if model.threads_gain != 1.0 else ())
+    memory = MemoryBudget(budget_bytes=int(memory_mb * MB), batch_bytes=profile.batch_bytes)
+    ev = SimulatedEvaluator(model.rate, noise=noise, seed=seed, startup_fn=model.startup, worker_bytes_fn=model.worker_bytes)
+    result = run_search(ev, space, profile, baseline=LoaderConfig(batch_size=model.batch_size), memory=memory,
+                        settings=SearchSettings(budget_s=budget_s, seed=seed, **settings))
+    return result, ev
+
+
+def _optimum(model: CostModel, **kwargs) -> float:
+    return model.best_over(dense_space(model, **kwargs))[1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cpu_bound_lands_around_the_usable_cores(seed):
+    result, _ = _search(CPU_BOUND, seed=seed)
+    assert result.region.name == "cpu-bound"
+    assert 2 <= result.pick.num_workers <= 8
+    assert CPU_BOUND.rate(result.pick) >= 0.97 * _optimum(CPU_BOUND)
+    assert result.elapsed_s <= 60
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_latency_bound_goes_far_beyond_the_cores(seed):
+    result, ev = _search(LATENCY_BOUND, seed=seed)
+    assert result.region.name == "latency-bound"
+    assert result.pick.num_workers >= 16  # on 2 cores
+    assert LATENCY_BOUND.rate(result.pick) >= 0.97 * _optimum(LATENCY_BOUND)
+    # A strategy, not a grid: a couple of dozen measurements, well within the budget.
+    assert len(ev.measured) <= 40
+    assert result.speedup is not None and result.speedup > 10
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_tiny_in_memory_picks_batched_fetch_in_one_process(seed):
+    result, _ = _search(TINY_IN_MEMORY, seed=seed)
+    assert result.region.name == "overhead-bound"
+    assert result.pick.num_workers == 0 and result.pick.batched_fetch
+    assert TINY_IN_MEMORY.rate(result.pick) >= 0.97 * _optimum(TINY_IN_MEMORY, batched=True)
+    knobs = {e.knob for e in result.effects}
+    assert "batched_fetch" in knobs
+
+
+def test_tiny_in_memory_without_batched_fetch_stays_near_the_flat_optimum():
+    model = dataclasses.replace(TINY_IN_MEMORY, batched=False)
+    result, _ = _search(model)
+    assert not result.pick.batched_fetch
+    assert model.rate(result.pick) >= 0.97 * _optimum(model)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_jittery_source_tries_out_of_order_delivery(seed):
+    result, ev = _search(JITTERY, seed=seed)
+    assert any(not c.in_order for c in ev.measured)
+    assert JITTERY.rate(result.pick) >= 0.97 * _optimum(JITTERY)
+
+
+def test_memory_budget_caps_workers_and_is_never_exceeded():
+    model = dataclasses.replace(LATENCY_BOUND, worker_mb=100.0, batch_mb=1.0)
+    budget_mb = 700
+    result, ev = _search(model, memory_mb=budget_mb)
+    need = lambda c: c.num_workers * (100 * MB + (c.prefetch_factor or 2) * MB)  # noqa: E731
+    assert all(need(c) <= budget_mb * MB for c in ev.measured if c.num_workers)
+    assert result.pick.num_workers <= 6
+    feasible = [c for c in dense_space(model, max_workers=16) if need(c) <= budget_mb * MB]
+    assert model.rate(result.pick) >= 0.97 * max(model.rate(c) for c in feasible)
+    assert any("memory budget" in note for note in result.notes)
+
+
+@pytest.mark.parametrize("budget", [4.0, 12.0, 25.0])
+def test_time_budget_bounds_the_search(budget):
+    result, ev = _search(LATENCY_BOUND, budget_s=budget)
+    # The two reference measurements always run; everything after them fits the budget.
+    assert ev.clock <= max(budget, 2 * 1.0) + 0.5
+    assert result.pick is not None and 0.0 <= result.confidence <= 1.0
+    if budget < 10:
+        assert any("time budget" in note for note in result.notes)
+
+
+def test_small_budget_still_reports_how_sure_it_is():
+    result, _ = _search(LATENCY_BOUND, budget_s=6.0)
+    assert result.rounds == 0
+    assert 0.0 <= result.confidence <= 1.0
+    assert result.samples_per_s > 0
+
+
+def test_fixed_number_of_confirmation_rounds():
+    result, _ = _search(CPU_BOUND, rounds=3)
+    assert result.rounds == 3
+    raced = [t for t in result.trials if t.phase == "confirm"]
+    per_config = {}
+    for t in raced:
+        per_config[t.config] = per_config.get(t.config, 0) + 1
+    # A B ... B A: two runs per config per round (the baseline joins the first round only).
+    assert max(per_config.values()) == 6
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.08])
+def test_quality_holds_without_and_with_heavy_noise(noise):
+    for model in (CPU_BOUND, LATENCY_BOUND):
+        result, _ = _search(model, noise=noise, seed=7)
+        floor = 0.97 if noise == 0 else 0.93
+        assert model.rate(result.pick) >= floor * _optimum(model)
+
+
+def test_deterministic_for_a_seed():
+    a, _ = _search(CPU_BOUND, seed=3)
+    b, _ = _search(CPU_BOUND, seed=3)
+    assert a.pick == b.pick and [t.samples_per_s for t in a.trials] == [t.samples_per_s for t in b.trials]
+
+
+def test_pick_has_persistent_workers_and_reports_startup():
+    result, _ = _search(LATENCY_BOUND)
+    assert result.pick.persistent_workers
+    assert result.startup_s is not None and result.startup_s > 0
+
+
+def test_to_dict_is_plain_json():
+    import json
+
+    result, _ = _search(CPU_BOUND)
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["pick"]["num_workers"] == result.pick.num_workers
+    assert {"phase", "label", "samples_per_s", "config"} <= set(data["trials"][0])
+
+
+# -- pure pieces ---------------------------------------------------------------------------------
+
+
+def _cfg(w: int, **kw) -> LoaderConfig:
+    return LoaderConfig(num_workers=w, batch_size=8, **kw)
+
+
+def test_decide_prefers_fewer_workers_on_a_plateau():
+    samples = {_cfg(8): [100.0, 101.0, 99.5, 100.5], _cfg(16): [100.4, 101.2, 99.9, 100.6]}
+    decision = decide(samples)
+    assert decision.leader == _cfg(16)
+    assert decision.pick == _cfg(8)
+    assert decision.confidence > 0.9
+
+
+def test_decide_takes_the_clear_winner_with_high_confidence():
+    samples = {_cfg(2): [50, 51, 49, 50.5], _cfg(4): [80, 81, 79, 80.5], _cfg(8): [78, 79, 80, 77]}
+    decision = decide(samples)
+    assert decision.pick == _cfg(4)
+    assert decision.confidence > 0.95
+    assert decision.runner_up == _cfg(8)
+    assert decision.margin == pytest.approx(80.25 / 78.5)
+    lo, hi = decision.margin_interval
+    assert lo <= decision.margin <= hi
+
+
+def test_decide_is_unsure_when_the_rates_overlap():
+    samples = {_cfg(2): [100, 70, 130, 95], _cfg(4): [60, 140, 90, 120]}
+    assert decide(samples).confidence < 0.9
+
+
+def test_clearly_slower_needs_separation_beyond_noise():
+    assert clearly_slower([90, 91, 89, 90], [100, 101, 99, 100], tolerance=0.01)
+    assert not clearly_slower([99, 101, 100, 98], [100, 99, 101, 100], tolerance=0.01)
+
+
+def test_classify_regions():
+    latency = Profile(seconds_per_sample=0.02, cpu_per_wall=0.05)
+    assert classify(latency, 50, 100, 2, 16).name == "latency-bound"
+    assert classify(latency, 50, 100, 2, 16).predicted_workers == pytest.approx(40)
+    cpu = Profile(seconds_per_sample=0.005, cpu_per_wall=0.98, collate_s=0.001)
+    assert classify(cpu, 200, 390, 2, 32).name == "cpu-bound"
+    tiny = Profile(seconds_per_sample=0.00001, cpu_per_wall=1.0, collate_s=0.0002)
+    assert classify(tiny, 50_000, 40_000, 2, 64).name == "overhead-bound"
+
+
+def test_memory_budget_arithmetic():
+    mem = MemoryBudget(budget_bytes=1000 * MB, batch_bytes=10 * MB, worker_bytes=80 * MB)
+    assert mem.need(_cfg(0)) == 0
+    assert mem.need(_cfg(4, prefetch_factor=2)) == 4 * 100 * MB
+    assert mem.max_workers(2) == 10
+    assert mem.fits(_cfg(10)) and not mem.fits(_cfg(11))
+    mem.observe(50 * MB)
+    assert mem.measured and mem.worker_bytes == 50 * MB
+    mem.observe(70 * MB)
+    assert mem.worker_bytes == 70 * MB  # the largest measured worker counts
+
+
+def test_failed_trials_stop_the_climb_and_are_noted():
+    model = LATENCY_BOUND
+
+    def rate(config: LoaderConfig) -> float:
+        return 0.0 if config.num_workers > 10 else model.rate(config)  # e.g. too many open files
+
+    profile = model.profile()
+    space = SearchSpace(cores=2, batch_size=model.batch_size, max_workers=128)
+    memory = MemoryBudget(budget_bytes=16_000 * MB, batch_bytes=profile.batch_bytes)
+    result = run_search(SimulatedEvaluator(rate, seed=1), space, profile,
+                        baseline=LoaderConfig(batch_size=model.batch_size), memory=memory)
+    assert result.pick.num_workers <= 10
+    assert any("failed" in note for note in result.notes)
+    assert any(not t.ok for t in result.trials)
+
+
+def test_trial_dict_reports_memory_in_mb():
+    t = Trial(_cfg(2), 10.0, "scale", worker_bytes=64 * MB)
+    assert t.to_dict()["worker_mb"] == 64.0

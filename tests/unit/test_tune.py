@@ -1,0 +1,119 @@
+"""ss.tune on small real pipelines: the profile, the record section, the recommendations."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+from tune_pipelines import ArrayDataset, WaitingDataset
+
+import stallscope as ss
+from stallscope.errors import UsageError
+from stallscope.target import pipeline_from_object
+from stallscope.tuner import profile_pipeline, tune_recommendations
+
+
+def _pipeline(dataset, batch_size):
+    pipeline = pipeline_from_object(dataset)
+    pipeline.batch_size = batch_size
+    pipeline.baseline = pipeline.baseline.replace(batch_size=batch_size)
+    return pipeline
+
+
+def test_profile_sees_a_waiting_fetch_as_latency_bound():
+    profile, check = profile_pipeline(_pipeline(WaitingDataset(n=64, wait_s=0.01), 8))
+    assert profile.cpu_per_wall < 0.3  # sleeping releases the CPU
+    assert 0.009 < profile.seconds_per_sample < 0.05
+    assert profile.batch_bytes == 8 * 16 * 4 + 8 * 8
+    assert check is None  # a batch costs 80 ms: not in-memory, batched fetch not probed
+
+
+def test_profile_finds_the_vectorised_fetch_and_its_in_process_gain():
+    profile, check = profile_pipeline(_pipeline(ArrayDataset(n=4096), 128))
+    assert profile.batched_fetch == "array-index" and check.fetch is not None
+    assert profile.batched_speedup > 3  # 128 __getitem__ calls + collate vs one fancy-indexing call
+    assert profile.cpu_per_wall > 0.5
+
+
+def test_tune_on_in_memory_tensors_measures_batched_fetching():
+    dataset = TensorDataset(torch.randn(4096, 8), torch.arange(4096))
+    result = ss.tune(dataset, batch_size=64, budget_s=6.0, compare_start_methods=False)
+    assert result.tuning_seconds < 6.0 + 4.0
+    batched = [t for t in result.trials if t.config.batched_fetch and t.config.num_workers == 0 and t.ok]
+    plain = [t for t in result.trials if t.config == result.baseline and t.ok]
+    assert batched and plain
+    # Indexing once per batch beats 64 __getitem__ calls + collate by far, even on a loaded machine.
+    assert max(t.samples_per_s for t in batched) > 2 * max(t.samples_per_s for t in plain)
+    section = json.loads(json.dumps(result.to_dict()))
+    assert {"baseline", "best", "trials", "tuning_seconds", "recommendations", "search"} <= set(section)
+    assert section["best"]["config"]["batched_fetch"] is True
+    assert any(r["id"] == "batched-fetch" for r in section["recommendations"])
+
+
+def test_tune_rejects_bad_arguments():
+    with pytest.raises(UsageError):
+        ss.tune(WaitingDataset(n=8), budget_s=0)
+    with pytest.raises(UsageError):
+        ss.tune(WaitingDataset(n=8), max_workers=-1)
+    with pytest.raises(UsageError):
+        ss.tune(WaitingDataset(n=8), batch_size=64)  # larger than the dataset
+
+
+def _section(effects=(), noise=0.02, speedup=2.0, region="cpu-bound", workers=4):
+    best_cfg = {"num_workers": workers, "persistent_workers": True}
+    return {
+        "baseline": {"config": {"num_workers": 0, "persistent_workers": False}, "label": "w=0 bs=8", "samples_per_s": 100.0},
+        "best": {"config": best_cfg, "label": f"w={workers} bs=8 pf=2 persistent", "samples_per_s": 100.0 * speedup,
+                 "speedup": speedup, "confidence": 0.93},
+        "trials": [{"config": {"num_workers": 2}, "phase": "scale", "error": None, "samples_per_s": 90.0}],
+        "search": {"noise": noise, "effects": list(effects), "region": {"name": region}, "space": {"cores": 2},
+                   "startup_s": 0.4, "profile": {"cpu_per_wall": 0.05}},
+    }
+
+
+def _effect(knob, gain, source="confirm"):
+    return {"knob": knob, "gain": gain, "source": source, "variant": "v", "parent": "p",
+            "variant_samples_per_s": 100 * (1 + gain), "parent_samples_per_s": 100.0}
+
+
+def test_recommendations_carry_their_measured_gain():
+    recs = tune_recommendations(_section([_effect("batched_fetch", 0.8), _effect("in_order", 0.12, "scan")]))
+    ids = [r["id"] for r in recs]
+    assert ids == ["loader-config", "batched-fetch", "in-order-false", "persistent-workers"]
+    for rec in recs:
+        assert rec["measured"] and rec["expected_gain"]
+    assert recs[0]["expected_gain"] == "2.00x throughput"
+    assert recs[1]["expected_gain"] == "+80% throughput"
+
+
+def test_no_recommendation_within_the_noise():
+    recs = tune_recommendations(_section([_effect("in_order", 0.04, "scan"), _effect("batched_fetch", 0.02)],
+                                         speedup=1.02))
+    assert [r["id"] for r in recs] == ["persistent-workers"]
+
+
+def test_beyond_cores_recommendation_for_latency_bound_picks():
+    recs = tune_recommendations(_section(region="latency-bound", workers=32, speedup=20.0))
+    beyond = [r for r in recs if r["id"] == "workers-beyond-cores"]
+    assert beyond and "32 on 2" in beyond[0]["title"] and "90.0 with 2" in beyond[0]["measured"]
+
+
+def test_a_replaying_iterable_dataset_is_not_tuned_into_duplicates():
+    from tune_pipelines import ReplayingStream
+
+    result = ss.tune(ReplayingStream(), batch_size=16, budget_s=3.0)
+    assert all(t.config.num_workers == 0 for t in result.trials)
+    assert result.config.num_workers == 0
+    assert any("get_worker_info" in note for note in result.search.notes)
+
+
+def test_rate_error_by_batch_means_ignores_steady_bursts():
+    from stallscope.tuner import _relative_se
+
+    bursty_but_steady = [0.1, 0.1, 0.1, 30.0] * 8  # many workers: a burst of ready batches, then a wait
+    assert _relative_se(bursty_but_steady) == pytest.approx(0.0, abs=1e-9)
+    drifting = [1.0] * 8 + [2.0] * 8 + [1.0] * 8 + [2.0] * 8  # the rate itself changes within the window
+    assert _relative_se(drifting) > 0.1
+    assert _relative_se([1.0] * 15) is None  # too few batches to say
