@@ -21,6 +21,7 @@ import io
 import math
 import os
 import pstats
+import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -598,11 +599,13 @@ def measure_augmentation_differential(
     *,
     samples: int = 160,
     max_seconds: float = 6.0,
-    rounds: int = 4,
+    rounds: int = 8,
     progress: ProgressFn | None = None,
 ) -> tuple[float, float, int]:
     """Per-sample ``__getitem__`` ms with and without the augmentations, in-process,
-    interleaved A B B A … so drift hits both alike. Returns (with, without, samples each)."""
+    interleaved A B B A … so drift hits both alike. Each figure is the median over
+    rounds, so one round hit by a stall elsewhere on the machine does not move it.
+    Returns (with, without, samples each)."""
     wanted = set(augmentations)
     without = substitute_all(
         pipeline.dataset, [s for s in slots if s.name in wanted], lambda s: SkippedTransform(s.name)
@@ -612,7 +615,7 @@ def measure_augmentation_differential(
     indices = _spread_indices(length, per_round * rounds)
     fetch_with = _fetcher(pipeline.dataset, pipeline.is_iterable)
     fetch_without = _fetcher(without, pipeline.is_iterable)
-    totals = {"with": 0.0, "without": 0.0}
+    per_sample: dict[str, list[float]] = {"with": [], "without": []}
     counts = {"with": 0, "without": 0}
     deadline = time.perf_counter() + max_seconds
     with _single_torch_thread():
@@ -623,15 +626,17 @@ def measure_augmentation_differential(
             order = (("with", fetch_with), ("without", fetch_without))
             for label, fetch in order if number % 2 == 0 else order[::-1]:
                 start = time.perf_counter()
-                counts[label] += fetch(chunk)
-                totals[label] += time.perf_counter() - start
+                fetched = fetch(chunk)
+                elapsed = time.perf_counter() - start
+                counts[label] += fetched
+                per_sample[label].append(1000.0 * elapsed / max(1, fetched))
             if progress is not None:
                 progress("augmentation with vs without", (number + 1) / rounds)
             if time.perf_counter() > deadline and number >= 1:
                 break
     return (
-        1000.0 * totals["with"] / max(1, counts["with"]),
-        1000.0 * totals["without"] / max(1, counts["without"]),
+        statistics.median(per_sample["with"]),
+        statistics.median(per_sample["without"]),
         counts["with"],
     )
 

@@ -410,15 +410,6 @@ def test_manual_api_next_data_and_end_step():
     assert d["compute_ms"]["max"] == pytest.approx(12.0)
 
 
-def test_watch_is_callable_even_after_importing_the_module():
-    import stallscope.watcher as module
-
-    assert callable(module)
-    w = ss.watch([1, 2, 3], sample_resources=False)
-    assert isinstance(w, Watch) and len(w) == 3 and list(w) == [1, 2, 3]
-    assert isinstance(module([1], sample_resources=False), Watch)
-
-
 def test_attributes_go_to_the_loader():
     loader = DataLoader(SleepDataset(8, 0.0), batch_size=4)
     w = ss.watch(loader, sample_resources=False)
