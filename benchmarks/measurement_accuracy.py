@@ -40,7 +40,7 @@ def main() -> None:
         ("cpu", 0.004, 0, None), ("cpu", 0.004, 1, "fork"), ("cpu", 0.004, cores, "fork"),
     ]
     print(f"usable cores: {cores}; batch size {batch_size}; {args.repeats} repeats × {args.window:g} s windows\n")
-    print(f"| kind | injected ms/item | workers | start | expected samples/s | measured (median) | error |")
+    print("| kind | injected ms/item | workers | start | expected samples/s | measured (median) | error |")
     print("|---|---:|---:|---|---:|---:|---:|")
     for kind, cost, workers, ctx in cases:
         dataset = SleepCost(cost) if kind == "sleep" else SpinCost(cost)

@@ -2,7 +2,7 @@
 
 Renderers never compute: they ask :func:`analyse` for a :class:`ReportFacts`
 and turn each fact into sentences, tables and plots. Every function here reads
-only the record (schema §5, see ``notes/RECORD.md``); a section whose data is
+only the record (schema §5, see ``stallscope/schema/record-v1.json``); a section whose data is
 absent yields ``None`` or an empty list, and the report omits it.
 
 Rules are small and named and kept in lists, the way pyinstrument keeps its
@@ -22,6 +22,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
+
+LATENCY_BOUND_MARGIN = 1.1  # speed-up must beat the core count by this factor, beyond noise
 
 Record = dict  # a RunRecord.to_dict()
 
@@ -187,7 +189,7 @@ class BenchFacts:
     plateau_workers: int | None
     repeats: int | None  # when every configuration had the same number of repeats
     worker_counts: list[int]
-    latency_bound: bool  # the best uses more workers than there are cores
+    latency_bound: bool  # the best beats what the cores could do: more speed-up than cores, via more workers
     batches_timed: int | None = None  # steady-state batches timed, all configurations and repeats
     window_s: float | None = None  # steady-state seconds those batches took
 
@@ -481,7 +483,15 @@ def bench_facts(r: Record) -> BenchFacts | None:
         plateau_workers=plateau if isinstance(plateau, int) else None,
         repeats=repeats.pop() if len(repeats) == 1 else None,
         worker_counts=sorted({_workers(row.config) for row in measured}),
-        latency_bound=bool(best_row and cores and _workers(best_row.config) > cores),
+        # More workers than cores is no evidence by itself (a noisy tie can land there);
+        # a speed-up over one process beyond the core count is: the workers overlap waits.
+        latency_bound=bool(
+            best_row
+            and cores
+            and _workers(best_row.config) > cores
+            and best_row.speedup is not None
+            and best_row.speedup > cores * LATENCY_BOUND_MARGIN
+        ),
     )
 
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import psutil
 
-
 # multiprocessing's own per-interpreter helpers: they exit with this process, and
 # killing them early only makes the next spawn complain. Their children (workers
 # started through a forkserver) are still reaped.

@@ -3,7 +3,7 @@
 Nothing here measures or prints. :mod:`stallscope.watcher` and
 :mod:`stallscope.profiling` record per-step data-wait and compute times; these
 functions turn them into the ``profile`` section of the run record (SPEC §5,
-notes/RECORD.md) and into recommendations that say what was measured.
+the record schema, stallscope/schema/record-v1.json) and into recommendations that say what was measured.
 
 Definitions (per step, one step = one batch):
 - data wait: time the loop spent blocked in ``next()`` on the loader;

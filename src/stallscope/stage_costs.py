@@ -175,7 +175,7 @@ class StagesResult:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        """The record keys of the ``stages`` section (RECORD.md)."""
+        """The record keys of the ``stages`` section (the record schema)."""
         return {
             "stages": [s.to_dict() for s in self.stages],
             "augmentation_overhead": self.augmentation_overhead.to_dict()

@@ -576,7 +576,7 @@ class Watch:
 
     # -- results ---------------------------------------------------------------------------
     def to_dict(self, *, timeline: bool = True, context: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The ``profile`` section (notes/RECORD.md): stall fraction, verdict, what-if, occupancy, ..."""
+        """The ``profile`` section (the record schema, stallscope/schema/record-v1.json): stall fraction, verdict, what-if, occupancy, ..."""
         profile = summarize_steps(
             data_s=list(self._data),
             compute_s=list(self._compute),

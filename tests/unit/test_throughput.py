@@ -7,7 +7,14 @@ from bench_sleepy import SleepyDataset
 
 from stallscope.config import LoaderConfig
 from stallscope.target import load_target
-from stallscope.throughput import batch_length, latency_stats, measure, relative_spread, spread, warmup_batches_for
+from stallscope.throughput import (
+    batch_length,
+    latency_stats,
+    measure,
+    relative_spread,
+    spread,
+    warmup_batches_for,
+)
 
 COST = 0.010  # s per item: long enough that sleep overshoot and IPC stay well under 10 %
 

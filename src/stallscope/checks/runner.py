@@ -11,7 +11,6 @@ budget; every wait on a worker is bounded (NOTE [worker shutdown] in
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
 import random
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, describe_exception
-from ..processes import descendants, reap_children
+from ..processes import no_orphans
 from .findings import CODES, ERROR, Finding
 from .rules import analyse, slow_candidates
 
@@ -109,22 +108,6 @@ def select_codes(only: Iterable[str] | None, skip: Iterable[str] | None) -> list
         raise UsageError(f"unknown check code {unknown[0]!r}; choose from {', '.join(CODES)}.")
     skipped = set(skip or ())
     return [c for c in chosen if c not in skipped]
-
-
-@contextlib.contextmanager
-def _reaping_new_children() -> Any:
-    """Reap workers this call started, sparing multiprocessing's own helper processes."""
-    before = {p.pid for p in descendants()}
-    try:
-        yield
-    finally:
-        helpers = set()
-        for proc in descendants():
-            with contextlib.suppress(Exception):
-                cmd = " ".join(proc.cmdline())
-                if "multiprocessing.resource_tracker" in cmd or "multiprocessing.forkserver" in cmd:
-                    helpers.add(proc.pid)
-        reap_children(exclude=before | helpers)
 
 
 class _Run:
@@ -581,7 +564,7 @@ def check(
         raise UsageError("the dataset is empty (len(dataset) == 0): there is nothing to check.")
     workers = num_workers or min(2, usable_cores())
     method = start_method or pipeline.baseline.multiprocessing_context or default_start_method()
-    with _reaping_new_children(), tempfile.TemporaryDirectory(prefix="stallscope-check-") as tmp:
+    with no_orphans(), tempfile.TemporaryDirectory(prefix="stallscope-check-") as tmp:
         run = _Run(
             pipeline,
             codes=codes,

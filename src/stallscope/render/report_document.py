@@ -323,8 +323,9 @@ def _bench_section(facts: an.ReportFacts, r: dict):
                 parts.append(f" Throughput was still rising at {bench.worker_counts[-1]} workers, the most "
                              "measured.")
         if bench.latency_bound:
-            parts.append(f" The best uses {an._workers(best.config)} workers on {bench.cores} cores, so the source "
-                         "is latency-bound: extra workers overlap waiting, not computation.")
+            parts.append(f" The best uses {an._workers(best.config)} workers on {bench.cores} cores and beats one process "
+                         f"by more than {bench.cores}×, so the source is latency-bound: extra workers overlap waiting, "
+                         "not computation.")
         blocks.append(Paragraph(parts))
         headline = [f"Fastest of {_n(bench.measured, 'benchmarked configuration')}: ", _cfg(best.label), ", ",
                     f"{fmt_rate(best.samples_per_s)} samples/s"]
@@ -448,7 +449,7 @@ def _stage_section(facts: an.ReportFacts, r: dict):
         if aug.ms_per_sample is not None:
             amounts.append(f"{fmt_ms(aug.ms_per_sample)} per sample")
         if aug.percent is not None:
-            amounts.append(f"{fmt_percent(aug.percent)} of the per-sample cost")
+            amounts.append(f"{fmt_percent(aug.percent)} over the pipeline without it")
         sentence = f"{text} adds {', '.join(amounts)}"
         if aug.with_ms is not None and aug.without_ms is not None:
             sentence += f" ({fmt_ms(aug.with_ms)} per sample with it, {fmt_ms(aug.without_ms)} without)"
