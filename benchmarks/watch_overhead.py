@@ -155,8 +155,8 @@ def cuda_sync_cost(calls: int = 2000) -> dict | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=10, help="interleaved A B C C B A blocks (default 20)")
-    parser.add_argument("--batches", type=int, default=3000, help="batches per run (default 300)")
+    parser.add_argument("--repeats", type=int, default=10, help="interleaved A B C C B A blocks (default 10)")
+    parser.add_argument("--batches", type=int, default=3000, help="batches per run (default 3000: runs of about a second)")
     parser.add_argument("--batch-size", type=int, default=64, help="batch size of the in-memory loader (default 64)")
     parser.add_argument("--json", type=Path, default=None, help="write the numbers as JSON")
     args = parser.parse_args()

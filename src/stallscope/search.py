@@ -133,6 +133,24 @@ class Evaluator(Protocol):
         ...
 
 
+class InterleavingEvaluator:
+    """``interleaved`` in terms of ``measure``, shared by the real and the simulated evaluator."""
+
+    def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial:
+        raise NotImplementedError
+
+    def interleaved(
+        self, configs: Sequence[LoaderConfig], *, repeats: int, window_s: float, phase: str
+    ) -> list[list[Trial]]:
+        """``repeats`` rounds of A B … B A, so drift and order effects hit every config alike."""
+        out: list[list[Trial]] = [[] for _ in configs]
+        order = list(range(len(configs)))
+        for _ in range(repeats):
+            for index in order + order[::-1]:
+                out[index].append(self.measure(configs[index], window_s=window_s, phase=phase))
+        return out
+
+
 @dataclass
 class Profile:
     """What cheap in-process measurements revealed about the pipeline."""
@@ -1020,7 +1038,7 @@ def run_search(
 # -- a simulated evaluator (tests, dry runs) ------------------------------------------------
 
 
-class SimulatedEvaluator:
+class SimulatedEvaluator(InterleavingEvaluator):
     """An :class:`Evaluator` over a rate function, with multiplicative noise and a fake clock.
 
     ``rate_fn(config) -> samples/s`` is the truth; each measurement returns it
@@ -1069,12 +1087,3 @@ class SimulatedEvaluator:
             error=None if true > 0 else "simulated failure",
         )
 
-    def interleaved(
-        self, configs: Sequence[LoaderConfig], *, repeats: int, window_s: float, phase: str
-    ) -> list[list[Trial]]:
-        out: list[list[Trial]] = [[] for _ in configs]
-        order = list(range(len(configs)))
-        for _ in range(repeats):
-            for index in order + order[::-1]:
-                out[index].append(self.measure(configs[index], window_s=window_s, phase=phase))
-        return out

@@ -34,6 +34,7 @@ from .host import cuda_available, usable_cores
 from .processes import no_orphans
 from .search import (
     MB,
+    InterleavingEvaluator,
     MemoryBudget,
     Profile,
     SearchResult,
@@ -177,7 +178,7 @@ def _batched_speedup(pipeline: Pipeline, check: FetcherCheck, length: int) -> fl
 # -- measuring real loaders ------------------------------------------------------------------
 
 
-class LoaderEvaluator:
+class LoaderEvaluator(InterleavingEvaluator):
     """The search's :class:`~stallscope.search.Evaluator` over real DataLoaders."""
 
     def __init__(
@@ -251,16 +252,6 @@ class LoaderEvaluator:
         )
         return trial
 
-    def interleaved(
-        self, configs: Sequence[LoaderConfig], *, repeats: int, window_s: float, phase: str
-    ) -> list[list[Trial]]:
-        """A B … B A per repeat (as ``throughput.measure_interleaved``), each trial under its own error handling."""
-        out: list[list[Trial]] = [[] for _ in configs]
-        order = list(range(len(configs)))
-        for _ in range(repeats):
-            for index in order + order[::-1]:
-                out[index].append(self.measure(configs[index], window_s=window_s, phase=phase))
-        return out
 
 
 def _worker_bytes(m: Any) -> int | None:
