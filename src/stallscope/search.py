@@ -25,8 +25,8 @@ of the time budget:
 3. *refine* — geometric midpoints between the best worker count and its
    measured neighbours, while they are far apart.
 4. *knobs* — at the best worker count, one measurement per knob that can
-   matter here: deeper prefetch, ``in_order=False`` when the source is
-   jittery, batched fetching when available, intra-op threads at 0 workers,
+   matter here: deeper prefetch (the whole ladder when the source is
+   jittery), ``in_order=False`` with two or more workers, batched fetching when available, intra-op threads at 0 workers,
    ``pin_memory`` on CUDA, batch sizes when allowed.
 5. *confirm* — the few finalists (best few, plus the fewest workers within a
    few percent, plus the baseline once for the speed-up) race in interleaved
@@ -796,7 +796,9 @@ class Search:
                 if not self._improves(variant, best):
                     break
                 best = variant
-            if space.in_order and best.num_workers > 1 and self._jittery():
+            if space.in_order and best.num_workers > 1:
+                # Worth one probe even when per-item times look steady: decode times that
+                # vary a little still stall an in-order loader behind its slowest worker.
                 self._try_variant("in_order", best, best.replace(in_order=False), share)
         if space.batched_fetch:
             zero = self.workers(0)
