@@ -52,8 +52,9 @@ def main() -> None:
     print("expected = parallel items ÷ the real in-process cost of one item (sleep overshoot included).")
     print("Sleep rows have a known truth. CPU rows compare with the ideal min(cores, workers) ÷ cost, an")
     print("upper bound: the main process needs CPU too, so their gap is parallel efficiency, not error.\n")
-    print("| kind | injected ms/item | workers | start | expected samples/s | measured (median) | error |")
-    print("|---|---:|---:|---|---:|---:|---:|")
+    print("| kind | injected ms/item | real ms/item | workers | start | expected samples/s | measured (median) "
+          "| error vs real | error vs injected |")
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|")
     for kind, cost, workers, ctx in cases:
         dataset = SleepCost(cost) if kind == "sleep" else SpinCost(cost)
         pipeline = load_target(dataset, batch_size=batch_size)
