@@ -37,7 +37,7 @@ def test_each_stage_within_ten_percent_of_the_injected_cost(start_method, tmp_pa
         assert measured == pytest.approx(injected, rel=0.10), (
             f"{name}: measured {measured:.3f} ms, injected {injected:.3f} ms"
         )
-        assert injected == pytest.approx(INJECTED_MS[name], rel=0.5)
+        assert injected >= INJECTED_MS[name] * 0.99  # the truth is read back: sleeps never return early
     assert math.fsum(s.share for s in result.stages) == pytest.approx(1.0)
     # the transfer is measured too (tiny batches: well under a millisecond per sample)
     assert {"transfer: serialise", "transfer: queue", "transfer: deserialise"} <= {
@@ -51,7 +51,7 @@ def test_each_stage_within_ten_percent_of_the_injected_cost(start_method, tmp_pa
         # with vs without, in-process: the difference is RandomShiftA's cost. It is the
         # difference of two ~17 ms means taken on a shared machine, hence the wider margin.
         diff = overhead.differential_ms_per_sample
-        assert diff == pytest.approx(INJECTED_MS["RandomShiftA"], rel=0.4), (
+        assert diff == pytest.approx(truth["RandomShiftA"], rel=0.4), (
             f"with - without = {diff:.3f} ms"
         )
 

@@ -74,7 +74,9 @@ def test_iterable_dataset_stages(tmp_path):
         start_method="fork",
     )
     other = result.stage("other (__getitem__)")
-    assert other.ms_per_sample == pytest.approx(2.0, rel=0.5)
+    # a 2 ms sleep per item: sleeps overshoot on a loaded machine but never return early, while a
+    # per-batch/per-sample mix-up would be off by the batch size (4x)
+    assert 1.98 <= other.ms_per_sample < 4.0
     assert result.hotspots and result.hotspots[0].function == "<built-in method time.sleep>"
 
 
@@ -108,9 +110,8 @@ def test_batched_fetch_counts_every_sample():
         hotspots=0,
     )
     assert result.run.samples == 16 and result.run.batches == 4
-    assert result.stage("other (__getitem__)").ms_per_sample == pytest.approx(
-        1.0, rel=0.5
-    )  # 4 ms per 4 samples
+    # 4 ms per batch of 4 samples; overshoot only adds, a per-batch attribution would read 4 ms
+    assert 0.99 <= result.stage("other (__getitem__)").ms_per_sample < 2.0
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
