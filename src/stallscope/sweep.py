@@ -261,7 +261,7 @@ def _summarise(
     if references is not None:
         single = _single_process_references(pipeline, results, min_window_s=references[0], timeout=references[1])
     else:
-        single = {r.config.batch_size: r.median_rate for r in results if r.config.num_workers == 0 and r.median_rate > 0}
+        single = _single_process_rates(results)
     per_sample = _attach_scaling(results, cores, single)
     return BenchResult(
         target=pipeline.target,
@@ -272,11 +272,16 @@ def _summarise(
     )
 
 
+def _single_process_rates(results: list[ConfigResult]) -> dict[int, float]:
+    """Median rate of the 0-worker configs the grid measured, per batch size."""
+    return {r.config.batch_size: r.median_rate for r in results if r.config.num_workers == 0 and r.median_rate > 0}
+
+
 def _single_process_references(
     pipeline: Pipeline, results: list[ConfigResult], *, min_window_s: float, timeout: float
 ) -> dict[int, float]:
     """Single-process rate per batch size; measured once more where the grid has no 0-worker config."""
-    single = {r.config.batch_size: r.median_rate for r in results if r.config.num_workers == 0 and r.median_rate > 0}
+    single = _single_process_rates(results)
     for bs in sorted({r.config.batch_size for r in results} - set(single)):
         m = measure(pipeline, LoaderConfig(num_workers=0, batch_size=bs), min_window_s=min_window_s, timeout=timeout)
         if m.samples_per_s > 0:

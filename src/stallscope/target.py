@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -340,8 +340,3 @@ def nbytes(obj: Any) -> int:
     if isinstance(obj, (list, tuple)):
         return sum(nbytes(v) for v in obj)
     return 0
-
-
-def indices_of(pipeline: Pipeline) -> Sequence[int] | None:
-    length = pipeline.length()
-    return None if length is None else range(length)

@@ -154,10 +154,6 @@ def fail(message: str) -> None:
     raise UsageError(message)
 
 
-def stdout_is_tty() -> bool:
-    return sys.stdout.isatty()
-
-
 def run_target_loader(args: argparse.Namespace) -> Any:
     """Load ``args.target`` with the CLI overrides into a Pipeline."""
     from ..target import load_target

@@ -15,6 +15,7 @@ from ._common import (
     add_target_arguments,
     bool_list,
     execute,
+    fail,
     int_list,
     run_target_loader,
 )
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(ctx: CommandContext) -> int:
     args = ctx.args
     if args.repeats < 1:
-        raise_usage("--repeats must be at least 1.")
+        fail("--repeats must be at least 1.")
     pipeline = run_target_loader(args)
     record = ctx.new_record("bench", pipeline.target)
     workers = args.num_workers or default_worker_counts(usable_cores())
@@ -100,9 +101,3 @@ def _run(ctx: CommandContext) -> int:
         if written and not ctx.quiet:
             ctx.console.print(f"wrote {written}")
     return 0
-
-
-def raise_usage(message: str) -> None:
-    from ..errors import UsageError
-
-    raise UsageError(message)
