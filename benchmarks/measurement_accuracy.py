@@ -23,9 +23,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _datasets import SleepCost, SpinCost  # noqa: E402
 
 from stallscope.config import LoaderConfig  # noqa: E402
-from stallscope.host import usable_cores  # noqa: E402
+from stallscope.runtime.host import usable_cores  # noqa: E402
 from stallscope.target import load_target  # noqa: E402
-from stallscope.throughput import measure  # noqa: E402
+from stallscope.throughput.measure import measure  # noqa: E402
 
 
 def in_process_cost(dataset, items: int = 200) -> float:

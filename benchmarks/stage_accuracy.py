@@ -103,7 +103,7 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=256)
     parser.add_argument("--start-methods", default="fork,spawn")
     args = parser.parse_args()
-    from stallscope.host import usable_cores
+    from stallscope.runtime.host import usable_cores
 
     print(
         f"usable cores: {usable_cores()}, load average: {', '.join(f'{v:.2f}' for v in os.getloadavg())}"

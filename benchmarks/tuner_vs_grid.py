@@ -32,12 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tuner_pipelines import KINDS  # noqa: E402
 
-from stallscope.host import host_info  # noqa: E402
-from stallscope.processes import no_orphans  # noqa: E402
-from stallscope.sweep import bench  # noqa: E402
+from stallscope.runtime.host import host_info  # noqa: E402
+from stallscope.runtime.processes import no_orphans  # noqa: E402
 from stallscope.target import load_target  # noqa: E402
-from stallscope.throughput import measure_interleaved  # noqa: E402
-from stallscope.tuner import tune  # noqa: E402
+from stallscope.throughput.measure import measure_interleaved  # noqa: E402
+from stallscope.throughput.sweep import bench  # noqa: E402
+from stallscope.tuning.tuner import tune  # noqa: E402
 
 FULL_GRID = {
     "num_workers": [0, 1, 2, 3, 4, 6, 8, 12, 16],

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stallscope import analysis as an
+from stallscope.analysis import report as an
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

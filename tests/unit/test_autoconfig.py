@@ -11,10 +11,10 @@ from torch.utils.data import DataLoader, IterableDataset, Subset, TensorDataset,
 from tune_pipelines import ArrayDataset, WaitingDataset
 
 import stallscope as ss
-from stallscope import autoconfig
-from stallscope.autoconfig import TuneCache, auto_config, cache_key, dataset_fingerprint
 from stallscope.config import LoaderConfig
 from stallscope.errors import UsageError
+from stallscope.tuning import autoconfig
+from stallscope.tuning.autoconfig import TuneCache, auto_config, cache_key, dataset_fingerprint
 
 
 class Stream(IterableDataset):

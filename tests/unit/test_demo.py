@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import stallscope as ss
-from stallscope import demo
+from stallscope.demo import dataset as demo
 
 SMALL = 7  # images per class in tests: 35 images, more than one batch of 32
 

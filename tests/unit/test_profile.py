@@ -12,7 +12,8 @@ from torch import nn
 
 from stallscope.config import LoaderConfig
 from stallscope.errors import PipelineError, UsageError
-from stallscope.profiling import (
+from stallscope.target import load_target
+from stallscope.training.runner import (
     RankShardSampler,
     move_to_device,
     resolve_device,
@@ -21,7 +22,6 @@ from stallscope.profiling import (
     step_caller,
     train_step_style,
 )
-from stallscope.target import load_target
 
 # -- train_step signatures -------------------------------------------------------------------
 

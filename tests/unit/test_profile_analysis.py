@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stallscope import profile_analysis as analysis
+from stallscope.analysis import training as analysis
 
 
 def profile(stall: float, *, occupancy: float | None = None, data_ms: float = 10.0, compute_ms: float = 10.0, **extra):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from report_numbers import markdown_text, tokens, unexplained_numbers, visible_html_text
 
-from stallscope import analysis as an
+from stallscope.analysis import report as an
 from stallscope.record import RunRecord
 from stallscope.render import renderer_for, write_report
 from stallscope.render.html import HTMLRenderer

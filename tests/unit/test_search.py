@@ -8,7 +8,7 @@ import pytest
 from tune_costmodel import CPU_BOUND, JITTERY, LATENCY_BOUND, TINY_IN_MEMORY, CostModel, dense_space
 
 from stallscope.config import LoaderConfig
-from stallscope.search import (
+from stallscope.tuning.search import (
     MB,
     MemoryBudget,
     Profile,

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 from tune_seeding_data import RngHoldingDataset
 
 import stallscope as ss
-from stallscope.seeding import find_rngs
+from stallscope.pipeline.seeding import find_rngs
 
 COLUMNS = ["numpy Generator", "random.Random", "torch.Generator", "random", "numpy legacy", "torch"]
 

@@ -11,8 +11,7 @@ import pytest
 import torch
 
 import stallscope as ss
-from stallscope.errors import UsageError
-from stallscope.stage_costs import (
+from stallscope.breakdown.probe import (
     RawStageTotals,
     augmentation_from_stages,
     build_stage_table,
@@ -20,8 +19,15 @@ from stallscope.stage_costs import (
     hotspots_from_stats,
     transfer_summary,
 )
-from stallscope.stage_timing import _ACTIVE, OTHER, SkippedTransform, StageBatch, StageRecorder
-from stallscope.transforms import TransformSlot
+from stallscope.breakdown.recorder import (
+    _ACTIVE,
+    OTHER,
+    SkippedTransform,
+    StageBatch,
+    StageRecorder,
+)
+from stallscope.errors import UsageError
+from stallscope.pipeline.transforms import TransformSlot
 
 
 class FakeClock:

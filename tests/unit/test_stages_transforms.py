@@ -1,4 +1,4 @@
-"""Duck-typed transform discovery and copy-on-replace (stallscope.transforms)."""
+"""Duck-typed transform discovery and copy-on-replace (stallscope.pipeline.transforms)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import stages_shapes as sh
 import torch
 from torch.utils.data import Subset
 
-from stallscope.stage_timing import _ACTIVE, StageRecorder, TimedTransform
-from stallscope.transforms import (
+from stallscope.breakdown.recorder import _ACTIVE, StageRecorder, TimedTransform
+from stallscope.pipeline.transforms import (
     find_transforms,
     is_random_transform,
     replace_transforms,

@@ -7,7 +7,7 @@ from bench_sleepy import SleepyDataset, real_item_seconds
 
 from stallscope.config import LoaderConfig
 from stallscope.target import load_target
-from stallscope.throughput import (
+from stallscope.throughput.measure import (
     batch_length,
     latency_stats,
     measure,

@@ -12,7 +12,7 @@ from tune_pipelines import ArrayDataset, WaitingDataset
 import stallscope as ss
 from stallscope.errors import UsageError
 from stallscope.target import pipeline_from_object
-from stallscope.tuner import profile_pipeline, tune_recommendations
+from stallscope.tuning.tuner import profile_pipeline, tune_recommendations
 
 
 def _pipeline(dataset, batch_size):
@@ -110,7 +110,7 @@ def test_a_replaying_iterable_dataset_is_not_tuned_into_duplicates():
 
 
 def test_rate_error_by_batch_means_ignores_steady_bursts():
-    from stallscope.tuner import _relative_se
+    from stallscope.tuning.tuner import _relative_se
 
     bursty_but_steady = [0.1, 0.1, 0.1, 30.0] * 8  # many workers: a burst of ready batches, then a wait
     assert _relative_se(bursty_but_steady) == pytest.approx(0.0, abs=1e-9)

@@ -6,9 +6,9 @@ import torch
 from torch.utils.data import Dataset, Subset, TensorDataset
 from tune_pipelines import ArrayDataset, WaitingDataset
 
-from stallscope.batching import ItemsFetch, same_batch, vectorised_fetcher
 from stallscope.config import LoaderConfig
-from stallscope.loaders import CyclingSampler, build_loader
+from stallscope.pipeline.batching import ItemsFetch, same_batch, vectorised_fetcher
+from stallscope.pipeline.loaders import CyclingSampler, build_loader
 from stallscope.target import pipeline_from_object
 
 

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 import stallscope as ss
 from stallscope.errors import UsageError
-from stallscope.watcher import (
+from stallscope.training.watch import (
     Watch,
     occupancy_summary,
     prefetch_occupancy,
@@ -86,7 +86,7 @@ def test_warmup_steps_are_kept_out_of_steady_state():
     [(0.0, "compute-bound"), (0.0499, "compute-bound"), (0.05, "balanced"), (0.149, "balanced"), (0.15, "input-bound"), (0.9, "input-bound")],
 )
 def test_verdict_thresholds(stall, verdict):
-    from stallscope.profile_analysis import verdict_for
+    from stallscope.analysis.training import verdict_for
 
     assert verdict_for(stall) == verdict
 
@@ -296,7 +296,7 @@ class FakeGpu:
         self.values = iter([40.0, 60.0, 80.0] + [80.0] * 10_000)
 
     def sample(self):
-        from stallscope.gpu import GpuSample
+        from stallscope.runtime.gpu import GpuSample
 
         return GpuSample(util_percent=next(self.values), memory_used_mb=1000.0, memory_total_mb=8000.0)
 

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from stallscope.gpu import NullGpuMonitor, NvmlGpuMonitor, open_gpu_monitor
+from stallscope.runtime.gpu import NullGpuMonitor, NvmlGpuMonitor, open_gpu_monitor
 
 
 def fake_nvml(*, init_fails: bool = False, util: int = 73, used: int = 3 * 2**30, total: int = 16 * 2**30):

@@ -18,7 +18,7 @@ writes every thread's Python stack to a file, then kills the worker, records
 the index and the innermost frame it was stuck on, starts a fresh worker and
 carries on with the remaining indices. Every wait is bounded by the probe's
 deadline, and the pool is torn down in ``finally`` (NOTE [worker shutdown] in
-``processes.py``); each worker also exits by itself if the main process dies.
+``runtime/processes.py``); each worker also exits by itself if the main process dies.
 """
 
 from __future__ import annotations

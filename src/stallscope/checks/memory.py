@@ -32,7 +32,7 @@ from typing import Any
 import psutil
 from torch.utils.data import Sampler
 
-from ..processes import shutdown_iterator, worker_pids
+from ..runtime.processes import shutdown_iterator, worker_pids
 from .util import describe_worker_exception
 
 MB = 1024 * 1024

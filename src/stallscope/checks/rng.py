@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..processes import shutdown_iterator
+from ..runtime.processes import shutdown_iterator
 from .util import describe_worker_exception
 
 _SCAN_DEPTH = 4
@@ -293,9 +293,9 @@ def _run_workers(
 
 
 def load_seed_worker() -> Any:
-    """``stallscope.seeding.seed_worker`` if it is available (imported lazily)."""
+    """``stallscope.pipeline.seeding.seed_worker`` if it is available (imported lazily)."""
     try:
-        from ..seeding import seed_worker
+        from ..pipeline.seeding import seed_worker
     except ImportError:
         return None
     return seed_worker

@@ -6,7 +6,7 @@ it survives hangs and names the bad indices), then the DataLoader-based RNG and
 memory probes, which leave out the indices the health probe found broken so
 they do not stall on them. Every probe gets a deadline carved from the total
 budget; every wait on a worker is bounded (NOTE [worker shutdown] in
-``processes.py``).
+``runtime/processes.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, describe_exception
-from ..processes import no_orphans
+from ..runtime.processes import no_orphans
 from .findings import CODES, ERROR, Finding
 from .rules import analyse, slow_candidates
 
@@ -169,7 +169,7 @@ class _Run:
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> CheckResult:
-        from ..host import host_info
+        from ..runtime.host import host_info
 
         host = host_info().to_dict()
         self.probes["settings"] = {
@@ -431,7 +431,7 @@ class _Run:
         return self.workers, 2, "check --num-workers"
 
     def _measure_shm(self) -> None:
-        from ..host import shm_free_bytes
+        from ..runtime.host import shm_free_bytes
 
         health = self.probes.get("health") or {}
         batch_bytes = (health.get("collate") or {}).get("max_batch_bytes")
@@ -470,7 +470,7 @@ class _Run:
             return None
 
     def _collect_threads(self) -> None:
-        from ..host import usable_cores
+        from ..runtime.host import usable_cores
 
         health = self.probes.get("health") or {}
         memory = self.probes.get("memory") or {}
@@ -544,7 +544,7 @@ def check(
     container?"). ``progress(stage, done, total)`` and ``on_update(result)``
     report as the probes go; the result so far is complete at every update.
     """
-    from ..host import usable_cores
+    from ..runtime.host import usable_cores
     from ..target import Pipeline, load_target
 
     if timeout is None or timeout <= 0:

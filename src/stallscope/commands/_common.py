@@ -4,7 +4,7 @@ A command's body gets a :class:`CommandContext`, fills ``ctx.record`` as it
 goes (so Ctrl-C still leaves a partial report), and returns its exit code.
 :func:`execute` turns a :class:`UsageError` into one sentence and exit code 2,
 Ctrl-C into a partial report and exit code 130, and always reaps any child
-process left behind (NOTE [worker shutdown] in ``processes.py``).
+process left behind (NOTE [worker shutdown] in ``runtime/processes.py``).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 from rich.console import Console
 
 from ..errors import StallscopeError, UsageError
-from ..processes import reap_children
 from ..record import RunRecord
+from ..runtime.processes import reap_children
 
 
 def add_target_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -79,7 +79,7 @@ class CommandContext:
         return bool(getattr(self.args, "quiet", False))
 
     def new_record(self, command: str, target: str) -> RunRecord:
-        from ..host import host_info
+        from ..runtime.host import host_info
 
         self.record = RunRecord(command=command, target=target, host=host_info().to_dict())
         return self.record

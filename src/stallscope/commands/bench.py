@@ -6,8 +6,8 @@ from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..host import usable_cores
-from ..sweep import bench, default_worker_counts
+from ..runtime.host import usable_cores
+from ..throughput.sweep import bench, default_worker_counts
 from ._common import (
     ArgumentParser,
     CommandContext,

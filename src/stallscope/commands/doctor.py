@@ -1,6 +1,6 @@
 """``stallscope doctor [TARGET]``: check + sweep + stages + tune (+ profile) in one report.
 
-With no TARGET it runs on the built-in demo pipeline (``stallscope.demo``).
+With no TARGET it runs on the built-in demo pipeline (``stallscope.demo.dataset``).
 Everything lands in one folder: report.json, report.md (+ plots), report.html.
 """
 
@@ -66,7 +66,7 @@ def _run(ctx: CommandContext) -> int:
     pipeline = load_target(target, batch_size=args.batch_size, collate=args.collate)
     pre = preflight(pipeline)
     record = ctx.new_record("doctor", pipeline.target)
-    from ..sweep import dataset_facts
+    from ..throughput.sweep import dataset_facts
 
     record.add(dataset=dataset_facts(pipeline, pre))
     if pipeline.train_step is None:
@@ -119,7 +119,7 @@ def _run(ctx: CommandContext) -> int:
 
 
 def _build_demo(ctx: CommandContext) -> None:
-    from ..demo import build_demo_dataset
+    from ..demo.dataset import build_demo_dataset
 
     if not ctx.quiet:
         with ctx.console.status("preparing the demo dataset (built once, then cached)"):
@@ -156,7 +156,7 @@ def _step_check(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]
 
 
 def _step_bench(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
-    from ..sweep import bench, default_worker_counts
+    from ..throughput.sweep import bench, default_worker_counts
 
     workers = default_worker_counts()
     total = len(workers) * args.repeats
@@ -171,7 +171,7 @@ def _step_bench(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]
 
 
 def _step_stages(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
-    from ..stage_costs import stages
+    from ..breakdown.probe import stages
 
     def progress(text: str, fraction: float | None = None) -> None:
         report(text, fraction)
@@ -180,7 +180,7 @@ def _step_stages(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any
 
 
 def _step_tune(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
-    from ..tuner import tune
+    from ..tuning.tuner import tune
 
     started = time.perf_counter()
 
@@ -194,7 +194,7 @@ def _step_tune(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
 
 
 def _step_profile(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
-    from ..profiling import run_profile
+    from ..training.runner import run_profile
 
     def on_step(done: int, total: int) -> None:
         report(f"step {done}/{total}", done / total if total else None)
@@ -255,7 +255,7 @@ def _print_what_to_set(console: Any, data: dict[str, Any]) -> None:
     console.rule("[bold]What to set and why")
     if best:
         from ..config import LoaderConfig
-        from ..emit import to_python
+        from ..tuning.emit import to_python
 
         config = LoaderConfig.from_dict(best["config"])
         console.print(escape(to_python(config)))

@@ -12,7 +12,7 @@ import argparse
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import UsageError
-from ..profiling import (
+from ..training.runner import (
     DEFAULT_STEPS,
     DEFAULT_WARMUP,
     resolve_device,
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(ctx: CommandContext) -> int:
-    from ..distributed import init_from_env, rank_info, shutdown
+    from ..runtime.distributed import init_from_env, rank_info, shutdown
     from ..target import preflight
 
     args = ctx.args

@@ -104,7 +104,7 @@ def build_parser() -> ArgumentParser:
 
 
 def _run(ctx: CommandContext) -> int:
-    from ..stage_costs import default_stage_workers, stages
+    from ..breakdown.probe import default_stage_workers, stages
 
     args = ctx.args
     record = ctx.new_record("stages", args.target)

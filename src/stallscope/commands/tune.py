@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(ctx: CommandContext) -> int:
-    from ..emit import to_python, to_yaml
-    from ..tuner import tune
+    from ..tuning.emit import to_python, to_yaml
+    from ..tuning.tuner import tune
 
     args = ctx.args
     if args.budget <= 0:

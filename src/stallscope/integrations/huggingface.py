@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..watcher import Watch
+from ..training.watch import Watch
 
 
 def _callback_base() -> type:
@@ -28,7 +28,7 @@ def _callback_base() -> type:
 
 
 class StallscopeTrainerCallback(_callback_base()):  # type: ignore[misc]
-    """Arguments are those of :func:`stallscope.watcher`."""
+    """Arguments are those of :func:`stallscope.training.watch`."""
 
     def __init__(self, *, print_summary: bool = True, **watch_options: Any) -> None:
         self.watch = Watch(None, **watch_options)

@@ -10,7 +10,7 @@ batch end, so compute includes the GPU work.
 
 Prefetch-buffer occupancy is not sampled here: Lightning owns the iterator.
 
-    from stallscope.integrations.lightning import StallscopeCallback
+    from .lightning import StallscopeCallback
     cb = StallscopeCallback(log_every=100, sync="cuda")
     trainer = L.Trainer(callbacks=[cb]); trainer.fit(model, datamodule)
     print(cb.summary())
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..watcher import Watch
+from ..training.watch import Watch
 
 
 def _callback_base() -> type:
@@ -42,7 +42,7 @@ def _callback_base() -> type:
 class StallscopeCallback(_callback_base()):  # type: ignore[misc]
     """Records data wait vs compute per training batch; ``summary()``/``to_dict()`` afterwards.
 
-    Arguments are those of :func:`stallscope.watcher` (``log_every``, ``sync``,
+    Arguments are those of :func:`stallscope.training.watch` (``log_every``, ``sync``,
     ``sample_resources``, ``jsonl``, ``csv``, ``tensorboard``, ``name``, ...).
     ``log_metrics=True`` logs the epoch's stall fraction through
     ``pl_module.log`` as ``stallscope/stall_fraction``.

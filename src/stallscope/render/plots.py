@@ -19,7 +19,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .. import analysis as an
+from ..analysis import report as an
 
 DPI = 100
 COLORS = {

@@ -2,7 +2,7 @@
 
 The Markdown and HTML renderers both serialise this model, so the two reports
 say the same thing. Every sentence here is assembled from measured values
-(``stallscope.analysis``); a section whose facts are absent is left out.
+(``stallscope.analysis.report``); a section whose facts are absent is left out.
 Numbers are printed only through ``report_format``.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from .. import analysis as an
+from ..analysis import report as an
 from .report_format import (
     DASH,
     fmt_bytes,

@@ -78,7 +78,7 @@ def config_label(config: Any, label: Any = None) -> str:
         return label
     if not isinstance(config, dict):
         return "unknown configuration"
-    from .config import LoaderConfig
+    from ..config import LoaderConfig
 
     try:
         return LoaderConfig.from_dict(config).label()

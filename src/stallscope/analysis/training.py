@@ -1,7 +1,7 @@
 """Training-loop stall analysis: pure functions from measured step times to verdicts and advice.
 
-Nothing here measures or prints. :mod:`stallscope.watcher` and
-:mod:`stallscope.profiling` record per-step data-wait and compute times; these
+Nothing here measures or prints. :mod:`stallscope.training.watch` and
+:mod:`stallscope.training.runner` record per-step data-wait and compute times; these
 functions turn them into the ``profile`` section of the run record (SPEC §5,
 the record schema, stallscope/schema/record-v1.json) and into recommendations that say what was measured.
 

@@ -9,7 +9,7 @@ the pipeline with and without them); the top ``__getitem__`` hot spots
 (cProfile); and, when allowed to drop the files from the page cache, the split
 between fetching from storage and preparing on the CPU.
 
-How stages are timed inside the workers: NOTE [stage timing] in ``stage_timing.py``.
+How stages are timed inside the workers: NOTE [stage timing] in ``breakdown/recorder.py``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .errors import PipelineError, UsageError, describe_exception
-from .stage_timing import (  # noqa: F401  (public: ss.stage)
+from ..errors import PipelineError, UsageError, describe_exception
+from ..pipeline.transforms import TransformSlot, find_transforms, substitute_all
+from .recorder import (  # noqa: F401  (public: ss.stage)
     COLLATE,
     DECODE,
     OTHER,
@@ -43,7 +44,6 @@ from .stage_timing import (  # noqa: F401  (public: ss.stage)
     known_calls_timed,
     stage,
 )
-from .transforms import TransformSlot, find_transforms, substitute_all
 
 SERIALISE = "transfer: serialise"
 QUEUE = "transfer: queue"
@@ -349,7 +349,7 @@ def _match_names(slots: Sequence[TransformSlot], names: Sequence[str]) -> set[st
 def default_stage_workers() -> int:
     """Fewer workers than cores, so per-stage wall times are not inflated by workers
     competing for a core: 1 on a 2-core machine, up to 4."""
-    from .host import usable_cores
+    from ..runtime.host import usable_cores
 
     return max(1, min(4, usable_cores() // 2))
 
@@ -380,10 +380,10 @@ def measure_worker_stages(
     progress: ProgressFn | None = None,
 ) -> tuple[RawStageTotals, StageRun]:
     """Run the instrumented pipeline through a real DataLoader and sum the stage times."""
-    from .config import LoaderConfig
-    from .loaders import CyclingSampler, build_loader
-    from .processes import no_orphans, shutdown_iterator
-    from .target import nbytes
+    from ..config import LoaderConfig
+    from ..pipeline.loaders import CyclingSampler, build_loader
+    from ..runtime.processes import no_orphans, shutdown_iterator
+    from ..target import nbytes
 
     instrumented = instrument_pipeline(pipeline, slots)
     bs = pipeline.batch_size
@@ -819,7 +819,7 @@ def stages(
     ``hotspots=0`` skips cProfile; ``drop_cache=True`` allows dropping the dataset's
     files from the page cache to split storage fetch from CPU preparation.
     """
-    from .target import Pipeline, load_target, preflight
+    from ..target import Pipeline, load_target, preflight
 
     pipeline = (
         target

@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from .config import LoaderConfig
-from .errors import PipelineError, describe_exception
-from .loaders import CyclingSampler, build_loader, quiet_worker_warning
-from .processes import shutdown_iterator, worker_pids
-from .resources import ResourceSampler, ResourceSummary
-from .target import Pipeline
+from ..config import LoaderConfig
+from ..errors import PipelineError, describe_exception
+from ..pipeline.loaders import CyclingSampler, build_loader, quiet_worker_warning
+from ..runtime.processes import shutdown_iterator, worker_pids
+from ..runtime.resources import ResourceSampler, ResourceSummary
+from ..target import Pipeline
 
 # Draws in the cycling sampler: far more than any window needs.
 _CYCLE_TOTAL = 10**9

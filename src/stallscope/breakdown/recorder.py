@@ -40,7 +40,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
-from .errors import UsageError
+from ..errors import UsageError
 
 READ = "read"
 DECODE = "decode"

@@ -34,10 +34,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .config import LoaderConfig
-from .errors import UsageError
-from .host import cuda_available, usable_cores
-from .seeding import seed_worker
+from ..config import LoaderConfig
+from ..errors import UsageError
+from ..pipeline.seeding import seed_worker
+from ..runtime.host import cuda_available, usable_cores
 
 CACHE_ENV = "STALLSCOPE_CACHE"
 _CONFIG_FIELDS = {f.name for f in fields(LoaderConfig)}
@@ -125,7 +125,7 @@ def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
     Scalar public attributes (paths, sizes, names) are included, so the same
     class over another folder gets another key; array contents are not hashed.
     """
-    from .target import describe_structure
+    from ..target import describe_structure
 
     cls = type(dataset)
     print_ = {"type": f"{cls.__module__}.{cls.__qualname__}"}
@@ -287,7 +287,7 @@ def resolve_config(
 
 
 def _tune_dataset(dataset: Any, batch_size: int, *, collate_fn: Callable | None, shuffle: bool, drop_last: bool, budget_s: float) -> Any:
-    from .target import Pipeline
+    from ..target import Pipeline
     from .tuner import tune
 
     pipeline = Pipeline(
@@ -357,8 +357,8 @@ def make_loader(
         torch.set_num_threads(chosen.torch_threads)
     iterable = isinstance(dataset, IterableDataset)
     if chosen.batched_fetch and not iterable:
-        from .batching import batched_loader
-        from .target import Pipeline
+        from ..pipeline.batching import batched_loader
+        from ..target import Pipeline
 
         pipeline = Pipeline(
             dataset=dataset, batch_size=chosen.batch_size, baseline=chosen, collate_fn=collate_fn,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .config import LoaderConfig, loader_supports
+from ..config import LoaderConfig, loader_supports
 
 
 def to_yaml(config: LoaderConfig, *, comment: str | None = None) -> str:
@@ -61,7 +61,7 @@ def to_python(
             call.append("    drop_last=True,")
         if collate_fn:
             call.append(f"    collate_fn={collate_fn},")
-        lines += ["# batched_fetch: one indexing call per batch (stallscope.batching)", *call, ")"]
+        lines += ["# batched_fetch: one indexing call per batch (stallscope.pipeline.batching)", *call, ")"]
         return "\n".join(lines) + "\n"
     args = _arguments(config, dataset=dataset, collate_fn=collate_fn, shuffle=shuffle, drop_last=drop_last)
     lines += ["loader = DataLoader(", *[f"    {a}," for a in args], ")"]

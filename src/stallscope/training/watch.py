@@ -41,9 +41,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, Union
 
-from . import profile_analysis as analysis
-from .errors import UsageError
-from .processes import worker_pids
+from ..analysis import training as analysis
+from ..errors import UsageError
+from ..runtime.processes import worker_pids
 
 # A runtime alias: typing.Union, not ``|``, so that Python 3.9 can evaluate it.
 SyncSpec = Union[None, str, bool, Callable[[], Any]]
@@ -118,7 +118,7 @@ class _Sampling:
         self._stop = threading.Event()
         self.resources = None
         if watch.sample_resources:
-            from .resources import ResourceSampler
+            from ..runtime.resources import ResourceSampler
 
             pids = (lambda: worker_pids(iterator)) if iterator is not None else None
             self.resources = ResourceSampler(watch.resource_interval, uss_every=8, worker_pids=pids, keep_ticks=True)
@@ -592,7 +592,7 @@ class Watch:
         profile["sync"] = sync_summary(self.sync_mode, list(self._sync_s), profile)
         profile["ranks"] = self._ranks
         if self._ranks:
-            from .distributed import rank_info
+            from ..runtime.distributed import rank_info
 
             profile["rank"] = rank_info().rank
         profile["distributed"] = analysis.rank_report(self._ranks) if self._ranks else None
@@ -605,8 +605,8 @@ class Watch:
         return profile
 
     def _default_context(self) -> dict[str, Any]:
-        from .distributed import rank_info
-        from .host import usable_cores
+        from ..runtime.distributed import rank_info
+        from ..runtime.host import usable_cores
 
         ctx: dict[str, Any] = {"cores": usable_cores(), "local_world_size": rank_info().local_world_size}
         with contextlib.suppress(Exception):
@@ -615,7 +615,7 @@ class Watch:
             from torch.utils.data import DataLoader
 
             if isinstance(self._loader, DataLoader):
-                from .config import config_from_loader
+                from ..config import config_from_loader
 
                 config = config_from_loader(self._loader)
                 ctx["config"] = config.to_dict()
@@ -641,7 +641,7 @@ class Watch:
 
     def summary(self) -> str:
         """A human-readable summary (plain text, several lines)."""
-        from .render.console_profile import summary_lines
+        from ..render.console_profile import summary_lines
 
         return "\n".join(summary_lines(self.to_dict(timeline=False)))
 
@@ -652,7 +652,7 @@ class Watch:
         ``distributed`` (the slowest rank, the maximum exposed data wait).
         Outside a distributed job it returns ``to_dict()`` with one rank.
         """
-        from .distributed import gather_to_all, rank_entry, rank_info
+        from ..runtime.distributed import gather_to_all, rank_entry, rank_info
 
         info = rank_info()
         mine = rank_entry(self.to_dict(timeline=False), info)
@@ -677,7 +677,7 @@ def _bisect_right(values: list[int], x: int) -> int:
 
 
 def _open_gpu(spec: Any) -> Any:
-    from .gpu import NullGpuMonitor, open_gpu_monitor
+    from ..runtime.gpu import NullGpuMonitor, open_gpu_monitor
 
     if spec is False:
         return NullGpuMonitor("GPU sampling turned off (gpu=False)")

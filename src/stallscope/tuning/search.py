@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .config import LoaderConfig
+from ..config import LoaderConfig
 
 MB = 1024 * 1024
 

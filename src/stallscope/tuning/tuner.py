@@ -7,9 +7,9 @@ The parts:
   cores help), collate time, batch bytes, jitter, and whether a vectorised
   batch fetch exists and what it saves.
 * :class:`LoaderEvaluator` — measurements of real DataLoaders through
-  :func:`stallscope.throughput.measure` (steady state, start-up apart), under
+  :func:`stallscope.throughput.measure.measure` (steady state, start-up apart), under
   the time budget; a failing config becomes a failed trial, not a crash.
-* :mod:`stallscope.search` — the strategy (NOTE [tuning strategy]).
+* :mod:`stallscope.tuning.search` — the strategy (NOTE [tuning strategy]).
 * :func:`tune_recommendations` — pure: tune section → recommendations, each
   with the measured gain.
 """
@@ -26,12 +26,13 @@ from typing import Any
 
 import psutil
 
+from ..config import LoaderConfig, loader_supports
+from ..errors import PipelineError, UsageError
+from ..pipeline.batching import FetcherCheck, vectorised_fetcher
+from ..runtime.host import cuda_available, usable_cores
+from ..runtime.processes import no_orphans
+from ..target import Pipeline, load_target, nbytes, preflight
 from .autoconfig import shards_by_worker
-from .batching import FetcherCheck, vectorised_fetcher
-from .config import LoaderConfig, loader_supports
-from .errors import PipelineError, UsageError
-from .host import cuda_available, usable_cores
-from .processes import no_orphans
 from .search import (
     MB,
     InterleavingEvaluator,
@@ -43,7 +44,6 @@ from .search import (
     Trial,
     run_search,
 )
-from .target import Pipeline, load_target, nbytes, preflight
 
 DEFAULT_BUDGET_S = 60.0
 # Default memory budget: this share of available RAM for workers + in-flight batches (tf.data's ram_budget).
@@ -179,7 +179,7 @@ def _batched_speedup(pipeline: Pipeline, check: FetcherCheck, length: int) -> fl
 
 
 class LoaderEvaluator(InterleavingEvaluator):
-    """The search's :class:`~stallscope.search.Evaluator` over real DataLoaders."""
+    """The search's :class:`~stallscope.tuning.search.Evaluator` over real DataLoaders."""
 
     def __init__(
         self,
@@ -208,7 +208,7 @@ class LoaderEvaluator(InterleavingEvaluator):
         return max(window_s, min(10.0, left / 4))
 
     def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial:
-        from .throughput import latency_stats, measure
+        from ..throughput.measure import latency_stats, measure
 
         # One worker trial samples memory (needs a window long enough for a USS reading).
         sample = config.num_workers > 0 and not self._memory_sampled

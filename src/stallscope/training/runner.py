@@ -11,7 +11,7 @@ The target (SPEC §2.1) returns a dict with ``dataset``, ``model`` and
 Its return value is ignored. Each batch is moved to ``--device`` first
 (tensors inside tuples, lists and dicts; ``non_blocking`` when pinned): that
 copy is part of the step's compute, as in a real loop. The loop runs
-``warmup + steps`` steps through :class:`stallscope.watcher.Watch`; warm-up steps
+``warmup + steps`` steps through :class:`stallscope.training.watch.Watch`; warm-up steps
 and the first batch (start-up) are reported apart from the steady state.
 
 Under ``torchrun`` every rank runs its own shard of the indices and
@@ -25,11 +25,11 @@ import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .config import LoaderConfig
-from .errors import PipelineError, UsageError, describe_exception
-from .processes import shutdown_iterator
-from .target import Pipeline
-from .watcher import SyncSpec, Watch
+from ..config import LoaderConfig
+from ..errors import PipelineError, UsageError, describe_exception
+from ..runtime.processes import shutdown_iterator
+from ..target import Pipeline
+from .watch import SyncSpec, Watch
 
 DEFAULT_STEPS = 50
 DEFAULT_WARMUP = 5
@@ -167,9 +167,9 @@ def run_profile(
     ``sync`` is passed to :class:`Watch` (``"cuda"`` or a callable; tests pass
     a fake device's synchronise). ``on_step(done, total)`` reports progress.
     """
-    from .distributed import rank_info
-    from .host import usable_cores
-    from .loaders import build_loader
+    from ..pipeline.loaders import build_loader
+    from ..runtime.distributed import rank_info
+    from ..runtime.host import usable_cores
 
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, not {steps}.")

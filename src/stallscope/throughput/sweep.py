@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import LoaderConfig
-from .host import cuda_available, usable_cores
-from .target import Pipeline, Preflight, load_target, preflight
-from .throughput import (
+from ..config import LoaderConfig
+from ..runtime.host import cuda_available, usable_cores
+from ..target import Pipeline, Preflight, load_target, preflight
+from .measure import (
     Measurement,
     histogram,
     latency_stats,

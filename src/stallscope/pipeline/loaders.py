@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from .config import LoaderConfig
-from .target import Pipeline
+from ..config import LoaderConfig
+from ..target import Pipeline
 
 
 class CyclingSampler(Sampler[int]):

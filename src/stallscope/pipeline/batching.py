@@ -44,7 +44,7 @@ from torch.utils.data import (
 )
 from torch.utils.data._utils.collate import default_collate, default_convert
 
-from .config import LoaderConfig
+from ..config import LoaderConfig
 
 # Where batched_loader caches the validated fetcher on a Pipeline.
 _FETCHER_KEY = "_stallscope_batch_fetcher"

@@ -1,0 +1,4 @@
+"""The user's input pipeline as stallscope handles it: building DataLoaders from a LoaderConfig
+(`loaders`), batched fetching (`batching`), finding and substituting composed transforms
+(`transforms`) and per-worker seeding (`seeding`).
+"""
