@@ -20,6 +20,7 @@ _EXPORTS = {
     "tune": "tuning.tuner",
     "make_loader": "tuning.autoconfig",
     "seed_worker": "pipeline.seeding",
+    "threaded_dataset": "pipeline.threaded",
     "check": "checks",
     "stages": "breakdown.probe",
     "stage": "breakdown.recorder",

@@ -28,7 +28,10 @@ class LoaderConfig:
     (``dataset.__getitems__`` when the dataset has it, or a batch sampler),
     which removes per-item overhead for in-memory data. ``torch_threads`` is
     the main process's intra-op thread count (``torch.set_num_threads``);
-    None leaves it alone.
+    None leaves it alone. ``worker_threads`` (K > 0) has each worker — or the
+    main process at ``num_workers=0`` — fetch a batch's items with a K-thread
+    pool (:func:`stallscope.threaded_dataset`), which overlaps the waits of a
+    latency-bound source at a fraction of the memory of more processes; 0 is off.
     """
 
     num_workers: int = 0
@@ -40,10 +43,16 @@ class LoaderConfig:
     multiprocessing_context: str | None = None
     batched_fetch: bool = False
     torch_threads: int | None = None
+    worker_threads: int = 0
 
     def __post_init__(self) -> None:
         if self.num_workers < 0:
             raise ValueError("num_workers must be >= 0")
+        if self.worker_threads < 0:
+            raise ValueError("worker_threads must be >= 0")
+        if self.worker_threads and self.batched_fetch:
+            # Two ways to fetch a batch: one vectorised call, or its items concurrently.
+            raise ValueError("worker_threads and batched_fetch are alternatives; set one of them")
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if self.num_workers == 0:
@@ -59,8 +68,8 @@ class LoaderConfig:
     def to_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``torch.utils.data.DataLoader``.
 
-        ``batched_fetch`` and ``torch_threads`` are not DataLoader arguments;
-        :func:`stallscope.make_loader` applies them.
+        ``batched_fetch``, ``torch_threads`` and ``worker_threads`` are not
+        DataLoader arguments; :func:`stallscope.make_loader` applies them.
         """
         kwargs: dict[str, Any] = {
             "batch_size": self.batch_size,
@@ -110,8 +119,15 @@ class LoaderConfig:
         return replace(self, **changes)
 
     def label(self) -> str:
-        """A short human label, e.g. ``w=4 bs=32 pf=2``."""
-        parts = [f"w={self.num_workers}", f"bs={self.batch_size}"]
+        """A short human label, e.g. ``w=4 bs=32 pf=2`` or ``w=2 threads×16 bs=32 pf=2``.
+
+        Worker threads read ``threads×K`` (K fetch threads per worker), the
+        main process's intra-op threads ``torch_threads=N``: two different knobs.
+        """
+        parts = [f"w={self.num_workers}"]
+        if self.worker_threads:
+            parts.append(f"threads×{self.worker_threads}")
+        parts.append(f"bs={self.batch_size}")
         if self.num_workers:
             parts.append(f"pf={self.prefetch_factor}")
             if self.persistent_workers:
@@ -125,7 +141,7 @@ class LoaderConfig:
         if self.batched_fetch:
             parts.append("batched")
         if self.torch_threads is not None:
-            parts.append(f"threads={self.torch_threads}")
+            parts.append(f"torch_threads={self.torch_threads}")
         return " ".join(parts)
 
 

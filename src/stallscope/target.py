@@ -25,6 +25,7 @@ from torch.utils.data.dataloader import default_collate
 
 from .config import LoaderConfig, config_from_loader
 from .errors import PipelineError, UsageError, describe_exception
+from .pipeline.threaded import ThreadedDataset
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -221,8 +222,13 @@ def _from_loader(loader: DataLoader, label: str) -> Pipeline:
     sampler = getattr(loader, "sampler", None)
     batch_sampler = getattr(loader, "batch_sampler", None)
     drop_last = bool(getattr(loader, "drop_last", False) or getattr(batch_sampler, "drop_last", False))
+    dataset = loader.dataset
+    if isinstance(dataset, ThreadedDataset):
+        # The user's own ss.threaded_dataset: its thread count is a knob of the baseline, like num_workers.
+        baseline = baseline.replace(worker_threads=dataset.threads)
+        dataset = dataset.dataset
     return Pipeline(
-        dataset=loader.dataset,
+        dataset=dataset,
         batch_size=baseline.batch_size,
         baseline=baseline,
         collate_fn=collate,

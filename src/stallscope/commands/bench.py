@@ -32,6 +32,9 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--persistent-workers", type=bool_list, default=None, metavar="true,false")
     parser.add_argument("--pin-memory", type=bool_list, default=None, metavar="true,false", help="CUDA only")
     parser.add_argument("--in-order", type=bool_list, default=None, metavar="true,false")
+    parser.add_argument("--worker-threads", type=int_list, default=None, metavar="K,...",
+                        help="threads fetching each batch's items inside every worker (0 = off; "
+                             "for latency-bound sources; the dataset must be thread-safe)")
     parser.add_argument("--start-method", choices=["fork", "spawn", "forkserver"], default=None,
                         help="multiprocessing context for workers")
     parser.add_argument("--repeats", type=int, default=3, help="repeats per config, interleaved (default 3)")
@@ -50,11 +53,14 @@ def _run(ctx: CommandContext) -> int:
     args = ctx.args
     if args.repeats < 1:
         fail("--repeats must be at least 1.")
+    if args.worker_threads and min(args.worker_threads) < 0:
+        fail("--worker-threads must be 0 (off) or more threads.")
     pipeline = run_target_loader(args)
     record = ctx.new_record("bench", pipeline.target)
     workers = args.num_workers or default_worker_counts(usable_cores())
     n_configs = len(workers) * len(args.prefetch_factor or [0]) * len(args.batch_sizes or [0])
     n_configs *= len(args.persistent_workers or [0]) * len(args.pin_memory or [0]) * len(args.in_order or [0])
+    n_configs *= len(args.worker_threads or [0])
     with Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
@@ -79,6 +85,7 @@ def _run(ctx: CommandContext) -> int:
                 pin_memory=args.pin_memory,
                 in_order=args.in_order,
                 multiprocessing_context=args.start_method,
+                worker_threads=args.worker_threads,
                 repeats=args.repeats,
                 min_window_s=args.window,
                 timeout=args.timeout,

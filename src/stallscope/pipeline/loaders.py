@@ -17,7 +17,9 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from ..config import LoaderConfig
+from ..errors import UsageError
 from ..target import Pipeline
+from .threaded import ThreadedDataset, threaded_dataset
 
 
 class CyclingSampler(Sampler[int]):
@@ -64,6 +66,13 @@ def quiet_worker_warning() -> Iterator[None]:
         yield
 
 
+def close_threads(loader: DataLoader) -> None:
+    """Stop the fetch threads of a loader built with ``worker_threads`` in this process (0 workers)
+    now, so that no idle pool is left over when the next configuration forks its workers."""
+    if isinstance(loader.dataset, ThreadedDataset):
+        loader.dataset.close()
+
+
 def build_loader(
     pipeline: Pipeline,
     config: LoaderConfig,
@@ -102,6 +111,11 @@ def _construct(
     generator: torch.Generator | None,
 ) -> DataLoader:
     if pipeline.is_iterable:
+        if config.worker_threads:
+            raise UsageError(
+                "worker_threads needs a map-style dataset (a batch of indices to fetch concurrently); "
+                f"{type(pipeline.dataset).__name__} is an IterableDataset."
+            )
         return DataLoader(pipeline.dataset, collate_fn=pipeline.collate, drop_last=drop, generator=generator, **kwargs)
     if config.batched_fetch:
         from .batching import batched_loader  # noqa: PLC0415 - optional path
@@ -109,8 +123,13 @@ def _construct(
         return batched_loader(pipeline, config, kwargs, sampler=sampler, drop_last=drop, generator=generator)
     if sampler is None and pipeline.shuffle:
         kwargs["shuffle"] = True
+    dataset = pipeline.dataset
+    if isinstance(dataset, ThreadedDataset):  # a wrapped dataset handed over directly: the config decides
+        dataset = dataset.dataset
+    if config.worker_threads:
+        dataset = threaded_dataset(dataset, config.worker_threads)
     return DataLoader(
-        pipeline.dataset,
+        dataset,
         sampler=sampler,
         collate_fn=pipeline.collate,
         drop_last=drop,

@@ -34,7 +34,8 @@ import numpy as np
 
 from ..config import LoaderConfig
 from ..errors import PipelineError, describe_exception
-from ..pipeline.loaders import CyclingSampler, build_loader, quiet_worker_warning
+from ..pipeline.loaders import CyclingSampler, build_loader, close_threads, quiet_worker_warning
+from ..pipeline.threaded import noted_index, without_notes
 from ..runtime.processes import shutdown_iterator, worker_pids
 from ..runtime.resources import ResourceSampler, ResourceSummary
 from ..target import Pipeline
@@ -188,6 +189,7 @@ def measure(
             result.resources = resources.stop()
         if iterator is not None:
             shutdown_iterator(iterator)
+        close_threads(loader)
         _set_threads(previous_threads)
     return result
 
@@ -246,15 +248,17 @@ def _as_pipeline_error(
     if match or "exited unexpectedly" in text or "killed by signal" in text:
         line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         return PipelineError(f"a DataLoader worker died with {config.label()}: {line}")
+    # Worker threads name the index that raised (NOTE [worker threads]).
+    index = noted_index(text) or noted_index("\n".join(getattr(exc, "__notes__", None) or []))
+    find = "run `stallscope check` to find the index" if index is None else f"the index was {index}"
     if "Original Traceback" in text:
         # torch wraps worker exceptions: "Caught X in DataLoader worker process N. Original Traceback ... X: msg"
-        last = [ln for ln in text.strip().splitlines() if ln.strip()][-1].strip()
+        last = [ln for ln in without_notes(text).strip().splitlines() if ln.strip()][-1].strip()
         where = re.search(r"worker process (\d+)", text)
         worker = f" (worker {where.group(1)})" if where else ""
-        return PipelineError(
-            f"the dataset raised {last}{worker} while loading with {config.label()}; "
-            "run `stallscope check` to find the index."
-        )
+        return PipelineError(f"the dataset raised {last}{worker} while loading with {config.label()}; {find}.")
+    if index is not None:
+        return PipelineError(f"dataset[{index}] raised {describe_exception(exc)} while loading with {config.label()}.")
     return PipelineError(f"loading with {config.label()} failed: {describe_exception(exc)}.")
 
 

@@ -157,19 +157,25 @@ def grid(
     pin_memory: Sequence[bool] | None = None,
     in_order: Sequence[bool] | None = None,
     multiprocessing_context: str | None = None,
+    worker_threads: Sequence[int] | None = None,
 ) -> list[LoaderConfig]:
-    """The cartesian product, deduplicated (knobs that need workers collapse at 0 workers)."""
+    """The cartesian product, deduplicated (knobs that need workers collapse at 0 workers).
+
+    ``worker_threads`` applies at every worker count, 0 included (threads in the main process).
+    """
     axes = itertools.product(
         batch_sizes or [base.batch_size],
         num_workers,
+        worker_threads or [base.worker_threads],
         prefetch_factors or [base.prefetch_factor or 2],
         persistent_workers or [base.persistent_workers],
         pin_memory or [base.pin_memory],
         in_order or [base.in_order],
     )
     configs: list[LoaderConfig] = []
-    for bs, w, pf, persist, pin, ordered in axes:
+    for bs, w, threads, pf, persist, pin, ordered in axes:
         cfg = LoaderConfig(
+            worker_threads=threads,
             num_workers=w,
             batch_size=bs,
             prefetch_factor=pf if w else None,
@@ -193,6 +199,7 @@ def bench(
     pin_memory: Sequence[bool] | None = None,
     in_order: Sequence[bool] | None = None,
     multiprocessing_context: str | None = None,
+    worker_threads: Sequence[int] | None = None,
     repeats: int = 3,
     min_window_s: float = 1.0,
     timeout: float = 60.0,
@@ -220,6 +227,7 @@ def bench(
             pin_memory=pin_memory,
             in_order=in_order,
             multiprocessing_context=multiprocessing_context,
+            worker_threads=worker_threads,
         )
     configs = list(configs)
     done: list[list[Measurement]] = [[] for _ in configs]

@@ -37,6 +37,7 @@ from typing import Any
 from ..config import LoaderConfig
 from ..errors import UsageError
 from ..pipeline.seeding import seed_worker
+from ..pipeline.threaded import threaded_dataset
 from ..runtime.host import cuda_available, usable_cores
 
 CACHE_ENV = "STALLSCOPE_CACHE"
@@ -330,7 +331,8 @@ def make_loader(
 
     The chosen config is on ``loader.stallscope_config`` and its origin on
     ``loader.stallscope_source``. ``torch_threads`` in the config calls
-    ``torch.set_num_threads`` in this process.
+    ``torch.set_num_threads`` in this process; ``worker_threads`` wraps the
+    dataset in :func:`stallscope.threaded_dataset` (``loader.dataset`` is the wrapper).
     """
     import torch
     from torch.utils.data import DataLoader, IterableDataset
@@ -356,6 +358,13 @@ def make_loader(
     if chosen.torch_threads is not None:
         torch.set_num_threads(chosen.torch_threads)
     iterable = isinstance(dataset, IterableDataset)
+    if chosen.worker_threads:
+        if iterable:
+            raise UsageError(
+                "worker_threads needs a map-style dataset (a batch of indices to fetch concurrently); "
+                f"{type(dataset).__name__} is an IterableDataset."
+            )
+        dataset = threaded_dataset(dataset, chosen.worker_threads)
     if chosen.batched_fetch and not iterable:
         from ..pipeline.batching import batched_loader
         from ..target import Pipeline
