@@ -257,8 +257,8 @@ def check_thread_safety(
     *,
     threads: int = 8,
     indices: Sequence[int] | None = None,
-    rounds: int = 3,
-    max_seconds: float = 2.0,
+    max_rounds: int = 64,
+    max_seconds: float = 1.0,
     seed: int = 0,
 ) -> ThreadSafety:
     """Whether ``dataset`` gives the same items when ``threads`` threads fetch them at once.
@@ -268,9 +268,11 @@ def check_thread_safety(
     and must come back identical from concurrent fetches; fields that differ
     (random augmentation — threads share one global RNG, so it cannot be
     replayed per item) are compared by structure (type, dtype, shape). Then
-    fetches them from ``threads`` threads at once, ``rounds`` times in
-    shuffled orders (fewer when ``max_seconds`` runs out). An exception only
-    under concurrency, or any difference, makes the dataset unsafe.
+    fetches them from ``threads`` threads at once, round after round in
+    shuffled orders, until a difference shows, ``max_seconds`` have passed
+    (at least two rounds) or ``max_rounds``: a race is a matter of chance, so
+    the check keeps rolling the dice while it can afford to. An exception
+    only under concurrency, or any difference, makes the dataset unsafe.
     """
     started = time.perf_counter()
     result = ThreadSafety(safe=False, reason="", threads=threads)
@@ -299,8 +301,10 @@ def check_thread_safety(
     sys.setswitchinterval(_CHECK_SWITCH_INTERVAL_S)
     try:
         with ThreadPoolExecutor(threads, thread_name_prefix="stallscope-check") as pool:
-            for _ in range(rounds):
-                if result.rounds and time.perf_counter() - started + per_round > max_seconds:
+            for _ in range(max_rounds):
+                if result.mismatched:
+                    break
+                if result.rounds >= 2 and time.perf_counter() - started + per_round > max_seconds:
                     break
                 order = list(range(len(picks)))
                 rng.shuffle(order)
