@@ -1,0 +1,48 @@
+"""Worker threads end to end: `bench --worker-threads` and `tune` on real latency-bound pipelines."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+
+from stallscope.commands import bench as bench_command
+from stallscope.schema import record_schema
+
+PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
+TARGET = f"{PIPELINES}/threads_datasets.py"
+
+
+def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="160")
+    return subprocess.run(
+        [sys.executable, "-m", "stallscope", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def test_bench_adds_worker_threads_to_the_grid(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = run_cli(
+        "bench", f"{TARGET}:latency_source", "--batch-size", "16", "--num-workers", "0,2", "--worker-threads", "0,8",
+        "--repeats", "1", "--window", "0.3", "--start-method", "spawn", "--json", str(out),
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(out.read_text())
+    jsonschema.validate(record, record_schema())
+    configs = [(r["config"]["num_workers"], r["config"]["worker_threads"]) for r in record["results"]]
+    assert sorted(configs) == [(0, 0), (0, 8), (2, 0), (2, 8)]
+    labels = {r["label"] for r in record["results"]}
+    assert {"w=0 threads×8 bs=16", "w=2 threads×8 bs=16 pf=2 spawn"} <= labels
+    assert all(r["samples_per_s"]["median"] > 0 and r["error"] is None for r in record["results"])
+    assert "threads×8" in proc.stdout
+
+
+def test_bench_worker_threads_usage_errors(capsys):
+    assert bench_command.main([f"{TARGET}:latency_source", "--worker-threads", "-1"]) == 2
+    assert bench_command.main([f"{TARGET}:latency_source", "--worker-threads", "two"]) == 2
+    err = capsys.readouterr().err
+    assert "worker-threads" in err and "Traceback" not in err
