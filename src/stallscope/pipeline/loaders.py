@@ -73,6 +73,22 @@ def close_threads(loader: DataLoader) -> None:
         loader.dataset.close()
 
 
+def loader_dataset(pipeline: Pipeline, config: LoaderConfig) -> Any:
+    """The dataset a trial loader fetches from: the user's, in worker threads when ``config`` asks
+    (NOTE [worker threads]). A wrapper the user made is unwrapped: the config decides."""
+    dataset = pipeline.dataset
+    if isinstance(dataset, ThreadedDataset):
+        dataset = dataset.dataset
+    if not config.worker_threads:
+        return dataset
+    if pipeline.is_iterable:
+        raise UsageError(
+            "worker_threads needs a map-style dataset (a batch of indices to fetch concurrently); "
+            f"{type(pipeline.dataset).__name__} is an IterableDataset."
+        )
+    return threaded_dataset(dataset, config.worker_threads)
+
+
 def build_loader(
     pipeline: Pipeline,
     config: LoaderConfig,
@@ -110,24 +126,15 @@ def _construct(
     drop: bool,
     generator: torch.Generator | None,
 ) -> DataLoader:
+    dataset = loader_dataset(pipeline, config)
     if pipeline.is_iterable:
-        if config.worker_threads:
-            raise UsageError(
-                "worker_threads needs a map-style dataset (a batch of indices to fetch concurrently); "
-                f"{type(pipeline.dataset).__name__} is an IterableDataset."
-            )
-        return DataLoader(pipeline.dataset, collate_fn=pipeline.collate, drop_last=drop, generator=generator, **kwargs)
+        return DataLoader(dataset, collate_fn=pipeline.collate, drop_last=drop, generator=generator, **kwargs)
     if config.batched_fetch:
         from .batching import batched_loader  # noqa: PLC0415 - optional path
 
         return batched_loader(pipeline, config, kwargs, sampler=sampler, drop_last=drop, generator=generator)
     if sampler is None and pipeline.shuffle:
         kwargs["shuffle"] = True
-    dataset = pipeline.dataset
-    if isinstance(dataset, ThreadedDataset):  # a wrapped dataset handed over directly: the config decides
-        dataset = dataset.dataset
-    if config.worker_threads:
-        dataset = threaded_dataset(dataset, config.worker_threads)
     return DataLoader(
         dataset,
         sampler=sampler,
