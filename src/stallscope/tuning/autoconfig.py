@@ -26,7 +26,6 @@ import hashlib
 import inspect
 import json
 import math
-import os
 import platform
 import time
 from collections.abc import Callable
@@ -37,9 +36,8 @@ from typing import Any
 from ..config import LoaderConfig
 from ..errors import UsageError
 from ..pipeline.seeding import seed_worker
-from ..runtime.host import cuda_available, usable_cores
+from ..runtime.host import cache_root, cuda_available, usable_cores
 
-CACHE_ENV = "STALLSCOPE_CACHE"
 _CONFIG_FIELDS = {f.name for f in fields(LoaderConfig)}
 
 
@@ -107,13 +105,6 @@ def auto_config(dataset: Any, batch_size: int, *, cores: int | None = None, cuda
 
 
 # -- the tuning cache --------------------------------------------------------------------------
-
-
-def cache_root(cache_dir: str | Path | None = None) -> Path:
-    if cache_dir is not None:
-        return Path(cache_dir)
-    env = os.environ.get(CACHE_ENV)
-    return Path(env) if env else Path.home() / ".cache" / "stallscope"
 
 
 _SCALARS = (str, int, float, bool, type(None))
