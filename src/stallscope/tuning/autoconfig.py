@@ -23,7 +23,6 @@ version; later calls with the same key reuse it without measuring.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import math
 import platform
@@ -35,6 +34,7 @@ from typing import Any
 
 from ..config import LoaderConfig
 from ..errors import UsageError
+from ..pipeline.inspection import shards_by_worker
 from ..pipeline.seeding import seed_worker
 from ..runtime.host import cache_root, cuda_available, usable_cores
 
@@ -48,15 +48,6 @@ _CONFIG_FIELDS = {f.name for f in fields(LoaderConfig)}
 class AutoDecision:
     config: LoaderConfig
     reasons: list[str] = field(default_factory=list)
-
-
-def shards_by_worker(dataset: Any) -> bool:
-    """Whether an IterableDataset's ``__iter__`` consults ``get_worker_info()`` (so workers split the stream)."""
-    try:
-        source = inspect.getsource(type(dataset).__iter__)
-    except (OSError, TypeError):
-        return False
-    return "get_worker_info" in source
 
 
 def _is_tensor_dataset(dataset: Any) -> bool:

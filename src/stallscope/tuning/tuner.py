@@ -29,10 +29,10 @@ import psutil
 from ..config import LoaderConfig, loader_supports
 from ..errors import PipelineError, UsageError
 from ..pipeline.batching import FetcherCheck, vectorised_fetcher
+from ..pipeline.inspection import shards_by_worker
 from ..runtime.host import cuda_available, usable_cores
 from ..runtime.processes import no_orphans
 from ..target import Pipeline, load_target, nbytes, preflight
-from .autoconfig import shards_by_worker
 from .search import (
     MB,
     InterleavingEvaluator,
