@@ -20,11 +20,13 @@ RECORD = 64  # bytes per record in the file-backed datasets
 class LatencyItems(Dataset):
     """Each item waits ``wait_s`` with the GIL released (a remote read), then returns its index.
 
-    Items also report the thread that fetched them and the most fetches seen in flight at once.
+    The dataset counts the most fetches seen in flight at once; with ``report_thread`` items
+    also name the thread that fetched them (which makes them differ between threads).
     """
 
-    def __init__(self, n: int = 256, wait_s: float = 0.006, fail_at: int | None = None) -> None:
+    def __init__(self, n: int = 256, wait_s: float = 0.006, fail_at: int | None = None, report_thread: bool = False) -> None:
         self.n = n
+        self.report_thread = report_thread
         self.wait_s = wait_s
         self.fail_at = fail_at
         self.label = "latency"  # an attribute the wrapper must pass through
@@ -52,7 +54,10 @@ class LatencyItems(Dataset):
             time.sleep(self.wait_s)
             if index == self.fail_at:
                 raise KeyError(index)
-            return {"x": torch.full((4,), float(index)), "index": index, "thread": threading.current_thread().name}
+            item = {"x": torch.full((4,), float(index)), "index": index}
+            if self.report_thread:
+                item["thread"] = threading.current_thread().name
+            return item
         finally:
             with self._lock:
                 self._in_flight -= 1

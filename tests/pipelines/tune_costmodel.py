@@ -8,6 +8,9 @@ The rate of a config follows the mechanics that shape real curves:
   CPU receiving each batch (a serial limit of its own);
 * processes beyond the cores cost a little scheduling overhead (``contention``);
 * batched fetching removes per-item overhead and most of the collate;
+* ``worker_threads`` K: a worker fetches its batch's items K at a time, but the
+  CPU part of every item holds the process's GIL (plus ``thread_item_ms`` to
+  hand an item to a thread), so one process never runs more Python than one core;
 * latency spikes (``spike_ms`` with probability ``spike_p`` per batch) stall an
   in-order loader once the prefetch buffer behind the slow batch runs dry;
   ``in_order=False`` lets the other workers carry on.
@@ -17,6 +20,7 @@ The limits are combined with a smooth minimum, so curves bend like measured ones
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from stallscope.config import LoaderConfig
@@ -37,6 +41,7 @@ class CostModel:
     spike_p: float = 0.0
     batched: bool = False  # a vectorised fetch exists
     threads_gain: float = 1.0  # speed factor of torch_threads=1 at 0 workers
+    thread_item_ms: float = 0.02  # CPU per item to run it on a fetch thread (worker_threads)
     worker_mb: float = 60.0
     batch_mb: float = 1.0
 
@@ -47,6 +52,12 @@ class CostModel:
         collate = self.collate_ms * (0.1 if config.batched_fetch and self.batched else 1.0)
         cpu_batch = (bs * (self.cpu_ms + overhead) + collate) / 1000
         wall_batch = cpu_batch + bs * self.wait_ms / 1000
+        k = config.worker_threads
+        if k:
+            item_cpu = self.cpu_ms + overhead + self.thread_item_ms
+            waves = math.ceil(bs / k)
+            cpu_batch = (bs * item_cpu + collate) / 1000
+            wall_batch = (max(waves * (item_cpu + self.wait_ms), bs * item_cpu) + collate) / 1000
         spikes = self.spike_p * self.spike_ms / 1000
         w = config.num_workers
         if w == 0:
@@ -102,9 +113,14 @@ def _smooth_min(values: list[float], p: float = 6.0) -> float:
     return sum(v ** -p for v in values) ** (-1 / p)
 
 
-def dense_space(model: CostModel, *, max_workers: int = 128, batched: bool = False, threads: bool = False) -> list[LoaderConfig]:
+def dense_space(
+    model: CostModel, *, max_workers: int = 128, batched: bool = False, threads: bool = False,
+    worker_threads: tuple[int, ...] = (),
+) -> list[LoaderConfig]:
     """Every config the search could reach, for the true optimum."""
     configs = [LoaderConfig(num_workers=0, batch_size=model.batch_size)]
+    for k in worker_threads:
+        configs += [LoaderConfig(num_workers=w, batch_size=model.batch_size, worker_threads=k) for w in range(max_workers + 1)]
     if batched:
         configs.append(LoaderConfig(num_workers=0, batch_size=model.batch_size, batched_fetch=True))
     if threads:

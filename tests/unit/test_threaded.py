@@ -48,7 +48,7 @@ def _indices(batches) -> list[int]:
 
 
 def test_items_come_back_in_index_order_fetched_concurrently():
-    data = LatencyItems(n=64, wait_s=0.02)
+    data = LatencyItems(n=64, wait_s=0.02, report_thread=True)
     wrapped = ss.threaded_dataset(data, threads=4)
     order = [9, 3, 7, 1, 0, 8, 2, 6]
     items = wrapped.__getitems__(order)
@@ -138,7 +138,7 @@ def test_main_process_with_a_batch_sampler_and_a_custom_collate():
 
 @pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
 def test_real_workers_with_a_shuffling_sampler(context):
-    data = LatencyItems(n=96, wait_s=0.002)
+    data = LatencyItems(n=96, wait_s=0.002, report_thread=True)
     wrapped = ss.threaded_dataset(data, threads=4)
     wrapped.__getitems__([0, 1])  # a pool in the parent: a fork child must start its own
 

@@ -23,7 +23,9 @@ of the time budget:
    linear and the CPU fraction predicts room, else ×2 — until the gain falls
    below the noise, the memory budget or the worker cap), or overhead-bound
    (a batch costs about as much as moving it between processes: 0 or 1 worker,
-   batched fetching).
+   batched fetching). Latency-bound, a thread-safe map-style dataset first gets
+   the *threads* phase (``tuning/threads.py``): fetch threads per worker, then
+   processes at the best thread count.
 3. *refine* — geometric midpoints between the best worker count and its
    measured neighbours, while they are far apart.
 4. *knobs* — at the best worker count, one measurement per knob that can
@@ -51,6 +53,7 @@ from ..config import LoaderConfig
 from .confidence import Decision, clearly_slower, decide, single_measurement_confidence
 from .regions import Region, classify
 from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace, cost_key
+from .threads import explore_threads
 from .trial import Effect, Evaluator, SearchResult, Trial
 
 # The noise threshold for a gain never exceeds this.
@@ -241,6 +244,7 @@ class Search:
             return
         if start > 1 and rc < r0 * (1 + self.settings.min_gain):
             self.measure(self.workers(1), "scale", share=share)
+        explore_threads(self)  # latency-bound only: processes × threads, before the costlier climb
         gain = rc / r0 if r0 > 0 else float(start)
         self._climb(start, last_gain=gain, last_factor=float(max(1, start)), share=share)
 

@@ -18,6 +18,8 @@ MIN_GAIN = 0.03
 PLATEAU_TOLERANCE = 0.01
 # Per-worker private memory assumed until one worker has been measured.
 DEFAULT_WORKER_BYTES = 256 * MB
+# Memory allowed per fetch thread (worker_threads) on top of its process.
+THREAD_BYTES = 1 * MB
 
 
 @dataclass
@@ -63,9 +65,11 @@ class Profile:
 class MemoryBudget:
     """Workers and in-flight batches must fit in ``budget_bytes`` (tf.data's ``ram_budget`` idea).
 
-    Need = workers × (private memory per worker + prefetch_factor × batch bytes).
-    Per-worker memory is assumed (``DEFAULT_WORKER_BYTES``) until a worker has
-    been measured, then the largest measured value is used.
+    Need = workers × (private memory per worker + prefetch_factor × batch bytes
+    + worker_threads × ``THREAD_BYTES``). Per-worker memory is assumed
+    (``DEFAULT_WORKER_BYTES``) until a worker has been measured, then the
+    largest measured value is used. A fetch thread costs far less than a
+    process: its touched stack pages and the item it holds.
     """
 
     budget_bytes: int
@@ -77,7 +81,7 @@ class MemoryBudget:
         if config.num_workers == 0:
             return 0
         per_worker = self.worker_bytes + (config.prefetch_factor or 2) * self.batch_bytes
-        return config.num_workers * per_worker
+        return config.num_workers * (per_worker + config.worker_threads * THREAD_BYTES)
 
     def fits(self, config: LoaderConfig) -> bool:
         return self.need(config) <= self.budget_bytes
@@ -114,6 +118,8 @@ class SearchSpace:
     batched_fetch: bool = False  # a vectorised fetch is available
     pin_memory: bool = False  # CUDA: pin by default, measure the cost
     threads: tuple[int, ...] = ()  # main-process intra-op thread counts to try at 0 workers
+    worker_threads: tuple[int, ...] = ()  # fetch threads per worker to try (latency-bound, thread-safe only)
+    worker_threads_check: dict[str, Any] | None = None  # why (not): tuning/threads.py ThreadEligibility
     batch_sizes: tuple[int, ...] = ()  # other batch sizes (only when the user allows it)
     contexts: tuple[str, ...] = ()  # other start methods to compare on start-up
     persistent_workers: bool = True  # recommend persistent workers when the pick has workers
@@ -129,6 +135,8 @@ class SearchSpace:
             "batched_fetch": self.batched_fetch,
             "pin_memory": self.pin_memory,
             "threads": list(self.threads),
+            "worker_threads": list(self.worker_threads),
+            "worker_threads_check": self.worker_threads_check,
             "batch_sizes": list(self.batch_sizes),
             "contexts": list(self.contexts),
         }
@@ -153,11 +161,13 @@ class SearchSettings:
 
 
 def cost_key(config: LoaderConfig) -> tuple:
-    """Preferred first among equals: fewer workers, shallower prefetch, ordered, default threads,
+    """Preferred first among equals: fewer workers, then fewer fetch threads per worker, shallower
+    prefetch, ordered, default intra-op threads,
     smaller batches, pinned memory (a loader-only measurement cannot see the faster host-to-device
     copy it buys, so pinning stays unless it measurably costs), batched fetching."""
     return (
         config.num_workers,
+        config.worker_threads,
         config.prefetch_factor or 0,
         0 if config.in_order else 1,
         0 if config.torch_threads is None else 1,

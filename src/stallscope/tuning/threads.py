@@ -100,16 +100,16 @@ def explore_threads(search: Any) -> None:
     parent = search.workers(procs)
     if search.measure(parent, "threads", share=THREADS_SHARE) is None:
         return
-    best, stalled = parent, None
+    best, other = parent, None  # other: the neighbouring thread count measured, for the GIL note
     for k in counts:
         variant = search.workers(procs, worker_threads=k)
         trial = search._try_variant("worker_threads", parent, variant, THREADS_SHARE, phase="threads")
         if trial is None or not trial.ok:
             break
         if not search._improves(variant, best):
-            stalled = variant
+            other = variant
             break
-        best = variant
+        best, other = variant, best
     if best == parent:
         search._note(
             f"worker threads did not help: {procs} process(es) with {counts[0]} threads each measured "
@@ -117,8 +117,8 @@ def explore_threads(search: Any) -> None:
             f"{search.rate(parent):,.0f} without"
         )
         return
-    if stalled is not None:
-        _note_gil_cap(search, parent, best, stalled)
+    if other is not None and other != parent:
+        _note_gil_cap(search, parent, best, other)
     current = procs
     while True:
         nxt = max(1, 2 * current)
@@ -137,18 +137,55 @@ def gil_capped_rate(profile: Any) -> float | None:
     return 1.0 / cpu_s if cpu_s > 0 else None
 
 
-def _note_gil_cap(search: Any, parent: Any, best: Any, stalled: Any) -> None:
-    """More threads stopped paying: say so with the figures when a process sits near its GIL-bound rate."""
+def _note_gil_cap(search: Any, parent: Any, best: Any, other: Any) -> None:
+    """Say the GIL caps the threads, with the figures, when a process sits near its GIL-bound rate."""
     cap = gil_capped_rate(search.profile)
     procs = max(1, best.num_workers)
-    rate, more = search.rate(best), search.rate(stalled)
+    rate = search.rate(best)
     per_process = rate / procs
     if cap is None or per_process < GIL_SHARE * cap:
         return
-    cpu_ms = 1000.0 / cap
     search._note(
         f"worker threads help (+{rate / search.rate(parent) - 1:.0%} over {parent.label()}) but the GIL caps them: "
-        f"{best.label()} reached {rate:,.0f} samples/s ({per_process:,.0f} per process) and "
-        f"{stalled.worker_threads} threads {more:,.0f}; each item holds the GIL for about {cpu_ms:.2f} ms of Python, "
-        f"which caps one process near {cap:,.0f} samples/s: more processes, not more threads, go further"
+        f"{best.label()} reached {rate:,.0f} samples/s ({per_process:,.0f} per process), "
+        f"{other.worker_threads} threads {search.rate(other):,.0f}; each item holds the GIL for about "
+        f"{1000.0 / cap:.2f} ms of Python, which caps one process near {cap:,.0f} samples/s: "
+        "more processes, not more threads, go further"
     )
+
+
+def threads_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pick fetches with threads: say how, against the best plain worker count measured (pure)."""
+    best = section["best"]
+    threads = best["config"].get("worker_threads", 0)
+    if not threads:
+        return []
+    plain = [
+        t for t in section.get("trials", [])
+        if t["error"] is None and not t["config"].get("worker_threads") and t["config"]["num_workers"] > 0
+    ]
+    measured = f"{best['samples_per_s']:,.1f} samples/s with {best['label']}"
+    gain = None
+    if plain:
+        top = max(plain, key=lambda t: t["samples_per_s"])
+        gain = best["samples_per_s"] / top["samples_per_s"] - 1 if top["samples_per_s"] > 0 else None
+        measured += (
+            f" vs {top['samples_per_s']:,.1f} with the best plain worker count measured ({top['label']}, "
+            f"{top['config']['num_workers']} processes)"
+        )
+    workers = best["config"]["num_workers"]
+    where = f"each of the {workers} workers" if workers else "the main process"
+    return [{
+        "id": "worker-threads",
+        "title": f"Fetch each batch's items with {threads} threads per worker",
+        "detail": (
+            f"The fetch mostly waits, and the dataset passed the thread-safety check: {where} fetches a batch's "
+            f"items with {threads} threads, which overlaps the waits like more processes would, for a fraction of "
+            f"their memory. Wrap the dataset: dataset = ss.threaded_dataset(dataset, threads={threads})."
+        ),
+        "measured": measured,
+        "expected_gain": (
+            f"{gain:+.0%} throughput with {workers} processes" if gain is not None
+            else f"{workers} processes instead of more"
+        ),
+    }]

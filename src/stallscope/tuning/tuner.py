@@ -35,6 +35,7 @@ from ..runtime.processes import no_orphans
 from ..target import Pipeline, load_target, nbytes, preflight
 from .search import run_search
 from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
+from .threads import thread_eligibility, threads_recommendations
 from .trial import InterleavingEvaluator, SearchResult, Trial
 
 DEFAULT_BUDGET_S = 60.0
@@ -438,7 +439,9 @@ def tune(
         pipeline, profile, cores=cores, max_workers=max_workers, tune_batch_size=tune_batch_size,
         compare_start_methods=compare_start_methods,
     )
-    notes = []
+    threads = thread_eligibility(pipeline, profile)
+    space.worker_threads, space.worker_threads_check = threads.counts, threads.to_dict()
+    notes = [threads.reason] if threads.safety is not None and not threads.safety.safe else []
     if pipeline.is_iterable and space.max_workers > 0 and not shards_by_worker(pipeline.dataset):
         # Every worker would replay the whole stream: more samples/s, but duplicates.
         space.max_workers = 0
@@ -541,6 +544,7 @@ def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
         })
     recs.extend(_beyond_cores(section))
     recs.extend(_persistent(section))
+    recs.extend(threads_recommendations(section))
     return recs
 
 
