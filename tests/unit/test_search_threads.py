@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 from threads_datasets import BatchedQuery, LatencyItems, SharedHandleRecords, write_records
-from tune_costmodel import CPU_BOUND, LATENCY_BOUND, TINY_IN_MEMORY, CostModel, dense_space
+from tune_costmodel import CPU_BOUND, TINY_IN_MEMORY, CostModel, dense_space
 from tune_simulated import SimulatedEvaluator
 
 from stallscope.config import LoaderConfig
