@@ -46,3 +46,31 @@ def test_bench_worker_threads_usage_errors(capsys):
     assert bench_command.main([f"{TARGET}:latency_source", "--worker-threads", "two"]) == 2
     err = capsys.readouterr().err
     assert "worker-threads" in err and "Traceback" not in err
+
+
+def test_tune_picks_threads_in_a_few_processes_on_a_latency_bound_source(tmp_path):
+    out = tmp_path / "tune.json"
+    proc = run_cli("tune", f"{TARGET}:latency_loader", "--budget", "15", "--memory-budget", "1500", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(out.read_text())
+    jsonschema.validate(record, record_schema())
+    check = record["search"]["space"]["worker_threads_check"]
+    assert check["counts"] and check["thread_safety"]["safe"]
+    best = record["best"]["config"]
+    assert best["worker_threads"] > 0 and 1 <= best["num_workers"] <= 8
+    assert any(t["phase"] == "threads" for t in record["trials"])
+    assert any(r["id"] == "worker-threads" for r in record["recommendations"])
+
+
+def test_tune_does_not_give_threads_to_a_shared_file_handle(tmp_path):
+    out = tmp_path / "tune.json"
+    proc = run_cli("tune", f"{TARGET}:shared_handle_loader", "--budget", "8", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(out.read_text())
+    check = record["search"]["space"]["worker_threads_check"]
+    assert check["counts"] == [] and check["thread_safety"]["safe"] is False
+    assert check["thread_safety"]["mismatched"]
+    assert all(not t["config"]["worker_threads"] for t in record["trials"])
+    assert record["best"]["config"]["worker_threads"] == 0
+    assert any("not thread-safe" in note for note in record["search"]["notes"])
+    assert "not thread-safe" in proc.stdout + proc.stderr  # the console says why

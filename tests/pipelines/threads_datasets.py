@@ -171,7 +171,16 @@ def latency_loader() -> torch.utils.data.DataLoader:
     return torch.utils.data.DataLoader(latency_source(), batch_size=16, num_workers=2)
 
 
+def _records_file(n: int) -> str:
+    """A records file shared by the CLI targets (written once, atomically)."""
+    path = os.path.join(tempfile.gettempdir(), f"stallscope-records-{n}.bin")
+    if not os.path.exists(path):
+        tmp = write_records(n)
+        os.replace(tmp, path)
+    return path
+
+
 def shared_handle_loader() -> torch.utils.data.DataLoader:
     """Target: a latency-bound source that is not thread-safe (one shared file handle)."""
-    dataset = SharedHandleRecords(write_records(2048), n=2048, wait_s=0.006)
+    dataset = SharedHandleRecords(_records_file(2048), n=2048, wait_s=0.006)
     return torch.utils.data.DataLoader(dataset, batch_size=16, num_workers=2)

@@ -20,7 +20,7 @@ from stallscope.tuning.tuner import profile_pipeline
 # The 6 ms GIL-free source of the issue, with 0.3 ms of Python per item and 60 MB per worker.
 SIX_MS = CostModel(cpu_ms=0.3, wait_ms=6.0, batch_size=16, ipc_ms=0.15, worker_mb=60.0, batch_mb=0.01)
 # Threads help, but each item holds the GIL for 1 ms of Python: one process tops out near 1,000/s.
-GIL_HEAVY = CostModel(cpu_ms=1.0, wait_ms=5.0, batch_size=16, ipc_ms=0.1, cores=8, batch_mb=0.01)
+GIL_HEAVY = CostModel(cpu_ms=1.0, wait_ms=5.0, batch_size=16, ipc_ms=0.1, cores=8, batch_mb=0.01, worker_mb=300.0)
 
 
 def _search(model: CostModel, *, threads: bool, seed: int = 0, memory_mb: float = 16_000, budget_s: float = 60.0):
@@ -59,10 +59,15 @@ def test_cpu_bound_and_in_memory_picks_are_unchanged_when_threads_are_offered(mo
 
 
 def test_where_the_gil_caps_threads_the_note_gives_the_measured_figures():
-    result, _ = _search(GIL_HEAVY, threads=True)
+    # Memory for two processes on eight cores: threads help, then each process runs out of GIL.
+    result, _ = _search(GIL_HEAVY, threads=True, memory_mb=700)
     note = next(n for n in result.notes if "GIL caps them" in n)
-    assert "samples/s" in note and "per process" in note and "1.0" in note  # ms of Python per item
-    assert result.pick.worker_threads == 0 or result.pick.num_workers >= 2
+    assert "per process" in note and "1.00 ms of Python" in note and "near 1,000 samples/s" in note
+    assert "more processes (up to the 8 cores)" in note
+    assert result.pick.worker_threads > 0 and result.pick.num_workers == 2
+    # No note where threads keep paying (6 ms waits, 0.3 ms of Python per item).
+    clean, _ = _search(SIX_MS, threads=True, memory_mb=1500)
+    assert not any("GIL caps" in n for n in clean.notes)
 
 
 def test_equal_speed_prefers_fewer_processes_then_fewer_threads():

@@ -12,10 +12,15 @@ measure: few processes):
    :func:`~stallscope.pipeline.threaded.check_thread_safety`. Anything else:
    no thread count is tried, and the reason is recorded.
 2. *threads* — at one process per usable core (the Python part of a fetch
-   holds the GIL, so processes carry it across cores), thread counts climb
-   the ladder of :func:`thread_counts` while each step gains beyond the noise.
-3. *processes* — at the best thread count, the process count doubles while
-   it gains and the memory budget allows.
+   holds the GIL, so processes carry it across cores), the thread count that
+   gives them the concurrency the region predicts (cores ÷ CPU share of the
+   fetch), from the ladder of :func:`thread_counts`. One measurement instead
+   of a climb: each costs a loader start-up, and budgets are short.
+3. *processes* — at that thread count, the process count doubles while it
+   gains and the memory budget allows.
+4. *neighbours* — half and double the threads at the best process count:
+   fewer may do as well (the race then prefers them), more may still pay,
+   and together they show whether more threads stopped paying.
 
 The race then compares the threaded configs with the plain worker counts; at
 equal speed (within the tolerance) fewer processes win, then fewer threads
@@ -35,8 +40,8 @@ from .regions import LATENCY_CPU_FRACTION
 # Thread counts per worker the phase may try (a worker fetches one batch at a time, so
 # counts beyond the batch size only idle: see thread_counts).
 THREAD_LADDER = (2, 4, 8, 16, 32, 64)
-# Share of the tuning budget the threads phase may run up to (it comes before the climb).
-THREADS_SHARE = 0.35
+# Share of the tuning budget the threads phase may run up to (the scan's share: it comes before the climb).
+THREADS_SHARE = 0.5
 # A process near this share of its GIL-bound rate (1 / Python CPU time per item) is capped by the GIL.
 GIL_SHARE = 0.7
 # Seconds the thread-safety check may take, at most.
@@ -67,8 +72,12 @@ class ThreadEligibility:
         }
 
 
-def thread_eligibility(pipeline: Any, profile: Any, *, max_seconds: float = SAFETY_CHECK_S) -> ThreadEligibility:
-    """The thread counts the search may try (none when threads cannot help or are unsafe), with the reason."""
+def thread_eligibility(pipeline: Any, profile: Any, *, budget_s: float | None = None) -> ThreadEligibility:
+    """The thread counts the search may try (none when threads cannot help or are unsafe), with the reason.
+
+    The thread-safety check takes at most ``SAFETY_CHECK_S``, and 4% of a tuning ``budget_s``.
+    """
+    max_seconds = SAFETY_CHECK_S if budget_s is None else min(SAFETY_CHECK_S, 0.04 * budget_s)
     if pipeline.is_iterable or not profile.map_style:
         return ThreadEligibility((), "an IterableDataset has no batch of indices to fetch concurrently")
     if profile.cpu_per_wall >= LATENCY_CPU_FRACTION:
@@ -92,7 +101,7 @@ def thread_eligibility(pipeline: Any, profile: Any, *, max_seconds: float = SAFE
 def explore_threads(search: Any) -> None:
     """The threads phase (module docstring) over a :class:`~stallscope.tuning.search.Search`."""
     space = search.space
-    counts = getattr(space, "worker_threads", ())
+    counts = tuple(getattr(space, "worker_threads", ()))
     if not counts or search.region.name != "latency-bound":
         return
     cap = search.worker_cap(search.workers(1).prefetch_factor or 2)
@@ -100,35 +109,42 @@ def explore_threads(search: Any) -> None:
     parent = search.workers(procs)
     if search.measure(parent, "threads", share=THREADS_SHARE) is None:
         return
-    best, other = parent, None  # other: the neighbouring thread count measured, for the GIL note
-    for k in counts:
-        variant = search.workers(procs, worker_threads=k)
-        trial = search._try_variant("worker_threads", parent, variant, THREADS_SHARE, phase="threads")
-        if trial is None or not trial.ok:
-            break
-        if not search._improves(variant, best):
-            other = variant
-            break
-        best, other = variant, best
-    if best == parent:
+    first = search.workers(procs, worker_threads=_first_count(counts, search.region.predicted_workers, procs))
+    trial = search._try_variant("worker_threads", parent, first, THREADS_SHARE, phase="threads")
+    if trial is None or not trial.ok:
+        return
+    if not search._improves(first, parent):
         search._note(
-            f"worker threads did not help: {procs} process(es) with {counts[0]} threads each measured "
-            f"{search.rate(search.workers(procs, worker_threads=counts[0])):,.0f} samples/s vs "
-            f"{search.rate(parent):,.0f} without"
+            f"worker threads did not help: {first.label()} measured {search.rate(first):,.0f} samples/s "
+            f"vs {search.rate(parent):,.0f} for {parent.label()}"
         )
         return
-    if other is not None and other != parent:
-        _note_gil_cap(search, parent, best, other)
-    current = procs
-    while True:
-        nxt = max(1, 2 * current)
-        if nxt > cap or nxt > space.max_workers:
-            return
-        variant = search.workers(nxt, worker_threads=best.worker_threads)
+    best = first
+    while 2 * max(1, best.num_workers) <= min(cap, space.max_workers):
+        variant = best.replace(num_workers=2 * max(1, best.num_workers))
         trial = search.measure(variant, "threads", share=THREADS_SHARE)
         if trial is None or not trial.ok or not search._improves(variant, best):
-            return
-        best, current = variant, nxt
+            break
+        best = variant
+    # Neighbouring thread counts at that process count: fewer may do as well (the race then prefers
+    # them), more may still pay; either way they show whether more threads stopped paying.
+    k = best.worker_threads
+    fewer = [c for c in counts if c < k]
+    if fewer:
+        search.measure(best.replace(worker_threads=fewer[-1]), "threads", share=THREADS_SHARE)
+    more = [c for c in counts if c > k]
+    if more:
+        variant = best.replace(worker_threads=more[0])
+        trial = search.measure(variant, "threads", share=THREADS_SHARE)
+        if trial is not None and trial.ok and search._improves(variant, best):
+            best = variant
+    _note_gil_cap(search, parent, best)
+
+
+def _first_count(counts: tuple[int, ...], predicted_workers: float | None, procs: int) -> int:
+    """The thread count that gives ``procs`` processes the concurrency the region predicts (see classify)."""
+    per_process = (predicted_workers or counts[-1]) / max(1, procs)
+    return next((c for c in counts if c >= per_process), counts[-1])
 
 
 def gil_capped_rate(profile: Any) -> float | None:
@@ -137,20 +153,41 @@ def gil_capped_rate(profile: Any) -> float | None:
     return 1.0 / cpu_s if cpu_s > 0 else None
 
 
-def _note_gil_cap(search: Any, parent: Any, best: Any, other: Any) -> None:
-    """Say the GIL caps the threads, with the figures, when a process sits near its GIL-bound rate."""
+def _stopped_paying(search: Any, best: Any) -> Any | None:
+    """A thread count measured next to ``best`` that shows more threads stopped paying, or None."""
+    measured = {
+        c.worker_threads: c for c, t in search._scan.items()
+        if t.ok and c.worker_threads and c == best.replace(worker_threads=c.worker_threads)
+    }
+    more = sorted(k for k in measured if k > best.worker_threads)
+    if more:
+        return measured[more[0]]  # more threads were measured and did not win
+    fewer = sorted(k for k in measured if k < best.worker_threads)
+    if fewer and not search._improves(best, measured[fewer[-1]]):
+        return measured[fewer[-1]]  # doubling the threads bought nothing beyond the noise
+    return None
+
+
+def _note_gil_cap(search: Any, parent: Any, best: Any) -> None:
+    """Say the GIL caps the threads, with the figures, when more threads stopped paying near a
+    process's GIL-bound rate (1 / Python CPU time per item)."""
+    other = _stopped_paying(search, best)
     cap = gil_capped_rate(search.profile)
     procs = max(1, best.num_workers)
     rate = search.rate(best)
     per_process = rate / procs
-    if cap is None or per_process < GIL_SHARE * cap:
+    if other is None or cap is None or per_process < GIL_SHARE * cap:
         return
+    cores = search.space.cores
+    further = (
+        f"more processes (up to the {cores} cores), not more threads, go further" if procs < cores
+        else "the processes already cover every core"
+    )
     search._note(
         f"worker threads help (+{rate / search.rate(parent) - 1:.0%} over {parent.label()}) but the GIL caps them: "
-        f"{best.label()} reached {rate:,.0f} samples/s ({per_process:,.0f} per process), "
+        f"{best.label()} reached {rate:,.0f} samples/s ({per_process:,.0f} per process), with "
         f"{other.worker_threads} threads {search.rate(other):,.0f}; each item holds the GIL for about "
-        f"{1000.0 / cap:.2f} ms of Python, which caps one process near {cap:,.0f} samples/s: "
-        "more processes, not more threads, go further"
+        f"{1000.0 / cap:.2f} ms of Python, which caps one process near {cap:,.0f} samples/s: {further}"
     )
 
 

@@ -439,7 +439,7 @@ def tune(
         pipeline, profile, cores=cores, max_workers=max_workers, tune_batch_size=tune_batch_size,
         compare_start_methods=compare_start_methods,
     )
-    threads = thread_eligibility(pipeline, profile)
+    threads = thread_eligibility(pipeline, profile, budget_s=budget_s)
     space.worker_threads, space.worker_threads_check = threads.counts, threads.to_dict()
     notes = [threads.reason] if threads.safety is not None and not threads.safety.safe else []
     if pipeline.is_iterable and space.max_workers > 0 and not shards_by_worker(pipeline.dataset):
