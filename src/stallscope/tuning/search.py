@@ -327,7 +327,8 @@ class Search:
 
     def _knobs(self) -> None:
         share = self.settings.knobs_share
-        best = self.best_scanned(lambda c: c == self.workers(c.num_workers))
+        # The best plain or threaded worker config (threads phase): knobs apply to either.
+        best = self.best_scanned(lambda c: c == self.workers(c.num_workers, worker_threads=c.worker_threads))
         if best is None:
             return
         space = self.space
@@ -351,7 +352,7 @@ class Search:
             zero = self.workers(0)
             self._try_variant("batched_fetch", zero, zero.replace(batched_fetch=True), share)
             if best.num_workers > 0:
-                self._try_variant("batched_fetch", best, best.replace(batched_fetch=True), share)
+                self._try_variant("batched_fetch", best, best.replace(batched_fetch=True, worker_threads=0), share)
         single = self.best_scanned(lambda c: c.num_workers == 0)
         if space.threads and single is not None and self._near_top(single):
             for n in space.threads:
