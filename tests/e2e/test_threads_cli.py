@@ -64,7 +64,7 @@ def test_tune_picks_threads_in_a_few_processes_on_a_latency_bound_source(tmp_pat
 
 def test_tune_does_not_give_threads_to_a_shared_file_handle(tmp_path):
     out = tmp_path / "tune.json"
-    proc = run_cli("tune", f"{TARGET}:shared_handle_loader", "--budget", "8", "--json", str(out))
+    proc = run_cli("tune", f"{TARGET}:shared_handle_loader", "--budget", "15", "--json", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(out.read_text())
     check = record["search"]["space"]["worker_threads_check"]

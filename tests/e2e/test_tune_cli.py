@@ -28,7 +28,9 @@ def test_tune_cli_json_and_yaml(tmp_path, pipelines_dir):
     # The user's loader (1 worker, 4 ms of sleep per item) is the baseline; sleeping parallelises.
     assert record["baseline"]["config"]["num_workers"] == 1
     best = record["best"]
-    assert best["config"]["num_workers"] > 2 and best["speedup"] > 1.5
+    # Fetches overlap: more worker processes, or fetch threads inside them (worker_threads).
+    concurrent = best["config"]["num_workers"] * max(1, best["config"].get("worker_threads", 0))
+    assert concurrent > 2 and best["speedup"] > 1.5
     assert 0.0 <= best["confidence"] <= 1.0
     assert all({"config", "label", "samples_per_s", "phase"} <= set(t) for t in record["trials"])
     assert record["search"]["region"]["name"] == "latency-bound"

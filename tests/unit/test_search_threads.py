@@ -111,12 +111,15 @@ def _eligibility(dataset, batch_size=16):
 def test_a_latency_bound_thread_safe_dataset_is_eligible():
     found = _eligibility(LatencyItems(n=128, wait_s=0.004))
     assert found.counts == (2, 4, 8, 16)
-    assert found.safety is not None and found.safety.safe
+    assert found.safety is None  # checked only when the threads phase needs it
+    assert found.confirm() and found.safety.safe and found.counts == (2, 4, 8, 16)
+    assert found.to_dict()["thread_safety"]["safe"] is True
 
 
 def test_a_shared_file_handle_is_not_given_threads_and_the_record_says_why(tmp_path):
     path = write_records(256, str(tmp_path / "records.bin"))
     found = _eligibility(SharedHandleRecords(path, wait_s=0.004))
+    assert not found.confirm()
     assert found.counts == ()
     assert not found.safety.safe and "not thread-safe" in found.reason
     assert found.to_dict()["thread_safety"]["mismatched"]

@@ -263,78 +263,86 @@ def check_thread_safety(
 ) -> ThreadSafety:
     """Whether ``dataset`` gives the same items when ``threads`` threads fetch them at once.
 
-    Fetches ``indices`` (default: up to ``2 × threads`` spread over the
-    dataset) one at a time, twice: fields equal in both are deterministic
-    and must come back identical from concurrent fetches; fields that differ
-    (random augmentation — threads share one global RNG, so it cannot be
-    replayed per item) are compared by structure (type, dtype, shape). Then
-    fetches them from ``threads`` threads at once, round after round in
-    shuffled orders, until a difference shows, ``max_seconds`` have passed
-    (at least two rounds) or ``max_rounds``: a race is a matter of chance, so
-    the check keeps rolling the dice while it can afford to. An exception
-    only under concurrency, or any difference, makes the dataset unsafe.
+    Fetches ``indices`` (default: ``max(8, threads)`` spread over the dataset)
+    one at a time, then each twice from ``2 × threads`` threads at once (more
+    fetches meeting in a race window), round after round in shuffled orders, until a difference is confirmed, ``max_seconds`` have
+    passed (at least two rounds) or ``max_rounds``: a race is a matter of
+    chance, so the check keeps rolling the dice while it can afford to.
+
+    A field that comes back different is fetched once more, one at a time: if
+    it differs then too, it is random (augmentation; threads share one global
+    RNG, so it cannot be replayed per item) and is compared from then on by
+    type, dtype and shape only; if it matches, it differed only under
+    concurrency and the dataset is unsafe. An exception only under
+    concurrency makes it unsafe too.
     """
     started = time.perf_counter()
-    result = ThreadSafety(safe=False, reason="", threads=threads)
+    result = ThreadSafety(safe=False, reason="", threads=2 * threads)  # see the rounds below
     try:
         length = len(dataset)
     except TypeError:
         result.reason = "the dataset has no length (an iterable stream), so it has no indices to fetch concurrently"
         return result
-    picks = list(indices) if indices is not None else _spread(length, max(8, 2 * threads))
+    picks = list(indices) if indices is not None else _spread(length, max(8, threads))
     result.indices = picks
     if not picks:
         result.reason = "the dataset is empty"
         return result
     try:
-        first = [dataset[i] for i in picks]
-        second = [dataset[i] for i in picks]
+        references = [_Reference(dataset[i]) for i in picks]
     except Exception as exc:
         result.reason = f"fetching one item at a time raised {type(exc).__name__}; fix that first"
         return result
-    references = [_Reference(a, b) for a, b in zip(first, second)]
-    result.fields = sum(r.fields for r in references)
-    result.random_fields = sum(r.random for r in references)
-    rng = random.Random(seed)
-    per_round = max(1e-6, time.perf_counter() - started) / 2  # one sequential pass: an upper bound per round
+    loose = _Loose()
+    # Until a round has been timed: the sequential pass spread over the threads.
+    per_round = (time.perf_counter() - started) / max(1, min(threads, len(picks)))
     previous = sys.getswitchinterval()
     sys.setswitchinterval(_CHECK_SWITCH_INTERVAL_S)
+    rng = random.Random(seed)
     try:
-        with ThreadPoolExecutor(threads, thread_name_prefix="stallscope-check") as pool:
-            for _ in range(max_rounds):
-                if result.mismatched:
-                    break
+        with ThreadPoolExecutor(result.threads, thread_name_prefix="stallscope-check") as pool:
+            while result.rounds < max_rounds and not result.mismatched:
                 if result.rounds >= 2 and time.perf_counter() - started + per_round > max_seconds:
                     break
-                order = list(range(len(picks)))
+                # Every index twice per round, from twice the threads: more fetches meet in the
+                # window between one thread's seek() and its read().
+                order = list(range(len(picks))) * 2
                 rng.shuffle(order)
-                futures = {pool.submit(dataset.__getitem__, picks[k]): k for k in order}
+                round_start = time.perf_counter()
+                futures = [(k, pool.submit(dataset.__getitem__, picks[k])) for k in order]
                 result.rounds += 1
-                for future, k in futures.items():
+                suspects = []
+                for k, future in futures:
                     try:
-                        item = future.result()
+                        where = references[k].differs(future.result(), loose)
                     except Exception as exc:
                         result.mismatched.append(picks[k])
                         result.reason = (
-                            f"dataset[{picks[k]}] raised {type(exc).__name__} when {threads} threads fetched at once, "
+                            f"dataset[{picks[k]}] raised {type(exc).__name__} when {result.threads} threads fetched at once, "
                             "but not when fetched one at a time: the dataset is not thread-safe "
                             "(a shared file handle or client)"
                         )
-                        continue
-                    where = references[k].differs(item)
-                    if where is not None and picks[k] not in result.mismatched:
+                        break
+                    if where is not None and all(k != s for s, _ in suspects):
+                        suspects.append((k, where))
+                per_round = time.perf_counter() - round_start
+                # Outside the round (no other fetch running): random, or a difference only under concurrency?
+                for k, where in suspects:
+                    if not result.mismatched and not references[k].confirm_random(dataset[picks[k]], where, loose):
                         result.mismatched.append(picks[k])
-                        if not result.reason:
-                            result.reason = _unsafe_reason(picks[k], where, threads)
+                        result.reason = _unsafe_reason(picks[k], where, result.threads)
     finally:
         sys.setswitchinterval(previous)
+    result.fields = sum(len(r.leaves) for r in references)
+    result.random_fields = sum(1 for r in references for path in r.leaves if path in loose.values or path in loose.shapes)
+    result.random_fields += sum(len(r.leaves) for r in references if r.loose)
     result.seconds = time.perf_counter() - started
     if result.mismatched:
         return result
     result.safe = True
     checked = "every field" if not result.random_fields else "deterministic fields exactly, random ones by type and shape"
     result.reason = (
-        f"{len(picks)} items fetched by {threads} threads at once ({result.rounds} round(s)) matched "
+        f"{len(picks)} items fetched twice each by {result.threads} threads at once ({result.rounds} round(s)) matched "
         f"one-at-a-time fetches ({checked})"
     )
     return result
@@ -342,8 +350,8 @@ def check_thread_safety(
 
 def _unsafe_reason(index: int, where: str, threads: int) -> str:
     return (
-        f"dataset[{index}]{where} came back different when {threads} threads fetched at once, though two "
-        "one-at-a-time fetches agreed: the dataset shares state between fetches that is not thread-safe "
+        f"dataset[{index}]{where} came back different when {threads} threads fetched at once, but the same when "
+        "fetched one at a time: the dataset shares state between fetches that is not thread-safe "
         "(e.g. one file handle read with seek()+read(), or a client that is not thread-safe); open such "
         "handles per thread (threading.local) to use worker threads"
     )
@@ -355,30 +363,56 @@ def _spread(length: int, count: int) -> list[int]:
     return sorted({(i * step) % length for i in range(count)})
 
 
+@dataclass
+class _Loose:
+    """Field paths found random: ``values`` differ between fetches, ``shapes`` even in shape."""
+
+    values: set[str] = field(default_factory=set)
+    shapes: set[str] = field(default_factory=set)
+
+
 class _Reference:
-    """An item's leaves from two sequential fetches: deterministic ones by value, the rest by structure."""
+    """An item fetched one at a time, to compare concurrent fetches of the same index with."""
 
-    def __init__(self, first: Any, second: Any) -> None:
-        a, b = dict(_leaves(first)), dict(_leaves(second))
-        self.same_structure = a.keys() == b.keys() and all(_kind(a[k]) == _kind(b[k]) for k in a)
-        self.values = a
-        self.deterministic = {k for k in a if self.same_structure and _equal(a[k], b[k])}
-        self.fields = len(a)
-        self.random = len(a) - len(self.deterministic)
-        self.top_kind = _kind(first)
+    def __init__(self, item: Any) -> None:
+        self.leaves = dict(_leaves(item))
+        self.top = _kind(item)
+        self.loose = False  # its structure varies between fetches: only the top-level kind is compared
 
-    def differs(self, item: Any) -> str | None:
-        """Where ``item`` departs from the reference (``[0]['x']``), or None."""
-        if not self.same_structure:
-            return None if _kind(item) == self.top_kind else ""
+    def differs(self, item: Any, loose: _Loose) -> str | None:
+        """Where ``item`` departs from the reference (``[0]['x']``; ``""`` for the structure), or None."""
+        if self.loose:
+            return None if _kind(item) == self.top else ""
         got = dict(_leaves(item))
-        if got.keys() != self.values.keys():
+        if got.keys() != self.leaves.keys():
             return ""
         for path, value in got.items():
-            ref = self.values[path]
-            if _kind(value) != _kind(ref) or (path in self.deterministic and not _equal(value, ref)):
+            ref = self.leaves[path]
+            if path in loose.shapes:
+                same = _kind(value)[:2] == _kind(ref)[:2]
+            elif path in loose.values:
+                same = _kind(value) == _kind(ref)
+            else:
+                same = _equal(value, ref)
+            if not same:
                 return path
         return None
+
+    def confirm_random(self, again: Any, where: str, loose: _Loose) -> bool:
+        """Whether a one-at-a-time fetch differs at ``where`` too (random: noted in ``loose``)."""
+        got = dict(_leaves(again))
+        if where == "" or where not in got:
+            if got.keys() == self.leaves.keys() and _kind(again) == self.top:
+                return False
+            self.loose = True
+            return True
+        if _kind(got[where]) != _kind(self.leaves[where]):
+            loose.shapes.add(where)
+            return True
+        if not _equal(got[where], self.leaves[where]):
+            loose.values.add(where)
+            return True
+        return False
 
 
 _MAX_FLATTEN = 256

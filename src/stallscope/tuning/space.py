@@ -119,7 +119,7 @@ class SearchSpace:
     pin_memory: bool = False  # CUDA: pin by default, measure the cost
     threads: tuple[int, ...] = ()  # main-process intra-op thread counts to try at 0 workers
     worker_threads: tuple[int, ...] = ()  # fetch threads per worker to try (latency-bound, thread-safe only)
-    worker_threads_check: dict[str, Any] | None = None  # why (not): tuning/threads.py ThreadEligibility
+    thread_gate: Any = None  # tuning/threads.py ThreadEligibility: why (not), and the deferred thread-safety check
     batch_sizes: tuple[int, ...] = ()  # other batch sizes (only when the user allows it)
     contexts: tuple[str, ...] = ()  # other start methods to compare on start-up
     persistent_workers: bool = True  # recommend persistent workers when the pick has workers
@@ -136,7 +136,7 @@ class SearchSpace:
             "pin_memory": self.pin_memory,
             "threads": list(self.threads),
             "worker_threads": list(self.worker_threads),
-            "worker_threads_check": self.worker_threads_check,
+            "worker_threads_check": None if self.thread_gate is None else self.thread_gate.to_dict(),
             "batch_sizes": list(self.batch_sizes),
             "contexts": list(self.contexts),
         }

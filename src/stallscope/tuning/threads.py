@@ -31,7 +31,7 @@ the measured figures.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..pipeline.threaded import ThreadSafety, check_thread_safety, own_batched_fetch
@@ -58,11 +58,30 @@ def thread_counts(batch_size: int) -> tuple[int, ...]:
 
 @dataclass
 class ThreadEligibility:
-    """Whether the tuner may try worker threads on this pipeline, and why."""
+    """Whether the tuner may try worker threads on this pipeline, and why.
+
+    The cheap reasons are decided up front; the thread-safety check runs when
+    the threads phase first needs it (:meth:`confirm`), so a search that never
+    gets there (another region, no time left) does not pay for it.
+    """
 
     counts: tuple[int, ...]
     reason: str
     safety: ThreadSafety | None = None
+    dataset: Any = field(default=None, repr=False)
+    check_s: float = SAFETY_CHECK_S
+
+    def confirm(self) -> bool:
+        """Run the thread-safety check once; afterwards ``counts`` is empty if it failed."""
+        if not self.counts or self.safety is not None or self.dataset is None:
+            return bool(self.counts)
+        self.safety = check_thread_safety(self.dataset, threads=min(max(self.counts), 16), max_seconds=self.check_s)
+        if self.safety.safe:
+            self.reason = f"thread-safe: {self.safety.reason}"
+        else:
+            self.counts = ()
+            self.reason = f"worker threads not tried: {self.safety.reason}"
+        return self.safety.safe
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,11 +92,11 @@ class ThreadEligibility:
 
 
 def thread_eligibility(pipeline: Any, profile: Any, *, budget_s: float | None = None) -> ThreadEligibility:
-    """The thread counts the search may try (none when threads cannot help or are unsafe), with the reason.
+    """The thread counts the search may try (none when threads cannot help), with the reason.
 
-    The thread-safety check takes at most ``SAFETY_CHECK_S``, and 4% of a tuning ``budget_s``.
+    Thread safety is checked later, by :meth:`ThreadEligibility.confirm`, in at
+    most ``SAFETY_CHECK_S`` and 4% of a tuning ``budget_s``.
     """
-    max_seconds = SAFETY_CHECK_S if budget_s is None else min(SAFETY_CHECK_S, 0.04 * budget_s)
     if pipeline.is_iterable or not profile.map_style:
         return ThreadEligibility((), "an IterableDataset has no batch of indices to fetch concurrently")
     if profile.cpu_per_wall >= LATENCY_CPU_FRACTION:
@@ -92,10 +111,8 @@ def thread_eligibility(pipeline: Any, profile: Any, *, budget_s: float | None = 
     own = own_batched_fetch(pipeline.dataset)
     if own is not None:
         return ThreadEligibility((), f"the dataset fetches whole batches itself ({own}.__getitems__), which threads would bypass")
-    safety = check_thread_safety(pipeline.dataset, threads=min(max(counts), 16), max_seconds=max_seconds)
-    if not safety.safe:
-        return ThreadEligibility((), f"worker threads not tried: {safety.reason}", safety)
-    return ThreadEligibility(counts, f"thread-safe: {safety.reason}", safety)
+    check_s = SAFETY_CHECK_S if budget_s is None else min(SAFETY_CHECK_S, 0.04 * budget_s)
+    return ThreadEligibility(counts, "thread safety not checked yet", dataset=pipeline.dataset, check_s=check_s)
 
 
 def explore_threads(search: Any) -> None:
@@ -110,6 +127,16 @@ def explore_threads(search: Any) -> None:
     if search.measure(parent, "threads", share=THREADS_SHARE) is None:
         return
     first = search.workers(procs, worker_threads=_first_count(counts, search.region.predicted_workers, procs))
+    gate = getattr(space, "thread_gate", None)
+    if gate is not None and gate.safety is None:
+        # The thread-safety check, only now that a threaded measurement is due and affordable.
+        if not search.affordable(search.estimate_cost(first, search.settings.scan_window_s) + gate.check_s, THREADS_SHARE):
+            search._note(f"time budget: did not check thread safety or measure {first.label()} in the threads phase")
+            return
+        if not gate.confirm():
+            space.worker_threads = ()
+            search._note(gate.reason)
+            return
     trial = search._try_variant("worker_threads", parent, first, THREADS_SHARE, phase="threads")
     if trial is None or not trial.ok:
         return

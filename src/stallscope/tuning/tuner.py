@@ -440,8 +440,8 @@ def tune(
         compare_start_methods=compare_start_methods,
     )
     threads = thread_eligibility(pipeline, profile, budget_s=budget_s)
-    space.worker_threads, space.worker_threads_check = threads.counts, threads.to_dict()
-    notes = [threads.reason] if threads.safety is not None and not threads.safety.safe else []
+    space.worker_threads, space.thread_gate = threads.counts, threads
+    notes = []
     if pipeline.is_iterable and space.max_workers > 0 and not shards_by_worker(pipeline.dataset):
         # Every worker would replay the whole stream: more samples/s, but duplicates.
         space.max_workers = 0
