@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             "tuning_seconds": round(tune_s, 1), "region": tuned.search.region.name, "notes": tuned.search.notes,
             "tune_trials": [{"phase": t.phase, "label": t.config.label(), "samples_per_s": round(t.samples_per_s, 1)}
                             for t in tuned.trials],
-            "worker_threads_check": tuned.space.worker_threads_check,
+            "worker_threads_check": tuned.space.to_dict()["worker_threads_check"],
             "pick": a, "plain": b, "rate_ratio": round(rate_ratio, 3),
             "uss_ratio": None if mem_ratio is None else round(mem_ratio, 3),
             "rss_ratio": None if rss_ratio is None else round(rss_ratio, 3), "passed": passed,
