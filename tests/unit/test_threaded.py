@@ -279,3 +279,18 @@ def test_check_flags_a_dataset_that_raises_only_under_concurrency():
     result = check_thread_safety(Remote(), threads=8)
     assert not result.safe
     assert "raised RuntimeError when 16 threads fetched at once" in result.reason  # twice the threads asked for
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_workers_with_fetch_threads_exit_cleanly(context):
+    wrapped = ss.threaded_dataset(LatencyItems(n=48, wait_s=0.002), threads=8)
+    loader = DataLoader(wrapped, batch_size=8, num_workers=2, persistent_workers=True,
+                        multiprocessing_context=context, timeout=60)
+    for _ in range(2):  # two epochs on the same persistent workers (and their pools)
+        assert sorted(_indices(loader)) == list(range(48))
+    iterator = loader._iterator
+    workers = list(iterator._workers)
+    iterator._shutdown_workers()
+    # Exit code 0: each worker left its loop and joined its fetch threads by itself, in time
+    # (torch terminates a worker that does not, which would read -15).
+    assert [w.exitcode for w in workers] == [0, 0]
