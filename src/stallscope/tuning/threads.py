@@ -17,7 +17,8 @@ measure: few processes):
    fetch), from the ladder of :func:`thread_counts`. One measurement instead
    of a climb: each costs a loader start-up, and budgets are short.
 3. *processes* — at that thread count, the process count doubles while it
-   gains and the memory budget allows.
+   gains, the memory budget allows, and processes × threads stay within twice
+   the predicted concurrency.
 4. *neighbours* — half and double the threads at the best process count:
    fewer may do as well (the race then prefers them), more may still pay,
    and together they show whether more threads stopped paying.
@@ -147,8 +148,12 @@ def explore_threads(search: Any) -> None:
         )
         return
     best = first
+    # Beyond twice the concurrency the region predicts, more processes would only add memory.
+    enough = 2 * (search.region.predicted_workers or float("inf"))
     while 2 * max(1, best.num_workers) <= min(cap, space.max_workers):
         variant = best.replace(num_workers=2 * max(1, best.num_workers))
+        if variant.num_workers * variant.worker_threads > enough:
+            break
         trial = search.measure(variant, "threads", share=THREADS_SHARE)
         if trial is None or not trial.ok or not search._improves(variant, best):
             break
