@@ -464,17 +464,11 @@ def measure_worker_stages(
 
 def effective_start_method(requested: str | None, num_workers: int) -> str | None:
     """The start method workers get: the one asked for, the one set, or the platform default."""
-    import multiprocessing
+    from ..runtime.processes import default_start_method
 
     if num_workers == 0:
         return None
-    # Without set_start_method the first listed method is the default; get_start_method()
-    # without allow_none would fix the user's context for good.
-    return (
-        requested
-        or multiprocessing.get_start_method(allow_none=True)
-        or multiprocessing.get_all_start_methods()[0]
-    )
+    return requested or default_start_method()
 
 
 def _accumulate(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import multiprocessing
 import random
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, describe_exception
-from ..runtime.processes import no_orphans
+from ..runtime.processes import default_start_method, no_orphans
 from .findings import CODES, ERROR, Finding
 from .rules import analyse, slow_candidates
 
@@ -89,16 +88,6 @@ class CheckResult:
             "coverage": self.coverage,
             "check_probes": self.probes,
         }
-
-
-def default_start_method() -> str:
-    """The start method a DataLoader with no ``multiprocessing_context`` uses here."""
-    current = multiprocessing.get_start_method(allow_none=True)
-    if current:
-        return current
-    if sys.platform in ("win32", "darwin"):
-        return "spawn"
-    return "forkserver" if sys.version_info >= (3, 14) else "fork"
 
 
 def select_codes(only: Iterable[str] | None, skip: Iterable[str] | None) -> list[str]:

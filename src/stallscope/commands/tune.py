@@ -6,25 +6,17 @@ import sys
 import time
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import UsageError
-from ._common import (
-    ArgumentParser,
-    CommandContext,
-    add_output_arguments,
-    add_target_arguments,
-    execute,
-    run_target_loader,
-)
+from . import _common as common
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(
+def build_parser() -> common.ArgumentParser:
+    parser = common.ArgumentParser(
         prog="stallscope tune",
         description="Find the fastest DataLoader config within a time budget (a guided search, not a grid).",
     )
-    add_target_arguments(parser)
+    common.add_target_arguments(parser)
     parser.add_argument("--budget", type=float, default=60.0, metavar="SECONDS",
                         help="wall-clock budget for tuning, profile included (default 60)")
     parser.add_argument("--tune-batch-size", action="store_true",
@@ -41,35 +33,23 @@ def build_parser() -> ArgumentParser:
                         help="also time worker start-up under forkserver (a one-time cost with persistent workers; "
                              "its workers import the pipeline afresh, which can take seconds)")
     parser.add_argument("--seed", type=int, default=0, help="seed for samplers and the bootstrap")
-    add_output_arguments(parser)
+    common.add_output_arguments(parser)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    return execute(build_parser(), argv, _run)
-
-
-def _run(ctx: CommandContext) -> int:
+def _run(ctx: common.CommandContext) -> int:
     from ..tuning.emit import to_python, to_yaml
     from ..tuning.tuner import tune
 
     args = ctx.args
     if args.budget <= 0:
         raise UsageError(f"--budget must be positive, not {args.budget:g}.")
-    pipeline = run_target_loader(args)
+    pipeline = common.run_target_loader(args)
     record = ctx.new_record("tune", pipeline.target)
     # With --emit, stdout carries only the emitted config (pipe-able); the summary goes to stderr.
     console = Console(stderr=True, highlight=False) if args.emit else ctx.console
     started = time.perf_counter()
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed:.0f}/{task.total:.0f} s budget"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=ctx.quiet,
-    ) as progress:
+    with common.progress_bar(console, disable=ctx.quiet, counter="{task.completed:.0f}/{task.total:.0f} s budget") as progress:
         task = progress.add_task("profiling", total=args.budget)
 
         measured: list[dict] = []
@@ -97,10 +77,7 @@ def _run(ctx: CommandContext) -> int:
             compare_start_methods=args.start_methods,
         )
     record.add(**result.to_dict())
-    if not ctx.quiet:
-        from ..render.console_tune import render_tune
-
-        render_tune(record.to_dict(), console)
+    common.print_summary(ctx, record, console)
     if args.emit:
         comment = (
             f"stallscope tune {pipeline.target}: {result.samples_per_s:,.1f} samples/s"
@@ -120,3 +97,7 @@ def _run(ctx: CommandContext) -> int:
         sys.stdout.write(text)
         sys.stdout.flush()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.execute(build_parser(), argv, _run)

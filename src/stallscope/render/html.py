@@ -112,8 +112,10 @@ class HTMLRenderer:
                     images[figure.name] = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
         return self.render_document(doc, images)
 
-    def write(self, record: Any, path: Path) -> None:
-        Path(path).write_text(self.render(record), encoding="utf-8")
+    def write(self, record: Any, path: Path) -> list[Path]:
+        path = Path(path)
+        path.write_text(self.render(record), encoding="utf-8")
+        return [path]
 
     def render_document(self, doc: Document, images: dict[str, str]) -> str:
         intro = "".join(self._block(b, images) for b in doc.intro)

@@ -83,7 +83,7 @@ class MarkdownRenderer:
     def write(self, record: Any, path: Path, *, plots: bool = True, plots_dir: Path | None = None) -> list[Path]:
         """Write ``path``; with ``plots``, the PNGs it links go to ``plots_dir`` (default ``<stem>_plots/``).
 
-        Returns the plot files written.
+        Returns the files written: the Markdown, then the plots.
         """
         from .plots import render_plots
 
@@ -96,7 +96,7 @@ class MarkdownRenderer:
             for png in written:
                 images[png.stem] = Path(os.path.relpath(png.resolve(), path.parent.resolve())).as_posix()
         path.write_text(self.render(record, images=images), encoding="utf-8")
-        return written
+        return [path, *written]
 
     def _section(self, section: Section, images: dict[str, str], *, level: int) -> list[str]:
         lines = [f"{'#' * level} {escape(section.title)}", ""]

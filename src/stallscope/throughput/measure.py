@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..config import LoaderConfig
-from ..errors import PipelineError, describe_exception
+from ..errors import PipelineError, describe_exception, worker_traceback_tail
 from ..pipeline.loaders import CyclingSampler, build_loader, quiet_worker_warning
 from ..runtime.processes import shutdown_iterator, worker_pids
 from ..runtime.resources import ResourceSampler, ResourceSummary
@@ -246,11 +246,10 @@ def _as_pipeline_error(
     if match or "exited unexpectedly" in text or "killed by signal" in text:
         line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
         return PipelineError(f"a DataLoader worker died with {config.label()}: {line}")
-    if "Original Traceback" in text:
-        # torch wraps worker exceptions: "Caught X in DataLoader worker process N. Original Traceback ... X: msg"
-        last = [ln for ln in text.strip().splitlines() if ln.strip()][-1].strip()
-        where = re.search(r"worker process (\d+)", text)
-        worker = f" (worker {where.group(1)})" if where else ""
+    tail = worker_traceback_tail(exc)
+    if tail is not None:
+        last, worker_id = tail
+        worker = f" (worker {worker_id})" if worker_id else ""
         return PipelineError(
             f"the dataset raised {last}{worker} while loading with {config.label()}; "
             "run `stallscope check` to find the index."
