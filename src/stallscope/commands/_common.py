@@ -26,6 +26,14 @@ from ..record import RunRecord
 from ..runtime.processes import reap_children
 
 
+def command_parser(prog: str, description: str, *, target: str | None = "required") -> ArgumentParser:
+    """A command's parser with the TARGET arguments (``target``: "required", "optional" or None)."""
+    parser = ArgumentParser(prog=prog, description=description)
+    if target is not None:
+        add_target_arguments(parser, required=target == "required")
+    return parser
+
+
 def add_target_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
     parser.add_argument(
         "target",

@@ -10,8 +10,7 @@ from . import _common as common
 
 
 def build_parser() -> common.ArgumentParser:
-    parser = common.ArgumentParser(prog="stallscope bench", description="Measure DataLoader throughput over a grid of settings.")
-    common.add_target_arguments(parser)
+    parser = common.command_parser("stallscope bench", "Measure DataLoader throughput over a grid of settings.")
     parser.add_argument("--num-workers", type=common.int_list, default=None, metavar="N,N,...",
                         help="worker counts (default: 0,1,2,cores,2×cores,4×cores with usable cores)")
     parser.add_argument("--prefetch-factor", type=common.int_list, default=None, metavar="N,...")
@@ -46,18 +45,10 @@ def _run(ctx: common.CommandContext) -> int:
 
         try:
             result = bench(
-                pipeline,
-                num_workers=workers,
-                batch_sizes=args.batch_sizes,
-                prefetch_factors=args.prefetch_factor,
-                persistent_workers=args.persistent_workers,
-                pin_memory=args.pin_memory,
-                in_order=args.in_order,
-                multiprocessing_context=args.start_method,
-                repeats=args.repeats,
-                min_window_s=args.window,
-                timeout=args.timeout,
-                on_result=on_result,
+                pipeline, num_workers=workers, batch_sizes=args.batch_sizes,
+                prefetch_factors=args.prefetch_factor, persistent_workers=args.persistent_workers,
+                pin_memory=args.pin_memory, in_order=args.in_order, multiprocessing_context=args.start_method,
+                repeats=args.repeats, min_window_s=args.window, timeout=args.timeout, on_result=on_result,
             )
         except KeyboardInterrupt as interrupt:
             partial = getattr(interrupt, "partial", None)

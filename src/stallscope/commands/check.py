@@ -22,11 +22,10 @@ def _codes(text: str) -> list[str]:
 
 
 def build_parser() -> common.ArgumentParser:
-    parser = common.ArgumentParser(
-        prog="stallscope check",
-        description="Worker-safety, memory and sample-health checks with stable finding codes: " + ", ".join(CODES) + ".",
+    parser = common.command_parser(
+        "stallscope check",
+        "Worker-safety, memory and sample-health checks with stable finding codes: " + ", ".join(CODES) + ".",
     )
-    common.add_target_arguments(parser)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help=f"longest one sample may take before it counts as a hang (default {DEFAULT_TIMEOUT_S:g})")
     parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
@@ -45,13 +44,13 @@ def build_parser() -> common.ArgumentParser:
 
 
 def _run(ctx: common.CommandContext) -> int:
-    args = ctx.args
-    if args.shm_free is not None and args.shm_free < 0:
-        raise UsageError(f"--shm-free must be a number of megabytes >= 0, not {args.shm_free:g}.")
     # forkserver workers fork from a server process; with torch preloaded there, each
     # worker starts in milliseconds instead of importing torch again (this process is
     # ours, so no user preload list is overridden).
     multiprocessing.set_forkserver_preload(["torch"])
+    args = ctx.args
+    if args.shm_free is not None and args.shm_free < 0:
+        raise UsageError(f"--shm-free must be a number of megabytes >= 0, not {args.shm_free:g}.")
     pipeline = common.run_target_loader(args)
     record = ctx.new_record("check", pipeline.target)
     budget = args.budget if args.budget is not None else (None if args.full else DEFAULT_BUDGET_S)
@@ -67,18 +66,10 @@ def _run(ctx: common.CommandContext) -> int:
             progress.update(task, description=stage, completed=done or 0, total=total)
 
         result = check(
-            pipeline,
-            timeout=args.timeout,
-            budget=budget,
-            full=args.full,
-            num_workers=args.num_workers,
-            start_method=args.start_method,
-            only=args.only,
-            skip=args.skip,
-            seed=args.seed,
+            pipeline, timeout=args.timeout, budget=budget, full=args.full, num_workers=args.num_workers,
+            start_method=args.start_method, only=args.only, skip=args.skip, seed=args.seed,
             shm_free_bytes=None if args.shm_free is None else int(args.shm_free * 1024 * 1024),
-            progress=on_progress,
-            on_update=on_update,
+            progress=on_progress, on_update=on_update,
         )
     record.add(**result.to_dict())
     common.print_summary(ctx, record)

@@ -23,11 +23,10 @@ STEPS = ("check", "bench", "stages", "tune", "profile")
 
 
 def build_parser() -> common.ArgumentParser:
-    parser = common.ArgumentParser(
-        prog="stallscope doctor",
-        description="Check, benchmark, break down and tune a pipeline; one report with what to set and why.",
+    parser = common.command_parser(
+        "stallscope doctor", "Check, benchmark, break down and tune a pipeline; one report with what to set and why.",
+        target="optional",
     )
-    common.add_target_arguments(parser, required=False)
     parser.add_argument("--out", type=Path, default=Path("stallscope-report"), metavar="DIR",
                         help="folder for report.json, report.md, report.html and plots (default ./stallscope-report)")
     parser.add_argument("--budget", type=float, default=45.0, metavar="SECONDS", help="time budget of the tuner (default 45)")

@@ -19,17 +19,15 @@ from ..training.runner import (
 )
 from . import _common as common
 
+DESCRIPTION = (
+    "Run the target's train_step on a real DataLoader and measure how much of each step waits for data. "
+    "The target returns a dict with 'dataset', 'model' and 'train_step' (train_step(model, batch) or "
+    "train_step(batch)). Works under torchrun."
+)
+
 
 def build_parser() -> common.ArgumentParser:
-    parser = common.ArgumentParser(
-        prog="stallscope profile",
-        description=(
-            "Run the target's train_step on a real DataLoader and measure how much of each step waits for data. "
-            "The target returns a dict with 'dataset', 'model' and 'train_step' (train_step(model, batch) or "
-            "train_step(batch)). Works under torchrun."
-        ),
-    )
-    common.add_target_arguments(parser)
+    parser = common.command_parser("stallscope profile", DESCRIPTION)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"measured steps (default {DEFAULT_STEPS})")
     parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
                         help=f"steps run first and kept out of the figures (default {DEFAULT_WARMUP})")
@@ -64,13 +62,8 @@ def _run(ctx: common.CommandContext) -> int:
         with common.progress_bar(ctx.console, disable=quiet, counter="{task.completed}/{task.total} steps") as progress:
             task = progress.add_task(f"profiling train_step ({config.label()}, {device})", total=args.warmup + args.steps)
             profile = run_profile(
-                pipeline,
-                steps=args.steps,
-                warmup=args.warmup,
-                config=config,
-                device=device,
-                sync=resolve_profile_sync(args.sync, device),
-                timeout=args.timeout,
+                pipeline, steps=args.steps, warmup=args.warmup, config=config, device=device,
+                sync=resolve_profile_sync(args.sync, device), timeout=args.timeout,
                 on_step=lambda done, total: progress.update(task, completed=done),
             )
         record.add(**profile)

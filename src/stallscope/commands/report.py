@@ -15,9 +15,10 @@ from . import _common as common
 
 
 def build_parser() -> common.ArgumentParser:
-    parser = common.ArgumentParser(
-        prog="stallscope report",
-        description="Render a run record saved with --json as Markdown, self-contained HTML, PNG plots or console text.",
+    parser = common.command_parser(
+        "stallscope report",
+        "Render a run record saved with --json as Markdown, self-contained HTML, PNG plots or console text.",
+        target=None,
     )
     parser.add_argument("record", type=Path, metavar="RUN.json", help="a record written by any command's --json")
     parser.add_argument("--plots", type=Path, default=None, metavar="DIR",

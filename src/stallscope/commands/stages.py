@@ -16,15 +16,12 @@ def _name_list(text: str) -> list[str]:
 
 
 def build_parser() -> common.ArgumentParser:
-    parser = common.ArgumentParser(
-        prog="stallscope stages",
-        description=(
-            "Time per sample in each stage of the pipeline (read, decode, each transform, collate, "
-            "worker→main transfer, pin and host→device with CUDA), measured inside DataLoader workers; "
-            "augmentation overhead; __getitem__ hot spots."
-        ),
+    parser = common.command_parser(
+        "stallscope stages",
+        "Time per sample in each stage of the pipeline (read, decode, each transform, collate, worker→main transfer, "
+        "pin and host→device with CUDA), measured inside DataLoader workers; augmentation overhead; __getitem__ hot "
+        "spots.",
     )
-    common.add_target_arguments(parser)
     parser.add_argument(
         "--num-workers",
         type=int,
@@ -99,18 +96,10 @@ def _run(ctx: common.CommandContext) -> int:
     workers = default_stage_workers() if args.num_workers is None else args.num_workers
     with _progress(ctx) as progress:
         result = stages(
-            pipeline,
-            num_workers=workers,
-            samples=args.samples,
-            max_seconds=args.max_seconds,
-            start_method=args.start_method,
-            device=args.device,
-            augmentations=args.augmentations,
-            baseline_transforms=args.baseline_transforms,
-            differential=not args.no_differential,
-            hotspots=max(0, args.hotspots),
-            drop_cache=args.drop_cache,
-            timeout=args.timeout,
+            pipeline, num_workers=workers, samples=args.samples, max_seconds=args.max_seconds,
+            start_method=args.start_method, device=args.device, augmentations=args.augmentations,
+            baseline_transforms=args.baseline_transforms, differential=not args.no_differential,
+            hotspots=max(0, args.hotspots), drop_cache=args.drop_cache, timeout=args.timeout,
             progress=progress,
         )
     record.add(**result.to_dict())

@@ -12,11 +12,9 @@ from . import _common as common
 
 
 def build_parser() -> common.ArgumentParser:
-    parser = common.ArgumentParser(
-        prog="stallscope tune",
-        description="Find the fastest DataLoader config within a time budget (a guided search, not a grid).",
+    parser = common.command_parser(
+        "stallscope tune", "Find the fastest DataLoader config within a time budget (a guided search, not a grid)."
     )
-    common.add_target_arguments(parser)
     parser.add_argument("--budget", type=float, default=60.0, metavar="SECONDS",
                         help="wall-clock budget for tuning, profile included (default 60)")
     parser.add_argument("--tune-batch-size", action="store_true",
@@ -66,15 +64,9 @@ def _run(ctx: common.CommandContext) -> int:
             )
 
         result = tune(
-            pipeline,
-            budget_s=args.budget,
-            tune_batch_size=args.tune_batch_size,
-            max_workers=args.max_workers,
-            memory_budget_mb=args.memory_budget,
-            repeats=args.repeats,
-            seed=args.seed,
-            on_trial=on_trial,
-            compare_start_methods=args.start_methods,
+            pipeline, budget_s=args.budget, tune_batch_size=args.tune_batch_size,
+            max_workers=args.max_workers, memory_budget_mb=args.memory_budget, repeats=args.repeats,
+            seed=args.seed, on_trial=on_trial, compare_start_methods=args.start_methods,
         )
     record.add(**result.to_dict())
     common.print_summary(ctx, record, console)
