@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .report_format import fmt_fixed
@@ -31,6 +32,10 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
     ]:
         table.add_column(column, justify=justify)
     for i, r in enumerate(results):
+        if r.get("error") or not isinstance(r.get("samples_per_s"), dict):
+            # A configuration that failed (the schema allows it; a record may come from elsewhere).
+            table.add_row("  " + escape(r.get("label") or "?"), "[red]failed[/]", *["–"] * (len(table.columns) - 2))
+            continue
         rate = r["samples_per_s"]
         res = r.get("resources") or {}
         style = "bold green" if i == best_index else None
