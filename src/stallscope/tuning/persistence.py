@@ -18,8 +18,8 @@ from .trial import Trial
 
 # persistent_workers is recommended when it saves at least this much per epoch boundary...
 PERSISTENT_MIN_SAVING_S = 0.05
-# ...and the gap without it is at least this multiple of the gap with it (beyond the noise of one gap).
-PERSISTENT_MIN_RATIO = 1.5
+# ...and at least this fraction of the gap with it (a margin for the noise of single gaps).
+PERSISTENT_MIN_FRACTION = 0.2
 # A start method must reach the first batch this much sooner (fraction and seconds) to replace the default.
 START_METHOD_MIN_FRACTION = 0.25
 START_METHOD_MIN_SAVING_S = 0.1
@@ -45,7 +45,7 @@ def choose_persistent(
         return config, evidence
     saved = a - b
     evidence["saved_s"] = round(saved, 4)
-    if saved >= PERSISTENT_MIN_SAVING_S and a >= PERSISTENT_MIN_RATIO * b:
+    if saved >= max(PERSISTENT_MIN_SAVING_S, PERSISTENT_MIN_FRACTION * b):
         evidence["recommended"] = True
         note(
             f"persistent_workers=True: the gap at an epoch boundary measured {a:.2f} s without it and "

@@ -57,6 +57,7 @@ in-flight batches would not fit before it is measured.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -99,7 +100,8 @@ class Search:
         self.profile = profile
         self.baseline = baseline
         self.memory = memory
-        self.settings = settings or SearchSettings()
+        # A copy: run() may narrow the phases' shares of the budget (see _reserve_for_seeds).
+        self.settings = dataclasses.replace(settings or SearchSettings())
         self.on_trial = on_trial
         self.trials: list[Trial] = []
         self.notes: list[str] = []
@@ -217,9 +219,12 @@ class Search:
         return max(found, key=lambda pair: pair[0])[1]
 
     # -- phases ----------------------------------------------------------------------
-    def run(self) -> SearchResult:
+    def run(self, on_plan: Callable[[dict[str, Any]], None] | None = None) -> SearchResult:
         self.plan = budget_plan(self.profile, self.space, self.settings, elapsed_s=self.ev.elapsed())
         self._note(self.plan["summary"])
+        if on_plan is not None:
+            on_plan(self.plan)
+        self._reserve_for_seeds()
         self._probe()
         self._scale()
         self._refine()
@@ -227,6 +232,17 @@ class Search:
         decision = self._confirm()
         self._startup(decision.pick)
         return self._result(decision)
+
+    def _reserve_for_seeds(self) -> None:
+        """With seeds (doctor: the sweep's best), the race that settles one winner comes before more
+        scanning: the scan and knob phases stop early enough for two rounds of the seeds and the leader."""
+        if not self.seeds:
+            return
+        settings = self.settings
+        rounds_s = settings.min_rounds * 2 * (len(self.seeds) + 1) * self.plan["measurement_s"]
+        room = 1 - rounds_s / settings.budget_s
+        settings.scan_share = max(0.2, min(settings.scan_share, room))
+        settings.knobs_share = max(settings.scan_share, min(settings.knobs_share, room))
 
     def _probe(self) -> None:
         self.measure(self.baseline, "baseline", force=True)
@@ -434,7 +450,11 @@ class Search:
 
     def _confirm(self) -> Decision:
         decision = self.race.run(self._entrants())
-        return decision if decision is not None else decide_from_scan(self._scan, self.baseline, tolerance=self.settings.tolerance)
+        if decision is None:
+            # Not one round raced: single measurements pick, and within their noise floor the cheaper config.
+            tolerance = max(self.settings.tolerance, self.settings.min_gain)
+            decision = decide_from_scan(self._scan, self.baseline, tolerance=tolerance)
+        return decision
 
     # -- start-up and epoch boundaries ----------------------------------------------------
     def _startup_pair(self, pick: LoaderConfig, ctx: str) -> tuple[LoaderConfig, LoaderConfig]:
