@@ -29,11 +29,11 @@ import psutil
 from ..config import LoaderConfig, loader_supports
 from ..errors import PipelineError, UsageError
 from ..pipeline.batching import FetcherCheck, vectorised_fetcher
+from ..pipeline.inspection import shards_by_worker
 from ..runtime.host import cuda_available, usable_cores
 from ..runtime.processes import no_orphans
 from ..target import Pipeline, load_target, nbytes, preflight
 from ..throughput.epochs import EpochGap, epoch_gap
-from .autoconfig import shards_by_worker
 from .recommendations import tune_recommendations
 from .search import Search
 from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
