@@ -7,6 +7,7 @@ import time
 
 from rich.console import Console
 
+from ..config import LoaderConfig
 from ..errors import UsageError
 from . import _common as common
 
@@ -50,6 +51,12 @@ def _run(ctx: common.CommandContext) -> int:
     with common.progress_bar(console, disable=ctx.quiet, counter="{task.completed:.0f}/{task.total:.0f} s budget") as progress:
         task = progress.add_task("profiling", total=args.budget)
 
+        def on_plan(plan: dict) -> None:
+            # Said up front: on a slow pipeline the budget may fit only a few measurements.
+            record.add(search={"plan": plan})  # a Ctrl-C report keeps it; the full search section replaces it
+            if not ctx.quiet:
+                progress.console.print("P" + plan["summary"][1:] + ".", style="dim", highlight=False)
+
         measured: list[dict] = []
 
         def on_trial(trial) -> None:
@@ -64,23 +71,26 @@ def _run(ctx: common.CommandContext) -> int:
             )
 
         result = tune(
-            pipeline, budget_s=args.budget, tune_batch_size=args.tune_batch_size,
-            max_workers=args.max_workers, memory_budget_mb=args.memory_budget, repeats=args.repeats,
-            seed=args.seed, on_trial=on_trial, compare_start_methods=args.start_methods,
+            pipeline,
+            budget_s=args.budget,
+            tune_batch_size=args.tune_batch_size,
+            max_workers=args.max_workers,
+            memory_budget_mb=args.memory_budget,
+            repeats=args.repeats,
+            seed=args.seed,
+            on_trial=on_trial,
+            compare_start_methods=args.start_methods,
+            on_plan=on_plan,
         )
     record.add(**result.to_dict())
     common.print_summary(ctx, record, console)
     if args.emit:
-        comment = (
-            f"stallscope tune {pipeline.target}: {result.samples_per_s:,.1f} samples/s"
-            + (f", {result.speedup:.2f}x the baseline" if result.speedup else "")
-            + f", confidence {result.confidence:.0%}"
-        )
+        emitted, comment = emitted_config(pipeline.target, result.to_dict())
         if args.emit == "yaml":
-            text = to_yaml(result.config, comment=comment)
+            text = to_yaml(emitted, comment=comment)
         else:
             text = to_python(
-                result.config,
+                emitted,
                 collate_fn="collate_fn" if pipeline.collate_fn is not None else None,
                 shuffle=pipeline.shuffle,
                 drop_last=pipeline.drop_last,
@@ -93,3 +103,24 @@ def _run(ctx: common.CommandContext) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     return common.execute(build_parser(), argv, _run)
+
+
+def emitted_config(target: str, section: dict) -> tuple[LoaderConfig, str]:
+    """The config --emit prints and its comment: the user's own when the best is within noise of it."""
+    from ..tuning.recommendations import how_sure, keep_yours_sentence
+
+    best, baseline = section["best"], section["baseline"]
+    lines = [f"stallscope tune {target}"]
+    if best.get("keep_baseline"):
+        config = LoaderConfig.from_dict(baseline["config"])
+        lines.append(f"Keep yours: {keep_yours_sentence(best, baseline)}.")
+        for rec in section.get("recommendations") or []:
+            if rec["id"] == "persistent-workers":
+                lines.append(f"Optional: persistent_workers=True ({rec['measured']}; {rec['expected_gain']}).")
+        return config, "\n".join(lines)
+    config = LoaderConfig.from_dict(best["config"])
+    speedup = best.get("speedup")
+    lines.append(
+        f"{best['samples_per_s']:,.1f} samples/s" + (f", {speedup:.2f}x the baseline" if speedup else "") + f"; {how_sure(best)}"
+    )
+    return config, "\n".join(lines)

@@ -99,6 +99,12 @@ def _print_what_to_set(console: Console, data: dict[str, Any]) -> None:
         from ..tuning.emit import to_python
 
         config = LoaderConfig.from_dict(best["config"])
+        if best.get("keep_baseline") and data.get("baseline"):
+            from ..tuning.recommendations import keep_yours_sentence
+
+            # Within noise of the user's own settings: the verdict is to keep them.
+            console.print(f"[bold]Keep yours:[/] {escape(keep_yours_sentence(best, data['baseline']))}.")
+            config = LoaderConfig.from_dict(data["baseline"]["config"])
         console.print(escape(to_python(config)))
     for rec in recs:
         line = f"• [bold]{escape(rec.get('title', ''))}[/]"
