@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from stallscope.checks import CODES, Finding, analyse
-from stallscope.checks.health import parse_stack, stuck_frame, timing_summary
+from stallscope.checks.health import timing_summary
 from stallscope.checks.pickling import find_culprits, try_pickle
 from stallscope.checks.rng import (
     duplicated_streams,
@@ -32,6 +32,7 @@ from stallscope.checks.rules import (
     outlier_threshold,
     slow_candidates,
 )
+from stallscope.checks.stacks import parse_stack, stuck_frame
 
 MB = 1024 * 1024
 
