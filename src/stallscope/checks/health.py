@@ -45,6 +45,8 @@ _SLOWEST_KEPT = 20
 UNFINISHED_MIN_S = 1.0
 UNFINISHED_MEDIANS = 10.0
 
+Plan = Callable[[set[Any], float, float], list[int]]
+
 
 # -- in the main process ---------------------------------------------------------------------------
 
@@ -108,6 +110,8 @@ class HealthProbe:
         self.restarts = 0
         self._retiming = False
         self._spawned = 0
+        self._first_start: float | None = None  # the first fetch, after the workers started
+        self.checked: set[Any] = set()  # every index fetched, whatever the outcome
 
     # -- worker lifecycle --------------------------------------------------------------------
     def _start(self, worker_id: int) -> _Slot:
@@ -164,8 +168,11 @@ class HealthProbe:
         elif op == "start":
             slot.current = message[1]
             slot.current_since = time.monotonic()
+            if self._first_start is None and not self._retiming:
+                self._first_start = slot.current_since
         elif op in ("item", "error"):
             index = self._label(slot, message[1])
+            self.checked.add(index)
             slot.current = None
             with contextlib.suppress(ValueError):
                 slot.pending.remove(message[1])
@@ -392,13 +399,24 @@ class HealthProbe:
                     self.stopped = "worker start-up hung"
                     return
 
-    def run(self, order: list[int] | None, retime: Callable[[dict[Any, float]], list[Any]] | None) -> dict[str, Any]:
+    def run(self, order: list[int] | None, retime: Callable[[dict[Any, float]], list[Any]] | None, plan: Plan | None = None) -> dict[str, Any]:
         started = time.perf_counter()
         try:
             self.slots = [self._start(k) for k in range(self.s.workers)]
             bs = self.s.batch_size
-            batches = None if order is None else [order[i : i + bs] for i in range(0, len(order), bs)]
-            self._run(batches)
+
+            def batches(indices: list[int] | None) -> list[list[int]] | None:
+                return None if indices is None else [indices[i : i + bs] for i in range(0, len(indices), bs)]
+
+            self._run(batches(order))
+            if plan is not None and order is not None and self.stopped is None and self._first_start is not None:
+                # The first indices measured the pool's pace: plan the rest of the budget with it.
+                now = time.monotonic()
+                rate = len(self.checked) / max(1e-3, now - self._first_start)
+                extra = plan(set(self.checked), rate, self.s.deadline - now)
+                if extra:
+                    order = order + extra
+                    self._run(batches(extra))
             candidates = retime(self.times) if retime is not None and not self.pipeline.is_iterable else []
             if candidates and time.monotonic() < self.s.deadline and self.stopped is None:
                 self._retiming = True
@@ -488,10 +506,15 @@ def probe_health(
     order: list[int] | None,
     workdir: Path,
     retime: Callable[[dict[Any, float]], list[Any]] | None = None,
+    plan: Plan | None = None,
     progress: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
-    """Fetch ``order`` (map-style) or iterate (iterable) in probe workers; see the module docstring."""
+) -> tuple[dict[str, Any], set[Any]]:
+    """Fetch ``order`` (map-style) or iterate (iterable) in probe workers; see the module docstring.
+
+    ``plan(checked, items_per_s, seconds_left)``, once ``order`` is done,
+    returns more indices to fetch. Returns the record and every index fetched.
+    """
     probe = HealthProbe(pipeline, settings, workdir, progress)
-    return probe.run(order, retime)
+    return probe.run(order, retime, plan), probe.checked
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import sysconfig
 from pathlib import Path
@@ -44,20 +45,26 @@ def parse_stack(text: str) -> list[dict[str, Any]]:
 _STDLIB_PATTERN = re.compile(r"[/\\]lib[/\\]python\d+(\.\d+)?[/\\]")
 
 
-def _is_library(path: str) -> bool:
-    """Frames of this probe or of the standard library (where a wait is, not why)."""
+@functools.lru_cache(maxsize=4096)
+def is_library(path: str, *, packages: bool = False) -> bool:
+    """Frames of this probe or of the standard library (where a wait is, not why); installed packages too with ``packages``."""
     if path.startswith(THIS_PACKAGE) or path.startswith("<"):
         return True
     if "site-packages" in path or "dist-packages" in path:
-        return False
-    stdlib = sysconfig.get_paths().get("stdlib", "")
+        return packages
+    stdlib = _stdlib()
     return (bool(stdlib) and path.startswith(stdlib)) or bool(_STDLIB_PATTERN.search(path))
+
+
+@functools.lru_cache(maxsize=1)
+def _stdlib() -> str:
+    return sysconfig.get_paths().get("stdlib", "")
 
 
 def stuck_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The innermost frame outside the standard library and this probe (where the user's code waits)."""
     for frame in frames:
-        if not _is_library(frame["file"]):
+        if not is_library(frame["file"]):
             return frame
     return frames[0] if frames else None
 
