@@ -413,7 +413,8 @@ class HealthProbe:
                 # The first indices measured the pool's pace: plan the rest of the budget with it.
                 now = time.monotonic()
                 rate = len(self.checked) / max(1e-3, now - self._first_start)
-                extra = plan(set(self.checked), rate, self.s.deadline - now)
+                # Hung or crashed indices were tried too: never planned again.
+                extra = plan(set(self.checked) | set(order), rate, self.s.deadline - now)
                 if extra:
                     order = order + extra
                     self._run(batches(extra))

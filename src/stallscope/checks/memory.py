@@ -1,22 +1,25 @@
 """Probe: each worker's memory while it iterates (memory-growth vs copy-on-write).
 
-A real DataLoader iterates a shuffled stream of indices (as training does)
-while a thread samples every worker's RSS and USS (private memory) with
-psutil, next to the number of samples delivered so far. Two different
-problems show up differently:
+A real DataLoader iterates the probe's indices in shuffled passes (as training
+does over epochs); several passes over the same indices show whether growth
+stops after the first. Two different problems show up differently:
 
-- memory-growth: the worker allocates and keeps memory (a cache or a list on
-  ``self`` that never stops growing): RSS and USS rise together, in proportion
-  to the samples processed.
+- memory-growth: the worker allocates and keeps memory. Inside each worker
+  (``memory_worker``) the Python heap is told apart from native memory with
+  ``tracemalloc``, next to the sizes of the dataset's containers and the
+  allocation sites, so the rule can name the cause: a list on ``self`` that
+  keeps every sample, a library cache that fills during the first pass and
+  then stays flat, or native memory that keeps growing.
 - copy-on-write: after fork a worker shares the parent's pages; reading a
   Python object writes its reference count, which makes the kernel copy the
   whole page into the worker. USS rises while RSS stays flat: shared pages
-  turn private. Over an epoch each worker ends up with its own copy of every
-  page holding the dataset's Python objects. NumPy arrays and tensors do not
-  suffer from this (one object header, the data is never written).
+  turn private. A thread in the main process samples every worker's RSS and
+  USS with psutil for this. NumPy arrays and tensors do not suffer from it
+  (one object header, the data is never written).
 
-The probe only measures; ``rules.detect_memory_growth`` and
-``rules.detect_copy_on_write`` read the series.
+Every fetch is timed in the worker too: those fetches count toward the
+check's coverage, and an index slow in two passes is a slow sample. The probe
+only measures; ``memory_rules`` reads the measurements.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ SAMPLE_SIZE = 512  # items of an iterable dataset fetched in sampled mode
 # stratified across the index range (NOTE [check coverage]).
 PILOT_SIZE = 64
 PLAN_SAFETY = 0.8  # plan for this share of the time left (retimes and stragglers need the rest)
-MEMORY_SECONDS = 6.0  # sampled mode: the memory probe's indices are sized to take about this long...
+MEMORY_SECONDS = 4.0  # sampled mode: the memory probe's indices are sized to take about this long...
 MEMORY_MAX_SECONDS = 15.0  # ...and it stops after its passes, or after this on a slower pace
 MEMORY_PASSES = 3  # passes over the memory probe's indices: growth that stops after the first shows
 MEMORY_MIN_POOL = 32
