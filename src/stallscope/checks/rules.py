@@ -15,6 +15,7 @@ from typing import Any
 from .findings import ERROR, WARNING, Finding, sort_findings
 from .pickling import FIXES as PICKLE_FIXES
 from .rng import duplicated_streams
+from .sharding import detect_iterable_duplicates
 
 MB = 1024 * 1024
 
@@ -597,6 +598,7 @@ DEFAULT_RULES: list[Rule] = [
     detect_unpicklable,
     detect_duplicate_rng,
     detect_memory_growth,
+    detect_iterable_duplicates,
     detect_copy_on_write,
     detect_slow_samples,
     detect_hang,
