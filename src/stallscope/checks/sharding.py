@@ -203,6 +203,26 @@ def stream_duplicates(
     return verdict
 
 
+def replayed_stream(pipeline: Any, *, seconds: float, source_shards: bool) -> str | None:
+    """Why ``tune`` must not give this stream workers, or None when it may.
+
+    Watched in real workers; ``source_shards`` (whether ``__iter__``'s source consults
+    ``get_worker_info()``) decides only when the samples cannot tell.
+    """
+    seen = stream_duplicates(pipeline, seconds=seconds)
+    if seen["duplicated"]:
+        evidence = f"{seen['duplicated_samples']} of {seen['samples_compared']} samples hashed from {seen['workers']} workers were duplicates"
+    elif seen["duplicated"] is None and not source_shards:
+        evidence = f"its __iter__ does not consult get_worker_info() and the samples could not tell: {seen['reason']}"
+    else:
+        return None
+    return (
+        f"the IterableDataset is not sharded by worker ({evidence}): each worker would replay the whole stream and "
+        "samples/s would count the copies, so only num_workers=0 was measured (shard by "
+        "torch.utils.data.get_worker_info() to use workers)"
+    )
+
+
 # -- the rule (in rules.DEFAULT_RULES) ------------------------------------------------------------
 
 SHARD_EXAMPLE = (
