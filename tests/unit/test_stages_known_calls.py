@@ -9,7 +9,7 @@ import torch
 from PIL import Image, ImageFile
 
 import stallscope as ss
-from stallscope.breakdown.probe import drop_from_page_cache, measure_storage_split
+from stallscope.breakdown.storage import drop_from_page_cache, measure_storage_split
 from stallscope.errors import UsageError
 from stallscope.target import load_target
 
@@ -116,7 +116,7 @@ def test_batched_fetch_counts_every_sample():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA path")
 def test_copies_to_cuda_are_only_timed_with_cuda():
-    from stallscope.breakdown.probe import _cuda_device
+    from stallscope.breakdown.workers import _cuda_device
 
     assert _cuda_device("auto") is None and _cuda_device("cpu") is None
     with pytest.raises(UsageError, match="CUDA is not available"):

@@ -11,20 +11,20 @@ import pytest
 import torch
 
 import stallscope as ss
-from stallscope.breakdown.probe import (
-    RawStageTotals,
-    augmentation_from_stages,
-    build_stage_table,
-    choose_augmentations,
-    hotspots_from_stats,
-    transfer_summary,
-)
+from stallscope.breakdown.inprocess import hotspots_from_stats
 from stallscope.breakdown.recorder import (
     _ACTIVE,
     OTHER,
     SkippedTransform,
     StageBatch,
     StageRecorder,
+)
+from stallscope.breakdown.results import RawStageTotals
+from stallscope.breakdown.table import (
+    augmentation_from_stages,
+    build_stage_table,
+    choose_augmentations,
+    transfer_summary,
 )
 from stallscope.errors import UsageError
 from stallscope.pipeline.transforms import TransformSlot
