@@ -12,13 +12,8 @@ import torch
 
 import stallscope as ss
 from stallscope.breakdown.inprocess import hotspots_from_stats
-from stallscope.breakdown.recorder import (
-    _ACTIVE,
-    OTHER,
-    SkippedTransform,
-    StageBatch,
-    StageRecorder,
-)
+from stallscope.breakdown.instrumented import SkippedTransform
+from stallscope.breakdown.recorder import _ACTIVE, OTHER, StageBatch, StageRecorder
 from stallscope.breakdown.results import RawStageTotals
 from stallscope.breakdown.table import (
     augmentation_from_stages,

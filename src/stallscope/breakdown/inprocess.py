@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..pipeline.transforms import TransformSlot, substitute_all
-from .recorder import SkippedTransform
+from .instrumented import SkippedTransform
 from .results import Hotspot, ProgressFn
 
 

@@ -52,6 +52,7 @@ def stages(
     drop_cache: bool = False,
     timeout: float | None = None,
     progress: ProgressFn | None = None,
+    callees: bool = True,
 ) -> StagesResult:
     """Per-stage cost breakdown of a pipeline, measured inside DataLoader workers.
 
@@ -63,6 +64,8 @@ def stages(
     baseline keeps; by default random transforms are detected by name and ``p``.
     ``hotspots=0`` skips cProfile; ``drop_cache=True`` allows dropping the dataset's
     files from the page cache to split storage fetch from CPU preparation.
+    ``callees=False`` keeps ``other (__getitem__)`` whole instead of breaking out the
+    calls it makes that hold at least 5% of the time (NOTE in ``callees.py``).
     """
     from ..target import Pipeline, load_target, preflight
 
@@ -93,6 +96,7 @@ def stages(
         device=device,
         timeout=fetch_timeout,
         progress=progress,
+        callees=callees,
     )
     table = build_stage_table(raw, [s.name for s in slots], chosen)
     notes = ([copy_problem] if copy_problem else []) + _notes(slots, table)

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..pipeline.transforms import TransformSlot
+from .callees import CALLEE_MIN_SHARE, OTHER_TRACED, callee_label, is_callee
 from .recorder import COLLATE, DECODE, OTHER, READ
 from .results import (
     DESERIALISE,
@@ -28,6 +29,7 @@ _WHERE = {
     "user": "worker",
     "transform": "worker",
     "other": "worker",
+    "call": "worker",
     "collate": "worker",
     "serialise": "worker",
     "queue": "worker→main",
@@ -43,9 +45,14 @@ def build_stage_table(
     random_transforms: Sequence[str] = (),
 ) -> list[StageTime]:
     """Per-sample ms and shares, in pipeline order: read, decode, user stages, transforms,
-    other, collate, transfer, pin, host→device. Shares add up to 1."""
+    other and the calls broken out of it, collate, transfer, pin, host→device. Shares add
+    up to 1. A call ``__getitem__`` made is a row of its own when it holds at least
+    ``CALLEE_MIN_SHARE`` of the total, else its time goes back into ``other`` (whose
+    p50/p90 then leave the folded calls out)."""
     per_sample = 1000.0 / max(1, raw.samples)
     seconds = dict(raw.stage_seconds)
+    calls = {name: seconds.pop(name) * per_sample for name in list(seconds) if is_callee(name)}
+    traced_rest = seconds.pop(OTHER_TRACED, 0.0) * per_sample
     rows: list[tuple[str, float, str]] = []
 
     def take(name: str, kind: str, *, always: bool = False) -> None:
@@ -59,7 +66,7 @@ def build_stage_table(
         take(name, "user")
     for name in transforms:
         take(name, "transform", always=True)
-    take(OTHER, "other")
+    take(OTHER, "other", always=bool(calls))
     take(COLLATE, "collate")
     if raw.transfer:
         rows.append((SERIALISE, raw.transfer.get("serialise_cpu", 0.0) * per_sample, "serialise"))
@@ -69,21 +76,43 @@ def build_stage_table(
         rows.append((PIN, raw.main_seconds[PIN] * per_sample, "pin"))
     if H2D in raw.main_seconds:
         rows.append((H2D, raw.main_seconds[H2D] * per_sample, "h2d"))
+    if calls or traced_rest:
+        _break_out_calls(rows, calls, traced_rest)
     total = sum(ms for _, ms, _ in rows)
     random_set = set(random_transforms)
+    # with calls broken out, other's own per-sample times are those of the traced fetches
+    own = OTHER_TRACED if calls else OTHER
     return [
         StageTime(
-            name=name,
+            name=callee_label(name) if kind == "call" else name,
             ms_per_sample=ms,
             share=(ms / total) if total > 0 else 0.0,
             kind=kind,
             where=_WHERE[kind],
             random=name in random_set,
-            p50_ms=_percentile_ms(raw.sample_times.get(name), 50),
-            p90_ms=_percentile_ms(raw.sample_times.get(name), 90),
+            p50_ms=_percentile_ms(raw.sample_times.get(own if name == OTHER else name), 50),
+            p90_ms=_percentile_ms(raw.sample_times.get(own if name == OTHER else name), 90),
+            parent=OTHER if kind == "call" else None,
         )
         for name, ms, kind in rows
     ]
+
+
+def _break_out_calls(rows: list[tuple[str, float, str]], calls: dict[str, float], traced_rest: float) -> None:
+    """Split ``other`` of all fetches (the untraced ones' row, plus the traced ones' rest
+    and calls) in the proportions the traced fetches measured (NOTE in callees.py); insert
+    the calls holding ``CALLEE_MIN_SHARE`` of the total after ``other``, largest first,
+    and put the time of the others back into ``other``."""
+    at = next(i for i, row in enumerate(rows) if row[0] == OTHER)
+    name, untraced, kind = rows[at]
+    traced = traced_rest + sum(calls.values())
+    whole = untraced + traced
+    scale = whole / traced if traced > 0 else 0.0
+    estimated = {n: ms * scale for n, ms in calls.items()}
+    total = sum(ms for _, ms, _ in rows) + traced
+    kept = sorted(((n, ms) for n, ms in estimated.items() if ms >= CALLEE_MIN_SHARE * total), key=lambda c: -c[1])
+    rows[at] = (name, whole - sum(ms for _, ms in kept), kind)
+    rows[at + 1 : at + 1] = [(n, ms, "call") for n, ms in kept]
 
 
 def _percentile_ms(values: Sequence[float] | None, q: float) -> float | None:

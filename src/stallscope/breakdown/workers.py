@@ -12,14 +12,14 @@ from typing import Any
 
 from ..errors import PipelineError, UsageError, describe_exception
 from ..pipeline.transforms import TransformSlot, substitute_all
-from .recorder import (
+from .instrumented import (
     InstrumentedDataset,
     InstrumentedIterableDataset,
-    StageBatch,
     TimedCollate,
     TimedTransform,
-    known_calls_timed,
 )
+from .known_calls import known_calls_timed
+from .recorder import StageBatch
 from .results import DESERIALISE, H2D, PIN, QUEUE, SERIALISE, ProgressFn, RawStageTotals, StageRun
 
 
@@ -31,15 +31,16 @@ def default_stage_workers() -> int:
     return max(1, min(4, usable_cores() // 2))
 
 
-def instrument_pipeline(pipeline: Any, slots: Sequence[TransformSlot]) -> Any:
-    """A copy of ``pipeline`` whose dataset, transforms and collate record stage times."""
+def instrument_pipeline(pipeline: Any, slots: Sequence[TransformSlot], callees: bool = True) -> Any:
+    """A copy of ``pipeline`` whose dataset, transforms and collate record stage times
+    (and, with ``callees``, the calls ``__getitem__`` makes: ``callees.py``)."""
     dataset = substitute_all(
         pipeline.dataset, slots, lambda slot: TimedTransform(slot.name, slot.obj)
     )
     if pipeline.is_iterable:
-        wrapped: Any = InstrumentedIterableDataset(dataset)
+        wrapped: Any = InstrumentedIterableDataset(dataset, callees)
     else:
-        wrapped = InstrumentedDataset(dataset)
+        wrapped = InstrumentedDataset(dataset, callees)
     return replace(pipeline, dataset=wrapped, collate_fn=TimedCollate(pipeline.collate))
 
 
@@ -55,6 +56,7 @@ def measure_worker_stages(
     warmup_batches: int = 1,
     timeout: float = 60.0,
     progress: ProgressFn | None = None,
+    callees: bool = True,
 ) -> tuple[RawStageTotals, StageRun]:
     """Run the instrumented pipeline through a real DataLoader and sum the stage times."""
     from ..config import LoaderConfig
@@ -62,7 +64,7 @@ def measure_worker_stages(
     from ..runtime.processes import no_orphans, shutdown_iterator
     from ..target import nbytes
 
-    instrumented = instrument_pipeline(pipeline, slots)
+    instrumented = instrument_pipeline(pipeline, slots, callees)
     bs = pipeline.batch_size
     config = LoaderConfig(
         num_workers=num_workers,
