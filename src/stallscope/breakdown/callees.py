@@ -142,6 +142,8 @@ def python_function_name(code: Any, module: str, getitem_code: Any) -> str | Non
     if os.path.abspath(code.co_filename).startswith(_OURS + os.sep):
         return None  # our wrappers: the known stages they time are rows already
     qualname = getattr(code, "co_qualname", code.co_name)
+    if code.co_name in ("__init__", "__new__") and "." in qualname:
+        qualname = qualname.rpartition(".")[0]  # building an object: named after its class
     if _is_library(code.co_filename):
         return f"{_public(module, qualname)}()"
     owner = getattr(getitem_code, "co_qualname", "").rpartition(".")[0]
@@ -157,9 +159,26 @@ def c_function_name(func: Any) -> str:
     owner = getattr(func, "__self__", None)
     if module is None and owner is not None:
         module = owner.__name__ if isinstance(owner, types.ModuleType) else type(owner).__module__
+    if module is None:
+        module = _module_holding(func)
     if not module or module == "builtins":
         return f"{qualname}()"
     return f"{_public(module, qualname)}()"
+
+
+_HOLDERS: dict[int, str | None] = {}
+
+
+def _module_holding(func: Any) -> str | None:
+    """The imported module that has ``func`` as an attribute (extension functions such as
+    OpenCV's carry neither ``__module__`` nor ``__self__``); looked up once per function."""
+    key = id(func)
+    if key not in _HOLDERS:
+        name = getattr(func, "__name__", None)
+        # the modules' own dicts: a module-level __getattr__ could warn or import
+        found = [m for m, mod in list(sys.modules.items()) if name and (getattr(mod, "__dict__", None) or {}).get(name) is func]
+        _HOLDERS[key] = min(found, key=len) if found else None
+    return _HOLDERS[key]
 
 
 def _public(module: str, qualname: str) -> str:

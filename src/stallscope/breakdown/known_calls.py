@@ -273,7 +273,8 @@ def _touch_pages(array: Any) -> None:
         return
     if not (array.flags.c_contiguous or array.flags.f_contiguous):
         return  # a strided view: its pages are read where it is used
-    flat = np.ravel(array, order="K").view(np.uint8)
+    plain = array.view(np.ndarray)  # a plain view: indexing it must not come back here
+    flat = plain.ravel(order="K").view(np.uint8)
     int(flat[::_PAGE].max())
 
 

@@ -170,12 +170,12 @@ def _notes(slots: Sequence[TransformSlot], table: Sequence[StageTime]) -> list[s
     if not slots:
         notes.append(
             "no transform pipeline was found on the dataset (a Compose or list of callables in an attribute); "
-            "its work is in 'other (__getitem__)'. Mark stages with `with ss.stage(NAME):`."
+            "its work is in 'other (__getitem__)' and the calls broken out of it. Mark stages with `with ss.stage(NAME):`."
         )
     kinds = {s.kind for s in table}
     if "read" not in kinds and "decode" not in kinds:
         notes.append(
-            "read and decode were not seen (no Pillow/numpy/torch loads, no ss.stage markers); "
-            "they are part of 'other (__getitem__)'."
+            "read and decode were not seen (no Pillow, OpenCV, NumPy, torch, wave, soundfile, scipy, librosa, "
+            "torchaudio or pandas reads, no ss.stage markers); they are part of 'other (__getitem__)'."
         )
     return notes

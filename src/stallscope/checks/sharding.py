@@ -203,16 +203,18 @@ def stream_duplicates(
     return verdict
 
 
-def replayed_stream(pipeline: Any, *, seconds: float, source_shards: bool) -> str | None:
+def replayed_stream(pipeline: Any, *, seconds: float) -> str | None:
     """Why ``tune`` must not give this stream workers, or None when it may.
 
-    Watched in real workers; ``source_shards`` (whether ``__iter__``'s source consults
-    ``get_worker_info()``) decides only when the samples cannot tell.
+    Watched in real workers; whether ``__iter__``'s source consults ``get_worker_info()``
+    decides only when the samples cannot tell.
     """
+    from ..pipeline.inspection import shards_by_worker
+
     seen = stream_duplicates(pipeline, seconds=seconds)
     if seen["duplicated"]:
         evidence = f"{seen['duplicated_samples']} of {seen['samples_compared']} samples hashed from {seen['workers']} workers were duplicates"
-    elif seen["duplicated"] is None and not source_shards:
+    elif seen["duplicated"] is None and not shards_by_worker(pipeline.dataset):
         evidence = f"its __iter__ does not consult get_worker_info() and the samples could not tell: {seen['reason']}"
     else:
         return None

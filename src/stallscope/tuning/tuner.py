@@ -30,7 +30,6 @@ from ..checks.sharding import replayed_stream
 from ..config import LoaderConfig, loader_supports
 from ..errors import PipelineError, UsageError
 from ..pipeline.batching import FetcherCheck, vectorised_fetcher
-from ..pipeline.inspection import shards_by_worker
 from ..runtime.host import cuda_available, usable_cores
 from ..runtime.processes import no_orphans
 from ..target import Pipeline, load_target, nbytes, preflight
@@ -441,7 +440,7 @@ def tune(
     )
     notes = []
     if pipeline.is_iterable and space.max_workers > 0:
-        why = replayed_stream(pipeline, seconds=min(20.0, 0.2 * budget_s), source_shards=shards_by_worker(pipeline.dataset))
+        why = replayed_stream(pipeline, seconds=min(20.0, 0.2 * budget_s))
         if why:  # every worker would replay the stream: more samples/s, all of them copies
             space.max_workers = 0
             notes.append(why)
