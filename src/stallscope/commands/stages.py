@@ -99,6 +99,11 @@ def build_parser() -> ArgumentParser:
         metavar="S",
         help="longest wait for one batch from a worker",
     )
+    parser.add_argument(
+        "--no-callees",
+        action="store_true",
+        help="keep 'other (__getitem__)' whole instead of breaking out the calls it makes (5%% or more)",
+    )
     add_output_arguments(parser)
     return parser
 
@@ -125,6 +130,7 @@ def _run(ctx: CommandContext) -> int:
             drop_cache=args.drop_cache,
             timeout=args.timeout,
             progress=progress,
+            callees=not args.no_callees,
         )
     record.add(**result.to_dict())
     if not ctx.quiet:
