@@ -26,10 +26,10 @@ from typing import Any
 
 import psutil
 
+from ..checks.sharding import replayed_stream
 from ..config import LoaderConfig, loader_supports
 from ..errors import PipelineError, UsageError
 from ..pipeline.batching import FetcherCheck, vectorised_fetcher
-from ..pipeline.inspection import shards_by_worker
 from ..runtime.host import cuda_available, usable_cores
 from ..runtime.processes import no_orphans
 from ..target import Pipeline, load_target, nbytes, preflight
@@ -463,13 +463,11 @@ def tune(
         compare_start_methods=compare_start_methods,
     )
     notes = []
-    if pipeline.is_iterable and space.max_workers > 0 and not shards_by_worker(pipeline.dataset):
-        # Every worker would replay the whole stream: more samples/s, but duplicates.
-        space.max_workers = 0
-        notes.append(
-            "the IterableDataset does not consult get_worker_info(), so each worker would replay the whole "
-            "stream; only num_workers=0 was measured (shard by worker id to use workers)"
-        )
+    if pipeline.is_iterable and space.max_workers > 0:
+        why = replayed_stream(pipeline, seconds=min(20.0, 0.2 * budget_s))
+        if why:  # every worker would replay the stream: more samples/s, all of them copies
+            space.max_workers = 0
+            notes.append(why)
     budget_bytes = int(memory_budget_mb * MB) if memory_budget_mb else int(MEMORY_SHARE * psutil.virtual_memory().available)
     memory = MemoryBudget(budget_bytes=budget_bytes, batch_bytes=profile.batch_bytes)
     baseline = pipeline.baseline.replace(batch_size=pipeline.batch_size)
