@@ -67,7 +67,7 @@ def _run(ctx: CommandContext) -> int:
     # ours, so no user preload list is overridden).
     multiprocessing.set_forkserver_preload(["torch"])
     pipeline = run_target_loader(args)
-    record = ctx.new_record("check", pipeline.target)
+    record = ctx.new_record("check", pipeline.target, pipeline)
     budget = args.budget if args.budget is not None else (None if args.full else DEFAULT_BUDGET_S)
 
     def on_update(result: CheckResult) -> None:

@@ -65,7 +65,7 @@ def _run(ctx: CommandContext) -> int:
         _build_demo(ctx)
     pipeline = load_target(target, batch_size=args.batch_size, collate=args.collate)
     pre = preflight(pipeline)
-    record = ctx.new_record("doctor", pipeline.target)
+    record = ctx.new_record("doctor", pipeline.target, pipeline)
     from ..throughput.sweep import dataset_facts
 
     record.add(dataset=dataset_facts(pipeline, pre))
@@ -254,11 +254,11 @@ def _print_what_to_set(console: Any, data: dict[str, Any]) -> None:
     console.print()
     console.rule("[bold]What to set and why")
     if best:
-        from ..config import LoaderConfig
-        from ..tuning.emit import to_python
+        from ..tuning.emit import render_python, snippet_for_record
 
-        config = LoaderConfig.from_dict(best["config"])
-        console.print(escape(to_python(config)))
+        snippet = snippet_for_record(data)
+        if snippet is not None:
+            console.print(escape(render_python(snippet)))
     for rec in recs:
         line = f"• [bold]{escape(rec.get('title', ''))}[/]"
         if rec.get("measured"):

@@ -69,7 +69,7 @@ def _run(ctx: CommandContext) -> int:
         info = rank_info()
         quiet = ctx.quiet or not info.is_main
         pipeline = run_target_loader(args)
-        record = ctx.new_record("profile", pipeline.target)
+        record = ctx.new_record("profile", pipeline.target, pipeline)
         preflight(pipeline)
         config = pipeline.baseline
         if args.num_workers is not None:

@@ -35,8 +35,9 @@ def build_parser() -> ArgumentParser:
                         help="memory for workers + in-flight batches (default half the available RAM)")
     parser.add_argument("--repeats", type=int, default=None, metavar="N",
                         help="interleaved rounds for the finalists (default: adaptive, until the pick is clear)")
-    parser.add_argument("--emit", choices=["yaml", "python"], default=None,
-                        help="print the pick as LoaderConfig YAML or as a DataLoader(...) call on stdout")
+    parser.add_argument("--emit", choices=["yaml", "python", "diff"], default=None,
+                        help="print the pick on stdout: your loader call with the tuned settings (python), only the "
+                             "keyword arguments to change (diff), or LoaderConfig YAML for ss.make_loader (yaml)")
     parser.add_argument("--start-methods", action="store_true",
                         help="also time worker start-up under forkserver (a one-time cost with persistent workers; "
                              "its workers import the pipeline afresh, which can take seconds)")
@@ -50,14 +51,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(ctx: CommandContext) -> int:
-    from ..tuning.emit import to_python, to_yaml
+    from ..tuning.emit import render_diff, render_python, render_yaml, snippet_for_record
     from ..tuning.tuner import tune
 
     args = ctx.args
     if args.budget <= 0:
         raise UsageError(f"--budget must be positive, not {args.budget:g}.")
     pipeline = run_target_loader(args)
-    record = ctx.new_record("tune", pipeline.target)
+    record = ctx.new_record("tune", pipeline.target, pipeline)
     # With --emit, stdout carries only the emitted config (pipe-able); the summary goes to stderr.
     console = Console(stderr=True, highlight=False) if args.emit else ctx.console
     started = time.perf_counter()
@@ -107,16 +108,14 @@ def _run(ctx: CommandContext) -> int:
             + (f", {result.speedup:.2f}x the baseline" if result.speedup else "")
             + f", confidence {result.confidence:.0%}"
         )
+        snippet = snippet_for_record(record.to_dict())
+        assert snippet is not None  # the record has a pick
         if args.emit == "yaml":
-            text = to_yaml(result.config, comment=comment)
+            text = render_yaml(snippet, result.config, comment=comment)
+        elif args.emit == "diff":
+            text = render_diff(snippet, comment=comment)
         else:
-            text = to_python(
-                result.config,
-                collate_fn="collate_fn" if pipeline.collate_fn is not None else None,
-                shuffle=pipeline.shuffle,
-                drop_last=pipeline.drop_last,
-                comment=comment,
-            )
+            text = render_python(snippet, comment=comment)
         sys.stdout.write(text)
         sys.stdout.flush()
     return 0
