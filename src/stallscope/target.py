@@ -158,12 +158,15 @@ def load_target(
     """
     label = target if isinstance(target, str) else getattr(target, "__qualname__", type(target).__name__)
     obj: Any = target
+    modules: tuple[str, ...] = ()
     if isinstance(target, str):
         factory = resolve_callable(target)
+        modules = (getattr(factory, "__module__", None) or "",)
         obj = _call_factory(factory, target)
     elif callable(target) and not isinstance(target, (Dataset, DataLoader, dict)):
+        modules = (getattr(target, "__module__", None) or "",)
         obj = _call_factory(target, label)
-    pipeline = pipeline_from_object(obj, label=str(label))
+    pipeline = pipeline_from_object(obj, label=str(label), modules=modules)
     if collate is not None:
         pipeline.collate_fn = resolve_callable(collate) if isinstance(collate, str) else collate
         _set_argument(pipeline, "collate_fn", pipeline.collate_fn)
@@ -207,15 +210,16 @@ def _call_factory(factory: Callable[..., Any], label: str) -> Any:
         raise UsageError(f"{label} raised {describe_exception(exc)} when called.") from exc
 
 
-def pipeline_from_object(obj: Any, *, label: str = "<object>") -> Pipeline:
+def pipeline_from_object(obj: Any, *, label: str = "<object>", modules: tuple[str, ...] = ()) -> Pipeline:
+    """A Pipeline from what the target returned; ``modules`` may hold the user's objects as globals."""
     if isinstance(obj, DataLoader):
-        return _from_loader(obj, label)
+        return _from_loader(obj, label, modules)
     if isinstance(obj, dict):
         if "dataset" not in obj:
             raise UsageError(f"{label} returned a dict without a 'dataset' key.")
         inner = obj["dataset"]
         if isinstance(inner, DataLoader):
-            pipeline = _from_loader(inner, label)
+            pipeline = _from_loader(inner, label, modules)
         else:
             _require_dataset(inner, label)
             bs = int(obj.get("batch_size") or DEFAULT_BATCH_SIZE)
@@ -230,12 +234,12 @@ def pipeline_from_object(obj: Any, *, label: str = "<object>") -> Pipeline:
         pipeline.train_step = obj.get("train_step")
         pipeline.extras = {k: v for k, v in obj.items() if k not in {"dataset", "batch_size", "collate_fn", "model", "train_step"}}
         if not isinstance(inner, DataLoader):
-            pipeline.call = describe_dataset_call(inner, pipeline.batch_size, pipeline.collate_fn)
+            pipeline.call = describe_dataset_call(inner, pipeline.batch_size, pipeline.collate_fn, modules=modules)
         return pipeline
     _require_dataset(obj, label)
     return Pipeline(
         dataset=obj, batch_size=DEFAULT_BATCH_SIZE, baseline=LoaderConfig(batch_size=DEFAULT_BATCH_SIZE), target=label,
-        call=describe_dataset_call(obj, DEFAULT_BATCH_SIZE),
+        call=describe_dataset_call(obj, DEFAULT_BATCH_SIZE, modules=modules),
     )
 
 
@@ -249,13 +253,13 @@ def _require_dataset(obj: Any, label: str) -> None:
     raise UsageError(f"{label} returned a {type(obj).__name__}; expected a Dataset, a DataLoader or a dict with 'dataset'.")
 
 
-def _from_loader(loader: DataLoader, label: str) -> Pipeline:
+def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) -> Pipeline:
     """The user's loader as it is (NOTE [loader fidelity] in pipeline/arguments.py)."""
     from torch.utils.data import RandomSampler, SequentialSampler
     from torch.utils.data._utils.collate import default_convert
 
     _stop_live_iterators(loader)
-    call = describe_loader(loader)
+    call = describe_loader(loader, modules=modules)
     baseline = config_from_loader(loader)
     collate = loader.collate_fn if loader.collate_fn not in (default_collate, default_convert) else None
     sampler = getattr(loader, "sampler", None)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -96,15 +97,16 @@ def _importable(module: str | None, qualname: str | None, obj: Any) -> str | Non
     return f"from {module} import {qualname.split('.')[0]}" if same else None
 
 
-def _module_global(obj: Any) -> tuple[str, str] | None:
-    """(module, name) of a module-level global bound to this very object in its class's module."""
-    module = getattr(type(obj), "__module__", None)
-    mod = sys.modules.get(module or "")
-    if mod is None or module == "__main__":
-        return None
-    for name, value in vars(mod).items():
-        if value is obj and not name.startswith("_"):
-            return module, name  # type: ignore[return-value]
+def _module_global(obj: Any, modules: Sequence[str] = ()) -> tuple[str, str] | None:
+    """(module, name) of a module-level global bound to this very object, looked for in
+    ``modules`` (the target's module) and its class's module."""
+    for module in (*modules, getattr(type(obj), "__module__", None)):
+        mod = sys.modules.get(module or "")
+        if mod is None or module == "__main__":
+            continue
+        for name, value in list(vars(mod).items()):
+            if value is obj and not name.startswith("_"):
+                return module, name  # type: ignore[return-value]
     return None
 
 
@@ -124,8 +126,13 @@ def placeholder(role: str, obj: Any) -> str:
     return f"<your {role}: {what.replace('<', '').replace('>', '')}>"
 
 
-def reference(role: str, obj: Any, *, dataset: Any = None, dataset_source: str | None = None) -> Argument:
-    """An :class:`Argument` whose source reproduces ``obj``: a literal, an import, or a placeholder."""
+def reference(
+    role: str, obj: Any, *, dataset: Any = None, dataset_source: str | None = None, modules: Sequence[str] = ()
+) -> Argument:
+    """An :class:`Argument` whose source reproduces ``obj``: a literal, an import, or a placeholder.
+
+    ``modules`` are searched for a global holding ``obj`` (besides its class's module).
+    """
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return Argument(role, repr(obj))
     bound_to = getattr(obj, "__self__", None)
@@ -136,7 +143,7 @@ def reference(role: str, obj: Any, *, dataset: Any = None, dataset_source: str |
         if line is not None:
             return Argument(role, obj.__qualname__, imports=[line])
         return Argument(role, placeholder(role, obj), placeholder=True)
-    found = _module_global(obj)
+    found = _module_global(obj, modules)
     if found is not None:
         return Argument(role, found[1], imports=[f"from {found[0]} import {found[1]}"])
     return Argument(role, placeholder(role, obj), placeholder=True)
@@ -170,8 +177,11 @@ def _takes_loader_keywords(cls: type) -> bool:
     return any(p.kind is p.VAR_KEYWORD for p in params) or {"num_workers", "batch_size"} <= names
 
 
-def describe_loader(loader: Any) -> LoaderCall:
-    """The arguments the user gave their DataLoader (those that differ from torch's defaults)."""
+def describe_loader(loader: Any, *, modules: Sequence[str] = ()) -> LoaderCall:
+    """The arguments the user gave their DataLoader (those that differ from torch's defaults).
+
+    ``modules``: where the user's objects may live as globals (the target's module).
+    """
     from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
     from torch.utils.data._utils.collate import default_collate, default_convert
 
@@ -188,14 +198,17 @@ def describe_loader(loader: Any) -> LoaderCall:
                 f"your loader class {cls.__qualname__} cannot take these keywords here; "
                 "this is the equivalent torch DataLoader call"
             )
-    data = reference("dataset", dataset)
+    def ref(role: str, obj: Any) -> Argument:
+        return reference(role, obj, dataset=dataset, dataset_source=data.source, modules=modules)
+
+    data = reference("dataset", dataset, modules=modules)
     data.positional = True
     args = [data]
     if loader.batch_size is not None:
         args.append(Argument("batch_size", repr(loader.batch_size)))
     elif loader.batch_sampler is not None:
         call.batching = "batch_sampler"
-        args.append(reference("batch_sampler", loader.batch_sampler))
+        args.append(ref("batch_sampler", loader.batch_sampler))
         call.batch_sizes = _sizes_of(loader.batch_sampler)
     else:
         args.append(Argument("batch_size", "None"))
@@ -208,15 +221,15 @@ def describe_loader(loader: Any) -> LoaderCall:
         if is_default_random:
             args.append(Argument("shuffle", "True"))
         elif type(sampler) is not SequentialSampler:
-            args.append(reference("sampler", sampler))
+            args.append(ref("sampler", sampler))
         if loader.drop_last:
             args.append(Argument("drop_last", "True"))
     if loader.collate_fn not in (default_collate, default_convert):
-        args.append(reference("collate_fn", loader.collate_fn, dataset=dataset, dataset_source=data.source))
+        args.append(ref("collate_fn", loader.collate_fn))
     if loader.worker_init_fn is not None:
-        args.append(reference("worker_init_fn", loader.worker_init_fn, dataset=dataset, dataset_source=data.source))
+        args.append(ref("worker_init_fn", loader.worker_init_fn))
     if loader.generator is not None:
-        args.append(reference("generator", loader.generator))
+        args.append(ref("generator", loader.generator))
     if loader.timeout:
         args.append(Argument("timeout", repr(loader.timeout)))
     if getattr(loader, "pin_memory_device", ""):
@@ -236,11 +249,13 @@ def rng_attributes(dataset: Any) -> list[str]:
         return []
 
 
-def describe_dataset_call(dataset: Any, batch_size: int, collate_fn: Any = None) -> LoaderCall:
+def describe_dataset_call(
+    dataset: Any, batch_size: int, collate_fn: Any = None, *, modules: Sequence[str] = ()
+) -> LoaderCall:
     """The DataLoader call for a Dataset (or dict) target: the user has no loader of their own yet."""
-    data = reference("dataset", dataset)
+    data = reference("dataset", dataset, modules=modules)
     data.positional = True
     args = [data, Argument("batch_size", repr(batch_size))]
     if collate_fn is not None:
-        args.append(reference("collate_fn", collate_fn, dataset=dataset, dataset_source=data.source))
+        args.append(reference("collate_fn", collate_fn, dataset=dataset, dataset_source=data.source, modules=modules))
     return LoaderCall(arguments=args, rng_attributes=rng_attributes(dataset))
