@@ -6,21 +6,14 @@ import dataclasses
 
 import pytest
 from tune_costmodel import CPU_BOUND, JITTERY, LATENCY_BOUND, TINY_IN_MEMORY, CostModel, dense_space
+from tune_simulated import SimulatedEvaluator
 
 from stallscope.config import LoaderConfig
-from stallscope.tuning.search import (
-    MB,
-    MemoryBudget,
-    Profile,
-    SearchSettings,
-    SearchSpace,
-    SimulatedEvaluator,
-    Trial,
-    classify,
-    clearly_slower,
-    decide,
-    run_search,
-)
+from stallscope.tuning.confidence import clearly_slower, decide
+from stallscope.tuning.regions import classify
+from stallscope.tuning.search import run_search
+from stallscope.tuning.space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
+from stallscope.tuning.trial import Trial
 
 
 def _search(model: CostModel, *, seed: int = 0, noise: float = 0.03, budget_s: float = 60.0,

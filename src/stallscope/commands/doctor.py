@@ -1,6 +1,6 @@
 """``stallscope doctor [TARGET]``: check + sweep + stages + tune (+ profile) in one report.
 
-With no TARGET it runs on the built-in demo pipeline (``stallscope.demo.dataset``).
+With no TARGET it runs on the built-in demo pipeline (``stallscope.demo``).
 Everything lands in one folder: report.json, report.md (+ plots), report.html.
 """
 
@@ -119,7 +119,7 @@ def _run(ctx: CommandContext) -> int:
 
 
 def _build_demo(ctx: CommandContext) -> None:
-    from ..demo.dataset import build_demo_dataset
+    from ..demo.cache import build_demo_dataset
 
     if not ctx.quiet:
         with ctx.console.status("preparing the demo dataset (built once, then cached)"):

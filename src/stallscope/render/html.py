@@ -12,7 +12,7 @@ from html import escape as _escape
 from pathlib import Path
 from typing import Any
 
-from .report_document import (
+from .document_model import (
     Bullets,
     Code,
     CodeBlock,
@@ -23,8 +23,8 @@ from .report_document import (
     Status,
     Strong,
     Table,
-    build_document,
 )
+from .report_document import build_document
 
 STATUS_TEXT = {"pass": "✔ pass", "warn": "▲ warn", "fail": "✖ fail", "info": "● info"}
 

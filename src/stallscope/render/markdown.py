@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .report_document import (
+from .document_model import (
     Bullets,
     Code,
     CodeBlock,
@@ -19,8 +19,8 @@ from .report_document import (
     Status,
     Strong,
     Table,
-    build_document,
 )
+from .report_document import build_document
 
 STATUS_MARKS = {"pass": "✅ pass", "warn": "⚠️ warn", "fail": "❌ fail", "info": "ℹ️ info"}
 _ALWAYS = re.compile(r"([\\`*<|~])")

@@ -29,21 +29,13 @@ import psutil
 from ..config import LoaderConfig, loader_supports
 from ..errors import PipelineError, UsageError
 from ..pipeline.batching import FetcherCheck, vectorised_fetcher
+from ..pipeline.inspection import shards_by_worker
 from ..runtime.host import cuda_available, usable_cores
 from ..runtime.processes import no_orphans
 from ..target import Pipeline, load_target, nbytes, preflight
-from .autoconfig import shards_by_worker
-from .search import (
-    MB,
-    InterleavingEvaluator,
-    MemoryBudget,
-    Profile,
-    SearchResult,
-    SearchSettings,
-    SearchSpace,
-    Trial,
-    run_search,
-)
+from .search import run_search
+from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
+from .trial import InterleavingEvaluator, SearchResult, Trial
 
 DEFAULT_BUDGET_S = 60.0
 # Default memory budget: this share of available RAM for workers + in-flight batches (tf.data's ram_budget).
@@ -181,7 +173,7 @@ def _batched_speedup(pipeline: Pipeline, check: FetcherCheck, length: int) -> fl
 
 
 class LoaderEvaluator(InterleavingEvaluator):
-    """The search's :class:`~stallscope.tuning.search.Evaluator` over real DataLoaders."""
+    """The search's :class:`~stallscope.tuning.trial.Evaluator` over real DataLoaders."""
 
     def __init__(
         self,
