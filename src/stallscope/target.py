@@ -181,6 +181,8 @@ def load_target(
         pipeline.batch_size = batch_size
         pipeline.baseline = pipeline.baseline.replace(batch_size=batch_size)
         _set_argument(pipeline, "batch_size", batch_size)
+    if pipeline.call is not None:
+        pipeline.call.knobs = pipeline.baseline.to_dict()
     return pipeline
 
 
@@ -267,6 +269,7 @@ def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) 
     if batch_sampler is not None and call.batch_sizes:
         # Their batches vary: estimates (memory, items per batch) use the mean size.
         baseline = baseline.replace(batch_size=max(1, round(call.batch_sizes["mean"])))
+    call.knobs = baseline.to_dict()
     shuffle = isinstance(sampler, RandomSampler)
     own_sampler = sampler if batch_sampler is None and type(sampler) is not SequentialSampler else None
     return Pipeline(

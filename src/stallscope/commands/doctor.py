@@ -219,7 +219,7 @@ def _print_summary(ctx: CommandContext, record: RunRecord) -> None:
     from ..render.console_bench import render_bench
     from ..render.console_check import render_check
     from ..render.console_stages import render_stages
-    from ..render.console_tune import render_tune
+    from ..render.console_tune import render_tune, render_what_to_set
 
     data = record.to_dict()
     console = ctx.console
@@ -239,30 +239,6 @@ def _print_summary(ctx: CommandContext, record: RunRecord) -> None:
 
         console.print()
         render_profile(data, console)
-    _print_what_to_set(console, data)
+    render_what_to_set(data, console)
     for failure in data.get("step_failures", []):
         console.print(f"[red]{failure['step']} failed:[/] {failure['message']}")
-
-
-def _print_what_to_set(console: Any, data: dict[str, Any]) -> None:
-    from rich.markup import escape
-
-    best = data.get("best")
-    recs = data.get("recommendations") or []
-    if not best and not recs:
-        return
-    console.print()
-    console.rule("[bold]What to set and why")
-    if best:
-        from ..tuning.emit import render_python, snippet_for_record
-
-        snippet = snippet_for_record(data)
-        if snippet is not None:
-            console.print(escape(render_python(snippet)))
-    for rec in recs:
-        line = f"• [bold]{escape(rec.get('title', ''))}[/]"
-        if rec.get("measured"):
-            line += f" — measured: {escape(str(rec['measured']))}"
-        if rec.get("expected_gain"):
-            line += f"; expected gain: {escape(str(rec['expected_gain']))}"
-        console.print(line)

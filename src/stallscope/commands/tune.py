@@ -99,9 +99,10 @@ def _run(ctx: CommandContext) -> int:
         )
     record.add(**result.to_dict())
     if not ctx.quiet:
-        from ..render.console_tune import render_tune
+        from ..render.console_tune import render_tune, render_what_to_set
 
         render_tune(record.to_dict(), console)
+        render_what_to_set(record.to_dict(), console, recommendations=False)
     if args.emit:
         comment = (
             f"stallscope tune {pipeline.target}: {result.samples_per_s:,.1f} samples/s"

@@ -61,6 +61,7 @@ class LoaderCall:
     note: str | None = None
     # RNG objects the dataset holds (dataset.rng, ...): torch's per-worker seeding does not reach them.
     rng_attributes: list[str] = field(default_factory=list)
+    knobs: dict[str, Any] | None = None  # the user's LoaderConfig (what "changed" is measured against)
 
     def argument(self, name: str) -> Argument | None:
         return next((a for a in self.arguments if a.name == name), None)

@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..tuning.emit import render_python, snippet_for_record
+
 
 def _fmt(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
@@ -96,3 +98,23 @@ def _same_knobs(label: str, pick_label: str | None) -> bool:
         return False
     strip = lambda text: " ".join(p for p in text.split() if p != "persistent")  # noqa: E731
     return strip(label) == strip(pick_label)
+
+
+def render_what_to_set(data: dict[str, Any], console: Console, *, recommendations: bool = True) -> None:
+    """The user's own loader call with the pick's knobs (the one snippet builder), then the
+    recommendations with what was measured."""
+    snippet = snippet_for_record(data) if data.get("best") else None
+    recs = (data.get("recommendations") or []) if recommendations else []
+    if snippet is None and not recs:
+        return
+    console.print()
+    console.rule("[bold]What to set and why")
+    if snippet is not None:
+        console.print(escape(render_python(snippet)))
+    for rec in recs:
+        line = f"• [bold]{escape(rec.get('title', ''))}[/]"
+        if rec.get("measured"):
+            line += f" — measured: {escape(str(rec['measured']))}"
+        if rec.get("expected_gain"):
+            line += f"; expected gain: {escape(str(rec['expected_gain']))}"
+        console.print(line)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis import ReportFacts, loader_arguments
+from ..analysis import ReportFacts
 from ..analysis.readers import number, workers_of
 from .document_checks import evidence_value
 from .document_model import (
@@ -164,24 +164,11 @@ def best_section(facts: ReportFacts, r: dict):
     if best.baseline is not None and best.speedup is not None:
         parts += [f", {fmt_ratio(best.speedup)} ", config_code(best.baseline.label),
                   f" ({fmt_rate(best.baseline.samples_per_s)} samples/s)"]
-    parts.append(". As DataLoader arguments:")
-    return Section("best-configuration", "Best configuration", [Paragraph(parts), CodeBlock(_snippet(best.config), "python")]), None
-
-
-def _snippet(config: dict) -> str:
-    lines = []
-    threads = config.get("torch_threads")
-    if isinstance(threads, int) and not isinstance(threads, bool):
-        lines += ["import torch", f"torch.set_num_threads({threads})"]
-    lines.append("from torch.utils.data import DataLoader")
-    lines.append("")
-    if config.get("batched_fetch"):
-        lines.append("# batched_fetch: the dataset's __getitems__(indices) returns a whole batch per call")
-    lines.append("loader = DataLoader(")
-    lines.append("    dataset,")
-    lines += [f"    {name}={value!r}," for name, value in loader_arguments(config)]
-    lines.append(")")
-    return "\n".join(lines)
+    if not best.snippet:
+        parts.append(".")
+        return Section("best-configuration", "Best configuration", [Paragraph(parts)]), None
+    parts += [". Your loader call with these settings (", Code("# was"), " marks what changed):"]
+    return Section("best-configuration", "Best configuration", [Paragraph(parts), CodeBlock(best.snippet, "python")]), None
 
 
 # -- stages ---------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from ..config import LoaderConfig, loader_supports
+from ..config import LoaderConfig
 from ..pipeline.arguments import Argument, LoaderCall
 
 PLACEHOLDER = re.compile(r"<your (\w+): [^<>]*>")
@@ -100,7 +100,7 @@ def _knob_sources(config: LoaderConfig) -> dict[str, str]:
     if config.num_workers > 0:
         out["prefetch_factor"] = _literal(config.prefetch_factor)
         out["persistent_workers"] = _literal(config.persistent_workers)
-        if not config.in_order and loader_supports("in_order"):
+        if not config.in_order:  # only set where the measuring torch had it (>= 2.6)
             out["in_order"] = "False"
         if config.multiprocessing_context:
             out["multiprocessing_context"] = _literal(config.multiprocessing_context)
@@ -266,10 +266,10 @@ def snippet_for_record(data: dict[str, Any], config: dict[str, Any] | None = Non
     if not chosen:
         return None
     pick = LoaderConfig.from_dict(_known(chosen))
-    base = (data.get("baseline") or {}).get("config")
-    baseline = LoaderConfig.from_dict(_known(base)) if base else None
     loader = data.get("loader")
     call = LoaderCall.from_dict(loader) if isinstance(loader, dict) and loader.get("arguments") else None
+    base = (data.get("baseline") or {}).get("config") or (call.knobs if call is not None else None)
+    baseline = LoaderConfig.from_dict(_known(base)) if base else None
     codes = {f.get("code") for f in data.get("findings") or []}
     return build_snippet(pick, call=call, baseline=baseline, seeding_missing=seeding_missing(call, codes))
 
