@@ -60,7 +60,7 @@ def measure_worker_stages(
 ) -> tuple[RawStageTotals, StageRun]:
     """Run the instrumented pipeline through a real DataLoader and sum the stage times."""
     from ..config import LoaderConfig
-    from ..pipeline.loaders import CyclingSampler, build_loader
+    from ..pipeline.loaders import build_loader
     from ..runtime.processes import (
         describe_worker_death,
         is_worker_death,
@@ -80,17 +80,7 @@ def measure_worker_stages(
     )
     warm_batches_total = warmup_batches * max(1, num_workers)
     wanted_batches = warm_batches_total + max(1, math.ceil(samples / bs))
-    sampler = None
-    length = pipeline.length()
-    if not pipeline.is_iterable and length:
-        sampler = CyclingSampler(length, wanted_batches * bs, shuffle=pipeline.shuffle)
-    loader = build_loader(
-        instrumented,
-        config,
-        sampler=sampler,
-        timeout=timeout if num_workers else 0.0,
-        drop_last=False,
-    )
+    loader = build_loader(instrumented, config, cycle=wanted_batches, timeout=timeout if num_workers else 0.0)
     cuda = _cuda_device(device)
     raw = RawStageTotals(stage_seconds={}, samples=0, batches=0)
     seen: dict[int, int] = {}

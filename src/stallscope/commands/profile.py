@@ -54,7 +54,7 @@ def _run(ctx: common.CommandContext) -> int:
         info = rank_info()
         quiet = ctx.quiet or not info.is_main
         pipeline = common.run_target_loader(args)
-        record = ctx.new_record("profile", pipeline.target)
+        record = ctx.new_record("profile", pipeline.target, pipeline)
         preflight(pipeline)
         config = pipeline.baseline
         if args.num_workers is not None:

@@ -92,7 +92,9 @@ def profile_pipeline(pipeline: Pipeline, *, max_seconds: float = 1.0, max_items:
         items=len(walls),
     )
     check = None
-    if profile.map_style and profile.batch_seconds(bs) <= BATCHED_PROBE_MAX_S and length and length >= bs:
+    # Not with the user's own batch sampler: ss.make_loader, which a batched pick is emitted as, batches by size.
+    cheap = profile.batch_seconds(bs) <= BATCHED_PROBE_MAX_S and pipeline.batch_sampler is None
+    if profile.map_style and cheap and length and length >= bs:
         check = vectorised_fetcher(pipeline.dataset, pipeline.collate_fn)
         if check.fetch is not None:
             profile.batched_fetch = check.kind
@@ -455,6 +457,11 @@ def tune(
     if repeats is not None and repeats < 1:
         raise UsageError(f"--repeats must be at least 1, not {repeats}.")
     pipeline = target if isinstance(target, Pipeline) else load_target(target, batch_size=batch_size, collate=collate)
+    if tune_batch_size and pipeline.batch_sampler is not None:
+        raise UsageError(
+            "the loader's batch_sampler decides its batch sizes, so --tune-batch-size has nothing to change; "
+            "leave it out (the other knobs are tuned with your batches)."
+        )
     preflight(pipeline)
     profile, check = profile_pipeline(pipeline)
     cores = usable_cores()
