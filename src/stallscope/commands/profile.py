@@ -14,7 +14,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from ..errors import UsageError
 from ..training.runner import (
     DEFAULT_STEPS,
-    DEFAULT_WARMUP,
+    MIN_WARMUP,
+    default_warmup,
     resolve_device,
     resolve_profile_sync,
     run_profile,
@@ -40,8 +41,9 @@ def build_parser() -> ArgumentParser:
     )
     add_target_arguments(parser)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"measured steps (default {DEFAULT_STEPS})")
-    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
-                        help=f"steps run first and kept out of the figures (default {DEFAULT_WARMUP})")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="steps run first and kept out of the figures (default: num_workers × prefetch_factor "
+                             f"+ num_workers, at least {MIN_WARMUP})")
     parser.add_argument("--num-workers", type=int, default=None, help="override the target's num_workers")
     parser.add_argument("--device", default=None, metavar="cpu|cuda",
                         help="where the model runs (default: cuda when available, else cpu)")
@@ -83,11 +85,12 @@ def _run(ctx: CommandContext) -> int:
             transient=True,
             disable=quiet,
         ) as progress:
-            task = progress.add_task(f"profiling train_step ({config.label()}, {device})", total=args.warmup + args.steps)
+            warmup = default_warmup(config) if args.warmup is None else args.warmup
+            task = progress.add_task(f"profiling train_step ({config.label()}, {device})", total=warmup + args.steps)
             profile = run_profile(
                 pipeline,
                 steps=args.steps,
-                warmup=args.warmup,
+                warmup=warmup,
                 config=config,
                 device=device,
                 sync=resolve_profile_sync(args.sync, device),
