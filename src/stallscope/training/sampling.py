@@ -129,6 +129,11 @@ class SamplingSession:
     ``iterator`` and ``steady`` are called from the thread: the loader iterator
     being consumed (None when unknown) and whether the epoch is past its first
     batch and the warm-up (start-up is not the steady state).
+
+    The training loop's thread only starts the thread and, at the epoch's end,
+    sets an event (:meth:`stop`): setting up and shutting down the resource
+    sampler happen in the background thread, so an epoch boundary costs the
+    loop one thread start. :meth:`join` waits for the results (reports).
     """
 
     def __init__(
@@ -141,13 +146,10 @@ class SamplingSession:
         interval: float,
         resource_interval: float,
     ) -> None:
-        from ..runtime.resources import ResourceSampler
-
         self._samples, self._gpu, self._iterator, self._steady = samples, gpu, iterator, steady
-        self._interval = interval
+        self._interval, self._resource_interval = interval, resource_interval
         self._stop = threading.Event()
-        self.resources = ResourceSampler(resource_interval, uss_every=8, worker_pids=self._worker_pids, keep_ticks=True)
-        self.resources.start()
+        self.resources: Any = None
         self._thread = threading.Thread(target=self._run, name="stallscope-watch", daemon=True)
         self._thread.start()
 
@@ -156,8 +158,13 @@ class SamplingSession:
         return worker_pids(iterator) if iterator is not None else []
 
     def _run(self) -> None:
+        from ..runtime.resources import ResourceSampler
+
+        resources = ResourceSampler(self._resource_interval, uss_every=8, worker_pids=self._worker_pids, keep_ticks=True)
+        self.resources = resources.start()
         while not self._stop.wait(self._interval):
             self.sample_once()
+        self._samples.resources.append(resources.stop().to_dict())
 
     def sample_once(self) -> None:
         if not self._steady():
@@ -174,10 +181,13 @@ class SamplingSession:
             samples.gpu_memory_total = gpu.memory_total_mb
 
     def latest_cpu(self) -> tuple[float, float] | None:
-        tick = self.resources.latest()
+        tick = self.resources.latest() if self.resources is not None else None
         return None if tick is None else (tick.main_cpu_percent, tick.workers_cpu_percent)
 
     def stop(self) -> None:
+        """Ask the thread to finish (it files its resource summary); does not wait."""
+        self._stop.set()
+
+    def join(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5.0)
-        self._samples.resources.append(self.resources.stop().to_dict())

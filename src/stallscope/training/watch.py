@@ -143,6 +143,7 @@ class Watch:
         self._pending: float | None = None  # manual API: a data wait in progress since this time
         self._samples = Samples()
         self._session: SamplingSession | None = None
+        self._finished: list[SamplingSession] = []  # stopped, maybe still filing their results
         self._t0: float | None = None
         self._ranks: list[dict[str, Any]] | None = None
         self._iterator: Callable[[], Any] = _none
@@ -229,7 +230,14 @@ class Watch:
         session, self._session = self._session, None
         if session is not None:
             session.stop()
+            self._finished.append(session)
         self._sinks.flush(self)
+
+    def _join_sessions(self) -> None:
+        """Wait for stopped sampling sessions to file their results (before reporting)."""
+        for session in self._finished:
+            session.join()
+        self._finished.clear()
 
     def _in_steady_state(self) -> bool:
         """Whether the current epoch has delivered its first batch and warm-up is over (sampler thread)."""
@@ -324,6 +332,7 @@ class Watch:
     def close(self) -> None:
         """Stop background sampling and flush/close the outputs (the loader is left alone)."""
         self._end_epoch()
+        self._join_sessions()
         self._sinks.close()
         if self._gpu is not None:
             self._gpu.close()
@@ -399,6 +408,7 @@ class Watch:
     # -- results ---------------------------------------------------------------------------
     def to_dict(self, *, timeline: bool = True, context: dict[str, Any] | None = None) -> dict[str, Any]:
         """The ``profile`` section (the record schema, stallscope/schema/record-v1.json): stall fraction, verdict, what-if, occupancy, ..."""
+        self._join_sessions()
         samples = self._samples
         profile = summarize_steps(
             data_s=list(self._data),
