@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
 import torch  # noqa: E402
-from framework_timing import TimedItems, true_stall  # noqa: E402
+from framework_timing import TimedItems, assert_stall_near_truth, true_stall  # noqa: E402
 
 from stallscope.integrations.huggingface import StallscopeTrainerCallback  # noqa: E402
 
@@ -89,10 +89,7 @@ def truth_of(items: TimedItems, ends: list[float], per_epoch: int = ITEMS) -> fl
 
 def check(cb: StallscopeTrainerCallback, truth: float, *, steps: int) -> dict:
     d = cb.to_dict()
-    print(f"huggingface: reported stall {d['stall_fraction']:.4f}, truth {truth:.4f}")  # shown with pytest -s
-    assert d["timing"]["method"] == "fetch"
-    assert d["steps"] == steps
-    assert d["stall_fraction"] == pytest.approx(truth, abs=TOLERANCE), (d["stall_fraction"], truth)
+    assert_stall_near_truth(d, truth, steps=steps, framework="huggingface", tolerance=TOLERANCE)
     return d
 
 
@@ -124,3 +121,21 @@ def test_resumed_from_a_checkpoint(tmp_path):
     assert fetched == ITEMS - 6  # accelerate skipped the 6 trained batches without fetching them
     truth = true_stall(items.fetches, [(1 + LOOKAHEAD, fetched, ends[0])])
     check(cb, truth, steps=fetched - 1)
+
+
+def test_occupancy_is_sampled_through_accelerates_lookahead(tmp_path):
+    cb = StallscopeTrainerCallback(print_summary=False, sample_interval=0.02)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=1, num_train_epochs=1, save_strategy="no",
+        report_to=[], use_cpu=True, dataloader_num_workers=2, disable_tqdm=True, logging_steps=10_000,
+    )
+    items = TimedItems(24, FETCH_S, as_dict=True)
+    trainer = transformers.Trainer(model=SleepModel(), args=args, train_dataset=items, callbacks=[cb])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.train()
+    d = cb.to_dict()
+    assert d["occupancy"] is not None and d["occupancy"]["capacity"] == 4
+    assert d["resources"]["n_workers"] == 2
+    assert "stallscope train" in cb.summary()
+    assert "get_batch_samples" not in vars(trainer)  # the wrap is removed after training
