@@ -104,6 +104,7 @@ class BestConfig:
     speedup: float | None  # vs the baseline below
     baseline: ConfigRate | None
     result: dict | None  # the bench result with this config, when measured there
+    snippet: str = ""  # the user's loader call with this config (tuning/emit.py, the one builder)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeE
 
 from ..errors import StallscopeError, UsageError
 from ..record import RunRecord
-from ..runtime.processes import reap_children
+from ..runtime.processes import describe_worker_death, is_worker_death, reap_children
 
 
 def command_parser(prog: str, description: str, *, target: str | None = "required") -> ArgumentParser:
@@ -106,10 +106,15 @@ class CommandContext:
     def quiet(self) -> bool:
         return bool(getattr(self.args, "quiet", False))
 
-    def new_record(self, command: str, target: str) -> RunRecord:
+    def new_record(self, command: str, target: str, pipeline: Any = None) -> RunRecord:
+        """A record for this command; ``pipeline`` adds how the user built their loader
+        (the ``loader`` section recommendations are written against)."""
         from ..runtime.host import host_info
 
         self.record = RunRecord(command=command, target=target, host=host_info().to_dict())
+        call = getattr(pipeline, "call", None)
+        if call is not None:
+            self.record.add(loader=call.to_dict())
         return self.record
 
 
@@ -133,7 +138,7 @@ def execute(
     try:
         code = body(ctx)
     except KeyboardInterrupt:
-        reap_children()
+        _reap()
         err.print("interrupted: workers stopped" + ("; writing the partial report." if ctx.record else "."))
         if ctx.record is not None:
             ctx.record.partial = True
@@ -147,11 +152,29 @@ def execute(
         if hint:
             err.print(_escape(hint), highlight=False)
         return exc.exit_code
+    except RuntimeError as exc:
+        if not is_worker_death(exc):
+            raise
+        # torch's SIGCHLD handler can raise this at any line (NOTE [worker death]).
+        if getattr(args, "debug", False):
+            err.print_exception()
+        err.print(f"[bold red]error:[/] {_escape(describe_worker_death([], exc=exc))}", markup=True, highlight=False)
+        return 2
     finally:
-        reap_children()
+        _reap()
     if ctx.record is not None:
         _write_outputs(ctx, err)
     return code
+
+
+def _reap() -> None:
+    """Reap every child; a late worker-death signal landing here must not leave the job half done."""
+    for _ in range(3):  # torch's SIGCHLD handler raises at most once per iterator
+        try:
+            reap_children()
+            return
+        except RuntimeError:
+            continue
 
 
 def _escape(text: str) -> str:

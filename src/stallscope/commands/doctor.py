@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from ..config import LoaderConfig
 from ..errors import PipelineError, UsageError
 from ..record import RunRecord
 from ..target import Pipeline, load_target, preflight
@@ -57,7 +58,7 @@ def _run(ctx: common.CommandContext) -> int:
         _build_demo(ctx)
     pipeline = load_target(target, batch_size=args.batch_size, collate=args.collate)
     pre = preflight(pipeline)
-    record = ctx.new_record("doctor", pipeline.target)
+    record = ctx.new_record("doctor", pipeline.target, pipeline)
     from ..throughput.sweep import dataset_facts
 
     record.add(dataset=dataset_facts(pipeline, pre))
@@ -78,7 +79,7 @@ def _run(ctx: common.CommandContext) -> int:
 
             started = time.perf_counter()
             try:
-                sections = RUNNERS[step](pipeline, args, report)
+                sections = RUNNERS[step](pipeline, args, report, record)
             except KeyboardInterrupt as interrupt:
                 # A step may hand over what it measured before Ctrl-C (the sweep does).
                 partial = getattr(interrupt, "partial", None)
@@ -130,7 +131,7 @@ def _merge(record: RunRecord, sections: dict[str, Any]) -> None:
 Report = Callable[..., None]
 
 
-def _step_check(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
+def _step_check(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..checks import check
 
     def progress(text: str, done: int | None = None, total: int | None = None) -> None:
@@ -139,7 +140,7 @@ def _step_check(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]
     return check(pipeline, timeout=args.timeout, budget=40.0, progress=progress).to_dict()
 
 
-def _step_bench(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
+def _step_bench(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..throughput.sweep import bench, default_worker_counts
 
     workers = default_worker_counts()
@@ -154,7 +155,7 @@ def _step_bench(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]
     return result.to_dict()
 
 
-def _step_stages(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
+def _step_stages(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..breakdown.probe import stages
 
     def progress(text: str, fraction: float | None = None) -> None:
@@ -163,8 +164,21 @@ def _step_stages(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any
     return stages(pipeline, progress=progress).to_dict()
 
 
-def _step_tune(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
+def sweep_best(sections: dict[str, Any]) -> LoaderConfig | None:
+    """The config the sweep measured fastest (``scaling.best_index``), if the sweep ran."""
+    results = sections.get("results") or []
+    index = (sections.get("scaling") or {}).get("best_index")
+    if not isinstance(index, int) or not 0 <= index < len(results):
+        return None
+    return LoaderConfig.from_dict(results[index]["config"])
+
+
+def _step_tune(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..tuning.tuner import tune
+
+    # One winner per report: the sweep's best races the tuner's finalists head to head.
+    best = sweep_best(record.sections)
+    seeds = [(best, "sweep-best")] if best is not None else []
 
     started = time.perf_counter()
 
@@ -174,10 +188,10 @@ def _step_tune(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
         text = f"{label}: {rate:,.0f} samples/s" if rate else str(label)
         report(text, min(1.0, (time.perf_counter() - started) / args.budget))
 
-    return tune(pipeline, budget_s=args.budget, on_trial=on_trial).to_dict()
+    return tune(pipeline, budget_s=args.budget, on_trial=on_trial, seeds=seeds).to_dict()
 
 
-def _step_profile(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
+def _step_profile(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..training.runner import run_profile
 
     def on_step(done: int, total: int) -> None:
@@ -187,7 +201,7 @@ def _step_profile(pipeline: Pipeline, args: Any, report: Report) -> dict[str, An
     return section
 
 
-RUNNERS: dict[str, Callable[[Pipeline, Any, Report], dict[str, Any]]] = {
+RUNNERS: dict[str, Callable[[Pipeline, Any, Report, RunRecord], dict[str, Any]]] = {
     "check": _step_check,
     "bench": _step_bench,
     "stages": _step_stages,

@@ -12,7 +12,6 @@ from ..analysis import (
     StageFacts,
     TrainingFacts,
     TuningFacts,
-    loader_arguments,
 )
 from ..analysis.readers import number, workers_of
 from . import document_model as dm
@@ -139,24 +138,11 @@ def best_section(best: BestConfig, r: dict):
     if best.baseline is not None and best.speedup is not None:
         parts += [f", {rf.fmt_ratio(best.speedup)} ", dm.config_code(best.baseline.label),
                   f" ({rf.fmt_rate(best.baseline.samples_per_s)} samples/s)"]
-    parts.append(". As DataLoader arguments:")
-    return dm.Section("best-configuration", "Best configuration", [dm.Paragraph(parts), dm.CodeBlock(_snippet(best.config), "python")]), None
-
-
-def _snippet(config: dict) -> str:
-    lines = []
-    threads = config.get("torch_threads")
-    if isinstance(threads, int) and not isinstance(threads, bool):
-        lines += ["import torch", f"torch.set_num_threads({threads})"]
-    lines.append("from torch.utils.data import DataLoader")
-    lines.append("")
-    if config.get("batched_fetch"):
-        lines.append("# batched_fetch: the dataset's __getitems__(indices) returns a whole batch per call")
-    lines.append("loader = DataLoader(")
-    lines.append("    dataset,")
-    lines += [f"    {name}={value!r}," for name, value in loader_arguments(config)]
-    lines.append(")")
-    return "\n".join(lines)
+    if not best.snippet:
+        parts.append(".")
+        return dm.Section("best-configuration", "Best configuration", [dm.Paragraph(parts)]), None
+    parts += [". Your loader call with these settings (", dm.Code("# was"), " marks what changed):"]
+    return dm.Section("best-configuration", "Best configuration", [dm.Paragraph(parts), dm.CodeBlock(best.snippet, "python")]), None
 
 
 # -- stages ---------------------------------------------------------------------------
