@@ -100,10 +100,11 @@ def _recommendation_item(rec: Recommendation) -> list:
                 f"{fmt_rate(x['baseline_samples_per_s'])} for ", Code(x["baseline"]),
                 f". Expected gain: {fmt_ratio(x['speedup'])} loader throughput."]
     if rec.id == "persistent-workers":
+        epoch = f", of a {fmt_seconds(x['epoch_s'])} epoch" if x.get("epoch_s") else ""
         return [Strong("Set persistent_workers=True"), " — at ", Code(x["label"]),
-                f" worker start-up took {fmt_seconds(x['startup_s'])}, {fmt_fraction(x['fraction'])} of a "
-                f"{fmt_seconds(x['epoch_s'])} epoch. Expected gain: {fmt_seconds(x['startup_s'])} per epoch "
-                "after the first."]
+                f" the gap at an epoch boundary measured {fmt_seconds(x['gap_without_s'])} without it and "
+                f"{fmt_seconds(x['gap_with_s'])} with it. Expected gain: {fmt_seconds(x['saved_s'])} per epoch "
+                f"after the first{epoch}."]
     return []
 
 

@@ -126,8 +126,31 @@ def tuning_section(facts: ReportFacts, r: dict):
         parts += [f", {fmt_fraction(tuning.margin - 1.0)} faster than the runner-up ", config_code(tuning.runner_up)]
     if tuning.confidence is not None:
         parts.append(f"; confidence: {fmt_value(tuning.confidence)}")
+        if tuning.rounds is not None:
+            parts.append(f" over {plural(tuning.rounds, 'interleaved round')}")
     parts.append(".")
     blocks: list = [Paragraph(parts)]
+    if tuning.plan:
+        blocks.append(Paragraph(["Budget plan: ", *record_text(tuning.plan.removeprefix("plan: ")), "."]))
+    if tuning.confirmed is False:
+        blocks.append(Paragraph([Strong("Not confirmed: the budget ran out"),
+                                 f" after {plural(tuning.rounds or 0, 'interleaved round')}, so there is no confidence."]))
+    if tuning.keep_baseline and tuning.baseline is not None:
+        blocks.append(Paragraph([Strong("Keep yours:"), " your loader ", config_code(tuning.baseline.label),
+                                 f" is within {fmt_percent(tuning.within_pct)} of the best found; no change is recommended."]))
+    if tuning.head_to_head:
+        rows = [[Code(h.label), h.role, fmt_rate(h.samples_per_s), fmt_count(h.rounds)] for h in tuning.head_to_head]
+        blocks.append(Paragraph(["Raced head to head, in the same interleaved rounds (median samples/s):"]))
+        blocks.append(Table(["Configuration", "Role", "samples/s", "Rounds"], rows, "llrr"))
+    if tuning.skipped:
+        blocks.append(Paragraph(["Skipped:"]))
+        blocks.append(Bullets([[Code(label), ": ", *record_text(why)] for label, why in tuning.skipped]))
+    gap = tuning.persistent
+    if gap is not None and gap.gap_without_s is not None and gap.gap_with_s is not None:
+        verdict = "recommended" if gap.recommended else "not recommended"
+        blocks.append(Paragraph([
+            "Epoch boundary at ", Code(gap.measured_on), f": {fmt_seconds(gap.gap_without_s)} without and "
+            f"{fmt_seconds(gap.gap_with_s)} with persistent workers, so persistent_workers=True is {verdict}."]))
     if tuning.region:
         text = f"The tuner classified the source as {tuning.region}"
         blocks.append(Paragraph([text + (f": {tuning.region_reason}." if tuning.region_reason else ".")]))
@@ -150,6 +173,10 @@ def tuning_section(facts: ReportFacts, r: dict):
     headline += [" chose ", config_code(tuning.best.label), f": {fmt_rate(tuning.best.samples_per_s)} samples/s"]
     if tuning.baseline is not None and tuning.speedup is not None:
         headline += [f", {fmt_ratio(tuning.speedup)} the baseline ", config_code(tuning.baseline.label)]
+    if tuning.keep_baseline:
+        headline.append(": within the noise, so keep yours")
+    if tuning.confirmed is False:
+        headline.append(" (not confirmed: the budget ran out)")
     headline.append(".")
     return Section("tuning", "Tuning", blocks), headline
 
@@ -159,11 +186,21 @@ def best_section(facts: ReportFacts, r: dict):
     best = facts.best
     if best is None:
         return None, None
+    if best.keep_baseline and best.best_found is not None:
+        parts: list = [Strong("Keep yours:"), " your loader ", config_code(best.label),
+                       f" is within {fmt_percent(best.within_pct)} of the best found, ", config_code(best.best_found.label),
+                       f" ({fmt_rate(best.samples_per_s)} vs {fmt_rate(best.best_found.samples_per_s)} samples/s); "
+                       "no change is recommended. As DataLoader arguments, unchanged:"]
+        return Section("best-configuration", "Best configuration", [Paragraph(parts), CodeBlock(_snippet(best.config), "python")]), None
     where = "by the tuner" if best.source == "tune" else "in the benchmark sweep"
-    parts: list = [config_code(best.label), f" measured {fmt_rate(best.samples_per_s)} samples/s {where}"]
+    parts = [config_code(best.label), f" measured {fmt_rate(best.samples_per_s)} samples/s {where}"]
     if best.baseline is not None and best.speedup is not None:
         parts += [f", {fmt_ratio(best.speedup)} ", config_code(best.baseline.label),
                   f" ({fmt_rate(best.baseline.samples_per_s)} samples/s)"]
+    if best.overruled is not None:
+        parts += ["; the tuner's pick ", config_code(best.overruled.label),
+                  f" ({fmt_rate(best.overruled.samples_per_s)} samples/s) never raced it head to head and was slower "
+                  "beyond the noise"]
     parts.append(". As DataLoader arguments:")
     return Section("best-configuration", "Best configuration", [Paragraph(parts), CodeBlock(_snippet(best.config), "python")]), None
 

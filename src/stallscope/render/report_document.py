@@ -46,6 +46,7 @@ from .report_format import (
     fmt_count,
     fmt_fraction,
     fmt_ms,
+    fmt_percent,
     fmt_rate,
     fmt_ratio,
     fmt_seconds,
@@ -159,6 +160,10 @@ def _verdict_text(v: Verdict) -> list:
         if x.get("what_if_speedup") is not None:
             parts.append(f"with free data it would run {fmt_ratio(x['what_if_speedup'])} faster")
         return [capital("; ".join(parts)) + "."] if parts else []
+    if v.label == "near-optimal" and x.get("keep_baseline"):
+        return ["Your loader ", config_code(x["baseline"]), f" is within {fmt_percent(x.get('within_pct'))} of the best "
+                "found, ", config_code(x["best"]), f" ({fmt_rate(x['samples_per_s'])} vs "
+                f"{fmt_rate(x['baseline_samples_per_s'])} samples/s): keep it; no change is recommended."]
     if v.label in ("loader-limited", "near-optimal"):
         return [config_code(x["best"]), f" delivers {fmt_rate(x['samples_per_s'])} samples/s, {fmt_ratio(x['speedup'])} the "
                 "baseline ", config_code(x["baseline"]), f" ({fmt_rate(x['baseline_samples_per_s'])} samples/s)."]
