@@ -3,6 +3,7 @@ breakdown and the training loop. Each returns ``None`` when the record lacks tha
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from .facts import (
@@ -162,6 +163,26 @@ def _persistent_gap(entry: Any) -> PersistentGap | None:
         return None
     return PersistentGap(str(entry.get("measured_on") or ""), number(entry.get("gap_without_s")),
                          number(entry.get("gap_with_s")), number(entry.get("saved_s")), entry.get("recommended") is True)
+def trials_by_config(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per config of the tuner's trials: the phases it was measured in, its median rate and
+    start-up over the runs, the runs; fastest first."""
+    rows: dict[str, dict[str, Any]] = {}
+    for t in trials:
+        row = rows.setdefault(t["label"], {"label": t["label"], "phases": [], "rates": [], "startup": [], "error": None})
+        if t["phase"] not in row["phases"]:
+            row["phases"].append(t["phase"])
+        if t.get("error"):
+            row["error"] = t["error"]
+        else:
+            row["rates"].append(t["samples_per_s"])
+            if t.get("startup_s") is not None:
+                row["startup"].append(t["startup_s"])
+    out = []
+    for row in rows.values():
+        row["rate"] = statistics.median(row["rates"]) if row["rates"] else None
+        row["startup_s"] = statistics.median(row["startup"]) if row["startup"] else None
+        out.append(row)
+    return sorted(out, key=lambda r: -(r["rate"] or 0.0))
 
 
 def _config_rate(entry: Any) -> ConfigRate | None:

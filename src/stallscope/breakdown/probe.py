@@ -382,7 +382,13 @@ def measure_worker_stages(
     """Run the instrumented pipeline through a real DataLoader and sum the stage times."""
     from ..config import LoaderConfig
     from ..pipeline.loaders import CyclingSampler, build_loader
-    from ..runtime.processes import no_orphans, shutdown_iterator
+    from ..runtime.processes import (
+        describe_worker_death,
+        is_worker_death,
+        no_orphans,
+        shutdown_iterator,
+        stop_workers,
+    )
     from ..target import nbytes
 
     instrumented = instrument_pipeline(pipeline, slots)
@@ -437,6 +443,9 @@ def measure_worker_stages(
         except PipelineError:
             raise
         except Exception as exc:
+            dead = stop_workers(iterator, exc)  # NOTE [worker death]
+            if dead or is_worker_death(exc):
+                raise PipelineError(describe_worker_death(dead, " while its stages were timed", exc)) from exc
             raise PipelineError(
                 f"the pipeline failed while its stages were timed: {describe_exception(exc)}."
             ) from exc
@@ -464,17 +473,11 @@ def measure_worker_stages(
 
 def effective_start_method(requested: str | None, num_workers: int) -> str | None:
     """The start method workers get: the one asked for, the one set, or the platform default."""
-    import multiprocessing
+    from ..runtime.processes import default_start_method
 
     if num_workers == 0:
         return None
-    # Without set_start_method the first listed method is the default; get_start_method()
-    # without allow_none would fix the user's context for good.
-    return (
-        requested
-        or multiprocessing.get_start_method(allow_none=True)
-        or multiprocessing.get_all_start_methods()[0]
-    )
+    return requested or default_start_method()
 
 
 def _accumulate(

@@ -11,43 +11,35 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ..config import LoaderConfig
 from ..errors import PipelineError, UsageError
 from ..record import RunRecord
 from ..target import Pipeline, load_target, preflight
-from ._common import ArgumentParser, CommandContext, add_target_arguments, execute
+from . import _common as common
 
 DEMO_TARGET = "stallscope.demo:pipeline"
 STEPS = ("check", "bench", "stages", "tune", "profile")
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(
-        prog="stallscope doctor",
-        description="Check, benchmark, break down and tune a pipeline; one report with what to set and why.",
+def build_parser() -> common.ArgumentParser:
+    parser = common.command_parser(
+        "stallscope doctor", "Check, benchmark, break down and tune a pipeline; one report with what to set and why.",
+        target="optional",
     )
-    add_target_arguments(parser, required=False)
     parser.add_argument("--out", type=Path, default=Path("stallscope-report"), metavar="DIR",
                         help="folder for report.json, report.md, report.html and plots (default ./stallscope-report)")
     parser.add_argument("--budget", type=float, default=45.0, metavar="SECONDS", help="time budget of the tuner (default 45)")
     parser.add_argument("--skip", default="", metavar="STEP,...", help=f"steps to skip: {', '.join(STEPS)}")
     parser.add_argument("--timeout", type=float, default=10.0, help="per-sample timeout of the checks (default 10 s)")
     parser.add_argument("--repeats", type=int, default=2, help="repeats per config in the sweep (default 2)")
-    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the record here")
-    parser.add_argument("--md", type=Path, default=None, metavar="PATH", help="also write Markdown here")
-    parser.add_argument("--html", type=Path, default=None, metavar="PATH", help="also write HTML here")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars or console summary")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    common.add_output_arguments(parser, help={"json": "also write the record here", "md": "also write Markdown here",
+                                       "html": "also write HTML here"})
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    return execute(build_parser(), argv, _run)
-
-
-def _run(ctx: CommandContext) -> int:
+def _run(ctx: common.CommandContext) -> int:
     args = ctx.args
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     unknown = skip - set(STEPS)
@@ -74,16 +66,9 @@ def _run(ctx: CommandContext) -> int:
         skip.add("profile")
 
     failures: list[dict[str, str]] = []
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("[bold]{task.fields[step]:<7}[/]"),
-        BarColumn(bar_width=30),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=ctx.console,
-        transient=True,
-        disable=ctx.quiet,
-    ) as progress:
+    columns = (SpinnerColumn(), TextColumn("[bold]{task.fields[step]:<7}[/]"), BarColumn(bar_width=30),
+               TextColumn("{task.description}"), TimeElapsedColumn())
+    with common.progress_bar(ctx.console, disable=ctx.quiet, columns=columns) as progress:
         for step in STEPS:
             if step in skip:
                 continue
@@ -112,14 +97,13 @@ def _run(ctx: CommandContext) -> int:
     if failures:
         record.add(step_failures=failures)
 
-    if not ctx.quiet:
-        _print_summary(ctx, record)
+    common.print_summary(ctx, record)
     data = record.to_dict()
     has_errors = any(f.get("severity") == "error" for f in data.get("findings", []))
     return 1 if has_errors or failures else 0
 
 
-def _build_demo(ctx: CommandContext) -> None:
+def _build_demo(ctx: common.CommandContext) -> None:
     from ..demo.cache import build_demo_dataset
 
     if not ctx.quiet:
@@ -226,62 +210,5 @@ RUNNERS: dict[str, Callable[[Pipeline, Any, Report, RunRecord], dict[str, Any]]]
 }
 
 
-# -- console ------------------------------------------------------------------------------
-
-
-def _print_summary(ctx: CommandContext, record: RunRecord) -> None:
-    from ..render.console_bench import render_bench
-    from ..render.console_check import render_check
-    from ..render.console_stages import render_stages
-    from ..render.console_tune import render_tune
-
-    data = record.to_dict()
-    console = ctx.console
-    if "findings" in data:
-        render_check(data, console)
-    if "results" in data:
-        console.print()
-        render_bench(data, console)
-    if "stages" in data:
-        console.print()
-        render_stages(data, console)
-    if "best" in data:
-        console.print()
-        render_tune(data, console)
-    if "stall_fraction" in data:
-        from ..render.console_profile import render_profile
-
-        console.print()
-        render_profile(data, console)
-    _print_what_to_set(console, data)
-    for failure in data.get("step_failures", []):
-        console.print(f"[red]{failure['step']} failed:[/] {failure['message']}")
-
-
-def _print_what_to_set(console: Any, data: dict[str, Any]) -> None:
-    from rich.markup import escape
-
-    best = data.get("best")
-    recs = data.get("recommendations") or []
-    if not best and not recs:
-        return
-    console.print()
-    console.rule("[bold]What to set and why")
-    if best:
-        from ..tuning.emit import to_python
-
-        config = LoaderConfig.from_dict(best["config"])
-        if best.get("keep_baseline") and data.get("baseline"):
-            from ..tuning.recommendations import keep_yours_sentence
-
-            # Within noise of the user's own settings: the verdict is to keep them.
-            console.print(f"[bold]Keep yours:[/] {escape(keep_yours_sentence(best, data['baseline']))}.")
-            config = LoaderConfig.from_dict(data["baseline"]["config"])
-        console.print(escape(to_python(config)))
-    for rec in recs:
-        line = f"• [bold]{escape(rec.get('title', ''))}[/]"
-        if rec.get("measured"):
-            line += f" — measured: {escape(str(rec['measured']))}"
-        if rec.get("expected_gain"):
-            line += f"; expected gain: {escape(str(rec['expected_gain']))}"
-        console.print(line)
+def main(argv: list[str] | None = None) -> int:
+    return common.execute(build_parser(), argv, _run)

@@ -6,26 +6,16 @@ import sys
 import time
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..config import LoaderConfig
 from ..errors import UsageError
-from ._common import (
-    ArgumentParser,
-    CommandContext,
-    add_output_arguments,
-    add_target_arguments,
-    execute,
-    run_target_loader,
-)
+from . import _common as common
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(
-        prog="stallscope tune",
-        description="Find the fastest DataLoader config within a time budget (a guided search, not a grid).",
+def build_parser() -> common.ArgumentParser:
+    parser = common.command_parser(
+        "stallscope tune", "Find the fastest DataLoader config within a time budget (a guided search, not a grid)."
     )
-    add_target_arguments(parser)
     parser.add_argument("--budget", type=float, default=60.0, metavar="SECONDS",
                         help="wall-clock budget for tuning, profile included (default 60)")
     parser.add_argument("--tune-batch-size", action="store_true",
@@ -42,35 +32,23 @@ def build_parser() -> ArgumentParser:
                         help="also time worker start-up under forkserver (a one-time cost with persistent workers; "
                              "its workers import the pipeline afresh, which can take seconds)")
     parser.add_argument("--seed", type=int, default=0, help="seed for samplers and the bootstrap")
-    add_output_arguments(parser)
+    common.add_output_arguments(parser)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    return execute(build_parser(), argv, _run)
-
-
-def _run(ctx: CommandContext) -> int:
+def _run(ctx: common.CommandContext) -> int:
     from ..tuning.emit import to_python, to_yaml
     from ..tuning.tuner import tune
 
     args = ctx.args
     if args.budget <= 0:
         raise UsageError(f"--budget must be positive, not {args.budget:g}.")
-    pipeline = run_target_loader(args)
+    pipeline = common.run_target_loader(args)
     record = ctx.new_record("tune", pipeline.target)
     # With --emit, stdout carries only the emitted config (pipe-able); the summary goes to stderr.
     console = Console(stderr=True, highlight=False) if args.emit else ctx.console
     started = time.perf_counter()
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed:.0f}/{task.total:.0f} s budget"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=ctx.quiet,
-    ) as progress:
+    with common.progress_bar(console, disable=ctx.quiet, counter="{task.completed:.0f}/{task.total:.0f} s budget") as progress:
         task = progress.add_task("profiling", total=args.budget)
 
         def on_plan(plan: dict) -> None:
@@ -105,10 +83,7 @@ def _run(ctx: CommandContext) -> int:
             on_plan=on_plan,
         )
     record.add(**result.to_dict())
-    if not ctx.quiet:
-        from ..render.console_tune import render_tune
-
-        render_tune(record.to_dict(), console)
+    common.print_summary(ctx, record, console)
     if args.emit:
         emitted, comment = emitted_config(pipeline.target, result.to_dict())
         if args.emit == "yaml":
@@ -124,6 +99,10 @@ def _run(ctx: CommandContext) -> int:
         sys.stdout.write(text)
         sys.stdout.flush()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.execute(build_parser(), argv, _run)
 
 
 def emitted_config(target: str, section: dict) -> tuple[LoaderConfig, str]:

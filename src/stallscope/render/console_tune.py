@@ -2,37 +2,14 @@
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:,.{digits}f}"
-
-
-def _by_config(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per config: phases it was measured in, median rate, start-up, repeats."""
-    rows: dict[str, dict[str, Any]] = {}
-    for t in trials:
-        row = rows.setdefault(t["label"], {"label": t["label"], "phases": [], "rates": [], "startup": [], "error": None})
-        if t["phase"] not in row["phases"]:
-            row["phases"].append(t["phase"])
-        if t.get("error"):
-            row["error"] = t["error"]
-        else:
-            row["rates"].append(t["samples_per_s"])
-            if t.get("startup_s") is not None:
-                row["startup"].append(t["startup_s"])
-    out = []
-    for row in rows.values():
-        row["rate"] = statistics.median(row["rates"]) if row["rates"] else None
-        row["startup_s"] = statistics.median(row["startup"]) if row["startup"] else None
-        out.append(row)
-    return sorted(out, key=lambda r: -(r["rate"] or 0.0))
+from ..analysis import trials_by_config
+from .report_format import fmt_fixed
 
 
 def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -> None:
@@ -43,7 +20,7 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     region = search.get("region") or {}
     if region:
         console.print(f"[bold]Region:[/] {escape(region.get('name', '?'))} — {escape(region.get('reason', ''))}")
-    rows = _by_config(data.get("trials") or [])
+    rows = trials_by_config(data.get("trials") or [])
     table = Table(
         title=f"Configs measured ({len(data.get('trials') or [])} runs in {data.get('tuning_seconds', 0):.1f} s)",
         title_justify="left",
@@ -59,10 +36,10 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
         table.add_row(
             mark + escape(row["label"]),
             ", ".join(row["phases"]),
-            _fmt(row["rate"]) if row["error"] is None else "[red]failed[/]",
+            fmt_fixed(row["rate"]) if row["error"] is None else "[red]failed[/]",
             str(len(row["rates"]) or 1),
             rel,
-            _fmt(row["startup_s"], 2),
+            fmt_fixed(row["startup_s"], 2),
             style="bold green" if mark.strip() else None,
         )
     if len(rows) > max_rows:
@@ -115,7 +92,7 @@ def _render_head_to_head(rows: list[dict[str, Any]], console: Console) -> None:
     for column, justify in [("config", "left"), ("role", "left"), ("median samples/s", "right"), ("rounds", "right")]:
         table.add_column(column, justify=justify)
     for row in rows:
-        table.add_row(escape(row["label"]), row["role"], _fmt(row["samples_per_s"]), str(row.get("rounds") or "–"))
+        table.add_row(escape(row["label"]), row["role"], fmt_fixed(row["samples_per_s"]), str(row.get("rounds") or "–"))
     console.print(table)
 
 
