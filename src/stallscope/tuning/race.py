@@ -9,7 +9,7 @@ report never names two winners that did not meet (NOTE [paired rounds] in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,35 @@ class Entrant:
     role: str  # "baseline" | "sweep-best" | "tuner" | "other" (see head_to_head)
     scan_rate: float = 0.0
     seeded: bool = False  # a caller's seed: leaves the race only by losing, never for the budget
+
+
+def entrants(
+    scan: Mapping[LoaderConfig, float],
+    finalists: Sequence[LoaderConfig],
+    seeds: Sequence[tuple[LoaderConfig, str]],
+    baseline: LoaderConfig,
+) -> list[Entrant]:
+    """The finalists, the caller's seeds and the user's baseline, each with its role (``scan``: the
+    scanned rates). The first finalist is the tuner's own best; a seed or the baseline takes over the
+    role of a finalist it coincides with."""
+    out = [Entrant(c, "tuner" if i == 0 else "other", scan[c]) for i, c in enumerate(finalists)]
+
+    def enter(config: LoaderConfig, role: str, seeded: bool) -> None:
+        found = next((e for e in out if e.config == config), None)
+        if found is None:
+            out.append(Entrant(config, role, scan[config], seeded=seeded))
+        else:
+            found.role, found.seeded = role, found.seeded or seeded
+
+    for config, role in seeds:
+        if config in scan:
+            enter(config, role, True)
+    # The user's own config races unless the scan shows it far behind: the speed-up and the
+    # "keep yours" verdict then come from the same rounds as the pick.
+    top = max(scan.values(), default=0.0)
+    if baseline in scan and scan[baseline] >= 0.5 * top:
+        enter(baseline, "baseline", False)
+    return out
 
 
 class Race:

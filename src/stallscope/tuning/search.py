@@ -67,7 +67,7 @@ from ..config import LoaderConfig
 from ..throughput.epochs import epoch_batches
 from .confidence import Decision, decide_from_scan, keeps_baseline, within_pct
 from .persistence import choose_persistent, choose_start_method
-from .race import Entrant, Race
+from .race import Race, entrants
 from .regions import Region, classify
 from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace, budget_plan, cost_key
 from .trial import Effect, Evaluator, SearchResult, Trial, overhead_fit
@@ -418,28 +418,6 @@ class Search:
     def _round_cost(self, configs: Sequence[LoaderConfig]) -> float:
         return 2 * sum(self.estimate_cost(c, self.settings.confirm_window_s) for c in configs)
 
-    def _entrants(self) -> list[Entrant]:
-        """The finalists, the caller's seeds and the user's baseline, each with its role."""
-        ok = {c: t.samples_per_s for c, t in self._scan.items() if t.ok}
-        entrants = [Entrant(c, "tuner" if i == 0 else "other", ok[c]) for i, c in enumerate(self.finalists())]
-
-        def enter(config: LoaderConfig, role: str, seeded: bool) -> None:
-            found = next((e for e in entrants if e.config == config), None)
-            if found is None:
-                entrants.append(Entrant(config, role, ok[config], seeded=seeded))
-            else:
-                found.role, found.seeded = role, found.seeded or seeded
-
-        for config, role in self.seeds:
-            if config in ok:
-                enter(config, role, True)
-        # The user's own config races unless the scan shows it far behind: the speed-up and the
-        # "keep yours" verdict then come from the same rounds as the pick.
-        top = max(ok.values(), default=0.0)
-        if self.baseline in ok and ok[self.baseline] >= 0.5 * top:
-            enter(self.baseline, "baseline", False)
-        return entrants
-
     def _race_affordable(self, seconds: float) -> bool:
         """Two rounds come first; rounds beyond them leave room for the epoch-boundary measurement."""
         reserve = 0.0
@@ -449,7 +427,8 @@ class Search:
         return self.affordable(seconds + reserve)
 
     def _confirm(self) -> Decision:
-        decision = self.race.run(self._entrants())
+        ok = {c: t.samples_per_s for c, t in self._scan.items() if t.ok}
+        decision = self.race.run(entrants(ok, self.finalists(), self.seeds, self.baseline))
         if decision is None:
             # Not one round raced: single measurements pick, and within their noise floor the cheaper config.
             tolerance = max(self.settings.tolerance, self.settings.min_gain)
