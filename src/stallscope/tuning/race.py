@@ -9,6 +9,7 @@ report never names two winners that did not meet (NOTE [paired rounds] in
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from ..config import LoaderConfig
 from .confidence import MIN_ROUNDS, Decision, RaceLog, clearly_slower, decide
 from .space import SearchSettings
-from .trial import Evaluator, Trial
+from .trial import Effect, Evaluator, Trial
 
 # After one round, a config below this fraction of the leader's rate is out: two maximal noise
 # thresholds (MAX_SIG) below, no second round will turn it around.
@@ -174,6 +175,22 @@ class Race:
             raced = self.log.rounds_of(entrant.config)
             if 0 < raced < MIN_ROUNDS and self.rounds < MIN_ROUNDS:
                 self.skip(entrant.config, f"raced {raced} round(s) of the {MIN_ROUNDS} a confidence needs")
+
+    def noise(self) -> float | None:
+        """Median relative spread (max − min) / median of the raced configs' round rates."""
+        spreads = []
+        for config in self.log.configs():
+            values = self.log.values(config)
+            if len(values) >= 2 and statistics.median(values) > 0:
+                spreads.append((max(values) - min(values)) / statistics.median(values))
+        return statistics.median(spreads) if spreads else None
+
+    def confirm_effects(self, effects: Sequence[Effect]) -> None:
+        """Replace single-measurement effects by interleaved medians where both sides raced."""
+        for effect in effects:
+            a, b = self.log.median(effect.parent), self.log.median(effect.variant)
+            if a is not None and b is not None:
+                effect.parent_rate, effect.variant_rate, effect.source = a, b, "confirm"
 
     def head_to_head(self) -> list[dict[str, Any]]:
         """The configs that raced, with their medians and why they were there (fastest first)."""

@@ -69,7 +69,16 @@ from .confidence import Decision, decide_from_scan, keeps_baseline, within_pct
 from .persistence import choose_persistent, choose_start_method
 from .race import Race, entrants
 from .regions import Region, classify
-from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace, budget_plan, cost_key
+from .space import (
+    MB,
+    MemoryBudget,
+    Profile,
+    SearchSettings,
+    SearchSpace,
+    budget_plan,
+    cost_key,
+    revise_plan,
+)
 from .trial import Effect, Evaluator, SearchResult, Trial, overhead_fit
 
 # The noise threshold for a gain never exceeds this.
@@ -224,8 +233,9 @@ class Search:
         self._note(self.plan["summary"])
         if on_plan is not None:
             on_plan(self.plan)
-        self._reserve_for_seeds()
         self._probe()
+        self._revise_plan()
+        self._reserve_for_seeds()
         self._scale()
         self._refine()
         self._knobs()
@@ -233,13 +243,21 @@ class Search:
         self._startup(decision.pick)
         return self._result(decision)
 
+    def _revise_plan(self) -> None:
+        left = max(0.0, self.settings.budget_s - self.ev.elapsed())
+        note = revise_plan(self.plan, [t.cost_s for t in self.trials if t.cost_s > 0], left_s=left)
+        if note:
+            self._note(note)
+
     def _reserve_for_seeds(self) -> None:
         """With seeds (doctor: the sweep's best), the race that settles one winner comes before more
-        scanning: the scan and knob phases stop early enough for two rounds of the seeds and the leader."""
+        scanning: the scan and knob phases stop early enough for two rounds of the seeds against the
+        tuner's best, at the costs the probe measured."""
         if not self.seeds:
             return
         settings = self.settings
-        rounds_s = settings.min_rounds * 2 * (len(self.seeds) + 1) * self.plan["measurement_s"]
+        seeds = [c for c, _ in self.seeds]
+        rounds_s = settings.min_rounds * self._round_cost([*seeds, seeds[0]])
         room = 1 - rounds_s / settings.budget_s
         settings.scan_share = max(0.2, min(settings.scan_share, room))
         settings.knobs_share = max(settings.scan_share, min(settings.knobs_share, room))
@@ -491,8 +509,8 @@ class Search:
         pick = decision.pick
         rate = decision.medians.get(pick, self.rate(pick))
         base_rate = self.rate(self.baseline)
-        self._race_effects()
-        noise = self._race_noise()
+        self.race.confirm_effects(self.effects)
+        noise = self.race.noise()
         keep = pick == self.baseline or keeps_baseline(
             rate, base_rate, paired=self.race.log.ratios(pick, self.baseline), noise=noise,
             min_gain=self.settings.min_gain, seed=self.settings.seed,
@@ -531,22 +549,6 @@ class Search:
             plan=self.plan,
             persistent=persistent,
         )
-
-    def _race_noise(self) -> float | None:
-        """Median relative spread (max − min) / median of the raced configs' round rates."""
-        spreads = []
-        for config in self.race.log.configs():
-            values = self.race.log.values(config)
-            if len(values) >= 2 and statistics.median(values) > 0:
-                spreads.append((max(values) - min(values)) / statistics.median(values))
-        return statistics.median(spreads) if spreads else None
-
-    def _race_effects(self) -> None:
-        """Replace single-measurement effects by interleaved medians where both sides raced."""
-        for effect in self.effects:
-            a, b = self.race.log.median(effect.parent), self.race.log.median(effect.variant)
-            if a is not None and b is not None:
-                effect.parent_rate, effect.variant_rate, effect.source = a, b, "confirm"
 
     def _startup_of(self, config: LoaderConfig) -> float | None:
         values = [t.startup_s for t in self.trials if t.config == config and t.ok and t.startup_s is not None]
