@@ -6,6 +6,7 @@ See NOTE [tuning strategy] in :mod:`stallscope.tuning.search`.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,7 +230,7 @@ def revise_plan(plan: dict[str, Any], costs: list[float], *, left_s: float) -> s
     planned = plan.get("measurement_s") or 0.0
     if not costs or planned <= 0:
         return None
-    measured = sorted(costs)[len(costs) // 2]
+    measured = statistics.median(costs)
     plan["measured_measurement_s"] = round(measured, 3)
     if 0.5 <= measured / planned <= 2.0:
         return None
