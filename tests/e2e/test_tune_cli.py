@@ -12,6 +12,7 @@ import jsonschema
 
 from stallscope.commands import tune as tune_command
 from stallscope.config import LoaderConfig
+from stallscope.tuning.emit import PLACEHOLDER
 
 BUDGET = 10.0
 
@@ -44,7 +45,9 @@ def test_tune_cli_emits_python(capsys, pipelines_dir):
     code = tune_command.main([f"{pipelines_dir / 'tune_pipelines.py'}:tensors", "--budget", "3", "--quiet", "--emit", "python"])
     assert code == 0
     emitted = capsys.readouterr().out
-    tree = ast.parse(emitted)
+    # The dataset is built inside the target: a marked placeholder the user fills in with their variable.
+    assert "    <your dataset: torch.utils.data.dataset.TensorDataset instance>,\n" in emitted
+    tree = ast.parse(PLACEHOLDER.sub(lambda m: m.group(1), emitted))
     assert any(isinstance(node, ast.Assign) and node.targets[0].id == "loader" for node in tree.body)
 
 

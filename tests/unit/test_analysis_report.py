@@ -206,12 +206,15 @@ def test_stage_shares_accept_percentages():
     assert facts.total_ms == 4.0 and facts.top.name == "decode"
 
 
-def test_loader_arguments_follow_the_config():
-    assert an.loader_arguments(cfg(0)) == [("batch_size", 10), ("num_workers", 0)]
-    args = an.loader_arguments(cfg(4, pf=None, in_order=False, pin_memory=True, persistent_workers=True,
-                                   multiprocessing_context="spawn"))
-    assert args == [("batch_size", 10), ("num_workers", 4), ("prefetch_factor", 2), ("persistent_workers", True),
-                    ("multiprocessing_context", "spawn"), ("in_order", False), ("pin_memory", True)]
+def test_best_configuration_snippet_is_the_users_call_with_the_pick():
+    pick = cfg(4, in_order=False, persistent_workers=True)
+    loader = {"arguments": [{"name": "dataset", "source": "<your dataset: m.D instance>", "positional": True},
+                            {"name": "batch_size", "source": "10"},
+                            {"name": "collate_fn", "source": "pad", "imports": ["from m import pad"]}]}
+    text = an.loader_snippet({"best": {"config": pick}, "baseline": {"config": cfg(1)}, "loader": loader}, pick)
+    assert "from m import pad\n" in text and "    collate_fn=pad,\n" in text and "    batch_size=10,\n" in text
+    assert "    num_workers=4,  # was 1\n" in text and "    in_order=False,  # new\n" in text
+    assert an.loader_snippet({}, {}) == ""
 
 
 def test_training_facts_prefer_steady_state_means():

@@ -48,7 +48,7 @@ from .report import report_facts
 from .sections import (
     bench_facts,
     best_configuration,
-    loader_arguments,
+    loader_snippet,
     stage_facts,
     training_facts,
     trials_by_config,
@@ -93,7 +93,7 @@ __all__ = [
     "cpu_use",
     "epoch_estimate",
     "finding_facts",
-    "loader_arguments",
+    "loader_snippet",
     "memory_facts",
     "recommendations",
     "report_facts",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ..tuning.emit import render_python, snippet_for_record
 from .facts import (
     AugmentationFacts,
     BenchFacts,
@@ -28,7 +29,6 @@ from .readers import (
     config_label,
     number,
     ok_results,
-    prefetch_of,
     rate_of,
     result_for_config,
     single_process_result,
@@ -212,6 +212,7 @@ def best_configuration(r: Record) -> BestConfig | None:
                 speedup=1.0,
                 baseline=tuning.baseline,
                 result=result_for_config(r, tuning.baseline.config),
+                snippet=loader_snippet(r, tuning.baseline.config),
                 keep_baseline=True,
                 within_pct=tuning.within_pct,
                 best_found=tuning.best,
@@ -225,6 +226,7 @@ def best_configuration(r: Record) -> BestConfig | None:
                 speedup=tuning.speedup,
                 baseline=tuning.baseline,
                 result=result_for_config(r, tuning.best.config),
+                snippet=loader_snippet(r, tuning.best.config),
             )
     best = best_result(r)
     if best is None:
@@ -246,6 +248,7 @@ def best_configuration(r: Record) -> BestConfig | None:
         speedup=speedup,
         baseline=baseline,
         result=best,
+        snippet=loader_snippet(r, best.get("config") or {}),
         overruled=tuning.best if tuning is not None else None,
     )
 
@@ -276,28 +279,10 @@ def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> dict | None:
     return sweep if sweep_rate > tuning.best.samples_per_s * (1 + noise) else None
 
 
-def loader_arguments(config: dict) -> list[tuple[str, Any]]:
-    """DataLoader keyword arguments for a config dict, in the order people write them.
-
-    Built from the record rather than LoaderConfig.to_kwargs(): the report may be
-    rendered on a machine whose torch lacks an argument the measured one had.
-    """
-    args: list[tuple[str, Any]] = []
-    if batch_size_of(config) is not None:
-        args.append(("batch_size", config["batch_size"]))
-    workers = workers_of(config)
-    args.append(("num_workers", workers))
-    if workers > 0:
-        args.append(("prefetch_factor", prefetch_of(config)))
-        if config.get("persistent_workers"):
-            args.append(("persistent_workers", True))
-        if config.get("multiprocessing_context"):
-            args.append(("multiprocessing_context", config["multiprocessing_context"]))
-        if config.get("in_order") is False:
-            args.append(("in_order", False))
-    if config.get("pin_memory"):
-        args.append(("pin_memory", True))
-    return args
+def loader_snippet(r: Record, config: dict) -> str:
+    """The user's own loader call with ``config``'s knobs, as ``--emit python`` writes it."""
+    snippet = snippet_for_record(r, config) if config else None
+    return render_python(snippet) if snippet is not None else ""
 
 
 def stage_facts(r: Record, *, top_hotspots: int = 8) -> StageFacts | None:

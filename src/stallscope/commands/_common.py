@@ -106,10 +106,15 @@ class CommandContext:
     def quiet(self) -> bool:
         return bool(getattr(self.args, "quiet", False))
 
-    def new_record(self, command: str, target: str) -> RunRecord:
+    def new_record(self, command: str, target: str, pipeline: Any = None) -> RunRecord:
+        """A record for this command; ``pipeline`` adds how the user built their loader
+        (the ``loader`` section recommendations are written against)."""
         from ..runtime.host import host_info
 
         self.record = RunRecord(command=command, target=target, host=host_info().to_dict())
+        call = getattr(pipeline, "call", None)
+        if call is not None:
+            self.record.add(loader=call.to_dict())
         return self.record
 
 

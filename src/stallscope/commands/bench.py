@@ -33,7 +33,7 @@ def _run(ctx: common.CommandContext) -> int:
     if args.repeats < 1:
         common.fail("--repeats must be at least 1.")
     pipeline = common.run_target_loader(args)
-    record = ctx.new_record("bench", pipeline.target)
+    record = ctx.new_record("bench", pipeline.target, pipeline)
     workers = args.num_workers or default_worker_counts(usable_cores())
     n_configs = len(workers) * len(args.prefetch_factor or [0]) * len(args.batch_sizes or [0])
     n_configs *= len(args.persistent_workers or [0]) * len(args.pin_memory or [0]) * len(args.in_order or [0])

@@ -58,7 +58,7 @@ def _run(ctx: common.CommandContext) -> int:
         _build_demo(ctx)
     pipeline = load_target(target, batch_size=args.batch_size, collate=args.collate)
     pre = preflight(pipeline)
-    record = ctx.new_record("doctor", pipeline.target)
+    record = ctx.new_record("doctor", pipeline.target, pipeline)
     from ..throughput.sweep import dataset_facts
 
     record.add(dataset=dataset_facts(pipeline, pre))

@@ -12,7 +12,8 @@ import argparse
 from ..errors import UsageError
 from ..training.runner import (
     DEFAULT_STEPS,
-    DEFAULT_WARMUP,
+    MIN_WARMUP,
+    default_warmup,
     resolve_device,
     resolve_profile_sync,
     run_profile,
@@ -29,8 +30,9 @@ DESCRIPTION = (
 def build_parser() -> common.ArgumentParser:
     parser = common.command_parser("stallscope profile", DESCRIPTION)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"measured steps (default {DEFAULT_STEPS})")
-    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
-                        help=f"steps run first and kept out of the figures (default {DEFAULT_WARMUP})")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="steps run first and kept out of the figures (default: num_workers × prefetch_factor "
+                             f"+ num_workers, at least {MIN_WARMUP})")
     parser.add_argument("--num-workers", type=int, default=None, help="override the target's num_workers")
     parser.add_argument("--device", default=None, metavar="cpu|cuda",
                         help="where the model runs (default: cuda when available, else cpu)")
@@ -54,15 +56,16 @@ def _run(ctx: common.CommandContext) -> int:
         info = rank_info()
         quiet = ctx.quiet or not info.is_main
         pipeline = common.run_target_loader(args)
-        record = ctx.new_record("profile", pipeline.target)
+        record = ctx.new_record("profile", pipeline.target, pipeline)
         preflight(pipeline)
         config = pipeline.baseline
         if args.num_workers is not None:
             config = config.replace(num_workers=args.num_workers)
         with common.progress_bar(ctx.console, disable=quiet, counter="{task.completed}/{task.total} steps") as progress:
-            task = progress.add_task(f"profiling train_step ({config.label()}, {device})", total=args.warmup + args.steps)
+            warmup = default_warmup(config) if args.warmup is None else args.warmup
+            task = progress.add_task(f"profiling train_step ({config.label()}, {device})", total=warmup + args.steps)
             profile = run_profile(
-                pipeline, steps=args.steps, warmup=args.warmup, config=config, device=device,
+                pipeline, steps=args.steps, warmup=warmup, config=config, device=device,
                 sync=resolve_profile_sync(args.sync, device), timeout=args.timeout,
                 on_step=lambda done, total: progress.update(task, completed=done),
             )

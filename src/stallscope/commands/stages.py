@@ -83,6 +83,11 @@ def build_parser() -> common.ArgumentParser:
         metavar="S",
         help="longest wait for one batch from a worker",
     )
+    parser.add_argument(
+        "--no-callees",
+        action="store_true",
+        help="keep 'other (__getitem__)' whole instead of breaking out the calls it makes (5%% or more)",
+    )
     common.add_output_arguments(parser)
     return parser
 
@@ -101,6 +106,7 @@ def _run(ctx: common.CommandContext) -> int:
             baseline_transforms=args.baseline_transforms, differential=not args.no_differential,
             hotspots=max(0, args.hotspots), drop_cache=args.drop_cache, timeout=args.timeout,
             progress=progress,
+            callees=not args.no_callees,
         )
     record.add(**result.to_dict())
     common.print_summary(ctx, record)

@@ -26,8 +26,9 @@ def build_parser() -> common.ArgumentParser:
                         help="memory for workers + in-flight batches (default half the available RAM)")
     parser.add_argument("--repeats", type=int, default=None, metavar="N",
                         help="interleaved rounds for the finalists (default: adaptive, until the pick is clear)")
-    parser.add_argument("--emit", choices=["yaml", "python"], default=None,
-                        help="print the pick as LoaderConfig YAML or as a DataLoader(...) call on stdout")
+    parser.add_argument("--emit", choices=["yaml", "python", "diff"], default=None,
+                        help="print the pick on stdout: your loader call with the tuned settings (python), only the "
+                             "keyword arguments to change (diff), or LoaderConfig YAML for ss.make_loader (yaml)")
     parser.add_argument("--start-methods", action="store_true",
                         help="also time worker start-up under forkserver (a one-time cost with persistent workers; "
                              "its workers import the pipeline afresh, which can take seconds)")
@@ -37,14 +38,14 @@ def build_parser() -> common.ArgumentParser:
 
 
 def _run(ctx: common.CommandContext) -> int:
-    from ..tuning.emit import to_python, to_yaml
+    from ..tuning.emit import render_diff, render_python, render_yaml, snippet_for_record
     from ..tuning.tuner import tune
 
     args = ctx.args
     if args.budget <= 0:
         raise UsageError(f"--budget must be positive, not {args.budget:g}.")
     pipeline = common.run_target_loader(args)
-    record = ctx.new_record("tune", pipeline.target)
+    record = ctx.new_record("tune", pipeline.target, pipeline)
     # With --emit, stdout carries only the emitted config (pipe-able); the summary goes to stderr.
     console = Console(stderr=True, highlight=False) if args.emit else ctx.console
     started = time.perf_counter()
@@ -85,17 +86,16 @@ def _run(ctx: common.CommandContext) -> int:
     record.add(**result.to_dict())
     common.print_summary(ctx, record, console)
     if args.emit:
-        emitted, comment = emitted_config(pipeline.target, result.to_dict())
+        data = record.to_dict()
+        emitted, comment = emitted_config(pipeline.target, data)
+        snippet = snippet_for_record(data, emitted.to_dict())
+        assert snippet is not None  # the record has a pick
         if args.emit == "yaml":
-            text = to_yaml(emitted, comment=comment)
+            text = render_yaml(snippet, emitted, comment=comment)
+        elif args.emit == "diff":
+            text = render_diff(snippet, comment=comment)
         else:
-            text = to_python(
-                emitted,
-                collate_fn="collate_fn" if pipeline.collate_fn is not None else None,
-                shuffle=pipeline.shuffle,
-                drop_last=pipeline.drop_last,
-                comment=comment,
-            )
+            text = render_python(snippet, comment=comment)
         sys.stdout.write(text)
         sys.stdout.flush()
     return 0

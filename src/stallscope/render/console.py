@@ -15,14 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 
 from ..analysis.readers import as_record_dict
 from .console_bench import render_bench
 from .console_check import render_check
 from .console_profile import render_profile
 from .console_stages import render_stages
-from .console_tune import render_tune
+from .console_tune import render_tune, render_what_to_set
 
 Section = Callable[[dict[str, Any], Console], None]
 
@@ -82,34 +81,8 @@ def _print_everything(data: dict[str, Any], console: Console) -> None:
         if command != "check":
             console.print()
         section(data, console)
-    _print_what_to_set(console, data)
+    render_what_to_set(data, console)
     for failure in data.get("step_failures", []):
         console.print(f"[red]{failure['step']} failed:[/] {failure['message']}")
 
 
-def _print_what_to_set(console: Console, data: dict[str, Any]) -> None:
-    best = data.get("best")
-    recs = data.get("recommendations") or []
-    if not best and not recs:
-        return
-    console.print()
-    console.rule("[bold]What to set and why")
-    if best:
-        from ..config import LoaderConfig
-        from ..tuning.emit import to_python
-
-        config = LoaderConfig.from_dict(best["config"])
-        if best.get("keep_baseline") and data.get("baseline"):
-            from ..tuning.recommendations import keep_yours_sentence
-
-            # Within noise of the user's own settings: the verdict is to keep them.
-            console.print(f"[bold]Keep yours:[/] {escape(keep_yours_sentence(best, data['baseline']))}.")
-            config = LoaderConfig.from_dict(data["baseline"]["config"])
-        console.print(escape(to_python(config)))
-    for rec in recs:
-        line = f"• [bold]{escape(rec.get('title', ''))}[/]"
-        if rec.get("measured"):
-            line += f" — measured: {escape(str(rec['measured']))}"
-        if rec.get("expected_gain"):
-            line += f"; expected gain: {escape(str(rec['expected_gain']))}"
-        console.print(line)

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..analysis import trials_by_config
+from ..tuning.emit import render_python, snippet_for_record
 from .report_format import fmt_fixed
 
 
@@ -102,3 +103,31 @@ def _same_knobs(label: str, pick_label: str | None) -> bool:
         return False
     strip = lambda text: " ".join(p for p in text.split() if p != "persistent")  # noqa: E731
     return strip(label) == strip(pick_label)
+
+
+def render_what_to_set(data: dict[str, Any], console: Console, *, recommendations: bool = True) -> None:
+    """The user's own loader call with the pick's knobs (the one snippet builder), then the
+    recommendations with what was measured."""
+    best, baseline = data.get("best"), data.get("baseline")
+    keep = bool(best and best.get("keep_baseline") and baseline)
+    # Within noise of the user's own settings: the verdict is to keep them.
+    chosen = baseline["config"] if keep else None
+    snippet = snippet_for_record(data, chosen) if best else None
+    recs = (data.get("recommendations") or []) if recommendations else []
+    if snippet is None and not recs:
+        return
+    console.print()
+    console.rule("[bold]What to set and why")
+    if keep:
+        from ..tuning.recommendations import keep_yours_sentence
+
+        console.print(f"[bold]Keep yours:[/] {escape(keep_yours_sentence(best, baseline))}.")
+    if snippet is not None:
+        console.print(escape(render_python(snippet)))
+    for rec in recs:
+        line = f"• [bold]{escape(rec.get('title', ''))}[/]"
+        if rec.get("measured"):
+            line += f" — measured: {escape(str(rec['measured']))}"
+        if rec.get("expected_gain"):
+            line += f"; expected gain: {escape(str(rec['expected_gain']))}"
+        console.print(line)

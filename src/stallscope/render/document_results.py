@@ -12,7 +12,6 @@ from ..analysis import (
     StageFacts,
     TrainingFacts,
     TuningFacts,
-    loader_arguments,
 )
 from ..analysis.readers import number, workers_of
 from . import document_model as dm
@@ -166,9 +165,11 @@ def best_section(best: BestConfig, r: dict):
                        f" is within {rf.fmt_percent(best.within_pct)} of the best found, ",
                        dm.config_code(best.best_found.label),
                        f" ({rf.fmt_rate(best.samples_per_s)} vs {rf.fmt_rate(best.best_found.samples_per_s)} samples/s); "
-                       "no change is recommended. As DataLoader arguments, unchanged:"]
-        return dm.Section("best-configuration", "Best configuration",
-                          [dm.Paragraph(parts), dm.CodeBlock(_snippet(best.config), "python")]), None
+                       "no change is recommended."]
+        blocks: list = [dm.Paragraph(parts)]
+        if best.snippet:
+            blocks += [dm.Paragraph(["Your loader call, unchanged:"]), dm.CodeBlock(best.snippet, "python")]
+        return dm.Section("best-configuration", "Best configuration", blocks), None
     where = "by the tuner" if best.source == "tune" else "in the benchmark sweep"
     parts = [dm.config_code(best.label), f" measured {rf.fmt_rate(best.samples_per_s)} samples/s {where}"]
     if best.baseline is not None and best.speedup is not None:
@@ -178,24 +179,11 @@ def best_section(best: BestConfig, r: dict):
         parts += ["; the tuner's pick ", dm.config_code(best.overruled.label),
                   f" ({rf.fmt_rate(best.overruled.samples_per_s)} samples/s) never raced it head to head and was slower "
                   "beyond the noise"]
-    parts.append(". As DataLoader arguments:")
-    return dm.Section("best-configuration", "Best configuration", [dm.Paragraph(parts), dm.CodeBlock(_snippet(best.config), "python")]), None
-
-
-def _snippet(config: dict) -> str:
-    lines = []
-    threads = config.get("torch_threads")
-    if isinstance(threads, int) and not isinstance(threads, bool):
-        lines += ["import torch", f"torch.set_num_threads({threads})"]
-    lines.append("from torch.utils.data import DataLoader")
-    lines.append("")
-    if config.get("batched_fetch"):
-        lines.append("# batched_fetch: the dataset's __getitems__(indices) returns a whole batch per call")
-    lines.append("loader = DataLoader(")
-    lines.append("    dataset,")
-    lines += [f"    {name}={value!r}," for name, value in loader_arguments(config)]
-    lines.append(")")
-    return "\n".join(lines)
+    if not best.snippet:
+        parts.append(".")
+        return dm.Section("best-configuration", "Best configuration", [dm.Paragraph(parts)]), None
+    parts += [". Your loader call with these settings (", dm.Code("# was"), " marks what changed):"]
+    return dm.Section("best-configuration", "Best configuration", [dm.Paragraph(parts), dm.CodeBlock(best.snippet, "python")]), None
 
 
 # -- stages ---------------------------------------------------------------------------

@@ -26,10 +26,10 @@ from typing import Any
 
 import psutil
 
+from ..checks.sharding import replayed_stream
 from ..config import LoaderConfig, loader_supports
 from ..errors import PipelineError, UsageError
 from ..pipeline.batching import FetcherCheck, vectorised_fetcher
-from ..pipeline.inspection import shards_by_worker
 from ..runtime.host import cuda_available, usable_cores
 from ..runtime.processes import no_orphans
 from ..target import Pipeline, load_target, nbytes, preflight
@@ -92,7 +92,9 @@ def profile_pipeline(pipeline: Pipeline, *, max_seconds: float = 1.0, max_items:
         items=len(walls),
     )
     check = None
-    if profile.map_style and profile.batch_seconds(bs) <= BATCHED_PROBE_MAX_S and length and length >= bs:
+    # Not with the user's own batch sampler: ss.make_loader, which a batched pick is emitted as, batches by size.
+    cheap = profile.batch_seconds(bs) <= BATCHED_PROBE_MAX_S and pipeline.batch_sampler is None
+    if profile.map_style and cheap and length and length >= bs:
         check = vectorised_fetcher(pipeline.dataset, pipeline.collate_fn)
         if check.fetch is not None:
             profile.batched_fetch = check.kind
@@ -455,6 +457,11 @@ def tune(
     if repeats is not None and repeats < 1:
         raise UsageError(f"--repeats must be at least 1, not {repeats}.")
     pipeline = target if isinstance(target, Pipeline) else load_target(target, batch_size=batch_size, collate=collate)
+    if tune_batch_size and pipeline.batch_sampler is not None:
+        raise UsageError(
+            "the loader's batch_sampler decides its batch sizes, so --tune-batch-size has nothing to change; "
+            "leave it out (the other knobs are tuned with your batches)."
+        )
     preflight(pipeline)
     profile, check = profile_pipeline(pipeline)
     cores = usable_cores()
@@ -463,13 +470,11 @@ def tune(
         compare_start_methods=compare_start_methods,
     )
     notes = []
-    if pipeline.is_iterable and space.max_workers > 0 and not shards_by_worker(pipeline.dataset):
-        # Every worker would replay the whole stream: more samples/s, but duplicates.
-        space.max_workers = 0
-        notes.append(
-            "the IterableDataset does not consult get_worker_info(), so each worker would replay the whole "
-            "stream; only num_workers=0 was measured (shard by worker id to use workers)"
-        )
+    if pipeline.is_iterable and space.max_workers > 0:
+        why = replayed_stream(pipeline, seconds=min(20.0, 0.2 * budget_s))
+        if why:  # every worker would replay the stream: more samples/s, all of them copies
+            space.max_workers = 0
+            notes.append(why)
     budget_bytes = int(memory_budget_mb * MB) if memory_budget_mb else int(MEMORY_SHARE * psutil.virtual_memory().available)
     memory = MemoryBudget(budget_bytes=budget_bytes, batch_bytes=profile.batch_bytes)
     baseline = pipeline.baseline.replace(batch_size=pipeline.batch_size)
