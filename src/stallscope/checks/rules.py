@@ -17,6 +17,7 @@ from .findings import ERROR, WARNING, Finding, sort_findings
 from .memory_rules import detect_copy_on_write, detect_memory_growth
 from .pickling import FIXES as PICKLE_FIXES
 from .rng import duplicated_streams
+from .sharding import detect_iterable_duplicates
 
 MB = 1024 * 1024
 
@@ -473,6 +474,7 @@ DEFAULT_RULES: list[Rule] = [
     detect_unpicklable,
     detect_duplicate_rng,
     detect_memory_growth,
+    detect_iterable_duplicates,
     detect_copy_on_write,
     detect_slow_samples,
     detect_hang,

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import multiprocessing
 import random
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, describe_exception
-from ..runtime.processes import no_orphans
+from ..runtime.processes import default_start_method, no_orphans
 from .findings import CODES
 from .result import CheckResult
 from .rules import analyse, slow_candidates
@@ -63,6 +62,7 @@ _PROBES_FOR = {
     "unpicklable": {"pickling"},
     "duplicate-rng": {"rng"},
     "memory-growth": {"memory"},
+    "iterable-duplicates": {"sharding"},
     "copy-on-write": {"memory"},
     "slow-samples": {"health"},
     "hang": {"health"},
@@ -73,14 +73,6 @@ _PROBES_FOR = {
 }
 
 
-def default_start_method() -> str:
-    """The start method a DataLoader with no ``multiprocessing_context`` uses here."""
-    current = multiprocessing.get_start_method(allow_none=True)
-    if current:
-        return current
-    if sys.platform in ("win32", "darwin"):
-        return "spawn"
-    return "forkserver" if sys.version_info >= (3, 14) else "fork"
 
 
 def select_codes(only: Iterable[str] | None, skip: Iterable[str] | None) -> list[str]:
@@ -176,6 +168,7 @@ class _Run:
             self.publish()
             for probe, wanted, step in (
                 ("health", "health" in self.needed, self._run_health),
+                ("sharding", "sharding" in self.needed, self._run_sharding),
                 ("rng", "rng" in self.needed, self._run_rng),
                 ("memory", "memory" in self.needed, self._run_memory),
                 ("shm", "shm-too-small" in self.codes, self._measure_shm),
@@ -366,6 +359,21 @@ class _Run:
         )
         error = self.probes["rng"].get("error")
         self.probe_status["rng"] = "done" if not error else f"failed: {error}"
+
+    # -- iterable duplicates (NOTE in sharding.py) ------------------------------------------------------------
+    def _run_sharding(self) -> None:
+        blocked = self._health_blocked() or ("" if self.worker_method else "no usable start method")
+        if not self.pipeline.is_iterable or blocked or self.remaining() < 1.0:
+            why = f"skipped: {blocked or 'budget exhausted'}" if self.pipeline.is_iterable else "not an IterableDataset"
+            self.probe_status["sharding"] = why
+            return
+        from .sharding import probe_sharding
+
+        self.progress("comparing the workers' streams")
+        share = min(self.remaining(), max(0.3 * self.remaining(), self.startup() + 2 * self.timeout))
+        record = self.probes["sharding"] = probe_sharding(self.pipeline, workers=max(2, self.workers), start_method=self.worker_method,
+                                                          seed=self.seed, deadline=time.monotonic() + share, timeout=self.timeout + self.startup())
+        self.probe_status["sharding"] = f"failed: {record['error']}" if record.get("error") else "done"
 
     # -- memory -------------------------------------------------------------------------------------------
     def _run_memory(self) -> None:

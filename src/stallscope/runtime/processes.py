@@ -34,8 +34,10 @@ into that sentence and exit code 2 (:func:`describe_worker_death`).
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import pickle
 import re
+import sys
 import time
 from collections.abc import Iterator
 from multiprocessing.connection import wait
@@ -47,6 +49,17 @@ import psutil
 # killing them early only makes the next spawn complain. Their children (workers
 # started through a forkserver) are still reaped.
 _MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def default_start_method() -> str:
+    """The start method a DataLoader with no ``multiprocessing_context`` uses here: the one set with
+    ``set_start_method``, else the platform's default (without fixing the user's context for good)."""
+    current = multiprocessing.get_start_method(allow_none=True)
+    if current:
+        return current
+    if sys.platform in ("win32", "darwin"):
+        return "spawn"
+    return "forkserver" if sys.version_info >= (3, 14) else "fork"
 
 
 def _is_mp_helper(proc: psutil.Process) -> bool:

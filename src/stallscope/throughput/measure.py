@@ -11,9 +11,17 @@ How a number is taken, and why:
   least that many batches plus one round per worker, and only then open the
   measurement window. The consumer never idles, so the buffer cannot refill
   behind our back during the window.
-* **No epoch boundary in the window.** A :class:`CyclingSampler` walks the
-  dataset as often as needed, so worker restarts at epoch ends (their own
-  cost, reported as start-up) do not dilute steady state.
+* **No epoch boundary in the window.** :class:`CyclingBatches` walks the
+  user's own epochs (their sampler or batch sampler, re-iterated) as often as
+  needed, so worker restarts at epoch ends (their own cost, reported as
+  start-up) do not dilute steady state.
+* **Samples are the batches' own.** A batch counts the indices the sampler put
+  in it (NOTE [loader fidelity] in ``pipeline/arguments.py``): batches of a
+  token-budget batch sampler vary in size, and ``batches_per_s`` is reported
+  alongside. Only an iterable dataset (no indices) is counted from the batch's
+  leading dimension. With ``in_order=False`` a batch may overtake another; the
+  count per batch is then that of the index list drawn at its place, which
+  leaves the window's total right but for the few batches in flight at its edges.
 * **Windows of a second or more.** The window closes after ``min_window_s``
   and at least ``min_batches`` batches (or ``max_window_s``), and the rate is
   samples delivered in the window over the window's length.
@@ -24,8 +32,8 @@ How a number is taken, and why:
 from __future__ import annotations
 
 import math
-import re
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,8 +41,8 @@ from typing import Any
 import numpy as np
 
 from ..config import LoaderConfig
-from ..errors import PipelineError, describe_exception
-from ..pipeline.loaders import CyclingSampler, build_loader, quiet_worker_warning
+from ..errors import PipelineError, describe_exception, worker_traceback_tail
+from ..pipeline.loaders import build_loader, quiet_worker_warning
 from ..runtime.processes import describe_worker_death, is_worker_death, stop_workers, worker_pids
 from ..runtime.resources import ResourceSampler, ResourceSummary
 from ..target import Pipeline
@@ -158,11 +166,8 @@ def _measure(
     result = Measurement(config=config)
     warmup = warmup_batches_for(config) if warmup_batches is None else warmup_batches
     result.warmup_batches = warmup
-    sampler = None
-    length = pipeline.length()
-    if not pipeline.is_iterable and length:
-        sampler = CyclingSampler(length, _CYCLE_TOTAL, shuffle=pipeline.shuffle, seed=seed)
-    loader = build_loader(pipeline, config, sampler=sampler, timeout=timeout, drop_last=False)
+    sizes: deque[int] = deque()  # samples per batch, from the index lists the sampler yields
+    loader = build_loader(pipeline, config, cycle=_CYCLE_TOTAL, sizes=sizes, timeout=timeout, seed=seed)
     resources: ResourceSampler | None = None
     iterator = None
     failure: BaseException | None = None
@@ -177,9 +182,11 @@ def _measure(
         if settle_s > 0:
             time.sleep(settle_s)
         stamps = [first]
+        _count(sizes, None)
         for _ in range(warmup):
             if _next(iterator) is _END:
                 break
+            _count(sizes, None)
             stamps.append(time.perf_counter())
         if sample_resources:
             pids = worker_pids(iterator)
@@ -194,7 +201,7 @@ def _measure(
             if batch is _END:
                 result.exhausted = True
                 break
-            samples += batch_length(batch)
+            samples += _count(sizes, batch)
             del batch
             waits.append(now - last)
             last = now
@@ -223,6 +230,13 @@ def _measure(
 
 
 _END = object()
+
+
+def _count(sizes: deque[int], batch: Any) -> int:
+    """Samples in the batch just received: its index list's length, in sampler order."""
+    if sizes:
+        return sizes.popleft()
+    return batch_length(batch) if batch is not None else 0
 
 
 def _next(iterator: Any) -> Any:
@@ -256,11 +270,10 @@ def _as_pipeline_error(
             f"no batch arrived within {timeout:g} s with {config.label()}; a sample may hang "
             "(run `stallscope check` to find which)."
         )
-    if "Original Traceback" in text:
-        # torch wraps worker exceptions: "Caught X in DataLoader worker process N. Original Traceback ... X: msg"
-        last = [ln for ln in text.strip().splitlines() if ln.strip()][-1].strip()
-        where = re.search(r"worker process (\d+)", text)
-        worker = f" (worker {where.group(1)})" if where else ""
+    tail = worker_traceback_tail(exc)
+    if tail is not None:
+        last, worker_id = tail
+        worker = f" (worker {worker_id})" if worker_id else ""
         return PipelineError(
             f"the dataset raised {last}{worker} while loading with {config.label()}; "
             "run `stallscope check` to find the index."
