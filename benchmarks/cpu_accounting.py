@@ -22,29 +22,12 @@ import time
 from pathlib import Path
 
 import psutil
-import torch
-from torch.utils.data import DataLoader, Dataset
+from _datasets import SpinCost
+from torch.utils.data import DataLoader
 
 from stallscope.runtime.host import usable_cores
 from stallscope.runtime.processes import shutdown_iterator, worker_pids
 from stallscope.runtime.resources import ResourceSampler
-
-
-class BurnDataset(Dataset):
-    """Items that each burn ``ms`` of CPU in a busy loop."""
-
-    def __init__(self, ms: float, n: int = 100_000) -> None:
-        self.ms = ms
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        until = time.thread_time() + self.ms / 1000
-        while time.thread_time() < until:
-            pass
-        return torch.zeros(4)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -56,7 +39,7 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def run(workers: int, item_ms: float, warmup_s: float, window_s: float) -> dict:
-    loader = DataLoader(BurnDataset(item_ms), batch_size=8, num_workers=workers)
+    loader = DataLoader(SpinCost(item_ms / 1000, n=100_000), batch_size=8, num_workers=workers)
     iterator = iter(loader)
     try:
         until = time.perf_counter() + warmup_s
