@@ -389,9 +389,10 @@ class _Run:
     # -- iterable duplicates (NOTE in sharding.py) ------------------------------------------------------------
     def _run_sharding(self) -> None:
         blocked = self._health_blocked() or ("" if self.worker_method else "no usable start method")
-        if not self.pipeline.is_iterable or blocked or self.remaining() < 1.0:
-            why = f"skipped: {blocked or 'budget exhausted'}" if self.pipeline.is_iterable else "not an IterableDataset"
-            self.probe_status["sharding"] = why
+        if not self.pipeline.is_iterable:
+            return  # the sampler splits a map-style dataset: nothing to probe
+        if blocked or self.remaining() < 1.0:
+            self.probe_status["sharding"] = f"skipped: {blocked or 'budget exhausted'}"
             return
         from .sharding import probe_sharding
 
