@@ -397,9 +397,9 @@ class _Run:
         from .sharding import probe_sharding
 
         self.progress("comparing the workers' streams")
-        share = min(self.remaining(), max(0.3 * self.remaining(), self.startup() + 2 * self.timeout))
+        share = min(self.remaining(), max(0.3 * self.remaining(), self.startup() + 16 * self.timeout))
         record = self.probes["sharding"] = probe_sharding(self.pipeline, workers=max(2, self.workers), start_method=self.worker_method,
-                                                          seed=self.seed, deadline=time.monotonic() + share, timeout=self.timeout + self.startup())
+                                                          seed=self.seed, deadline=time.monotonic() + share, timeout=self.timeout, startup=self.startup())
         self.probe_status["sharding"] = f"failed: {record['error']}" if record.get("error") else "done"
 
     # -- memory -------------------------------------------------------------------------------------------
