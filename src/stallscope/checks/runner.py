@@ -363,16 +363,17 @@ class _Run:
     # -- iterable duplicates (NOTE in sharding.py) ------------------------------------------------------------
     def _run_sharding(self) -> None:
         blocked = self._health_blocked() or ("" if self.worker_method else "no usable start method")
-        if not self.pipeline.is_iterable or blocked or self.remaining() < 1.0:
-            why = f"skipped: {blocked or 'budget exhausted'}" if self.pipeline.is_iterable else "not an IterableDataset"
-            self.probe_status["sharding"] = why
+        if not self.pipeline.is_iterable:
+            return  # the sampler splits a map-style dataset: nothing to probe
+        if blocked or self.remaining() < 1.0:
+            self.probe_status["sharding"] = f"skipped: {blocked or 'budget exhausted'}"
             return
         from .sharding import probe_sharding
 
         self.progress("comparing the workers' streams")
-        share = min(self.remaining(), max(0.3 * self.remaining(), self.startup() + 2 * self.timeout))
+        share = min(self.remaining(), max(0.3 * self.remaining(), self.startup() + 16 * self.timeout))
         record = self.probes["sharding"] = probe_sharding(self.pipeline, workers=max(2, self.workers), start_method=self.worker_method,
-                                                          seed=self.seed, deadline=time.monotonic() + share, timeout=self.timeout + self.startup())
+                                                          seed=self.seed, deadline=time.monotonic() + share, timeout=self.timeout, startup=self.startup())
         self.probe_status["sharding"] = f"failed: {record['error']}" if record.get("error") else "done"
 
     # -- memory -------------------------------------------------------------------------------------------

@@ -102,6 +102,8 @@ class StagesSummary:
         for item in stages:
             share = item.get("share") or 0.0
             name = item["name"] + (" [dim](random)[/]" if item.get("random") else "")
+            if item.get("parent"):  # a call broken out of "other (__getitem__)"
+                name = f"  └ {name}"
             bar = "█" * max(0, round(_BAR_WIDTH * share / top)) if share > 0 else ""
             table.add_row(
                 name,
