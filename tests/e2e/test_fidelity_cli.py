@@ -43,8 +43,9 @@ def _target(pipelines_dir, name: str) -> str:
 def test_bench_measures_the_token_buckets_and_reports_batches_per_second(tmp_path, pipelines_dir, start_method):
     out = tmp_path / "bench.json"
     proc = _cli("bench", _target(pipelines_dir, "real_translation"), "--num-workers", "0,1", "--repeats", "1",
-                "--window", "0.5", "--start-method", start_method, "--json", str(out), "--quiet")
+                "--window", "0.5", "--start-method", start_method, "--json", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "batches/s" in proc.stdout and "Batches come from your batch_sampler" in proc.stdout
     record = json.loads(out.read_text())
     sizes = record["loader"]["batch_sizes"]
     assert record["loader"]["batching"] == "batch_sampler" and record["dataset"]["batching"] == "batch_sampler"

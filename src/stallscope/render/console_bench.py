@@ -23,6 +23,7 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         ("config", "left"),
         ("samples/s", "right"),
         ("range", "right"),
+        ("batches/s", "right"),
         ("start-up s", "right"),
         ("batch ms p50", "right"),
         ("p95", "right"),
@@ -40,6 +41,7 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
             ("★ " if i == best_index else "  ") + r["label"],
             _fmt(rate["median"]),
             f"{_fmt(rate['min'])}–{_fmt(rate['max'])}",
+            _fmt((r.get("batches_per_s") or {}).get("median")),
             _fmt(r["startup_s"], 2),
             _fmt(r["batch_ms"]["p50"], 2),
             _fmt(r["batch_ms"]["p95"], 2),
@@ -56,6 +58,13 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         console.print(
             f"Best: [bold]{best['label']}[/] at {best['samples_per_s']['median']:,.1f} samples/s "
             f"(median of {best['repeats']} repeats, spread {noise * 100:.0f}%)."
+        )
+    dataset = data.get("dataset") or {}
+    sizes = dataset.get("batch_sizes")
+    if dataset.get("batching") == "batch_sampler" and sizes:
+        console.print(
+            f"Batches come from your batch_sampler: {sizes['min']:,}–{sizes['max']:,} samples each "
+            f"(mean {sizes['mean']:,.1f}, the bs= in the labels); samples are counted as each batch holds them."
         )
     per_sample = scaling.get("single_process_ms_per_sample")
     if per_sample:
