@@ -25,6 +25,7 @@ _EXPORTS = {
     "stages": "breakdown.probe",
     "stage": "breakdown.recorder",
     "watch": "training.watch",
+    "stall_summary": "render.console_profile",
     "RunRecord": "record",
     "UsageError": "errors",
 }

@@ -155,7 +155,7 @@ def test_markdown_write_links_the_plots_it_writes(tmp_path):
     path = tmp_path / "out" / "report.md"
     path.parent.mkdir()
     written = MarkdownRenderer().write(load("doctor"), path, plots_dir=tmp_path / "plots")
-    assert sorted(p.name for p in written) == sorted(f"{n}.png" for n in PLOTS)
+    assert written[0] == path and sorted(p.name for p in written[1:]) == sorted(f"{n}.png" for n in PLOTS)
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", path.read_text())
     assert links == ["../plots/scaling.png", "../plots/latency.png", "../plots/stages.png", "../plots/timeline.png"]
     assert all((path.parent / link).is_file() for link in links)

@@ -13,13 +13,9 @@ from torch.utils.data import DataLoader
 
 import stallscope as ss
 from stallscope.errors import UsageError
-from stallscope.training.watch import (
-    Watch,
-    occupancy_summary,
-    prefetch_occupancy,
-    resolve_sync,
-    summarize_steps,
-)
+from stallscope.training.sampling import prefetch_occupancy
+from stallscope.training.summary import occupancy_summary, summarize_steps
+from stallscope.training.watch import Watch, resolve_sync
 
 
 class FakeClock:
@@ -375,7 +371,7 @@ def test_tensorboard_dir_without_tensorboard_is_a_usage_error(tmp_path, monkeypa
 
 def test_summary_text_and_record_keys():
     w = run_fake_loop([0.02] * 6, [0.01] * 6)
-    text = w.summary()
+    text = ss.stall_summary(w)
     assert "input-bound" in text and "stall fraction 66.7%" in text and "advice:" in text
     d = w.to_dict()
     for key in ("stall_fraction", "verdict", "steps", "gpu_util", "what_if_speedup", "step_timeline", "first_batch_s",

@@ -51,6 +51,7 @@ from .sections import (
     loader_snippet,
     stage_facts,
     training_facts,
+    trials_by_config,
     tuning_facts,
 )
 from .verdict_rules import VERDICT_RULES, verdict
@@ -98,6 +99,7 @@ __all__ = [
     "report_facts",
     "stage_facts",
     "training_facts",
+    "trials_by_config",
     "tuning_facts",
     "verdict",
 ]

@@ -105,17 +105,9 @@ def _memory_row(r: Record, role: str, label: str, config: dict, result: dict | N
     rss = rss_mb * MIB if rss_mb is not None else None
     needed = in_flight + (rss or 0.0)
     return MemoryRow(
-        role=role,
-        label=label,
-        workers=workers,
-        prefetch_factor=prefetch,
-        batch_size=batch_size_of(config),
-        batch_bytes=per_batch,
-        in_flight_batches=prefetch * workers,
-        in_flight_bytes=in_flight,
-        shm_fraction=in_flight / shm if shm else None,
-        workers_rss_bytes=rss,
-        ram_needed_bytes=needed,
+        role=role, label=label, workers=workers, prefetch_factor=prefetch, batch_size=batch_size_of(config),
+        batch_bytes=per_batch, in_flight_batches=prefetch * workers, in_flight_bytes=in_flight,
+        shm_fraction=in_flight / shm if shm else None, workers_rss_bytes=rss, ram_needed_bytes=needed,
         ram_fraction=needed / ram if ram else None,
     )
 

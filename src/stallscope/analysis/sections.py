@@ -3,6 +3,7 @@ breakdown and the training loop. Each returns ``None`` when the record lacks tha
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from ..tuning.emit import render_python, snippet_for_record
@@ -132,6 +133,28 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
         region_reason=region.get("reason") if isinstance(region.get("reason"), str) else None,
         notes=[str(n) for n in search.get("notes") or [] if n],
     )
+
+
+def trials_by_config(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per config of the tuner's trials: the phases it was measured in, its median rate and
+    start-up over the runs, the runs; fastest first."""
+    rows: dict[str, dict[str, Any]] = {}
+    for t in trials:
+        row = rows.setdefault(t["label"], {"label": t["label"], "phases": [], "rates": [], "startup": [], "error": None})
+        if t["phase"] not in row["phases"]:
+            row["phases"].append(t["phase"])
+        if t["error"]:
+            row["error"] = t["error"]
+        else:
+            row["rates"].append(t["samples_per_s"])
+            if t.get("startup_s") is not None:
+                row["startup"].append(t["startup_s"])
+    out = []
+    for row in rows.values():
+        row["rate"] = statistics.median(row["rates"]) if row["rates"] else None
+        row["startup_s"] = statistics.median(row["startup"]) if row["startup"] else None
+        out.append(row)
+    return sorted(out, key=lambda r: -(r["rate"] or 0.0))
 
 
 def _config_rate(entry: Any) -> ConfigRate | None:

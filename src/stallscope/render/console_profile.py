@@ -1,8 +1,8 @@
-"""Console summary of a ``profile`` section (``stallscope profile`` and ``Watch.summary()``).
+"""Console summary of a ``profile`` section (``stallscope profile``, ``ss.watch`` and the integrations).
 
 Reads only the record dict. :func:`summary_lines` gives plain text (for
-``Watch.summary()`` and logs); :func:`render_profile` prints the same facts
-with rich formatting.
+:func:`stall_summary` (``ss.stall_summary(w)``), the callbacks' ``summary()``
+and logs); :func:`render_profile` prints the same facts with rich formatting.
 """
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
             else f"{_pct(profile.get('startup_share'))} of measured time"
         )
         lines.append(f"  first batch of epoch: {first:.3f} s (kept out of steady state; {share})")
+    timing = profile.get("timing") or {}
+    if timing.get("note"):
+        lines.append(f"  timing: {timing['method']}: {timing['note']}")
     occ = profile.get("occupancy")
     if occ:
         lines.append(
@@ -106,6 +109,12 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
     if profile.get("advice"):
         lines.append(f"  advice: {profile['advice']}")
     return lines
+
+
+def stall_summary(source: Any) -> str:
+    """Plain-text summary of a profile dict, or of anything with ``to_dict()`` (a watch, a callback)."""
+    profile = source if isinstance(source, dict) else source.to_dict()
+    return "\n".join(summary_lines(profile))
 
 
 def render_profile(data: dict[str, Any], console: Console) -> None:

@@ -343,3 +343,14 @@ def render_plots(record: Any, folder: str | Path) -> list[Path]:
         if path is not None:
             written.append(path)
     return written
+
+
+class PlotsRenderer:
+    """The plots as a renderer: ``render`` gives each plot's PNG bytes by name, ``write`` a folder of PNGs."""
+
+    def render(self, record: Any) -> dict[str, bytes]:
+        pngs = {name: plot_png(name, record) for name in PLOTS}
+        return {name: png for name, png in pngs.items() if png is not None}
+
+    def write(self, record: Any, path: Path) -> list[Path]:
+        return render_plots(record, path)
