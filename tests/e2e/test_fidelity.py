@@ -117,3 +117,29 @@ def test_bench_at_zero_workers_agrees_with_an_independent_timing(module, capsys,
         print(f"\n{module.__name__}: bench {statistics.median(benched):,.1f}/s, "
               f"independent {statistics.median(independent):,.1f}/s, median paired ratio {ratio:.3f}")
     assert 0.8 <= ratio <= 1.25
+
+
+class IndexEcho(torch.utils.data.Dataset):
+    """Returns its index: what a loader fetched is visible in the batch."""
+
+    def __len__(self) -> int:
+        return 100
+
+    def __getitem__(self, index: int) -> dict:
+        return {"index": index, "nested": {"value": torch.tensor([float(index)])}}
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_custom_sampler_is_the_one_measured_and_emitted(workers):
+    subset = list(range(0, 100, 3))
+    loader = torch.utils.data.DataLoader(
+        IndexEcho(), batch_size=5, sampler=torch.utils.data.SubsetRandomSampler(subset), num_workers=workers
+    )
+    pipeline = load_target(loader)
+    assert pipeline.sampler is loader.sampler
+    assert pipeline.call.argument("sampler").source.startswith("<your sampler: torch.utils.data.sampler.SubsetRandomSampler")
+    batches = _consume(build_loader(pipeline, pipeline.baseline, cycle=20, timeout=60), 20)
+    seen = {int(i) for b in batches for i in b["index"]}
+    assert seen == set(subset)  # only their sampler's indices, over two epochs (drop_last off: 7 batches each)
+    assert [len(b["index"]) for b in batches[:7]] == [5] * 6 + [4]
+    assert batches[0]["nested"]["value"].shape == (5, 1)  # nested dict batches come through as collated
