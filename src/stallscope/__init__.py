@@ -20,6 +20,7 @@ _EXPORTS = {
     "tune": "tuning.tuner",
     "make_loader": "tuning.autoconfig",
     "seed_worker": "pipeline.seeding",
+    "chain_worker_init": "pipeline.seeding",
     "check": "checks",
     "stages": "breakdown.probe",
     "stage": "breakdown.recorder",

@@ -6,7 +6,7 @@ Used by the report tests (unit and e2e). A printed number is accepted when it is
 - a record value, or a value this file derives from the record by the
   formulas the report documents (epoch time = length / rate, in-flight
   bytes = batch bytes × prefetch × workers, ...), recomputed here
-  independently of stallscope.analysis.report, or a named target (analysis.TARGETS),
+  independently of stallscope.analysis, or a named target (analysis.TARGETS),
 - printed under the report's formatting rules: unit conversions (×100 for
   percentages, ms/s/min/h, KiB/MiB/GiB) and rounding to the printed decimals;
   integers must match exactly unless the value is ≥ 100 (rates and times print
@@ -127,7 +127,7 @@ def _configs(r: dict, *, trials: bool = True) -> list[tuple[dict, dict | None]]:
 
 def _derive(r: dict, pools: Pools) -> None:
     """Values the report may compute from the record, by its documented formulas."""
-    from stallscope.analysis.report import TARGETS
+    from stallscope.analysis import TARGETS
     from stallscope.render.report_format import SMALL_PERCENT
 
     pools.add("any", SMALL_PERCENT)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stallscope.config import LoaderConfig
-from stallscope.tuning.search import MB, Profile
+from stallscope.tuning.space import MB, Profile
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stallscope.analysis import report as an
+from stallscope import analysis as an
+from stallscope.analysis.checklist_rules import check_batch_time_consistency, check_data_wait
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -81,10 +82,10 @@ def test_epoch_estimate_needs_the_dataset_length():
     assert an.epoch_estimate(record) is None
 
 
-def test_memory_budget_scales_batch_bytes_to_the_batch_size():
+def test_memory_facts_scales_batch_bytes_to_the_batch_size():
     record = bench_record()
     record["results"][1]["config"] = cfg(4, bs=20, pf=3)
-    budget = an.memory_budget(record)
+    budget = an.memory_facts(record)
     row = budget.rows[0]
     assert (row.role, row.workers, row.prefetch_factor, row.batch_size) == ("best", 4, 3, 20)
     assert row.batch_bytes == 2000.0  # 1000 bytes at batch size 10 -> 2000 at 20
@@ -95,13 +96,13 @@ def test_memory_budget_scales_batch_bytes_to_the_batch_size():
     assert row.ram_fraction == pytest.approx((24000.0 + 2.0 * 1024 * 1024) / 8_000_000)
 
 
-def test_memory_budget_absent_without_batch_bytes_or_workers():
+def test_memory_facts_absent_without_batch_bytes_or_workers():
     record = bench_record()
     del record["dataset"]["batch_bytes"]
-    assert an.memory_budget(record) is None
+    assert an.memory_facts(record) is None
     only_zero = bench_record(results=[result(cfg(0), 100.0)])
     only_zero["scaling"]["best_index"] = 0
-    assert an.memory_budget(only_zero) is None
+    assert an.memory_facts(only_zero) is None
 
 
 def test_cpu_use_is_a_share_of_the_usable_cores():
@@ -115,7 +116,7 @@ def test_cpu_use_is_a_share_of_the_usable_cores():
 def test_batch_time_consistency_check(p95, status):
     record = bench_record()
     record["results"][1]["batch_ms"] = {"p50": 40.0, "p95": p95}
-    row = an.check_batch_time_consistency(record)
+    row = check_batch_time_consistency(record)
     assert row.measured == pytest.approx(p95 / 40.0)
     assert row.status == status
     assert row.subject == "w=2 bs=10 pf=2"
@@ -123,9 +124,9 @@ def test_batch_time_consistency_check(p95, status):
 
 def test_data_wait_check_agrees_with_the_profilers_threshold():
     record = {"stall_fraction": 0.2, "verdict": "input-bound"}
-    assert an.check_data_wait(record).status == "pass"  # below the 30% target
+    assert check_data_wait(record).status == "pass"  # below the 30% target
     record["thresholds"] = {"input_bound_at": 0.15}
-    row = an.check_data_wait(record)
+    row = check_data_wait(record)
     assert row.target.good == 0.15
     assert row.status == "warn"
 
@@ -144,7 +145,7 @@ def test_checklist_rules_run_in_order_and_skip_missing_data():
     ]
     startup = rows[-1]
     assert startup.measured == pytest.approx(0.5 / 4.0) and startup.status == "warn"
-    assert an.checklist(bench_record(), rules=[an.check_data_wait]) == []
+    assert an.checklist(bench_record(), rules=[check_data_wait]) == []
 
 
 def test_verdict_rules_first_match_wins():
@@ -197,12 +198,15 @@ def test_stage_shares_accept_percentages():
     assert facts.total_ms == 4.0 and facts.top.name == "decode"
 
 
-def test_loader_arguments_follow_the_config():
-    assert an.loader_arguments(cfg(0)) == [("batch_size", 10), ("num_workers", 0)]
-    args = an.loader_arguments(cfg(4, pf=None, in_order=False, pin_memory=True, persistent_workers=True,
-                                   multiprocessing_context="spawn"))
-    assert args == [("batch_size", 10), ("num_workers", 4), ("prefetch_factor", 2), ("persistent_workers", True),
-                    ("multiprocessing_context", "spawn"), ("in_order", False), ("pin_memory", True)]
+def test_best_configuration_snippet_is_the_users_call_with_the_pick():
+    pick = cfg(4, in_order=False, persistent_workers=True)
+    loader = {"arguments": [{"name": "dataset", "source": "<your dataset: m.D instance>", "positional": True},
+                            {"name": "batch_size", "source": "10"},
+                            {"name": "collate_fn", "source": "pad", "imports": ["from m import pad"]}]}
+    text = an.loader_snippet({"best": {"config": pick}, "baseline": {"config": cfg(1)}, "loader": loader}, pick)
+    assert "from m import pad\n" in text and "    collate_fn=pad,\n" in text and "    batch_size=10,\n" in text
+    assert "    num_workers=4,  # was 1\n" in text and "    in_order=False,  # new\n" in text
+    assert an.loader_snippet({}, {}) == ""
 
 
 def test_training_facts_prefer_steady_state_means():
@@ -217,7 +221,7 @@ def test_training_facts_prefer_steady_state_means():
 
 
 def test_a_record_without_sections_has_no_facts():
-    facts = an.analyse({"command": "bench", "target": "t", "host": {"cores": 2}})
+    facts = an.report_facts({"command": "bench", "target": "t", "host": {"cores": 2}})
     assert facts.verdict is None and facts.bench is None and facts.best is None and facts.cpu is None
     assert facts.checklist == [] and facts.recommendations == [] and facts.findings is None
 
@@ -226,5 +230,5 @@ def test_a_record_without_sections_has_no_facts():
 def test_analysis_is_pure(name):
     record = fixture(name)
     before = copy.deepcopy(record)
-    an.analyse(record)
+    an.report_facts(record)
     assert record == before

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from report_numbers import markdown_text, tokens, unexplained_numbers, visible_html_text
 
-from stallscope.analysis import report as an
+from stallscope import analysis as an
+from stallscope.analysis import costs
 from stallscope.record import RunRecord
 from stallscope.render import renderer_for, write_report
 from stallscope.render.html import HTMLRenderer
@@ -99,14 +100,14 @@ def test_every_number_in_the_html_comes_from_the_record(name):
 def test_the_number_check_catches_a_wrong_derivation(monkeypatch):
     """A 3% error in one derived figure (epoch time) is caught: the check is not vacuous."""
     record = load("doctor")
-    original = an._epoch_row
+    original = costs._epoch_row
 
     def off_by_three_percent(*args, **kwargs):
         row = original(*args, **kwargs)
         row.seconds *= 1.03
         return row
 
-    monkeypatch.setattr(an, "_epoch_row", off_by_three_percent)
+    monkeypatch.setattr(costs, "_epoch_row", off_by_three_percent)
     bad = unexplained_numbers(markdown_text(MarkdownRenderer().render(record)), record)
     assert any(b.endswith("min") for b in bad)
     assert unexplained_numbers("took 37.3 ms at 1,234 samples/s, 13.7% and 2.38×", record) == [
@@ -154,7 +155,7 @@ def test_markdown_write_links_the_plots_it_writes(tmp_path):
     path = tmp_path / "out" / "report.md"
     path.parent.mkdir()
     written = MarkdownRenderer().write(load("doctor"), path, plots_dir=tmp_path / "plots")
-    assert sorted(p.name for p in written) == sorted(f"{n}.png" for n in PLOTS)
+    assert written[0] == path and sorted(p.name for p in written[1:]) == sorted(f"{n}.png" for n in PLOTS)
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", path.read_text())
     assert links == ["../plots/scaling.png", "../plots/latency.png", "../plots/stages.png", "../plots/timeline.png"]
     assert all((path.parent / link).is_file() for link in links)

@@ -8,8 +8,9 @@ finding code) turn the measurements into :class:`Finding` objects.
 from __future__ import annotations
 
 from .findings import CODES, ERROR, INFO, SEVERITIES, WARNING, Finding
+from .result import CheckResult
 from .rules import DEFAULT_RULES, analyse
-from .runner import DEFAULT_BUDGET_S, DEFAULT_TIMEOUT_S, CheckResult, check
+from .runner import DEFAULT_BUDGET_S, DEFAULT_TIMEOUT_S, check
 
 __all__ = [
     "CODES",

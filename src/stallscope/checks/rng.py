@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..pipeline.seeding import ChainedWorkerInit
 from ..runtime.processes import shutdown_iterator
 from .util import describe_worker_exception
 
@@ -230,19 +231,6 @@ class RngProbeCollate:
         }
 
 
-class ChainedInit:
-    """``worker_init_fn`` that runs the user's own, then another (e.g. ``ss.seed_worker``)."""
-
-    def __init__(self, first: Any, then: Any) -> None:
-        self.first = first
-        self.then = then
-
-    def __call__(self, worker_id: int) -> None:
-        if self.first is not None:
-            self.first(worker_id)
-        self.then(worker_id)
-
-
 def _run_workers(
     pipeline: Any,
     *,
@@ -358,7 +346,7 @@ def probe_rng(
                     indices=fetch,
                     workers=workers,
                     start_method=start_method,
-                    worker_init_fn=ChainedInit(pipeline.worker_init_fn, seed_worker),
+                    worker_init_fn=ChainedWorkerInit(pipeline.worker_init_fn, seed_worker),
                     attributes=attributes,
                     timeout=timeout,
                     deadline=deadline,

@@ -58,11 +58,22 @@ def _coverage_line(coverage: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _covered(coverage: dict[str, Any]) -> str:
+    """`` in 1,234 of 2,000 indices (61.7%)``: a clean result always says how much was looked at."""
+    checked = coverage.get("indices_checked")
+    length = coverage.get("dataset_length")
+    if checked is None:
+        return ""
+    if length:
+        return f" in {checked:,} of {length:,} indices ({coverage.get('fraction_checked') or 0.0:.1%})"
+    return f" in {checked:,} items of the stream"
+
+
 def render_check(data: dict[str, Any], console: Console) -> None:
     findings = data.get("findings") or []
     coverage = data.get("coverage") or {}
     if not findings:
-        console.print("[bold green]✓ no problems found[/]")
+        console.print(f"[bold green]✓ no problems found{escape(_covered(coverage))}[/]")
     else:
         table = Table(title=f"check: {escape(str(data.get('target', '')))}", title_justify="left", show_lines=True)
         table.add_column("", no_wrap=True)

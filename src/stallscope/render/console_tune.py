@@ -2,37 +2,15 @@
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:,.{digits}f}"
-
-
-def _by_config(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per config: phases it was measured in, median rate, start-up, repeats."""
-    rows: dict[str, dict[str, Any]] = {}
-    for t in trials:
-        row = rows.setdefault(t["label"], {"label": t["label"], "phases": [], "rates": [], "startup": [], "error": None})
-        if t["phase"] not in row["phases"]:
-            row["phases"].append(t["phase"])
-        if t["error"]:
-            row["error"] = t["error"]
-        else:
-            row["rates"].append(t["samples_per_s"])
-            if t.get("startup_s") is not None:
-                row["startup"].append(t["startup_s"])
-    out = []
-    for row in rows.values():
-        row["rate"] = statistics.median(row["rates"]) if row["rates"] else None
-        row["startup_s"] = statistics.median(row["startup"]) if row["startup"] else None
-        out.append(row)
-    return sorted(out, key=lambda r: -(r["rate"] or 0.0))
+from ..analysis import trials_by_config
+from ..tuning.emit import render_python, snippet_for_record
+from .report_format import fmt_fixed
 
 
 def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -> None:
@@ -43,7 +21,7 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     region = search.get("region") or {}
     if region:
         console.print(f"[bold]Region:[/] {escape(region.get('name', '?'))} — {escape(region.get('reason', ''))}")
-    rows = _by_config(data.get("trials") or [])
+    rows = trials_by_config(data.get("trials") or [])
     table = Table(
         title=f"Configs measured ({len(data.get('trials') or [])} runs in {data.get('tuning_seconds', 0):.1f} s)",
         title_justify="left",
@@ -59,10 +37,10 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
         table.add_row(
             mark + escape(row["label"]),
             ", ".join(row["phases"]),
-            _fmt(row["rate"]) if row["error"] is None else "[red]failed[/]",
+            fmt_fixed(row["rate"]) if row["error"] is None else "[red]failed[/]",
             str(len(row["rates"]) or 1),
             rel,
-            _fmt(row["startup_s"], 2),
+            fmt_fixed(row["startup_s"], 2),
             style="bold green" if mark.strip() else None,
         )
     if len(rows) > max_rows:
@@ -96,3 +74,31 @@ def _same_knobs(label: str, pick_label: str | None) -> bool:
         return False
     strip = lambda text: " ".join(p for p in text.split() if p != "persistent")  # noqa: E731
     return strip(label) == strip(pick_label)
+
+
+def render_what_to_set(data: dict[str, Any], console: Console, *, recommendations: bool = True) -> None:
+    """The user's own loader call with the pick's knobs (the one snippet builder), then the
+    recommendations with what was measured."""
+    best, baseline = data.get("best"), data.get("baseline")
+    keep = bool(best and best.get("keep_baseline") and baseline)
+    # Within noise of the user's own settings: the verdict is to keep them.
+    chosen = baseline["config"] if keep else None
+    snippet = snippet_for_record(data, chosen) if best else None
+    recs = (data.get("recommendations") or []) if recommendations else []
+    if snippet is None and not recs:
+        return
+    console.print()
+    console.rule("[bold]What to set and why")
+    if keep:
+        from ..tuning.recommendations import keep_yours_sentence
+
+        console.print(f"[bold]Keep yours:[/] {escape(keep_yours_sentence(best, baseline))}.")
+    if snippet is not None:
+        console.print(escape(render_python(snippet)))
+    for rec in recs:
+        line = f"• [bold]{escape(rec.get('title', ''))}[/]"
+        if rec.get("measured"):
+            line += f" — measured: {escape(str(rec['measured']))}"
+        if rec.get("expected_gain"):
+            line += f"; expected gain: {escape(str(rec['expected_gain']))}"
+        console.print(line)

@@ -58,6 +58,18 @@ def shm_free_bytes() -> int | None:
         return None
 
 
+CACHE_ENV = "STALLSCOPE_CACHE"
+
+
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    """Folder that holds stallscope's caches (demo images, tuned configs): ``cache_dir`` when given,
+    else ``$STALLSCOPE_CACHE``, else ``~/.cache/stallscope``."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "stallscope"
+
+
 @dataclass
 class HostInfo:
     cores: int

@@ -206,10 +206,13 @@ def run_profile(
     if model is not None and call_style == "train_step(model, batch)":
         call, _ = step_caller(pipeline.train_step, model)
     length = pipeline.length()
-    sampler = None
-    if not pipeline.is_iterable and length:
+    if info.world_size > 1 and not pipeline.is_iterable and length:
+        # Each rank reads its own shard, as a DistributedSampler would.
         sampler = RankShardSampler(length, total * config.batch_size, info.rank, info.world_size)
-    loader = build_loader(pipeline, config, sampler=sampler, timeout=timeout, drop_last=False)
+        loader = build_loader(pipeline, config, sampler=sampler, timeout=timeout, drop_last=False)
+    else:
+        # One process: the user's own batches, epoch after epoch (NOTE [loader fidelity]).
+        loader = build_loader(pipeline, config, cycle=total, timeout=timeout)
     move = device != "cpu"
     options = {"warmup": warmup, "name": "profile", "sample_interval": sample_interval, "sync": sync}
     options.update(watch_options or {})

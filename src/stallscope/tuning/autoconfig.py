@@ -23,10 +23,8 @@ version; later calls with the same key reuse it without measuring.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import math
-import os
 import platform
 import time
 from collections.abc import Callable
@@ -36,10 +34,10 @@ from typing import Any
 
 from ..config import LoaderConfig
 from ..errors import UsageError
-from ..pipeline.seeding import seed_worker
-from ..runtime.host import cuda_available, usable_cores
+from ..pipeline.inspection import shards_by_worker
+from ..pipeline.seeding import ChainedWorkerInit, seed_worker
+from ..runtime.host import cache_root, cuda_available, usable_cores
 
-CACHE_ENV = "STALLSCOPE_CACHE"
 _CONFIG_FIELDS = {f.name for f in fields(LoaderConfig)}
 
 
@@ -50,15 +48,6 @@ _CONFIG_FIELDS = {f.name for f in fields(LoaderConfig)}
 class AutoDecision:
     config: LoaderConfig
     reasons: list[str] = field(default_factory=list)
-
-
-def shards_by_worker(dataset: Any) -> bool:
-    """Whether an IterableDataset's ``__iter__`` consults ``get_worker_info()`` (so workers split the stream)."""
-    try:
-        source = inspect.getsource(type(dataset).__iter__)
-    except (OSError, TypeError):
-        return False
-    return "get_worker_info" in source
 
 
 def _is_tensor_dataset(dataset: Any) -> bool:
@@ -107,13 +96,6 @@ def auto_config(dataset: Any, batch_size: int, *, cores: int | None = None, cuda
 
 
 # -- the tuning cache --------------------------------------------------------------------------
-
-
-def cache_root(cache_dir: str | Path | None = None) -> Path:
-    if cache_dir is not None:
-        return Path(cache_dir)
-    env = os.environ.get(CACHE_ENV)
-    return Path(env) if env else Path.home() / ".cache" / "stallscope"
 
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -219,23 +201,12 @@ class TuneCache:
 # -- worker_init_fn ---------------------------------------------------------------------------
 
 
-class ChainedInit:
-    """``seed_worker`` first, then the user's own ``worker_init_fn`` (picklable for spawn)."""
-
-    def __init__(self, *fns: Callable[[int], Any]) -> None:
-        self.fns = fns
-
-    def __call__(self, worker_id: int) -> None:
-        for fn in self.fns:
-            fn(worker_id)
-
-
 def _worker_init(seed_workers: bool, user_fn: Callable[[int], Any] | None) -> Callable[[int], Any] | None:
     if not seed_workers:
         return user_fn
     if user_fn is None or user_fn is seed_worker:
         return seed_worker
-    return ChainedInit(seed_worker, user_fn)
+    return ChainedWorkerInit(seed_worker, user_fn)
 
 
 # -- make_loader --------------------------------------------------------------------------------

@@ -1,18 +1,25 @@
-"""The tuner's search strategy: pure decisions over an :class:`Evaluator`.
+"""The tuner's search strategy: phases of decisions over an :class:`~stallscope.tuning.trial.Evaluator`.
 
 Nothing here starts a worker. The strategy sees the pipeline only through an
 evaluator (``measure`` one config, ``interleaved`` repeats of several, and a
 clock), so the same code runs on real DataLoaders (``tuner.LoaderEvaluator``)
-and on a simulated cost model with injected noise and a fake clock
-(:class:`SimulatedEvaluator`, used by the tests).
+and on a simulated cost model with injected noise and a fake clock (the tests'
+``tests/pipelines/tune_simulated.py``). The parts: :mod:`.space` (profile, knobs,
+budgets), :mod:`.trial` (measurements, results), :mod:`.regions` (phase 2's
+classification), :mod:`.confidence` (phase 5's pick and its confidence).
 
 NOTE [tuning strategy]
 A grid measures every combination; most of them are obviously bad once a few
 cheap numbers are known. The search runs in phases, each bounded by a share
 of the time budget:
 
-1. *probe* — the user's baseline and ``num_workers=0`` (the single-process
-   rate ``r0``), plus the in-process :class:`Profile` the caller measured
+0. *plan* — from the batch time the profile measured, how many measurements
+   the budget fits (:func:`~.space.budget_plan`; a window holds at least
+   ``min_batches`` batches, so slow pipelines get long measurements), said up
+   front in the notes and the record.
+1. *probe* — the user's baseline, ``num_workers=0`` (the single-process
+   rate ``r0``) and any *seeds* the caller must see raced (``doctor``: the
+   sweep's best), plus the in-process :class:`Profile` the caller measured
    (cost per sample, CPU time / wall time of the fetch, batch bytes, jitter).
 2. *scale* — ``num_workers = cores``; with ``r0`` and the profile this picks
    the region (:func:`classify`): CPU-bound (optimum near the usable cores),
@@ -28,14 +35,21 @@ of the time budget:
    matter here: deeper prefetch (the whole ladder when the source is
    jittery), ``in_order=False`` with two or more workers, batched fetching when available, intra-op threads at 0 workers,
    ``pin_memory`` on CUDA, batch sizes when allowed.
-5. *confirm* — the few finalists (best few, plus the fewest workers within a
-   few percent, plus the baseline once for the speed-up) race in interleaved
-   rounds (A B … B A). After each round, configs clearly slower than the
-   leader drop out; the race stops when the pick is clear
-   (:func:`decide`: bootstrap confidence), on the round limit, or the budget.
-   Within ``tolerance`` of the leader the cheaper config wins (fewer workers,
-   shallower prefetch): a plateau is not worth extra processes.
+5. *race* (:mod:`.race`) — the finalists (best few, plus the fewest workers
+   within a few percent), the seeds and the baseline race in interleaved
+   rounds (A B … B A). Configs far behind after one round, or clearly slower
+   (paired by round, beyond the noise) after two, drop out; the race stops
+   when the pick is clear (:func:`~.confidence.decide`: a bootstrap over
+   rounds, NOTE [paired rounds]), on the round limit, or the budget. Below two
+   rounds there is no confidence: the pick is "not confirmed", and what was
+   left out is listed. Within ``tolerance`` of the leader the cheaper config
+   wins (fewer workers, shallower prefetch): a plateau is not worth extra
+   processes. When the best is within noise of the baseline, the verdict is
+   "keep yours" (:func:`~.confidence.keeps_baseline`).
 6. *startup* — with budget left, the start-up time of other start methods.
+7. *epoch boundary* — the gap between epochs with and without persistent
+   workers, on the config to recommend (:mod:`.persistence`); the flag is
+   recommended only on that measurement.
 
 The memory budget (:class:`MemoryBudget`) vetoes any config whose workers and
 in-flight batches would not fit before it is measured.
@@ -43,477 +57,25 @@ in-flight batches would not fit before it is measured.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import random
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ..config import LoaderConfig
+from ..throughput.epochs import epoch_batches
+from .confidence import Decision, decide_from_scan, keeps_baseline, within_pct
+from .persistence import choose_persistent, choose_start_method
+from .race import Entrant, Race
+from .regions import Region, classify
+from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace, budget_plan, cost_key
+from .trial import Effect, Evaluator, SearchResult, Trial, overhead_fit
 
-MB = 1024 * 1024
-
-# A climb step must beat the best so far by this much (or by the measured noise) to count.
-MIN_GAIN = 0.03
-# Within this fraction of the leader, the cheaper config is preferred (a plateau).
-PLATEAU_TOLERANCE = 0.01
-# Confidence is the probability that the pick reaches BAR × every rival's rate.
-BAR = 0.97
-# The fetch is latency-bound when it uses less CPU than this per second of wall time.
-LATENCY_CPU_FRACTION = 0.5
-# A batch cheaper than this in-process is in the range of worker IPC costs.
-OVERHEAD_BATCH_S = 0.004
-# Per-worker private memory assumed until one worker has been measured.
-DEFAULT_WORKER_BYTES = 256 * MB
 # The noise threshold for a gain never exceeds this.
 MAX_SIG = 0.10
 # Refine a bracket only while neighbour / best is at least this (finer steps are within noise).
 REFINE_RATIO = 1.3
-
-
-# -- measurements -------------------------------------------------------------------
-
-
-@dataclass
-class Trial:
-    """One measurement of one config, as the search sees it."""
-
-    config: LoaderConfig
-    samples_per_s: float
-    phase: str
-    startup_s: float | None = None
-    window_s: float | None = None
-    batches: int | None = None
-    batch_p50_ms: float | None = None
-    batch_p95_ms: float | None = None
-    rel_se: float | None = None  # relative standard error of the rate within its window
-    worker_bytes: int | None = None  # measured private memory per worker
-    cost_s: float = 0.0  # wall time the measurement took, start-up included
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.samples_per_s > 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "config": self.config.to_dict(),
-            "label": self.config.label(),
-            "samples_per_s": _round(self.samples_per_s, 2),
-            "phase": self.phase,
-            "startup_s": _round(self.startup_s, 4),
-            "window_s": _round(self.window_s, 3),
-            "batches": self.batches,
-            "batch_ms": {"p50": _round(self.batch_p50_ms, 3), "p95": _round(self.batch_p95_ms, 3)},
-            "rel_se": _round(self.rel_se, 4),
-            "worker_mb": None if self.worker_bytes is None else round(self.worker_bytes / MB, 1),
-            "cost_s": _round(self.cost_s, 3),
-            "error": self.error,
-        }
-
-
-def _round(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(float(value), digits)
-
-
-class Evaluator(Protocol):
-    """What the search needs from the world: measurements and a clock."""
-
-    def elapsed(self) -> float:
-        """Seconds since tuning started."""
-        ...
-
-    def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial: ...
-
-    def interleaved(
-        self, configs: Sequence[LoaderConfig], *, repeats: int, window_s: float, phase: str
-    ) -> list[list[Trial]]:
-        """``repeats`` rounds of A B … B A; the trials per config, in ``configs`` order."""
-        ...
-
-
-class InterleavingEvaluator:
-    """``interleaved`` in terms of ``measure``, shared by the real and the simulated evaluator."""
-
-    def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial:
-        raise NotImplementedError
-
-    def interleaved(
-        self, configs: Sequence[LoaderConfig], *, repeats: int, window_s: float, phase: str
-    ) -> list[list[Trial]]:
-        """``repeats`` rounds of A B … B A, so drift and order effects hit every config alike."""
-        out: list[list[Trial]] = [[] for _ in configs]
-        order = list(range(len(configs)))
-        for _ in range(repeats):
-            for index in order + order[::-1]:
-                out[index].append(self.measure(configs[index], window_s=window_s, phase=phase))
-        return out
-
-
-@dataclass
-class Profile:
-    """What cheap in-process measurements revealed about the pipeline."""
-
-    seconds_per_sample: float  # wall time of one fetch, single process
-    cpu_per_wall: float  # process CPU time / wall time during the fetches
-    collate_s: float = 0.0  # collating one batch
-    batch_bytes: int = 0
-    jitter: float = 1.0  # p95 / p50 of per-item fetch times
-    spike: float = 1.0  # max / median of per-item fetch times
-    map_style: bool = True
-    length: int | None = None
-    batched_fetch: str | None = None  # the vectorised fetch kind available, if any
-    batched_speedup: float | None = None  # in-process: per-item batch time / vectorised batch time
-    items: int = 0  # how many items were timed
-
-    def batch_seconds(self, batch_size: int) -> float:
-        return batch_size * self.seconds_per_sample + self.collate_s
-
-    @property
-    def jittery(self) -> bool:
-        return self.jitter >= 2.0 or self.spike >= 5.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ms_per_sample": round(self.seconds_per_sample * 1000, 4),
-            "cpu_per_wall": round(self.cpu_per_wall, 3),
-            "collate_ms": round(self.collate_s * 1000, 4),
-            "batch_bytes": self.batch_bytes,
-            "jitter_p95_over_p50": round(self.jitter, 3),
-            "spike_max_over_median": round(self.spike, 3),
-            "map_style": self.map_style,
-            "length": self.length,
-            "batched_fetch": self.batched_fetch,
-            "batched_speedup_in_process": None if self.batched_speedup is None else round(self.batched_speedup, 3),
-            "items_timed": self.items,
-        }
-
-
-@dataclass
-class MemoryBudget:
-    """Workers and in-flight batches must fit in ``budget_bytes`` (tf.data's ``ram_budget`` idea).
-
-    Need = workers × (private memory per worker + prefetch_factor × batch bytes).
-    Per-worker memory is assumed (``DEFAULT_WORKER_BYTES``) until a worker has
-    been measured, then the largest measured value is used.
-    """
-
-    budget_bytes: int
-    batch_bytes: int = 0
-    worker_bytes: int = DEFAULT_WORKER_BYTES
-    measured: bool = False
-
-    def need(self, config: LoaderConfig) -> int:
-        if config.num_workers == 0:
-            return 0
-        per_worker = self.worker_bytes + (config.prefetch_factor or 2) * self.batch_bytes
-        return config.num_workers * per_worker
-
-    def fits(self, config: LoaderConfig) -> bool:
-        return self.need(config) <= self.budget_bytes
-
-    def max_workers(self, prefetch_factor: int = 2) -> int:
-        per_worker = self.worker_bytes + prefetch_factor * self.batch_bytes
-        return int(self.budget_bytes // max(1, per_worker))
-
-    def observe(self, worker_bytes: int | None) -> None:
-        if worker_bytes is None or worker_bytes <= 0:
-            return
-        self.worker_bytes = worker_bytes if not self.measured else max(self.worker_bytes, worker_bytes)
-        self.measured = True
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "budget_mb": round(self.budget_bytes / MB, 1),
-            "worker_mb": round(self.worker_bytes / MB, 1),
-            "worker_mb_measured": self.measured,
-            "batch_mb": round(self.batch_bytes / MB, 3),
-            "max_workers_at_prefetch_2": self.max_workers(2),
-        }
-
-
-@dataclass
-class SearchSpace:
-    """Which knobs the search may turn, and their limits."""
-
-    cores: int
-    batch_size: int
-    max_workers: int
-    prefetch_factors: tuple[int, ...] = (2, 4, 8)
-    in_order: bool = True  # may try in_order=False
-    batched_fetch: bool = False  # a vectorised fetch is available
-    pin_memory: bool = False  # CUDA: pin by default, measure the cost
-    threads: tuple[int, ...] = ()  # main-process intra-op thread counts to try at 0 workers
-    batch_sizes: tuple[int, ...] = ()  # other batch sizes (only when the user allows it)
-    contexts: tuple[str, ...] = ()  # other start methods to compare on start-up
-    persistent_workers: bool = True  # recommend persistent workers when the pick has workers
-    multiprocessing_context: str | None = None  # the start method candidates use
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "cores": self.cores,
-            "batch_size": self.batch_size,
-            "max_workers": self.max_workers,
-            "prefetch_factors": list(self.prefetch_factors),
-            "in_order": self.in_order,
-            "batched_fetch": self.batched_fetch,
-            "pin_memory": self.pin_memory,
-            "threads": list(self.threads),
-            "batch_sizes": list(self.batch_sizes),
-            "contexts": list(self.contexts),
-        }
-
-
-@dataclass
-class SearchSettings:
-    budget_s: float = 60.0
-    scan_window_s: float = 0.5
-    confirm_window_s: float = 0.75
-    min_batches: int = 8  # a window holds at least this many batches (as throughput.measure does)
-    min_rounds: int = 2
-    max_rounds: int = 6
-    rounds: int | None = None  # a fixed number of confirm rounds (--repeats)
-    min_gain: float = MIN_GAIN
-    tolerance: float = PLATEAU_TOLERANCE
-    max_finalists: int = 3
-    seed: int = 0
-    # shares of the budget the phases may run up to
-    scan_share: float = 0.5
-    knobs_share: float = 0.65
-
-
-@dataclass
-class Region:
-    name: str  # "cpu-bound" | "latency-bound" | "overhead-bound"
-    reason: str
-    predicted_workers: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "reason": self.reason,
-            "predicted_workers": None if self.predicted_workers is None else round(self.predicted_workers, 1),
-        }
-
-
-@dataclass
-class Effect:
-    """A knob's measured effect: ``variant`` vs ``parent`` (same run, same phase)."""
-
-    knob: str
-    parent: LoaderConfig
-    variant: LoaderConfig
-    parent_rate: float
-    variant_rate: float
-    source: str  # "scan" (single measurements) or "confirm" (interleaved medians)
-
-    @property
-    def gain(self) -> float:
-        return self.variant_rate / self.parent_rate - 1 if self.parent_rate > 0 else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "knob": self.knob,
-            "parent": self.parent.label(),
-            "variant": self.variant.label(),
-            "parent_samples_per_s": round(self.parent_rate, 2),
-            "variant_samples_per_s": round(self.variant_rate, 2),
-            "gain": round(self.gain, 4),
-            "source": self.source,
-        }
-
-
-@dataclass
-class Decision:
-    """The pick among raced configs and how sure it is."""
-
-    pick: LoaderConfig
-    leader: LoaderConfig
-    medians: dict[LoaderConfig, float]
-    confidence: float
-    runner_up: LoaderConfig | None = None
-    margin: float | None = None  # pick median / runner-up median
-    margin_interval: tuple[float, float] | None = None  # 90% bootstrap interval of the margin
-
-
-@dataclass
-class SearchResult:
-    pick: LoaderConfig
-    samples_per_s: float
-    baseline: LoaderConfig
-    baseline_samples_per_s: float
-    confidence: float
-    region: Region
-    trials: list[Trial]
-    effects: list[Effect]
-    notes: list[str]
-    elapsed_s: float
-    runner_up: LoaderConfig | None = None
-    margin: float | None = None
-    margin_interval: tuple[float, float] | None = None
-    finalists: dict[str, float] = field(default_factory=dict)  # label -> median rate in the race
-    rounds: int = 0
-    noise: float | None = None  # median relative spread of raced configs
-    startup_s: float | None = None  # the pick's measured start-up (time to first batch)
-    memory: MemoryBudget | None = None
-
-    @property
-    def speedup(self) -> float | None:
-        if self.baseline_samples_per_s <= 0:
-            return None
-        return self.samples_per_s / self.baseline_samples_per_s
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pick": self.pick.to_dict(),
-            "samples_per_s": round(self.samples_per_s, 2),
-            "baseline": self.baseline.to_dict(),
-            "baseline_samples_per_s": round(self.baseline_samples_per_s, 2),
-            "speedup": None if self.speedup is None else round(self.speedup, 3),
-            "confidence": round(self.confidence, 3),
-            "region": self.region.to_dict(),
-            "runner_up": None if self.runner_up is None else self.runner_up.label(),
-            "margin": _round(self.margin, 4),
-            "margin_interval": None if self.margin_interval is None else [round(v, 4) for v in self.margin_interval],
-            "finalists": {k: round(v, 2) for k, v in self.finalists.items()},
-            "rounds": self.rounds,
-            "noise": _round(self.noise, 4),
-            "startup_s": _round(self.startup_s, 4),
-            "elapsed_s": round(self.elapsed_s, 3),
-            "notes": list(self.notes),
-            "effects": [e.to_dict() for e in self.effects],
-            "trials": [t.to_dict() for t in self.trials],
-            "memory": None if self.memory is None else self.memory.to_dict(),
-        }
-
-
-# -- pure decisions ---------------------------------------------------------------------
-
-
-def classify(profile: Profile, r0: float, rc: float | None, cores: int, batch_size: int) -> Region:
-    """The region of the worker-count curve the cheap measurements point to.
-
-    ``r0`` is the measured single-process rate, ``rc`` the rate with
-    ``cores`` workers (None when it could not be measured).
-    """
-    cpu = max(profile.cpu_per_wall, 1e-3)
-    if profile.cpu_per_wall < LATENCY_CPU_FRACTION:
-        predicted = cores / cpu
-        return Region(
-            "latency-bound",
-            f"the fetch used {profile.cpu_per_wall:.0%} of a CPU per second of wall time, so it mostly waits "
-            f"(I/O, sleep, GIL released); about {predicted:.0f} workers could keep {cores} core(s) busy",
-            predicted_workers=predicted,
-        )
-    batch_s = profile.batch_seconds(batch_size)
-    no_gain = rc is not None and r0 > 0 and rc < r0 * 1.1
-    if batch_s < OVERHEAD_BATCH_S or no_gain:
-        why = (
-            f"a batch costs {batch_s * 1000:.2f} ms in-process, comparable to moving it between processes"
-            if batch_s < OVERHEAD_BATCH_S
-            else f"{cores} workers gave {rc / r0 if r0 else 0:.2f}x the single-process rate"
-        )
-        return Region("overhead-bound", why, predicted_workers=1.0)
-    return Region(
-        "cpu-bound",
-        f"the fetch used {profile.cpu_per_wall:.0%} of a CPU per second of wall time, so throughput scales "
-        f"with the {cores} usable core(s)",
-        predicted_workers=float(cores),
-    )
-
-
-def cost_key(config: LoaderConfig) -> tuple:
-    """Preferred first among equals: fewer workers, shallower prefetch, ordered, default threads,
-    smaller batches, pinned memory (a loader-only measurement cannot see the faster host-to-device
-    copy it buys, so pinning stays unless it measurably costs), batched fetching."""
-    return (
-        config.num_workers,
-        config.prefetch_factor or 0,
-        0 if config.in_order else 1,
-        0 if config.torch_threads is None else 1,
-        config.batch_size,
-        0 if config.pin_memory else 1,
-        0 if config.batched_fetch else 1,
-    )
-
-
-def _bootstrap_medians(values: Sequence[float], rng: random.Random, n: int) -> list[float]:
-    k = len(values)
-    return [statistics.median(rng.choices(values, k=k)) for _ in range(n)]
-
-
-def decide(
-    samples: dict[LoaderConfig, list[float]],
-    *,
-    tolerance: float = PLATEAU_TOLERANCE,
-    bar: float = BAR,
-    seed: int = 0,
-    resamples: int = 1000,
-) -> Decision:
-    """Pick among raced configs: the leader, or a cheaper one within ``tolerance`` of it.
-
-    Confidence is the bootstrap probability (resampling each config's repeats)
-    that the pick's median reaches ``bar`` × every rival's median.
-    """
-    medians = {c: statistics.median(v) for c, v in samples.items() if v}
-    if not medians:
-        raise ValueError("decide() needs at least one config with samples")
-    leader = max(medians, key=lambda c: medians[c])
-    top = medians[leader]
-    eligible = [c for c in medians if medians[c] >= top * (1 - tolerance)]
-    pick = min(eligible, key=cost_key)
-    rivals = [c for c in medians if c != pick]
-    rng = random.Random(seed)
-    if not rivals:
-        return Decision(pick=pick, leader=leader, medians=medians, confidence=1.0)
-    boot = {c: _bootstrap_medians(samples[c], rng, resamples) for c in [pick, *rivals]}
-    wins = sum(
-        1 for i in range(resamples) if all(boot[pick][i] >= bar * boot[c][i] for c in rivals)
-    )
-    runner_up = max(rivals, key=lambda c: medians[c])
-    ratios = sorted(boot[pick][i] / boot[runner_up][i] for i in range(resamples) if boot[runner_up][i] > 0)
-    interval = (ratios[int(0.05 * len(ratios))], ratios[int(0.95 * len(ratios)) - 1]) if ratios else None
-    return Decision(
-        pick=pick,
-        leader=leader,
-        medians=medians,
-        confidence=wins / resamples,
-        runner_up=runner_up,
-        margin=medians[pick] / medians[runner_up] if medians[runner_up] > 0 else None,
-        margin_interval=interval,
-    )
-
-
-def clearly_slower(
-    candidate: Sequence[float], leader: Sequence[float], *, tolerance: float, seed: int = 0, resamples: int = 400
-) -> bool:
-    """Whether ``candidate`` is slower than ``leader`` beyond the noise (90% bootstrap upper bound)."""
-    rng = random.Random(seed)
-    a = _bootstrap_medians(list(candidate), rng, resamples)
-    b = _bootstrap_medians(list(leader), rng, resamples)
-    ratios = sorted(x / y for x, y in zip(a, b) if y > 0)
-    if not ratios:
-        return False
-    upper = ratios[int(0.95 * len(ratios)) - 1]
-    return upper < 1 - tolerance
-
-
-def single_measurement_confidence(pick: Trial, rivals: Sequence[Trial], *, bar: float = BAR, noise_floor: float = 0.03) -> float:
-    """Confidence from single measurements (no race): a normal approximation on log rates."""
-    if not rivals:
-        return 1.0
-    prob = 1.0
-    for rival in rivals:
-        if not rival.ok:
-            continue
-        sd = math.sqrt((pick.rel_se or noise_floor) ** 2 + (rival.rel_se or noise_floor) ** 2 + noise_floor**2)
-        z = (math.log(pick.samples_per_s / rival.samples_per_s) - math.log(bar)) / sd
-        prob = min(prob, 0.5 * (1 + math.erf(z / math.sqrt(2))))
-    return prob
-
-
-# -- the search -------------------------------------------------------------------------
 
 
 class Search:
@@ -529,21 +91,29 @@ class Search:
         memory: MemoryBudget,
         settings: SearchSettings | None = None,
         on_trial: Callable[[Trial], None] | None = None,
+        seeds: Sequence[tuple[LoaderConfig, str]] = (),
     ) -> None:
         self.ev = evaluator
+        # Configs a caller needs in the final race, with their role (doctor: the sweep's best).
+        self.seeds = [(c, role) for c, role in seeds if c != baseline]
         self.space = space
         self.profile = profile
         self.baseline = baseline
         self.memory = memory
-        self.settings = settings or SearchSettings()
+        # A copy: run() may narrow the phases' shares of the budget (see _reserve_for_seeds).
+        self.settings = dataclasses.replace(settings or SearchSettings())
         self.on_trial = on_trial
         self.trials: list[Trial] = []
         self.notes: list[str] = []
         self.effects: list[Effect] = []
         self.region = Region("cpu-bound", "not classified yet")
+        self.skipped: list[dict[str, str]] = []
+        self.plan: dict = {}
         self._scan: dict[LoaderConfig, Trial] = {}
-        self._race: dict[LoaderConfig, list[float]] = {}
-        self._rounds = 0
+        self.race = Race(
+            evaluator, self.settings, round_cost=self._round_cost, affordable=self._race_affordable,
+            record=self._record, note=self._note, skip=self._skip,
+        )
         self._template = LoaderConfig(
             num_workers=1,
             batch_size=space.batch_size,
@@ -560,6 +130,11 @@ class Search:
         if text not in self.notes:
             self.notes.append(text)
 
+    def _skip(self, config: LoaderConfig, why: str) -> None:
+        label = config.label()
+        if not any(s["label"] == label for s in self.skipped):
+            self.skipped.append({"label": label, "why": why})
+
     def _sig(self, *trials: Trial) -> float:
         """The gain that counts as real: the floor, or twice the combined window noise (capped:
         when unsure, one more step up costs a measurement, stopping early can cost the optimum)."""
@@ -567,8 +142,9 @@ class Search:
         return max(self.settings.min_gain, min(2 * se, MAX_SIG))
 
     def rate(self, config: LoaderConfig) -> float:
-        if config in self._race and self._race[config]:
-            return statistics.median(self._race[config])
+        raced = self.race.log.median(config)
+        if raced is not None:
+            return raced
         trial = self._scan.get(config)
         return trial.samples_per_s if trial is not None and trial.ok else 0.0
 
@@ -579,30 +155,12 @@ class Search:
         over past trials; the window stretches to ``min_batches`` batches at
         the rate of the nearest measured config with no more workers.
         """
-        a, b = self._overhead_fit()
+        a, b = overhead_fit(self.trials)
         rate = self._rate_guess(config)
         window = window_s
         if rate > 0:
             window = max(window_s, self.settings.min_batches * config.batch_size / rate)
         return window + a + b * config.num_workers
-
-    def _overhead_fit(self) -> tuple[float, float]:
-        points = [(t.config.num_workers, max(0.0, t.cost_s - (t.window_s or 0.0))) for t in self.trials]
-        if not points:
-            return 0.2, 0.05
-        ws = {w for w, _ in points}
-        if len(ws) < 2:
-            w, y = max(points, key=lambda p: p[1])
-            return (y, 0.05) if w == 0 else (0.2, y / w)
-        n = len(points)
-        mean_w = sum(w for w, _ in points) / n
-        mean_y = sum(y for _, y in points) / n
-        var = sum((w - mean_w) ** 2 for w, _ in points)
-        slope = max(0.0, sum((w - mean_w) * (y - mean_y) for w, y in points) / var)
-        intercept = max(0.0, mean_y - slope * mean_w)
-        # Pad by the worst residual: an estimate that runs short overshoots the budget.
-        worst = max(y - (intercept + slope * w) for w, y in points)
-        return intercept + max(0.0, worst), slope
 
     def _rate_guess(self, config: LoaderConfig) -> float:
         known = self.rate(config)
@@ -630,6 +188,7 @@ class Search:
         window = self.settings.scan_window_s
         if not force and not self.affordable(self.estimate_cost(config, window), share):
             self._note(f"time budget: did not measure {config.label()} in the {phase} phase")
+            self._skip(config, f"not measured: the time budget ran out in the {phase} phase")
             return None
         trial = self.ev.measure(config, window_s=window, phase=phase)
         self._record(trial)
@@ -660,7 +219,12 @@ class Search:
         return max(found, key=lambda pair: pair[0])[1]
 
     # -- phases ----------------------------------------------------------------------
-    def run(self) -> SearchResult:
+    def run(self, on_plan: Callable[[dict[str, Any]], None] | None = None) -> SearchResult:
+        self.plan = budget_plan(self.profile, self.space, self.settings, elapsed_s=self.ev.elapsed())
+        self._note(self.plan["summary"])
+        if on_plan is not None:
+            on_plan(self.plan)
+        self._reserve_for_seeds()
         self._probe()
         self._scale()
         self._refine()
@@ -669,11 +233,24 @@ class Search:
         self._startup(decision.pick)
         return self._result(decision)
 
+    def _reserve_for_seeds(self) -> None:
+        """With seeds (doctor: the sweep's best), the race that settles one winner comes before more
+        scanning: the scan and knob phases stop early enough for two rounds of the seeds and the leader."""
+        if not self.seeds:
+            return
+        settings = self.settings
+        rounds_s = settings.min_rounds * 2 * (len(self.seeds) + 1) * self.plan["measurement_s"]
+        room = 1 - rounds_s / settings.budget_s
+        settings.scan_share = max(0.2, min(settings.scan_share, room))
+        settings.knobs_share = max(settings.scan_share, min(settings.knobs_share, room))
+
     def _probe(self) -> None:
         self.measure(self.baseline, "baseline", force=True)
         zero = self.workers(0)
         if zero != self.baseline:
             self.measure(zero, "probe", force=True)
+        for config, _role in self.seeds:
+            self.measure(config, "seed", force=True)
         # Cheap and often decisive for in-memory data: batched fetching, when the profile saw a gain.
         if self.space.batched_fetch and (self.profile.batched_speedup or 0.0) >= 1.5:
             self._try_variant("batched_fetch", zero, zero.replace(batched_fetch=True), self.settings.scan_share, "probe")
@@ -841,87 +418,45 @@ class Search:
     def _round_cost(self, configs: Sequence[LoaderConfig]) -> float:
         return 2 * sum(self.estimate_cost(c, self.settings.confirm_window_s) for c in configs)
 
+    def _entrants(self) -> list[Entrant]:
+        """The finalists, the caller's seeds and the user's baseline, each with its role."""
+        ok = {c: t.samples_per_s for c, t in self._scan.items() if t.ok}
+        entrants = [Entrant(c, "tuner" if i == 0 else "other", ok[c]) for i, c in enumerate(self.finalists())]
+
+        def enter(config: LoaderConfig, role: str, seeded: bool) -> None:
+            found = next((e for e in entrants if e.config == config), None)
+            if found is None:
+                entrants.append(Entrant(config, role, ok[config], seeded=seeded))
+            else:
+                found.role, found.seeded = role, found.seeded or seeded
+
+        for config, role in self.seeds:
+            if config in ok:
+                enter(config, role, True)
+        # The user's own config races unless the scan shows it far behind: the speed-up and the
+        # "keep yours" verdict then come from the same rounds as the pick.
+        top = max(ok.values(), default=0.0)
+        if self.baseline in ok and ok[self.baseline] >= 0.5 * top:
+            enter(self.baseline, "baseline", False)
+        return entrants
+
+    def _race_affordable(self, seconds: float) -> bool:
+        """Two rounds come first; rounds beyond them leave room for the epoch-boundary measurement."""
+        reserve = 0.0
+        if self.race.rounds >= self.settings.min_rounds:
+            leader = self.best_scanned()
+            reserve = self._epoch_gap_cost(leader) if leader is not None and leader.num_workers else 0.0
+        return self.affordable(seconds + reserve)
+
     def _confirm(self) -> Decision:
-        settings = self.settings
-        alive = self.finalists()
-        base_trial = self._scan.get(self.baseline)
-        top = max((t.samples_per_s for t in self._scan.values() if t.ok), default=0.0)
-        # Race the baseline once for an interleaved speed-up, unless the scan already shows it far behind.
-        baseline_pending = (
-            self.baseline not in alive
-            and base_trial is not None
-            and base_trial.ok
-            and base_trial.samples_per_s >= 0.5 * top
-        )
-        while alive:
-            configs = alive + ([self.baseline] if baseline_pending else [])
-            if len(configs) == 1:
-                break
-            if not self.affordable(self._round_cost(configs)):
-                if baseline_pending and len(alive) > 1 and self.affordable(self._round_cost(alive)):
-                    baseline_pending = False  # the speed-up then comes from the scan
-                    continue
-                self._note(f"time budget: stopped the confirmation race after {self._rounds} round(s)")
-                break
-            results = self.ev.interleaved(configs, repeats=1, window_s=settings.confirm_window_s, phase="confirm")
-            for config, trials in zip(configs, results):
-                for trial in trials:
-                    self._record(trial)
-                    if trial.ok:
-                        self._race.setdefault(config, []).append(trial.samples_per_s)
-                    elif config in alive:
-                        alive.remove(config)
-            self._rounds += 1
-            if baseline_pending:
-                baseline_pending = False
-                # The user's own config stays in the race when it is within reach of the leader.
-                leader = max((statistics.median(self._race[c]) for c in alive if self._race.get(c)), default=0.0)
-                base = self._race_median(self.baseline)
-                if base is not None and base >= leader * (1 - 2 * settings.min_gain):
-                    alive.append(self.baseline)
-            if settings.rounds is not None:
-                if self._rounds >= settings.rounds:
-                    break
-                continue
-            if self._rounds < settings.min_rounds:
-                continue
-            raced = {c: self._race[c] for c in alive if self._race.get(c)}
-            if not raced:
-                break
-            decision = decide(raced, tolerance=settings.tolerance, seed=settings.seed + self._rounds)
-            leader_samples = self._race[decision.leader]
-            alive = [
-                c
-                for c in alive
-                if c in (decision.leader, decision.pick)
-                or not clearly_slower(self._race[c], leader_samples, tolerance=settings.tolerance, seed=settings.seed)
-            ]
-            if decision.confidence >= 0.9 or len(alive) <= 1 or self._rounds >= settings.max_rounds:
-                break
-        raced = {c: v for c, v in self._race.items() if v}
-        if raced:
-            return decide(raced, tolerance=settings.tolerance, seed=settings.seed)
-        return self._decide_from_scan()
+        decision = self.race.run(self._entrants())
+        if decision is None:
+            # Not one round raced: single measurements pick, and within their noise floor the cheaper config.
+            tolerance = max(self.settings.tolerance, self.settings.min_gain)
+            decision = decide_from_scan(self._scan, self.baseline, tolerance=tolerance)
+        return decision
 
-    def _decide_from_scan(self) -> Decision:
-        ok = {c: t for c, t in self._scan.items() if t.ok}
-        if not ok:
-            return Decision(pick=self.baseline, leader=self.baseline, medians={}, confidence=0.0)
-        leader = max(ok, key=lambda c: ok[c].samples_per_s)
-        top = ok[leader].samples_per_s
-        pick = min((c for c in ok if ok[c].samples_per_s >= top * (1 - self.settings.tolerance)), key=cost_key)
-        rivals = [t for c, t in ok.items() if c != pick]
-        runner = max(rivals, key=lambda t: t.samples_per_s) if rivals else None
-        return Decision(
-            pick=pick,
-            leader=leader,
-            medians={c: t.samples_per_s for c, t in ok.items()},
-            confidence=single_measurement_confidence(ok[pick], rivals),
-            runner_up=runner.config if runner else None,
-            margin=ok[pick].samples_per_s / runner.samples_per_s if runner else None,
-        )
-
-    # -- start-up ------------------------------------------------------------------
+    # -- start-up and epoch boundaries ----------------------------------------------------
     def _startup_pair(self, pick: LoaderConfig, ctx: str) -> tuple[LoaderConfig, LoaderConfig]:
         """Start methods are compared at min(workers, cores): start-up per worker, cheaply."""
         n = max(1, min(pick.num_workers, self.space.cores))
@@ -949,17 +484,48 @@ class Search:
             self._record(trial)
             self._scan[variant] = trial
 
+    def _persistent(self, chosen: LoaderConfig) -> tuple[LoaderConfig, dict | None]:
+        """Measure the epoch-boundary gap of ``chosen`` with and without persistent workers, then decide."""
+        if chosen.num_workers == 0 or chosen.persistent_workers or not self.space.persistent_workers:
+            return chosen, None
+        if not self.affordable(self._epoch_gap_cost(chosen)):
+            self._note("time budget: persistent_workers was not measured, so it is not recommended")
+            self._skip(chosen.replace(persistent_workers=True), "epoch-boundary gap not measured: the time budget ran out")
+            return chosen, None
+        epochs = self.settings.epoch_gap_epochs
+        without = self.ev.epoch_gap(chosen, epochs=epochs)
+        with_ = self.ev.epoch_gap(chosen.replace(persistent_workers=True), epochs=epochs)
+        return choose_persistent(chosen, without, with_, note=self._note)
+
+    def _epoch_gap_cost(self, config: LoaderConfig) -> float:
+        """Seconds the two epoch-boundary runs of ``config`` take: short epochs at the measured rate,
+        and a start-up (plus half as much for the shutdown) per epoch without persistence, once with it."""
+        rate = self.rate(config)
+        batch_s = config.batch_size / rate if rate > 0 else self.profile.batch_seconds(config.batch_size)
+        startup = self._startup_of(config) or 0.5
+        epochs = self.settings.epoch_gap_epochs
+        restarts = 1.5 * startup * (epochs + 1)
+        return restarts + 2 * epochs * epoch_batches(config) * batch_s + 0.5
+
     # -- result --------------------------------------------------------------------
     def _result(self, decision: Decision) -> SearchResult:
         pick = decision.pick
         rate = decision.medians.get(pick, self.rate(pick))
-        base_rate = self._race_median(self.baseline) or self.rate(self.baseline)
+        base_rate = self.rate(self.baseline)
         self._race_effects()
+        noise = self._race_noise()
+        keep = pick == self.baseline or keeps_baseline(
+            rate, base_rate, paired=self.race.log.ratios(pick, self.baseline), noise=noise,
+            min_gain=self.settings.min_gain, seed=self.settings.seed,
+        )
         startup = self._startup_of(pick)
-        pick = self._apply_startup_choices(pick, startup)
-        noise = [
-            (max(v) - min(v)) / statistics.median(v) for v in self._race.values() if len(v) >= 2 and statistics.median(v) > 0
-        ]
+        if keep:
+            _, persistent = self._persistent(self.baseline)
+        else:
+            pick = choose_start_method(pick, self.space.contexts, self._startup_pair, self._scan, note=self._note)
+            pick, persistent = self._persistent(pick)
+        if self.baseline.persistent_workers and pick.num_workers:
+            pick = pick.replace(persistent_workers=True)  # the user's choice; steady state is the same
         return SearchResult(
             pick=pick,
             samples_per_s=rate,
@@ -975,50 +541,37 @@ class Search:
             margin=decision.margin,
             margin_interval=decision.margin_interval,
             finalists={c.label(): m for c, m in sorted(decision.medians.items(), key=lambda p: -p[1])},
-            rounds=self._rounds,
-            noise=statistics.median(noise) if noise else None,
+            rounds=self.race.rounds,
+            noise=noise,
             startup_s=startup,
             memory=self.memory,
+            head_to_head=self.race.head_to_head(),
+            skipped=self.skipped,
+            keep_baseline=keep,
+            within_pct=within_pct(rate, base_rate),
+            plan=self.plan,
+            persistent=persistent,
         )
 
-    def _race_median(self, config: LoaderConfig) -> float | None:
-        values = self._race.get(config)
-        return statistics.median(values) if values else None
+    def _race_noise(self) -> float | None:
+        """Median relative spread (max − min) / median of the raced configs' round rates."""
+        spreads = []
+        for config in self.race.log.configs():
+            values = self.race.log.values(config)
+            if len(values) >= 2 and statistics.median(values) > 0:
+                spreads.append((max(values) - min(values)) / statistics.median(values))
+        return statistics.median(spreads) if spreads else None
 
     def _race_effects(self) -> None:
         """Replace single-measurement effects by interleaved medians where both sides raced."""
         for effect in self.effects:
-            a, b = self._race_median(effect.parent), self._race_median(effect.variant)
+            a, b = self.race.log.median(effect.parent), self.race.log.median(effect.variant)
             if a is not None and b is not None:
                 effect.parent_rate, effect.variant_rate, effect.source = a, b, "confirm"
 
     def _startup_of(self, config: LoaderConfig) -> float | None:
         values = [t.startup_s for t in self.trials if t.config == config and t.ok and t.startup_s is not None]
         return statistics.median(values) if values else None
-
-    def _apply_startup_choices(self, pick: LoaderConfig, startup: float | None) -> LoaderConfig:
-        if pick.num_workers == 0:
-            return pick
-        # A start method must start clearly faster (25% and 0.1 s at the same worker count) to replace the default.
-        for ctx in self.space.contexts:
-            parent, variant = self._startup_pair(pick, ctx)
-            a, b = self._scan.get(parent), self._scan.get(variant)
-            if a is None or b is None or not a.ok or not b.ok or a.startup_s is None or b.startup_s is None:
-                continue
-            if b.startup_s < a.startup_s * 0.75 and a.startup_s - b.startup_s >= 0.1:
-                self._note(
-                    f"start method {ctx!r} reached the first batch in {b.startup_s:.2f} s vs {a.startup_s:.2f} s "
-                    f"with {parent.num_workers} workers"
-                )
-                pick = pick.replace(multiprocessing_context=ctx)
-                break
-        if self.space.persistent_workers and not pick.persistent_workers:
-            if startup is not None:
-                self._note(
-                    f"persistent_workers=True: the measured start-up of {startup:.2f} s is paid once instead of every epoch"
-                )
-            pick = pick.replace(persistent_workers=True)
-        return pick
 
 
 def run_search(
@@ -1030,62 +583,10 @@ def run_search(
     memory: MemoryBudget,
     settings: SearchSettings | None = None,
     on_trial: Callable[[Trial], None] | None = None,
+    seeds: Sequence[tuple[LoaderConfig, str]] = (),
 ) -> SearchResult:
-    """Run the strategy of NOTE [tuning strategy]; see :class:`Search`."""
+    """Run the strategy of NOTE [tuning strategy]; see :class:`Search`. ``seeds``: (config, role)
+    pairs that race in the final round whatever the scan says (doctor: the sweep's best)."""
     return Search(
-        evaluator, space, profile, baseline=baseline, memory=memory, settings=settings, on_trial=on_trial
+        evaluator, space, profile, baseline=baseline, memory=memory, settings=settings, on_trial=on_trial, seeds=seeds
     ).run()
-
-
-# -- a simulated evaluator (tests, dry runs) ------------------------------------------------
-
-
-class SimulatedEvaluator(InterleavingEvaluator):
-    """An :class:`Evaluator` over a rate function, with multiplicative noise and a fake clock.
-
-    ``rate_fn(config) -> samples/s`` is the truth; each measurement returns it
-    times ``exp(N(0, noise))`` and advances the clock by the window plus a
-    start-up of ``startup_fn(config)`` seconds. Deterministic for a seed.
-    """
-
-    def __init__(
-        self,
-        rate_fn: Callable[[LoaderConfig], float],
-        *,
-        noise: float = 0.02,
-        seed: int = 0,
-        startup_fn: Callable[[LoaderConfig], float] | None = None,
-        worker_bytes_fn: Callable[[LoaderConfig], int | None] | None = None,
-        overhead_s: float = 0.05,
-    ) -> None:
-        self.rate_fn = rate_fn
-        self.noise = noise
-        self.rng = random.Random(seed)
-        self.startup_fn = startup_fn or (lambda c: 0.05 + 0.03 * c.num_workers)
-        self.worker_bytes_fn = worker_bytes_fn or (lambda c: None)
-        self.overhead_s = overhead_s
-        self.clock = 0.0
-        self.measured: list[LoaderConfig] = []
-
-    def elapsed(self) -> float:
-        return self.clock
-
-    def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial:
-        true = self.rate_fn(config)
-        startup = self.startup_fn(config)
-        cost = window_s + startup + self.overhead_s
-        self.clock += cost
-        self.measured.append(config)
-        noisy = true * math.exp(self.rng.gauss(0.0, self.noise)) if true > 0 else 0.0
-        return Trial(
-            config=config,
-            samples_per_s=noisy,
-            phase=phase,
-            startup_s=startup,
-            window_s=window_s,
-            rel_se=self.noise / 2,
-            worker_bytes=self.worker_bytes_fn(config) if config.num_workers else None,
-            cost_s=cost,
-            error=None if true > 0 else "simulated failure",
-        )
-

@@ -1,0 +1,311 @@
+"""The facts a report states, as plain dataclasses, and the named targets its checklist compares against.
+
+The rule modules build these from a record; renderers turn them into sentences, tables and plots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Targets of the checklist: (pass boundary, fail boundary). Between the two a
+# check warns. Sources: the 30% data-wait bar of issue 6; half the available
+# RAM is the tuner's default memory budget (SPEC §7, like tf.data's ram_budget).
+TARGETS: dict[str, tuple[float, float]] = {
+    "data_wait_fraction": (0.30, 0.50),
+    "gpu_util_percent": (80.0, 50.0),
+    "augmentation_percent": (30.0, 60.0),
+    "batch_time_ratio": (1.5, 3.0),
+    "parallel_efficiency": (0.70, 0.40),
+    "measurement_noise": (0.05, 0.15),
+    "tuning_headroom": (1.10, 2.0),
+    "shm_fraction": (0.50, 1.0),
+    "ram_fraction": (0.50, 0.80),
+    "startup_fraction": (0.05, 0.20),
+    "error_findings": (0, 0),
+}
+
+
+@dataclass
+class ConfigRate:
+    label: str
+    config: dict
+    samples_per_s: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class BenchRow:
+    label: str
+    config: dict
+    samples_per_s: float | None
+    min_samples_per_s: float | None
+    max_samples_per_s: float | None
+    startup_s: float | None
+    p50_ms: float | None
+    p95_ms: float | None
+    efficiency: float | None
+    speedup: float | None
+    noise: float | None
+    repeats: int | None
+    error: str | None
+    is_best: bool = False
+
+
+@dataclass
+class BenchFacts:
+    rows: list[BenchRow]
+    measured: int
+    failed: int
+    cores: int | None
+    single_process_ms_per_sample: float | None
+    best: BenchRow | None
+    plateau_workers: int | None
+    repeats: int | None  # when every configuration had the same number of repeats
+    worker_counts: list[int]
+    latency_bound: bool  # the best beats what the cores could do: more speed-up than cores, via more workers
+    batches_timed: int | None = None  # steady-state batches timed, all configurations and repeats
+    window_s: float | None = None  # steady-state seconds those batches took
+
+
+@dataclass
+class TrialRow:
+    label: str
+    phase: str | None
+    samples_per_s: float
+    vs_baseline: float | None
+
+
+@dataclass
+class TuningFacts:
+    baseline: ConfigRate | None
+    best: ConfigRate
+    speedup: float | None
+    confidence: Any
+    seconds: float | None
+    trials: int
+    top_trials: list[TrialRow]
+    failed_trials: list[tuple[str, str]] = field(default_factory=list)  # (label, error)
+    runner_up: str | None = None
+    margin: float | None = None  # best / runner-up
+    region: str | None = None  # how the tuner classified the source (e.g. latency-bound)
+    region_reason: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BestConfig:
+    source: str  # "tune" or "bench"
+    label: str
+    config: dict
+    samples_per_s: float
+    speedup: float | None  # vs the baseline below
+    baseline: ConfigRate | None
+    result: dict | None  # the bench result with this config, when measured there
+    snippet: str = ""  # the user's loader call with this config (tuning/emit.py, the one builder)
+
+
+@dataclass
+class StageRow:
+    name: str
+    kind: str | None
+    ms_per_sample: float
+    share: float  # fraction of the summed stage time
+
+
+@dataclass
+class AugmentationFacts:
+    ms_per_sample: float | None
+    percent: float | None
+    transforms: list[str]
+    with_ms: float | None = None  # per-sample time with and without the random transforms
+    without_ms: float | None = None
+
+
+@dataclass
+class HotspotRow:
+    function: str
+    location: str
+    calls: int | None
+    total_ms: float | None
+    cumulative_ms: float | None
+
+
+@dataclass
+class StageFacts:
+    rows: list[StageRow]
+    total_ms: float
+    top: StageRow | None
+    augmentation: AugmentationFacts | None
+    hotspots: list[HotspotRow]
+    run: dict = field(default_factory=dict)  # how the stages were measured (stage_run)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TrainingFacts:
+    verdict: str | None
+    stall_fraction: float | None
+    steps: int | None
+    gpu_util: float | None
+    what_if_speedup: float | None
+    first_batch_s: float | None
+    mean_data_ms: float | None  # steady state (the record's data_ms.mean), else over the timeline
+    mean_compute_ms: float | None
+    occupancy: Any
+    ranks: list[dict]
+    advice: list[str]
+    resources: dict | None
+    config_label: str | None = None  # the loader the loop ran with
+    epoch_steps: int | None = None
+    first_batch_share: float | None = None  # of one epoch (startup_share_per_epoch)
+    distributed: dict | None = None
+    input_bound_at: float | None = None  # the profiler's own threshold, when recorded
+
+
+@dataclass
+class EpochRow:
+    role: str  # "best" or "baseline"
+    label: str
+    samples_per_s: float
+    seconds: float
+    batches: int | None
+    startup_s: float | None
+    persistent: bool
+
+
+@dataclass
+class EpochEstimate:
+    length: int
+    rows: list[EpochRow]
+    saving_s: float | None  # baseline minus best
+
+
+@dataclass
+class MemoryRow:
+    role: str  # "best" or "largest"
+    label: str
+    workers: int
+    prefetch_factor: int
+    batch_size: int | None
+    batch_bytes: float
+    in_flight_batches: int
+    in_flight_bytes: float
+    shm_fraction: float | None
+    workers_rss_bytes: float | None
+    ram_needed_bytes: float
+    ram_fraction: float | None
+
+
+@dataclass
+class MemoryFacts:
+    rows: list[MemoryRow]
+    shm_free_bytes: float | None
+    ram_available_bytes: float | None
+    reference_batch_size: int | None
+    reference_batch_bytes: float
+
+
+@dataclass
+class CpuRow:
+    label: str
+    workers: int
+    main_percent: float
+    workers_percent: float
+    total_percent: float
+    capacity_fraction: float | None  # of the usable cores
+    main_rss_mb: float | None
+    workers_rss_mb: float | None
+    worker_uss_mb: float | None
+
+
+@dataclass
+class CpuUse:
+    cores: int | None
+    rows: list[CpuRow]
+    focus: CpuRow  # the best configuration's row (or the training loop's)
+
+
+@dataclass
+class Target:
+    key: str
+    higher_is_better: bool
+    good: float
+    bad: float
+
+    def status(self, value: float) -> str:
+        if self.higher_is_better:
+            return "pass" if value >= self.good else "warn" if value >= self.bad else "fail"
+        return "pass" if value <= self.good else "warn" if value <= self.bad else "fail"
+
+
+def target(key: str, *, higher_is_better: bool = False) -> Target:
+    good, bad = TARGETS[key]
+    return Target(key, higher_is_better, good, bad)
+
+
+@dataclass
+class CheckRow:
+    name: str
+    measured: float
+    unit: str  # "fraction", "percent", "ratio", "count"
+    target: Target
+    subject: str | None = None  # the configuration measured, when it matters
+
+    @property
+    def status(self) -> str:
+        return self.target.status(self.measured)
+
+
+@dataclass
+class FindingView:
+    code: str
+    severity: str
+    message: str
+    evidence: dict
+    fix: str | None
+    derived: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class FindingFacts:
+    findings: list[FindingView]
+    counts: dict[str, int]  # by severity
+
+
+@dataclass
+class Recommendation:
+    id: str
+    source: str  # "record" or "analysis"
+    title: Any = None
+    detail: Any = None
+    measured: Any = None
+    expected_gain: Any = None
+    values: dict[str, Any] = field(default_factory=dict)  # for derived advice
+
+
+@dataclass
+class Verdict:
+    label: str
+    values: dict[str, Any]
+
+
+@dataclass
+class ReportFacts:
+    command: str
+    target: str
+    verdict: Verdict | None
+    bench: BenchFacts | None
+    tuning: TuningFacts | None
+    best: BestConfig | None
+    stages: StageFacts | None
+    training: TrainingFacts | None
+    epoch: EpochEstimate | None
+    memory: MemoryFacts | None
+    cpu: CpuUse | None
+    checklist: list[CheckRow]
+    findings: FindingFacts | None
+    recommendations: list[Recommendation]
+

@@ -1,0 +1,116 @@
+"""Small readers of a run record (schema §5): numbers, rates, labels and the results worth reading.
+
+Every analysis module reads the record through these, so a malformed or older record (a missing key,
+a NaN, a bool where a number belongs) yields ``None`` instead of an exception.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+Record = dict  # a RunRecord.to_dict()
+
+MIB = 1024 * 1024  # resources.py reports memory in MiB ("MB" there)
+
+
+def as_record_dict(record: Any) -> Record:
+    """A RunRecord or its dict, as a dict."""
+    if isinstance(record, dict):
+        return record
+    to_dict = getattr(record, "to_dict", None)
+    if callable(to_dict):
+        return to_dict()
+    raise TypeError(f"expected a RunRecord or a record dict, got {type(record).__name__}")
+
+
+def number(value: Any) -> float | None:
+    """A finite int/float as float; anything else (None, bool, str, NaN) as None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def rate_of(value: Any) -> float | None:
+    """samples/s given either as a number or as a {median, min, max} spread."""
+    if isinstance(value, dict):
+        return number(value.get("median"))
+    return number(value)
+
+
+def config_label(config: Any, label: Any = None) -> str:
+    """The record's label, else LoaderConfig.label() of the config dict."""
+    if isinstance(label, str) and label:
+        return label
+    if not isinstance(config, dict):
+        return "unknown configuration"
+    from ..config import LoaderConfig
+
+    try:
+        return LoaderConfig.from_dict(config).label()
+    except (TypeError, ValueError):
+        return " ".join(f"{k}={v}" for k, v in config.items() if v is not None)
+
+
+def ok_results(r: Record) -> list[dict]:
+    """Bench results that measured a rate (no error)."""
+    return [
+        res
+        for res in r.get("results") or []
+        if isinstance(res, dict) and not res.get("error") and rate_of(res.get("samples_per_s")) is not None
+    ]
+
+
+def best_result(r: Record) -> dict | None:
+    """The bench result the sweep called best (scaling.best_index), else the fastest."""
+    results = r.get("results") or []
+    index = (r.get("scaling") or {}).get("best_index")
+    if isinstance(index, int) and 0 <= index < len(results):
+        chosen = results[index]
+        if isinstance(chosen, dict) and not chosen.get("error") and rate_of(chosen.get("samples_per_s")) is not None:
+            return chosen
+    ok = ok_results(r)
+    return max(ok, key=lambda res: rate_of(res["samples_per_s"]) or 0.0) if ok else None
+
+
+def result_for_config(r: Record, config: Any) -> dict | None:
+    """The bench result measured with exactly this config, if any."""
+    if not isinstance(config, dict):
+        return None
+    for res in ok_results(r):
+        if same_config(res.get("config"), config):
+            return res
+    return None
+
+
+def same_config(a: Any, b: Any) -> bool:
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return False
+    keys = set(a) | set(b)
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+def workers_of(config: Any) -> int:
+    value = config.get("num_workers") if isinstance(config, dict) else None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def batch_size_of(config: Any) -> int | None:
+    value = config.get("batch_size") if isinstance(config, dict) else None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def prefetch_of(config: Any) -> int:
+    value = config.get("prefetch_factor") if isinstance(config, dict) else None
+    # DataLoader's default prefetch_factor with workers is 2.
+    return int(value) if isinstance(value, int) and value > 0 else 2
+
+
+def single_process_result(r: Record, batch_size: int | None = None) -> dict | None:
+    """The num_workers=0 result, preferring the given batch size."""
+    zero = [res for res in ok_results(r) if workers_of(res.get("config")) == 0]
+    for res in zero:
+        if batch_size is None or batch_size_of(res.get("config")) == batch_size:
+            return res
+    return zero[0] if zero else None
+

@@ -1,0 +1,303 @@
+"""Per-section facts: the bench sweep, the tuner's trials, the configuration to recommend, the stage
+breakdown and the training loop. Each returns ``None`` when the record lacks that section."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from ..tuning.emit import render_python, snippet_for_record
+from .facts import (
+    AugmentationFacts,
+    BenchFacts,
+    BenchRow,
+    BestConfig,
+    ConfigRate,
+    HotspotRow,
+    StageFacts,
+    StageRow,
+    TrainingFacts,
+    TrialRow,
+    TuningFacts,
+)
+from .readers import (
+    Record,
+    batch_size_of,
+    best_result,
+    config_label,
+    number,
+    ok_results,
+    rate_of,
+    result_for_config,
+    single_process_result,
+    workers_of,
+)
+
+LATENCY_BOUND_MARGIN = 1.1  # speed-up must beat the core count by this factor, beyond noise
+
+
+def bench_facts(r: Record) -> BenchFacts | None:
+    results = [res for res in r.get("results") or [] if isinstance(res, dict)]
+    if not results:
+        return None
+    best = best_result(r)
+    rows = []
+    for res in results:
+        spread = res.get("samples_per_s") if isinstance(res.get("samples_per_s"), dict) else {}
+        latency = res.get("batch_ms") or {}
+        rows.append(
+            BenchRow(
+                label=config_label(res.get("config"), res.get("label")),
+                config=res.get("config") or {},
+                samples_per_s=rate_of(res.get("samples_per_s")),
+                min_samples_per_s=number(spread.get("min")),
+                max_samples_per_s=number(spread.get("max")),
+                startup_s=number(res.get("startup_s")),
+                p50_ms=number(latency.get("p50")),
+                p95_ms=number(latency.get("p95")),
+                efficiency=number(res.get("efficiency")),
+                speedup=number(res.get("speedup")),
+                noise=number(res.get("noise")),
+                repeats=res.get("repeats") if isinstance(res.get("repeats"), int) else None,
+                error=str(res["error"]) if res.get("error") else None,
+                is_best=res is best,
+            )
+        )
+    scaling = r.get("scaling") or {}
+    measured = [row for row in rows if row.error is None and row.samples_per_s is not None]
+    repeats = {row.repeats for row in measured}
+    best_row = next((row for row in rows if row.is_best), None)
+    cores = scaling.get("cores") or (r.get("host") or {}).get("cores")
+    cores = cores if isinstance(cores, int) else None
+    plateau = scaling.get("plateau_workers")
+    ok = ok_results(r)
+    timed = [res.get("batches_measured") for res in ok if isinstance(res.get("batches_measured"), int)]
+    windows = [number(res.get("window_s")) for res in ok if number(res.get("window_s")) is not None]
+    return BenchFacts(
+        batches_timed=sum(timed) if timed else None,
+        window_s=sum(windows) if windows else None,
+        rows=rows,
+        measured=len(measured),
+        failed=len(rows) - len(measured),
+        cores=cores,
+        single_process_ms_per_sample=number(scaling.get("single_process_ms_per_sample")),
+        best=best_row,
+        plateau_workers=plateau if isinstance(plateau, int) else None,
+        repeats=repeats.pop() if len(repeats) == 1 else None,
+        worker_counts=sorted({workers_of(row.config) for row in measured}),
+        # More workers than cores is no evidence by itself (a noisy tie can land there);
+        # a speed-up over one process beyond the core count is: the workers overlap waits.
+        latency_bound=bool(
+            best_row
+            and cores
+            and workers_of(best_row.config) > cores
+            and best_row.speedup is not None
+            and best_row.speedup > cores * LATENCY_BOUND_MARGIN
+        ),
+    )
+
+
+def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
+    best = r.get("best")
+    if not isinstance(best, dict) or rate_of(best.get("samples_per_s")) is None:
+        return None
+    best_rate = ConfigRate(config_label(best.get("config")), best.get("config") or {}, rate_of(best["samples_per_s"]))
+    baseline = _config_rate(r.get("baseline"))
+    speedup = number(best.get("speedup"))
+    if speedup is None and baseline and baseline.samples_per_s > 0:
+        speedup = best_rate.samples_per_s / baseline.samples_per_s
+    trials = [t for t in r.get("trials") or [] if isinstance(t, dict)]
+    measured = [t for t in trials if not t.get("error") and (rate_of(t.get("samples_per_s")) or 0.0) > 0]
+    ranked = sorted(measured, key=lambda t: rate_of(t["samples_per_s"]), reverse=True)[:top]
+    rows = []
+    for t in ranked:
+        rate = rate_of(t["samples_per_s"])
+        vs = rate / baseline.samples_per_s if baseline and baseline.samples_per_s > 0 else None
+        rows.append(TrialRow(config_label(t.get("config"), t.get("label")), t.get("phase"), rate, vs))
+    failed = [(config_label(t.get("config"), t.get("label")), str(t["error"])) for t in trials if t.get("error")]
+    search = r.get("search") if isinstance(r.get("search"), dict) else {}
+    region = search.get("region") if isinstance(search.get("region"), dict) else {}
+    runner_up = best.get("runner_up")
+    return TuningFacts(
+        baseline=baseline,
+        best=best_rate,
+        speedup=speedup,
+        confidence=best.get("confidence"),
+        seconds=number(r.get("tuning_seconds")),
+        trials=len(trials),
+        top_trials=rows,
+        failed_trials=failed,
+        runner_up=runner_up if isinstance(runner_up, str) and runner_up else None,
+        margin=number(best.get("margin")),
+        region=region.get("name") if isinstance(region.get("name"), str) else None,
+        region_reason=region.get("reason") if isinstance(region.get("reason"), str) else None,
+        notes=[str(n) for n in search.get("notes") or [] if n],
+    )
+
+
+def trials_by_config(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per config of the tuner's trials: the phases it was measured in, its median rate and
+    start-up over the runs, the runs; fastest first."""
+    rows: dict[str, dict[str, Any]] = {}
+    for t in trials:
+        row = rows.setdefault(t["label"], {"label": t["label"], "phases": [], "rates": [], "startup": [], "error": None})
+        if t["phase"] not in row["phases"]:
+            row["phases"].append(t["phase"])
+        if t["error"]:
+            row["error"] = t["error"]
+        else:
+            row["rates"].append(t["samples_per_s"])
+            if t.get("startup_s") is not None:
+                row["startup"].append(t["startup_s"])
+    out = []
+    for row in rows.values():
+        row["rate"] = statistics.median(row["rates"]) if row["rates"] else None
+        row["startup_s"] = statistics.median(row["startup"]) if row["startup"] else None
+        out.append(row)
+    return sorted(out, key=lambda r: -(r["rate"] or 0.0))
+
+
+def _config_rate(entry: Any) -> ConfigRate | None:
+    if not isinstance(entry, dict) or rate_of(entry.get("samples_per_s")) is None:
+        return None
+    return ConfigRate(
+        config_label(entry.get("config"), entry.get("label")), entry.get("config") or {}, rate_of(entry["samples_per_s"])
+    )
+
+
+def best_configuration(r: Record) -> BestConfig | None:
+    """The configuration the report recommends: the tuner's pick, else the sweep's best."""
+    tuning = tuning_facts(r)
+    if tuning is not None:
+        return BestConfig(
+            source="tune",
+            label=tuning.best.label,
+            config=tuning.best.config,
+            samples_per_s=tuning.best.samples_per_s,
+            speedup=tuning.speedup,
+            baseline=tuning.baseline,
+            result=result_for_config(r, tuning.best.config),
+            snippet=loader_snippet(r, tuning.best.config),
+        )
+    best = best_result(r)
+    if best is None:
+        return None
+    single = single_process_result(r, batch_size_of(best.get("config")))
+    baseline = None
+    if single is not None and single is not best:
+        baseline = ConfigRate(
+            config_label(single.get("config"), single.get("label")), single.get("config") or {}, rate_of(single["samples_per_s"])
+        )
+    speedup = number(best.get("speedup"))
+    if speedup is None and baseline is not None and baseline.samples_per_s > 0:
+        speedup = rate_of(best["samples_per_s"]) / baseline.samples_per_s
+    return BestConfig(
+        source="bench",
+        label=config_label(best.get("config"), best.get("label")),
+        config=best.get("config") or {},
+        samples_per_s=rate_of(best["samples_per_s"]),
+        speedup=speedup,
+        baseline=baseline,
+        result=best,
+        snippet=loader_snippet(r, best.get("config") or {}),
+    )
+
+
+def loader_snippet(r: Record, config: dict) -> str:
+    """The user's own loader call with ``config``'s knobs, as ``--emit python`` writes it."""
+    snippet = snippet_for_record(r, config) if config else None
+    return render_python(snippet) if snippet is not None else ""
+
+
+def stage_facts(r: Record, *, top_hotspots: int = 8) -> StageFacts | None:
+    stages = [s for s in r.get("stages") or [] if isinstance(s, dict) and number(s.get("ms_per_sample")) is not None]
+    aug = _augmentation(r.get("augmentation_overhead"))
+    hotspots = _hotspots(r.get("hotspots"), top_hotspots)
+    if not stages and aug is None and not hotspots:
+        return None
+    total = sum(number(s["ms_per_sample"]) for s in stages)
+    shares = [number(s.get("share")) for s in stages]
+    # "share" is a fraction of the total; accept percentages from older writers.
+    as_percent = all(v is not None for v in shares) and sum(shares) > 1.5
+    rows = []
+    for s, share in zip(stages, shares):
+        ms = number(s["ms_per_sample"])
+        if share is None:
+            share = ms / total if total > 0 else 0.0
+        elif as_percent:
+            share = share / 100.0
+        rows.append(StageRow(str(s.get("name", "?")), s.get("kind"), ms, share))
+    top = max(rows, key=lambda row: row.ms_per_sample) if rows else None
+    run = r.get("stage_run") if isinstance(r.get("stage_run"), dict) else {}
+    notes = [str(n) for n in r.get("stage_notes") or [] if n]
+    return StageFacts(rows=rows, total_ms=total, top=top, augmentation=aug, hotspots=hotspots, run=run, notes=notes)
+
+
+def _augmentation(entry: Any) -> AugmentationFacts | None:
+    if not isinstance(entry, dict):
+        return None
+    ms, pct = number(entry.get("ms_per_sample")), number(entry.get("percent"))
+    if ms is None and pct is None:
+        return None
+    names = [str(n) for n in entry.get("transforms") or []]
+    return AugmentationFacts(ms, pct, names, number(entry.get("with_ms_per_sample")),
+                             number(entry.get("without_ms_per_sample")))
+
+
+def _hotspots(entries: Any, top: int) -> list[HotspotRow]:
+    rows = []
+    for h in entries or []:
+        if not isinstance(h, dict):
+            continue
+        where = str(h.get("file", "?"))
+        if h.get("line") is not None:
+            where += f":{h['line']}"
+        calls = h.get("calls")
+        rows.append(
+            HotspotRow(str(h.get("function", "?")), where, calls if isinstance(calls, int) else None,
+                    number(h.get("total_ms")), number(h.get("cumulative_ms")))
+        )
+    rows.sort(key=lambda h: h.cumulative_ms or h.total_ms or 0.0, reverse=True)
+    return rows[:top]
+
+
+def training_facts(r: Record) -> TrainingFacts | None:
+    timeline = r.get("step_timeline") if isinstance(r.get("step_timeline"), dict) else {}
+    data = [v for v in (number(x) for x in timeline.get("data_ms") or []) if v is not None]
+    compute = [v for v in (number(x) for x in timeline.get("compute_ms") or []) if v is not None]
+    measured = ("stall_fraction", "verdict", "what_if_speedup", "first_batch_s")
+    if not data and not compute and all(r.get(k) is None for k in measured):
+        return None
+    advice = r.get("advice")
+    if isinstance(advice, str):
+        advice = [advice]
+    steps = r.get("steps")
+    verdict = r.get("verdict")
+    mean_data = number((r.get("data_ms") or {}).get("mean")) if isinstance(r.get("data_ms"), dict) else None
+    mean_compute = number((r.get("compute_ms") or {}).get("mean")) if isinstance(r.get("compute_ms"), dict) else None
+    if mean_data is None or mean_compute is None:
+        mean_data = sum(data) / len(data) if data else None
+        mean_compute = sum(compute) / len(compute) if compute else None
+    epoch_steps = r.get("epoch_steps")
+    config = r.get("config")
+    thresholds = r.get("thresholds") if isinstance(r.get("thresholds"), dict) else {}
+    return TrainingFacts(
+        verdict=verdict if isinstance(verdict, str) else None,
+        stall_fraction=number(r.get("stall_fraction")),
+        steps=steps if isinstance(steps, int) else None,
+        gpu_util=number(r.get("gpu_util")),
+        what_if_speedup=number(r.get("what_if_speedup")),
+        first_batch_s=number(r.get("first_batch_s")),
+        mean_data_ms=mean_data,
+        mean_compute_ms=mean_compute,
+        occupancy=r.get("occupancy"),
+        ranks=[x for x in r.get("ranks") or [] if isinstance(x, dict)],
+        advice=[str(a) for a in advice or [] if a],
+        resources=r.get("resources") if isinstance(r.get("resources"), dict) else None,
+        config_label=config_label(config, r.get("config_label")) if isinstance(config, dict) else None,
+        epoch_steps=epoch_steps if isinstance(epoch_steps, int) and epoch_steps > 0 else None,
+        first_batch_share=number(r.get("startup_share_per_epoch")),
+        distributed=r.get("distributed") if isinstance(r.get("distributed"), dict) else None,
+        input_bound_at=number(thresholds.get("input_bound_at")),
+    )
+

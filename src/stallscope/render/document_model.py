@@ -1,0 +1,156 @@
+"""The report as a small document model: paragraphs, tables, figures and sections of inline parts.
+
+``report_document`` builds one from the analysis facts; the Markdown and HTML renderers serialise it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+
+@dataclass
+class Code:
+    """Inline code (a config label, an argument)."""
+
+    text: str
+
+
+@dataclass
+class Strong:
+    text: str
+
+
+Inline = Union[str, Code, Strong]
+Text = list  # a list of Inline
+
+
+@dataclass
+class Status:
+    """A checklist mark: pass, warn or fail."""
+
+    value: str
+
+
+Cell = Union[str, Code, Strong, Status, list]
+
+
+@dataclass
+class Paragraph:
+    parts: list
+    style: str = ""  # "verdict <label>" marks the executive verdict
+
+
+@dataclass
+class Bullets:
+    items: list  # each a list of Inline
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list[Cell]]
+    align: str = ""  # one letter per column: l or r (default l)
+
+
+@dataclass
+class CodeBlock:
+    text: str
+    language: str = ""
+
+
+@dataclass
+class Figure:
+    name: str  # plots.PLOTS key
+    caption: str
+
+
+@dataclass
+class Section:
+    key: str  # anchor id
+    title: str
+    blocks: list = field(default_factory=list)
+    subsections: list[Section] = field(default_factory=list)
+
+
+@dataclass
+class Document:
+    title: str
+    intro: list
+    sections: list[Section]
+
+    def figures(self) -> list[Figure]:
+        found: list[Figure] = []
+
+        def walk(section: Section) -> None:
+            found.extend(b for b in section.blocks if isinstance(b, Figure))
+            for sub in section.subsections:
+                walk(sub)
+
+        for section in self.sections:
+            walk(section)
+        return found
+
+
+def record_text(text: Any) -> list:
+    """A string from the record, with its `backtick` spans as inline code."""
+    pieces = str(text).split("`")
+    if len(pieces) % 2 == 0:  # unbalanced backticks: keep the text as it is
+        return [str(text)]
+    return [Code(p) if i % 2 else p for i, p in enumerate(pieces) if p]
+
+
+class DocumentWriter:
+    """What the Markdown and HTML writers share: which method writes which block or inline part.
+
+    A writer supplies ``paragraph``, ``bullets``, ``table``, ``code_block`` and ``figure`` (given the
+    image the figure shows, or None) for blocks, and ``text``, ``code``, ``strong`` and ``status``
+    for inline parts.
+    """
+
+    def block(self, block: Any, images: dict[str, str]) -> Any:
+        if isinstance(block, Paragraph):
+            return self.paragraph(block)
+        if isinstance(block, Bullets):
+            return self.bullets(block)
+        if isinstance(block, Table):
+            return self.table(block)
+        if isinstance(block, CodeBlock):
+            return self.code_block(block)
+        if isinstance(block, Figure):
+            return self.figure(block, images.get(block.name))
+        raise TypeError(f"unknown block {type(block).__name__}")
+
+    def inline(self, parts: Sequence[Any]) -> str:
+        out = []
+        for part in parts:
+            if isinstance(part, Code):
+                out.append(self.code(part.text))
+            elif isinstance(part, Strong):
+                out.append(self.strong(part.text))
+            elif isinstance(part, Status):
+                out.append(self.status(part.value))
+            elif isinstance(part, list):
+                out.append(self.inline(part))
+            else:
+                out.append(self.text(part))
+        return "".join(out)
+
+    def cell(self, value: Any) -> str:
+        """One table cell: an inline part or a list of them."""
+        return self.inline(value if isinstance(value, list) else [value])
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 error``, ``2 errors``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def config_code(label: str) -> Code:
+    return Code(label)
+
+
+def capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+

@@ -1,0 +1,222 @@
+"""What the search works with: the pipeline's profile, the knobs it may turn, its budgets.
+
+See NOTE [tuning strategy] in :mod:`stallscope.tuning.search`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import LoaderConfig
+
+MB = 1024 * 1024
+
+# A climb step must beat the best so far by this much (or by the measured noise) to count.
+MIN_GAIN = 0.03
+# Within this fraction of the leader, the cheaper config is preferred (a plateau).
+PLATEAU_TOLERANCE = 0.01
+# Per-worker private memory assumed until one worker has been measured.
+DEFAULT_WORKER_BYTES = 256 * MB
+
+
+@dataclass
+class Profile:
+    """What cheap in-process measurements revealed about the pipeline."""
+
+    seconds_per_sample: float  # wall time of one fetch, single process
+    cpu_per_wall: float  # process CPU time / wall time during the fetches
+    collate_s: float = 0.0  # collating one batch
+    batch_bytes: int = 0
+    jitter: float = 1.0  # p95 / p50 of per-item fetch times
+    spike: float = 1.0  # max / median of per-item fetch times
+    map_style: bool = True
+    length: int | None = None
+    batched_fetch: str | None = None  # the vectorised fetch kind available, if any
+    batched_speedup: float | None = None  # in-process: per-item batch time / vectorised batch time
+    items: int = 0  # how many items were timed
+
+    def batch_seconds(self, batch_size: int) -> float:
+        return batch_size * self.seconds_per_sample + self.collate_s
+
+    @property
+    def jittery(self) -> bool:
+        return self.jitter >= 2.0 or self.spike >= 5.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ms_per_sample": round(self.seconds_per_sample * 1000, 4),
+            "cpu_per_wall": round(self.cpu_per_wall, 3),
+            "collate_ms": round(self.collate_s * 1000, 4),
+            "batch_bytes": self.batch_bytes,
+            "jitter_p95_over_p50": round(self.jitter, 3),
+            "spike_max_over_median": round(self.spike, 3),
+            "map_style": self.map_style,
+            "length": self.length,
+            "batched_fetch": self.batched_fetch,
+            "batched_speedup_in_process": None if self.batched_speedup is None else round(self.batched_speedup, 3),
+            "items_timed": self.items,
+        }
+
+
+@dataclass
+class MemoryBudget:
+    """Workers and in-flight batches must fit in ``budget_bytes`` (tf.data's ``ram_budget`` idea).
+
+    Need = workers × (private memory per worker + prefetch_factor × batch bytes).
+    Per-worker memory is assumed (``DEFAULT_WORKER_BYTES``) until a worker has
+    been measured, then the largest measured value is used.
+    """
+
+    budget_bytes: int
+    batch_bytes: int = 0
+    worker_bytes: int = DEFAULT_WORKER_BYTES
+    measured: bool = False
+
+    def need(self, config: LoaderConfig) -> int:
+        if config.num_workers == 0:
+            return 0
+        per_worker = self.worker_bytes + (config.prefetch_factor or 2) * self.batch_bytes
+        return config.num_workers * per_worker
+
+    def fits(self, config: LoaderConfig) -> bool:
+        return self.need(config) <= self.budget_bytes
+
+    def max_workers(self, prefetch_factor: int = 2) -> int:
+        per_worker = self.worker_bytes + prefetch_factor * self.batch_bytes
+        return int(self.budget_bytes // max(1, per_worker))
+
+    def observe(self, worker_bytes: int | None) -> None:
+        if worker_bytes is None or worker_bytes <= 0:
+            return
+        self.worker_bytes = worker_bytes if not self.measured else max(self.worker_bytes, worker_bytes)
+        self.measured = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "budget_mb": round(self.budget_bytes / MB, 1),
+            "worker_mb": round(self.worker_bytes / MB, 1),
+            "worker_mb_measured": self.measured,
+            "batch_mb": round(self.batch_bytes / MB, 3),
+            "max_workers_at_prefetch_2": self.max_workers(2),
+        }
+
+
+@dataclass
+class SearchSpace:
+    """Which knobs the search may turn, and their limits."""
+
+    cores: int
+    batch_size: int
+    max_workers: int
+    prefetch_factors: tuple[int, ...] = (2, 4, 8)
+    in_order: bool = True  # may try in_order=False
+    batched_fetch: bool = False  # a vectorised fetch is available
+    pin_memory: bool = False  # CUDA: pin by default, measure the cost
+    threads: tuple[int, ...] = ()  # main-process intra-op thread counts to try at 0 workers
+    batch_sizes: tuple[int, ...] = ()  # other batch sizes (only when the user allows it)
+    contexts: tuple[str, ...] = ()  # other start methods to compare on start-up
+    persistent_workers: bool = True  # measure the pick's epoch-boundary gap with persistent workers
+    multiprocessing_context: str | None = None  # the start method candidates use
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cores": self.cores,
+            "batch_size": self.batch_size,
+            "max_workers": self.max_workers,
+            "prefetch_factors": list(self.prefetch_factors),
+            "in_order": self.in_order,
+            "batched_fetch": self.batched_fetch,
+            "pin_memory": self.pin_memory,
+            "threads": list(self.threads),
+            "batch_sizes": list(self.batch_sizes),
+            "contexts": list(self.contexts),
+        }
+
+
+@dataclass
+class SearchSettings:
+    budget_s: float = 60.0
+    scan_window_s: float = 0.5
+    confirm_window_s: float = 0.75
+    min_batches: int = 8  # a window holds at least this many batches, however long they take
+    min_rounds: int = 2
+    max_rounds: int = 6
+    rounds: int | None = None  # a fixed number of confirm rounds (--repeats)
+    min_gain: float = MIN_GAIN
+    tolerance: float = PLATEAU_TOLERANCE
+    max_finalists: int = 3
+    seed: int = 0
+    # shares of the budget the phases may run up to
+    scan_share: float = 0.5
+    knobs_share: float = 0.65
+    epoch_gap_epochs: int = 2  # short epochs per persistent_workers run (one boundary each)
+
+
+def cost_key(config: LoaderConfig) -> tuple:
+    """Preferred first among equals: fewer workers, shallower prefetch, ordered, default threads,
+    smaller batches, pinned memory (a loader-only measurement cannot see the faster host-to-device
+    copy it buys, so pinning stays unless it measurably costs), batched fetching."""
+    return (
+        config.num_workers,
+        config.prefetch_factor or 0,
+        0 if config.in_order else 1,
+        0 if config.torch_threads is None else 1,
+        config.batch_size,
+        0 if config.pin_memory else 1,
+        0 if config.batched_fetch else 1,
+    )
+
+
+# Start-up guesses for the plan, before any worker has run (seconds; fork on Linux is faster).
+PLAN_STARTUP_S = 0.1
+PLAN_STARTUP_PER_WORKER_S = 0.05
+# Measurements a confirmed pick needs at least: baseline, 0 workers, cores workers, and two
+# interleaved rounds (A B B A) of two finalists.
+CONFIRMED_MEASUREMENTS = 3 + 2 * 2 * 2
+
+
+def budget_plan(profile: Profile, space: SearchSpace, settings: SearchSettings, *, elapsed_s: float = 0.0) -> dict[str, Any]:
+    """What the time budget fits, planned from the batch time measured in-process.
+
+    A measurement holds a warm-up (the prefetch buffer, see
+    ``throughput.measure``) and a window of at least ``min_batches`` batches,
+    so on a slow pipeline its length is set by the batch time, not by the
+    window's seconds: a 0.3 s batch makes a measurement of about 3 s at 0 workers.
+    """
+    batch_s = profile.batch_seconds(space.batch_size)
+    n = settings.min_batches
+    single = PLAN_STARTUP_S + (2 + n) * batch_s
+    single = max(single, PLAN_STARTUP_S + settings.scan_window_s + 2 * batch_s)
+    workers = max(0, min(space.cores, space.max_workers))
+    estimates = [single]
+    if workers:
+        per_batch = batch_s / workers
+        warmup = workers * 2 + workers + 1
+        multi = PLAN_STARTUP_S + PLAN_STARTUP_PER_WORKER_S * workers + warmup * per_batch
+        estimates.append(multi + max(settings.scan_window_s, n * per_batch))
+    measurement_s = sum(estimates) / len(estimates)
+    left = max(0.0, settings.budget_s - elapsed_s)
+    fits = int(left // measurement_s) if measurement_s > 0 else 0
+    confirmable = fits >= CONFIRMED_MEASUREMENTS
+    needed_s = elapsed_s + CONFIRMED_MEASUREMENTS * measurement_s
+    summary = (
+        f"plan: {batch_s:.3g} s per batch in one process; with windows of at least {n} batches a measurement "
+        f"takes about {measurement_s:.1f} s, so the {left:.0f} s left fit about {fits} measurements"
+    )
+    if not confirmable:
+        summary += (
+            ": too few for a scan and a 2-round final race, so the pick will "
+            f"likely not be confirmed (a budget of about {math.ceil(needed_s)} s would fit one)"
+        )
+    return {
+        "batch_s": round(batch_s, 4),
+        "window_batches": n,
+        "measurement_s": round(measurement_s, 3),
+        "budget_left_s": round(left, 2),
+        "measurements_fit": fits,
+        "confirmable": confirmable,
+        "budget_to_confirm_s": math.ceil(needed_s),
+        "summary": summary,
+    }

@@ -1,0 +1,220 @@
+"""One measurement of one config (:class:`Trial`), the evaluator that takes it, and what a search returns.
+
+Nothing here starts a worker: the search sees the pipeline only through an
+:class:`Evaluator` (``measure`` one config, ``interleaved`` repeats of several,
+and a clock), so the same strategy runs on real DataLoaders
+(``tuner.LoaderEvaluator``) and on a simulated cost model with a fake clock (the tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..config import LoaderConfig
+from ..throughput.epochs import EpochGap
+from .regions import Region
+from .space import MB, MemoryBudget
+
+
+@dataclass
+class Trial:
+    """One measurement of one config, as the search sees it."""
+
+    config: LoaderConfig
+    samples_per_s: float
+    phase: str
+    startup_s: float | None = None
+    window_s: float | None = None
+    batches: int | None = None
+    batch_p50_ms: float | None = None
+    batch_p95_ms: float | None = None
+    rel_se: float | None = None  # relative standard error of the rate within its window
+    worker_bytes: int | None = None  # measured private memory per worker
+    cost_s: float = 0.0  # wall time the measurement took, start-up included
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.samples_per_s > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config.to_dict(),
+            "label": self.config.label(),
+            "samples_per_s": _round(self.samples_per_s, 2),
+            "phase": self.phase,
+            "startup_s": _round(self.startup_s, 4),
+            "window_s": _round(self.window_s, 3),
+            "batches": self.batches,
+            "batch_ms": {"p50": _round(self.batch_p50_ms, 3), "p95": _round(self.batch_p95_ms, 3)},
+            "rel_se": _round(self.rel_se, 4),
+            "worker_mb": None if self.worker_bytes is None else round(self.worker_bytes / MB, 1),
+            "cost_s": _round(self.cost_s, 3),
+            "error": self.error,
+        }
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(float(value), digits)
+
+
+class Evaluator(Protocol):
+    """What the search needs from the world: measurements and a clock."""
+
+    def elapsed(self) -> float:
+        """Seconds since tuning started."""
+        ...
+
+    def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial: ...
+
+    def interleaved(
+        self, configs: Sequence[LoaderConfig], *, repeats: int, window_s: float, phase: str
+    ) -> list[list[Trial]]:
+        """``repeats`` rounds of A B … B A; the trials per config, in ``configs`` order."""
+        ...
+
+    def epoch_gap(self, config: LoaderConfig, *, epochs: int) -> EpochGap:
+        """The gaps at ``epochs - 1`` epoch boundaries of ``config`` (see :mod:`stallscope.throughput.epochs`)."""
+        ...
+
+
+class InterleavingEvaluator:
+    """``interleaved`` in terms of ``measure``, shared by the real and the simulated evaluator."""
+
+    def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial:
+        raise NotImplementedError
+
+    def epoch_gap(self, config: LoaderConfig, *, epochs: int) -> EpochGap:
+        raise NotImplementedError
+
+    def interleaved(
+        self, configs: Sequence[LoaderConfig], *, repeats: int, window_s: float, phase: str
+    ) -> list[list[Trial]]:
+        """``repeats`` rounds of A B … B A, so drift and order effects hit every config alike."""
+        out: list[list[Trial]] = [[] for _ in configs]
+        order = list(range(len(configs)))
+        for _ in range(repeats):
+            for index in order + order[::-1]:
+                out[index].append(self.measure(configs[index], window_s=window_s, phase=phase))
+        return out
+
+
+@dataclass
+class Effect:
+    """A knob's measured effect: ``variant`` vs ``parent`` (same run, same phase)."""
+
+    knob: str
+    parent: LoaderConfig
+    variant: LoaderConfig
+    parent_rate: float
+    variant_rate: float
+    source: str  # "scan" (single measurements) or "confirm" (interleaved medians)
+
+    @property
+    def gain(self) -> float:
+        return self.variant_rate / self.parent_rate - 1 if self.parent_rate > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "knob": self.knob,
+            "parent": self.parent.label(),
+            "variant": self.variant.label(),
+            "parent_samples_per_s": round(self.parent_rate, 2),
+            "variant_samples_per_s": round(self.variant_rate, 2),
+            "gain": round(self.gain, 4),
+            "source": self.source,
+        }
+
+
+@dataclass
+class SearchResult:
+    pick: LoaderConfig
+    samples_per_s: float
+    baseline: LoaderConfig
+    baseline_samples_per_s: float
+    confidence: float | None  # None below MIN_ROUNDS interleaved rounds (not confirmed)
+    region: Region
+    trials: list[Trial]
+    effects: list[Effect]
+    notes: list[str]
+    elapsed_s: float
+    runner_up: LoaderConfig | None = None
+    margin: float | None = None
+    margin_interval: tuple[float, float] | None = None
+    finalists: dict[str, float] = field(default_factory=dict)  # label -> median rate in the race
+    rounds: int = 0
+    noise: float | None = None  # median relative spread of raced configs
+    startup_s: float | None = None  # the pick's measured start-up (time to first batch)
+    memory: MemoryBudget | None = None
+    head_to_head: list[dict[str, Any]] = field(default_factory=list)  # who raced, medians, roles
+    skipped: list[dict[str, str]] = field(default_factory=list)  # {label, why}: not measured or not raced
+    keep_baseline: bool = False  # the best found is within noise of the user's own config
+    within_pct: float | None = None  # the user's config is this % below the best found
+    plan: dict[str, Any] = field(default_factory=dict)  # what the budget fits, from the measured batch time
+    persistent: dict[str, Any] | None = None  # the measured epoch-boundary gaps behind persistent_workers
+
+    @property
+    def confirmed(self) -> bool:
+        """The pick raced its rivals in enough interleaved rounds for a confidence."""
+        return self.confidence is not None
+
+    @property
+    def speedup(self) -> float | None:
+        if self.baseline_samples_per_s <= 0:
+            return None
+        return self.samples_per_s / self.baseline_samples_per_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pick": self.pick.to_dict(),
+            "samples_per_s": round(self.samples_per_s, 2),
+            "baseline": self.baseline.to_dict(),
+            "baseline_samples_per_s": round(self.baseline_samples_per_s, 2),
+            "speedup": None if self.speedup is None else round(self.speedup, 3),
+            "confidence": _round(self.confidence, 3),
+            "confirmed": self.confirmed,
+            "region": self.region.to_dict(),
+            "runner_up": None if self.runner_up is None else self.runner_up.label(),
+            "margin": _round(self.margin, 4),
+            "margin_interval": None if self.margin_interval is None else [round(v, 4) for v in self.margin_interval],
+            "finalists": {k: round(v, 2) for k, v in self.finalists.items()},
+            "rounds": self.rounds,
+            "noise": _round(self.noise, 4),
+            "startup_s": _round(self.startup_s, 4),
+            "elapsed_s": round(self.elapsed_s, 3),
+            "notes": list(self.notes),
+            "effects": [e.to_dict() for e in self.effects],
+            "trials": [t.to_dict() for t in self.trials],
+            "memory": None if self.memory is None else self.memory.to_dict(),
+            "head_to_head": list(self.head_to_head),
+            "skipped": list(self.skipped),
+            "keep_baseline": self.keep_baseline,
+            "within_pct": _round(self.within_pct, 2),
+            "plan": dict(self.plan),
+            "persistent_workers": None if self.persistent is None else dict(self.persistent),
+        }
+
+
+def overhead_fit(trials: Sequence[Trial]) -> tuple[float, float]:
+    """Seconds a measurement takes beyond its window (start-up, warm-up, shutdown) as ``a + b × workers``.
+
+    Fitted over past trials and padded by the worst residual: an estimate
+    that runs short overshoots the budget.
+    """
+    points = [(t.config.num_workers, max(0.0, t.cost_s - (t.window_s or 0.0))) for t in trials]
+    if not points:
+        return 0.2, 0.05
+    ws = {w for w, _ in points}
+    if len(ws) < 2:
+        w, y = max(points, key=lambda p: p[1])
+        return (y, 0.05) if w == 0 else (0.2, y / w)
+    n = len(points)
+    mean_w = sum(w for w, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    var = sum((w - mean_w) ** 2 for w, _ in points)
+    slope = max(0.0, sum((w - mean_w) * (y - mean_y) for w, y in points) / var)
+    intercept = max(0.0, mean_y - slope * mean_w)
+    worst = max(y - (intercept + slope * w) for w, y in points)
+    return intercept + max(0.0, worst), slope
