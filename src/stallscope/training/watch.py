@@ -168,11 +168,7 @@ class Watch:
         next_due = self._sinks.due_after(step)
         t_got = t_req
         try:
-            while True:
-                try:
-                    batch = next(iterator)
-                except StopIteration:
-                    return
+            for batch in iterator:  # FOR_ITER: no next() call to look up per step
                 t_got = clock()
                 req_append(t_req)
                 data_append(t_got - t_req)
