@@ -362,6 +362,6 @@ def test_parse_stack_takes_the_main_thread_and_the_user_frame():
 
 def test_codes_are_the_spec_list():
     assert CODES == (
-        "unpicklable", "duplicate-rng", "memory-growth", "copy-on-write", "slow-samples",
+        "unpicklable", "duplicate-rng", "memory-growth", "iterable-duplicates", "copy-on-write", "slow-samples",
         "hang", "getitem-error", "collate-error", "shm-too-small", "oversubscription",
     )
