@@ -20,11 +20,13 @@ _EXPORTS = {
     "tune": "tuning.tuner",
     "make_loader": "tuning.autoconfig",
     "seed_worker": "pipeline.seeding",
+    "chain_worker_init": "pipeline.seeding",
     "threaded_dataset": "pipeline.threaded",
     "check": "checks",
     "stages": "breakdown.probe",
     "stage": "breakdown.recorder",
     "watch": "training.watch",
+    "stall_summary": "render.console_profile",
     "RunRecord": "record",
     "UsageError": "errors",
 }

@@ -11,10 +11,11 @@ from tune_simulated import SimulatedEvaluator
 
 from stallscope.config import LoaderConfig
 from stallscope.target import load_target
-from stallscope.tuning.confidence import decide
+from stallscope.tuning.confidence import RaceLog, decide
+from stallscope.tuning.recommendations import _worker_threads
 from stallscope.tuning.search import run_search
 from stallscope.tuning.space import MB, MemoryBudget, SearchSettings, SearchSpace
-from stallscope.tuning.threads import thread_counts, thread_eligibility, threads_recommendations
+from stallscope.tuning.threads import thread_counts, thread_eligibility
 from stallscope.tuning.tuner import profile_pipeline
 
 # The 6 ms GIL-free source of the issue, with 0.3 ms of Python per item and 60 MB per worker.
@@ -81,7 +82,10 @@ def test_equal_speed_prefers_fewer_processes_then_fewer_threads():
         cfg(4, 8): [992.0, 993.0, 991.0],  # 0.8% slower: still within the 1% tolerance
         cfg(2, 16): [900.0, 901.0, 899.0],
     }
-    assert decide(samples).pick == cfg(4, 8)
+    log = RaceLog()
+    for i in range(3):
+        log.add({c: [rates[i]] for c, rates in samples.items()})
+    assert decide(log).pick == cfg(4, 8)
 
 
 def test_memory_need_counts_threads_far_below_processes():
@@ -144,9 +148,9 @@ def test_recommendation_compares_with_the_best_plain_worker_count():
             {"config": pick, "label": "w=4 threads×16 bs=16 pf=2", "samples_per_s": 2400.0, "error": None},
         ],
     }
-    (rec,) = threads_recommendations(section)
+    (rec,) = _worker_threads(section)
     assert rec["id"] == "worker-threads"
     assert "ss.threaded_dataset(dataset, threads=16)" in rec["detail"]
     assert "1,600.0" in rec["measured"] and rec["expected_gain"].startswith("+50%")
     section["best"]["config"] = dataclasses.asdict(LoaderConfig(num_workers=24, batch_size=16))
-    assert threads_recommendations(section) == []
+    assert _worker_threads(section) == []

@@ -11,9 +11,11 @@ keeps a stack of open stages and charges wall time to the innermost one only
 ``__getitem__`` does outside any known stage is charged to
 ``other (__getitem__)``: the shares add up to 100%. Read and decode are found
 by the user's ``with ss.stage("read"):`` markers, or automatically where the
-dataset calls Pillow (``Image.open`` reads the whole file as "read", its
-header parse and pixel decoding are "decode") or ``numpy.load``/``torch.load``
-("read"). The recorder's totals since the previous batch ride along with the
+dataset calls a well-known reader or decoder (Pillow, OpenCV, NumPy, torch, wave,
+soundfile, scipy, librosa, torchaudio, pandas: ``known_calls.py``). What is left of
+``__getitem__`` is broken down by the functions it calls directly (``callees.py``),
+each exclusive of the known stages inside it. The wrappers that travel to the
+workers live in ``instrumented.py``. The recorder's totals since the previous batch ride along with the
 batch itself (:class:`StageBatch`), so no extra queue is needed under fork or
 spawn. The transfer is timed by stamps that execute while the batch is being
 pickled in the worker's queue feeder thread and unpickled in the main process:
@@ -27,18 +29,13 @@ left out. With no profiling active, ``ss.stage`` costs one ContextVar lookup.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
-import io
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
-
-from torch.utils.data import IterableDataset
 
 from ..errors import UsageError
 
@@ -61,22 +58,31 @@ class StageRecorder:
         self.samples = 0
         # Per-sample exclusive time of each stage that ran in the sample (for p50/p90).
         self.sample_times: dict[str, list[float]] = {}
-        self._stack: list[list[Any]] = []  # [name, started]
+        self._stack: list[list[Any]] = []  # [name, started, traced]
         self._sample_start: dict[str, float] = {}
+        # The callee tracer of the fetch under way (callees.py); it watches only while the
+        # stage on top is ``other`` or a call it opened (``traced``), not inside known stages.
+        self.tracer: Any = None
+        self.fetches = 0
 
-    def push(self, name: str) -> None:
+    def push(self, name: str, *, traced: bool = False) -> None:
         now = self.clock()
         if self._stack:
             top = self._stack[-1]
             self.totals[top[0]] = self.totals.get(top[0], 0.0) + (now - top[1])
-        self._stack.append([name, now])
+            if top[2] and not traced and self.tracer is not None:
+                self.tracer.pause()
+        self._stack.append([name, now, traced])
 
     def pop(self) -> None:
         now = self.clock()
-        name, started = self._stack.pop()
+        name, started, traced = self._stack.pop()
         self.totals[name] = self.totals.get(name, 0.0) + (now - started)
         if self._stack:
-            self._stack[-1][1] = now  # the enclosing stage resumes now
+            top = self._stack[-1]
+            top[1] = now  # the enclosing stage resumes now
+            if top[2] and not traced and self.tracer is not None:
+                self.tracer.resume()
 
     @contextlib.contextmanager
     def measure(self, name: str) -> Iterator[None]:
@@ -167,310 +173,6 @@ def stage(name: str) -> StageMarker:
     if not isinstance(name, str) or not name:
         raise UsageError("ss.stage() needs a non-empty stage name, e.g. ss.stage('decode').")
     return StageMarker(name)
-
-
-# -- automatic read/decode detection for well-known calls -------------------------------
-
-
-class _KnownCalls:
-    """Swaps Pillow's ``Image.open``/``ImageFile.load``, ``numpy.load`` and ``torch.load``
-    for timing wrappers. Wrappers pass straight through when no recorder is active."""
-
-    installed: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
-    depth = 0
-
-    @classmethod
-    def install(cls) -> None:
-        if cls.depth == 0:
-            cls.installed = []
-            for owner, attr, make in _known_call_targets():
-                original = (
-                    owner.__dict__.get(attr)
-                    if isinstance(owner, type)
-                    else getattr(owner, attr, None)
-                )
-                if original is None or getattr(original, "__stallscope_wrapped__", False):
-                    continue
-                wrapper = make(original)
-                wrapper.__stallscope_wrapped__ = True
-                setattr(owner, attr, wrapper)
-                cls.installed.append((owner, attr, original))
-        cls.depth += 1
-
-    @classmethod
-    def uninstall(cls) -> None:
-        cls.depth = max(0, cls.depth - 1)
-        if cls.depth == 0:
-            for owner, attr, original in reversed(cls.installed):
-                setattr(owner, attr, original)
-            cls.installed = []
-
-
-@contextlib.contextmanager
-def known_calls_timed() -> Iterator[None]:
-    _KnownCalls.install()
-    try:
-        yield
-    finally:
-        _KnownCalls.uninstall()
-
-
-def _known_call_targets() -> list[tuple[Any, str, Callable[[Any], Any]]]:
-    targets: list[tuple[Any, str, Callable[[Any], Any]]] = []
-    image = sys.modules.get("PIL.Image")
-    if image is not None:
-        targets.append((image, "open", _wrap_image_open))
-        # ImageFile.load decodes pixels lazily; plugins that override load usually call it,
-        # the ones that do not are wrapped themselves (a nested "decode" counts once).
-        for plugin in {
-            factory
-            for factory, _ in getattr(image, "OPEN", {}).values()
-            if isinstance(factory, type)
-        }:
-            if "load" in plugin.__dict__:
-                targets.append((plugin, "load", _wrap_decode_method))
-    image_file = sys.modules.get("PIL.ImageFile")
-    if image_file is not None:
-        targets.append((image_file.ImageFile, "load", _wrap_decode_method))
-    for module_name in ("numpy", "torch"):
-        module = sys.modules.get(module_name)
-        if module is not None and callable(getattr(module, "load", None)):
-            targets.append((module, "load", _wrap_read_function))
-    return targets
-
-
-def _wrap_image_open(original: Callable[..., Any]) -> Callable[..., Any]:
-    def open_timed(fp: Any, mode: str = "r", formats: Any = None, **kwargs: Any) -> Any:
-        recorder = _ACTIVE.get()
-        if recorder is None or mode != "r":
-            return original(fp, mode, formats, **kwargs)
-        data, path = _read_whole_file(fp, recorder)
-        recorder.push(DECODE)
-        try:
-            image = original(io.BytesIO(data) if data is not None else fp, mode, formats, **kwargs)
-        finally:
-            recorder.pop()
-        if path is not None:
-            with contextlib.suppress(Exception):
-                image.filename = path
-        return image
-
-    return open_timed
-
-
-def _read_whole_file(fp: Any, recorder: StageRecorder) -> tuple[bytes | None, str | None]:
-    """Read an image file's bytes as the "read" stage; Pillow would otherwise read it lazily
-    inside decoding, mixing storage time into decode time."""
-    if isinstance(fp, (str, bytes, os.PathLike)):
-        path = os.fsdecode(fp)
-        recorder.push(READ)
-        try:
-            with builtins.open(path, "rb") as handle:
-                return handle.read(), path
-        finally:
-            recorder.pop()
-    fileno = getattr(fp, "fileno", None)
-    if fileno is None or not hasattr(fp, "read"):
-        return None, None
-    try:
-        fileno()  # BytesIO and friends raise: already in memory, nothing to read
-        position = fp.tell()
-    except (OSError, ValueError, io.UnsupportedOperation):
-        return None, None
-    recorder.push(READ)
-    try:
-        fp.seek(0)  # Image.open reads from the start too
-        data = fp.read()
-    finally:
-        recorder.pop()
-    with contextlib.suppress(OSError, ValueError):
-        fp.seek(position)
-    return data, None
-
-
-def _wrap_decode_method(original: Callable[..., Any]) -> Callable[..., Any]:
-    def load_timed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        recorder = _ACTIVE.get()
-        # Pillow calls load() before every operation; only a pending decode (tiles) is a stage.
-        if recorder is None or not getattr(self, "tile", None):
-            return original(self, *args, **kwargs)
-        recorder.push(DECODE)
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            recorder.pop()
-
-    return load_timed
-
-
-def _wrap_read_function(original: Callable[..., Any]) -> Callable[..., Any]:
-    def read_timed(*args: Any, **kwargs: Any) -> Any:
-        recorder = _ACTIVE.get()
-        if recorder is None:
-            return original(*args, **kwargs)
-        recorder.push(READ)
-        try:
-            return original(*args, **kwargs)
-        finally:
-            recorder.pop()
-
-    return read_timed
-
-
-# -- objects that travel to the workers -------------------------------------------------
-
-
-class TimedTransform:
-    """A transform that times itself as stage ``name``; otherwise it is the transform.
-
-    Attribute access is forwarded and ``__class__`` reports the wrapped class, so
-    pipelines that inspect their transforms (albumentations checks types and
-    reads ``p``) see the original.
-    """
-
-    def __init__(self, name: str, inner: Callable[..., Any]) -> None:
-        self.stage_name = name
-        self.inner = inner
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        recorder = _ACTIVE.get()
-        if recorder is None:
-            return self.inner(*args, **kwargs)
-        recorder.push(self.stage_name)
-        try:
-            return self.inner(*args, **kwargs)
-        finally:
-            recorder.pop()
-
-    def __getattr__(self, attr: str) -> Any:
-        try:
-            inner = object.__getattribute__(self, "inner")
-        except AttributeError:
-            raise AttributeError(attr) from None
-        return getattr(inner, attr)
-
-    @property  # type: ignore[misc]
-    def __class__(self) -> type:
-        return type(object.__getattribute__(self, "inner"))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (TimedTransform, (self.stage_name, self.inner))
-
-    def __repr__(self) -> str:
-        return f"TimedTransform({self.stage_name!r}, {self.inner!r})"
-
-
-class SkippedTransform:
-    """Stands in for a random transform in the no-augmentation baseline: passes its input on."""
-
-    def __init__(self, name: str) -> None:
-        self.stage_name = name
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if kwargs and not args:  # albumentations style: t(image=...) -> dict
-            return dict(kwargs)
-        if len(args) == 1 and not kwargs:
-            return args[0]
-        return args
-
-    def __repr__(self) -> str:
-        return f"SkippedTransform({self.stage_name!r})"
-
-
-def _start_getitem() -> tuple[StageRecorder, Any]:
-    recorder = process_recorder()
-    if not _KnownCalls.depth:
-        from torch.utils.data import get_worker_info
-
-        if get_worker_info() is not None:
-            _KnownCalls.install()  # a worker is ours for its whole life: install once
-    token = _ACTIVE.set(recorder)
-    recorder.begin_sample()
-    recorder.push(OTHER)
-    return recorder, token
-
-
-def _end_getitem(recorder: StageRecorder, token: Any, samples: int) -> None:
-    recorder.pop()
-    recorder.end_sample(samples)
-    _ACTIVE.reset(token)
-
-
-class InstrumentedDataset:
-    """A map-style dataset whose ``__getitem__`` runs under this process's stage recorder."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        if not callable(getattr(inner, "__getitems__", None)):
-            self.__getitems__ = None  # the fetcher then indexes item by item, like the original
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def __getitem__(self, index: Any) -> Any:
-        recorder, token = _start_getitem()
-        try:
-            return self.inner[index]
-        finally:
-            _end_getitem(recorder, token, 1)
-
-    def __getitems__(self, indices: list[Any]) -> Any:
-        recorder, token = _start_getitem()
-        try:
-            return self.inner.__getitems__(indices)
-        finally:
-            _end_getitem(recorder, token, len(indices))
-
-
-class InstrumentedIterableDataset(IterableDataset):
-    """An iterable dataset whose every ``next()`` runs under the stage recorder."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def __iter__(self) -> Iterator[Any]:
-        recorder, token = _start_getitem()
-        try:
-            iterator = iter(self.inner)
-        finally:
-            _end_getitem(recorder, token, 0)
-        while True:
-            recorder, token = _start_getitem()
-            try:
-                item = next(iterator)
-            except StopIteration:
-                _end_getitem(recorder, token, 0)
-                return
-            except BaseException:
-                _end_getitem(recorder, token, 0)
-                raise
-            _end_getitem(recorder, token, 1)
-            yield item
-
-
-class TimedCollate:
-    """Times the collate function and attaches the worker's stage totals to the batch."""
-
-    def __init__(self, collate: Callable[[list], Any]) -> None:
-        self.collate = collate
-
-    def __call__(self, samples: Any) -> StageBatch:
-        from torch.utils.data import get_worker_info
-
-        recorder = process_recorder()
-        token = _ACTIVE.set(recorder)
-        before = recorder.totals.get(COLLATE, 0.0)
-        recorder.push(COLLATE)
-        try:
-            batch = self.collate(samples)
-        finally:
-            recorder.pop()
-            _ACTIVE.reset(token)
-        recorder.note_batch(COLLATE, recorder.totals.get(COLLATE, 0.0) - before, recorder.samples)
-        times, count, sample_times = recorder.take()
-        info = get_worker_info()
-        worker = info.id if info is not None else -1
-        return StageBatch(batch, times, count, worker, time.monotonic(), sample_times)
 
 
 @dataclass

@@ -15,6 +15,7 @@ CODES = (
     "unpicklable",
     "duplicate-rng",
     "memory-growth",
+    "iterable-duplicates",
     "copy-on-write",
     "slow-samples",
     "hang",

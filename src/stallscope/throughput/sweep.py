@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import LoaderConfig
+from ..errors import UsageError
 from ..runtime.host import cuda_available, usable_cores
 from ..target import Pipeline, Preflight, load_target, preflight
 from .measure import (
@@ -38,6 +39,8 @@ class ConfigResult:
     measurements: list[Measurement]
     efficiency: float | None = None
     speedup: float | None = None
+    # Set when the workers replay an unsharded IterableDataset: the rate counts copies.
+    duplicates: dict[str, Any] | None = None
 
     @property
     def rates(self) -> list[float]:
@@ -68,7 +71,9 @@ class ConfigResult:
             "samples_per_s_repeats": self.rates,
             "window_s": sum(m.window_s for m in self.measurements),
             "batches_measured": sum(m.batches for m in self.measurements),
+            "samples_measured": sum(m.samples for m in self.measurements),
             "resources": _merge_resources(resources),
+            "duplicates": self.duplicates,
             "error": None,
         }
 
@@ -97,7 +102,9 @@ class BenchResult:
 
     @property
     def best(self) -> ConfigResult:
-        return max(self.results, key=lambda r: r.median_rate)
+        """The fastest config; rows whose rate counts duplicated samples never win."""
+        honest = [r for r in self.results if r.duplicates is None] or self.results
+        return max(honest, key=lambda r: r.median_rate)
 
     def plateau_workers(self) -> int | None:
         """Fewest workers reaching PLATEAU_FRACTION of the best rate (same other knobs as the best)."""
@@ -109,7 +116,7 @@ class BenchResult:
             == best.config
             or r.config.num_workers == 0
         ]
-        ok = [r.config.num_workers for r in same if r.median_rate >= PLATEAU_FRACTION * best.median_rate]
+        ok = [r.config.num_workers for r in same if r.median_rate >= PLATEAU_FRACTION * best.median_rate and r.duplicates is None]
         return min(ok) if ok else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,12 +143,16 @@ class BenchResult:
 
 
 def dataset_facts(pipeline: Pipeline, pre: Preflight) -> dict[str, Any]:
+    call = pipeline.call
     return {
         "length": pre.length,
         "item": pre.item_structure,
         "batch": pre.batch_structure,
         "batch_bytes": pre.batch_bytes,
         "batch_size": pipeline.batch_size,
+        # "batch_sampler": the user's batch sampler decides each batch (batch_size is then their mean).
+        "batching": call.batching if call is not None else "batch_size",
+        "batch_sizes": call.batch_sizes if call is not None else None,
         "iterable": pipeline.is_iterable,
         "type": type(pipeline.dataset).__name__,
     }
@@ -215,6 +226,11 @@ def bench(
     times the single-process rate at the same batch size.
     """
     pipeline = target if isinstance(target, Pipeline) else load_target(target)
+    if pipeline.batch_sampler is not None and set(batch_sizes or []) - {pipeline.batch_size}:
+        raise UsageError(
+            "the loader's batch_sampler decides its batch sizes, so a batch-size grid cannot change them; "
+            "leave --batch-sizes out (or build the loader with batch_size=)."
+        )
     pre = preflight(pipeline)
     cores = usable_cores()
     if configs is None:
@@ -230,6 +246,9 @@ def bench(
             worker_threads=worker_threads,
         )
     configs = list(configs)
+    replay = None
+    if pipeline.is_iterable and any(c.num_workers > 0 for c in configs):
+        replay = replayed_workers(pipeline, multiprocessing_context)
     done: list[list[Measurement]] = [[] for _ in configs]
 
     def record_result(index: int, repeat: int, m: Measurement) -> None:
@@ -249,9 +268,25 @@ def bench(
         )
     except KeyboardInterrupt as interrupt:
         # Ctrl-C: hand what was measured so far to the caller for a partial report.
-        interrupt.partial = _summarise(pipeline, pre, configs, done, cores, references=None)  # type: ignore[attr-defined]
+        interrupt.partial = _summarise(pipeline, pre, configs, done, cores, references=None, replay=replay)  # type: ignore[attr-defined]
         raise
-    return _summarise(pipeline, pre, configs, done, cores, references=(min_window_s, timeout))
+    return _summarise(pipeline, pre, configs, done, cores, references=(min_window_s, timeout), replay=replay)
+
+
+def replayed_workers(pipeline: Pipeline, start_method: str | None) -> dict[str, Any] | None:
+    """The iterable-duplicates probe's verdict when the stream's workers duplicate samples, else None."""
+    from ..checks.sharding import stream_duplicates
+
+    seen = stream_duplicates(pipeline, start_method=start_method, seconds=10.0)
+    if not seen["duplicated"]:
+        return None
+    return {
+        "duplicate_fraction": seen["duplicate_fraction"],
+        "samples_compared": seen["samples_compared"],
+        "probe_workers": seen["workers"],
+        "note": "the IterableDataset is not sharded by worker: every worker replays the stream, so this "
+        "rate counts each sample once per worker and is not a speed-up",
+    }
 
 
 def _summarise(
@@ -262,10 +297,16 @@ def _summarise(
     cores: int,
     *,
     references: tuple[float, float] | None,
+    replay: dict[str, Any] | None = None,
 ) -> BenchResult:
     """A BenchResult from the configs measured at least once; ``references`` (window,
-    timeout) allows measuring a missing single-process reference."""
-    results = [ConfigResult(config=c, measurements=m) for c, m in zip(configs, runs) if m]
+    timeout) allows measuring a missing single-process reference; ``replay`` marks the
+    rows with workers on a stream they duplicate."""
+    results = [
+        ConfigResult(config=c, measurements=m, duplicates=replay if c.num_workers > 0 else None)
+        for c, m in zip(configs, runs)
+        if m
+    ]
     if references is not None:
         single = _single_process_references(pipeline, results, min_window_s=references[0], timeout=references[1])
     else:
@@ -276,7 +317,7 @@ def _summarise(
         cores=cores,
         results=results,
         single_process_ms_per_sample=per_sample,
-        dataset=dataset_facts(pipeline, pre),
+        dataset={**dataset_facts(pipeline, pre), "workers_duplicate_samples": replay},
     )
 
 
@@ -301,8 +342,8 @@ def _attach_scaling(results: list[ConfigResult], cores: int, single: dict[int, f
     """Set speed-up and parallel efficiency against the single-process rate per batch size."""
     for r in results:
         base = single.get(r.config.batch_size)
-        if not base:
-            continue
+        if not base or r.duplicates is not None:
+            continue  # a rate of duplicated samples is no speed-up
         r.speedup = r.median_rate / base
         ideal = min(cores, max(r.config.num_workers, 1)) * base
         r.efficiency = r.median_rate / ideal

@@ -41,8 +41,6 @@ from .regions import LATENCY_CPU_FRACTION
 # Thread counts per worker the phase may try (a worker fetches one batch at a time, so
 # counts beyond the batch size only idle: see thread_counts).
 THREAD_LADDER = (2, 4, 8, 16, 32, 64)
-# Share of the tuning budget the threads phase may run up to (the scan's share: it comes before the climb).
-THREADS_SHARE = 0.5
 # A process near this share of its GIL-bound rate (1 / Python CPU time per item) is capped by the GIL.
 GIL_SHARE = 0.7
 # Seconds the thread-safety check may take, at most.
@@ -122,23 +120,24 @@ def explore_threads(search: Any) -> None:
     counts = tuple(getattr(space, "worker_threads", ()))
     if not counts or search.region.name != "latency-bound":
         return
+    share = search.settings.scan_share  # the scan's share of the budget: the phase comes before the climb
     cap = search.worker_cap(search.workers(1).prefetch_factor or 2)
     procs = max(1, min(space.cores, cap)) if cap >= 1 else 0
     parent = search.workers(procs)
-    if search.measure(parent, "threads", share=THREADS_SHARE) is None:
+    if search.measure(parent, "threads", share=share) is None:
         return
     first = search.workers(procs, worker_threads=_first_count(counts, search.region.predicted_workers, procs))
     gate = getattr(space, "thread_gate", None)
     if gate is not None and gate.safety is None:
         # The thread-safety check, only now that a threaded measurement is due and affordable.
-        if not search.affordable(search.estimate_cost(first, search.settings.scan_window_s) + gate.check_s, THREADS_SHARE):
+        if not search.affordable(search.estimate_cost(first, search.settings.scan_window_s) + gate.check_s, share):
             search._note(f"time budget: did not check thread safety or measure {first.label()} in the threads phase")
             return
         if not gate.confirm():
             space.worker_threads = ()
             search._note(gate.reason)
             return
-    trial = search._try_variant("worker_threads", parent, first, THREADS_SHARE, phase="threads")
+    trial = search._try_variant("worker_threads", parent, first, share, phase="threads")
     if trial is None or not trial.ok:
         return
     if not search._improves(first, parent):
@@ -154,7 +153,7 @@ def explore_threads(search: Any) -> None:
         variant = best.replace(num_workers=2 * max(1, best.num_workers))
         if variant.num_workers * variant.worker_threads > enough:
             break
-        trial = search.measure(variant, "threads", share=THREADS_SHARE)
+        trial = search.measure(variant, "threads", share=share)
         if trial is None or not trial.ok or not search._improves(variant, best):
             break
         best = variant
@@ -163,11 +162,11 @@ def explore_threads(search: Any) -> None:
     k = best.worker_threads
     fewer = [c for c in counts if c < k]
     if fewer:
-        search.measure(best.replace(worker_threads=fewer[-1]), "threads", share=THREADS_SHARE)
+        search.measure(best.replace(worker_threads=fewer[-1]), "threads", share=share)
     more = [c for c in counts if c > k]
     if more:
         variant = best.replace(worker_threads=more[0])
-        trial = search.measure(variant, "threads", share=THREADS_SHARE)
+        trial = search.measure(variant, "threads", share=share)
         if trial is not None and trial.ok and search._improves(variant, best):
             best = variant
     _note_gil_cap(search, parent, best)
@@ -222,39 +221,3 @@ def _note_gil_cap(search: Any, parent: Any, best: Any) -> None:
         f"{1000.0 / cap:.2f} ms of Python, which caps one process near {cap:,.0f} samples/s: {further}"
     )
 
-
-def threads_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """The pick fetches with threads: say how, against the best plain worker count measured (pure)."""
-    best = section["best"]
-    threads = best["config"].get("worker_threads", 0)
-    if not threads:
-        return []
-    plain = [
-        t for t in section.get("trials", [])
-        if t["error"] is None and not t["config"].get("worker_threads") and t["config"]["num_workers"] > 0
-    ]
-    measured = f"{best['samples_per_s']:,.1f} samples/s with {best['label']}"
-    gain = None
-    if plain:
-        top = max(plain, key=lambda t: t["samples_per_s"])
-        gain = best["samples_per_s"] / top["samples_per_s"] - 1 if top["samples_per_s"] > 0 else None
-        measured += (
-            f" vs {top['samples_per_s']:,.1f} with the best plain worker count measured ({top['label']}, "
-            f"{top['config']['num_workers']} processes)"
-        )
-    workers = best["config"]["num_workers"]
-    where = f"each of the {workers} workers" if workers else "the main process"
-    return [{
-        "id": "worker-threads",
-        "title": f"Fetch each batch's items with {threads} threads per worker",
-        "detail": (
-            f"The fetch mostly waits, and the dataset passed the thread-safety check: {where} fetches a batch's "
-            f"items with {threads} threads, which overlaps the waits like more processes would, for a fraction of "
-            f"their memory. Wrap the dataset: dataset = ss.threaded_dataset(dataset, threads={threads})."
-        ),
-        "measured": measured,
-        "expected_gain": (
-            f"{gain:+.0%} throughput with {workers} processes" if gain is not None
-            else f"{workers} processes instead of more"
-        ),
-    }]

@@ -11,20 +11,15 @@ import pytest
 import torch
 
 import stallscope as ss
-from stallscope.breakdown.probe import (
-    RawStageTotals,
+from stallscope.breakdown.inprocess import hotspots_from_stats
+from stallscope.breakdown.instrumented import SkippedTransform
+from stallscope.breakdown.recorder import _ACTIVE, OTHER, StageBatch, StageRecorder
+from stallscope.breakdown.results import RawStageTotals
+from stallscope.breakdown.table import (
     augmentation_from_stages,
     build_stage_table,
     choose_augmentations,
-    hotspots_from_stats,
     transfer_summary,
-)
-from stallscope.breakdown.recorder import (
-    _ACTIVE,
-    OTHER,
-    SkippedTransform,
-    StageBatch,
-    StageRecorder,
 )
 from stallscope.errors import UsageError
 from stallscope.pipeline.transforms import TransformSlot

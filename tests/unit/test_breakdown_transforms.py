@@ -9,7 +9,8 @@ import stages_shapes as sh
 import torch
 from torch.utils.data import Subset
 
-from stallscope.breakdown.recorder import _ACTIVE, StageRecorder, TimedTransform
+from stallscope.breakdown.instrumented import TimedTransform
+from stallscope.breakdown.recorder import _ACTIVE, StageRecorder
 from stallscope.pipeline.transforms import (
     find_transforms,
     is_random_transform,

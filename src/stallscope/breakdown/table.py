@@ -1,0 +1,200 @@
+"""Analysis (pure): the worker run's raw totals -> the stage table, the transfer summary and
+the augmentation overhead; which transforms count as augmentation."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import UsageError
+from ..pipeline.transforms import TransformSlot
+from .callees import CALLEE_MIN_SHARE, OTHER_TRACED, callee_label, is_callee
+from .recorder import COLLATE, DECODE, OTHER, READ
+from .results import (
+    DESERIALISE,
+    H2D,
+    PIN,
+    QUEUE,
+    SERIALISE,
+    AugmentationOverhead,
+    RawStageTotals,
+    StageTime,
+)
+
+# Where each kind of stage runs, for the record's "where" key.
+_WHERE = {
+    "read": "worker",
+    "decode": "worker",
+    "user": "worker",
+    "transform": "worker",
+    "other": "worker",
+    "call": "worker",
+    "collate": "worker",
+    "serialise": "worker",
+    "queue": "worker→main",
+    "deserialise": "main",
+    "pin": "main",
+    "h2d": "main",
+}
+
+
+def build_stage_table(
+    raw: RawStageTotals,
+    transforms: Sequence[str],
+    random_transforms: Sequence[str] = (),
+) -> list[StageTime]:
+    """Per-sample ms and shares, in pipeline order: read, decode, user stages, transforms,
+    other and the calls broken out of it, collate, transfer, pin, host→device. Shares add
+    up to 1. A call ``__getitem__`` made is a row of its own when it holds at least
+    ``CALLEE_MIN_SHARE`` of the total, else its time goes back into ``other`` (whose
+    p50/p90 then leave the folded calls out)."""
+    per_sample = 1000.0 / max(1, raw.samples)
+    seconds = dict(raw.stage_seconds)
+    calls = {name: seconds.pop(name) * per_sample for name in list(seconds) if is_callee(name)}
+    traced_rest = seconds.pop(OTHER_TRACED, 0.0) * per_sample
+    rows: list[tuple[str, float, str]] = []
+
+    def take(name: str, kind: str, *, always: bool = False) -> None:
+        if name in seconds or always:
+            rows.append((name, seconds.pop(name, 0.0) * per_sample, kind))
+
+    take(READ, "read")
+    take(DECODE, "decode")
+    transform_set = set(transforms)
+    for name in [n for n in list(seconds) if n not in transform_set and n not in (OTHER, COLLATE)]:
+        take(name, "user")
+    for name in transforms:
+        take(name, "transform", always=True)
+    take(OTHER, "other", always=bool(calls))
+    take(COLLATE, "collate")
+    if raw.transfer:
+        rows.append((SERIALISE, raw.transfer.get("serialise_cpu", 0.0) * per_sample, "serialise"))
+        rows.append((QUEUE, raw.transfer.get("queue", 0.0) * per_sample, "queue"))
+        rows.append((DESERIALISE, raw.transfer.get("deserialise", 0.0) * per_sample, "deserialise"))
+    if PIN in raw.main_seconds:
+        rows.append((PIN, raw.main_seconds[PIN] * per_sample, "pin"))
+    if H2D in raw.main_seconds:
+        rows.append((H2D, raw.main_seconds[H2D] * per_sample, "h2d"))
+    if calls or traced_rest:
+        _break_out_calls(rows, calls, traced_rest)
+    total = sum(ms for _, ms, _ in rows)
+    random_set = set(random_transforms)
+    # with calls broken out, other's own per-sample times are those of the traced fetches
+    own = OTHER_TRACED if calls else OTHER
+    return [
+        StageTime(
+            name=callee_label(name) if kind == "call" else name,
+            ms_per_sample=ms,
+            share=(ms / total) if total > 0 else 0.0,
+            kind=kind,
+            where=_WHERE[kind],
+            random=name in random_set,
+            p50_ms=_percentile_ms(raw.sample_times.get(own if name == OTHER else name), 50),
+            p90_ms=_percentile_ms(raw.sample_times.get(own if name == OTHER else name), 90),
+            parent=OTHER if kind == "call" else None,
+        )
+        for name, ms, kind in rows
+    ]
+
+
+def _break_out_calls(rows: list[tuple[str, float, str]], calls: dict[str, float], traced_rest: float) -> None:
+    """Split ``other`` of all fetches (the untraced ones' row, plus the traced ones' rest
+    and calls) in the proportions the traced fetches measured (NOTE in callees.py); insert
+    the calls holding ``CALLEE_MIN_SHARE`` of the total after ``other``, largest first,
+    and put the time of the others back into ``other``."""
+    at = next(i for i, row in enumerate(rows) if row[0] == OTHER)
+    name, untraced, kind = rows[at]
+    traced = traced_rest + sum(calls.values())
+    whole = untraced + traced
+    scale = whole / traced if traced > 0 else 0.0
+    estimated = {n: ms * scale for n, ms in calls.items()}
+    total = sum(ms for _, ms, _ in rows) + traced
+    kept = sorted(((n, ms) for n, ms in estimated.items() if ms >= CALLEE_MIN_SHARE * total), key=lambda c: -c[1])
+    rows[at] = (name, whole - sum(ms for _, ms in kept), kind)
+    rows[at + 1 : at + 1] = [(n, ms, "call") for n, ms in kept]
+
+
+def _percentile_ms(values: Sequence[float] | None, q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return 1000.0 * (ordered[low] + (ordered[high] - ordered[low]) * (position - low))
+
+
+def transfer_summary(raw: RawStageTotals) -> dict[str, Any] | None:
+    """Per-batch transfer latencies (ms) and the mean batch size in bytes."""
+    if not raw.transfer or raw.batches == 0:
+        return None
+    per_batch = 1000.0 / raw.batches
+    return {
+        "batches": raw.batches,
+        "batch_bytes": raw.batch_bytes // max(1, raw.batches),
+        "serialise_ms_per_batch": raw.transfer.get("serialise_cpu", 0.0) * per_batch,
+        "serialise_wall_ms_per_batch": raw.transfer.get("serialise_wall", 0.0) * per_batch,
+        "handoff_ms_per_batch": raw.transfer.get("handoff", 0.0) * per_batch,
+        "queue_ms_per_batch": raw.transfer.get("queue", 0.0) * per_batch,
+        "deserialise_ms_per_batch": raw.transfer.get("deserialise", 0.0) * per_batch,
+    }
+
+
+def augmentation_from_stages(
+    table: Sequence[StageTime],
+    augmentations: Sequence[str],
+    source: str,
+) -> AugmentationOverhead | None:
+    """The random transforms' share of the per-sample cost, from the stage table."""
+    if not augmentations:
+        return None
+    wanted = set(augmentations)
+    aug_ms = sum(s.ms_per_sample for s in table if s.name in wanted)
+    total = sum(s.ms_per_sample for s in table)
+    without = total - aug_ms
+    percent = 100.0 * aug_ms / without if without > 0 else math.inf
+    return AugmentationOverhead(
+        ms_per_sample=aug_ms, percent=percent, transforms=list(augmentations), source=source
+    )
+
+
+def choose_augmentations(
+    slots: Sequence[TransformSlot],
+    *,
+    augmentations: Sequence[str] | None = None,
+    baseline_transforms: Sequence[str] | None = None,
+) -> tuple[list[str], str]:
+    """Names of the transforms counted as augmentation, and whether they were detected or given.
+
+    ``augmentations`` names them directly; ``baseline_transforms`` names the ones the
+    baseline keeps (everything else is augmentation). Names match a stage name or a
+    class name, case-insensitively.
+    """
+    if augmentations and baseline_transforms:
+        raise UsageError("give either --augmentations or --baseline-transforms, not both.")
+    if augmentations is not None or baseline_transforms is not None:
+        given = list(augmentations if augmentations is not None else baseline_transforms or [])
+        matched = _match_names(slots, given)
+        if baseline_transforms is not None:
+            return [s.name for s in slots if s.name not in matched], "given"
+        return [s.name for s in slots if s.name in matched], "given"
+    return [s.name for s in slots if s.random], "detected"
+
+
+def _match_names(slots: Sequence[TransformSlot], names: Sequence[str]) -> set[str]:
+    matched: set[str] = set()
+    for wanted in names:
+        key = wanted.strip().lower()
+        hits = {
+            s.name
+            for s in slots
+            if s.name.lower() == key or s.name.split(" #")[0].split(".")[-1].lower() == key
+        }
+        if not hits:
+            available = ", ".join(s.name for s in slots) or "none found"
+            raise UsageError(
+                f"no transform named {wanted!r} in the pipeline (transforms: {available})."
+            )
+        matched |= hits
+    return matched
