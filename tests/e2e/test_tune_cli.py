@@ -35,7 +35,8 @@ def test_tune_cli_json_and_yaml(tmp_path, pipelines_dir):
     # Fetches overlap: more worker processes, or fetch threads inside them (worker_threads).
     concurrent = best["config"]["num_workers"] * max(1, best["config"].get("worker_threads", 0))
     assert concurrent > 2 and best["speedup"] > 1.5
-    assert 0.0 <= best["confidence"] <= 1.0
+    # No confidence without two interleaved rounds (a 10 s budget often has none).
+    assert best["confidence"] is None if best["rounds"] < 2 else 0.0 <= best["confidence"] <= 1.0
     assert all({"config", "label", "samples_per_s", "phase"} <= set(t) for t in record["trials"])
     assert record["search"]["region"]["name"] == "latency-bound"
     # stdout carries only the YAML (pipe-able); it matches the record's pick.
