@@ -13,7 +13,8 @@ so drift in the machine's load hits both alike. Each block gives one ratio
 the blocks' ratios, with its interquartile range and a bootstrap 90%
 interval of the median. Two clocks: wall time (what throughput sees) and
 this process's CPU time over all its threads (the samplers' work included;
-far less disturbed by other processes on a shared machine).
+far less disturbed by other processes on a shared machine); and, beside them,
+the median step of each epoch (the hot path alone, robust to preemption).
 
 Diagnostics beside the figure: the hot path alone (watching a Python list),
 the per-epoch fixed cost, and the samplers' CPU while the loop idles.
@@ -47,15 +48,28 @@ def in_memory_loader(batches: int, batch_size: int = 64) -> DataLoader:
     return DataLoader(dataset, batch_size=batch_size, num_workers=0)
 
 
-def timed_epoch(iterable: Any) -> tuple[float, float]:
-    """(wall, CPU) seconds of one pass; CPU time is this process's, all threads (the samplers too)."""
-    wall0, cpu0 = time.perf_counter(), time.process_time()
+def timed_epoch(iterable: Any) -> tuple[float, float, float]:
+    """(wall, CPU, median step) seconds of one pass.
+
+    CPU time is this process's, all threads (the samplers too). The loop body
+    reads the clock once per step (the same in both variants) so that the
+    median step is known: robust to the process being preempted, which on a
+    shared machine costs whole milliseconds in a few steps.
+    """
+    clock = time.perf_counter
+    steps: list[float] = []
+    append = steps.append
+    wall0, cpu0 = clock(), time.process_time()
+    last = wall0
     for _batch in iterable:
-        pass
-    return time.perf_counter() - wall0, time.process_time() - cpu0
+        now = clock()
+        append(now - last)
+        last = now
+    wall, cpu = clock() - wall0, time.process_time() - cpu0
+    return wall, cpu, statistics.median(steps) if steps else 0.0
 
 
-def watched_epoch(loader: DataLoader) -> tuple[float, float]:
+def watched_epoch(loader: DataLoader) -> tuple[float, float, float]:
     w = ss.watch(loader)  # the defaults a user gets: background samplers on
     elapsed = timed_epoch(w)
     w.close()
@@ -63,15 +77,20 @@ def watched_epoch(loader: DataLoader) -> tuple[float, float]:
 
 
 def end_to_end(blocks: int, batches: int, batch_size: int = 64, *, seed: int = 0) -> dict[str, Any]:
-    """Interleaved A B B A blocks; per clock, the median block ratio (watched ÷ bare) as a % overhead."""
+    """Interleaved A B B A blocks; per measure, the median block ratio (watched ÷ bare) as a % overhead.
+
+    Measures: ``wall`` and ``cpu`` (whole epochs: everything watch costs, the
+    per-epoch set-up and the samplers included) and ``step_median`` (the
+    typical step: the hot path alone, robust to preemption).
+    """
     loader = in_memory_loader(batches, batch_size)
     timed_epoch(loader)  # warm caches and the allocator once
     watched_epoch(loader)
-    ratios: dict[str, list[float]] = {"wall": [], "cpu": []}
+    ratios: dict[str, list[float]] = {"wall": [], "cpu": [], "step_median": []}
     bare_wall: list[float] = []
     for _ in range(blocks):
         a1, b1, b2, a2 = timed_epoch(loader), watched_epoch(loader), watched_epoch(loader), timed_epoch(loader)
-        for index, clock in enumerate(("wall", "cpu")):
+        for index, clock in enumerate(ratios):
             ratios[clock].append((b1[index] + b2[index]) / (a1[index] + a2[index]))
         bare_wall += [a1[0], a2[0]]
     rng = random.Random(seed)
@@ -132,7 +151,7 @@ def sampler_cpu_percent(seconds: float = 3.0) -> float:
             yield i
 
     def cpu_share(iterable: Any) -> float:
-        wall, cpu = timed_epoch(iterable)
+        wall, cpu, _ = timed_epoch(iterable)
         return cpu / wall
 
     steps = int(seconds / 0.05)
@@ -167,7 +186,11 @@ def main() -> None:
         f"ss.watch overhead, in-memory DataLoader (batch {args.batch_size}, num_workers=0): "
         f"{blocks} A-B-B-A blocks of {batches}-step epochs; bare step {e2e['bare_us_per_step_median']:.0f} µs (median)"
     )
-    for clock, title in (("wall", "wall-clock time"), ("cpu", "process CPU time, all threads")):
+    for clock, title in (
+        ("wall", "wall-clock time"),
+        ("cpu", "process CPU time, all threads"),
+        ("step_median", "typical step (median)"),
+    ):
         o = e2e[clock]
         print(
             f"  {title:<30} {o['overhead_percent_median']:+.2f}% median of blocks "
@@ -179,10 +202,14 @@ def main() -> None:
         f"{result['epoch_fixed_ms']:.2f} ms; samplers {result['sampler_cpu_percent_of_a_core']:.2f}% of a core"
     )
     wall = e2e["wall"]
-    verdict = "met" if wall["overhead_percent_median"] <= SPEC_BUDGET_PERCENT else "NOT met"
+    low, high = wall["median_90ci"]
+    if high <= SPEC_BUDGET_PERCENT:
+        verdict = "met (the whole 90% interval is within it)"
+    elif low > SPEC_BUDGET_PERCENT:
+        verdict = "NOT met (the whole 90% interval is above it)"
+    else:
+        verdict = "not resolved: the 90% interval straddles it; this machine is too noisy, rerun on a quiet one"
     print(f"SPEC §7 ≤ {SPEC_BUDGET_PERCENT:.0f}% (wall, median of blocks): {wall['overhead_percent_median']:+.2f}% → {verdict}")
-    if wall["median_90ci"][1] - wall["median_90ci"][0] > 2 * SPEC_BUDGET_PERCENT:
-        print("  the 90% interval is wider than ±1 point: this machine is too loaded to resolve 1% end to end; rerun quieter")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -19,7 +19,7 @@ L = pytest.importorskip("lightning.pytorch")
 
 import torch  # noqa: E402
 from framework_timing import TimedItems, assert_stall_near_truth, true_stall  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
 
 from stallscope.integrations.lightning import StallscopeCallback  # noqa: E402
 
@@ -145,6 +145,33 @@ def test_resumed_mid_epoch_from_a_checkpoint(tmp_path):
     assert 0 < fetched < ITEMS and module.epoch_ends  # resumed inside the epoch (no on_train_epoch_start)
     truth = true_stall(items.fetches, [(1, fetched, module.epoch_ends[0])], module.validations)
     check(cb, truth, steps=fetched - 1)
+
+
+class Stream(IterableDataset):
+    """The same timed items as a stream: no length, so Lightning's fetcher prefetches one batch ahead."""
+
+    def __init__(self, items: TimedItems) -> None:
+        self.items = items
+
+    def __iter__(self):
+        for index in range(len(self.items)):
+            yield self.items[index]
+
+
+def test_unsized_stream_where_lightning_prefetches_one_batch_ahead():
+    cb = StallscopeCallback(print_summary=False, sample_resources=False)
+    items, module = TimedItems(ITEMS, FETCH_S), SleepModule()
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[cb, BusyCallback()])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, DataLoader(Stream(items), batch_size=1))
+    # The blocking next() of a step fetches the batch after it: the second step starts with item 2's fetch.
+    epochs = [(e * ITEMS + 2, (e + 1) * ITEMS, end) for e, end in enumerate(module.epoch_ends)]
+    d = cb.to_dict()
+    assert d["epochs"] == 2
+    assert_stall_near_truth(d, true_stall(items.fetches, epochs), steps=d["steps"], framework="lightning (stream)")
+    assert d["steps"] >= 2 * (ITEMS - 2)
 
 
 def test_occupancy_is_sampled_from_lightnings_loader_iterator():

@@ -242,6 +242,22 @@ def test_analysis_is_pure(name):
     assert record == before
 
 
+def test_trials_by_config_takes_the_median_of_each_configs_runs():
+    trials = [
+        {"label": "w=2", "phase": "profile", "samples_per_s": 100.0, "startup_s": 0.5, "error": None},
+        {"label": "w=4", "phase": "coarse", "samples_per_s": 300.0, "startup_s": 1.0, "error": None},
+        {"label": "w=4", "phase": "final", "samples_per_s": 200.0, "startup_s": 2.0, "error": None},
+        {"label": "w=4", "phase": "final", "samples_per_s": 260.0, "startup_s": 3.0, "error": None},
+        {"label": "w=8", "phase": "coarse", "samples_per_s": None, "error": "worker died"},
+    ]
+    rows = an.trials_by_config(trials)
+    assert [r["label"] for r in rows] == ["w=4", "w=2", "w=8"]  # fastest first, failed last
+    w4 = rows[0]
+    assert w4["rate"] == 260.0 and w4["startup_s"] == 2.0 and w4["phases"] == ["coarse", "final"]
+    assert len(w4["rates"]) == 3 and w4["error"] is None
+    assert rows[2]["rate"] is None and rows[2]["error"] == "worker died"
+
+
 # -- one winner, keep yours (issue 10) --------------------------------------------------------------
 
 

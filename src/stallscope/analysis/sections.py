@@ -168,15 +168,19 @@ def trials_by_config(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     start-up over the runs, the runs; fastest first."""
     rows: dict[str, dict[str, Any]] = {}
     for t in trials:
-        row = rows.setdefault(t["label"], {"label": t["label"], "phases": [], "rates": [], "startup": [], "error": None})
-        if t["phase"] not in row["phases"]:
+        if not isinstance(t, dict):
+            continue
+        label = config_label(t.get("config"), t.get("label"))
+        row = rows.setdefault(label, {"label": label, "phases": [], "rates": [], "startup": [], "error": None})
+        if t.get("phase") and t["phase"] not in row["phases"]:
             row["phases"].append(t["phase"])
-        if t.get("error"):
-            row["error"] = t["error"]
+        rate = rate_of(t.get("samples_per_s"))
+        if t.get("error") or rate is None:
+            row["error"] = str(t.get("error") or "no rate measured")
         else:
-            row["rates"].append(t["samples_per_s"])
-            if t.get("startup_s") is not None:
-                row["startup"].append(t["startup_s"])
+            row["rates"].append(rate)
+            if number(t.get("startup_s")) is not None:
+                row["startup"].append(number(t["startup_s"]))
     out = []
     for row in rows.values():
         row["rate"] = statistics.median(row["rates"]) if row["rates"] else None

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..analysis import trials_by_config
+from ..analysis.readers import config_label
 from ..tuning.emit import render_python, snippet_for_record
 from .report_format import fmt_fixed
 
@@ -30,7 +31,9 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
                             ("vs baseline", "right"), ("start-up s", "right")]:
         table.add_column(column, justify=justify)
     base_rate = baseline.get("samples_per_s") or 0.0
-    pick_label = best.get("label")
+    # The schema does not require labels: name a config from its settings where the record has none.
+    pick_label = config_label(best.get("config"), best.get("label"))
+    base_label = config_label(baseline.get("config"), baseline.get("label"))
     for row in rows[:max_rows]:
         mark = "★ " if _same_knobs(row["label"], pick_label) else "  "
         rel = "–" if not row["rate"] or not base_rate else f"{row['rate'] / base_rate:.2f}×"
@@ -49,8 +52,8 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     speedup = best.get("speedup")
     confidence = best.get("confidence")
     console.print(
-        f"Pick: [bold]{escape(best['label'])}[/] at {best['samples_per_s']:,.1f} samples/s"
-        + (f", {speedup:.2f}× the baseline ({escape(baseline['label'])}, {base_rate:,.1f}/s)" if speedup else "")
+        f"Pick: [bold]{escape(pick_label)}[/] at {best['samples_per_s']:,.1f} samples/s"
+        + (f", {speedup:.2f}× the baseline ({escape(base_label)}, {base_rate:,.1f}/s)" if speedup else "")
         + "."
     )
     rounds = best.get("rounds", search.get("rounds", 0)) or 0
@@ -82,8 +85,8 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     for note in search.get("notes") or []:
         console.print(f"  · {escape(note)}", style="dim")
     for rec in data.get("recommendations") or []:
-        console.print(f"[bold]→ {escape(str(rec.get('title')))}[/] ({escape(str(rec.get('expected_gain')))})")
-        console.print(f"    measured: {escape(str(rec.get('measured')))}", style="dim")
+        console.print(f"[bold]→ {escape(str(rec.get('title', '')))}[/] ({escape(str(rec.get('expected_gain', '')))})")
+        console.print(f"    measured: {escape(str(rec.get('measured', '')))}", style="dim")
 
 
 def _render_head_to_head(rows: list[dict[str, Any]], console: Console) -> None:

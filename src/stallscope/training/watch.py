@@ -141,6 +141,7 @@ class Watch:
         self._sync_s = array("d")
         self._epoch_starts: list[int] = []
         self._pending: float | None = None  # manual API: a data wait in progress since this time
+        self._paused = False  # manual API: the loop left training (validation); samplers skip
         self._samples = Samples()
         self._session: SamplingSession | None = None
         self._finished: list[SamplingSession] = []  # stopped, maybe still filing their results
@@ -167,11 +168,7 @@ class Watch:
         next_due = self._sinks.due_after(step)
         t_got = t_req
         try:
-            while True:
-                try:
-                    batch = next(iterator)
-                except StopIteration:
-                    return
+            for batch in iterator:  # FOR_ITER: no next() call to look up per step
                 t_got = clock()
                 req_append(t_req)
                 data_append(t_got - t_req)
@@ -243,7 +240,7 @@ class Watch:
         """Whether the current epoch has delivered its first batch and warm-up is over (sampler thread)."""
         steps = len(self._data)
         starts = self._epoch_starts
-        return bool(starts) and steps > starts[-1] and steps > self.warmup
+        return bool(starts) and steps > starts[-1] and steps > self.warmup and not self._paused
 
     def observe(self, iterator: Any) -> None:
         """Sample this loader iterator's prefetch buffer and workers (found inside a framework's wrapper)."""
@@ -271,6 +268,7 @@ class Watch:
             now = self._clock()
         if self._pending is None:
             self._pending = now
+        self._paused = False
 
     def data_end(self) -> None:
         """The batch arrived: a step starts (its compute runs until the next ``data_start``)."""
@@ -297,6 +295,7 @@ class Watch:
         """The loop leaves training (validation, epoch end): nothing counts until the next fetch."""
         self.end_step()
         self._pending = None
+        self._paused = True  # a buffer that fills during validation says nothing about the loader
 
     def epoch_start(self) -> None:
         """A new epoch: the next batch counts as its first (start-up), timed from now."""
@@ -306,6 +305,7 @@ class Watch:
         if self._session is None:
             self._start_session()
         self._pending = now
+        self._paused = False
 
     @contextlib.contextmanager
     def data(self) -> Iterator[None]:

@@ -427,3 +427,25 @@ def test_gather_outside_a_distributed_job_has_one_rank():
     assert [r["rank"] for r in d["ranks"]] == [0]
     assert d["distributed"]["slowest_rank"] == 0
     assert math.isclose(d["ranks"][0]["data_wait_ms_per_step"], 10.0, rel_tol=1e-6)
+
+
+def test_pause_keeps_validation_out_of_steps_and_samples():
+    clock = FakeClock()
+    w = Watch(None, clock=clock, sample_resources=False, gpu=False)
+    it = iter(TimedSource(clock, [0.01] * 4))
+    w.epoch_start()
+    for _ in range(2):
+        w.next(it)
+        clock.advance(0.03)
+    assert w._in_steady_state()
+    w.pause()  # validation: the open step ends, the samplers stop counting the buffer
+    assert not w._in_steady_state()
+    clock.advance(2.0)
+    for _ in range(2):
+        w.next(it)
+        clock.advance(0.03)
+    assert w._in_steady_state()
+    w.pause()
+    d = w.to_dict()
+    assert d["steps"] == 3 and d["stall_fraction"] == pytest.approx(0.25)
+    assert d["compute_ms"]["max"] == pytest.approx(30.0) and d["data_ms"]["max"] == pytest.approx(10.0)
