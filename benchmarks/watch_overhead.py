@@ -1,34 +1,45 @@
-"""Overhead of ``ss.watch`` on the cheapest pipeline: in-memory tensors (SPEC §7: ≤ 1% throughput).
+"""Overhead of ``ss.watch`` end to end on the cheapest pipeline (SPEC §7, issue 10 item 8: ≤ 1%).
 
-A DataLoader over a TensorDataset (num_workers=0, batch 64, default collate)
-with an empty loop body, so every microsecond watch adds is visible.
-Variants run in interleaved blocks (A B C C B A: bare, watched with the
-background samplers, watched without them) so that drifting machine load hits
-all of them alike; each block gives its own overhead estimate, and the
-median over blocks is reported with its interquartile range, next to the
-ratio of the fastest runs (the least disturbed on a busy machine). Both
-wall-clock time (what throughput sees) and this process's CPU time (all
-threads, so the samplers' work is included; far less disturbed by other
-processes on a shared machine) are compared.
+The loop: a DataLoader over an in-memory TensorDataset (batch 64,
+num_workers=0, default collate; about 0.35 ms a step on a quiet 2-core
+machine) with an empty body, so every microsecond watch adds shows. One run
+is one whole epoch (``--batches`` steps) bare or through ``ss.watch`` with
+its defaults (background samplers on), so per-epoch costs (starting and
+stopping the samplers) are in the figure, as they are in training.
 
-Also: the hot path alone (watching a plain Python list), and, where CUDA is
-available, the cost of ``sync="cuda"`` per step with an idle device.
+Runs are interleaved A B B A (bare, watched, watched, bare) in many blocks,
+so drift in the machine's load hits both alike. Each block gives one ratio
+(watched ÷ bare, the sums of its two runs each); the figure is the median of
+the blocks' ratios, with its interquartile range and a bootstrap 90%
+interval of the median. Two clocks: wall time (what throughput sees) and
+this process's CPU time over all its threads (the samplers' work included;
+far less disturbed by other processes on a shared machine); and, beside them,
+the median step of each epoch (the hot path alone, robust to preemption).
 
-    python benchmarks/watch_overhead.py [--repeats 20] [--batches 300] [--batch-size 64] [--json out.json]
+Diagnostics beside the figure: the hot path alone (watching a Python list),
+the per-epoch fixed cost, and the samplers' CPU while the loop idles.
+
+    python benchmarks/watch_overhead.py                 # full: 40 blocks of 3,000-step epochs (~8 min)
+    python benchmarks/watch_overhead.py --quick         # 12 blocks of 1,500 steps (~1 min)
+    python benchmarks/watch_overhead.py --json out.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import stallscope as ss
+
+SPEC_BUDGET_PERCENT = 1.0
 
 
 def in_memory_loader(batches: int, batch_size: int = 64) -> DataLoader:
@@ -37,182 +48,168 @@ def in_memory_loader(batches: int, batch_size: int = 64) -> DataLoader:
     return DataLoader(dataset, batch_size=batch_size, num_workers=0)
 
 
-def seconds_per_step(iterable, steps: int) -> float:
-    start = time.perf_counter()
+def timed_epoch(iterable: Any) -> tuple[float, float, float]:
+    """(wall, CPU, median step) seconds of one pass.
+
+    CPU time is this process's, all threads (the samplers too). The loop body
+    reads the clock once per step (the same in both variants) so that the
+    median step is known: robust to the process being preempted, which on a
+    shared machine costs whole milliseconds in a few steps.
+    """
+    clock = time.perf_counter
+    steps: list[float] = []
+    append = steps.append
+    wall0, cpu0 = clock(), time.process_time()
+    last = wall0
     for _batch in iterable:
-        pass
-    return (time.perf_counter() - start) / steps
+        now = clock()
+        append(now - last)
+        last = now
+    wall, cpu = clock() - wall0, time.process_time() - cpu0
+    return wall, cpu, statistics.median(steps) if steps else 0.0
 
 
-def timed_per_step(iterable, steps: int) -> tuple[float, float]:
-    """(wall, CPU) seconds per step; CPU time is this process's, all threads (the samplers too)."""
-    wall0, cpu0 = time.perf_counter(), time.process_time()
-    for _batch in iterable:
-        pass
-    return (time.perf_counter() - wall0) / steps, (time.process_time() - cpu0) / steps
-
-
-def run_variant(name: str, loader: DataLoader, steps: int) -> tuple[float, float]:
-    if name == "bare":
-        return timed_per_step(loader, steps)
-    w = ss.watch(loader, sample_resources=(name == "watch"))
-    elapsed = timed_per_step(w, steps)
+def watched_epoch(loader: DataLoader) -> tuple[float, float, float]:
+    w = ss.watch(loader)  # the defaults a user gets: background samplers on
+    elapsed = timed_epoch(w)
     w.close()
     return elapsed
 
 
-def loader_overhead(repeats: int, batches: int, batch_size: int) -> dict:
-    loader = in_memory_loader(batches, batch_size)
-    steps = len(loader)
-    run_variant("bare", loader, steps)  # warm caches and the allocator once
-    blocks = {"wall": [], "cpu": []}
-    for _ in range(repeats):
-        t: dict[str, list[tuple[float, float]]] = {"bare": [], "watch": [], "watch-nosample": []}
-        for name in ("bare", "watch", "watch-nosample", "watch-nosample", "watch", "bare"):
-            t[name].append(run_variant(name, loader, steps))
-        for index, clock in enumerate(("wall", "cpu")):
-            blocks[clock].append({k: statistics.fmean(v[index] for v in runs) for k, runs in t.items()})
+def end_to_end(blocks: int, batches: int, batch_size: int = 64, *, seed: int = 0) -> dict[str, Any]:
+    """Interleaved A B B A blocks; per measure, the median block ratio (watched ÷ bare) as a % overhead.
 
-    def overhead(clock: str, variant: str) -> dict:
-        rows = blocks[clock]
-        pct = [(b[variant] / b["bare"] - 1) * 100 for b in rows]
-        added_us = [(b[variant] - b["bare"]) * 1e6 for b in rows]
-        # The fastest run of each variant is the one least disturbed by other load on the machine.
-        best = min(b[variant] for b in rows)
-        best_bare = min(b["bare"] for b in rows)
-        return {
+    Measures: ``wall`` and ``cpu`` (whole epochs: everything watch costs, the
+    per-epoch set-up and the samplers included) and ``step_median`` (the
+    typical step: the hot path alone, robust to preemption).
+    """
+    loader = in_memory_loader(batches, batch_size)
+    timed_epoch(loader)  # warm caches and the allocator once
+    watched_epoch(loader)
+    ratios: dict[str, list[float]] = {"wall": [], "cpu": [], "step_median": []}
+    bare_wall: list[float] = []
+    for _ in range(blocks):
+        a1, b1, b2, a2 = timed_epoch(loader), watched_epoch(loader), watched_epoch(loader), timed_epoch(loader)
+        for index, clock in enumerate(ratios):
+            ratios[clock].append((b1[index] + b2[index]) / (a1[index] + a2[index]))
+        bare_wall += [a1[0], a2[0]]
+    rng = random.Random(seed)
+    result: dict[str, Any] = {
+        "blocks": blocks,
+        "steps_per_epoch": batches,
+        "bare_us_per_step_median": statistics.median(bare_wall) / batches * 1e6,
+    }
+    for clock, values in ratios.items():
+        pct = sorted((r - 1) * 100 for r in values)
+        low, high = _bootstrap_median(pct, rng)
+        result[clock] = {
             "overhead_percent_median": statistics.median(pct),
-            "overhead_percent_of_minima": (best / best_bare - 1) * 100,
             "overhead_percent_q1": _quantile(pct, 0.25),
             "overhead_percent_q3": _quantile(pct, 0.75),
-            "added_us_per_step_median": statistics.median(added_us),
+            "median_90ci": [low, high],
+            "blocks_percent": [round(p, 3) for p in pct],
         }
-
-    return {
-        "steps_per_run": steps,
-        "repeats": repeats,
-        "bare_us_per_step_median": statistics.median(b["bare"] for b in blocks["wall"]) * 1e6,
-        "bare_us_per_step_min": min(b["bare"] for b in blocks["wall"]) * 1e6,
-        "bare_cpu_us_per_step_median": statistics.median(b["bare"] for b in blocks["cpu"]) * 1e6,
-        "wall": {"watch": overhead("wall", "watch"), "watch_nosample": overhead("wall", "watch-nosample")},
-        "cpu": {"watch": overhead("cpu", "watch"), "watch_nosample": overhead("cpu", "watch-nosample")},
-    }
+    return result
 
 
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
+def _quantile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def hot_path_cost(steps: int = 200_000, repeats: int = 5) -> dict:
+def _bootstrap_median(values: list[float], rng: random.Random, rounds: int = 2000) -> tuple[float, float]:
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(rounds))
+    return medians[int(0.05 * rounds)], medians[int(0.95 * rounds)]
+
+
+def hot_path_ns(steps: int = 200_000, repeats: int = 5) -> float:
+    """Time watch adds per step with nothing else in the loop (a list), samplers off; the least disturbed repeat."""
     items = list(range(steps))
     added = []
     for _ in range(repeats):
-        bare = seconds_per_step(items, steps)
-        watched = seconds_per_step(ss.watch(items, sample_resources=False), steps)
-        added.append((watched - bare) * 1e9)
-    return {"added_ns_per_step_median": statistics.median(added), "added_ns_per_step_min": min(added)}
+        bare = timed_epoch(items)[0]
+        watched = timed_epoch(ss.watch(items, sample_resources=False))[0]
+        added.append((watched - bare) / steps * 1e9)
+    return min(added)
 
 
-class _Idle:
-    """An iterable whose next() sleeps: the main thread uses no CPU, so what remains is the samplers'."""
+def epoch_fixed_ms(repeats: int = 20) -> float:
+    """What one epoch costs watch beyond its steps: starting/stopping the samplers, finding the iterator."""
+    tiny = DataLoader(TensorDataset(torch.randn(64, 32)), batch_size=64)
+    extra = []
+    for _ in range(repeats):
+        bare = timed_epoch(tiny)[0]
+        extra.append((watched_epoch(tiny)[0] - bare) * 1e3)
+    return statistics.median(extra)
 
-    def __init__(self, steps: int, sleep_s: float) -> None:
-        self.steps, self.sleep_s = steps, sleep_s
 
-    def __iter__(self):
-        for i in range(self.steps):
-            time.sleep(self.sleep_s)
+def sampler_cpu_percent(seconds: float = 3.0) -> float:
+    """CPU the background samplers take per second of training (% of one core), watched minus bare, loop idle."""
+
+    def idle(steps: int):
+        for i in range(steps):
+            time.sleep(0.05)
             yield i
 
+    def cpu_share(iterable: Any) -> float:
+        wall, cpu, _ = timed_epoch(iterable)
+        return cpu / wall
 
-def sampler_cpu_share(seconds: float = 3.0) -> dict:
-    """CPU the background samplers (resources, occupancy, NVML) use per second of training, watched minus bare."""
     steps = int(seconds / 0.05)
-
-    def cpu_of(iterable) -> float:
-        wall0, cpu0 = time.perf_counter(), time.process_time()
-        for _ in iterable:
-            pass
-        return (time.process_time() - cpu0) / (time.perf_counter() - wall0)
-
-    bare = min(cpu_of(_Idle(steps, 0.05)) for _ in range(2))
-    watched = min(cpu_of(ss.watch(_Idle(steps, 0.05))) for _ in range(2))
-    return {"sampler_cpu_percent_of_a_core": max(0.0, watched - bare) * 100}
-
-
-def cuda_sync_cost(calls: int = 2000) -> dict | None:
-    """Cost of torch.cuda.synchronize per step boundary with nothing queued (the floor of sync='cuda')."""
-    if not torch.cuda.is_available():
-        return None
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        torch.cuda.synchronize()
-    idle_us = (time.perf_counter() - start) / calls * 1e6
-    return {"idle_sync_us_per_call": idle_us, "device": torch.cuda.get_device_name(0)}
+    bare = min(cpu_share(idle(steps)) for _ in range(2))
+    watched = min(cpu_share(ss.watch(idle(steps))) for _ in range(2))
+    return max(0.0, watched - bare) * 100
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=10, help="interleaved A B C C B A blocks (default 10)")
-    parser.add_argument("--batches", type=int, default=3000, help="batches per run (default 3000: runs of about a second)")
-    parser.add_argument("--batch-size", type=int, default=64, help="batch size of the in-memory loader (default 64)")
+    parser.add_argument("--blocks", type=int, default=None, help="interleaved A B B A blocks (default 40; --quick 12)")
+    parser.add_argument("--batches", type=int, default=None, help="steps per epoch (default 3000; --quick 1500)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--quick", action="store_true", help="a reduced run of about a minute")
     parser.add_argument("--json", type=Path, default=None, help="write the numbers as JSON")
     args = parser.parse_args()
+    blocks = args.blocks or (12 if args.quick else 40)
+    batches = args.batches or (1500 if args.quick else 3000)
 
+    e2e = end_to_end(blocks, batches, args.batch_size)
     result = {
         "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(),
         "batch_size": args.batch_size,
-        "loader": loader_overhead(args.repeats, args.batches, args.batch_size),
-        "hot_path": hot_path_cost(),
-        "samplers": sampler_cpu_share(),
-        "cuda_sync": cuda_sync_cost(),
+        "quick": args.quick,
+        "end_to_end": e2e,
+        "hot_path_ns_per_step": hot_path_ns(),
+        "epoch_fixed_ms": epoch_fixed_ms(),
+        "sampler_cpu_percent_of_a_core": sampler_cpu_percent(),
     }
-    lo = result["loader"]
     print(
-        f"in-memory DataLoader (batch {args.batch_size}, num_workers=0), {lo['steps_per_run']} steps/run, "
-        f"{lo['repeats']} A-B-C-C-B-A blocks"
+        f"ss.watch overhead, in-memory DataLoader (batch {args.batch_size}, num_workers=0): "
+        f"{blocks} A-B-B-A blocks of {batches}-step epochs; bare step {e2e['bare_us_per_step_median']:.0f} µs (median)"
     )
-    print(f"  bare loop:                {lo['bare_us_per_step_median']:8.1f} µs/step (median)")
-    for clock, title in (("wall", "wall-clock time (throughput)"), ("cpu", "process CPU time, all threads (robust to other load)")):
-        print(f"  by {title}:")
-        for label, key in (("watch (samplers on)", "watch"), ("watch (sample_resources=False)", "watch_nosample")):
-            o = lo[clock][key]
-            print(
-                f"    {label:<31} {o['overhead_percent_median']:+.2f}% median of blocks "
-                f"(IQR {o['overhead_percent_q1']:+.2f}% … {o['overhead_percent_q3']:+.2f}%), "
-                f"{o['overhead_percent_of_minima']:+.2f}% fastest vs fastest, {o['added_us_per_step_median']:+.2f} µs/step"
-            )
-    hp = result["hot_path"]
-    intrinsic = hp["added_ns_per_step_median"] / 1000 / lo["bare_us_per_step_min"] * 100
-    result["intrinsic_overhead_percent"] = intrinsic
-    print(
-        f"  hot path alone (list):    {hp['added_ns_per_step_median']:.0f} ns/step added (min {hp['added_ns_per_step_min']:.0f}) "
-        f"= {intrinsic:.3f}% of the fastest bare DataLoader step"
-    )
-    sampler = result["samplers"]["sampler_cpu_percent_of_a_core"]
-    result["component_overhead_percent"] = intrinsic + sampler
-    print(f"  background samplers:      {sampler:.2f}% of one core while training runs")
-    print(
-        f"  => per-component bound: {intrinsic + sampler:.2f}% "
-        "(hot path share of a step + sampler CPU, if the samplers competed with the loop for one core)"
-    )
-    sync = result["cuda_sync"]
-    print(
-        "  sync='cuda': "
-        + (f"{sync['idle_sync_us_per_call']:.1f} µs per step boundary on an idle {sync['device']}" if sync else "not measured (no CUDA device)")
-    )
-    wall = lo["wall"]["watch"]
-    spread = wall["overhead_percent_q3"] - wall["overhead_percent_q1"]
-    verdict = "met" if wall["overhead_percent_median"] <= 1.0 else "NOT met"
-    print(f"SPEC §7 target ≤ 1% (wall clock, samplers on): {wall['overhead_percent_median']:+.2f}% median → {verdict}")
-    if spread > 2.0:
+    for clock, title in (
+        ("wall", "wall-clock time"),
+        ("cpu", "process CPU time, all threads"),
+        ("step_median", "typical step (median)"),
+    ):
+        o = e2e[clock]
         print(
-            f"  the blocks' interquartile range is {spread:.1f} points: this machine is too loaded to resolve 1% "
-            f"end to end; the per-component bound ({result['component_overhead_percent']:.2f}%) is the better estimate."
+            f"  {title:<30} {o['overhead_percent_median']:+.2f}% median of blocks "
+            f"(90% CI {o['median_90ci'][0]:+.2f}% … {o['median_90ci'][1]:+.2f}%; "
+            f"IQR {o['overhead_percent_q1']:+.2f}% … {o['overhead_percent_q3']:+.2f}%)"
         )
+    print(
+        f"  diagnostics: hot path {result['hot_path_ns_per_step']:.0f} ns/step; per-epoch fixed cost "
+        f"{result['epoch_fixed_ms']:.2f} ms; samplers {result['sampler_cpu_percent_of_a_core']:.2f}% of a core"
+    )
+    wall = e2e["wall"]
+    low, high = wall["median_90ci"]
+    if high <= SPEC_BUDGET_PERCENT:
+        verdict = "met (the whole 90% interval is within it)"
+    elif low > SPEC_BUDGET_PERCENT:
+        verdict = "NOT met (the whole 90% interval is above it)"
+    else:
+        verdict = "not resolved: the 90% interval straddles it; this machine is too noisy, rerun on a quiet one"
+    print(f"SPEC §7 ≤ {SPEC_BUDGET_PERCENT:.0f}% (wall, median of blocks): {wall['overhead_percent_median']:+.2f}% → {verdict}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -20,10 +20,12 @@ _EXPORTS = {
     "tune": "tuning.tuner",
     "make_loader": "tuning.autoconfig",
     "seed_worker": "pipeline.seeding",
+    "chain_worker_init": "pipeline.seeding",
     "check": "checks",
     "stages": "breakdown.probe",
     "stage": "breakdown.recorder",
     "watch": "training.watch",
+    "stall_summary": "render.console_profile",
     "RunRecord": "record",
     "UsageError": "errors",
 }

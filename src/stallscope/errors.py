@@ -8,6 +8,8 @@ that escapes is our bug and keeps its traceback.
 
 from __future__ import annotations
 
+import re
+
 
 class StallscopeError(Exception):
     """Base class of the errors stallscope raises on purpose."""
@@ -35,3 +37,18 @@ def describe_exception(exc: BaseException, limit: int = 200) -> str:
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def worker_traceback_tail(exc: BaseException) -> tuple[str, str | None] | None:
+    """For an exception a DataLoader re-raised from a worker: the worker's own last traceback line
+    (``OSError: truncated shard``) and the worker's id when torch names it; None for any other exception.
+
+    torch wraps a worker's exception as "Caught X in DataLoader worker process N. Original Traceback
+    ... X: msg"; the last line is what a reader needs.
+    """
+    text = str(exc)
+    if "Original Traceback" not in text:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    where = re.search(r"worker process (\d+)", text)
+    return (lines[-1] if lines else type(exc).__name__), (where.group(1) if where else None)

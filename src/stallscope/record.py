@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .errors import UsageError
 
 SCHEMA_VERSION = 1
 
@@ -89,8 +90,23 @@ class RunRecord:
         )
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | Path) -> RunRecord:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """The record saved at ``path``, or a UsageError saying in one sentence what is wrong with the file."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror or exc}.") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path} is not JSON ({exc.msg} at line {exc.lineno}); pass a file written by --json.") from None
+        if not isinstance(data, dict) or "command" not in data:
+            raise UsageError(f"{path} is not a stallscope run record; pass a file written by --json.")
+        try:
+            return cls.from_dict(data)
+        except (KeyError, ValueError) as exc:
+            raise UsageError(f"{path}: {exc}.") from None

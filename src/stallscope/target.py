@@ -25,6 +25,8 @@ from torch.utils.data.dataloader import default_collate
 
 from .config import LoaderConfig, config_from_loader
 from .errors import PipelineError, UsageError, describe_exception
+from .pipeline.arguments import Argument, LoaderCall, describe_dataset_call, describe_loader
+from .runtime.processes import shutdown_iterator
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -45,6 +47,13 @@ class Pipeline:
     target: str = "<object>"
     source: str = "dataset"  # "dataset" | "dataloader" | "dict"
     extras: dict[str, Any] = field(default_factory=dict)
+    # The user's own loader parts, kept in every trial (NOTE [loader fidelity] in pipeline/arguments.py).
+    sampler: Any = None  # their index sampler (None: sequential, or random when ``shuffle``)
+    batch_sampler: Any = None  # their batch sampler, when it decides the batches (batch_size=None)
+    generator: Any = None
+    timeout: float = 0.0
+    pin_memory_device: str = ""
+    call: LoaderCall | None = None  # how they built it (for recommendations as a change to it)
 
     @property
     def is_iterable(self) -> bool:
@@ -149,20 +158,47 @@ def load_target(
     """
     label = target if isinstance(target, str) else getattr(target, "__qualname__", type(target).__name__)
     obj: Any = target
+    modules: tuple[str, ...] = ()
     if isinstance(target, str):
         factory = resolve_callable(target)
+        modules = (getattr(factory, "__module__", None) or "",)
         obj = _call_factory(factory, target)
     elif callable(target) and not isinstance(target, (Dataset, DataLoader, dict)):
+        modules = (getattr(target, "__module__", None) or "",)
         obj = _call_factory(target, label)
-    pipeline = pipeline_from_object(obj, label=str(label))
+    pipeline = pipeline_from_object(obj, label=str(label), modules=modules)
     if collate is not None:
         pipeline.collate_fn = resolve_callable(collate) if isinstance(collate, str) else collate
+        _set_argument(pipeline, "collate_fn", pipeline.collate_fn)
     if batch_size is not None:
         if batch_size < 1:
             raise UsageError(f"--batch-size must be at least 1, not {batch_size}.")
+        if pipeline.batch_sampler is not None:
+            raise UsageError(
+                "the loader's batch_sampler decides its batch sizes; --batch-size cannot override it "
+                "(build the loader with batch_size= instead, or leave --batch-size out)."
+            )
         pipeline.batch_size = batch_size
         pipeline.baseline = pipeline.baseline.replace(batch_size=batch_size)
+        _set_argument(pipeline, "batch_size", batch_size)
+    if pipeline.call is not None:
+        pipeline.call.knobs = pipeline.baseline.to_dict()
     return pipeline
+
+
+def _set_argument(pipeline: Pipeline, name: str, value: Any) -> None:
+    """Record a CLI override in the description of the user's call (they asked for it)."""
+    from .pipeline.arguments import reference
+
+    if pipeline.call is None:
+        return
+    new = Argument(name, repr(value)) if isinstance(value, int) else reference(name, value)
+    args = pipeline.call.arguments
+    for i, arg in enumerate(args):
+        if arg.name == name:
+            args[i] = new
+            return
+    args.append(new)
 
 
 def _call_factory(factory: Callable[..., Any], label: str) -> Any:
@@ -176,15 +212,16 @@ def _call_factory(factory: Callable[..., Any], label: str) -> Any:
         raise UsageError(f"{label} raised {describe_exception(exc)} when called.") from exc
 
 
-def pipeline_from_object(obj: Any, *, label: str = "<object>") -> Pipeline:
+def pipeline_from_object(obj: Any, *, label: str = "<object>", modules: tuple[str, ...] = ()) -> Pipeline:
+    """A Pipeline from what the target returned; ``modules`` may hold the user's objects as globals."""
     if isinstance(obj, DataLoader):
-        return _from_loader(obj, label)
+        return _from_loader(obj, label, modules)
     if isinstance(obj, dict):
         if "dataset" not in obj:
             raise UsageError(f"{label} returned a dict without a 'dataset' key.")
         inner = obj["dataset"]
         if isinstance(inner, DataLoader):
-            pipeline = _from_loader(inner, label)
+            pipeline = _from_loader(inner, label, modules)
         else:
             _require_dataset(inner, label)
             bs = int(obj.get("batch_size") or DEFAULT_BATCH_SIZE)
@@ -198,9 +235,14 @@ def pipeline_from_object(obj: Any, *, label: str = "<object>") -> Pipeline:
         pipeline.model = obj.get("model")
         pipeline.train_step = obj.get("train_step")
         pipeline.extras = {k: v for k, v in obj.items() if k not in {"dataset", "batch_size", "collate_fn", "model", "train_step"}}
+        if not isinstance(inner, DataLoader):
+            pipeline.call = describe_dataset_call(inner, pipeline.batch_size, pipeline.collate_fn, modules=modules)
         return pipeline
     _require_dataset(obj, label)
-    return Pipeline(dataset=obj, batch_size=DEFAULT_BATCH_SIZE, baseline=LoaderConfig(batch_size=DEFAULT_BATCH_SIZE), target=label)
+    return Pipeline(
+        dataset=obj, batch_size=DEFAULT_BATCH_SIZE, baseline=LoaderConfig(batch_size=DEFAULT_BATCH_SIZE), target=label,
+        call=describe_dataset_call(obj, DEFAULT_BATCH_SIZE, modules=modules),
+    )
 
 
 def _require_dataset(obj: Any, label: str) -> None:
@@ -213,25 +255,52 @@ def _require_dataset(obj: Any, label: str) -> None:
     raise UsageError(f"{label} returned a {type(obj).__name__}; expected a Dataset, a DataLoader or a dict with 'dataset'.")
 
 
-def _from_loader(loader: DataLoader, label: str) -> Pipeline:
-    from torch.utils.data import RandomSampler
+def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) -> Pipeline:
+    """The user's loader as it is (NOTE [loader fidelity] in pipeline/arguments.py)."""
+    from torch.utils.data import RandomSampler, SequentialSampler
+    from torch.utils.data._utils.collate import default_convert
 
+    _stop_live_iterators(loader)
+    call = describe_loader(loader, modules=modules)
     baseline = config_from_loader(loader)
-    collate = loader.collate_fn if loader.collate_fn is not default_collate else None
+    collate = loader.collate_fn if loader.collate_fn not in (default_collate, default_convert) else None
     sampler = getattr(loader, "sampler", None)
-    batch_sampler = getattr(loader, "batch_sampler", None)
-    drop_last = bool(getattr(loader, "drop_last", False) or getattr(batch_sampler, "drop_last", False))
+    batch_sampler = loader.batch_sampler if call.batching == "batch_sampler" else None
+    if batch_sampler is not None and call.batch_sizes:
+        # Their batches vary: estimates (memory, items per batch) use the mean size.
+        baseline = baseline.replace(batch_size=max(1, round(call.batch_sizes["mean"])))
+    call.knobs = baseline.to_dict()
+    shuffle = isinstance(sampler, RandomSampler)
+    own_sampler = sampler if batch_sampler is None and type(sampler) is not SequentialSampler else None
     return Pipeline(
         dataset=loader.dataset,
         batch_size=baseline.batch_size,
         baseline=baseline,
         collate_fn=collate,
-        shuffle=isinstance(sampler, RandomSampler),
-        drop_last=drop_last,
+        shuffle=shuffle,
+        drop_last=bool(loader.drop_last),
         worker_init_fn=loader.worker_init_fn,
         target=label,
         source="dataloader",
+        sampler=own_sampler,
+        batch_sampler=batch_sampler,
+        generator=loader.generator,
+        timeout=float(loader.timeout or 0.0),
+        pin_memory_device=getattr(loader, "pin_memory_device", "") or "",
+        call=call,
     )
+
+
+def _stop_live_iterators(loader: DataLoader) -> None:
+    """Shut down iterators the user's loader already started (a subclass that iterates in
+    ``__init__``, persistent workers): we take the loader over, and its workers must not linger."""
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    for name, value in list(vars(loader).items()):
+        if isinstance(value, _BaseDataLoaderIter):
+            shutdown_iterator(value)
+            if name == "_iterator":
+                loader._iterator = None
 
 
 # -- pre-flight -------------------------------------------------------------------

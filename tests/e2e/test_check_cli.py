@@ -124,13 +124,27 @@ def test_cli_json_codes_and_exit_1_for_errors(tmp_path, capsys):
     assert "unpicklable" in printed and "getitem-error" in printed and "fix:" in printed
 
 
-def test_cli_clean_exit_0(tmp_path):
+def test_cli_clean_exit_0_and_states_its_coverage(tmp_path, capsys):
     out = tmp_path / "clean.json"
-    code = main([f"{TARGETS}:clean", "--only", "getitem-error,collate-error,hang,slow-samples", "--json", str(out), "--quiet"])
+    code = main([f"{TARGETS}:clean", "--only", "getitem-error,collate-error,hang,slow-samples", "--json", str(out)])
     assert code == 0
     record = json.loads(out.read_text())
     assert record["findings"] == []
     assert record["coverage"]["codes"] == ["getitem-error", "collate-error", "hang", "slow-samples"]
+    assert "no problems found in 96 of 96 indices (100.0%)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_cli_three_slow_samples_among_2000_are_caught_at_default_settings(tmp_path):
+    # 2,000 items of about 1 ms, three of 400 ms far apart: at default settings every index fits
+    # in the budget, so every one is fetched (a fixed sample of 512 used to miss them).
+    out = tmp_path / "slow.json"
+    proc = _cli([f"{TARGETS}:scattered_slow", "--json", str(out), "--quiet"], uuid.uuid4().hex)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    record = json.loads(out.read_text())
+    [finding] = [f for f in record["findings"] if f["code"] == "slow-samples"]
+    assert sorted(finding["evidence"]["indices"]) == [137, 1021, 1874]
+    assert record["coverage"]["indices_checked"] == 2000 and record["coverage"]["fraction_checked"] == 1.0
 
 
 def test_cli_shm_free_judges_a_smaller_container(tmp_path):

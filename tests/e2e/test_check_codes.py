@@ -36,6 +36,8 @@ def test_clean_dataset_gets_no_finding():
     assert result.exit_code == 0
     coverage = result.coverage
     assert coverage["indices_checked"] == 96 and coverage["fraction_checked"] == 1.0
+    # the stream-sharding probe has nothing to do on a map-style dataset
+    assert coverage["probes"].pop("sharding") == "not an IterableDataset"
     assert all(status == "done" for status in coverage["probes"].values()), coverage["probes"]
     assert result.probes["pickling"]["roots"][0]["load_checked"] is True  # loaded in a fresh interpreter
     # Observed, not assumed: the pipeline is random, and DataLoader gave every worker its own
@@ -110,13 +112,51 @@ def test_duplicate_rng_from_the_samples_when_no_attribute_holds_the_generator():
     assert "module level" in finding.message
 
 
-def test_memory_growth_in_mb_per_1000_samples():
-    result = ss.check(cd.growing_cache, only=["memory-growth"])
+LEAK_LINE = next(n for n, line in enumerate(PIPELINES.read_text().splitlines(), 1) if "# LEAK-LINE" in line)
+
+
+def test_memory_growth_names_the_leaking_list_and_its_heap_growth():
+    result = ss.check(cd.leaky_cache, only=["memory-growth"])
     finding = only(result, "memory-growth")
-    # the dataset keeps 64 KiB per sample = 62.5 MiB per 1,000 samples
-    assert 40 <= finding.evidence["mb_per_1000_samples"] <= 90, finding.evidence
-    assert finding.evidence["r2"] > 0.9
+    evidence = finding.evidence
+    assert finding.severity in ("warning", "error")
+    assert evidence["cause"] == "python-heap" and evidence["plateaued_after_samples"] is None
+    # every sample keeps a 128 KiB NumPy array = 125 MiB per 1,000 samples, all of it on the Python heap
+    assert 80 <= evidence["python_heap_mb_per_1000_samples"] <= 170, evidence
+    assert evidence["native_mb_per_1000_samples"] < evidence["python_heap_mb_per_1000_samples"] / 2
+    assert evidence["growing_attribute"] == "dataset.cache"
+    grown = evidence["containers"][0]
+    assert grown["entries_before"] == 0 and grown["entries_after"] == evidence["samples_per_worker"]
+    assert evidence["allocation_sites"][0]["called_from"] == f"{PIPELINES}:{LEAK_LINE}"
+    assert "dataset.cache" in finding.message and "Bound dataset.cache" in finding.fix
     assert not result.by_code("copy-on-write")
+
+
+def test_native_first_pass_growth_is_not_called_a_leak():
+    result = ss.check(cd.shape_cache, only=["memory-growth"])
+    finding = only(result, "memory-growth")
+    evidence = finding.evidence
+    assert finding.severity == "info"
+    assert evidence["cause"] == "native-first-pass"
+    # 48 shapes x 1 MiB of torch workspace per worker, then nothing new
+    assert 30 <= evidence["first_pass_mb"] <= 70, evidence
+    assert evidence["plateaued_after_samples"] is not None
+    assert evidence["plateaued_after_samples"] <= evidence["pass_samples_per_worker"]
+    assert evidence["python_heap_mb_per_1000_samples"] < 2.0
+    assert "not a leak" in finding.message and "first-pass growth" in finding.message.lower()
+
+
+def test_native_leak_that_keeps_growing():
+    result = ss.check(cd.native_leak, only=["memory-growth"])
+    finding = only(result, "memory-growth")
+    evidence = finding.evidence
+    assert finding.severity in ("warning", "error")
+    assert evidence["cause"] == "native" and evidence["plateaued_after_samples"] is None
+    # 256 KiB of tensor per sample = 250 MiB per 1,000 samples, none of it on the Python heap
+    assert 150 <= evidence["native_mb_per_1000_samples"] <= 350, evidence
+    assert evidence["python_heap_mb_per_1000_samples"] < 10
+    assert evidence["growing_attribute"] is None
+    assert "native leak" in finding.message
 
 
 def test_copy_on_write_of_python_objects_after_fork():

@@ -38,6 +38,17 @@ def test_doctor_writes_one_complete_report(tmp_path):
     for key in ("findings", "results", "scaling", "stages", "best", "baseline", "trials", "dataset"):
         assert key in record, key
     assert not any(f["severity"] == "error" for f in record["findings"])
+    # One winner: the sweep's best raced the tuner's finalists in the same interleaved rounds.
+    sweep_best = record["results"][record["scaling"]["best_index"]]["config"]
+    best = record["best"]
+    raced = {row["label"]: row for row in best["head_to_head"]}
+    assert best["rounds"] >= 1 and raced, best
+    assert any(row["config"] == sweep_best for row in raced.values()), (sweep_best, list(raced))
+    assert {row["role"] for row in raced.values() if row["config"] == sweep_best} <= {"sweep-best", "baseline"}
+    pick = dict(best["config"], persistent_workers=False, multiprocessing_context=sweep_best["multiprocessing_context"])
+    assert any(dict(row["config"], persistent_workers=False) == pick for row in raced.values())
+    if best["rounds"] < 2:
+        assert best["confidence"] is None
     md = (out / "report.md").read_text()
     html = (out / "report.html").read_text()
     assert "samples/s" in md and "<table" in html

@@ -13,8 +13,8 @@ PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    # the pipelines first, then whatever stallscope is under test (a worktree's src/)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PIPELINES), os.environ.get("PYTHONPATH", "")])}
+    # Keep the caller's PYTHONPATH (the worktree's src) after the pipelines folder.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(PIPELINES), os.environ.get("PYTHONPATH")) if p)}
     return subprocess.run(
         [sys.executable, "-m", "stallscope", "stages", *args],
         cwd=cwd,

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 
+import jsonschema
+
 from stallscope.commands import tune as tune_command
 from stallscope.config import LoaderConfig
+from stallscope.tuning.emit import PLACEHOLDER
 
 BUDGET = 10.0
 
@@ -41,7 +45,9 @@ def test_tune_cli_emits_python(capsys, pipelines_dir):
     code = tune_command.main([f"{pipelines_dir / 'tune_pipelines.py'}:tensors", "--budget", "3", "--quiet", "--emit", "python"])
     assert code == 0
     emitted = capsys.readouterr().out
-    tree = ast.parse(emitted)
+    # The dataset is built inside the target: a marked placeholder the user fills in with their variable.
+    assert "    <your dataset: torch.utils.data.dataset.TensorDataset instance>,\n" in emitted
+    tree = ast.parse(PLACEHOLDER.sub(lambda m: m.group(1), emitted))
     assert any(isinstance(node, ast.Assign) and node.targets[0].id == "loader" for node in tree.body)
 
 
@@ -51,3 +57,54 @@ def test_tune_cli_usage_errors(pipelines_dir, capsys):
     assert tune_command.main([f"{pipelines_dir / 'tune_pipelines.py'}:waiting", "--emit", "toml"]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "Traceback" not in err
+
+
+def test_slow_loader_reports_rounds_and_no_confidence_without_them(tmp_path, pipelines_dir):
+    """0.3 s per batch and 20 s: the plan says up front what fits; below 2 rounds no confidence."""
+    from stallscope.schema import record_schema
+
+    out = tmp_path / "slow.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "stallscope", "tune", f"{pipelines_dir / 'tune_pipelines.py'}:slow_loader",
+         "--budget", "20", "--json", str(out)],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="200"),
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(out.read_text())
+    jsonschema.validate(record, record_schema())
+    best, plan = record["best"], record["search"]["plan"]
+    # Planned from the measured batch time (about 0.3 s), before the first worker ran.
+    assert 0.15 <= plan["batch_s"] <= 1.5 and plan["window_batches"] >= 4
+    assert plan["measurements_fit"] >= 1 and "measurements" in proc.stdout.split("Region:")[0]
+    assert isinstance(best["rounds"], int)
+    assert best["rounds"] == record["search"]["rounds"]
+    if best["rounds"] < 2:
+        assert best["confidence"] is None and best["confirmed"] is False
+        assert "not confirmed: the budget ran out" in proc.stdout
+        assert best["skipped"] and all(s["why"] for s in best["skipped"])
+    else:
+        assert 0.0 <= best["confidence"] <= 1.0 and best["confirmed"] is True
+    # Every finalist in the head-to-head raced at least one round with the others.
+    assert all(row["rounds"] >= 1 for row in best["head_to_head"])
+    assert record["tuning_seconds"] <= 20 + 10
+
+
+def test_persistent_workers_comes_with_its_measured_gap(tmp_path, pipelines_dir):
+    out = tmp_path / "start.json"
+    code = tune_command.main([f"{pipelines_dir / 'tune_pipelines.py'}:slow_start_loader", "--budget", "12",
+                              "--max-workers", "2", "--quiet", "--json", str(out)])
+    assert code == 0
+    record = json.loads(out.read_text())
+    gap = record["search"]["persistent_workers"]
+    recs = {r["id"]: r for r in record["recommendations"]}
+    if gap is None:  # the budget ran out first: then it is not recommended, and the record says why
+        assert not record["best"]["config"]["persistent_workers"] and "persistent-workers" not in recs
+        assert any("persistent" in s["label"] for s in record["best"]["skipped"])
+        return
+    # Each new worker sleeps 0.3 s in worker_init_fn: restarting them shows at the boundary.
+    assert gap["gap_without_s"] >= 0.3 > gap["gap_with_s"]
+    assert gap["recommended"] and f"{gap['gap_without_s']:.2f} s without" in recs["persistent-workers"]["measured"]
+    if record["best"]["keep_baseline"]:  # measured on the user's own config, which stays as it is
+        assert gap["measured_on"] == record["baseline"]["label"] and "keep-yours" in recs
+    else:
+        assert record["best"]["config"]["persistent_workers"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import numpy as np
 import torch
@@ -81,3 +82,14 @@ class DiesInWorker(Sized):
 
 def dies_in_worker() -> Dataset:
     return DiesInWorker()
+
+
+class KilledInWorker(DiesInWorker):
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if os.getpid() != self.parent and index >= 100:
+            os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer does
+        return torch.zeros(4)
+
+
+def killed_in_worker() -> Dataset:
+    return KilledInWorker()

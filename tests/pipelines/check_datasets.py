@@ -267,3 +267,94 @@ class BuggyDataset(SharedGeneratorDataset):
             raise ValueError("corrupt record 9")
         x, y = super().__getitem__(i)
         return self.transform(x), y
+
+
+# -- memory growth, by cause (Python heap vs native) -------------------------------------------------
+
+
+class LeakyCacheDataset(Dataset):
+    """Appends every sample (a 128 KiB NumPy array, which tracemalloc sees) to ``self.cache``."""
+
+    def __init__(self, n: int = 256) -> None:
+        self.n = n
+        self.cache: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        sample = np.full(16 * 1024, float(i))  # LEAK-LINE
+        self.cache.append(sample)
+        return torch.from_numpy(sample[:16].astype(np.float32)), i % 10
+
+
+def leaky_cache():
+    return {"dataset": LeakyCacheDataset(), "batch_size": 16}
+
+
+# A library's per-shape workspace (FFT plans, cuDNN-style algorithm caches): module level, so
+# the dataset holds nothing, and torch's allocator, which tracemalloc does not see.
+_SHAPE_WORKSPACES: dict[int, torch.Tensor] = {}
+
+
+class ShapeCacheDataset(Dataset):
+    """Native memory grows while new input shapes appear (the first pass), then stays flat."""
+
+    SHAPES = 48
+
+    def __init__(self, n: int = 384) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        shape = i % self.SHAPES
+        if shape not in _SHAPE_WORKSPACES:
+            _SHAPE_WORKSPACES[shape] = torch.ones(256 * 1024 + shape)  # about 1 MiB, written so it is resident
+        return torch.full((16,), float(shape)), i % 10
+
+
+def shape_cache():
+    return {"dataset": ShapeCacheDataset(), "batch_size": 16}
+
+
+_LEAKED: list[torch.Tensor] = []
+
+
+class NativeLeakDataset(Dataset):
+    """Keeps a 256 KiB tensor per fetch in a module-level list: native memory that never stops growing."""
+
+    def __init__(self, n: int = 256) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        _LEAKED.append(torch.ones(64 * 1024))
+        return torch.zeros(16), i % 10
+
+
+def native_leak():
+    return {"dataset": NativeLeakDataset(), "batch_size": 16}
+
+
+class ScatteredSlowDataset(Dataset):
+    """2,000 items of about 1 ms, three of which take 400 ms, far apart in the index range."""
+
+    SLOW = (137, 1021, 1874)
+
+    def __init__(self, n: int = 2000) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        time.sleep(0.4 if i in self.SLOW else 0.001)
+        return torch.zeros(8), i % 10
+
+
+def scattered_slow():
+    return {"dataset": ScatteredSlowDataset(), "batch_size": 16}

@@ -36,7 +36,7 @@ def main(out: str) -> None:
     if dist.get_rank() == 0:
         with open(out, "w") as handle:
             json.dump(result, handle)
-        print(w.summary())
+        print(ss.stall_summary(w))
     dist.destroy_process_group()
 
 

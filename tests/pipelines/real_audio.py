@@ -110,7 +110,9 @@ def make_dataset() -> TextMelDataset:
     return TextMelDataset(cached_dir("audio-v2", _generate))
 
 
-def make_loader() -> DataLoader:
+def make_loader(num_workers: int = 2) -> DataLoader:
+    """The user's loader (``num_workers`` only for tests that time it at other settings)."""
     return DataLoader(
-        make_dataset(), batch_size=6, shuffle=True, drop_last=True, collate_fn=TextMelCollate(), num_workers=2
+        make_dataset(), batch_size=6, shuffle=True, drop_last=True, collate_fn=TextMelCollate(),
+        num_workers=num_workers,
     )

@@ -183,14 +183,15 @@ def make_dataset() -> MosaicDataset:
     return MosaicDataset(cached_dir("detection-v1", _generate))
 
 
-def make_loader() -> InfiniteDataLoader:
+def make_loader(num_workers: int = 2) -> InfiniteDataLoader:
+    """The user's loader (``num_workers`` only for tests that time it at other settings)."""
     generator = torch.Generator()
     generator.manual_seed(0)
     return InfiniteDataLoader(
         make_dataset(),
         batch_size=8,
         shuffle=True,
-        num_workers=2,
+        num_workers=num_workers,
         pin_memory=False,
         collate_fn=collate_fn,
         worker_init_fn=seed_worker,

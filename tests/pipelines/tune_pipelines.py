@@ -62,3 +62,21 @@ class ReplayingStream(IterableDataset):
         for i in range(self.n):
             time.sleep(0.0002)
             yield torch.tensor([float(i)])
+
+
+# -- issue 10: slow loaders, slow worker start-up ---------------------------------------------
+
+
+def slow_loader() -> DataLoader:
+    """0.3 s per batch of 8 in one process (a remote read per item): a 20 s budget fits only a few windows."""
+    return DataLoader(WaitingDataset(n=256, wait_s=0.3 / 8), batch_size=8, num_workers=0)
+
+
+def sleepy_worker_init(worker_id: int) -> None:
+    """A worker that takes 0.3 s to get ready (opening files, loading an index, importing a library)."""
+    time.sleep(0.3)
+
+
+def slow_start_loader() -> DataLoader:
+    """Two workers, each 0.3 s to start: what persistent_workers saves at every epoch boundary."""
+    return DataLoader(WaitingDataset(n=64, wait_s=0.002), batch_size=8, num_workers=2, worker_init_fn=sleepy_worker_init)

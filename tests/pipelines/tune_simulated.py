@@ -7,6 +7,8 @@ import random
 from collections.abc import Callable
 
 from stallscope.config import LoaderConfig
+from stallscope.throughput.epochs import EpochGap, epoch_batches
+from stallscope.throughput.measure import warmup_batches_for
 from stallscope.tuning.trial import InterleavingEvaluator, Trial
 
 
@@ -14,8 +16,12 @@ class SimulatedEvaluator(InterleavingEvaluator):
     """An :class:`Evaluator` over a rate function, with multiplicative noise and a fake clock.
 
     ``rate_fn(config) -> samples/s`` is the truth; each measurement returns it
-    times ``exp(N(0, noise))`` and advances the clock by the window plus a
-    start-up of ``startup_fn(config)`` seconds. Deterministic for a seed.
+    times ``exp(N(0, noise))`` and advances the clock by the window (at least
+    ``min_batches`` batches at the true rate) plus a start-up of
+    ``startup_fn(config)`` seconds and the warm-up batches. Deterministic for a seed.
+
+    An epoch boundary costs one worker's batch time, plus (without persistent
+    workers) the shutdown and start-up of the workers, ``1.5 × startup_fn(config)``.
     """
 
     def __init__(
@@ -27,6 +33,7 @@ class SimulatedEvaluator(InterleavingEvaluator):
         startup_fn: Callable[[LoaderConfig], float] | None = None,
         worker_bytes_fn: Callable[[LoaderConfig], int | None] | None = None,
         overhead_s: float = 0.05,
+        min_batches: int = 8,
     ) -> None:
         self.rate_fn = rate_fn
         self.noise = noise
@@ -34,8 +41,10 @@ class SimulatedEvaluator(InterleavingEvaluator):
         self.startup_fn = startup_fn or (lambda c: 0.05 + 0.03 * c.num_workers)
         self.worker_bytes_fn = worker_bytes_fn or (lambda c: None)
         self.overhead_s = overhead_s
+        self.min_batches = min_batches
         self.clock = 0.0
         self.measured: list[LoaderConfig] = []
+        self.epoch_gaps: list[LoaderConfig] = []
 
     def elapsed(self) -> float:
         return self.clock
@@ -43,7 +52,14 @@ class SimulatedEvaluator(InterleavingEvaluator):
     def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial:
         true = self.rate_fn(config)
         startup = self.startup_fn(config)
-        cost = window_s + startup + self.overhead_s
+        if true > 0 and self.min_batches:
+            # As throughput.measure: the window holds at least min_batches batches, after a warm-up.
+            batch_s = config.batch_size / true
+            window_s = max(window_s, self.min_batches * batch_s)
+            startup_total = startup + warmup_batches_for(config) * batch_s
+        else:
+            startup_total = startup
+        cost = window_s + startup_total + self.overhead_s
         self.clock += cost
         self.measured.append(config)
         noisy = true * math.exp(self.rng.gauss(0.0, self.noise)) if true > 0 else 0.0
@@ -58,3 +74,16 @@ class SimulatedEvaluator(InterleavingEvaluator):
             cost_s=cost,
             error=None if true > 0 else "simulated failure",
         )
+
+    def epoch_gap(self, config: LoaderConfig, *, epochs: int) -> EpochGap:
+        true = self.rate_fn(config)
+        workers = max(1, config.num_workers)
+        batch_s = config.batch_size * workers / true if true > 0 else 1.0  # one worker's batch
+        startup = self.startup_fn(config)
+        restart = 0.0 if config.persistent_workers else 1.5 * startup  # shutdown (half a start-up) + start-up
+        batches = epoch_batches(config)
+        gaps = [(restart + batch_s) * math.exp(self.rng.gauss(0.0, self.noise)) for _ in range(epochs - 1)]
+        cost = 1.5 * startup + epochs * batches * batch_s / workers + sum(gaps)
+        self.clock += cost
+        self.epoch_gaps.append(config)
+        return EpochGap(config=config, gaps_s=gaps, batches_per_epoch=batches, cost_s=cost)

@@ -48,9 +48,10 @@ from .report import report_facts
 from .sections import (
     bench_facts,
     best_configuration,
-    loader_arguments,
+    loader_snippet,
     stage_facts,
     training_facts,
+    trials_by_config,
     tuning_facts,
 )
 from .verdict_rules import VERDICT_RULES, verdict
@@ -92,12 +93,13 @@ __all__ = [
     "cpu_use",
     "epoch_estimate",
     "finding_facts",
-    "loader_arguments",
+    "loader_snippet",
     "memory_facts",
     "recommendations",
     "report_facts",
     "stage_facts",
     "training_facts",
+    "trials_by_config",
     "tuning_facts",
     "verdict",
 ]

@@ -74,19 +74,21 @@ def check_tuning_headroom(r: Record) -> CheckRow | None:
 
 
 def check_shm_headroom(r: Record) -> CheckRow | None:
-    budget = memory_facts(r)
-    row = budget.rows[0] if budget else None
-    if row is None or row.shm_fraction is None:
-        return None
-    return CheckRow("In-flight batches / free /dev/shm", row.shm_fraction, "fraction", target("shm_fraction"), row.label)
+    return _memory_check(r, "In-flight batches / free /dev/shm", "shm_fraction")
 
 
 def check_ram_budget(r: Record) -> CheckRow | None:
+    return _memory_check(r, "Workers + in-flight batches / available RAM", "ram_fraction")
+
+
+def _memory_check(r: Record, name: str, fraction: str) -> CheckRow | None:
+    """The first memory row's ``fraction`` (a MemoryRow field, also the target's key)."""
     budget = memory_facts(r)
     row = budget.rows[0] if budget else None
-    if row is None or row.ram_fraction is None:
+    value = getattr(row, fraction) if row is not None else None
+    if value is None:
         return None
-    return CheckRow("Workers + in-flight batches / available RAM", row.ram_fraction, "fraction", target("ram_fraction"), row.label)
+    return CheckRow(name, value, "fraction", target(fraction), row.label)
 
 
 def check_startup_share(r: Record) -> CheckRow | None:

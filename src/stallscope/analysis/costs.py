@@ -33,7 +33,8 @@ def epoch_estimate(r: Record) -> EpochEstimate | None:
     if length is None or best is None or best.samples_per_s <= 0:
         return None
     rows = [_epoch_row(r, "best", best.label, best.config, best.samples_per_s, length, best.result)]
-    if best.baseline is not None and best.baseline.samples_per_s > 0:
+    # "Keep yours": the best row is the user's own config already.
+    if best.baseline is not None and best.baseline.samples_per_s > 0 and not best.keep_baseline:
         base = best.baseline
         rows.append(_epoch_row(r, "baseline", base.label, base.config, base.samples_per_s, length,
                                result_for_config(r, base.config)))
@@ -105,17 +106,9 @@ def _memory_row(r: Record, role: str, label: str, config: dict, result: dict | N
     rss = rss_mb * MIB if rss_mb is not None else None
     needed = in_flight + (rss or 0.0)
     return MemoryRow(
-        role=role,
-        label=label,
-        workers=workers,
-        prefetch_factor=prefetch,
-        batch_size=batch_size_of(config),
-        batch_bytes=per_batch,
-        in_flight_batches=prefetch * workers,
-        in_flight_bytes=in_flight,
-        shm_fraction=in_flight / shm if shm else None,
-        workers_rss_bytes=rss,
-        ram_needed_bytes=needed,
+        role=role, label=label, workers=workers, prefetch_factor=prefetch, batch_size=batch_size_of(config),
+        batch_bytes=per_batch, in_flight_batches=prefetch * workers, in_flight_bytes=in_flight,
+        shm_fraction=in_flight / shm if shm else None, workers_rss_bytes=rss, ram_needed_bytes=needed,
         ram_fraction=needed / ram if ram else None,
     )
 

@@ -20,6 +20,7 @@ against.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .checklist_rules import checklist
@@ -31,23 +32,25 @@ from .recommendation_rules import recommendations
 from .sections import bench_facts, best_configuration, stage_facts, training_facts, tuning_facts
 from .verdict_rules import verdict
 
+# ReportFacts field -> the function of the record that gives it.
+SECTIONS: dict[str, Callable[[dict], Any]] = {
+    "verdict": verdict,
+    "bench": bench_facts,
+    "tuning": tuning_facts,
+    "best": best_configuration,
+    "stages": stage_facts,
+    "training": training_facts,
+    "epoch": epoch_estimate,
+    "memory": memory_facts,
+    "cpu": cpu_use,
+    "checklist": checklist,
+    "findings": finding_facts,
+    "recommendations": recommendations,
+}
+
 
 def report_facts(record: Any) -> ReportFacts:
     """All the facts a report states, from a RunRecord or its dict."""
     r = as_record_dict(record)
-    return ReportFacts(
-        command=str(r.get("command", "?")),
-        target=str(r.get("target", "?")),
-        verdict=verdict(r),
-        bench=bench_facts(r),
-        tuning=tuning_facts(r),
-        best=best_configuration(r),
-        stages=stage_facts(r),
-        training=training_facts(r),
-        epoch=epoch_estimate(r),
-        memory=memory_facts(r),
-        cpu=cpu_use(r),
-        checklist=checklist(r),
-        findings=finding_facts(r),
-        recommendations=recommendations(r),
-    )
+    sections = {name: facts_of(r) for name, facts_of in SECTIONS.items()}
+    return ReportFacts(command=str(r.get("command", "?")), target=str(r.get("target", "?")), **sections)

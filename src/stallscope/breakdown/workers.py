@@ -60,8 +60,14 @@ def measure_worker_stages(
 ) -> tuple[RawStageTotals, StageRun]:
     """Run the instrumented pipeline through a real DataLoader and sum the stage times."""
     from ..config import LoaderConfig
-    from ..pipeline.loaders import CyclingSampler, build_loader
-    from ..runtime.processes import no_orphans, shutdown_iterator
+    from ..pipeline.loaders import build_loader
+    from ..runtime.processes import (
+        describe_worker_death,
+        is_worker_death,
+        no_orphans,
+        shutdown_iterator,
+        stop_workers,
+    )
     from ..target import nbytes
 
     instrumented = instrument_pipeline(pipeline, slots, callees)
@@ -74,17 +80,7 @@ def measure_worker_stages(
     )
     warm_batches_total = warmup_batches * max(1, num_workers)
     wanted_batches = warm_batches_total + max(1, math.ceil(samples / bs))
-    sampler = None
-    length = pipeline.length()
-    if not pipeline.is_iterable and length:
-        sampler = CyclingSampler(length, wanted_batches * bs, shuffle=pipeline.shuffle)
-    loader = build_loader(
-        instrumented,
-        config,
-        sampler=sampler,
-        timeout=timeout if num_workers else 0.0,
-        drop_last=False,
-    )
+    loader = build_loader(instrumented, config, cycle=wanted_batches, timeout=timeout if num_workers else 0.0)
     cuda = _cuda_device(device)
     raw = RawStageTotals(stage_seconds={}, samples=0, batches=0)
     seen: dict[int, int] = {}
@@ -116,6 +112,9 @@ def measure_worker_stages(
         except PipelineError:
             raise
         except Exception as exc:
+            dead = stop_workers(iterator, exc)  # NOTE [worker death]
+            if dead or is_worker_death(exc):
+                raise PipelineError(describe_worker_death(dead, " while its stages were timed", exc)) from exc
             raise PipelineError(
                 f"the pipeline failed while its stages were timed: {describe_exception(exc)}."
             ) from exc
@@ -143,17 +142,11 @@ def measure_worker_stages(
 
 def effective_start_method(requested: str | None, num_workers: int) -> str | None:
     """The start method workers get: the one asked for, the one set, or the platform default."""
-    import multiprocessing
+    from ..runtime.processes import default_start_method
 
     if num_workers == 0:
         return None
-    # Without set_start_method the first listed method is the default; get_start_method()
-    # without allow_none would fix the user's context for good.
-    return (
-        requested
-        or multiprocessing.get_start_method(allow_none=True)
-        or multiprocessing.get_all_start_methods()[0]
-    )
+    return requested or default_start_method()
 
 
 def _accumulate(

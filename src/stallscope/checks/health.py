@@ -24,15 +24,10 @@ deadline, and the pool is torn down in ``finally`` (NOTE [worker shutdown] in
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import multiprocessing
 import os
-import re
 import signal
-import sysconfig
-import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,233 +35,17 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-from ..errors import describe_exception
+from .health_worker import STACK_SIGNAL, health_worker
+from .stacks import frame_label, parse_stack, stuck_frame
 
-_STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
 _MAX_ERRORS_KEPT = 50
 _SLOWEST_KEPT = 20
 # A sample still in flight when the budget runs out is reported (with its stack) when it
 # has been running this long, and this many times the median fetch.
 UNFINISHED_MIN_S = 1.0
 UNFINISHED_MEDIANS = 10.0
-_THIS_PACKAGE = str(Path(__file__).resolve().parent)
 
-
-# -- in the worker -------------------------------------------------------------------------------
-
-
-def _frame_label(filename: str, lineno: int | None, name: str) -> str:
-    return f"{filename}:{lineno} in {name}"
-
-
-def _where_raised(exc: BaseException) -> str | None:
-    """The innermost traceback frame outside this probe: ``file:line in function``."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_THIS_PACKAGE)]
-    if not frames:
-        return None
-    last = frames[-1]
-    return _frame_label(last.filename, last.lineno, last.name)
-
-
-def _watch_parent(parent_pid: int) -> None:
-    """Exit when the parent is gone (we get re-parented), even while the main thread is stuck in a fetch.
-
-    The parent is the process that started us: the main process under fork and
-    spawn, the fork server under forkserver (which exits with the main process).
-    """
-    while True:
-        time.sleep(0.5)
-        if os.getppid() != parent_pid:
-            os._exit(0)
-
-
-def _become_dataloader_worker(worker_id: int, num_workers: int, dataset: Any, base_seed: int, init_fn: Any) -> None:
-    """Set this process up the way torch's ``_worker_loop`` sets up a DataLoader worker."""
-    import random
-
-    import numpy as np
-    import torch
-
-    torch.set_num_threads(1)
-    seed = base_seed + worker_id
-    random.seed(seed)
-    torch.manual_seed(seed)
-    np.random.seed(np.random.SeedSequence([worker_id, base_seed & 0xFFFFFFFF, base_seed >> 32]).generate_state(4))
-    with contextlib.suppress(Exception):  # private in torch; get_worker_info() reads it
-        from torch.utils.data._utils import worker as torch_worker
-
-        torch_worker._worker_info = torch_worker.WorkerInfo(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset)
-    if init_fn is not None:
-        init_fn(worker_id)
-
-
-def _structure_groups(items: list[Any], indices: list[Any]) -> list[list[Any]]:
-    from ..target import describe_structure
-
-    groups: dict[str, list[Any]] = {}
-    for index, item in zip(indices, items):
-        groups.setdefault(describe_structure(item), []).append(index)
-    return [[kind, idx[:8]] for kind, idx in groups.items()]
-
-
-def _collate(conn: Any, collate: Callable[[list], Any], items: list[Any], indices: list[Any], report_structure: bool) -> None:
-    from ..target import describe_structure, nbytes
-
-    start = time.perf_counter()
-    try:
-        batch = collate(items)
-    except Exception as exc:
-        conn.send(("collate-error", indices, describe_exception(exc, 300), _where_raised(exc), _structure_groups(items, indices)))
-        return
-    seconds = time.perf_counter() - start
-    conn.send(("collated", indices, seconds, nbytes(batch), describe_structure(batch) if report_structure else None))
-
-
-def _fetch_indices(conn: Any, dataset: Any, collate: Callable[[list], Any], indices: list[int], do_collate: bool, first: bool) -> None:
-    items: list[Any] = []
-    fetched: list[int] = []
-    for index in indices:
-        conn.send(("start", index))
-        start = time.perf_counter()
-        try:
-            item = dataset[index]
-        except Exception as exc:
-            seconds = time.perf_counter() - start
-            conn.send(("error", index, seconds, type(exc).__name__, describe_exception(exc, 300), _where_raised(exc)))
-            continue
-        conn.send(("item", index, time.perf_counter() - start))
-        if do_collate:
-            items.append(item)
-            fetched.append(index)
-    if do_collate and items:
-        _collate(conn, collate, items, fetched, first)
-
-
-def health_worker(
-    worker_id: int,
-    num_workers: int,
-    dataset: Any,
-    collate: Callable[[list], Any],
-    init_fn: Any,
-    base_seed: int,
-    conn: Any,
-    stack_path: str,
-) -> None:
-    """Entry point of one probe worker (module level, so spawn can import it)."""
-    # Ctrl-C in a terminal reaches the whole process group; the main process decides
-    # when workers stop (and kills them), as it does for DataLoader workers.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    stack_file = open(stack_path, "w")  # noqa: SIM115 - stays open for faulthandler
-    stack_file.write(f"MAIN 0x{threading.main_thread().ident or 0:016x}\n")
-    stack_file.flush()
-    if _STACK_SIGNAL is not None:
-        faulthandler.register(_STACK_SIGNAL, file=stack_file, all_threads=True)
-    # A segfault or abort in native code (a decoder on a corrupt file) leaves its Python stack there too.
-    faulthandler.enable(file=stack_file, all_threads=True)
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), name="stallscope-parent-watch", daemon=True).start()
-    try:
-        _become_dataloader_worker(worker_id, num_workers, dataset, base_seed, init_fn)
-    except Exception as exc:
-        conn.send(("init-error", describe_exception(exc, 300), _where_raised(exc)))
-        return
-    conn.send(("ready",))
-    iterator = None
-    position = 0
-    first = True
-    while True:
-        if not conn.poll(1.0):
-            continue
-        try:
-            message = conn.recv()
-        except EOFError:
-            return
-        op = message[0]
-        if op == "stop":
-            return
-        if op == "threads":
-            from .threads import thread_report
-
-            conn.send(("threads", thread_report()))
-        elif op == "fetch":
-            _fetch_indices(conn, dataset, collate, message[1], message[2], first)
-            first = False
-            conn.send(("done",))
-        elif op == "next":
-            if iterator is None:
-                iterator = iter(dataset)
-            items: list[Any] = []
-            labels: list[Any] = []
-            exhausted = False
-            for _ in range(message[1]):
-                conn.send(("start", position))
-                start = time.perf_counter()
-                try:
-                    item = next(iterator)
-                except StopIteration:
-                    exhausted = True
-                    break
-                except Exception as exc:
-                    conn.send(("error", position, time.perf_counter() - start, type(exc).__name__, describe_exception(exc, 300), _where_raised(exc)))
-                    exhausted = True  # a generator that raised is finished
-                    break
-                conn.send(("item", position, time.perf_counter() - start))
-                items.append(item)
-                labels.append(position)
-                position += 1
-            if message[2] and items:
-                _collate(conn, collate, items, labels, first)
-                first = False
-            if exhausted:
-                conn.send(("exhausted",))
-            conn.send(("done",))
-
-
-# -- stacks ------------------------------------------------------------------------------------------
-
-_THREAD_HEADER = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+)")
-_FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
-
-
-def parse_stack(text: str) -> list[dict[str, Any]]:
-    """The main thread's frames from a faulthandler dump, innermost first."""
-    lines = text.splitlines()
-    main_ident = None
-    if lines and lines[0].startswith("MAIN "):
-        main_ident = int(lines[0].split()[1], 16)
-    threads: dict[int, list[dict[str, Any]]] = {}
-    current: list[dict[str, Any]] | None = None
-    for line in lines:
-        header = _THREAD_HEADER.match(line)
-        if header:
-            current = threads.setdefault(int(header.group(2), 16), [])
-            continue
-        frame = _FRAME.match(line)
-        if frame and current is not None:
-            current.append({"file": frame.group(1), "line": int(frame.group(2)), "function": frame.group(3).strip()})
-    if main_ident is not None and main_ident in threads:
-        return threads[main_ident]
-    return next(iter(threads.values()), [])
-
-
-_STDLIB_PATTERN = re.compile(r"[/\\]lib[/\\]python\d+(\.\d+)?[/\\]")
-
-
-def _is_library(path: str) -> bool:
-    """Frames of this probe or of the standard library (where a wait is, not why)."""
-    if path.startswith(_THIS_PACKAGE) or path.startswith("<"):
-        return True
-    if "site-packages" in path or "dist-packages" in path:
-        return False
-    stdlib = sysconfig.get_paths().get("stdlib", "")
-    return (bool(stdlib) and path.startswith(stdlib)) or bool(_STDLIB_PATTERN.search(path))
-
-
-def stuck_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The innermost frame outside the standard library and this probe (where the user's code waits)."""
-    for frame in frames:
-        if not _is_library(frame["file"]):
-            return frame
-    return frames[0] if frames else None
+Plan = Callable[[set[Any], float, float], list[int]]
 
 
 # -- in the main process ---------------------------------------------------------------------------
@@ -331,6 +110,8 @@ class HealthProbe:
         self.restarts = 0
         self._retiming = False
         self._spawned = 0
+        self._first_start: float | None = None  # the first fetch, after the workers started
+        self.checked: set[Any] = set()  # every index fetched, whatever the outcome
 
     # -- worker lifecycle --------------------------------------------------------------------
     def _start(self, worker_id: int) -> _Slot:
@@ -387,8 +168,11 @@ class HealthProbe:
         elif op == "start":
             slot.current = message[1]
             slot.current_since = time.monotonic()
+            if self._first_start is None and not self._retiming:
+                self._first_start = slot.current_since
         elif op in ("item", "error"):
             index = self._label(slot, message[1])
+            self.checked.add(index)
             slot.current = None
             with contextlib.suppress(ValueError):
                 slot.pending.remove(message[1])
@@ -444,10 +228,10 @@ class HealthProbe:
 
     # -- failure handling ----------------------------------------------------------------------
     def _dump_stack(self, slot: _Slot) -> list[dict[str, Any]]:
-        if _STACK_SIGNAL is None:
+        if STACK_SIGNAL is None:
             return []
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(slot.process.pid, _STACK_SIGNAL)
+            os.kill(slot.process.pid, STACK_SIGNAL)
         text = previous = ""
         until = time.monotonic() + 1.0
         while time.monotonic() < until:
@@ -469,8 +253,8 @@ class HealthProbe:
                 "worker": slot.worker_id,
                 "pid": slot.process.pid,
                 "waited_s": round(now - slot.current_since, 2),
-                "where": _frame_label(where["file"], where["line"], where["function"]) if where else None,
-                "stack": [_frame_label(f["file"], f["line"], f["function"]) for f in frames[:12]],
+                "where": frame_label(where["file"], where["line"], where["function"]) if where else None,
+                "stack": [frame_label(f["file"], f["line"], f["function"]) for f in frames[:12]],
             }
         )
         return self._requeue_after(slot, skip=slot.current)
@@ -489,8 +273,8 @@ class HealthProbe:
                 {
                     "index": self._label(slot, slot.current),
                     "running_s": round(running, 2),
-                    "where": _frame_label(where["file"], where["line"], where["function"]) if where else None,
-                    "stack": [_frame_label(f["file"], f["line"], f["function"]) for f in frames[:12]],
+                    "where": frame_label(where["file"], where["line"], where["function"]) if where else None,
+                    "stack": [frame_label(f["file"], f["line"], f["function"]) for f in frames[:12]],
                 }
             )
 
@@ -518,7 +302,7 @@ class HealthProbe:
                 how = f"killed by {name}" if name else f"exit code {code}"
                 with contextlib.suppress(OSError):
                     frame = stuck_frame(parse_stack(slot.stack_path.read_text(errors="replace")))
-                    where = _frame_label(frame["file"], frame["line"], frame["function"]) if frame else None
+                    where = frame_label(frame["file"], frame["line"], frame["function"]) if frame else None
                 self.errors.append(
                     {"index": self._label(slot, slot.current), "type": "WorkerCrash", "message": f"the worker process died while fetching it ({how})", "where": where, "seconds": None}
                 )
@@ -615,13 +399,25 @@ class HealthProbe:
                     self.stopped = "worker start-up hung"
                     return
 
-    def run(self, order: list[int] | None, retime: Callable[[dict[Any, float]], list[Any]] | None) -> dict[str, Any]:
+    def run(self, order: list[int] | None, retime: Callable[[dict[Any, float]], list[Any]] | None, plan: Plan | None = None) -> dict[str, Any]:
         started = time.perf_counter()
         try:
             self.slots = [self._start(k) for k in range(self.s.workers)]
             bs = self.s.batch_size
-            batches = None if order is None else [order[i : i + bs] for i in range(0, len(order), bs)]
-            self._run(batches)
+
+            def batches(indices: list[int] | None) -> list[list[int]] | None:
+                return None if indices is None else [indices[i : i + bs] for i in range(0, len(indices), bs)]
+
+            self._run(batches(order))
+            if plan is not None and order is not None and self.stopped is None and self._first_start is not None:
+                # The first indices measured the pool's pace: plan the rest of the budget with it.
+                now = time.monotonic()
+                rate = len(self.checked) / max(1e-3, now - self._first_start)
+                # Hung or crashed indices were tried too: never planned again.
+                extra = plan(set(self.checked) | set(order), rate, self.s.deadline - now)
+                if extra:
+                    order = order + extra
+                    self._run(batches(extra))
             candidates = retime(self.times) if retime is not None and not self.pipeline.is_iterable else []
             if candidates and time.monotonic() < self.s.deadline and self.stopped is None:
                 self._retiming = True
@@ -711,10 +507,15 @@ def probe_health(
     order: list[int] | None,
     workdir: Path,
     retime: Callable[[dict[Any, float]], list[Any]] | None = None,
+    plan: Plan | None = None,
     progress: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
-    """Fetch ``order`` (map-style) or iterate (iterable) in probe workers; see the module docstring."""
+) -> tuple[dict[str, Any], set[Any]]:
+    """Fetch ``order`` (map-style) or iterate (iterable) in probe workers; see the module docstring.
+
+    ``plan(checked, items_per_s, seconds_left)``, once ``order`` is done,
+    returns more indices to fetch. Returns the record and every index fetched.
+    """
     probe = HealthProbe(pipeline, settings, workdir, progress)
-    return probe.run(order, retime)
+    return probe.run(order, retime, plan), probe.checked
 
 

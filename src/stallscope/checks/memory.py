@@ -1,22 +1,25 @@
 """Probe: each worker's memory while it iterates (memory-growth vs copy-on-write).
 
-A real DataLoader iterates a shuffled stream of indices (as training does)
-while a thread samples every worker's RSS and USS (private memory) with
-psutil, next to the number of samples delivered so far. Two different
-problems show up differently:
+A real DataLoader iterates the probe's indices in shuffled passes (as training
+does over epochs); several passes over the same indices show whether growth
+stops after the first. Two different problems show up differently:
 
-- memory-growth: the worker allocates and keeps memory (a cache or a list on
-  ``self`` that never stops growing): RSS and USS rise together, in proportion
-  to the samples processed.
+- memory-growth: the worker allocates and keeps memory. Inside each worker
+  (``memory_worker``) the Python heap is told apart from native memory with
+  ``tracemalloc``, next to the sizes of the dataset's containers and the
+  allocation sites, so the rule can name the cause: a list on ``self`` that
+  keeps every sample, a library cache that fills during the first pass and
+  then stays flat, or native memory that keeps growing.
 - copy-on-write: after fork a worker shares the parent's pages; reading a
   Python object writes its reference count, which makes the kernel copy the
   whole page into the worker. USS rises while RSS stays flat: shared pages
-  turn private. Over an epoch each worker ends up with its own copy of every
-  page holding the dataset's Python objects. NumPy arrays and tensors do not
-  suffer from this (one object header, the data is never written).
+  turn private. A thread in the main process samples every worker's RSS and
+  USS with psutil for this. NumPy arrays and tensors do not suffer from it
+  (one object header, the data is never written).
 
-The probe only measures; ``rules.detect_memory_growth`` and
-``rules.detect_copy_on_write`` read the series.
+Every fetch is timed in the worker too: those fetches count toward the
+check's coverage, and an index slow in two passes is a slow sample. The probe
+only measures; ``memory_rules`` reads the measurements.
 """
 
 from __future__ import annotations
@@ -32,11 +35,13 @@ from typing import Any
 import psutil
 from torch.utils.data import Sampler
 
-from ..runtime.processes import shutdown_iterator, worker_pids
+from ..runtime.processes import stop_workers, worker_pids
 from .util import describe_worker_exception
 
 MB = 1024 * 1024
-_POINTS = 40  # memory readings spread over the probe's samples
+_POINTS = 40  # RSS/USS readings from the main process, spread over the probe's samples
+_POINTS_PER_PASS = 16  # heap/native readings inside each worker, per pass over the indices
+_SLOWEST_KEPT = 20
 
 
 class IndexCycler(Sampler[int]):
@@ -185,51 +190,69 @@ def probe_memory(
     batch_timeout: float,
     deadline: float,
     seed: int = 0,
+    already_checked: set[Any] | None = None,
 ) -> dict[str, Any]:
-    """Iterate up to ``max_samples`` shuffled samples (or ``seconds``) while sampling worker memory."""
+    """Iterate up to ``max_samples`` shuffled samples (or ``seconds``) while sampling worker memory.
+
+    ``max_samples`` beyond ``len(indices)`` makes further passes over the same
+    indices, which show whether growth stops. Inside the workers
+    (``memory_worker``) each fetch is timed and the Python heap is told apart
+    from native memory; outside, a thread samples RSS and USS (copy-on-write).
+    """
     from torch.utils.data import DataLoader
 
+    from .memory_worker import ProbedCollate, ProbedDataset, ProbedIterable
+
     length = pipeline.length()
+    pass_samples = len(indices) if not pipeline.is_iterable else None
+    every = max(1, (pass_samples or max_samples) // max(1, workers) // _POINTS_PER_PASS)
     record: dict[str, Any] = {
         "start_method": start_method,
         "workers": workers,
         "batch_size": batch_size,
         "dataset_length": length,
         "indices_available": len(indices) if not pipeline.is_iterable else None,
+        "pass_samples": pass_samples,
         "python_heap": python_heap(pipeline.dataset),
         "samples": 0,
         "seconds": 0.0,
         "series": [],
+        "workers_memory": [],
+        "fetch_times": {},
         "stopped": None,
         "error": None,
     }
     consumed = [0]
+    collate = ProbedCollate(pipeline.collate)
     if pipeline.is_iterable:
         loader = DataLoader(
-            pipeline.dataset, batch_size=batch_size, num_workers=workers, collate_fn=pipeline.collate,
+            ProbedIterable(pipeline.dataset, every), batch_size=batch_size, num_workers=workers, collate_fn=collate,
             worker_init_fn=pipeline.worker_init_fn, multiprocessing_context=start_method, timeout=batch_timeout,
         )
     else:
         import torch
 
         loader = DataLoader(
-            pipeline.dataset, batch_size=batch_size, sampler=IndexCycler(indices, max_samples, seed=seed),
-            num_workers=workers, collate_fn=pipeline.collate, worker_init_fn=pipeline.worker_init_fn,
+            ProbedDataset(pipeline.dataset, every), batch_size=batch_size, sampler=IndexCycler(indices, max_samples, seed=seed),
+            num_workers=workers, collate_fn=collate, worker_init_fn=pipeline.worker_init_fn,
             multiprocessing_context=start_method, timeout=batch_timeout, generator=torch.Generator().manual_seed(seed),
         )
+    inside = _WorkerReports()
     started = time.perf_counter()
     until = deadline  # until the first batch (worker start-up); then ``seconds`` of iteration
     iterator = iter(loader)
     sampler = _MemorySampler(worker_pids(iterator), lambda: consumed[0])
-    every = max(1, max_samples // batch_size // _POINTS)
+    stride = max(1, max_samples // batch_size // _POINTS)
+    failure: BaseException | None = None
     try:
-        for k, _batch in enumerate(iterator):
-            consumed[0] += batch_size
+        for k, (_batch, metas) in enumerate(iterator):
+            consumed[0] += len(metas)
+            inside.add(metas)
             if k == 0:
                 sampler.sample()  # the baseline: workers are up and have produced a batch
                 sampler.start()
                 until = min(deadline, time.monotonic() + seconds)
-            elif k % every == 0:
+            elif k % stride == 0:
                 sampler.sample()
             if time.monotonic() >= until:
                 record["stopped"] = "time"
@@ -237,15 +260,18 @@ def probe_memory(
             if consumed[0] >= max_samples:
                 break
     except Exception as exc:  # a timeout or the dataset raising in a worker: keep what was measured
+        failure = exc
         record["error"] = describe_worker_exception(exc)
     finally:
         sampler.sample()
         sampler.stop()
-        shutdown_iterator(iterator)
+        stop_workers(iterator, failure)  # NOTE [worker death] in runtime/processes.py
         del iterator
     elapsed = time.perf_counter() - started
     record["samples"] = consumed[0]
     record["seconds"] = round(elapsed, 3)
+    record["workers_memory"] = inside.series()
+    record["fetch_times"] = inside.fetch_times(already_checked)
     for pid, points in sampler.points.items():
         cpu = sampler.cpu[pid]
         span = points[-1][3] - points[0][3] if len(points) >= 2 else 0.0
@@ -254,3 +280,45 @@ def probe_memory(
             {"pid": pid, "points": points, "cpu_percent": None if cpu_percent is None else round(cpu_percent, 1)}
         )
     return record
+
+
+class _WorkerReports:
+    """What the workers' records say (``memory_worker``), gathered batch by batch in the main process."""
+
+    def __init__(self) -> None:
+        self.workers: dict[int, dict[str, Any]] = {}
+        self.times: dict[Any, list[float]] = {}
+
+    def add(self, metas: list[dict[str, Any]]) -> None:
+        for meta in metas:
+            seen = self.times.setdefault(meta["i"], [])
+            if len(seen) < 2:
+                seen.append(meta["s"])
+            if "p" not in meta:
+                continue
+            worker = self.workers.setdefault(meta["w"], {"worker": meta["w"], "pid": meta["pid"], "points": [],
+                                                         "containers_start": {}, "containers_end": {}, "sites": []})
+            if meta["pid"] != worker["pid"]:
+                continue  # a replacement worker (persistent_workers off never happens here): keep the first
+            worker["points"].append(meta["p"])
+            worker["containers_end"] = meta["containers"]
+            if "containers_start" in meta:
+                worker["containers_start"] = meta["containers_start"]
+            if "sites" in meta:
+                worker["sites"] = meta["sites"]
+
+    def series(self) -> list[dict[str, Any]]:
+        return [self.workers[w] for w in sorted(self.workers)]
+
+    def fetch_times(self, already_checked: set[Any] | None) -> dict[str, Any]:
+        """The timing of every fetch: a summary, the slowest with their second fetch, the coverage gained."""
+        from .health import timing_summary
+
+        first = {index: seen[0] for index, seen in self.times.items()}
+        slowest = sorted(self.times.items(), key=lambda kv: kv[1][0], reverse=True)[:_SLOWEST_KEPT]
+        return {
+            "timing": timing_summary(sorted(first.values())),
+            "slowest": [[index, *(round(s, 5) for s in seen)] for index, seen in slowest],
+            "distinct_indices": len(first),
+            "new_indices": len(set(first) - already_checked) if already_checked is not None else len(first),
+        }

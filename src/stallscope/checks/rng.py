@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtime.processes import shutdown_iterator
+from ..pipeline.seeding import ChainedWorkerInit
+from ..runtime.processes import stop_workers
 from .util import describe_worker_exception
 
 _SCAN_DEPTH = 4
@@ -230,19 +231,6 @@ class RngProbeCollate:
         }
 
 
-class ChainedInit:
-    """``worker_init_fn`` that runs the user's own, then another (e.g. ``ss.seed_worker``)."""
-
-    def __init__(self, first: Any, then: Any) -> None:
-        self.first = first
-        self.then = then
-
-    def __call__(self, worker_id: int) -> None:
-        if self.first is not None:
-            self.first(worker_id)
-        self.then(worker_id)
-
-
 def _run_workers(
     pipeline: Any,
     *,
@@ -281,13 +269,17 @@ def _run_workers(
             loader = DataLoader(pipeline.dataset, batch_sampler=[list(indices) for _ in range(workers)], **common)
         by_worker: dict[int, dict[str, Any]] = {}
         iterator = iter(loader)
+        failure: BaseException | None = None
         try:
             for report in iterator:
                 by_worker.setdefault(report["worker"], report)
                 if pipeline.is_iterable and len(by_worker) >= workers:
                     break
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
-            shutdown_iterator(iterator)
+            stop_workers(iterator, failure)  # NOTE [worker death] in runtime/processes.py
         runs.append([by_worker[k] for k in sorted(by_worker)])
     return runs
 
@@ -358,7 +350,7 @@ def probe_rng(
                     indices=fetch,
                     workers=workers,
                     start_method=start_method,
-                    worker_init_fn=ChainedInit(pipeline.worker_init_fn, seed_worker),
+                    worker_init_fn=ChainedWorkerInit(pipeline.worker_init_fn, seed_worker),
                     attributes=attributes,
                     timeout=timeout,
                     deadline=deadline,

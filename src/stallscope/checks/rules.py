@@ -4,6 +4,7 @@ Each rule takes the ``check_probes`` dict of a run record (what the probes
 measured) and returns findings; none of them runs anything, so they can be
 re-applied to a saved record and tested with made-up numbers. The thresholds
 are named constants so a reader can see why something was (not) reported.
+The memory rules (memory-growth, copy-on-write) live in ``memory_rules.py``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .findings import ERROR, WARNING, Finding, sort_findings
+from .memory_rules import detect_copy_on_write, detect_memory_growth
 from .pickling import FIXES as PICKLE_FIXES
 from .rng import duplicated_streams
 from .sharding import detect_iterable_duplicates
@@ -26,18 +28,6 @@ SLOW_MIN_GAP_S = 0.05
 SLOW_MIN_RATIO = 4.0
 SLOW_MIN_SAMPLES = 8
 SLOW_MAX_RETIMED = 20
-
-# memory-growth: RSS rising with samples processed, steadily, by a meaningful amount.
-GROWTH_MIN_MB_PER_1000 = 0.5
-GROWTH_MIN_MB = 16.0  # allocator arenas (Pillow, glibc) step up by several MB in clean pipelines
-GROWTH_MIN_R2 = 0.9  # a dataset that keeps something per sample grows in a straight line
-GROWTH_WARMUP_FRACTION = 0.2
-GROWTH_MIN_POINTS = 5
-GROWTH_MIN_SPAN_SAMPLES = 100
-
-# copy-on-write: private memory gained with RSS flat, when the dataset holds Python objects.
-COW_MIN_COPIED_MB = 4.0
-COW_MIN_HEAP_MB = 8.0
 
 # shm-too-small: error when in-flight batches exceed free /dev/shm, warning above this share.
 SHM_WARN_FRACTION = 0.5
@@ -180,145 +170,6 @@ def detect_duplicate_rng(probes: dict[str, Any]) -> list[Finding]:
     return [Finding("duplicate-rng", WARNING, f"{head}: {cause}.", evidence, fix)]
 
 
-# -- memory-growth and copy-on-write ------------------------------------------------------------------------
-
-
-def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
-    """Least-squares ``(slope, intercept, r²)``."""
-    n = len(xs)
-    mx = sum(xs) / n
-    my = sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
-        return 0.0, my, 0.0
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-    slope = sxy / sxx
-    intercept = my - slope * mx
-    ss_tot = sum((y - my) ** 2 for y in ys)
-    ss_res = sum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys))
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
-    return slope, intercept, r2
-
-
-def _growth_of(points: list[list[float]]) -> dict[str, float] | None:
-    """RSS slope (MB per 1,000 samples) after warm-up, for one worker's ``[samples, rss, uss, t]`` points."""
-    if len(points) < GROWTH_MIN_POINTS:
-        return None
-    first, last = points[0][0], points[-1][0]
-    cut = first + GROWTH_WARMUP_FRACTION * (last - first)
-    steady = [p for p in points if p[0] >= cut]
-    if len(steady) < GROWTH_MIN_POINTS or steady[-1][0] - steady[0][0] < GROWTH_MIN_SPAN_SAMPLES:
-        return None
-    slope, _, r2 = linear_fit([p[0] for p in steady], [p[1] for p in steady])
-    return {
-        "mb_per_1000": slope * 1000,
-        "r2": r2,
-        "grew_mb": slope * (steady[-1][0] - steady[0][0]),
-        "samples": steady[-1][0],
-        "rss_start": points[0][1],
-        "rss_end": points[-1][1],
-    }
-
-
-def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
-    memory = probes.get("memory")
-    if not memory:
-        return []
-    fits = [g for g in (_growth_of(s["points"]) for s in memory.get("series") or []) if g is not None]
-    growing = [g for g in fits if g["mb_per_1000"] >= GROWTH_MIN_MB_PER_1000 and g["grew_mb"] >= GROWTH_MIN_MB and g["r2"] >= GROWTH_MIN_R2]
-    if not growing:
-        return []
-    worst = max(growing, key=lambda g: g["mb_per_1000"])
-    workers = int(memory.get("workers") or len(fits) or 1)
-    length = memory.get("dataset_length")
-    projected = worst["mb_per_1000"] * length / 1000 if length else None  # all workers together, one epoch
-    available = (probes.get("host") or {}).get("memory_available_bytes")
-    severity = ERROR if projected is not None and available and projected * MB > available else WARNING
-    epoch = (
-        f"; over one epoch of {length:,} samples that is {projected:,.0f} MB across the workers" if projected is not None else ""
-    )
-    message = (
-        f"Worker memory grows by {worst['mb_per_1000']:.1f} MB per 1,000 samples in proportion to the samples processed "
-        f"(+{worst['grew_mb']:.0f} MB over {worst['samples']:,.0f} samples per worker): the dataset keeps something from every sample{epoch}."
-    )
-    evidence = {
-        "mb_per_1000_samples": round(worst["mb_per_1000"], 2),
-        "per_worker_mb_per_1000_samples": [round(g["mb_per_1000"], 2) for g in fits],
-        "r2": round(worst["r2"], 3),
-        "grew_mb": round(worst["grew_mb"], 1),
-        "samples_per_worker": round(worst["samples"]),
-        "rss_mb_start": round(worst["rss_start"], 1),
-        "rss_mb_end": round(worst["rss_end"], 1),
-        "projected_mb_per_epoch": None if projected is None else round(projected, 1),
-        "memory_available_mb": None if not available else _mb(available),
-        "workers": workers,
-    }
-    fix = (
-        "Bound what the dataset keeps: a size-limited cache (functools.lru_cache(maxsize=...) or an LRU dict) instead of "
-        "an unbounded dict/list on self; if everything must be cached, build it once in the parent as a NumPy array or on disk."
-    )
-    return [Finding("memory-growth", severity, message, evidence, fix)]
-
-
-def detect_copy_on_write(probes: dict[str, Any]) -> list[Finding]:
-    memory = probes.get("memory")
-    if not memory or memory.get("start_method") != "fork":
-        return []
-    heap = memory.get("python_heap") or {}
-    heap_mb = (heap.get("bytes") or 0) / MB
-    copied: list[float] = []
-    rss_change: list[float] = []
-    samples: list[float] = []
-    for series in memory.get("series") or []:
-        points = series["points"]
-        if len(points) < 2:
-            continue
-        d_rss = points[-1][1] - points[0][1]
-        d_uss = points[-1][2] - points[0][2]
-        # Shared pages that turned private raise USS but not RSS; new allocations raise both.
-        copied.append(max(0.0, d_uss - max(0.0, d_rss)))
-        rss_change.append(d_rss)
-        samples.append(points[-1][0])
-    if not copied:
-        return []
-    mean_copied = sum(copied) / len(copied)
-    if mean_copied < COW_MIN_COPIED_MB or heap_mb < COW_MIN_HEAP_MB:
-        return []
-    workers = len(copied)
-    per_worker_samples = sum(samples) / len(samples)
-    length = memory.get("dataset_length")
-    fraction = min(1.0, per_worker_samples / length) if length else None
-    projected = mean_copied
-    if fraction:
-        projected = max(mean_copied, min(heap_mb, mean_copied / fraction))
-    objects = heap.get("objects") or 0
-    at_least = "" if heap.get("complete", True) else "at least "
-    share = f" ({fraction:.0%} of the dataset)" if fraction is not None else ""
-    message = (
-        f"Each fork worker copied {mean_copied:.0f} MB of the parent's memory while reading {per_worker_samples:,.0f} samples{share}: "
-        f"reading the dataset's {at_least}{objects:,} Python objects ({heap_mb:.0f} MB) writes their reference counts, which copies their pages "
-        f"into every worker (up to {projected:.0f} MB per worker, {projected * workers:.0f} MB for {workers} workers, per epoch)."
-    )
-    evidence = {
-        "mb_per_worker": round(mean_copied, 1),
-        "per_worker_mb": [round(c, 1) for c in copied],
-        "rss_change_mb": [round(r, 1) for r in rss_change],
-        "parent_python_heap_mb": round(heap_mb, 1),
-        "python_objects": objects,
-        "heap_measured_completely": heap.get("complete"),
-        "samples_per_worker": round(per_worker_samples),
-        "dataset_fraction_read": None if fraction is None else round(fraction, 4),
-        "projected_mb_per_worker": round(projected, 1),
-        "workers": workers,
-    }
-    fix = (
-        "Hold per-sample metadata in NumPy arrays (or Arrow/pandas columns, or one bytes buffer with offsets) instead of a "
-        "list/dict of Python objects, so reading a sample writes no reference counts on shared pages; calling gc.freeze() "
-        "before creating the DataLoader also stops the garbage collector from touching them."
-    )
-    return [Finding("copy-on-write", WARNING, message, evidence, fix)]
-
-
 # -- slow-samples, hang, getitem-error, collate-error ------------------------------------------------------------
 
 
@@ -339,21 +190,45 @@ def slow_candidates(times: dict[Any, float]) -> list[Any]:
     return [i for _, i in slow[:SLOW_MAX_RETIMED]]
 
 
+def _confirmed_slow(timing: dict[str, Any], slowest: list[list[Any]], retimed: dict[str, float]) -> tuple[list[tuple[Any, float, float]], list[Any]]:
+    """``(index, first, second)`` of outliers slow on both fetches, and the transient ones."""
+    threshold = outlier_threshold(timing["median_s"], timing["mad_s"])
+    confirmed, transient = [], []
+    for index, first, *rest in slowest:
+        if first <= threshold:
+            continue
+        second = retimed.get(str(index), rest[0] if rest else None)
+        if second is None:
+            continue
+        if second > threshold:
+            confirmed.append((index, first, second))
+        else:
+            transient.append(index)
+    return confirmed, transient
+
+
 def detect_slow_samples(probes: dict[str, Any]) -> list[Finding]:
-    health = probes.get("health")
-    if not health:
-        return []
+    health = probes.get("health") or {}
     timing = health.get("timing") or {}
-    if (timing.get("count") or 0) < SLOW_MIN_SAMPLES:
+    confirmed: list[tuple[Any, float, float]] = []
+    transient: list[Any] = []
+    median = None
+    if (timing.get("count") or 0) >= SLOW_MIN_SAMPLES:
+        median = timing["median_s"]
+        retimed = {str(i): s for i, s in health.get("retimed") or []}
+        confirmed, transient = _confirmed_slow(timing, health.get("slowest") or [], retimed)
+    # The memory probe's fetches count too: each index it fetched in two passes was timed twice.
+    fetches = (probes.get("memory") or {}).get("fetch_times") or {}
+    from_memory: list[Any] = []
+    if ((fetches.get("timing") or {}).get("count") or 0) >= SLOW_MIN_SAMPLES:
+        known = {str(i) for i, _, _ in confirmed}
+        more, _ = _confirmed_slow(fetches["timing"], fetches.get("slowest") or [], {})
+        from_memory = [m for m in more if str(m[0]) not in known]
+        confirmed += from_memory
+        median = fetches["timing"]["median_s"] if median is None else median
+    if not confirmed or median is None:
         return []
-    median, mad = timing["median_s"], timing["mad_s"]
-    threshold = outlier_threshold(median, mad)
-    retimed = {str(i): s for i, s in health.get("retimed") or []}
-    candidates = [(i, s) for i, s in health.get("slowest") or [] if s > threshold]
-    confirmed = [(i, s, retimed[str(i)]) for i, s in candidates if retimed.get(str(i), 0.0) > threshold]
-    transient = [i for i, s in candidates if retimed.get(str(i), 0.0) <= threshold and str(i) in retimed]
-    if not confirmed:
-        return []
+    threshold = outlier_threshold(median, timing.get("mad_s", 0.0)) if timing.get("count") else outlier_threshold(median, fetches["timing"]["mad_s"])
     worst = max(s for _, s, _ in confirmed)
     factor = worst / median if median > 0 else float("inf")
     shown = ", ".join(str(i) for i, _, _ in confirmed[:10]) + (", …" if len(confirmed) > 10 else "")
@@ -368,7 +243,8 @@ def detect_slow_samples(probes: dict[str, Any]) -> list[Finding]:
         "retimed_seconds": [round(r, 4) for _, _, r in confirmed],
         "median_s": median,
         "threshold_s": round(threshold, 4),
-        "checked": timing["count"],
+        "checked": (timing.get("count") or 0) + (fetches.get("new_indices") or 0),
+        "found_by_memory_probe": [i for i, _, _ in from_memory],
         "transient": transient,
     }
     fix = (

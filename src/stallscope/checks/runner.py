@@ -7,33 +7,51 @@ memory probes, which leave out the indices the health probe found broken so
 they do not stall on them. Every probe gets a deadline carved from the total
 budget; every wait on a worker is bounded (NOTE [worker shutdown] in
 ``runtime/processes.py``).
+
+NOTE [check coverage]
+A sampled check used to fetch a fixed 512 indices, a quarter of a 2,000-item
+dataset in 4 s of a 60 s budget, and missed the three slow samples in it. Now
+the sample-health probe fetches a pilot (the two ends and indices spread over
+the range), measures how many items per second its pool fetches, and then
+plans: every remaining index if they fit in its share of the budget, else as
+many as fit, one per stratum of the index range, in random order so a run cut
+short stays spread out. The memory probe prefers indices the health probe did
+not reach; its fetches are timed too and count toward the coverage, which the
+report always states ("n of N indices").
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import random
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, describe_exception
-from ..runtime.processes import no_orphans
-from .findings import CODES, ERROR, Finding
+from ..runtime.processes import default_start_method, no_orphans
+from .findings import CODES
+from .result import CheckResult
 from .rules import analyse, slow_candidates
+from .sampling import memory_pool, pilot_order, plan_order
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_BUDGET_S = 60.0
-SAMPLE_SIZE = 512  # indices fetched in sampled mode
-MEMORY_SECONDS = 4.0  # sampled mode: how long the memory probe iterates at most
-MEMORY_MIN_SAMPLES = 2000
-MEMORY_MAX_SAMPLES = 20000
-MEMORY_MAX_BATCHES = 250  # sampled mode: enough readings for a slope without dwelling on tiny datasets
-MEMORY_INDEX_POOL = 200_000
+SAMPLE_SIZE = 512  # items of an iterable dataset fetched in sampled mode
+# Map-style datasets: the sample-health probe fetches a stratified pilot, measures its pace,
+# then every index when they all fit in its share of the budget, else as many as fit,
+# stratified across the index range (NOTE [check coverage]).
+PILOT_SIZE = 64
+PLAN_SAFETY = 0.8  # plan for this share of the time left (retimes and stragglers need the rest)
+MEMORY_SECONDS = 4.0  # sampled mode: the memory probe's indices are sized to take about this long...
+MEMORY_MAX_SECONDS = 10.0  # ...and it stops after its passes, or after this on a slower pace
+MEMORY_PASSES = 3  # passes over the memory probe's indices: growth that stops after the first shows
+MEMORY_MIN_POOL = 32
+MEMORY_UNPACED_POOL = 1024  # without the health probe's pace (--only memory-growth); time still bounds it
+MEMORY_MAX_POOL = 20_000
+MEMORY_ITERABLE_SAMPLES = 2000
 RNG_OTHER_INDICES = 4
 RNG_MAX_REPEATS = 6
 # Seconds a fresh worker may take before its first fetch (spawn re-imports torch).
@@ -55,51 +73,6 @@ _PROBES_FOR = {
 }
 
 
-@dataclass
-class CheckResult:
-    """What ``check`` found: findings (errors first), what was covered, the raw measurements."""
-
-    target: str
-    findings: list[Finding] = field(default_factory=list)
-    coverage: dict[str, Any] = field(default_factory=dict)
-    probes: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == ERROR]
-
-    @property
-    def codes(self) -> list[str]:
-        return [f.code for f in self.findings]
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.errors else 0
-
-    def by_code(self, code: str) -> list[Finding]:
-        return [f for f in self.findings if f.code == code]
-
-    def to_dict(self) -> dict[str, Any]:
-        """The record sections of ``check`` (SPEC §5): findings, coverage, and the measurements."""
-        return {
-            "findings": [f.to_dict() for f in self.findings],
-            "coverage": self.coverage,
-            "check_probes": self.probes,
-        }
-
-
-def default_start_method() -> str:
-    """The start method a DataLoader with no ``multiprocessing_context`` uses here."""
-    current = multiprocessing.get_start_method(allow_none=True)
-    if current:
-        return current
-    if sys.platform in ("win32", "darwin"):
-        return "spawn"
-    return "forkserver" if sys.version_info >= (3, 14) else "fork"
 
 
 def select_codes(only: Iterable[str] | None, skip: Iterable[str] | None) -> list[str]:
@@ -150,6 +123,9 @@ class _Run:
         self.result = CheckResult(target=pipeline.target)
         self.probes = self.result.probes
         self.worker_method = start_method
+        self.health_total: int | None = None
+        self.health_rate: float | None = None  # items per second the probe pool fetched
+        self.health_checked: set[Any] = set()
 
     # -- helpers -------------------------------------------------------------------------
     def remaining(self) -> float:
@@ -259,20 +235,17 @@ class _Run:
 
     # -- sample health --------------------------------------------------------------------------
     def _order(self) -> list[int] | None:
+        """The pilot (or every index with ``full``); :meth:`_plan` adds the rest once its pace is known."""
         if self.pipeline.is_iterable or self.length is None:
             return None
-        n = self.length
-        if self.full or n <= SAMPLE_SIZE:
-            if self.full:
-                return list(range(n))
-            order = list(range(n))
-            random.Random(self.seed).shuffle(order)
-            return order
-        rng = random.Random(self.seed)
-        middle = rng.sample(range(1, n - 1), SAMPLE_SIZE - 2)
-        # The ends first: off-by-one bugs live at the last index. The rest in random
-        # order, so whatever part the budget allows is a uniform sample.
-        return [0, n - 1, *middle]
+        return list(range(self.length)) if self.full else pilot_order(self.length, PILOT_SIZE, self.seed)
+
+    def _plan(self, checked: set[Any], items_per_s: float, seconds_left: float) -> list[int]:
+        self.health_rate = items_per_s
+        fits = int(items_per_s * max(0.0, seconds_left) * PLAN_SAFETY)
+        order = plan_order(self.length or 0, checked, fits, self.seed)
+        self.health_total = len(checked) + len(order)
+        return order
 
     def _run_health(self) -> None:
         if not self.worker_method:
@@ -281,6 +254,7 @@ class _Run:
         from .health import HealthSettings, probe_health
 
         order = self._order()
+        self.health_total = len(order) if order is not None else (None if self.full else SAMPLE_SIZE)
         remaining = self.remaining()
         share = max(0.55 * remaining, min(remaining, 2 * self.timeout + self.startup()))
         settings = HealthSettings(
@@ -293,15 +267,15 @@ class _Run:
             startup_timeout=self.startup() + self.timeout,
             sample_limit=None if self.full else SAMPLE_SIZE,
         )
-        total = len(order) if order is not None else (None if self.full else SAMPLE_SIZE)
-        self.progress("fetching samples in worker processes", 0, total)
-        self.probes["health"] = probe_health(
+        self.progress("fetching samples in worker processes", 0, self.health_total)
+        self.probes["health"], self.health_checked = probe_health(
             self.pipeline,
             settings,
             order=order,
             workdir=self.workdir,
             retime=slow_candidates,
-            progress=lambda done: self.progress("fetching samples in worker processes", done, total),
+            plan=None if self.full else self._plan,
+            progress=lambda done: self.progress("fetching samples in worker processes", done, self.health_total),
         )
         self.probe_status["health"] = "done" if not self.probes["health"].get("stopped") else f"stopped: {self.probes['health']['stopped']}"
 
@@ -409,18 +383,23 @@ class _Run:
             self.probe_status["memory"] = f"skipped: {blocked or 'no usable start method'}"
             return
         reserve = 1.0
-        seconds = (self.remaining() - reserve) if self.full else min(MEMORY_SECONDS, self.remaining() - reserve)
+        seconds = (self.remaining() - reserve) if self.full else min(MEMORY_MAX_SECONDS, self.remaining() - reserve)
         if seconds < 0.5:
             self.probe_status["memory"] = "skipped: budget exhausted"
             return
         from .memory import probe_memory
 
         n = self.length or 0
-        if self.full and n:
-            max_samples = max(n, MEMORY_MIN_SAMPLES)
+        if self.pipeline.is_iterable or not n:
+            indices: list[int] = []
+            max_samples = MEMORY_ITERABLE_SAMPLES
         else:
-            max_samples = min(MEMORY_MAX_SAMPLES, max(2 * n, MEMORY_MIN_SAMPLES), MEMORY_MAX_BATCHES * self.batch_size)
-        indices = [] if self.pipeline.is_iterable else self._good_indices(limit=MEMORY_INDEX_POOL)
+            # Passes over the same indices show whether growth stops after the first (NOTE [check coverage]).
+            rate = self.health_rate or 0.0
+            size = n if self.full else int(rate * MEMORY_SECONDS / (MEMORY_PASSES + 1)) if rate else MEMORY_UNPACED_POOL
+            size = max(MEMORY_MIN_POOL, min(n, MEMORY_MAX_POOL, size))
+            indices = memory_pool(self.length or 0, size, self.health_checked, self._bad_indices(), self.seed)
+            max_samples = MEMORY_PASSES * len(indices)
         if not self.pipeline.is_iterable and not indices:
             self.probe_status["memory"] = "skipped: no index could be fetched"
             return
@@ -436,6 +415,7 @@ class _Run:
             batch_timeout=max(1.0, min(self.remaining(), self.timeout * self.batch_size + self.startup())),
             deadline=self.deadline - reserve,
             seed=self.seed,
+            already_checked=self.health_checked,
         )
         error = self.probes["memory"].get("error")
         self.probe_status["memory"] = "done" if not error else f"stopped: {error}"
@@ -507,12 +487,15 @@ class _Run:
         health = self.probes.get("health") or {}
         memory = self.probes.get("memory") or {}
         checked = (health.get("fetched") or 0) + (health.get("errors_total") or 0)
-        fraction = round(checked / self.length, 4) if self.length and health else None
+        if not self.pipeline.is_iterable:
+            checked += (memory.get("fetch_times") or {}).get("new_indices") or 0
+        fraction = round(checked / self.length, 4) if self.length and (health or memory) else None
         coverage: dict[str, Any] = {
             "mode": "full" if self.full else "sampled",
             "dataset_length": self.length,
             "indices_requested": health.get("requested"),
-            "indices_checked": checked if health else 0,
+            "indices_checked": checked if health or memory else 0,
+            "indices_checked_by_memory_probe": (memory.get("fetch_times") or {}).get("new_indices"),
             "fraction_checked": fraction,
             "memory_samples": memory.get("samples"),
             "start_method": self.start_method,

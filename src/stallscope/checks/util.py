@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import describe_exception
+from ..errors import describe_exception, worker_traceback_tail
 
 
 def describe_worker_exception(exc: BaseException, limit: int = 300) -> str:
@@ -11,11 +11,10 @@ def describe_worker_exception(exc: BaseException, limit: int = 300) -> str:
     torch wraps a worker's exception with the worker's whole traceback in the
     message; its last line (``OSError: truncated shard``) is what a reader needs.
     """
-    text = str(exc)
-    if "Original Traceback" not in text:
+    tail = worker_traceback_tail(exc)
+    if tail is None:
         return describe_exception(exc, limit)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    last = lines[-1] if lines else type(exc).__name__
+    last = tail[0]
     if len(last) > limit:
         last = last[: limit - 1] + "…"
     return f"{last} (raised in a DataLoader worker)"

@@ -10,6 +10,7 @@ process left behind (NOTE [worker shutdown] in ``runtime/processes.py``).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 import time
 from collections.abc import Callable
@@ -18,10 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 
 from ..errors import StallscopeError, UsageError
 from ..record import RunRecord
-from ..runtime.processes import reap_children
+from ..runtime.processes import describe_worker_death, is_worker_death, reap_children
+
+
+def command_parser(prog: str, description: str, *, target: str | None = "required") -> ArgumentParser:
+    """A command's parser with the TARGET arguments (``target``: "required", "optional" or None)."""
+    parser = ArgumentParser(prog=prog, description=description)
+    if target is not None:
+        add_target_arguments(parser, required=target == "required")
+    return parser
 
 
 def add_target_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -34,12 +44,30 @@ def add_target_arguments(parser: argparse.ArgumentParser, *, required: bool = Tr
     parser.add_argument("--collate", default=None, metavar="MODULE:FN", help="collate function to use")
 
 
-def add_output_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the run record as JSON")
-    parser.add_argument("--md", type=Path, default=None, metavar="PATH", help="write a Markdown report")
-    parser.add_argument("--html", type=Path, default=None, metavar="PATH", help="write a self-contained HTML report")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars or console summary")
+OUTPUT_HELP = {
+    "json": "write the run record as JSON",
+    "md": "write a Markdown report",
+    "html": "write a self-contained HTML report",
+}
+
+
+def add_output_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    formats: tuple[str, ...] = ("json", "md", "html"),
+    help: dict[str, str] | None = None,
+    quiet_help: str = "no progress bars or console summary",
+) -> None:
+    """``--json/--md/--html PATH`` (those in ``formats``), ``--quiet`` and ``--debug``; ``help`` rewords any."""
+    for fmt in formats:
+        text = (help or {}).get(fmt, OUTPUT_HELP[fmt])
+        parser.add_argument(f"--{fmt}", type=Path, default=None, metavar="PATH", help=text)
+    parser.add_argument("--quiet", action="store_true", help=quiet_help)
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+
+
+def add_start_method_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--start-method", choices=multiprocessing.get_all_start_methods(), default=None, help=help)
 
 
 def int_list(text: str) -> list[int]:
@@ -78,10 +106,15 @@ class CommandContext:
     def quiet(self) -> bool:
         return bool(getattr(self.args, "quiet", False))
 
-    def new_record(self, command: str, target: str) -> RunRecord:
+    def new_record(self, command: str, target: str, pipeline: Any = None) -> RunRecord:
+        """A record for this command; ``pipeline`` adds how the user built their loader
+        (the ``loader`` section recommendations are written against)."""
         from ..runtime.host import host_info
 
         self.record = RunRecord(command=command, target=target, host=host_info().to_dict())
+        call = getattr(pipeline, "call", None)
+        if call is not None:
+            self.record.add(loader=call.to_dict())
         return self.record
 
 
@@ -105,7 +138,7 @@ def execute(
     try:
         code = body(ctx)
     except KeyboardInterrupt:
-        reap_children()
+        _reap()
         err.print("interrupted: workers stopped" + ("; writing the partial report." if ctx.record else "."))
         if ctx.record is not None:
             ctx.record.partial = True
@@ -119,11 +152,29 @@ def execute(
         if hint:
             err.print(_escape(hint), highlight=False)
         return exc.exit_code
+    except RuntimeError as exc:
+        if not is_worker_death(exc):
+            raise
+        # torch's SIGCHLD handler can raise this at any line (NOTE [worker death]).
+        if getattr(args, "debug", False):
+            err.print_exception()
+        err.print(f"[bold red]error:[/] {_escape(describe_worker_death([], exc=exc))}", markup=True, highlight=False)
+        return 2
     finally:
-        reap_children()
+        _reap()
     if ctx.record is not None:
         _write_outputs(ctx, err)
     return code
+
+
+def _reap() -> None:
+    """Reap every child; a late worker-death signal landing here must not leave the job half done."""
+    for _ in range(3):  # torch's SIGCHLD handler raises at most once per iterator
+        try:
+            reap_children()
+            return
+        except RuntimeError:
+            continue
 
 
 def _escape(text: str) -> str:
@@ -159,3 +210,29 @@ def run_target_loader(args: argparse.Namespace) -> Any:
     from ..target import load_target
 
     return load_target(args.target, batch_size=args.batch_size, collate=args.collate)
+
+
+def progress_bar(
+    console: Console,
+    *,
+    disable: bool,
+    counter: str | None = "{task.completed}/{task.total}",
+    description: str = "[progress.description]{task.description}",
+    columns: tuple[ProgressColumn, ...] | None = None,
+) -> Progress:
+    """The progress display of every command: transient, silent with ``--quiet``.
+
+    By default: description, bar, ``counter`` (None for none), elapsed time; ``columns`` replaces them.
+    """
+    if columns is None:
+        columns = (TextColumn(description), BarColumn(), *([TextColumn(counter)] if counter else []), TimeElapsedColumn())
+    return Progress(*columns, console=console, transient=True, disable=disable)
+
+
+def print_summary(ctx: CommandContext, record: RunRecord, console: Console | None = None) -> None:
+    """The command's console summary, through the one console path (``render.console``) that ``stallscope report`` uses too."""
+    if ctx.quiet:
+        return
+    from ..render.console import ConsoleRenderer
+
+    ConsoleRenderer().print(record, console or ctx.console)

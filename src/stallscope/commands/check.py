@@ -8,18 +8,9 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
 from ..checks import CODES, DEFAULT_BUDGET_S, DEFAULT_TIMEOUT_S, CheckResult, check
 from ..errors import UsageError
-from ._common import (
-    ArgumentParser,
-    CommandContext,
-    add_output_arguments,
-    add_target_arguments,
-    execute,
-    run_target_loader,
-)
+from . import _common as common
 
 
 def _codes(text: str) -> list[str]:
@@ -30,81 +21,60 @@ def _codes(text: str) -> list[str]:
     return values
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(
-        prog="stallscope check",
-        description="Worker-safety, memory and sample-health checks with stable finding codes: " + ", ".join(CODES) + ".",
+def build_parser() -> common.ArgumentParser:
+    parser = common.command_parser(
+        "stallscope check",
+        "Worker-safety, memory and sample-health checks with stable finding codes: " + ", ".join(CODES) + ".",
     )
-    add_target_arguments(parser)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                         help=f"longest one sample may take before it counts as a hang (default {DEFAULT_TIMEOUT_S:g})")
     parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                         help=f"total time for all probes (default {DEFAULT_BUDGET_S:g}; none with --full)")
     parser.add_argument("--full", action="store_true", help="fetch every index (default: a sample, with the coverage stated)")
     parser.add_argument("--num-workers", type=int, default=None, metavar="N", help="workers for the probes (default min(2, cores))")
-    parser.add_argument("--start-method", choices=["fork", "spawn", "forkserver"], default=None,
-                        help="multiprocessing start method for the probes (default: the loader's, else the platform's)")
+    common.add_start_method_argument(parser, "multiprocessing start method for the probes (default: the loader's, else the platform's)")
     parser.add_argument("--only", type=_codes, default=None, metavar="CODE,...", help="run only these checks")
     parser.add_argument("--skip", type=_codes, default=None, metavar="CODE,...", help="skip these checks")
     parser.add_argument("--seed", type=int, default=0, help="seed for the sampled indices (default 0)")
     parser.add_argument("--shm-free", type=float, default=None, metavar="MB",
                         help="judge shared memory against this many free MB instead of this machine's /dev/shm "
                              "(e.g. 64, Docker's default)")
-    add_output_arguments(parser)
+    common.add_output_arguments(parser)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    return execute(build_parser(), argv, _run)
-
-
-def _run(ctx: CommandContext) -> int:
-    args = ctx.args
-    if args.shm_free is not None and args.shm_free < 0:
-        raise UsageError(f"--shm-free must be a number of megabytes >= 0, not {args.shm_free:g}.")
+def _run(ctx: common.CommandContext) -> int:
     # forkserver workers fork from a server process; with torch preloaded there, each
     # worker starts in milliseconds instead of importing torch again (this process is
     # ours, so no user preload list is overridden).
     multiprocessing.set_forkserver_preload(["torch"])
-    pipeline = run_target_loader(args)
-    record = ctx.new_record("check", pipeline.target)
+    args = ctx.args
+    if args.shm_free is not None and args.shm_free < 0:
+        raise UsageError(f"--shm-free must be a number of megabytes >= 0, not {args.shm_free:g}.")
+    pipeline = common.run_target_loader(args)
+    record = ctx.new_record("check", pipeline.target, pipeline)
     budget = args.budget if args.budget is not None else (None if args.full else DEFAULT_BUDGET_S)
 
     def on_update(result: CheckResult) -> None:
         # The record is complete after every probe, so Ctrl-C still leaves a useful report.
         record.add(**result.to_dict())
 
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=ctx.console,
-        transient=True,
-        disable=ctx.quiet,
-    ) as progress:
+    with common.progress_bar(ctx.console, disable=ctx.quiet) as progress:
         task = progress.add_task("checking", total=None)
 
         def on_progress(stage: str, done: int | None, total: int | None) -> None:
             progress.update(task, description=stage, completed=done or 0, total=total)
 
         result = check(
-            pipeline,
-            timeout=args.timeout,
-            budget=budget,
-            full=args.full,
-            num_workers=args.num_workers,
-            start_method=args.start_method,
-            only=args.only,
-            skip=args.skip,
-            seed=args.seed,
+            pipeline, timeout=args.timeout, budget=budget, full=args.full, num_workers=args.num_workers,
+            start_method=args.start_method, only=args.only, skip=args.skip, seed=args.seed,
             shm_free_bytes=None if args.shm_free is None else int(args.shm_free * 1024 * 1024),
-            progress=on_progress,
-            on_update=on_update,
+            progress=on_progress, on_update=on_update,
         )
     record.add(**result.to_dict())
-    if not ctx.quiet:
-        from ..render.console_check import render_check
-
-        render_check(record.to_dict(), ctx.console)
+    common.print_summary(ctx, record)
     return result.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.execute(build_parser(), argv, _run)

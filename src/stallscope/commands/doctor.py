@@ -11,42 +11,35 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from ..config import LoaderConfig
 from ..errors import PipelineError, UsageError
 from ..record import RunRecord
 from ..target import Pipeline, load_target, preflight
-from ._common import ArgumentParser, CommandContext, add_target_arguments, execute
+from . import _common as common
 
 DEMO_TARGET = "stallscope.demo:pipeline"
 STEPS = ("check", "bench", "stages", "tune", "profile")
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(
-        prog="stallscope doctor",
-        description="Check, benchmark, break down and tune a pipeline; one report with what to set and why.",
+def build_parser() -> common.ArgumentParser:
+    parser = common.command_parser(
+        "stallscope doctor", "Check, benchmark, break down and tune a pipeline; one report with what to set and why.",
+        target="optional",
     )
-    add_target_arguments(parser, required=False)
     parser.add_argument("--out", type=Path, default=Path("stallscope-report"), metavar="DIR",
                         help="folder for report.json, report.md, report.html and plots (default ./stallscope-report)")
     parser.add_argument("--budget", type=float, default=45.0, metavar="SECONDS", help="time budget of the tuner (default 45)")
     parser.add_argument("--skip", default="", metavar="STEP,...", help=f"steps to skip: {', '.join(STEPS)}")
     parser.add_argument("--timeout", type=float, default=10.0, help="per-sample timeout of the checks (default 10 s)")
     parser.add_argument("--repeats", type=int, default=2, help="repeats per config in the sweep (default 2)")
-    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the record here")
-    parser.add_argument("--md", type=Path, default=None, metavar="PATH", help="also write Markdown here")
-    parser.add_argument("--html", type=Path, default=None, metavar="PATH", help="also write HTML here")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars or console summary")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    common.add_output_arguments(parser, help={"json": "also write the record here", "md": "also write Markdown here",
+                                       "html": "also write HTML here"})
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    return execute(build_parser(), argv, _run)
-
-
-def _run(ctx: CommandContext) -> int:
+def _run(ctx: common.CommandContext) -> int:
     args = ctx.args
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     unknown = skip - set(STEPS)
@@ -65,7 +58,7 @@ def _run(ctx: CommandContext) -> int:
         _build_demo(ctx)
     pipeline = load_target(target, batch_size=args.batch_size, collate=args.collate)
     pre = preflight(pipeline)
-    record = ctx.new_record("doctor", pipeline.target)
+    record = ctx.new_record("doctor", pipeline.target, pipeline)
     from ..throughput.sweep import dataset_facts
 
     record.add(dataset=dataset_facts(pipeline, pre))
@@ -73,16 +66,9 @@ def _run(ctx: CommandContext) -> int:
         skip.add("profile")
 
     failures: list[dict[str, str]] = []
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("[bold]{task.fields[step]:<7}[/]"),
-        BarColumn(bar_width=30),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=ctx.console,
-        transient=True,
-        disable=ctx.quiet,
-    ) as progress:
+    columns = (SpinnerColumn(), TextColumn("[bold]{task.fields[step]:<7}[/]"), BarColumn(bar_width=30),
+               TextColumn("{task.description}"), TimeElapsedColumn())
+    with common.progress_bar(ctx.console, disable=ctx.quiet, columns=columns) as progress:
         for step in STEPS:
             if step in skip:
                 continue
@@ -93,7 +79,7 @@ def _run(ctx: CommandContext) -> int:
 
             started = time.perf_counter()
             try:
-                sections = RUNNERS[step](pipeline, args, report)
+                sections = RUNNERS[step](pipeline, args, report, record)
             except KeyboardInterrupt as interrupt:
                 # A step may hand over what it measured before Ctrl-C (the sweep does).
                 partial = getattr(interrupt, "partial", None)
@@ -111,14 +97,13 @@ def _run(ctx: CommandContext) -> int:
     if failures:
         record.add(step_failures=failures)
 
-    if not ctx.quiet:
-        _print_summary(ctx, record)
+    common.print_summary(ctx, record)
     data = record.to_dict()
     has_errors = any(f.get("severity") == "error" for f in data.get("findings", []))
     return 1 if has_errors or failures else 0
 
 
-def _build_demo(ctx: CommandContext) -> None:
+def _build_demo(ctx: common.CommandContext) -> None:
     from ..demo.cache import build_demo_dataset
 
     if not ctx.quiet:
@@ -146,7 +131,7 @@ def _merge(record: RunRecord, sections: dict[str, Any]) -> None:
 Report = Callable[..., None]
 
 
-def _step_check(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
+def _step_check(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..checks import check
 
     def progress(text: str, done: int | None = None, total: int | None = None) -> None:
@@ -155,7 +140,7 @@ def _step_check(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]
     return check(pipeline, timeout=args.timeout, budget=40.0, progress=progress).to_dict()
 
 
-def _step_bench(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
+def _step_bench(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..throughput.sweep import bench, default_worker_counts
 
     workers = default_worker_counts()
@@ -170,7 +155,7 @@ def _step_bench(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]
     return result.to_dict()
 
 
-def _step_stages(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
+def _step_stages(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..breakdown.probe import stages
 
     def progress(text: str, fraction: float | None = None) -> None:
@@ -179,8 +164,21 @@ def _step_stages(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any
     return stages(pipeline, progress=progress).to_dict()
 
 
-def _step_tune(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
+def sweep_best(sections: dict[str, Any]) -> LoaderConfig | None:
+    """The config the sweep measured fastest (``scaling.best_index``), if the sweep ran."""
+    results = sections.get("results") or []
+    index = (sections.get("scaling") or {}).get("best_index")
+    if not isinstance(index, int) or not 0 <= index < len(results):
+        return None
+    return LoaderConfig.from_dict(results[index]["config"])
+
+
+def _step_tune(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..tuning.tuner import tune
+
+    # One winner per report: the sweep's best races the tuner's finalists head to head.
+    best = sweep_best(record.sections)
+    seeds = [(best, "sweep-best")] if best is not None else []
 
     started = time.perf_counter()
 
@@ -190,10 +188,10 @@ def _step_tune(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
         text = f"{label}: {rate:,.0f} samples/s" if rate else str(label)
         report(text, min(1.0, (time.perf_counter() - started) / args.budget))
 
-    return tune(pipeline, budget_s=args.budget, on_trial=on_trial).to_dict()
+    return tune(pipeline, budget_s=args.budget, on_trial=on_trial, seeds=seeds).to_dict()
 
 
-def _step_profile(pipeline: Pipeline, args: Any, report: Report) -> dict[str, Any]:
+def _step_profile(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..training.runner import run_profile
 
     def on_step(done: int, total: int) -> None:
@@ -203,7 +201,7 @@ def _step_profile(pipeline: Pipeline, args: Any, report: Report) -> dict[str, An
     return section
 
 
-RUNNERS: dict[str, Callable[[Pipeline, Any, Report], dict[str, Any]]] = {
+RUNNERS: dict[str, Callable[[Pipeline, Any, Report, RunRecord], dict[str, Any]]] = {
     "check": _step_check,
     "bench": _step_bench,
     "stages": _step_stages,
@@ -212,57 +210,5 @@ RUNNERS: dict[str, Callable[[Pipeline, Any, Report], dict[str, Any]]] = {
 }
 
 
-# -- console ------------------------------------------------------------------------------
-
-
-def _print_summary(ctx: CommandContext, record: RunRecord) -> None:
-    from ..render.console_bench import render_bench
-    from ..render.console_check import render_check
-    from ..render.console_stages import render_stages
-    from ..render.console_tune import render_tune
-
-    data = record.to_dict()
-    console = ctx.console
-    if "findings" in data:
-        render_check(data, console)
-    if "results" in data:
-        console.print()
-        render_bench(data, console)
-    if "stages" in data:
-        console.print()
-        render_stages(data, console)
-    if "best" in data:
-        console.print()
-        render_tune(data, console)
-    if "stall_fraction" in data:
-        from ..render.console_profile import render_profile
-
-        console.print()
-        render_profile(data, console)
-    _print_what_to_set(console, data)
-    for failure in data.get("step_failures", []):
-        console.print(f"[red]{failure['step']} failed:[/] {failure['message']}")
-
-
-def _print_what_to_set(console: Any, data: dict[str, Any]) -> None:
-    from rich.markup import escape
-
-    best = data.get("best")
-    recs = data.get("recommendations") or []
-    if not best and not recs:
-        return
-    console.print()
-    console.rule("[bold]What to set and why")
-    if best:
-        from ..config import LoaderConfig
-        from ..tuning.emit import to_python
-
-        config = LoaderConfig.from_dict(best["config"])
-        console.print(escape(to_python(config)))
-    for rec in recs:
-        line = f"• [bold]{escape(rec.get('title', ''))}[/]"
-        if rec.get("measured"):
-            line += f" — measured: {escape(str(rec['measured']))}"
-        if rec.get("expected_gain"):
-            line += f"; expected gain: {escape(str(rec['expected_gain']))}"
-        console.print(line)
+def main(argv: list[str] | None = None) -> int:
+    return common.execute(build_parser(), argv, _run)

@@ -9,54 +9,41 @@ from __future__ import annotations
 
 import argparse
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
 from ..errors import UsageError
 from ..training.runner import (
     DEFAULT_STEPS,
-    DEFAULT_WARMUP,
+    MIN_WARMUP,
+    default_warmup,
     resolve_device,
     resolve_profile_sync,
     run_profile,
 )
-from ._common import (
-    ArgumentParser,
-    CommandContext,
-    add_output_arguments,
-    add_target_arguments,
-    execute,
-    run_target_loader,
+from . import _common as common
+
+DESCRIPTION = (
+    "Run the target's train_step on a real DataLoader and measure how much of each step waits for data. "
+    "The target returns a dict with 'dataset', 'model' and 'train_step' (train_step(model, batch) or "
+    "train_step(batch)). Works under torchrun."
 )
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(
-        prog="stallscope profile",
-        description=(
-            "Run the target's train_step on a real DataLoader and measure how much of each step waits for data. "
-            "The target returns a dict with 'dataset', 'model' and 'train_step' (train_step(model, batch) or "
-            "train_step(batch)). Works under torchrun."
-        ),
-    )
-    add_target_arguments(parser)
+def build_parser() -> common.ArgumentParser:
+    parser = common.command_parser("stallscope profile", DESCRIPTION)
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"measured steps (default {DEFAULT_STEPS})")
-    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
-                        help=f"steps run first and kept out of the figures (default {DEFAULT_WARMUP})")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="steps run first and kept out of the figures (default: num_workers × prefetch_factor "
+                             f"+ num_workers, at least {MIN_WARMUP})")
     parser.add_argument("--num-workers", type=int, default=None, help="override the target's num_workers")
     parser.add_argument("--device", default=None, metavar="cpu|cuda",
                         help="where the model runs (default: cuda when available, else cpu)")
     parser.add_argument("--sync", action=argparse.BooleanOptionalAction, default=None,
                         help="synchronise the device at every step boundary for honest timing (default: on for CUDA)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for any one batch (default 60)")
-    add_output_arguments(parser)
+    common.add_output_arguments(parser)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    return execute(build_parser(), argv, _run)
-
-
-def _run(ctx: CommandContext) -> int:
+def _run(ctx: common.CommandContext) -> int:
     from ..runtime.distributed import init_from_env, rank_info, shutdown
     from ..target import preflight
 
@@ -68,42 +55,31 @@ def _run(ctx: CommandContext) -> int:
     try:
         info = rank_info()
         quiet = ctx.quiet or not info.is_main
-        pipeline = run_target_loader(args)
-        record = ctx.new_record("profile", pipeline.target)
+        pipeline = common.run_target_loader(args)
+        record = ctx.new_record("profile", pipeline.target, pipeline)
         preflight(pipeline)
         config = pipeline.baseline
         if args.num_workers is not None:
             config = config.replace(num_workers=args.num_workers)
-        with Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} steps"),
-            TimeElapsedColumn(),
-            console=ctx.console,
-            transient=True,
-            disable=quiet,
-        ) as progress:
-            task = progress.add_task(f"profiling train_step ({config.label()}, {device})", total=args.warmup + args.steps)
+        with common.progress_bar(ctx.console, disable=quiet, counter="{task.completed}/{task.total} steps") as progress:
+            warmup = default_warmup(config) if args.warmup is None else args.warmup
+            task = progress.add_task(f"profiling train_step ({config.label()}, {device})", total=warmup + args.steps)
             profile = run_profile(
-                pipeline,
-                steps=args.steps,
-                warmup=args.warmup,
-                config=config,
-                device=device,
-                sync=resolve_profile_sync(args.sync, device),
-                timeout=args.timeout,
+                pipeline, steps=args.steps, warmup=warmup, config=config, device=device,
+                sync=resolve_profile_sync(args.sync, device), timeout=args.timeout,
                 on_step=lambda done, total: progress.update(task, completed=done),
             )
         record.add(**profile)
         if not info.is_main:
             ctx.record = None  # rank 0 writes the report for the whole job
             return 0
-        if not ctx.quiet:
-            from ..render.console_profile import render_profile
-
-            render_profile(record.to_dict(), ctx.console)
-            if device == "cpu" and args.sync:
-                ctx.console.print("note: --sync has no effect on CPU (there is no asynchronous device work).")
+        common.print_summary(ctx, record)
+        if not ctx.quiet and device == "cpu" and args.sync:
+            ctx.console.print("note: --sync has no effect on CPU (there is no asynchronous device work).")
         return 0
     finally:
         shutdown(started_group)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.execute(build_parser(), argv, _run)

@@ -3,17 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 from typing import Any
 
-from ._common import (
-    ArgumentParser,
-    CommandContext,
-    add_output_arguments,
-    add_target_arguments,
-    execute,
-    run_target_loader,
-)
+from . import _common as common
 
 
 def _name_list(text: str) -> list[str]:
@@ -23,16 +15,13 @@ def _name_list(text: str) -> list[str]:
     return names
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(
-        prog="stallscope stages",
-        description=(
-            "Time per sample in each stage of the pipeline (read, decode, each transform, collate, "
-            "worker→main transfer, pin and host→device with CUDA), measured inside DataLoader workers; "
-            "augmentation overhead; __getitem__ hot spots."
-        ),
+def build_parser() -> common.ArgumentParser:
+    parser = common.command_parser(
+        "stallscope stages",
+        "Time per sample in each stage of the pipeline (read, decode, each transform, collate, worker→main transfer, "
+        "pin and host→device with CUDA), measured inside DataLoader workers; augmentation overhead; __getitem__ hot "
+        "spots.",
     )
-    add_target_arguments(parser)
     parser.add_argument(
         "--num-workers",
         type=int,
@@ -50,12 +39,7 @@ def build_parser() -> ArgumentParser:
         metavar="S",
         help="stop the worker run after this long (default 15)",
     )
-    parser.add_argument(
-        "--start-method",
-        choices=multiprocessing.get_all_start_methods(),
-        default=None,
-        help="worker start method (default: the platform's)",
-    )
+    common.add_start_method_argument(parser, "worker start method (default: the platform's)")
     parser.add_argument(
         "--device",
         default="auto",
@@ -104,46 +88,35 @@ def build_parser() -> ArgumentParser:
         action="store_true",
         help="keep 'other (__getitem__)' whole instead of breaking out the calls it makes (5%% or more)",
     )
-    add_output_arguments(parser)
+    common.add_output_arguments(parser)
     return parser
 
 
-def _run(ctx: CommandContext) -> int:
+def _run(ctx: common.CommandContext) -> int:
     from ..breakdown.probe import default_stage_workers, stages
 
     args = ctx.args
     record = ctx.new_record("stages", args.target)
-    pipeline = run_target_loader(args)
+    pipeline = common.run_target_loader(args)
     workers = default_stage_workers() if args.num_workers is None else args.num_workers
     with _progress(ctx) as progress:
         result = stages(
-            pipeline,
-            num_workers=workers,
-            samples=args.samples,
-            max_seconds=args.max_seconds,
-            start_method=args.start_method,
-            device=args.device,
-            augmentations=args.augmentations,
-            baseline_transforms=args.baseline_transforms,
-            differential=not args.no_differential,
-            hotspots=max(0, args.hotspots),
-            drop_cache=args.drop_cache,
-            timeout=args.timeout,
+            pipeline, num_workers=workers, samples=args.samples, max_seconds=args.max_seconds,
+            start_method=args.start_method, device=args.device, augmentations=args.augmentations,
+            baseline_transforms=args.baseline_transforms, differential=not args.no_differential,
+            hotspots=max(0, args.hotspots), drop_cache=args.drop_cache, timeout=args.timeout,
             progress=progress,
             callees=not args.no_callees,
         )
     record.add(**result.to_dict())
-    if not ctx.quiet:
-        from ..render.console_stages import StagesConsoleRenderer
-
-        StagesConsoleRenderer().render(record, ctx.console)
+    common.print_summary(ctx, record)
     return 0
 
 
 class _progress:
     """A rich progress bar per phase of the measurement (nothing when --quiet)."""
 
-    def __init__(self, ctx: CommandContext) -> None:
+    def __init__(self, ctx: common.CommandContext) -> None:
         self.ctx = ctx
         self.bar: Any = None
         self.tasks: dict[str, Any] = {}
@@ -151,15 +124,7 @@ class _progress:
     def __enter__(self) -> Any:
         if self.ctx.quiet:
             return None
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(
-            TextColumn("{task.description:<32}"),
-            BarColumn(),
-            TimeElapsedColumn(),
-            console=self.ctx.console,
-            transient=True,
-        )
+        self.bar = common.progress_bar(self.ctx.console, disable=False, counter=None, description="{task.description:<32}")
         self.bar.start()
         return self.update
 
@@ -175,4 +140,4 @@ class _progress:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return execute(build_parser(), argv, _run)
+    return common.execute(build_parser(), argv, _run)

@@ -6,25 +6,16 @@ import sys
 import time
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..config import LoaderConfig
 from ..errors import UsageError
-from ._common import (
-    ArgumentParser,
-    CommandContext,
-    add_output_arguments,
-    add_target_arguments,
-    execute,
-    run_target_loader,
-)
+from . import _common as common
 
 
-def build_parser() -> ArgumentParser:
-    parser = ArgumentParser(
-        prog="stallscope tune",
-        description="Find the fastest DataLoader config within a time budget (a guided search, not a grid).",
+def build_parser() -> common.ArgumentParser:
+    parser = common.command_parser(
+        "stallscope tune", "Find the fastest DataLoader config within a time budget (a guided search, not a grid)."
     )
-    add_target_arguments(parser)
     parser.add_argument("--budget", type=float, default=60.0, metavar="SECONDS",
                         help="wall-clock budget for tuning, profile included (default 60)")
     parser.add_argument("--tune-batch-size", action="store_true",
@@ -35,42 +26,37 @@ def build_parser() -> ArgumentParser:
                         help="memory for workers + in-flight batches (default half the available RAM)")
     parser.add_argument("--repeats", type=int, default=None, metavar="N",
                         help="interleaved rounds for the finalists (default: adaptive, until the pick is clear)")
-    parser.add_argument("--emit", choices=["yaml", "python"], default=None,
-                        help="print the pick as LoaderConfig YAML or as a DataLoader(...) call on stdout")
+    parser.add_argument("--emit", choices=["yaml", "python", "diff"], default=None,
+                        help="print the pick on stdout: your loader call with the tuned settings (python), only the "
+                             "keyword arguments to change (diff), or LoaderConfig YAML for ss.make_loader (yaml)")
     parser.add_argument("--start-methods", action="store_true",
                         help="also time worker start-up under forkserver (a one-time cost with persistent workers; "
                              "its workers import the pipeline afresh, which can take seconds)")
     parser.add_argument("--seed", type=int, default=0, help="seed for samplers and the bootstrap")
-    add_output_arguments(parser)
+    common.add_output_arguments(parser)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    return execute(build_parser(), argv, _run)
-
-
-def _run(ctx: CommandContext) -> int:
-    from ..tuning.emit import to_python, to_yaml
+def _run(ctx: common.CommandContext) -> int:
+    from ..tuning.emit import render_diff, render_python, render_yaml, snippet_for_record
     from ..tuning.tuner import tune
 
     args = ctx.args
     if args.budget <= 0:
         raise UsageError(f"--budget must be positive, not {args.budget:g}.")
-    pipeline = run_target_loader(args)
-    record = ctx.new_record("tune", pipeline.target)
+    pipeline = common.run_target_loader(args)
+    record = ctx.new_record("tune", pipeline.target, pipeline)
     # With --emit, stdout carries only the emitted config (pipe-able); the summary goes to stderr.
     console = Console(stderr=True, highlight=False) if args.emit else ctx.console
     started = time.perf_counter()
-    with Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed:.0f}/{task.total:.0f} s budget"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=ctx.quiet,
-    ) as progress:
+    with common.progress_bar(console, disable=ctx.quiet, counter="{task.completed:.0f}/{task.total:.0f} s budget") as progress:
         task = progress.add_task("profiling", total=args.budget)
+
+        def on_plan(plan: dict) -> None:
+            # Said up front: on a slow pipeline the budget may fit only a few measurements.
+            record.add(search={"plan": plan})  # a Ctrl-C report keeps it; the full search section replaces it
+            if not ctx.quiet:
+                progress.console.print("P" + plan["summary"][1:] + ".", style="dim", highlight=False)
 
         measured: list[dict] = []
 
@@ -95,28 +81,46 @@ def _run(ctx: CommandContext) -> int:
             seed=args.seed,
             on_trial=on_trial,
             compare_start_methods=args.start_methods,
+            on_plan=on_plan,
         )
     record.add(**result.to_dict())
-    if not ctx.quiet:
-        from ..render.console_tune import render_tune
-
-        render_tune(record.to_dict(), console)
+    common.print_summary(ctx, record, console)
     if args.emit:
-        comment = (
-            f"stallscope tune {pipeline.target}: {result.samples_per_s:,.1f} samples/s"
-            + (f", {result.speedup:.2f}x the baseline" if result.speedup else "")
-            + f", confidence {result.confidence:.0%}"
-        )
+        data = record.to_dict()
+        emitted, comment = emitted_config(pipeline.target, data)
+        snippet = snippet_for_record(data, emitted.to_dict())
+        assert snippet is not None  # the record has a pick
         if args.emit == "yaml":
-            text = to_yaml(result.config, comment=comment)
+            text = render_yaml(snippet, emitted, comment=comment)
+        elif args.emit == "diff":
+            text = render_diff(snippet, comment=comment)
         else:
-            text = to_python(
-                result.config,
-                collate_fn="collate_fn" if pipeline.collate_fn is not None else None,
-                shuffle=pipeline.shuffle,
-                drop_last=pipeline.drop_last,
-                comment=comment,
-            )
+            text = render_python(snippet, comment=comment)
         sys.stdout.write(text)
         sys.stdout.flush()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.execute(build_parser(), argv, _run)
+
+
+def emitted_config(target: str, section: dict) -> tuple[LoaderConfig, str]:
+    """The config --emit prints and its comment: the user's own when the best is within noise of it."""
+    from ..tuning.recommendations import how_sure, keep_yours_sentence
+
+    best, baseline = section["best"], section["baseline"]
+    lines = [f"stallscope tune {target}"]
+    if best.get("keep_baseline"):
+        config = LoaderConfig.from_dict(baseline["config"])
+        lines.append(f"Keep yours: {keep_yours_sentence(best, baseline)}.")
+        for rec in section.get("recommendations") or []:
+            if rec["id"] == "persistent-workers":
+                lines.append(f"Optional: persistent_workers=True ({rec['measured']}; {rec['expected_gain']}).")
+        return config, "\n".join(lines)
+    config = LoaderConfig.from_dict(best["config"])
+    speedup = best.get("speedup")
+    lines.append(
+        f"{best['samples_per_s']:,.1f} samples/s" + (f", {speedup:.2f}x the baseline" if speedup else "") + f"; {how_sure(best)}"
+    )
+    return config, "\n".join(lines)

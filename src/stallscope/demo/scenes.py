@@ -17,6 +17,8 @@ GENERATOR = 2  # revision of the image generator: a cache from another revision 
 CLASSES = ("beach", "city", "desert", "forest", "mountains")
 SIZE_RANGE = (320, 500)  # pixels, each side
 
+Rng = np.random.Generator
+
 
 def render_scene(kind: str, rng: np.random.Generator) -> Image.Image:
     """One photo-like RGB image of scene ``kind``, fully determined by ``rng``.
@@ -97,9 +99,7 @@ def _horizon_profile(kind: str, width: int, height: int, rng: np.random.Generato
     return np.clip(profile, 0.15 * height, 0.85 * height)
 
 
-def _sky(
-    palette: dict[str, Any], width: int, height: int, horizon: np.ndarray, rng: np.random.Generator
-) -> np.ndarray:
+def _sky(palette: dict[str, Any], width: int, height: int, horizon: np.ndarray, rng: Rng) -> np.ndarray:
     top = _jitter(palette["sky_top"], rng)
     low = _jitter(palette["sky_low"], rng)
     rows = np.arange(height, dtype=np.float32)[:, None]
@@ -111,9 +111,7 @@ def _sky(
     return sky
 
 
-def _ground(
-    palette: dict[str, Any], width: int, height: int, horizon: np.ndarray, rng: np.random.Generator
-) -> np.ndarray:
+def _ground(palette: dict[str, Any], width: int, height: int, horizon: np.ndarray, rng: Rng) -> np.ndarray:
     near = _jitter(palette["ground_near"], rng)
     far = _jitter(palette["ground_far"], rng)
     rows = np.arange(height, dtype=np.float32)[:, None]
@@ -126,13 +124,7 @@ def _ground(
     return ground
 
 
-def _details_beach(
-    draw: ImageDraw.ImageDraw,
-    width: int,
-    height: int,
-    horizon: np.ndarray,
-    rng: np.random.Generator,
-) -> None:
+def _details_beach(draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng) -> None:
     line = float(horizon.mean())
     shore = line + rng.uniform(0.15, 0.35) * (height - line)
     sea = tuple(int(v) for v in _jitter((40, 95, 150), rng))
@@ -149,13 +141,7 @@ def _details_beach(
     _sun(draw, width, line, rng)
 
 
-def _details_city(
-    draw: ImageDraw.ImageDraw,
-    width: int,
-    height: int,
-    horizon: np.ndarray,
-    rng: np.random.Generator,
-) -> None:
+def _details_city(draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng) -> None:
     line = float(horizon.mean())
     x = -rng.uniform(0, 30)
     while x < width:
@@ -172,13 +158,7 @@ def _details_city(
         x += w + rng.uniform(0, 12)
 
 
-def _details_desert(
-    draw: ImageDraw.ImageDraw,
-    width: int,
-    height: int,
-    horizon: np.ndarray,
-    rng: np.random.Generator,
-) -> None:
+def _details_desert(draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng) -> None:
     line = float(horizon.mean())
     for _ in range(int(rng.integers(2, 5))):  # dune ridges with shadowed faces
         base = rng.uniform(line + 10, height)
@@ -194,13 +174,7 @@ def _details_desert(
     _sun(draw, width, line, rng)
 
 
-def _details_forest(
-    draw: ImageDraw.ImageDraw,
-    width: int,
-    height: int,
-    horizon: np.ndarray,
-    rng: np.random.Generator,
-) -> None:
+def _details_forest(draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng) -> None:
     for _ in range(int(rng.integers(18, 40))):
         x = rng.uniform(0, width)
         col = int(np.clip(x, 0, width - 1))
@@ -216,13 +190,7 @@ def _details_forest(
         )
 
 
-def _details_mountains(
-    draw: ImageDraw.ImageDraw,
-    width: int,
-    height: int,
-    horizon: np.ndarray,
-    rng: np.random.Generator,
-) -> None:
+def _details_mountains(draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng) -> None:
     for _ in range(int(rng.integers(2, 5))):
         peak_x = rng.uniform(0, width)
         col = int(np.clip(peak_x, 0, width - 1))
@@ -262,47 +230,13 @@ _SCENE_DETAILS: dict[str, Callable[..., None]] = {
     "mountains": _details_mountains,
 }
 
+# Per scene: sky colours (top, near the horizon), ground colours (near, far), texture and cloud strength.
 _PALETTES: dict[str, dict[str, Any]] = {
-    "beach": {
-        "sky_top": (60, 120, 200),
-        "sky_low": (175, 210, 235),
-        "ground_near": (220, 200, 160),
-        "ground_far": (205, 190, 150),
-        "texture": 0.12,
-        "clouds": 0.7,
-    },
-    "city": {
-        "sky_top": (110, 130, 160),
-        "sky_low": (200, 195, 190),
-        "ground_near": (80, 80, 85),
-        "ground_far": (110, 110, 115),
-        "texture": 0.2,
-        "clouds": 0.5,
-    },
-    "desert": {
-        "sky_top": (70, 130, 210),
-        "sky_low": (225, 215, 190),
-        "ground_near": (215, 165, 100),
-        "ground_far": (225, 185, 130),
-        "texture": 0.15,
-        "clouds": 0.2,
-    },
-    "forest": {
-        "sky_top": (90, 140, 200),
-        "sky_low": (190, 210, 220),
-        "ground_near": (45, 95, 40),
-        "ground_far": (70, 115, 60),
-        "texture": 0.35,
-        "clouds": 0.8,
-    },
-    "mountains": {
-        "sky_top": (50, 100, 180),
-        "sky_low": (180, 200, 225),
-        "ground_near": (85, 110, 70),
-        "ground_far": (120, 130, 110),
-        "texture": 0.3,
-        "clouds": 0.6,
-    },
+    "beach": dict(sky_top=(60, 120, 200), sky_low=(175, 210, 235), ground_near=(220, 200, 160), ground_far=(205, 190, 150), texture=0.12, clouds=0.7),
+    "city": dict(sky_top=(110, 130, 160), sky_low=(200, 195, 190), ground_near=(80, 80, 85), ground_far=(110, 110, 115), texture=0.2, clouds=0.5),
+    "desert": dict(sky_top=(70, 130, 210), sky_low=(225, 215, 190), ground_near=(215, 165, 100), ground_far=(225, 185, 130), texture=0.15, clouds=0.2),
+    "forest": dict(sky_top=(90, 140, 200), sky_low=(190, 210, 220), ground_near=(45, 95, 40), ground_far=(70, 115, 60), texture=0.35, clouds=0.8),
+    "mountains": dict(sky_top=(50, 100, 180), sky_low=(180, 200, 225), ground_near=(85, 110, 70), ground_far=(120, 130, 110), texture=0.3, clouds=0.6),
 }
 
 

@@ -26,7 +26,7 @@ batch in one call.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -235,6 +235,7 @@ def batched_loader(
     config: LoaderConfig,
     kwargs: dict[str, Any],
     *,
+    batches: Iterable[list[int]] | None = None,
     sampler: Sampler[int] | None = None,
     drop_last: bool = False,
     generator: torch.Generator | None = None,
@@ -242,17 +243,19 @@ def batched_loader(
     """A DataLoader whose every fetch returns a whole batch (``config.batched_fetch``).
 
     ``kwargs`` are the DataLoader arguments built from ``config``
-    (``to_kwargs()`` plus timeout/worker_init_fn); ``sampler`` yields item
-    indices, grouped here into batches of ``config.batch_size``. Without a
-    validated vectorised fetch, falls back to fetching the items in one call.
+    (``to_kwargs()`` plus timeout/worker_init_fn). ``batches`` yields the index
+    lists (the user's batching); without it, ``sampler``'s indices are grouped
+    into batches of ``config.batch_size``. Without a validated vectorised fetch,
+    falls back to fetching the items in one call.
     """
     if pipeline.is_iterable:
         raise ValueError("batched fetching needs a map-style dataset (indices), not an iterable one")
     fetch = _fetcher_for(pipeline)
-    base = sampler
-    if base is None:
-        base = RandomSampler(pipeline.dataset, generator=generator) if pipeline.shuffle else SequentialSampler(pipeline.dataset)
-    batches = BatchSampler(base, batch_size=config.batch_size, drop_last=drop_last)
+    if batches is None:
+        base = sampler
+        if base is None:
+            base = RandomSampler(pipeline.dataset, generator=generator) if pipeline.shuffle else SequentialSampler(pipeline.dataset)
+        batches = BatchSampler(base, batch_size=config.batch_size, drop_last=drop_last)
     options = dict(kwargs)
     options.pop("batch_size", None)
     options.pop("shuffle", None)

@@ -1,20 +1,27 @@
 """Building DataLoaders from a :class:`Pipeline` and a :class:`LoaderConfig`.
 
-Probes measure steady state, so they feed the loader a :class:`CyclingSampler`
-that walks the dataset as many times as needed: no epoch boundary (and its
-worker restart) lands inside a measurement window. Epoch start-up is measured
-separately.
+A trial loader is the user's loader with other knobs (NOTE [loader fidelity] in
+``arguments.py``): their dataset, sampler or batch_sampler, collate_fn,
+worker_init_fn, generator, drop_last, timeout and pin_memory_device.
+
+Probes measure steady state, so with ``cycle`` the loader walks the user's
+epochs one after another (:class:`CyclingBatches`: each pass re-iterates the
+user's own sampler or batch sampler, a new epoch to it): no epoch boundary (and
+its worker restart) lands inside a measurement window. Epoch start-up is
+measured separately. ``sizes`` receives the length of every index list the
+sampler yields, in order, so a probe counts the samples a batch really holds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, SequentialSampler
 
 from ..config import LoaderConfig
 from ..target import Pipeline
@@ -64,56 +71,125 @@ def quiet_worker_warning() -> Iterator[None]:
         yield
 
 
+class CyclingBatches(Sampler[list[int]]):
+    """The user's epochs of index lists, one after another, for ``total`` batches.
+
+    Each pass iterates ``epoch`` afresh (a new epoch: a RandomSampler draws a new
+    order, a bucketing sampler reshuffles its buckets) and calls ``set_epoch`` on
+    samplers that have it, as a training loop would. Stops if an epoch is empty.
+    """
+
+    def __init__(self, epoch: Iterable[list[int]], total: int, *, sizes: deque[int] | None = None) -> None:
+        self.epoch = epoch
+        self.total = total
+        self.sizes = sizes
+
+    def __iter__(self) -> Iterator[list[int]]:
+        emitted = 0
+        passes = 0
+        while emitted < self.total:
+            _set_epoch(self.epoch, passes)
+            yielded = False
+            for indices in self.epoch:
+                if emitted >= self.total:
+                    return
+                if self.sizes is not None:
+                    self.sizes.append(len(indices))
+                yield indices
+                yielded = True
+                emitted += 1
+            if not yielded:
+                return
+            passes += 1
+
+    def __len__(self) -> int:
+        return self.total
+
+
+def _set_epoch(batches: Any, epoch: int) -> None:
+    for part in (batches, getattr(batches, "sampler", None)):
+        setter = getattr(part, "set_epoch", None)
+        if callable(setter):
+            with contextlib.suppress(Exception):
+                setter(epoch)
+
+
+def epoch_batches(
+    pipeline: Pipeline, batch_size: int, *, drop_last: bool | None = None, seed: int | None = None
+) -> Iterable[list[int]]:
+    """One epoch of index lists as the user's loader makes them.
+
+    Their own batch sampler when it decides the batches; else ``batch_size``
+    indices at a time from their sampler (or a sequential/random one; ``seed``
+    orders the random one where the user gave no generator).
+    """
+    if pipeline.batch_sampler is not None:
+        return pipeline.batch_sampler
+    sampler = pipeline.sampler
+    if sampler is None:
+        if pipeline.shuffle:
+            generator = pipeline.generator
+            if generator is None and seed is not None:
+                generator = torch.Generator().manual_seed(seed)
+            sampler = RandomSampler(pipeline.dataset, generator=generator)
+        else:
+            sampler = SequentialSampler(pipeline.dataset)
+    drop = pipeline.drop_last if drop_last is None else drop_last
+    return BatchSampler(sampler, batch_size=batch_size, drop_last=drop)
+
+
 def build_loader(
     pipeline: Pipeline,
     config: LoaderConfig,
     *,
+    cycle: int | None = None,
+    sizes: deque[int] | None = None,
     sampler: Sampler[int] | None = None,
     timeout: float = 0.0,
     worker_init_fn: Any = "pipeline",
     generator: torch.Generator | None = None,
     drop_last: bool | None = None,
+    seed: int | None = None,
 ) -> DataLoader:
-    """A DataLoader over the pipeline's dataset with ``config``'s knobs.
+    """A DataLoader over the pipeline's dataset with ``config``'s knobs and the user's everything else.
 
-    ``worker_init_fn="pipeline"`` keeps the user's own (from their DataLoader).
-    ``timeout`` bounds every wait on a worker (see NOTE [worker shutdown]).
+    ``cycle=N`` walks the user's epochs for N batches (see the module docstring);
+    ``sampler`` instead gives index draws of the caller's (rank sharding), batched
+    by ``config.batch_size``. ``worker_init_fn="pipeline"`` keeps the user's own.
+    ``timeout`` bounds every wait on a worker where the user set none (see NOTE
+    [worker shutdown]); ``generator`` defaults to the user's.
     """
     kwargs = config.to_kwargs()
+    kwargs.pop("batch_size", None)
     if worker_init_fn == "pipeline":
         worker_init_fn = pipeline.worker_init_fn
     if config.num_workers > 0:
-        kwargs["timeout"] = timeout
+        kwargs["timeout"] = pipeline.timeout or timeout
         kwargs["worker_init_fn"] = worker_init_fn
     if config.pin_memory and not torch.cuda.is_available():
         kwargs["pin_memory"] = False
-    drop = pipeline.drop_last if drop_last is None else drop_last
+    if kwargs.get("pin_memory") and pipeline.pin_memory_device:
+        kwargs["pin_memory_device"] = pipeline.pin_memory_device
+    generator = pipeline.generator if generator is None else generator
     with quiet_worker_warning():
-        return _construct(pipeline, config, kwargs, sampler=sampler, drop=drop, generator=generator)
+        if pipeline.is_iterable:
+            drop = pipeline.drop_last if drop_last is None else drop_last
+            return DataLoader(
+                pipeline.dataset, batch_size=config.batch_size, collate_fn=pipeline.collate, drop_last=drop,
+                generator=generator, **kwargs,
+            )
+        if sampler is not None:
+            batches: Iterable[list[int]] = BatchSampler(
+                sampler, config.batch_size, drop_last=pipeline.drop_last if drop_last is None else drop_last
+            )
+        else:
+            batches = epoch_batches(pipeline, config.batch_size, drop_last=drop_last, seed=seed)
+        if cycle is not None or sizes is not None:
+            batches = CyclingBatches(batches, cycle if cycle is not None else 1, sizes=sizes)
+        if config.batched_fetch:
+            from .batching import batched_loader  # noqa: PLC0415 - optional path
 
-
-def _construct(
-    pipeline: Pipeline,
-    config: LoaderConfig,
-    kwargs: dict[str, Any],
-    *,
-    sampler: Sampler[int] | None,
-    drop: bool,
-    generator: torch.Generator | None,
-) -> DataLoader:
-    if pipeline.is_iterable:
-        return DataLoader(pipeline.dataset, collate_fn=pipeline.collate, drop_last=drop, generator=generator, **kwargs)
-    if config.batched_fetch:
-        from .batching import batched_loader  # noqa: PLC0415 - optional path
-
-        return batched_loader(pipeline, config, kwargs, sampler=sampler, drop_last=drop, generator=generator)
-    if sampler is None and pipeline.shuffle:
-        kwargs["shuffle"] = True
-    return DataLoader(
-        pipeline.dataset,
-        sampler=sampler,
-        collate_fn=pipeline.collate,
-        drop_last=drop,
-        generator=generator,
-        **kwargs,
-    )
+            return batched_loader(pipeline, config, kwargs, batches=batches, generator=generator)
+        return DataLoader(
+            pipeline.dataset, batch_sampler=batches, collate_fn=pipeline.collate, generator=generator, **kwargs
+        )

@@ -73,6 +73,26 @@ def seed_worker(worker_id: int) -> SeedReport:
     return report
 
 
+class ChainedWorkerInit:
+    """A ``worker_init_fn`` that calls several in order (a class, so spawn can pickle it)."""
+
+    def __init__(self, *fns: Any) -> None:
+        self.fns = tuple(fn for fn in fns if fn is not None)
+
+    def __call__(self, worker_id: int) -> None:
+        for fn in self.fns:
+            fn(worker_id)
+
+
+def chain_worker_init(*fns: Any) -> ChainedWorkerInit:
+    """Run the user's own ``worker_init_fn`` and then ``ss.seed_worker`` (or any others), in order.
+
+    ``DataLoader(..., worker_init_fn=ss.chain_worker_init(my_init, ss.seed_worker))`` keeps
+    what ``my_init`` does and adds the seeding it lacks.
+    """
+    return ChainedWorkerInit(*fns)
+
+
 def _child_seed(root: np.random.SeedSequence, path: str) -> int:
     # Keyed by the attribute path, so adding an RNG elsewhere does not shift this one's stream.
     child = np.random.SeedSequence(root.entropy, spawn_key=(*root.spawn_key, zlib.crc32(path.encode())))

@@ -52,17 +52,29 @@ def _coverage_line(coverage: dict[str, Any]) -> str:
     if coverage.get("memory_samples"):
         parts.append(f"memory probe: {coverage['memory_samples']:,} samples")
     parts.append(f"{coverage.get('num_workers')} workers ({coverage.get('worker_start_method') or coverage.get('start_method')})")
-    parts.append(f"timeout {coverage.get('timeout_s'):g} s per sample")
+    if coverage.get("timeout_s") is not None:  # absent from records of older versions
+        parts.append(f"timeout {coverage['timeout_s']:g} s per sample")
     if coverage.get("elapsed_s") is not None:
         parts.append(f"{coverage['elapsed_s']:.1f} s")
     return "; ".join(parts)
+
+
+def _covered(coverage: dict[str, Any]) -> str:
+    """`` in 1,234 of 2,000 indices (61.7%)``: a clean result always says how much was looked at."""
+    checked = coverage.get("indices_checked")
+    length = coverage.get("dataset_length")
+    if checked is None:
+        return ""
+    if length:
+        return f" in {checked:,} of {length:,} indices ({coverage.get('fraction_checked') or 0.0:.1%})"
+    return f" in {checked:,} items of the stream"
 
 
 def render_check(data: dict[str, Any], console: Console) -> None:
     findings = data.get("findings") or []
     coverage = data.get("coverage") or {}
     if not findings:
-        console.print("[bold green]✓ no problems found[/]")
+        console.print(f"[bold green]✓ no problems found{escape(_covered(coverage))}[/]")
     else:
         table = Table(title=f"check: {escape(str(data.get('target', '')))}", title_justify="left", show_lines=True)
         table.add_column("", no_wrap=True)

@@ -1,8 +1,8 @@
-"""Console summary of a ``profile`` section (``stallscope profile`` and ``Watch.summary()``).
+"""Console summary of a ``profile`` section (``stallscope profile``, ``ss.watch`` and the integrations).
 
 Reads only the record dict. :func:`summary_lines` gives plain text (for
-``Watch.summary()`` and logs); :func:`render_profile` prints the same facts
-with rich formatting.
+:func:`stall_summary` (``ss.stall_summary(w)``), the callbacks' ``summary()``
+and logs); :func:`render_profile` prints the same facts with rich formatting.
 """
 
 from __future__ import annotations
@@ -61,8 +61,10 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
             else f"{_pct(profile.get('startup_share'))} of measured time"
         )
         lines.append(f"  first batch of epoch: {first:.3f} s (kept out of steady state; {share})")
-    occ = profile.get("occupancy")
-    if occ:
+    timing = profile.get("timing") or {}
+    if timing.get("note"):
+        lines.append(f"  timing: {timing['method']}: {timing['note']}")
+    if occ := profile.get("occupancy"):
         lines.append(
             f"  prefetch buffer: {occ['mean_ready']:.1f}/{occ['capacity']} batches ready on average "
             f"(empty {_pct(occ['empty_fraction'])}, full {_pct(occ['full_fraction'])} of {occ['samples']} samples)"
@@ -77,14 +79,10 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
         )
     elif gpu.get("reason"):
         lines.append(f"  GPU: not sampled ({gpu['reason']})")
-    res = profile.get("resources")
-    if res:
-        lines.append(
-            f"  CPU: main {res['main_cpu_percent']:.0f}%, workers {res['workers_cpu_percent']:.0f}% "
-            f"({res['n_workers']} workers); RSS main {res['main_rss_mb']:.0f} MB, workers {res['workers_rss_mb']:.0f} MB"
-        )
-    sync = profile.get("sync")
-    if sync:
+    if res := profile.get("resources"):
+        cpu = f"main {res['main_cpu_percent']:.0f}%, workers {res['workers_cpu_percent']:.0f}% ({res['n_workers']} workers)"
+        lines.append(f"  CPU: {cpu}; RSS main {res['main_rss_mb']:.0f} MB, workers {res['workers_rss_mb']:.0f} MB")
+    if sync := profile.get("sync"):
         lines.append(
             f"  sync ({sync['mode']}): {sync['calls']} calls, {sync.get('mean_ms') or 0:.3f} ms mean, "
             f"{_pct(sync.get('share_of_wall'))} of wall time (counted as compute)"
@@ -106,6 +104,12 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
     if profile.get("advice"):
         lines.append(f"  advice: {profile['advice']}")
     return lines
+
+
+def stall_summary(source: Any) -> str:
+    """Plain-text summary of a profile dict, or of anything with ``to_dict()`` (a watch, a callback)."""
+    profile = source if isinstance(source, dict) else source.to_dict()
+    return "\n".join(summary_lines(profile))
 
 
 def render_profile(data: dict[str, Any], console: Console) -> None:

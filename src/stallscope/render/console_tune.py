@@ -2,37 +2,16 @@
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:,.{digits}f}"
-
-
-def _by_config(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per config: phases it was measured in, median rate, start-up, repeats."""
-    rows: dict[str, dict[str, Any]] = {}
-    for t in trials:
-        row = rows.setdefault(t["label"], {"label": t["label"], "phases": [], "rates": [], "startup": [], "error": None})
-        if t["phase"] not in row["phases"]:
-            row["phases"].append(t["phase"])
-        if t["error"]:
-            row["error"] = t["error"]
-        else:
-            row["rates"].append(t["samples_per_s"])
-            if t.get("startup_s") is not None:
-                row["startup"].append(t["startup_s"])
-    out = []
-    for row in rows.values():
-        row["rate"] = statistics.median(row["rates"]) if row["rates"] else None
-        row["startup_s"] = statistics.median(row["startup"]) if row["startup"] else None
-        out.append(row)
-    return sorted(out, key=lambda r: -(r["rate"] or 0.0))
+from ..analysis import trials_by_config
+from ..analysis.readers import config_label
+from ..tuning.emit import render_python, snippet_for_record
+from .report_format import fmt_fixed
 
 
 def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -> None:
@@ -43,7 +22,7 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     region = search.get("region") or {}
     if region:
         console.print(f"[bold]Region:[/] {escape(region.get('name', '?'))} — {escape(region.get('reason', ''))}")
-    rows = _by_config(data.get("trials") or [])
+    rows = trials_by_config(data.get("trials") or [])
     table = Table(
         title=f"Configs measured ({len(data.get('trials') or [])} runs in {data.get('tuning_seconds', 0):.1f} s)",
         title_justify="left",
@@ -52,17 +31,19 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
                             ("vs baseline", "right"), ("start-up s", "right")]:
         table.add_column(column, justify=justify)
     base_rate = baseline.get("samples_per_s") or 0.0
-    pick_label = best.get("label")
+    # The schema does not require labels: name a config from its settings where the record has none.
+    pick_label = config_label(best.get("config"), best.get("label"))
+    base_label = config_label(baseline.get("config"), baseline.get("label"))
     for row in rows[:max_rows]:
         mark = "★ " if _same_knobs(row["label"], pick_label) else "  "
         rel = "–" if not row["rate"] or not base_rate else f"{row['rate'] / base_rate:.2f}×"
         table.add_row(
             mark + escape(row["label"]),
             ", ".join(row["phases"]),
-            _fmt(row["rate"]) if row["error"] is None else "[red]failed[/]",
+            fmt_fixed(row["rate"]) if row["error"] is None else "[red]failed[/]",
             str(len(row["rates"]) or 1),
             rel,
-            _fmt(row["startup_s"], 2),
+            fmt_fixed(row["startup_s"], 2),
             style="bold green" if mark.strip() else None,
         )
     if len(rows) > max_rows:
@@ -71,23 +52,52 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     speedup = best.get("speedup")
     confidence = best.get("confidence")
     console.print(
-        f"Pick: [bold]{escape(best['label'])}[/] at {best['samples_per_s']:,.1f} samples/s"
-        + (f", {speedup:.2f}× the baseline ({escape(baseline['label'])}, {base_rate:,.1f}/s)" if speedup else "")
+        f"Pick: [bold]{escape(pick_label)}[/] at {best['samples_per_s']:,.1f} samples/s"
+        + (f", {speedup:.2f}× the baseline ({escape(base_label)}, {base_rate:,.1f}/s)" if speedup else "")
         + "."
     )
+    rounds = best.get("rounds", search.get("rounds", 0)) or 0
     if confidence is not None:
         runner = best.get("runner_up")
         margin = best.get("margin")
         extra = f"; runner-up {escape(runner)} at {1 / margin:.1%} of it" if runner and margin else ""
         console.print(
             f"Confidence {confidence:.0%} that no other finalist is more than 3% faster "
-            f"({search.get('rounds', 0)} interleaved round(s){extra})."
+            f"({rounds} interleaved round(s){extra})."
+        )
+    elif "rounds" in best:
+        console.print(f"[bold yellow]Not confirmed: the budget ran out[/] after {rounds} interleaved round(s); no confidence.")
+    if best.get("keep_baseline"):
+        console.print(
+            f"[bold]Keep yours:[/] your loader ({escape(baseline['label'])}) is within {best.get('within_pct') or 0:.1f}% "
+            f"of the best found; no change is recommended."
+        )
+    _render_head_to_head(best.get("head_to_head") or [], console)
+    for skipped in best.get("skipped") or []:
+        console.print(f"  skipped {escape(skipped['label'])}: {escape(skipped['why'])}", style="dim")
+    gap = search.get("persistent_workers")
+    if gap and gap.get("gap_without_s") is not None and gap.get("gap_with_s") is not None:
+        console.print(
+            f"Epoch boundary ({escape(gap['measured_on'])}): {gap['gap_without_s']:.2f} s without, "
+            f"{gap['gap_with_s']:.2f} s with persistent workers "
+            f"({'recommended' if gap.get('recommended') else 'not recommended'})."
         )
     for note in search.get("notes") or []:
         console.print(f"  · {escape(note)}", style="dim")
     for rec in data.get("recommendations") or []:
-        console.print(f"[bold]→ {escape(rec['title'])}[/] ({escape(rec['expected_gain'])})")
-        console.print(f"    measured: {escape(rec['measured'])}", style="dim")
+        console.print(f"[bold]→ {escape(str(rec.get('title', '')))}[/] ({escape(str(rec.get('expected_gain', '')))})")
+        console.print(f"    measured: {escape(str(rec.get('measured', '')))}", style="dim")
+
+
+def _render_head_to_head(rows: list[dict[str, Any]], console: Console) -> None:
+    if not rows:
+        return
+    table = Table(title="Raced head to head (same interleaved rounds)", title_justify="left")
+    for column, justify in [("config", "left"), ("role", "left"), ("median samples/s", "right"), ("rounds", "right")]:
+        table.add_column(column, justify=justify)
+    for row in rows:
+        table.add_row(escape(row["label"]), row["role"], fmt_fixed(row["samples_per_s"]), str(row.get("rounds") or "–"))
+    console.print(table)
 
 
 def _same_knobs(label: str, pick_label: str | None) -> bool:
@@ -96,3 +106,31 @@ def _same_knobs(label: str, pick_label: str | None) -> bool:
         return False
     strip = lambda text: " ".join(p for p in text.split() if p != "persistent")  # noqa: E731
     return strip(label) == strip(pick_label)
+
+
+def render_what_to_set(data: dict[str, Any], console: Console, *, recommendations: bool = True) -> None:
+    """The user's own loader call with the pick's knobs (the one snippet builder), then the
+    recommendations with what was measured."""
+    best, baseline = data.get("best"), data.get("baseline")
+    keep = bool(best and best.get("keep_baseline") and baseline)
+    # Within noise of the user's own settings: the verdict is to keep them.
+    chosen = baseline["config"] if keep else None
+    snippet = snippet_for_record(data, chosen) if best else None
+    recs = (data.get("recommendations") or []) if recommendations else []
+    if snippet is None and not recs:
+        return
+    console.print()
+    console.rule("[bold]What to set and why")
+    if keep:
+        from ..tuning.recommendations import keep_yours_sentence
+
+        console.print(f"[bold]Keep yours:[/] {escape(keep_yours_sentence(best, baseline))}.")
+    if snippet is not None:
+        console.print(escape(render_python(snippet)))
+    for rec in recs:
+        line = f"• [bold]{escape(rec.get('title', ''))}[/]"
+        if rec.get("measured"):
+            line += f" — measured: {escape(str(rec['measured']))}"
+        if rec.get("expected_gain"):
+            line += f"; expected gain: {escape(str(rec['expected_gain']))}"
+        console.print(line)

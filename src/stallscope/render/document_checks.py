@@ -4,106 +4,77 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis import CheckRow, FindingView, Recommendation, ReportFacts
+from ..analysis import CheckRow, FindingFacts, FindingView, Recommendation
 from ..analysis.readers import number
-from .document_model import (
-    Bullets,
-    Code,
-    CodeBlock,
-    Paragraph,
-    Section,
-    Status,
-    Strong,
-    Table,
-    plural,
-    record_text,
-)
-from .report_format import (
-    DASH,
-    fmt_bytes,
-    fmt_count,
-    fmt_fraction,
-    fmt_mib,
-    fmt_ms,
-    fmt_quantity,
-    fmt_rate,
-    fmt_ratio,
-    fmt_seconds,
-    fmt_value,
-)
+from . import document_model as dm
+from . import report_format as rf
 
 
 # -- checklist ---------------------------------------------------------------------------------
 def _target_text(row: CheckRow) -> str:
     sign = "≥" if row.target.higher_is_better else "≤"
-    return f"{sign} {fmt_quantity(row.target.good, row.unit)}"
+    return f"{sign} {rf.fmt_quantity(row.target.good, row.unit)}"
 
 
-def checklist_section(facts: ReportFacts, r: dict):
-    if not facts.checklist:
-        return None, None
-    rows = [[row.name, Code(row.subject) if row.subject else DASH, fmt_quantity(row.measured, row.unit),
-             _target_text(row), Status(row.status)] for row in facts.checklist]
-    table = Table(["Check", "measured at", "measured", "target", "status"], rows, "llrrl")
-    return Section("checklist", "Checklist", [table]), None
+def checklist_section(checklist: list[CheckRow], r: dict):
+    rows = [[row.name, dm.Code(row.subject) if row.subject else rf.DASH, rf.fmt_quantity(row.measured, row.unit),
+             _target_text(row), dm.Status(row.status)] for row in checklist]
+    table = dm.Table(["Check", "measured at", "measured", "target", "status"], rows, "llrrl")
+    return dm.Section("checklist", "Checklist", [table]), None
 
 
 # -- findings ------------------------------------------------------------------------------------
-def findings_section(facts: ReportFacts, r: dict):
-    found = facts.findings
-    if found is None:
-        return None, None
+def findings_section(found: FindingFacts, r: dict):
     c = found.counts
-    summary = (f"{plural(len(found.findings), 'finding')}: {plural(c['error'], 'error')}, {plural(c['warning'], 'warning')}, "
-               f"{plural(c['info'], 'note')}.")
-    blocks: list = [Paragraph([summary])]
+    summary = (f"{dm.plural(len(found.findings), 'finding')}: {dm.plural(c['error'], 'error')}, {dm.plural(c['warning'], 'warning')}, "
+               f"{dm.plural(c['info'], 'note')}.")
+    blocks: list = [dm.Paragraph([summary])]
     coverage = r.get("coverage")
     if isinstance(coverage, dict) and coverage:
-        blocks.append(Paragraph(["Coverage: " + "; ".join(f"{k.replace('_', ' ')}: {fmt_value(v)}"
+        blocks.append(dm.Paragraph(["Coverage: " + "; ".join(f"{k.replace('_', ' ')}: {rf.fmt_value(v)}"
                                                           for k, v in coverage.items()) + "."]))
     if found.findings:
-        rows = [[Status({"error": "fail", "warning": "warn"}.get(f.severity, "info")), Code(f.code), record_text(f.message)]
+        rows = [[dm.Status({"error": "fail", "warning": "warn"}.get(f.severity, "info")), dm.Code(f.code), dm.record_text(f.message)]
                 for f in found.findings]
-        blocks.append(Table(["Severity", "Code", "Finding"], rows, "lll"))
+        blocks.append(dm.Table(["Severity", "Code", "Finding"], rows, "lll"))
     codes = sorted({f.code for f in found.findings if f.severity in ("error", "warning")})
-    headline = [f"Checks: {plural(c['error'], 'error')}, {plural(c['warning'], 'warning')}, {plural(c['info'], 'note')}"
+    headline = [f"Checks: {dm.plural(c['error'], 'error')}, {dm.plural(c['warning'], 'warning')}, {dm.plural(c['info'], 'note')}"
                 + (f" ({', '.join(codes)})" if codes else "") + "."]
-    return Section("findings", "Check findings", blocks), headline
+    return dm.Section("findings", "Check findings", blocks), headline
 
 
 # -- recommendations --------------------------------------------------------------------------------
-def recommendations_section(facts: ReportFacts, r: dict):
-    if not facts.recommendations:
-        return None, None
-    items = [_recommendation_item(rec) for rec in facts.recommendations]
+def recommendations_section(recommendations: list[Recommendation], r: dict):
+    items = [_recommendation_item(rec) for rec in recommendations]
     items = [i for i in items if i]
     if not items:
         return None, None
-    return Section("recommendations", "Recommendations", [Bullets(items)]), None
+    return dm.Section("recommendations", "Recommendations", [dm.Bullets(items)]), None
 
 
 def _recommendation_item(rec: Recommendation) -> list:
     if rec.source == "record":
-        parts: list = [Strong(fmt_value(rec.title or rec.id).replace("`", ""))]
+        parts: list = [dm.Strong(rf.fmt_value(rec.title or rec.id).replace("`", ""))]
         if rec.detail:
-            parts += [" — ", *record_text(fmt_value(rec.detail))]
+            parts += [" — ", *dm.record_text(rf.fmt_value(rec.detail))]
         if rec.measured is not None:
-            parts += [" Measured: ", *record_text(fmt_value(rec.measured)), "."]
+            parts += [" Measured: ", *dm.record_text(rf.fmt_value(rec.measured)), "."]
         if rec.expected_gain is not None:
             gain = rec.expected_gain
-            parts.append(f" Expected gain: {fmt_ratio(gain) if isinstance(gain, float) else fmt_value(gain)}.")
+            parts.append(f" Expected gain: {rf.fmt_ratio(gain) if isinstance(gain, float) else rf.fmt_value(gain)}.")
         return parts
     x = rec.values
     if rec.id == "use-best-config":
-        return [Strong("Switch to"), " ", Code(x["label"]),
-                f" — measured {fmt_rate(x['samples_per_s'])} samples/s against "
-                f"{fmt_rate(x['baseline_samples_per_s'])} for ", Code(x["baseline"]),
-                f". Expected gain: {fmt_ratio(x['speedup'])} loader throughput."]
+        return [dm.Strong("Switch to"), " ", dm.Code(x["label"]),
+                f" — measured {rf.fmt_rate(x['samples_per_s'])} samples/s against "
+                f"{rf.fmt_rate(x['baseline_samples_per_s'])} for ", dm.Code(x["baseline"]),
+                f". Expected gain: {rf.fmt_ratio(x['speedup'])} loader throughput."]
     if rec.id == "persistent-workers":
-        return [Strong("Set persistent_workers=True"), " — at ", Code(x["label"]),
-                f" worker start-up took {fmt_seconds(x['startup_s'])}, {fmt_fraction(x['fraction'])} of a "
-                f"{fmt_seconds(x['epoch_s'])} epoch. Expected gain: {fmt_seconds(x['startup_s'])} per epoch "
-                "after the first."]
+        epoch = f", of a {rf.fmt_seconds(x['epoch_s'])} epoch" if x.get("epoch_s") else ""
+        return [dm.Strong("Set persistent_workers=True"), " — at ", dm.Code(x["label"]),
+                f" the gap at an epoch boundary measured {rf.fmt_seconds(x['gap_without_s'])} without it and "
+                f"{rf.fmt_seconds(x['gap_with_s'])} with it. Expected gain: {rf.fmt_seconds(x['saved_s'])} per epoch "
+                f"after the first{epoch}."]
     return []
 
 
@@ -111,15 +82,14 @@ def _recommendation_item(rec: Recommendation) -> list:
 _STACK_KEYS = ("stack", "traceback", "where")
 
 
-def troubleshooting_section(facts: ReportFacts, r: dict):
-    found = facts.findings
-    if found is None or not found.findings:
+def troubleshooting_section(found: FindingFacts, r: dict):
+    if not found.findings:
         return None, None
-    section = Section("troubleshooting", "Troubleshooting")
+    section = dm.Section("troubleshooting", "Troubleshooting")
     for f in found.findings:
         blocks: list = []
         if f.message:
-            blocks.append(Paragraph(record_text(f.message)))
+            blocks.append(dm.Paragraph(dm.record_text(f.message)))
         evidence, stacks = [], []
         for key, value in f.evidence.items():
             if value is None or value == [] or value == {}:
@@ -129,14 +99,14 @@ def troubleshooting_section(facts: ReportFacts, r: dict):
             else:
                 evidence.append([f"{key.replace('_', ' ')}: ", evidence_value(key, value)])
         if evidence:
-            blocks.append(Bullets(evidence))
-        blocks += [CodeBlock(s) for s in stacks]
+            blocks.append(dm.Bullets(evidence))
+        blocks += [dm.CodeBlock(s) for s in stacks]
         derived = _derived_text(f)
         if derived:
-            blocks.append(Paragraph(derived))
+            blocks.append(dm.Paragraph(derived))
         if f.fix:
-            blocks.append(Paragraph([Strong("Fix:"), " ", *record_text(f.fix)]))
-        section.subsections.append(Section(f"finding-{f.code}", f"{f.code} ({f.severity})", blocks))
+            blocks.append(dm.Paragraph([dm.Strong("Fix:"), " ", *dm.record_text(f.fix)]))
+        section.subsections.append(dm.Section(f"finding-{f.code}", f"{f.code} ({f.severity})", blocks))
     return section, None
 
 
@@ -155,46 +125,46 @@ def evidence_value(key: str, value: Any) -> str:
     if isinstance(value, list) and value and all(number(v) is not None or isinstance(v, dict) for v in value):
         return ", ".join(evidence_value(key, v) for v in value)
     if number(value) is None:
-        return fmt_value(value)
+        return rf.fmt_value(value)
     if "per_1000" in key:  # a rate (MB per thousand samples), not an amount
-        return fmt_value(value)
+        return rf.fmt_value(value)
     if isinstance(value, int) and (key in ("index", "indices", "pid") or key.endswith(("_index", "_pid"))):
         return str(value)
     if key.endswith("bytes"):
-        return fmt_bytes(value)
+        return rf.fmt_bytes(value)
     if key.endswith("_mb") or "_mb_" in key:  # MiB, as the resource sampler and the checks report it
-        return fmt_mib(value)
+        return rf.fmt_mib(value)
     if key == "ms" or key.endswith("_ms") or "_ms_" in key:
-        return fmt_ms(value)
+        return rf.fmt_ms(value)
     if key.endswith("fraction"):
-        return fmt_fraction(value)
+        return rf.fmt_fraction(value)
     if key.endswith("_s") or key.endswith("seconds"):
-        return fmt_seconds(value)
-    return fmt_value(value)
+        return rf.fmt_seconds(value)
+    return rf.fmt_value(value)
 
 
 def _derived_text(f: FindingView) -> list:
     d = f.derived
     if f.code == "memory-growth" and "epoch_mb_per_worker" in d:
-        text = (f"At {fmt_value(d['mb_per_1000'])} MB per thousand samples, one epoch of "
-                f"{fmt_count(d['epoch_samples'])} samples adds about {fmt_value(d['epoch_mb_per_worker'])} MB per "
+        text = (f"At {rf.fmt_value(d['mb_per_1000'])} MB per thousand samples, one epoch of "
+                f"{rf.fmt_count(d['epoch_samples'])} samples adds about {rf.fmt_value(d['epoch_mb_per_worker'])} MB per "
                 "worker")
         parts: list = [text]
         if "epoch_mb_all_workers" in d:
-            parts.append(f", {fmt_value(d['epoch_mb_all_workers'])} MB across {int(d['workers'])} workers")
+            parts.append(f", {rf.fmt_value(d['epoch_mb_all_workers'])} MB across {int(d['workers'])} workers")
         parts.append(".")
         return parts
     if f.code == "slow-samples" and "slowest_s" in d:
-        parts = [f"The slowest sample, index {int(d['slowest_index'])}, took {fmt_seconds(d['slowest_s'])}"]
+        parts = [f"The slowest sample, index {int(d['slowest_index'])}, took {rf.fmt_seconds(d['slowest_s'])}"]
         if "median_s" in d:
-            parts.append(f", {fmt_ratio(d['slowest_s'] / d['median_s'])} the median sample "
-                         f"({fmt_seconds(d['median_s'])})")
+            parts.append(f", {rf.fmt_ratio(d['slowest_s'] / d['median_s'])} the median sample "
+                         f"({rf.fmt_seconds(d['median_s'])})")
         return [*parts, "."]
     if f.code == "oversubscription" and "threads" in d:
         return [f"{int(d['num_workers'])} workers × {int(d['threads_per_worker'])} threads each = "
-                f"{int(d['threads'])} threads for {int(d['cores'])} usable cores, {fmt_ratio(d['threads'] / d['cores'])} "
+                f"{int(d['threads'])} threads for {int(d['cores'])} usable cores, {rf.fmt_ratio(d['threads'] / d['cores'])} "
                 "oversubscribed."]
     if f.code == "shm-too-small" and "in_flight_bytes" in d:
         return [f"The largest in-flight set measured is {int(d['in_flight_batches'])} batches, "
-                f"{fmt_bytes(d['in_flight_bytes'])}, against {fmt_bytes(d['shm_free_bytes'])} free in /dev/shm."]
+                f"{rf.fmt_bytes(d['in_flight_bytes'])}, against {rf.fmt_bytes(d['shm_free_bytes'])} free in /dev/shm."]
     return []

@@ -101,12 +101,45 @@ def record_text(text: Any) -> list:
     return [Code(p) if i % 2 else p for i, p in enumerate(pieces) if p]
 
 
-def plain_text(parts: Sequence[Any]) -> str:
-    """Inline parts as plain text (for captions and console output)."""
-    out = []
-    for part in parts:
-        out.append(part if isinstance(part, str) else part.text if isinstance(part, (Code, Strong)) else str(part))
-    return "".join(out)
+class DocumentWriter:
+    """What the Markdown and HTML writers share: which method writes which block or inline part.
+
+    A writer supplies ``paragraph``, ``bullets``, ``table``, ``code_block`` and ``figure`` (given the
+    image the figure shows, or None) for blocks, and ``text``, ``code``, ``strong`` and ``status``
+    for inline parts.
+    """
+
+    def block(self, block: Any, images: dict[str, str]) -> Any:
+        if isinstance(block, Paragraph):
+            return self.paragraph(block)
+        if isinstance(block, Bullets):
+            return self.bullets(block)
+        if isinstance(block, Table):
+            return self.table(block)
+        if isinstance(block, CodeBlock):
+            return self.code_block(block)
+        if isinstance(block, Figure):
+            return self.figure(block, images.get(block.name))
+        raise TypeError(f"unknown block {type(block).__name__}")
+
+    def inline(self, parts: Sequence[Any]) -> str:
+        out = []
+        for part in parts:
+            if isinstance(part, Code):
+                out.append(self.code(part.text))
+            elif isinstance(part, Strong):
+                out.append(self.strong(part.text))
+            elif isinstance(part, Status):
+                out.append(self.status(part.value))
+            elif isinstance(part, list):
+                out.append(self.inline(part))
+            else:
+                out.append(self.text(part))
+        return "".join(out)
+
+    def cell(self, value: Any) -> str:
+        """One table cell: an inline part or a list of them."""
+        return self.inline(value if isinstance(value, list) else [value])
 
 
 def plural(count: int, noun: str) -> str:

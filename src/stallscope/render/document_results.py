@@ -6,87 +6,67 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis import ReportFacts, loader_arguments
+from ..analysis import (
+    BenchFacts,
+    BestConfig,
+    StageFacts,
+    TrainingFacts,
+    TuningFacts,
+)
 from ..analysis.readers import number, workers_of
+from . import document_model as dm
+from . import report_format as rf
 from .document_checks import evidence_value
-from .document_model import (
-    Bullets,
-    Cell,
-    Code,
-    CodeBlock,
-    Figure,
-    Paragraph,
-    Section,
-    Strong,
-    Table,
-    config_code,
-    plural,
-    record_text,
-)
-from .report_format import (
-    DASH,
-    fmt_count,
-    fmt_fraction,
-    fmt_ms,
-    fmt_percent,
-    fmt_rate,
-    fmt_ratio,
-    fmt_seconds,
-    fmt_value,
-)
 
 
 # -- benchmark ---------------------------------------------------------------------
-def bench_section(facts: ReportFacts, r: dict):
-    bench = facts.bench
-    if bench is None:
-        return None, None
+def bench_section(bench: BenchFacts, r: dict):
     if bench.measured == 0:
-        rows = [[Code(row.label), row.error or DASH] for row in bench.rows]
-        blocks = [Paragraph([f"All {plural(bench.failed, 'configuration')} failed:"]), Table(["Configuration", "error"], rows)]
-        return Section("benchmark", "Benchmark", blocks), None
-    intro = f"{plural(bench.measured, 'configuration')} measured"
+        rows = [[dm.Code(row.label), row.error or rf.DASH] for row in bench.rows]
+        blocks = [dm.Paragraph([f"All {dm.plural(bench.failed, 'configuration')} failed:"]), dm.Table(["Configuration", "error"], rows)]
+        return dm.Section("benchmark", "Benchmark", blocks), None
+    intro = f"{dm.plural(bench.measured, 'configuration')} measured"
     if bench.repeats:
         intro += f", {bench.repeats} interleaved repeats each (median, with min–max in brackets)"
     if bench.cores:
         intro += f", on {bench.cores} usable cores"
     if bench.batches_timed and bench.window_s:
-        intro += (f"; rates come from {bench.batches_timed:,} batches timed over {fmt_seconds(bench.window_s)} of "
+        intro += (f"; rates come from {bench.batches_timed:,} batches timed over {rf.fmt_seconds(bench.window_s)} of "
                   "steady state, start-up excluded")
     intro += "."
     if bench.single_process_ms_per_sample is not None:
-        intro += f" Single-process cost: {fmt_ms(bench.single_process_ms_per_sample)} per sample."
+        intro += f" Single-process cost: {rf.fmt_ms(bench.single_process_ms_per_sample)} per sample."
     if bench.failed:
-        intro += f" {plural(bench.failed, 'configuration')} failed; see below the table."
+        intro += f" {dm.plural(bench.failed, 'configuration')} failed; see below the table."
     rows = []
     for row in bench.rows:
-        label: Cell = Strong(row.label) if row.is_best else Code(row.label)
+        label: dm.Cell = dm.Strong(row.label) if row.is_best else dm.Code(row.label)
         if row.error:
-            rows.append([label, "failed", DASH, DASH, DASH, DASH, DASH, DASH])
+            rows.append([label, "failed", rf.DASH, rf.DASH, rf.DASH, rf.DASH, rf.DASH, rf.DASH])
             continue
-        rate = fmt_rate(row.samples_per_s)
+        rate = rf.fmt_rate(row.samples_per_s)
         if row.min_samples_per_s is not None and row.max_samples_per_s is not None:
-            rate += f" [{fmt_rate(row.min_samples_per_s)}–{fmt_rate(row.max_samples_per_s)}]"
+            rate += f" [{rf.fmt_rate(row.min_samples_per_s)}–{rf.fmt_rate(row.max_samples_per_s)}]"
         rows.append([
-            label, rate, fmt_seconds(row.startup_s), fmt_ms(row.p50_ms), fmt_ms(row.p95_ms),
-            fmt_fraction(row.efficiency), fmt_ratio(row.speedup), fmt_fraction(row.noise),
+            label, rate, rf.fmt_seconds(row.startup_s), rf.fmt_ms(row.p50_ms), rf.fmt_ms(row.p95_ms),
+            rf.fmt_fraction(row.efficiency), rf.fmt_ratio(row.speedup), rf.fmt_fraction(row.noise),
         ])
     blocks: list = [
-        Paragraph([intro]),
-        Table(["Configuration", "samples/s median [min–max]", "start-up", "p50 batch", "p95 batch", "efficiency",
+        dm.Paragraph([intro]),
+        dm.Table(["Configuration", "samples/s median [min–max]", "start-up", "p50 batch", "p95 batch", "efficiency",
                "speed-up", "noise"], rows, "lrrrrrrr"),
     ]
     failed = [row for row in bench.rows if row.error]
     if failed:
-        blocks.append(Bullets([[Code(row.label), f" failed: {row.error}"] for row in failed]))
+        blocks.append(dm.Bullets([[dm.Code(row.label), f" failed: {row.error}"] for row in failed]))
     headline = None
     if bench.best is not None:
         best = bench.best
-        parts: list = ["Fastest: ", config_code(best.label), f" at {fmt_rate(best.samples_per_s)} samples/s"]
+        parts: list = ["Fastest: ", dm.config_code(best.label), f" at {rf.fmt_rate(best.samples_per_s)} samples/s"]
         if best.speedup is not None:
-            parts.append(f", {fmt_ratio(best.speedup)} the single-process loader")
+            parts.append(f", {rf.fmt_ratio(best.speedup)} the single-process loader")
         if best.efficiency is not None and workers_of(best.config) > 0:
-            parts.append(f", at {fmt_fraction(best.efficiency)} parallel efficiency")
+            parts.append(f", at {rf.fmt_fraction(best.efficiency)} parallel efficiency")
         parts.append(".")
         if bench.plateau_workers is not None and len(bench.worker_counts) > 1:
             if bench.plateau_workers < bench.worker_counts[-1]:
@@ -99,96 +79,115 @@ def bench_section(facts: ReportFacts, r: dict):
             parts.append(f" The best uses {workers_of(best.config)} workers on {bench.cores} cores and beats one process "
                          f"by more than {bench.cores}×, so the source is latency-bound: extra workers overlap waiting, "
                          "not computation.")
-        blocks.append(Paragraph(parts))
-        headline = [f"Fastest of {plural(bench.measured, 'benchmarked configuration')}: ", config_code(best.label), ", ",
-                    f"{fmt_rate(best.samples_per_s)} samples/s"]
+        blocks.append(dm.Paragraph(parts))
+        headline = [f"Fastest of {dm.plural(bench.measured, 'benchmarked configuration')}: ", dm.config_code(best.label), ", ",
+                    f"{rf.fmt_rate(best.samples_per_s)} samples/s"]
         if best.speedup is not None:
-            headline.append(f" ({fmt_ratio(best.speedup)} the single-process loader)")
+            headline.append(f" ({rf.fmt_ratio(best.speedup)} the single-process loader)")
         headline.append(".")
-    blocks.append(Figure("scaling", "Throughput against num_workers, with the ideal scaling line"))
-    blocks.append(Figure("latency", "Distribution of steady-state batch waits"))
-    return Section("benchmark", "Benchmark", blocks), headline
+    blocks.append(dm.Figure("scaling", "Throughput against num_workers, with the ideal scaling line"))
+    blocks.append(dm.Figure("latency", "Distribution of steady-state batch waits"))
+    return dm.Section("benchmark", "Benchmark", blocks), headline
 
 
 # -- tuning --------------------------------------------------------------------------
-def tuning_section(facts: ReportFacts, r: dict):
-    tuning = facts.tuning
-    if tuning is None:
-        return None, None
-    parts: list = [f"The tuner measured {plural(tuning.trials, 'trial')}"]
+def tuning_section(tuning: TuningFacts, r: dict):
+    parts: list = [f"The tuner measured {dm.plural(tuning.trials, 'trial')}"]
     if tuning.seconds is not None:
-        parts.append(f" in {fmt_seconds(tuning.seconds)}")
-    parts += [" and chose ", config_code(tuning.best.label), f" at {fmt_rate(tuning.best.samples_per_s)} samples/s"]
+        parts.append(f" in {rf.fmt_seconds(tuning.seconds)}")
+    parts += [" and chose ", dm.config_code(tuning.best.label), f" at {rf.fmt_rate(tuning.best.samples_per_s)} samples/s"]
     if tuning.baseline is not None and tuning.speedup is not None:
-        parts += [f", {fmt_ratio(tuning.speedup)} the baseline ", config_code(tuning.baseline.label),
-                  f" ({fmt_rate(tuning.baseline.samples_per_s)} samples/s)"]
+        parts += [f", {rf.fmt_ratio(tuning.speedup)} the baseline ", dm.config_code(tuning.baseline.label),
+                  f" ({rf.fmt_rate(tuning.baseline.samples_per_s)} samples/s)"]
     if tuning.runner_up and tuning.margin is not None:
-        parts += [f", {fmt_fraction(tuning.margin - 1.0)} faster than the runner-up ", config_code(tuning.runner_up)]
+        parts += [f", {rf.fmt_fraction(tuning.margin - 1.0)} faster than the runner-up ", dm.config_code(tuning.runner_up)]
     if tuning.confidence is not None:
-        parts.append(f"; confidence: {fmt_value(tuning.confidence)}")
+        parts.append(f"; confidence: {rf.fmt_value(tuning.confidence)}")
+        if tuning.rounds is not None:
+            parts.append(f" over {dm.plural(tuning.rounds, 'interleaved round')}")
     parts.append(".")
-    blocks: list = [Paragraph(parts)]
+    blocks: list = [dm.Paragraph(parts)]
+    if tuning.plan:
+        blocks.append(dm.Paragraph(["Budget plan: ", *dm.record_text(tuning.plan.removeprefix("plan: ")), "."]))
+    if tuning.confirmed is False:
+        blocks.append(dm.Paragraph([dm.Strong("Not confirmed: the budget ran out"),
+                                    f" after {dm.plural(tuning.rounds or 0, 'interleaved round')}, so there is no confidence."]))
+    if tuning.keep_baseline and tuning.baseline is not None:
+        blocks.append(dm.Paragraph([dm.Strong("Keep yours:"), " your loader ", dm.config_code(tuning.baseline.label),
+                                    f" is within {rf.fmt_percent(tuning.within_pct)} of the best found; no change is recommended."]))
+    if tuning.head_to_head:
+        rows = [[dm.Code(h.label), h.role, rf.fmt_rate(h.samples_per_s), rf.fmt_count(h.rounds)] for h in tuning.head_to_head]
+        blocks.append(dm.Paragraph(["Raced head to head, in the same interleaved rounds (median samples/s):"]))
+        blocks.append(dm.Table(["Configuration", "Role", "samples/s", "Rounds"], rows, "llrr"))
+    if tuning.skipped:
+        blocks.append(dm.Paragraph(["Skipped:"]))
+        blocks.append(dm.Bullets([[dm.Code(label), ": ", *dm.record_text(why)] for label, why in tuning.skipped]))
+    gap = tuning.persistent
+    if gap is not None and gap.gap_without_s is not None and gap.gap_with_s is not None:
+        verdict = "recommended" if gap.recommended else "not recommended"
+        blocks.append(dm.Paragraph([
+            "Epoch boundary at ", dm.Code(gap.measured_on), f": {rf.fmt_seconds(gap.gap_without_s)} without and "
+            f"{rf.fmt_seconds(gap.gap_with_s)} with persistent workers, so persistent_workers=True is {verdict}."]))
     if tuning.region:
         text = f"The tuner classified the source as {tuning.region}"
-        blocks.append(Paragraph([text + (f": {tuning.region_reason}." if tuning.region_reason else ".")]))
+        blocks.append(dm.Paragraph([text + (f": {tuning.region_reason}." if tuning.region_reason else ".")]))
     if tuning.top_trials:
-        rows = [[t.phase or DASH, Code(t.label), fmt_rate(t.samples_per_s), fmt_ratio(t.vs_baseline)]
+        rows = [[t.phase or rf.DASH, dm.Code(t.label), rf.fmt_rate(t.samples_per_s), rf.fmt_ratio(t.vs_baseline)]
                 for t in tuning.top_trials]
-        blocks.append(Paragraph([f"The {plural(len(rows), 'fastest trial')}:"]))
-        blocks.append(Table(["Phase", "Configuration", "samples/s", "vs baseline"], rows, "llrr"))
+        blocks.append(dm.Paragraph([f"The {dm.plural(len(rows), 'fastest trial')}:"]))
+        blocks.append(dm.Table(["Phase", "Configuration", "samples/s", "vs baseline"], rows, "llrr"))
     # A failure the search notes already explain is not listed twice.
     failed = [(label, error) for label, error in tuning.failed_trials if not any(error in n for n in tuning.notes)]
     if failed:
-        blocks.append(Paragraph([f"{plural(len(failed), 'trial')} failed:"]))
-        blocks.append(Bullets([[Code(label), ": ", *record_text(error)] for label, error in failed]))
+        blocks.append(dm.Paragraph([f"{dm.plural(len(failed), 'trial')} failed:"]))
+        blocks.append(dm.Bullets([[dm.Code(label), ": ", *dm.record_text(error)] for label, error in failed]))
     if tuning.notes:
-        blocks.append(Paragraph(["Search notes:"]))
-        blocks.append(Bullets([record_text(note) for note in tuning.notes]))
+        blocks.append(dm.Paragraph(["Search notes:"]))
+        blocks.append(dm.Bullets([dm.record_text(note) for note in tuning.notes]))
     headline: list = ["Tuning"]
     if tuning.seconds is not None:
-        headline.append(f" ({fmt_seconds(tuning.seconds)}, {plural(tuning.trials, 'trial')})")
-    headline += [" chose ", config_code(tuning.best.label), f": {fmt_rate(tuning.best.samples_per_s)} samples/s"]
+        headline.append(f" ({rf.fmt_seconds(tuning.seconds)}, {dm.plural(tuning.trials, 'trial')})")
+    headline += [" chose ", dm.config_code(tuning.best.label), f": {rf.fmt_rate(tuning.best.samples_per_s)} samples/s"]
     if tuning.baseline is not None and tuning.speedup is not None:
-        headline += [f", {fmt_ratio(tuning.speedup)} the baseline ", config_code(tuning.baseline.label)]
+        headline += [f", {rf.fmt_ratio(tuning.speedup)} the baseline ", dm.config_code(tuning.baseline.label)]
+    if tuning.keep_baseline:
+        headline.append(": within the noise, so keep yours")
+    if tuning.confirmed is False:
+        headline.append(" (not confirmed: the budget ran out)")
     headline.append(".")
-    return Section("tuning", "Tuning", blocks), headline
+    return dm.Section("tuning", "Tuning", blocks), headline
 
 
 # -- best configuration ----------------------------------------------------------------
-def best_section(facts: ReportFacts, r: dict):
-    best = facts.best
-    if best is None:
-        return None, None
+def best_section(best: BestConfig, r: dict):
+    if best.keep_baseline and best.best_found is not None:
+        parts: list = [dm.Strong("Keep yours:"), " your loader ", dm.config_code(best.label),
+                       f" is within {rf.fmt_percent(best.within_pct)} of the best found, ",
+                       dm.config_code(best.best_found.label),
+                       f" ({rf.fmt_rate(best.samples_per_s)} vs {rf.fmt_rate(best.best_found.samples_per_s)} samples/s); "
+                       "no change is recommended."]
+        blocks: list = [dm.Paragraph(parts)]
+        if best.snippet:
+            blocks += [dm.Paragraph(["Your loader call, unchanged:"]), dm.CodeBlock(best.snippet, "python")]
+        return dm.Section("best-configuration", "Best configuration", blocks), None
     where = "by the tuner" if best.source == "tune" else "in the benchmark sweep"
-    parts: list = [config_code(best.label), f" measured {fmt_rate(best.samples_per_s)} samples/s {where}"]
+    parts = [dm.config_code(best.label), f" measured {rf.fmt_rate(best.samples_per_s)} samples/s {where}"]
     if best.baseline is not None and best.speedup is not None:
-        parts += [f", {fmt_ratio(best.speedup)} ", config_code(best.baseline.label),
-                  f" ({fmt_rate(best.baseline.samples_per_s)} samples/s)"]
-    parts.append(". As DataLoader arguments:")
-    return Section("best-configuration", "Best configuration", [Paragraph(parts), CodeBlock(_snippet(best.config), "python")]), None
-
-
-def _snippet(config: dict) -> str:
-    lines = []
-    threads = config.get("torch_threads")
-    if isinstance(threads, int) and not isinstance(threads, bool):
-        lines += ["import torch", f"torch.set_num_threads({threads})"]
-    lines.append("from torch.utils.data import DataLoader")
-    lines.append("")
-    if config.get("batched_fetch"):
-        lines.append("# batched_fetch: the dataset's __getitems__(indices) returns a whole batch per call")
-    lines.append("loader = DataLoader(")
-    lines.append("    dataset,")
-    lines += [f"    {name}={value!r}," for name, value in loader_arguments(config)]
-    lines.append(")")
-    return "\n".join(lines)
+        parts += [f", {rf.fmt_ratio(best.speedup)} ", dm.config_code(best.baseline.label),
+                  f" ({rf.fmt_rate(best.baseline.samples_per_s)} samples/s)"]
+    if best.overruled is not None:
+        parts += ["; the tuner's pick ", dm.config_code(best.overruled.label),
+                  f" ({rf.fmt_rate(best.overruled.samples_per_s)} samples/s) never raced it head to head and was slower "
+                  "beyond the noise"]
+    if not best.snippet:
+        parts.append(".")
+        return dm.Section("best-configuration", "Best configuration", [dm.Paragraph(parts)]), None
+    parts += [". Your loader call with these settings (", dm.Code("# was"), " marks what changed):"]
+    return dm.Section("best-configuration", "Best configuration", [dm.Paragraph(parts), dm.CodeBlock(best.snippet, "python")]), None
 
 
 # -- stages ---------------------------------------------------------------------------
-def stage_section(facts: ReportFacts, r: dict):
-    stages = facts.stages
-    if stages is None:
-        return None, None
+def stage_section(stages: StageFacts, r: dict):
     blocks: list = []
     headline: list = []
     if stages.rows and stages.top is not None:
@@ -200,19 +199,19 @@ def stage_section(facts: ReportFacts, r: dict):
                 text += f" in {run['batches']:,} batches"
             if isinstance(run.get("batch_size"), int):
                 text += f" of {run['batch_size']}"
-            text += f", inside {plural(run['num_workers'], 'worker')}" if run["num_workers"] else ", in the main process"
+            text += f", inside {dm.plural(run['num_workers'], 'worker')}" if run["num_workers"] else ", in the main process"
             if run.get("start_method") and run["num_workers"]:
                 text += f" ({run['start_method']})"
-            blocks.append(Paragraph([text + "."]))
-        blocks.append(Paragraph([f"{plural(len(stages.rows), 'stage')} sum to {fmt_ms(stages.total_ms)} per sample; the "
-                                 f"largest is {top.name} at {fmt_ms(top.ms_per_sample)} "
-                                 f"({fmt_fraction(top.share)})."]))
-        rows = [[row.name, row.kind or DASH, fmt_ms(row.ms_per_sample), fmt_fraction(row.share)] for row in stages.rows]
-        rows.append([Strong("total"), "", Strong(fmt_ms(stages.total_ms)), ""])
-        blocks.append(Table(["Stage", "kind", "per sample", "share"], rows, "llrr"))
-        blocks.append(Figure("stages", "Per-sample time by stage"))
-        headline = [f"Largest stage: {top.name}, {fmt_ms(top.ms_per_sample)} per sample "
-                    f"({fmt_fraction(top.share)} of {fmt_ms(stages.total_ms)})."]
+            blocks.append(dm.Paragraph([text + "."]))
+        blocks.append(dm.Paragraph([f"{dm.plural(len(stages.rows), 'stage')} sum to {rf.fmt_ms(stages.total_ms)} per sample; the "
+                                 f"largest is {top.name} at {rf.fmt_ms(top.ms_per_sample)} "
+                                 f"({rf.fmt_fraction(top.share)})."]))
+        rows = [[row.name, row.kind or rf.DASH, rf.fmt_ms(row.ms_per_sample), rf.fmt_fraction(row.share)] for row in stages.rows]
+        rows.append([dm.Strong("total"), "", dm.Strong(rf.fmt_ms(stages.total_ms)), ""])
+        blocks.append(dm.Table(["Stage", "kind", "per sample", "share"], rows, "llrr"))
+        blocks.append(dm.Figure("stages", "Per-sample time by stage"))
+        headline = [f"Largest stage: {top.name}, {rf.fmt_ms(top.ms_per_sample)} per sample "
+                    f"({rf.fmt_fraction(top.share)} of {rf.fmt_ms(stages.total_ms)})."]
     aug = stages.augmentation
     if aug is not None:
         text = "Random augmentation"
@@ -220,113 +219,110 @@ def stage_section(facts: ReportFacts, r: dict):
             text += f" ({', '.join(aug.transforms)})"
         amounts = []
         if aug.ms_per_sample is not None:
-            amounts.append(f"{fmt_ms(aug.ms_per_sample)} per sample")
+            amounts.append(f"{rf.fmt_ms(aug.ms_per_sample)} per sample")
         if aug.percent is not None:
-            amounts.append(f"{fmt_percent(aug.percent)} over the pipeline without it")
+            amounts.append(f"{rf.fmt_percent(aug.percent)} over the pipeline without it")
         sentence = f"{text} adds {', '.join(amounts)}"
         if aug.with_ms is not None and aug.without_ms is not None:
-            sentence += f" ({fmt_ms(aug.with_ms)} per sample with it, {fmt_ms(aug.without_ms)} without)"
+            sentence += f" ({rf.fmt_ms(aug.with_ms)} per sample with it, {rf.fmt_ms(aug.without_ms)} without)"
         sentence += "."
-        blocks.append(Paragraph([sentence]))
+        blocks.append(dm.Paragraph([sentence]))
         headline = [*headline, " " if headline else "", sentence]
     if stages.notes:
-        blocks.append(Bullets([record_text(note) for note in stages.notes]))
+        blocks.append(dm.Bullets([dm.record_text(note) for note in stages.notes]))
     if stages.hotspots:
-        blocks.append(Paragraph([f"Top {plural(len(stages.hotspots), 'Python hot spot')} of ", Code("__getitem__"),
+        blocks.append(dm.Paragraph([f"Top {dm.plural(len(stages.hotspots), 'Python hot spot')} of ", dm.Code("__getitem__"),
                                  " by cumulative time (cProfile):"]))
-        rows = [[Code(h.function), h.location, fmt_count(h.calls), fmt_ms(h.total_ms), fmt_ms(h.cumulative_ms)]
+        rows = [[dm.Code(h.function), h.location, rf.fmt_count(h.calls), rf.fmt_ms(h.total_ms), rf.fmt_ms(h.cumulative_ms)]
                 for h in stages.hotspots]
-        blocks.append(Table(["Function", "where", "calls", "own time", "cumulative"], rows, "llrrr"))
-    return Section("stages", "Stage breakdown", blocks), [p for p in headline if p] or None
+        blocks.append(dm.Table(["Function", "where", "calls", "own time", "cumulative"], rows, "llrrr"))
+    return dm.Section("stages", "Stage breakdown", blocks), [p for p in headline if p] or None
 
 
 # -- training loop ---------------------------------------------------------------------
-def training_section(facts: ReportFacts, r: dict):
-    t = facts.training
-    if t is None:
-        return None, None
+def training_section(t: TrainingFacts, r: dict):
     blocks: list = []
     first: list = []
     if t.stall_fraction is not None:
         text = "The loop"
         if t.config_label:
-            first += [text + " (loader ", config_code(t.config_label), ")"]
+            first += [text + " (loader ", dm.config_code(t.config_label), ")"]
             text = ""
-        text += f" waited for data {fmt_fraction(t.stall_fraction)} of the time"
+        text += f" waited for data {rf.fmt_fraction(t.stall_fraction)} of the time"
         if t.steps is not None:
-            text += f" over {fmt_count(t.steps)} steps"
+            text += f" over {rf.fmt_count(t.steps)} steps"
         if t.mean_data_ms is not None and t.mean_compute_ms is not None:
-            text += (f" (mean {fmt_ms(t.mean_data_ms)} data wait and {fmt_ms(t.mean_compute_ms)} compute per "
+            text += (f" (mean {rf.fmt_ms(t.mean_data_ms)} data wait and {rf.fmt_ms(t.mean_compute_ms)} compute per "
                      "step)")
         first.append(text + ".")
     if t.verdict:
         first.append(f" Verdict: {t.verdict}.")
     if t.what_if_speedup is not None:
-        first.append(f" If data were free the loop would run {fmt_ratio(t.what_if_speedup)} faster.")
+        first.append(f" If data were free the loop would run {rf.fmt_ratio(t.what_if_speedup)} faster.")
     if t.gpu_util is not None:
-        first.append(f" Mean GPU utilisation was {fmt_percent(t.gpu_util)}.")
+        first.append(f" Mean GPU utilisation was {rf.fmt_percent(t.gpu_util)}.")
     if t.first_batch_s is not None:
-        text = f" The first batch took {fmt_seconds(t.first_batch_s)}"
+        text = f" The first batch took {rf.fmt_seconds(t.first_batch_s)}"
         if t.mean_data_ms is not None and t.mean_compute_ms is not None:
-            text += f", against a mean step of {fmt_ms(t.mean_data_ms + t.mean_compute_ms)}"
+            text += f", against a mean step of {rf.fmt_ms(t.mean_data_ms + t.mean_compute_ms)}"
         if t.first_batch_share is not None and t.epoch_steps is not None:
-            text += f"; over an epoch of {fmt_count(t.epoch_steps)} steps that is {fmt_fraction(t.first_batch_share)} of the time"
+            text += f"; over an epoch of {rf.fmt_count(t.epoch_steps)} steps that is {rf.fmt_fraction(t.first_batch_share)} of the time"
         first.append(text + ".")
     if first:
         if isinstance(first[0], str):
             first[0] = first[0].lstrip()
-        blocks.append(Paragraph(first))
+        blocks.append(dm.Paragraph(first))
     occupancy = _occupancy_text(t.occupancy)
     if occupancy:
-        blocks.append(Paragraph([occupancy]))
+        blocks.append(dm.Paragraph([occupancy]))
     if t.distributed:
-        blocks.append(Paragraph([_distributed_text(t.distributed)]))
+        blocks.append(dm.Paragraph([_distributed_text(t.distributed)]))
     if t.ranks:
         keys = [k for k in t.ranks[0] if not isinstance(t.ranks[0][k], (dict, list))]
-        blocks.append(Table([k.replace("_", " ") for k in keys],
+        blocks.append(dm.Table([k.replace("_", " ") for k in keys],
                             [[evidence_value(k, rank.get(k)) for k in keys] for rank in t.ranks], "l" * len(keys)))
     if t.advice:
-        blocks.append(Bullets([record_text(a) for a in t.advice]))
-    blocks.append(Figure("timeline", "Data wait and compute per training step"))
+        blocks.append(dm.Bullets([dm.record_text(a) for a in t.advice]))
+    blocks.append(dm.Figure("timeline", "Data wait and compute per training step"))
     headline = None
     if t.verdict and t.stall_fraction is not None:
-        headline = [f"The training loop is {t.verdict}: it waited for data {fmt_fraction(t.stall_fraction)} of step "
+        headline = [f"The training loop is {t.verdict}: it waited for data {rf.fmt_fraction(t.stall_fraction)} of step "
                     "time"]
         if t.steps is not None:
-            headline.append(f" over {fmt_count(t.steps)} steps")
+            headline.append(f" over {rf.fmt_count(t.steps)} steps")
         if t.what_if_speedup is not None:
-            headline.append(f"; free data would make it {fmt_ratio(t.what_if_speedup)} faster")
+            headline.append(f"; free data would make it {rf.fmt_ratio(t.what_if_speedup)} faster")
         headline.append(".")
-    return Section("training", "Training loop", blocks), headline
+    return dm.Section("training", "Training loop", blocks), headline
 
 
 def _occupancy_text(occupancy: Any) -> str:
     if isinstance(occupancy, dict) and number(occupancy.get("mean_ready")) is not None \
             and number(occupancy.get("capacity")):
-        text = (f"Prefetch buffer: on average {fmt_value(occupancy['mean_ready'])} of "
-                f"{fmt_value(occupancy['capacity'])} slots held a ready batch")
+        text = (f"Prefetch buffer: on average {rf.fmt_value(occupancy['mean_ready'])} of "
+                f"{rf.fmt_value(occupancy['capacity'])} slots held a ready batch")
         empty, full = number(occupancy.get("empty_fraction")), number(occupancy.get("full_fraction"))
         if empty is not None and full is not None:
-            text += f"; it was empty {fmt_fraction(empty)} and full {fmt_fraction(full)} of the time"
+            text += f"; it was empty {rf.fmt_fraction(empty)} and full {rf.fmt_fraction(full)} of the time"
         return text + "."
     if isinstance(occupancy, dict) and occupancy:
-        return "Prefetch-buffer occupancy (ready batches waiting): " + fmt_value(occupancy) + "."
+        return "Prefetch-buffer occupancy (ready batches waiting): " + rf.fmt_value(occupancy) + "."
     if number(occupancy) is not None:
-        return f"Mean prefetch-buffer occupancy (ready batches waiting): {fmt_value(occupancy)}."
+        return f"Mean prefetch-buffer occupancy (ready batches waiting): {rf.fmt_value(occupancy)}."
     return ""
 
 
 def _distributed_text(d: dict) -> str:
     if d.get("slowest_rank") is None or number(d.get("max_data_wait_ms_per_step")) is None:
-        return "Across ranks: " + fmt_value(d) + "."
+        return "Across ranks: " + rf.fmt_value(d) + "."
     text = "Across "
     text += f"{d['world_size']} ranks" if isinstance(d.get("world_size"), int) else "the ranks"
-    text += (f" the slowest, rank {d['slowest_rank']}, waited {fmt_ms(d['max_data_wait_ms_per_step'])} per step for "
+    text += (f" the slowest, rank {d['slowest_rank']}, waited {rf.fmt_ms(d['max_data_wait_ms_per_step'])} per step for "
              "data")
     if number(d.get("min_data_wait_ms_per_step")) is not None:
-        text += f" against {fmt_ms(d['min_data_wait_ms_per_step'])} on the fastest"
+        text += f" against {rf.fmt_ms(d['min_data_wait_ms_per_step'])} on the fastest"
     if number(d.get("max_stall_fraction")) is not None:
-        text += f"; the job runs at its pace, a stall fraction of {fmt_fraction(d['max_stall_fraction'])}"
+        text += f"; the job runs at its pace, a stall fraction of {rf.fmt_fraction(d['max_stall_fraction'])}"
     return text + "."
 
 

@@ -7,23 +7,11 @@ the record is escaped.
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
 from html import escape as _escape
 from pathlib import Path
 from typing import Any
 
-from .document_model import (
-    Bullets,
-    Code,
-    CodeBlock,
-    Document,
-    Figure,
-    Paragraph,
-    Section,
-    Status,
-    Strong,
-    Table,
-)
+from . import document_model as dm
 from .report_document import build_document
 
 STATUS_TEXT = {"pass": "✔ pass", "warn": "▲ warn", "fail": "✖ fail", "info": "● info"}
@@ -78,23 +66,7 @@ def esc(text: Any) -> str:
     return _escape(str(text), quote=True)
 
 
-def inline(parts: Sequence[Any]) -> str:
-    out = []
-    for part in parts:
-        if isinstance(part, Code):
-            out.append(f"<code>{esc(part.text)}</code>")
-        elif isinstance(part, Strong):
-            out.append(f"<strong>{esc(part.text)}</strong>")
-        elif isinstance(part, Status):
-            out.append(f'<span class="status {esc(part.value)}">{esc(STATUS_TEXT.get(part.value, part.value))}</span>')
-        elif isinstance(part, list):
-            out.append(inline(part))
-        else:
-            out.append(esc(part))
-    return "".join(out)
-
-
-class HTMLRenderer:
+class HTMLRenderer(dm.DocumentWriter):
     """``render(record)`` returns one self-contained HTML page; plots are embedded as base64 PNGs."""
 
     def __init__(self, plots: bool = True) -> None:
@@ -112,11 +84,13 @@ class HTMLRenderer:
                     images[figure.name] = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
         return self.render_document(doc, images)
 
-    def write(self, record: Any, path: Path) -> None:
-        Path(path).write_text(self.render(record), encoding="utf-8")
+    def write(self, record: Any, path: Path) -> list[Path]:
+        path = Path(path)
+        path.write_text(self.render(record), encoding="utf-8")
+        return [path]
 
-    def render_document(self, doc: Document, images: dict[str, str]) -> str:
-        intro = "".join(self._block(b, images) for b in doc.intro)
+    def render_document(self, doc: dm.Document, images: dict[str, str]) -> str:
+        intro = "".join(self.block(b, images) for b in doc.intro)
         nav = "".join(f'<a href="#{esc(s.key)}">{esc(s.title)}</a>' for s in doc.sections)
         body = "".join(self._section(s, images, level=2) for s in doc.sections)
         return (
@@ -129,29 +103,29 @@ class HTMLRenderer:
             "</body>\n</html>\n"
         )
 
-    def _section(self, section: Section, images: dict[str, str], *, level: int) -> str:
-        inner = "".join(self._block(b, images) for b in section.blocks)
+    def _section(self, section: dm.Section, images: dict[str, str], *, level: int) -> str:
+        inner = "".join(self.block(b, images) for b in section.blocks)
         inner += "".join(self._section(s, images, level=level + 1) for s in section.subsections)
         return f'<section id="{esc(section.key)}"><h{level}>{esc(section.title)}</h{level}>{inner}</section>\n'
 
-    def _block(self, block: Any, images: dict[str, str]) -> str:
-        if isinstance(block, Paragraph):
-            cls = f' class="{esc(block.style)}"' if block.style else ""
-            return f"<p{cls}>{inline(block.parts)}</p>\n"
-        if isinstance(block, Bullets):
-            return "<ul>" + "".join(f"<li>{inline(item)}</li>" for item in block.items) + "</ul>\n"
-        if isinstance(block, Table):
-            return self._table(block)
-        if isinstance(block, CodeBlock):
-            return f"<pre><code>{esc(block.text)}</code></pre>\n"
-        if isinstance(block, Figure):
-            if block.name not in images:
-                return ""
-            return (f'<figure><img src="{images[block.name]}" alt="{esc(block.caption)}">'
-                    f"<figcaption>{esc(block.caption)}</figcaption></figure>\n")
-        raise TypeError(f"unknown block {type(block).__name__}")
+    # -- blocks (DocumentWriter picks which) --
+    def paragraph(self, block: dm.Paragraph) -> str:
+        cls = f' class="{esc(block.style)}"' if block.style else ""
+        return f"<p{cls}>{self.inline(block.parts)}</p>\n"
 
-    def _table(self, table: Table) -> str:
+    def bullets(self, block: dm.Bullets) -> str:
+        return "<ul>" + "".join(f"<li>{self.inline(item)}</li>" for item in block.items) + "</ul>\n"
+
+    def code_block(self, block: dm.CodeBlock) -> str:
+        return f"<pre><code>{esc(block.text)}</code></pre>\n"
+
+    def figure(self, block: dm.Figure, image: str | None) -> str:
+        if image is None:
+            return ""
+        return (f'<figure><img src="{image}" alt="{esc(block.caption)}">'
+                f"<figcaption>{esc(block.caption)}</figcaption></figure>\n")
+
+    def table(self, table: dm.Table) -> str:
         align = table.align.ljust(len(table.headers), "l")
 
         def cls(i: int) -> str:
@@ -159,8 +133,21 @@ class HTMLRenderer:
 
         head = "".join(f"<th{cls(i)}>{esc(h)}</th>" for i, h in enumerate(table.headers))
         rows = "".join(
-            "<tr>" + "".join(f"<td{cls(i)}>{inline(v if isinstance(v, list) else [v])}</td>" for i, v in enumerate(row))
+            "<tr>" + "".join(f"<td{cls(i)}>{self.cell(v)}</td>" for i, v in enumerate(row))
             + "</tr>"
             for row in table.rows
         )
         return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>\n"
+
+    # -- inline parts --
+    def text(self, text: Any) -> str:
+        return esc(text)
+
+    def code(self, text: str) -> str:
+        return f"<code>{esc(text)}</code>"
+
+    def strong(self, text: str) -> str:
+        return f"<strong>{esc(text)}</strong>"
+
+    def status(self, value: str) -> str:
+        return f'<span class="status {esc(value)}">{esc(STATUS_TEXT.get(value, value))}</span>'

@@ -9,8 +9,12 @@ from ..record import RunRecord
 
 
 class JSONRenderer:
-    def render(self, record: RunRecord) -> str:
-        return json.dumps(record.to_dict(), indent=2) + "\n"
+    def render(self, record: RunRecord | dict) -> str:
+        data = record if isinstance(record, dict) else record.to_dict()
+        return json.dumps(data, indent=2) + "\n"
 
-    def write(self, record: RunRecord, path: Path) -> None:
-        path.write_text(self.render(record))
+    def write(self, record: RunRecord | dict, path: Path) -> list[Path]:
+        if isinstance(record, dict):
+            record = RunRecord.from_dict(record)
+        record.save(path)
+        return [Path(path)]

@@ -4,22 +4,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .document_model import (
-    Bullets,
-    Code,
-    CodeBlock,
-    Document,
-    Figure,
-    Paragraph,
-    Section,
-    Status,
-    Strong,
-    Table,
-)
+from . import document_model as dm
 from .report_document import build_document
 
 STATUS_MARKS = {"pass": "✅ pass", "warn": "⚠️ warn", "fail": "❌ fail", "info": "ℹ️ info"}
@@ -49,33 +37,17 @@ def code_span(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def inline(parts: Sequence[Any]) -> str:
-    out = []
-    for part in parts:
-        if isinstance(part, Code):
-            out.append(code_span(part.text))
-        elif isinstance(part, Strong):
-            out.append(f"**{escape(part.text)}**")
-        elif isinstance(part, Status):
-            out.append(STATUS_MARKS.get(part.value, escape(part.value)))
-        elif isinstance(part, list):
-            out.append(inline(part))
-        else:
-            out.append(escape(part))
-    return "".join(out)
-
-
-class MarkdownRenderer:
+class MarkdownRenderer(dm.DocumentWriter):
     """``render(record)`` returns the Markdown; ``write`` also writes the plots it links."""
 
     def render(self, record: Any, *, images: dict[str, str] | None = None) -> str:
         """The report; ``images`` maps plot names to the paths the Markdown links (no figures without)."""
         return self.render_document(build_document(record), images or {})
 
-    def render_document(self, doc: Document, images: dict[str, str]) -> str:
+    def render_document(self, doc: dm.Document, images: dict[str, str]) -> str:
         lines = [f"# {escape(doc.title)}", ""]
         for block in doc.intro:
-            lines += self._block(block, images)
+            lines += self.block(block, images)
         for section in doc.sections:
             lines += self._section(section, images, level=2)
         return "\n".join(lines).rstrip() + "\n"
@@ -83,7 +55,7 @@ class MarkdownRenderer:
     def write(self, record: Any, path: Path, *, plots: bool = True, plots_dir: Path | None = None) -> list[Path]:
         """Write ``path``; with ``plots``, the PNGs it links go to ``plots_dir`` (default ``<stem>_plots/``).
 
-        Returns the plot files written.
+        Returns the files written: the Markdown, then the plots.
         """
         from .plots import render_plots
 
@@ -96,42 +68,52 @@ class MarkdownRenderer:
             for png in written:
                 images[png.stem] = Path(os.path.relpath(png.resolve(), path.parent.resolve())).as_posix()
         path.write_text(self.render(record, images=images), encoding="utf-8")
-        return written
+        return [path, *written]
 
-    def _section(self, section: Section, images: dict[str, str], *, level: int) -> list[str]:
+    def _section(self, section: dm.Section, images: dict[str, str], *, level: int) -> list[str]:
         lines = [f"{'#' * level} {escape(section.title)}", ""]
         for block in section.blocks:
-            lines += self._block(block, images)
+            lines += self.block(block, images)
         for sub in section.subsections:
             lines += self._section(sub, images, level=level + 1)
         return lines
 
-    def _block(self, block: Any, images: dict[str, str]) -> list[str]:
-        if isinstance(block, Paragraph):
-            text = inline(block.parts)
-            return [f"> {text}" if block.style.startswith("verdict") else text, ""]
-        if isinstance(block, Bullets):
-            return [f"- {inline(item)}" for item in block.items] + [""]
-        if isinstance(block, Table):
-            return self._table(block)
-        if isinstance(block, CodeBlock):
-            fence = "```"
-            while fence in block.text:
-                fence += "`"
-            return [f"{fence}{block.language}", block.text, fence, ""]
-        if isinstance(block, Figure):
-            if block.name not in images:
-                return []
-            return [f"![{escape(block.caption)}]({images[block.name]})", ""]
-        raise TypeError(f"unknown block {type(block).__name__}")
+    # -- blocks (DocumentWriter picks which) --
+    def paragraph(self, block: dm.Paragraph) -> list[str]:
+        text = self.inline(block.parts)
+        return [f"> {text}" if block.style.startswith("verdict") else text, ""]
 
-    def _table(self, table: Table) -> list[str]:
+    def bullets(self, block: dm.Bullets) -> list[str]:
+        return [f"- {self.inline(item)}" for item in block.items] + [""]
+
+    def code_block(self, block: dm.CodeBlock) -> list[str]:
+        fence = "```"
+        while fence in block.text:
+            fence += "`"
+        return [f"{fence}{block.language}", block.text, fence, ""]
+
+    def figure(self, block: dm.Figure, image: str | None) -> list[str]:
+        return [] if image is None else [f"![{escape(block.caption)}]({image})", ""]
+
+    def table(self, table: dm.Table) -> list[str]:
         def cell(value: Any) -> str:
-            text = inline(value if isinstance(value, list) else [value])
-            return text or " "
+            return self.cell(value) or " "
 
         align = table.align.ljust(len(table.headers), "l")
         lines = ["| " + " | ".join(escape(h) for h in table.headers) + " |",
                  "| " + " | ".join("---:" if a == "r" else "---" for a in align) + " |"]
         lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.rows]
         return lines + [""]
+
+    # -- inline parts --
+    def text(self, text: Any) -> str:
+        return escape(text)
+
+    def code(self, text: str) -> str:
+        return code_span(text)
+
+    def strong(self, text: str) -> str:
+        return f"**{escape(text)}**"
+
+    def status(self, value: str) -> str:
+        return STATUS_MARKS.get(value, escape(value))

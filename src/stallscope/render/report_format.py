@@ -30,6 +30,11 @@ def _scaled(value: float) -> str:
     return f"{value:.{decimals}f}"
 
 
+def fmt_fixed(value: float | None, digits: int = 1) -> str:
+    """Console tables: fixed decimals, thousands separated, an en dash where nothing was measured."""
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
 def fmt_rate(value: float | None) -> str:
     """samples/s or batches/s."""
     return DASH if value is None else _scaled(value)

@@ -10,12 +10,37 @@ their iterators down explicitly (``shutdown_iterator``) as soon as they are
 done, so reaping is a safety net, not the normal path. Queue reads always
 carry a timeout (DataLoader ``timeout=``), so the main process never blocks
 forever on a worker.
+
+NOTE [worker death]
+A DataLoader worker that dies (``os._exit``, a segfault, the OOM killer)
+surfaces in the main process in one of several ways, depending on when it is
+noticed: torch's ``RuntimeError: DataLoader worker (pid(s) N) exited
+unexpectedly`` from ``next()``; a ``ConnectionResetError``, ``EOFError`` or
+truncated pickle from the result queue, when the worker's socket closed before
+it became a zombie; or the same ``RuntimeError`` raised *asynchronously* by
+torch's SIGCHLD handler, at whatever line the main thread happens to run,
+including inside our own ``except`` and ``finally`` blocks. The handler raises
+at most once per iterator (torch clears the iterator's pids when it raises),
+and not at all once the iterator is shut down or the dead worker reaped.
+So, wherever a loader is measured: :func:`stop_workers` waits briefly for a
+worker to show up dead after a connection-type error, reads every worker's
+exit code (``exitcode`` reaps the zombie, which disarms the handler) and shuts
+the iterator down, absorbing the one asynchronous raise if it lands there;
+the caller turns the failure into one sentence *after* that. The commands'
+``execute`` also turns any worker-death ``RuntimeError`` that still escapes
+into that sentence and exit code 2 (:func:`describe_worker_death`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import pickle
+import re
+import sys
+import time
 from collections.abc import Iterator
+from multiprocessing.connection import wait
 from typing import Any
 
 import psutil
@@ -24,6 +49,17 @@ import psutil
 # killing them early only makes the next spawn complain. Their children (workers
 # started through a forkserver) are still reaped.
 _MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def default_start_method() -> str:
+    """The start method a DataLoader with no ``multiprocessing_context`` uses here: the one set with
+    ``set_start_method``, else the platform's default (without fixing the user's context for good)."""
+    current = multiprocessing.get_start_method(allow_none=True)
+    if current:
+        return current
+    if sys.platform in ("win32", "darwin"):
+        return "spawn"
+    return "forkserver" if sys.version_info >= (3, 14) else "fork"
 
 
 def _is_mp_helper(proc: psutil.Process) -> bool:
@@ -80,3 +116,82 @@ def worker_pids(iterator: Any) -> list[int]:
     """Pids of a live DataLoader iterator's workers (empty for num_workers=0)."""
     workers = getattr(iterator, "_workers", None) or []
     return [w.pid for w in workers if getattr(w, "pid", None)]
+
+
+# How long a connection-type error waits for a worker to show up dead (NOTE [worker death]).
+DEATH_GRACE_S = 2.0
+_DEATH_TEXT = re.compile(r"DataLoader worker \(pids?\(?s?\)? ?([\d, ]+)\)[^\n]*(exited unexpectedly|killed by signal|is killed)")
+
+
+def is_worker_death(exc: BaseException) -> bool:
+    """torch's own worker-death error (from ``next()`` or its SIGCHLD handler)."""
+    return isinstance(exc, RuntimeError) and bool(_DEATH_TEXT.search(str(exc)))
+
+
+def _may_be_death(exc: BaseException) -> bool:
+    """Errors that a worker dying mid-message produces in the main process."""
+    return is_worker_death(exc) or isinstance(exc, (ConnectionError, EOFError, pickle.UnpicklingError))
+
+
+def dead_workers(iterator: Any) -> list[tuple[int, int]]:
+    """(pid, exit code) of a DataLoader iterator's workers that exited abnormally.
+
+    Reading ``exitcode`` reaps a dead worker, which disarms torch's SIGCHLD
+    handler for it (NOTE [worker death]).
+    """
+    dead = []
+    for worker in getattr(iterator, "_workers", None) or []:
+        code = getattr(worker, "exitcode", None)
+        if code not in (None, 0):
+            dead.append((worker.pid, code))
+    return dead
+
+
+def _await_death(iterator: Any, grace: float) -> list[tuple[int, int]]:
+    until = time.monotonic() + grace
+    while True:
+        dead = dead_workers(iterator)
+        left = until - time.monotonic()
+        if dead or left <= 0:
+            return dead
+        sentinels = [w.sentinel for w in getattr(iterator, "_workers", None) or [] if w.exitcode is None]
+        if not sentinels:
+            return dead
+        wait(sentinels, timeout=min(left, 0.1))
+
+
+def stop_workers(iterator: Any, failure: BaseException | None = None, *, grace: float = DEATH_GRACE_S) -> list[tuple[int, int]]:
+    """Shut a DataLoader iterator down; return its workers that died (NOTE [worker death]).
+
+    After a ``failure`` that a dying worker could have caused, wait up to
+    ``grace`` seconds for the worker to show up dead, so the error can name it.
+    """
+    dead: list[tuple[int, int]] = []
+    for _ in range(3):  # torch's SIGCHLD handler raises at most once per iterator
+        try:
+            if failure is not None and not dead:
+                dead = _await_death(iterator, grace if _may_be_death(failure) else 0.0)
+            shutdown_iterator(iterator)
+            return dead
+        except Exception:
+            continue
+    return dead
+
+
+def describe_worker_death(dead: list[tuple[int, int]], where: str = "", exc: BaseException | None = None) -> str:
+    """One sentence for a dead worker: pid, exit code or signal, and what to do next.
+
+    ``dead`` comes from :func:`stop_workers`; when it is empty, torch's own
+    message in ``exc`` (pid and exit code or signal) is used instead.
+    """
+    advice = "run `stallscope check` or num_workers=0 to see the failing sample."
+    if dead:
+        pid, code = dead[0]
+        how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        hint = " (signal 9 is usually the out-of-memory killer)" if code == -9 else ""
+        return f"a DataLoader worker died{where}: pid {pid}, {how}{hint}; {advice}"
+    match = _DEATH_TEXT.search(str(exc or ""))
+    if match:
+        detail = match.group(0).split(". ")[0].rstrip(".")
+        return f"a DataLoader worker died{where}: {detail}; {advice}"
+    return f"a DataLoader worker died unexpectedly{where}; {advice}"

@@ -5,6 +5,17 @@ CPU % comes from differences of each process's CPU times between ticks
 average of instantaneous readings. USS (private memory) needs
 ``/proc/PID/smaps``, which is costly to read, so it is sampled every
 ``uss_every`` ticks only.
+
+NOTE [CPU from the window start]
+A process's CPU times count from its birth, and DataLoader workers are born
+long before a measurement window opens (start-up, warm-up). Each worker's CPU
+is therefore counted from a baseline taken when the window opens: ``start()``
+reads the CPU time of every descendant alive then; a process first seen later
+counts from zero only when it was born inside the window, and from its CPU
+time at that first sight when it is older (an undercount, never an overcount).
+Counting from birth made 2 workers on a 2-core machine read 245 %. With the
+baseline, main + workers cannot exceed the usable cores × 100 % beyond the
+kernel's clock-tick granularity: nothing is clamped, the arithmetic is right.
 """
 
 from __future__ import annotations
@@ -19,6 +30,9 @@ from dataclasses import asdict, dataclass, field
 import psutil
 
 MB = 1024 * 1024
+# psutil derives creation times from the boot time in whole seconds: only a process
+# older than the window by more than this is known to be older.
+_CREATE_TIME_SLACK_S = 1.0
 
 
 @dataclass
@@ -91,6 +105,7 @@ class ResourceSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = 0.0
+        self._at_start: dict[int, float] = {}  # pid -> CPU seconds when the window opened
         self._prev_t = 0.0
         self._peak = {"main_rss": 0.0, "workers_rss": 0.0, "uss": None, "n": 0}
         self._main_cpu0 = 0.0
@@ -101,6 +116,8 @@ class ResourceSampler:
         self._prev_t = self._started
         self._main_cpu0 = _cpu_seconds(self.root)
         self._prev_cpu[self.root.pid] = self._main_cpu0
+        # Every process alive now, with its CPU time: the baselines (NOTE [CPU from the window start]).
+        self._at_start = {proc.pid: _cpu_seconds(proc) for proc in self._workers() + _descendants(self.root)}
         self._thread = threading.Thread(target=self._run, name="stallscope-resources", daemon=True)
         self._thread.start()
         return self
@@ -112,7 +129,7 @@ class ResourceSampler:
         self._tick(read_uss=False)
         elapsed = max(1e-9, time.perf_counter() - self._started)
         main_cpu = (_cpu_seconds(self.root) - self._main_cpu0) / elapsed * 100
-        workers_cpu = sum(self._cpu_last[p] - self._cpu_first.get(p, 0.0) for p in self._cpu_last) / elapsed * 100
+        workers_cpu = sum(self._cpu_last[p] - self._cpu_first[p] for p in self._cpu_last) / elapsed * 100
         return ResourceSummary(
             main_cpu_percent=main_cpu,
             workers_cpu_percent=workers_cpu,
@@ -154,6 +171,18 @@ class ResourceSampler:
                 procs.append(proc)
         return procs
 
+    def _baseline(self, proc: psutil.Process, cpu: float) -> None:
+        """Where a worker's CPU starts counting (NOTE [CPU from the window start])."""
+        if proc.pid in self._at_start:
+            first = self._at_start[proc.pid]  # alive when the window opened
+        elif _born_before(proc, time.time() - (time.perf_counter() - self._started) - _CREATE_TIME_SLACK_S):
+            first = cpu  # older than the window but not seen at its start: count from now (never more)
+        else:
+            first = 0.0  # born inside the window: all its CPU is the window's
+        self._cpu_first[proc.pid] = first
+        self._cpu_last[proc.pid] = max(cpu, first)
+        self._prev_cpu[proc.pid] = first
+
     def _run(self) -> None:
         n = 0
         while not self._stop.wait(self.interval):
@@ -176,9 +205,10 @@ class ResourceSampler:
             cpu = _cpu_seconds(proc)
             if cpu <= 0.0 and not proc.is_running():
                 continue
-            self._cpu_first.setdefault(proc.pid, 0.0)
-            self._cpu_last[proc.pid] = max(cpu, self._cpu_last.get(proc.pid, 0.0))
-            workers_pct += (cpu - self._prev_cpu.get(proc.pid, cpu if proc.pid in self._prev_cpu else 0.0)) / dt * 100
+            if proc.pid not in self._cpu_first:
+                self._baseline(proc, cpu)
+            self._cpu_last[proc.pid] = max(cpu, self._cpu_last[proc.pid])
+            workers_pct += (cpu - self._prev_cpu[proc.pid]) / dt * 100
             self._prev_cpu[proc.pid] = cpu
             workers_rss += _rss_mb(proc)
             if read_uss:
@@ -203,6 +233,20 @@ class ResourceSampler:
                     worker_uss_mb=[round(u, 1) for u in uss] if read_uss else None,
                 )
             )
+
+
+def _descendants(root: psutil.Process) -> list[psutil.Process]:
+    try:
+        return root.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _born_before(proc: psutil.Process, wall: float) -> bool:
+    try:
+        return proc.create_time() < wall
+    except psutil.Error:
+        return False
 
 
 def _cpu_seconds(proc: psutil.Process) -> float:

@@ -11,9 +11,17 @@ How a number is taken, and why:
   least that many batches plus one round per worker, and only then open the
   measurement window. The consumer never idles, so the buffer cannot refill
   behind our back during the window.
-* **No epoch boundary in the window.** A :class:`CyclingSampler` walks the
-  dataset as often as needed, so worker restarts at epoch ends (their own
-  cost, reported as start-up) do not dilute steady state.
+* **No epoch boundary in the window.** :class:`CyclingBatches` walks the
+  user's own epochs (their sampler or batch sampler, re-iterated) as often as
+  needed, so worker restarts at epoch ends (their own cost, reported as
+  start-up) do not dilute steady state.
+* **Samples are the batches' own.** A batch counts the indices the sampler put
+  in it (NOTE [loader fidelity] in ``pipeline/arguments.py``): batches of a
+  token-budget batch sampler vary in size, and ``batches_per_s`` is reported
+  alongside. Only an iterable dataset (no indices) is counted from the batch's
+  leading dimension. With ``in_order=False`` a batch may overtake another; the
+  count per batch is then that of the index list drawn at its place, which
+  leaves the window's total right but for the few batches in flight at its edges.
 * **Windows of a second or more.** The window closes after ``min_window_s``
   and at least ``min_batches`` batches (or ``max_window_s``), and the rate is
   samples delivered in the window over the window's length.
@@ -24,8 +32,8 @@ How a number is taken, and why:
 from __future__ import annotations
 
 import math
-import re
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,9 +41,9 @@ from typing import Any
 import numpy as np
 
 from ..config import LoaderConfig
-from ..errors import PipelineError, describe_exception
-from ..pipeline.loaders import CyclingSampler, build_loader, quiet_worker_warning
-from ..runtime.processes import shutdown_iterator, worker_pids
+from ..errors import PipelineError, describe_exception, worker_traceback_tail
+from ..pipeline.loaders import build_loader, quiet_worker_warning
+from ..runtime.processes import describe_worker_death, is_worker_death, stop_workers, worker_pids
 from ..runtime.resources import ResourceSampler, ResourceSummary
 from ..target import Pipeline
 
@@ -127,16 +135,42 @@ def measure(
     Raises :class:`PipelineError` when the pipeline itself fails (the dataset
     raises in a worker, a worker dies, no batch within ``timeout``).
     """
+    dead: list[tuple[int, int]] = []
+    try:
+        return _measure(
+            pipeline, config, min_window_s=min_window_s, max_window_s=max_window_s, min_batches=min_batches,
+            warmup_batches=warmup_batches, timeout=timeout, sample_resources=sample_resources, seed=seed,
+            settle_s=settle_s, dead=dead,
+        )
+    except PipelineError:
+        raise
+    except Exception as exc:
+        # The workers are shut down by now (NOTE [worker death]): nothing can interrupt this.
+        raise _as_pipeline_error(exc, config, timeout, dead) from exc
+
+
+def _measure(
+    pipeline: Pipeline,
+    config: LoaderConfig,
+    *,
+    min_window_s: float,
+    max_window_s: float,
+    min_batches: int,
+    warmup_batches: int | None,
+    timeout: float,
+    sample_resources: bool,
+    seed: int,
+    settle_s: float,
+    dead: list[tuple[int, int]],
+) -> Measurement:
     result = Measurement(config=config)
     warmup = warmup_batches_for(config) if warmup_batches is None else warmup_batches
     result.warmup_batches = warmup
-    sampler = None
-    length = pipeline.length()
-    if not pipeline.is_iterable and length:
-        sampler = CyclingSampler(length, _CYCLE_TOTAL, shuffle=pipeline.shuffle, seed=seed)
-    loader = build_loader(pipeline, config, sampler=sampler, timeout=timeout, drop_last=False)
+    sizes: deque[int] = deque()  # samples per batch, from the index lists the sampler yields
+    loader = build_loader(pipeline, config, cycle=_CYCLE_TOTAL, sizes=sizes, timeout=timeout, seed=seed)
     resources: ResourceSampler | None = None
     iterator = None
+    failure: BaseException | None = None
     previous_threads = _set_threads(config.torch_threads)
     try:
         start = time.perf_counter()
@@ -148,9 +182,11 @@ def measure(
         if settle_s > 0:
             time.sleep(settle_s)
         stamps = [first]
+        _count(sizes, None)
         for _ in range(warmup):
             if _next(iterator) is _END:
                 break
+            _count(sizes, None)
             stamps.append(time.perf_counter())
         if sample_resources:
             pids = worker_pids(iterator)
@@ -165,7 +201,7 @@ def measure(
             if batch is _END:
                 result.exhausted = True
                 break
-            samples += batch_length(batch)
+            samples += _count(sizes, batch)
             del batch
             waits.append(now - last)
             last = now
@@ -179,20 +215,28 @@ def measure(
         if result.window_s > 0:
             result.samples_per_s = samples / result.window_s
             result.batches_per_s = len(waits) / result.window_s
-    except PipelineError:
+    except BaseException as exc:
+        failure = exc
         raise
-    except Exception as exc:
-        raise _as_pipeline_error(exc, config, timeout, dead_workers(iterator)) from exc
     finally:
-        if resources is not None:
-            result.resources = resources.stop()
+        if failure is None and resources is not None:
+            result.resources = resources.stop()  # the window's figures, before the workers stop
         if iterator is not None:
-            shutdown_iterator(iterator)
+            dead.extend(stop_workers(iterator, failure))
+        if failure is not None and resources is not None:
+            result.resources = resources.stop()
         _set_threads(previous_threads)
     return result
 
 
 _END = object()
+
+
+def _count(sizes: deque[int], batch: Any) -> int:
+    """Samples in the batch just received: its index list's length, in sampler order."""
+    if sizes:
+        return sizes.popleft()
+    return batch_length(batch) if batch is not None else 0
 
 
 def _next(iterator: Any) -> Any:
@@ -212,45 +256,24 @@ def _set_threads(n: int | None) -> int | None:
     return previous
 
 
-def dead_workers(iterator: Any) -> list[tuple[int, int]]:
-    """(pid, exit code) of a DataLoader iterator's workers that exited abnormally."""
-    dead = []
-    for worker in getattr(iterator, "_workers", None) or []:
-        code = getattr(worker, "exitcode", None)
-        if code not in (None, 0):
-            dead.append((worker.pid, code))
-    return dead
-
-
 def _as_pipeline_error(
     exc: Exception, config: LoaderConfig, timeout: float, dead: list[tuple[int, int]] | None = None
 ) -> PipelineError:
     """One sentence for a failure inside the user's pipeline (wrapped worker errors included)."""
     text = str(exc)
-    if dead:
+    if dead or is_worker_death(exc):
         # A worker that died without a Python exception (os._exit, a segfault, the OOM
         # killer) can surface as a broken connection rather than torch's own message.
-        pid, code = dead[0]
-        how = f"signal {-code}" if code < 0 else f"exit code {code}"
-        hint = " (signal 9 is usually the out-of-memory killer)" if code == -9 else ""
-        return PipelineError(
-            f"a DataLoader worker died with {config.label()}: pid {pid}, {how}{hint}; "
-            "run `stallscope check` or num_workers=0 to see the failing sample."
-        )
+        return PipelineError(describe_worker_death(dead, f" with {config.label()}", exc))
     if "timed out after" in text:
         return PipelineError(
             f"no batch arrived within {timeout:g} s with {config.label()}; a sample may hang "
             "(run `stallscope check` to find which)."
         )
-    match = re.search(r"DataLoader worker \(pid\(?s?\)? ?([\d, ]+)\)[^\n]*", text)
-    if match or "exited unexpectedly" in text or "killed by signal" in text:
-        line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-        return PipelineError(f"a DataLoader worker died with {config.label()}: {line}")
-    if "Original Traceback" in text:
-        # torch wraps worker exceptions: "Caught X in DataLoader worker process N. Original Traceback ... X: msg"
-        last = [ln for ln in text.strip().splitlines() if ln.strip()][-1].strip()
-        where = re.search(r"worker process (\d+)", text)
-        worker = f" (worker {where.group(1)})" if where else ""
+    tail = worker_traceback_tail(exc)
+    if tail is not None:
+        last, worker_id = tail
+        worker = f" (worker {worker_id})" if worker_id else ""
         return PipelineError(
             f"the dataset raised {last}{worker} while loading with {config.label()}; "
             "run `stallscope check` to find the index."

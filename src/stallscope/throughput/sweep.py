@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import LoaderConfig
+from ..errors import UsageError
 from ..runtime.host import cuda_available, usable_cores
 from ..target import Pipeline, Preflight, load_target, preflight
 from .measure import (
@@ -70,6 +71,7 @@ class ConfigResult:
             "samples_per_s_repeats": self.rates,
             "window_s": sum(m.window_s for m in self.measurements),
             "batches_measured": sum(m.batches for m in self.measurements),
+            "samples_measured": sum(m.samples for m in self.measurements),
             "resources": _merge_resources(resources),
             "duplicates": self.duplicates,
             "error": None,
@@ -141,12 +143,16 @@ class BenchResult:
 
 
 def dataset_facts(pipeline: Pipeline, pre: Preflight) -> dict[str, Any]:
+    call = pipeline.call
     return {
         "length": pre.length,
         "item": pre.item_structure,
         "batch": pre.batch_structure,
         "batch_bytes": pre.batch_bytes,
         "batch_size": pipeline.batch_size,
+        # "batch_sampler": the user's batch sampler decides each batch (batch_size is then their mean).
+        "batching": call.batching if call is not None else "batch_size",
+        "batch_sizes": call.batch_sizes if call is not None else None,
         "iterable": pipeline.is_iterable,
         "type": type(pipeline.dataset).__name__,
     }
@@ -213,6 +219,11 @@ def bench(
     times the single-process rate at the same batch size.
     """
     pipeline = target if isinstance(target, Pipeline) else load_target(target)
+    if pipeline.batch_sampler is not None and set(batch_sizes or []) - {pipeline.batch_size}:
+        raise UsageError(
+            "the loader's batch_sampler decides its batch sizes, so a batch-size grid cannot change them; "
+            "leave --batch-sizes out (or build the loader with batch_size=)."
+        )
     pre = preflight(pipeline)
     cores = usable_cores()
     if configs is None:

@@ -29,10 +29,26 @@ from ..config import LoaderConfig
 from ..errors import PipelineError, UsageError, describe_exception
 from ..runtime.processes import shutdown_iterator
 from ..target import Pipeline
+from ..throughput.measure import warmup_batches_for
 from .watch import SyncSpec, Watch
 
 DEFAULT_STEPS = 50
-DEFAULT_WARMUP = 5
+# Warm-up is never shorter than this (allocator, lazy initialisation, autotuning), even at num_workers=0.
+MIN_WARMUP = 5
+
+
+def default_warmup(config: LoaderConfig) -> int:
+    """Warm-up steps: the prefetch buffer's fill plus one round per worker, at least :data:`MIN_WARMUP`.
+
+    When the first batch arrives the workers have been filling the buffer
+    (``num_workers × prefetch_factor`` batches) while the loop started:
+    those batches come out without waiting, and one more round per worker
+    passes before the wait reflects the steady rate. Counting them as steady
+    steps would understate the stall. It is the throughput warm-up
+    (:func:`stallscope.throughput.measure.warmup_batches_for`), for the
+    same reason.
+    """
+    return max(MIN_WARMUP, warmup_batches_for(config))
 
 
 # -- calling the user's train_step -------------------------------------------------------
@@ -153,7 +169,7 @@ def run_profile(
     pipeline: Pipeline,
     *,
     steps: int = DEFAULT_STEPS,
-    warmup: int = DEFAULT_WARMUP,
+    warmup: int | None = None,
     config: LoaderConfig | None = None,
     device: str = "cpu",
     sync: SyncSpec = None,
@@ -164,6 +180,7 @@ def run_profile(
 ) -> dict[str, Any]:
     """Run ``warmup + steps`` real training steps and return the ``profile`` section.
 
+    ``warmup=None``: :func:`default_warmup` of the loader config used.
     ``sync`` is passed to :class:`Watch` (``"cuda"`` or a callable; tests pass
     a fake device's synchronise). ``on_step(done, total)`` reports progress.
     """
@@ -173,7 +190,7 @@ def run_profile(
 
     if steps < 1:
         raise UsageError(f"--steps must be at least 1, not {steps}.")
-    if warmup < 0:
+    if warmup is not None and warmup < 0:
         raise UsageError(f"--warmup must be at least 0, not {warmup}.")
     if pipeline.train_step is None:
         raise UsageError(
@@ -182,16 +199,20 @@ def run_profile(
         )
     call, call_style = step_caller(pipeline.train_step, pipeline.model)
     config = config or pipeline.baseline
+    warmup = default_warmup(config) if warmup is None else warmup
     info = rank_info()
     total = warmup + steps
     model = prepare_model(pipeline.model, device)
     if model is not None and call_style == "train_step(model, batch)":
         call, _ = step_caller(pipeline.train_step, model)
     length = pipeline.length()
-    sampler = None
-    if not pipeline.is_iterable and length:
+    if info.world_size > 1 and not pipeline.is_iterable and length:
+        # Each rank reads its own shard, as a DistributedSampler would.
         sampler = RankShardSampler(length, total * config.batch_size, info.rank, info.world_size)
-    loader = build_loader(pipeline, config, sampler=sampler, timeout=timeout, drop_last=False)
+        loader = build_loader(pipeline, config, sampler=sampler, timeout=timeout, drop_last=False)
+    else:
+        # One process: the user's own batches, epoch after epoch (NOTE [loader fidelity]).
+        loader = build_loader(pipeline, config, cycle=total, timeout=timeout)
     move = device != "cpu"
     options = {"warmup": warmup, "name": "profile", "sample_interval": sample_interval, "sync": sync}
     options.update(watch_options or {})

@@ -35,7 +35,7 @@ from typing import Any
 from ..config import LoaderConfig
 from ..errors import UsageError
 from ..pipeline.inspection import shards_by_worker
-from ..pipeline.seeding import seed_worker
+from ..pipeline.seeding import ChainedWorkerInit, seed_worker
 from ..runtime.host import cache_root, cuda_available, usable_cores
 
 _CONFIG_FIELDS = {f.name for f in fields(LoaderConfig)}
@@ -201,23 +201,12 @@ class TuneCache:
 # -- worker_init_fn ---------------------------------------------------------------------------
 
 
-class ChainedInit:
-    """``seed_worker`` first, then the user's own ``worker_init_fn`` (picklable for spawn)."""
-
-    def __init__(self, *fns: Callable[[int], Any]) -> None:
-        self.fns = fns
-
-    def __call__(self, worker_id: int) -> None:
-        for fn in self.fns:
-            fn(worker_id)
-
-
 def _worker_init(seed_workers: bool, user_fn: Callable[[int], Any] | None) -> Callable[[int], Any] | None:
     if not seed_workers:
         return user_fn
     if user_fn is None or user_fn is seed_worker:
         return seed_worker
-    return ChainedInit(seed_worker, user_fn)
+    return ChainedWorkerInit(seed_worker, user_fn)
 
 
 # -- make_loader --------------------------------------------------------------------------------

@@ -1,35 +1,365 @@
-"""Emitting a tuned config: YAML for ``make_loader(config=path)``, or a ready ``DataLoader(...)`` call."""
+"""A recommendation as a change to the user's own loader: one builder, several renderings.
+
+:func:`build_snippet` takes the pick, the user's baseline knobs and the
+description of their call (``pipeline/arguments.py``, the record's ``loader``
+section; NOTE [loader fidelity]) and returns a :class:`Snippet`: every argument
+the user set, kept as they wrote it (their objects imported by name or shown as
+a marked ``<your ...>`` placeholder), the tuned knobs, and which of them
+changed. Everything that shows a loader call renders that one snippet:
+``--emit python`` (:func:`render_python`), ``--emit diff`` (:func:`render_diff`:
+only the keyword arguments to change), ``--emit yaml`` (:func:`render_yaml`),
+the console's "What to set" and the Markdown/HTML reports
+(:func:`snippet_for_record` builds it from a saved record).
+
+Seeding is added only where it is missing: torch seeds ``random``, torch and
+NumPy's global RNG per worker, but not RNG objects the dataset holds. Where the
+dataset holds one (or a ``duplicate-rng`` finding shows identical streams) and
+the user has no ``worker_init_fn``, the call gains ``ss.seed_worker``; their own
+is always kept, chained with ``ss.seed_worker`` only where a ``duplicate-rng``
+finding shows it does not seed.
+"""
 
 from __future__ import annotations
 
-from ..config import LoaderConfig, loader_supports
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from ..config import LoaderConfig
+from ..pipeline.arguments import Argument, LoaderCall
+
+PLACEHOLDER = re.compile(r"<your (\w+): [^<>]*>")
+# Knobs in the order they are written, with torch's default (None: only written when set).
+_KNOB_DEFAULTS: tuple[tuple[str, Any], ...] = (
+    ("num_workers", 0),
+    ("prefetch_factor", None),
+    ("persistent_workers", False),
+    ("pin_memory", False),
+    ("in_order", True),
+    ("multiprocessing_context", None),
+)
 
 
-def to_yaml(config: LoaderConfig, *, comment: str | None = None) -> str:
-    """The config as YAML (``LoaderConfig.from_yaml`` reads it back), with optional ``#`` comment lines."""
-    header = "".join(f"# {line}\n" for line in (comment or "").splitlines() if line.strip())
-    return header + config.to_yaml()
+@dataclass
+class Change:
+    """One argument that differs from the user's call (``before``/``after`` None: absent)."""
+
+    name: str
+    before: str | None
+    after: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "before": self.before, "after": self.after}
 
 
-def _arguments(config: LoaderConfig, *, dataset: str, collate_fn: str | None, shuffle: bool, drop_last: bool) -> list[str]:
-    args = [dataset, f"batch_size={config.batch_size}"]
-    if shuffle:
-        args.append("shuffle=True")
-    args.append(f"num_workers={config.num_workers}")
+@dataclass
+class Snippet:
+    """The loader call to write, argument by argument, and what changed."""
+
+    callable: str
+    imports: list[str]
+    prelude: list[str]  # statements before the call (threaded dataset, thread caps)
+    arguments: list[tuple[str | None, str]]  # (keyword or None for positional, source)
+    changes: list[Change]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> list[str]:
+        return [c.name for c in self.changes]
+
+    def placeholders(self) -> dict[str, str]:
+        """Each ``<your ...>`` marker in the code -> the role it stands for (``dataset``, ``collate_fn``)."""
+        found: dict[str, str] = {}
+        for text in [src for _, src in self.arguments] + self.prelude:
+            for match in PLACEHOLDER.finditer(text):
+                found[match.group(0)] = match.group(1)
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "callable": self.callable,
+            "changed": self.changed,
+            "changes": [c.to_dict() for c in self.changes],
+            "placeholders": self.placeholders(),
+            "notes": list(self.notes),
+        }
+
+
+# -- building ------------------------------------------------------------------------------
+
+
+def _literal(value: Any) -> str:
+    return repr(value)
+
+
+def _knob_sources(config: LoaderConfig) -> dict[str, str]:
+    """The knobs a config sets, as DataLoader keyword sources (absent: torch's default)."""
+    out = {"num_workers": _literal(config.num_workers), "pin_memory": _literal(config.pin_memory)}
     if config.num_workers > 0:
-        args.append(f"prefetch_factor={config.prefetch_factor}")
-        args.append(f"persistent_workers={config.persistent_workers}")
-        if not config.in_order and loader_supports("in_order"):
-            args.append("in_order=False")
+        out["prefetch_factor"] = _literal(config.prefetch_factor)
+        out["persistent_workers"] = _literal(config.persistent_workers)
+        if not config.in_order:  # only set where the measuring torch had it (>= 2.6)
+            out["in_order"] = "False"
         if config.multiprocessing_context:
-            args.append(f"multiprocessing_context={config.multiprocessing_context!r}")
-        args.append("worker_init_fn=ss.seed_worker")
-    args.append(f"pin_memory={config.pin_memory}")
-    if collate_fn:
-        args.append(f"collate_fn={collate_fn}")
-    if drop_last:
-        args.append("drop_last=True")
-    return args
+            out["multiprocessing_context"] = _literal(config.multiprocessing_context)
+    return out
+
+
+def _user_knobs(config: LoaderConfig) -> dict[str, str]:
+    """The knobs as the user's call has them: only those differing from torch's defaults."""
+    sources = _knob_sources(config)
+    defaults = dict(_KNOB_DEFAULTS)
+    shown = {}
+    for name, source in sources.items():
+        if name == "prefetch_factor" and config.prefetch_factor == 2:
+            continue  # torch's default with workers
+        if name in defaults and defaults[name] is not None and source == _literal(defaults[name]):
+            continue
+        shown[name] = source
+    return shown
+
+
+def default_call(batch_size: int, *, dataset: str = "dataset") -> LoaderCall:
+    """The call for a user who has no loader yet: ``DataLoader(dataset, batch_size=N)``."""
+    return LoaderCall(arguments=[Argument("dataset", dataset, positional=True), Argument("batch_size", repr(batch_size))])
+
+
+def build_snippet(
+    config: LoaderConfig,
+    *,
+    call: LoaderCall | None = None,
+    baseline: LoaderConfig | None = None,
+    seeding_missing: bool | None = None,
+) -> Snippet:
+    """The user's call with ``config``'s knobs (see the module docstring).
+
+    ``seeding_missing``: workers would share random streams (a ``duplicate-rng``
+    finding, or RNG objects in a dataset without a worker_init_fn); None: not known.
+    """
+    call = call or default_call(config.batch_size)
+    baseline = baseline or LoaderConfig(batch_size=config.batch_size)
+    imports = list(call.imports)
+    prelude: list[str] = []
+    notes = [call.note] if call.note else []
+    changes: list[Change] = []
+    uses_ss = False
+
+    args = [Argument(a.name, a.source, list(a.imports), a.placeholder, a.positional) for a in call.arguments]
+    for arg in args:
+        imports.extend(arg.imports)
+    dataset_arg = next((a for a in args if a.positional), None)
+
+    # Batch size: the user's, unless they asked for another (--tune-batch-size, --batch-size).
+    size_arg = next((a for a in args if a.name == "batch_size"), None)
+    if size_arg is not None and size_arg.source != "None" and size_arg.source != repr(config.batch_size):
+        changes.append(Change("batch_size", size_arg.source, repr(config.batch_size)))
+        size_arg.source = repr(config.batch_size)
+
+    threads = int(getattr(config, "worker_threads", 0) or 0)
+    if threads and dataset_arg is not None:
+        prelude.append(f"dataset = ss.threaded_dataset({dataset_arg.source}, threads={threads})")
+        before_threads = int(getattr(baseline, "worker_threads", 0) or 0)
+        changes.append(Change("worker_threads", str(before_threads) if before_threads else None, str(threads)))
+        dataset_arg.source = "dataset"
+        uses_ss = True
+    if config.torch_threads is not None:
+        imports.insert(0, "import torch")
+        prelude.append(f"torch.set_num_threads({config.torch_threads})  # main-process intra-op threads")
+        changes.append(Change("torch_threads", None, str(config.torch_threads)))
+
+    uses_ss |= _seeding(args, config, seeding_missing, changes)
+
+    if config.batched_fetch:
+        snippet_args, extra = _make_loader_arguments(args, config, seeding_missing)
+        changes.append(Change("batched_fetch", None, "True"))
+        notes.append("batched_fetch: one indexing call per batch (stallscope.pipeline.batching) through ss.make_loader")
+        return Snippet("ss.make_loader", _merge_imports(imports, True, drop_loader=call.callable), prelude,
+                       snippet_args + extra, changes, notes)
+
+    before, after = _user_knobs(baseline), _knob_sources(config)
+    was, now = _effective(baseline), _effective(config)
+    for name, _default in _KNOB_DEFAULTS:
+        if was[name] != now[name]:
+            changes.append(Change(name, before.get(name), after.get(name)))
+    keyword = [(None if a.positional else a.name, a.source) for a in args]
+    keyword += [(name, after[name]) for name, _ in _KNOB_DEFAULTS if name in after]
+    return Snippet(call.callable, _merge_imports(imports, uses_ss), prelude, keyword, changes, notes)
+
+
+def _effective(config: LoaderConfig) -> dict[str, Any]:
+    """What each knob amounts to in torch (those that need workers mean nothing without)."""
+    workers = config.num_workers > 0
+    return {
+        "num_workers": config.num_workers,
+        "prefetch_factor": config.prefetch_factor if workers else None,
+        "persistent_workers": config.persistent_workers and workers,
+        "pin_memory": config.pin_memory,
+        "in_order": config.in_order or not workers,
+        "multiprocessing_context": config.multiprocessing_context if workers else None,
+    }
+
+
+def _seeding(args: list[Argument], config: LoaderConfig, missing: bool | None, changes: list[Change]) -> bool:
+    """Add ``ss.seed_worker`` where seeding is missing, chained after the user's own
+    worker_init_fn if they have one. Returns whether the code now needs ``ss``."""
+    if config.num_workers == 0 or not missing:
+        return False
+    own = next((a for a in args if a.name == "worker_init_fn"), None)
+    if own is None:
+        args.append(Argument("worker_init_fn", "ss.seed_worker"))
+        changes.append(Change("worker_init_fn", None, "ss.seed_worker"))
+        return True
+    if missing:
+        chained = f"ss.chain_worker_init({own.source}, ss.seed_worker)"
+        changes.append(Change("worker_init_fn", own.source, chained))
+        own.source = chained
+        return True
+    return False
+
+
+def _make_loader_arguments(
+    args: list[Argument], config: LoaderConfig, seeding_missing: bool | None
+) -> tuple[list[tuple[str | None, str]], list[tuple[str | None, str]]]:
+    """``ss.make_loader``'s arguments: the dataset, the config, the user's other arguments."""
+    fields = ", ".join(f"{k}={v!r}" for k, v in config.to_dict().items() if k != "torch_threads")
+    out: list[tuple[str | None, str]] = []
+    for arg in args:
+        if arg.positional:
+            out.append((None, arg.source))
+            out.append(("config", f"ss.LoaderConfig({fields})"))
+        elif arg.name == "worker_init_fn" and arg.source == "ss.seed_worker":
+            continue  # make_loader seeds workers itself
+        elif arg.name != "batch_size":
+            out.append((arg.name, arg.source))
+    own = any(a.name == "worker_init_fn" and a.source != "ss.seed_worker" for a in args)
+    extra = [("seed_workers", "False")] if own and not seeding_missing else []
+    return out, extra
+
+
+def _merge_imports(lines: list[str], uses_ss: bool, *, drop_loader: str | None = None) -> list[str]:
+    """Deduplicated imports, one ``from m import a, b`` per module, ``import stallscope as ss`` last."""
+    plain: list[str] = []
+    grouped: dict[str, list[str]] = {}
+    for line in lines:
+        match = re.fullmatch(r"from (\S+) import (\w+)", line)
+        if match:
+            if drop_loader is not None and match.group(2) == drop_loader:
+                continue
+            names = grouped.setdefault(match.group(1), [])
+            if match.group(2) not in names:
+                names.append(match.group(2))
+        elif line not in plain:
+            plain.append(line)
+    out = plain + [f"from {module} import {', '.join(names)}" for module, names in grouped.items()]
+    if uses_ss:
+        out.append("import stallscope as ss")
+    return out
+
+
+# -- from a record -------------------------------------------------------------------------
+
+
+def snippet_for_record(data: dict[str, Any], config: dict[str, Any] | None = None) -> Snippet | None:
+    """The snippet for a record's pick (or ``config``), from its ``loader`` section, baseline and findings."""
+    chosen = config or (data.get("best") or {}).get("config")
+    if not chosen:
+        return None
+    pick = LoaderConfig.from_dict(_known(chosen))
+    loader = data.get("loader")
+    call = LoaderCall.from_dict(loader) if isinstance(loader, dict) and loader.get("arguments") else None
+    base = (data.get("baseline") or {}).get("config") or (call.knobs if call is not None else None)
+    baseline = LoaderConfig.from_dict(_known(base)) if base else None
+    codes = {f.get("code") for f in data.get("findings") or []}
+    return build_snippet(pick, call=call, baseline=baseline, seeding_missing=seeding_missing(call, codes))
+
+
+def seeding_missing(call: LoaderCall | None, finding_codes: set[Any]) -> bool | None:
+    """True where workers would share random streams: a ``duplicate-rng`` finding, or RNG
+    objects in the dataset and no worker_init_fn of the user's; None where not known."""
+    if "duplicate-rng" in finding_codes:
+        return True
+    if call is not None and call.rng_attributes and call.argument("worker_init_fn") is None:
+        return True
+    return None
+
+
+def _known(config: dict[str, Any]) -> dict[str, Any]:
+    """A saved config's LoaderConfig fields (a record from a newer stallscope may carry more)."""
+    names = set(LoaderConfig.__dataclass_fields__)
+    return {k: v for k, v in config.items() if k in names}
+
+
+# -- renderings ----------------------------------------------------------------------------
+
+
+def _comment_lines(comment: str | None) -> list[str]:
+    return [f"# {line}" for line in (comment or "").splitlines() if line.strip()]
+
+
+def render_python(snippet: Snippet, *, comment: str | None = None) -> str:
+    """``loader = <callable>(...)`` with its imports; ``# was`` / ``# new`` mark the changed knobs."""
+    lines = _comment_lines(comment)
+    if snippet.placeholders():
+        lines.append("# <your ...> marks your own object: put the variable that holds it there.")
+    lines += [f"# note: {note}" for note in snippet.notes]
+    lines += snippet.imports + [""] + snippet.prelude + ([""] if snippet.prelude else [])
+    marks = {c.name: c for c in snippet.changes}
+    lines.append(f"loader = {snippet.callable}(")
+    for name, source in snippet.arguments:
+        text = f"    {source}," if name is None else f"    {name}={source},"
+        change = marks.get(name) if name else None
+        if change is not None:
+            text += f"  # was {change.before}" if change.before is not None else "  # new"
+        lines.append(text)
+    lines.append(")")
+    return "\n".join(lines) + "\n"
+
+
+def render_diff(snippet: Snippet, *, comment: str | None = None) -> str:
+    """Only what to change in the user's call: ``-`` their argument, ``+`` the new one."""
+    lines = _comment_lines(comment)
+    if not snippet.changes:
+        return "\n".join(lines + ["# nothing to change: your loader's settings are the pick"]) + "\n"
+    lines.append(f"# change these keyword arguments of your {snippet.callable}(...) call; keep the others as they are")
+    if any(line.startswith("dataset = ss.") for line in snippet.prelude) or "import stallscope as ss" in snippet.imports:
+        lines.append("+import stallscope as ss")
+    for statement in snippet.prelude:
+        lines.append(f"+{statement}")
+    for change in snippet.changes:
+        if change.name in {"worker_threads", "torch_threads", "batched_fetch"}:
+            continue  # shown as statements above, or by the call itself
+        if change.before is not None:
+            lines.append(f"-    {change.name}={change.before},")
+        if change.after is not None:
+            lines.append(f"+    {change.name}={change.after},")
+    if any(c.name == "worker_threads" for c in snippet.changes):
+        lines.append("# and pass `dataset` (the threaded one) to the loader")
+    if snippet.callable == "ss.make_loader":
+        lines.append("# batched fetching: build the loader with ss.make_loader (see --emit python)")
+    return "\n".join(lines) + "\n"
+
+
+def render_yaml(snippet: Snippet, config: LoaderConfig, *, comment: str | None = None) -> str:
+    """The pick as ``config:`` (``LoaderConfig.load`` / ``ss.make_loader(config=path)`` read it),
+    with what changed and the user's arguments it keeps."""
+    header = "".join(f"{line}\n" for line in _comment_lines(comment))
+    body: dict[str, Any] = {"config": config.to_dict()}
+    body["changed"] = {c.name: {"was": c.before, "now": c.after} for c in snippet.changes}
+    kept = {name: source for name, source in snippet.arguments if name is not None and name not in body["changed"]}
+    kept = {k: v for k, v in kept.items() if k not in dict(_KNOB_DEFAULTS)}
+    if kept:
+        body["keeps"] = kept
+    return header + yaml.safe_dump(body, sort_keys=False)
+
+
+# -- convenience (a config alone) ------------------------------------------------------------
+
+
+def to_yaml(config: LoaderConfig, *, comment: str | None = None, snippet: Snippet | None = None) -> str:
+    """The config as YAML (``LoaderConfig.from_yaml`` reads it back), with optional ``#`` comment lines."""
+    return render_yaml(snippet or build_snippet(config), config, comment=comment)
 
 
 def to_python(
@@ -41,28 +371,12 @@ def to_python(
     drop_last: bool = False,
     comment: str | None = None,
 ) -> str:
-    """Python that builds the loader: ``loader = DataLoader(...)`` with imports.
-
-    ``dataset`` and ``collate_fn`` are the names the code refers to. A config
-    with ``batched_fetch`` needs stallscope's batched fetching, so the code
-    calls ``ss.make_loader`` with the config instead of ``DataLoader``.
-    """
-    lines = [f"# {line}" for line in (comment or "").splitlines() if line.strip()]
-    lines += ["import torch"] if config.torch_threads is not None else []
-    lines += ["from torch.utils.data import DataLoader", "", "import stallscope as ss", ""]
-    if config.torch_threads is not None:
-        lines += [f"torch.set_num_threads({config.torch_threads})  # main-process intra-op threads", ""]
-    if config.batched_fetch:
-        fields = ", ".join(f"{k}={v!r}" for k, v in config.to_dict().items() if k != "torch_threads")
-        call = ["loader = ss.make_loader(", f"    {dataset},", f"    config=ss.LoaderConfig({fields}),"]
-        if shuffle:
-            call.append("    shuffle=True,")
-        if drop_last:
-            call.append("    drop_last=True,")
-        if collate_fn:
-            call.append(f"    collate_fn={collate_fn},")
-        lines += ["# batched_fetch: one indexing call per batch (stallscope.pipeline.batching)", *call, ")"]
-        return "\n".join(lines) + "\n"
-    args = _arguments(config, dataset=dataset, collate_fn=collate_fn, shuffle=shuffle, drop_last=drop_last)
-    lines += ["loader = DataLoader(", *[f"    {a}," for a in args], ")"]
-    return "\n".join(lines) + "\n"
+    """Python that builds a loader for ``config`` over the variable ``dataset`` (a user with no loader yet)."""
+    call = default_call(config.batch_size, dataset=dataset)
+    if shuffle:
+        call.arguments.append(Argument("shuffle", "True"))
+    if drop_last:
+        call.arguments.append(Argument("drop_last", "True"))
+    if collate_fn:
+        call.arguments.append(Argument("collate_fn", collate_fn))
+    return render_python(build_snippet(config, call=call), comment=comment)

@@ -13,8 +13,13 @@ A grid measures every combination; most of them are obviously bad once a few
 cheap numbers are known. The search runs in phases, each bounded by a share
 of the time budget:
 
-1. *probe* — the user's baseline and ``num_workers=0`` (the single-process
-   rate ``r0``), plus the in-process :class:`Profile` the caller measured
+0. *plan* — from the batch time the profile measured, how many measurements
+   the budget fits (:func:`~.space.budget_plan`; a window holds at least
+   ``min_batches`` batches, so slow pipelines get long measurements), said up
+   front in the notes and the record.
+1. *probe* — the user's baseline, ``num_workers=0`` (the single-process
+   rate ``r0``) and any *seeds* the caller must see raced (``doctor``: the
+   sweep's best), plus the in-process :class:`Profile` the caller measured
    (cost per sample, CPU time / wall time of the fetch, batch bytes, jitter).
 2. *scale* — ``num_workers = cores``; with ``r0`` and the profile this picks
    the region (:func:`classify`): CPU-bound (optimum near the usable cores),
@@ -30,28 +35,51 @@ of the time budget:
    matter here: deeper prefetch (the whole ladder when the source is
    jittery), ``in_order=False`` with two or more workers, batched fetching when available, intra-op threads at 0 workers,
    ``pin_memory`` on CUDA, batch sizes when allowed.
-5. *confirm* — the few finalists (best few, plus the fewest workers within a
-   few percent, plus the baseline once for the speed-up) race in interleaved
-   rounds (A B … B A). After each round, configs clearly slower than the
-   leader drop out; the race stops when the pick is clear
-   (:func:`decide`: bootstrap confidence), on the round limit, or the budget.
-   Within ``tolerance`` of the leader the cheaper config wins (fewer workers,
-   shallower prefetch): a plateau is not worth extra processes.
+5. *race* (:mod:`.race`) — the finalists (best few, plus the fewest workers
+   within a few percent), the seeds and the baseline race in interleaved
+   rounds (A B … B A). Configs far behind after one round, or clearly slower
+   (paired by round, beyond the noise) after two, drop out; the race stops
+   when the pick is clear (:func:`~.confidence.decide`: a bootstrap over
+   rounds, NOTE [paired rounds]), on the round limit, or the budget. Below two
+   rounds there is no confidence: the pick is "not confirmed", and what was
+   left out is listed. Within ``tolerance`` of the leader the cheaper config
+   wins (fewer workers, shallower prefetch): a plateau is not worth extra
+   processes. When the best is within noise of the baseline, the verdict is
+   "keep yours" (:func:`~.confidence.keeps_baseline`).
 6. *startup* — with budget left, the start-up time of other start methods.
+7. *epoch boundary* — the gap between epochs with and without persistent
+   workers, on the config to recommend (:mod:`.persistence`); the flag is
+   recommended only on that measurement.
 
 The memory budget (:class:`MemoryBudget`) vetoes any config whose workers and
 in-flight batches would not fit before it is measured.
 """
+
+from __future__ import annotations
+
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..config import LoaderConfig
-from .confidence import Decision, clearly_slower, decide, single_measurement_confidence
+from ..throughput.epochs import epoch_batches
+from .confidence import Decision, decide_from_scan, keeps_baseline, within_pct
+from .persistence import choose_persistent, choose_start_method
+from .race import Race, entrants
 from .regions import Region, classify
-from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace, cost_key
-from .trial import Effect, Evaluator, SearchResult, Trial
+from .space import (
+    MB,
+    MemoryBudget,
+    Profile,
+    SearchSettings,
+    SearchSpace,
+    budget_plan,
+    cost_key,
+    revise_plan,
+)
+from .trial import Effect, Evaluator, SearchResult, Trial, overhead_fit
 
 # The noise threshold for a gain never exceeds this.
 MAX_SIG = 0.10
@@ -72,21 +100,29 @@ class Search:
         memory: MemoryBudget,
         settings: SearchSettings | None = None,
         on_trial: Callable[[Trial], None] | None = None,
+        seeds: Sequence[tuple[LoaderConfig, str]] = (),
     ) -> None:
         self.ev = evaluator
+        # Configs a caller needs in the final race, with their role (doctor: the sweep's best).
+        self.seeds = [(c, role) for c, role in seeds if c != baseline]
         self.space = space
         self.profile = profile
         self.baseline = baseline
         self.memory = memory
-        self.settings = settings or SearchSettings()
+        # A copy: run() may narrow the phases' shares of the budget (see _reserve_for_seeds).
+        self.settings = dataclasses.replace(settings or SearchSettings())
         self.on_trial = on_trial
         self.trials: list[Trial] = []
         self.notes: list[str] = []
         self.effects: list[Effect] = []
         self.region = Region("cpu-bound", "not classified yet")
+        self.skipped: list[dict[str, str]] = []
+        self.plan: dict = {}
         self._scan: dict[LoaderConfig, Trial] = {}
-        self._race: dict[LoaderConfig, list[float]] = {}
-        self._rounds = 0
+        self.race = Race(
+            evaluator, self.settings, round_cost=self._round_cost, affordable=self._race_affordable,
+            record=self._record, note=self._note, skip=self._skip,
+        )
         self._template = LoaderConfig(
             num_workers=1,
             batch_size=space.batch_size,
@@ -103,6 +139,11 @@ class Search:
         if text not in self.notes:
             self.notes.append(text)
 
+    def _skip(self, config: LoaderConfig, why: str) -> None:
+        label = config.label()
+        if not any(s["label"] == label for s in self.skipped):
+            self.skipped.append({"label": label, "why": why})
+
     def _sig(self, *trials: Trial) -> float:
         """The gain that counts as real: the floor, or twice the combined window noise (capped:
         when unsure, one more step up costs a measurement, stopping early can cost the optimum)."""
@@ -110,8 +151,9 @@ class Search:
         return max(self.settings.min_gain, min(2 * se, MAX_SIG))
 
     def rate(self, config: LoaderConfig) -> float:
-        if config in self._race and self._race[config]:
-            return statistics.median(self._race[config])
+        raced = self.race.log.median(config)
+        if raced is not None:
+            return raced
         trial = self._scan.get(config)
         return trial.samples_per_s if trial is not None and trial.ok else 0.0
 
@@ -122,30 +164,12 @@ class Search:
         over past trials; the window stretches to ``min_batches`` batches at
         the rate of the nearest measured config with no more workers.
         """
-        a, b = self._overhead_fit()
+        a, b = overhead_fit(self.trials)
         rate = self._rate_guess(config)
         window = window_s
         if rate > 0:
             window = max(window_s, self.settings.min_batches * config.batch_size / rate)
         return window + a + b * config.num_workers
-
-    def _overhead_fit(self) -> tuple[float, float]:
-        points = [(t.config.num_workers, max(0.0, t.cost_s - (t.window_s or 0.0))) for t in self.trials]
-        if not points:
-            return 0.2, 0.05
-        ws = {w for w, _ in points}
-        if len(ws) < 2:
-            w, y = max(points, key=lambda p: p[1])
-            return (y, 0.05) if w == 0 else (0.2, y / w)
-        n = len(points)
-        mean_w = sum(w for w, _ in points) / n
-        mean_y = sum(y for _, y in points) / n
-        var = sum((w - mean_w) ** 2 for w, _ in points)
-        slope = max(0.0, sum((w - mean_w) * (y - mean_y) for w, y in points) / var)
-        intercept = max(0.0, mean_y - slope * mean_w)
-        # Pad by the worst residual: an estimate that runs short overshoots the budget.
-        worst = max(y - (intercept + slope * w) for w, y in points)
-        return intercept + max(0.0, worst), slope
 
     def _rate_guess(self, config: LoaderConfig) -> float:
         known = self.rate(config)
@@ -173,6 +197,7 @@ class Search:
         window = self.settings.scan_window_s
         if not force and not self.affordable(self.estimate_cost(config, window), share):
             self._note(f"time budget: did not measure {config.label()} in the {phase} phase")
+            self._skip(config, f"not measured: the time budget ran out in the {phase} phase")
             return None
         trial = self.ev.measure(config, window_s=window, phase=phase)
         self._record(trial)
@@ -203,8 +228,14 @@ class Search:
         return max(found, key=lambda pair: pair[0])[1]
 
     # -- phases ----------------------------------------------------------------------
-    def run(self) -> SearchResult:
+    def run(self, on_plan: Callable[[dict[str, Any]], None] | None = None) -> SearchResult:
+        self.plan = budget_plan(self.profile, self.space, self.settings, elapsed_s=self.ev.elapsed())
+        self._note(self.plan["summary"])
+        if on_plan is not None:
+            on_plan(self.plan)
         self._probe()
+        self._revise_plan()
+        self._reserve_for_seeds()
         self._scale()
         self._refine()
         self._knobs()
@@ -212,11 +243,32 @@ class Search:
         self._startup(decision.pick)
         return self._result(decision)
 
+    def _revise_plan(self) -> None:
+        left = max(0.0, self.settings.budget_s - self.ev.elapsed())
+        note = revise_plan(self.plan, [t.cost_s for t in self.trials if t.cost_s > 0], left_s=left)
+        if note:
+            self._note(note)
+
+    def _reserve_for_seeds(self) -> None:
+        """With seeds (doctor: the sweep's best), the race that settles one winner comes before more
+        scanning: the scan and knob phases stop early enough for two rounds of the seeds against the
+        tuner's best, at the costs the probe measured."""
+        if not self.seeds:
+            return
+        settings = self.settings
+        seeds = [c for c, _ in self.seeds]
+        rounds_s = settings.min_rounds * self._round_cost([*seeds, seeds[0]])
+        room = 1 - rounds_s / settings.budget_s
+        settings.scan_share = max(0.2, min(settings.scan_share, room))
+        settings.knobs_share = max(settings.scan_share, min(settings.knobs_share, room))
+
     def _probe(self) -> None:
         self.measure(self.baseline, "baseline", force=True)
         zero = self.workers(0)
         if zero != self.baseline:
             self.measure(zero, "probe", force=True)
+        for config, _role in self.seeds:
+            self.measure(config, "seed", force=True)
         # Cheap and often decisive for in-memory data: batched fetching, when the profile saw a gain.
         if self.space.batched_fetch and (self.profile.batched_speedup or 0.0) >= 1.5:
             self._try_variant("batched_fetch", zero, zero.replace(batched_fetch=True), self.settings.scan_share, "probe")
@@ -384,87 +436,24 @@ class Search:
     def _round_cost(self, configs: Sequence[LoaderConfig]) -> float:
         return 2 * sum(self.estimate_cost(c, self.settings.confirm_window_s) for c in configs)
 
+    def _race_affordable(self, seconds: float) -> bool:
+        """Two rounds come first; rounds beyond them leave room for the epoch-boundary measurement."""
+        reserve = 0.0
+        if self.race.rounds >= self.settings.min_rounds:
+            leader = self.best_scanned()
+            reserve = self._epoch_gap_cost(leader) if leader is not None and leader.num_workers else 0.0
+        return self.affordable(seconds + reserve)
+
     def _confirm(self) -> Decision:
-        settings = self.settings
-        alive = self.finalists()
-        base_trial = self._scan.get(self.baseline)
-        top = max((t.samples_per_s for t in self._scan.values() if t.ok), default=0.0)
-        # Race the baseline once for an interleaved speed-up, unless the scan already shows it far behind.
-        baseline_pending = (
-            self.baseline not in alive
-            and base_trial is not None
-            and base_trial.ok
-            and base_trial.samples_per_s >= 0.5 * top
-        )
-        while alive:
-            configs = alive + ([self.baseline] if baseline_pending else [])
-            if len(configs) == 1:
-                break
-            if not self.affordable(self._round_cost(configs)):
-                if baseline_pending and len(alive) > 1 and self.affordable(self._round_cost(alive)):
-                    baseline_pending = False  # the speed-up then comes from the scan
-                    continue
-                self._note(f"time budget: stopped the confirmation race after {self._rounds} round(s)")
-                break
-            results = self.ev.interleaved(configs, repeats=1, window_s=settings.confirm_window_s, phase="confirm")
-            for config, trials in zip(configs, results):
-                for trial in trials:
-                    self._record(trial)
-                    if trial.ok:
-                        self._race.setdefault(config, []).append(trial.samples_per_s)
-                    elif config in alive:
-                        alive.remove(config)
-            self._rounds += 1
-            if baseline_pending:
-                baseline_pending = False
-                # The user's own config stays in the race when it is within reach of the leader.
-                leader = max((statistics.median(self._race[c]) for c in alive if self._race.get(c)), default=0.0)
-                base = self._race_median(self.baseline)
-                if base is not None and base >= leader * (1 - 2 * settings.min_gain):
-                    alive.append(self.baseline)
-            if settings.rounds is not None:
-                if self._rounds >= settings.rounds:
-                    break
-                continue
-            if self._rounds < settings.min_rounds:
-                continue
-            raced = {c: self._race[c] for c in alive if self._race.get(c)}
-            if not raced:
-                break
-            decision = decide(raced, tolerance=settings.tolerance, seed=settings.seed + self._rounds)
-            leader_samples = self._race[decision.leader]
-            alive = [
-                c
-                for c in alive
-                if c in (decision.leader, decision.pick)
-                or not clearly_slower(self._race[c], leader_samples, tolerance=settings.tolerance, seed=settings.seed)
-            ]
-            if decision.confidence >= 0.9 or len(alive) <= 1 or self._rounds >= settings.max_rounds:
-                break
-        raced = {c: v for c, v in self._race.items() if v}
-        if raced:
-            return decide(raced, tolerance=settings.tolerance, seed=settings.seed)
-        return self._decide_from_scan()
+        ok = {c: t.samples_per_s for c, t in self._scan.items() if t.ok}
+        decision = self.race.run(entrants(ok, self.finalists(), self.seeds, self.baseline))
+        if decision is None:
+            # Not one round raced: single measurements pick, and within their noise floor the cheaper config.
+            tolerance = max(self.settings.tolerance, self.settings.min_gain)
+            decision = decide_from_scan(self._scan, self.baseline, tolerance=tolerance)
+        return decision
 
-    def _decide_from_scan(self) -> Decision:
-        ok = {c: t for c, t in self._scan.items() if t.ok}
-        if not ok:
-            return Decision(pick=self.baseline, leader=self.baseline, medians={}, confidence=0.0)
-        leader = max(ok, key=lambda c: ok[c].samples_per_s)
-        top = ok[leader].samples_per_s
-        pick = min((c for c in ok if ok[c].samples_per_s >= top * (1 - self.settings.tolerance)), key=cost_key)
-        rivals = [t for c, t in ok.items() if c != pick]
-        runner = max(rivals, key=lambda t: t.samples_per_s) if rivals else None
-        return Decision(
-            pick=pick,
-            leader=leader,
-            medians={c: t.samples_per_s for c, t in ok.items()},
-            confidence=single_measurement_confidence(ok[pick], rivals),
-            runner_up=runner.config if runner else None,
-            margin=ok[pick].samples_per_s / runner.samples_per_s if runner else None,
-        )
-
-    # -- start-up ------------------------------------------------------------------
+    # -- start-up and epoch boundaries ----------------------------------------------------
     def _startup_pair(self, pick: LoaderConfig, ctx: str) -> tuple[LoaderConfig, LoaderConfig]:
         """Start methods are compared at min(workers, cores): start-up per worker, cheaply."""
         n = max(1, min(pick.num_workers, self.space.cores))
@@ -492,17 +481,48 @@ class Search:
             self._record(trial)
             self._scan[variant] = trial
 
+    def _persistent(self, chosen: LoaderConfig) -> tuple[LoaderConfig, dict | None]:
+        """Measure the epoch-boundary gap of ``chosen`` with and without persistent workers, then decide."""
+        if chosen.num_workers == 0 or chosen.persistent_workers or not self.space.persistent_workers:
+            return chosen, None
+        if not self.affordable(self._epoch_gap_cost(chosen)):
+            self._note("time budget: persistent_workers was not measured, so it is not recommended")
+            self._skip(chosen.replace(persistent_workers=True), "epoch-boundary gap not measured: the time budget ran out")
+            return chosen, None
+        epochs = self.settings.epoch_gap_epochs
+        without = self.ev.epoch_gap(chosen, epochs=epochs)
+        with_ = self.ev.epoch_gap(chosen.replace(persistent_workers=True), epochs=epochs)
+        return choose_persistent(chosen, without, with_, note=self._note)
+
+    def _epoch_gap_cost(self, config: LoaderConfig) -> float:
+        """Seconds the two epoch-boundary runs of ``config`` take: short epochs at the measured rate,
+        and a start-up (plus half as much for the shutdown) per epoch without persistence, once with it."""
+        rate = self.rate(config)
+        batch_s = config.batch_size / rate if rate > 0 else self.profile.batch_seconds(config.batch_size)
+        startup = self._startup_of(config) or 0.5
+        epochs = self.settings.epoch_gap_epochs
+        restarts = 1.5 * startup * (epochs + 1)
+        return restarts + 2 * epochs * epoch_batches(config) * batch_s + 0.5
+
     # -- result --------------------------------------------------------------------
     def _result(self, decision: Decision) -> SearchResult:
         pick = decision.pick
         rate = decision.medians.get(pick, self.rate(pick))
-        base_rate = self._race_median(self.baseline) or self.rate(self.baseline)
-        self._race_effects()
+        base_rate = self.rate(self.baseline)
+        self.race.confirm_effects(self.effects)
+        noise = self.race.noise()
+        keep = pick == self.baseline or keeps_baseline(
+            rate, base_rate, paired=self.race.log.ratios(pick, self.baseline), noise=noise,
+            min_gain=self.settings.min_gain, seed=self.settings.seed,
+        )
         startup = self._startup_of(pick)
-        pick = self._apply_startup_choices(pick, startup)
-        noise = [
-            (max(v) - min(v)) / statistics.median(v) for v in self._race.values() if len(v) >= 2 and statistics.median(v) > 0
-        ]
+        if keep:
+            _, persistent = self._persistent(self.baseline)
+        else:
+            pick = choose_start_method(pick, self.space.contexts, self._startup_pair, self._scan, note=self._note)
+            pick, persistent = self._persistent(pick)
+        if self.baseline.persistent_workers and pick.num_workers:
+            pick = pick.replace(persistent_workers=True)  # the user's choice; steady state is the same
         return SearchResult(
             pick=pick,
             samples_per_s=rate,
@@ -518,50 +538,21 @@ class Search:
             margin=decision.margin,
             margin_interval=decision.margin_interval,
             finalists={c.label(): m for c, m in sorted(decision.medians.items(), key=lambda p: -p[1])},
-            rounds=self._rounds,
-            noise=statistics.median(noise) if noise else None,
+            rounds=self.race.rounds,
+            noise=noise,
             startup_s=startup,
             memory=self.memory,
+            head_to_head=self.race.head_to_head(),
+            skipped=self.skipped,
+            keep_baseline=keep,
+            within_pct=within_pct(rate, base_rate),
+            plan=self.plan,
+            persistent=persistent,
         )
-
-    def _race_median(self, config: LoaderConfig) -> float | None:
-        values = self._race.get(config)
-        return statistics.median(values) if values else None
-
-    def _race_effects(self) -> None:
-        """Replace single-measurement effects by interleaved medians where both sides raced."""
-        for effect in self.effects:
-            a, b = self._race_median(effect.parent), self._race_median(effect.variant)
-            if a is not None and b is not None:
-                effect.parent_rate, effect.variant_rate, effect.source = a, b, "confirm"
 
     def _startup_of(self, config: LoaderConfig) -> float | None:
         values = [t.startup_s for t in self.trials if t.config == config and t.ok and t.startup_s is not None]
         return statistics.median(values) if values else None
-
-    def _apply_startup_choices(self, pick: LoaderConfig, startup: float | None) -> LoaderConfig:
-        if pick.num_workers == 0:
-            return pick
-        # A start method must start clearly faster (25% and 0.1 s at the same worker count) to replace the default.
-        for ctx in self.space.contexts:
-            parent, variant = self._startup_pair(pick, ctx)
-            a, b = self._scan.get(parent), self._scan.get(variant)
-            if a is None or b is None or not a.ok or not b.ok or a.startup_s is None or b.startup_s is None:
-                continue
-            if b.startup_s < a.startup_s * 0.75 and a.startup_s - b.startup_s >= 0.1:
-                self._note(
-                    f"start method {ctx!r} reached the first batch in {b.startup_s:.2f} s vs {a.startup_s:.2f} s "
-                    f"with {parent.num_workers} workers"
-                )
-                pick = pick.replace(multiprocessing_context=ctx)
-                break
-        if self.space.persistent_workers and not pick.persistent_workers:
-            if startup is not None:
-                self._note(
-                    f"persistent_workers=True: the measured start-up of {startup:.2f} s is paid once instead of every epoch"
-                )
-            pick = pick.replace(persistent_workers=True)
-        return pick
 
 
 def run_search(
@@ -573,8 +564,10 @@ def run_search(
     memory: MemoryBudget,
     settings: SearchSettings | None = None,
     on_trial: Callable[[Trial], None] | None = None,
+    seeds: Sequence[tuple[LoaderConfig, str]] = (),
 ) -> SearchResult:
-    """Run the strategy of NOTE [tuning strategy]; see :class:`Search`."""
+    """Run the strategy of NOTE [tuning strategy]; see :class:`Search`. ``seeds``: (config, role)
+    pairs that race in the final round whatever the scan says (doctor: the sweep's best)."""
     return Search(
-        evaluator, space, profile, baseline=baseline, memory=memory, settings=settings, on_trial=on_trial
+        evaluator, space, profile, baseline=baseline, memory=memory, settings=settings, on_trial=on_trial, seeds=seeds
     ).run()

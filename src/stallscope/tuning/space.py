@@ -5,6 +5,8 @@ See NOTE [tuning strategy] in :mod:`stallscope.tuning.search`.
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,7 +118,7 @@ class SearchSpace:
     threads: tuple[int, ...] = ()  # main-process intra-op thread counts to try at 0 workers
     batch_sizes: tuple[int, ...] = ()  # other batch sizes (only when the user allows it)
     contexts: tuple[str, ...] = ()  # other start methods to compare on start-up
-    persistent_workers: bool = True  # recommend persistent workers when the pick has workers
+    persistent_workers: bool = True  # measure the pick's epoch-boundary gap with persistent workers
     multiprocessing_context: str | None = None  # the start method candidates use
 
     def to_dict(self) -> dict[str, Any]:
@@ -139,7 +141,7 @@ class SearchSettings:
     budget_s: float = 60.0
     scan_window_s: float = 0.5
     confirm_window_s: float = 0.75
-    min_batches: int = 8  # a window holds at least this many batches (as throughput.measure does)
+    min_batches: int = 8  # a window holds at least this many batches, however long they take
     min_rounds: int = 2
     max_rounds: int = 6
     rounds: int | None = None  # a fixed number of confirm rounds (--repeats)
@@ -150,6 +152,7 @@ class SearchSettings:
     # shares of the budget the phases may run up to
     scan_share: float = 0.5
     knobs_share: float = 0.65
+    epoch_gap_epochs: int = 2  # short epochs per persistent_workers run (one boundary each)
 
 
 def cost_key(config: LoaderConfig) -> tuple:
@@ -164,4 +167,74 @@ def cost_key(config: LoaderConfig) -> tuple:
         config.batch_size,
         0 if config.pin_memory else 1,
         0 if config.batched_fetch else 1,
+    )
+
+
+# Start-up guesses for the plan, before any worker has run (seconds; fork on Linux is faster).
+PLAN_STARTUP_S = 0.1
+PLAN_STARTUP_PER_WORKER_S = 0.05
+# Measurements a confirmed pick needs at least: baseline, 0 workers, cores workers, and two
+# interleaved rounds (A B B A) of two finalists.
+CONFIRMED_MEASUREMENTS = 3 + 2 * 2 * 2
+
+
+def budget_plan(profile: Profile, space: SearchSpace, settings: SearchSettings, *, elapsed_s: float = 0.0) -> dict[str, Any]:
+    """What the time budget fits, planned from the batch time measured in-process.
+
+    A measurement holds a warm-up (the prefetch buffer, see
+    ``throughput.measure``) and a window of at least ``min_batches`` batches,
+    so on a slow pipeline its length is set by the batch time, not by the
+    window's seconds: a 0.3 s batch makes a measurement of about 3 s at 0 workers.
+    """
+    batch_s = profile.batch_seconds(space.batch_size)
+    n = settings.min_batches
+    single = PLAN_STARTUP_S + (2 + n) * batch_s
+    single = max(single, PLAN_STARTUP_S + settings.scan_window_s + 2 * batch_s)
+    workers = max(0, min(space.cores, space.max_workers))
+    estimates = [single]
+    if workers:
+        per_batch = batch_s / workers
+        warmup = workers * 2 + workers + 1
+        multi = PLAN_STARTUP_S + PLAN_STARTUP_PER_WORKER_S * workers + warmup * per_batch
+        estimates.append(multi + max(settings.scan_window_s, n * per_batch))
+    measurement_s = sum(estimates) / len(estimates)
+    left = max(0.0, settings.budget_s - elapsed_s)
+    fits = int(left // measurement_s) if measurement_s > 0 else 0
+    confirmable = fits >= CONFIRMED_MEASUREMENTS
+    needed_s = elapsed_s + CONFIRMED_MEASUREMENTS * measurement_s
+    summary = (
+        f"plan: {batch_s:.3g} s per batch in one process; with windows of at least {n} batches a measurement "
+        f"takes about {measurement_s:.1f} s, so the {left:.0f} s left fit about {fits} measurements"
+    )
+    if not confirmable:
+        summary += (
+            ": too few for a scan and a 2-round final race, so the pick will "
+            f"likely not be confirmed (a budget of about {math.ceil(needed_s)} s would fit one)"
+        )
+    return {
+        "batch_s": round(batch_s, 4),
+        "window_batches": n,
+        "measurement_s": round(measurement_s, 3),
+        "budget_left_s": round(left, 2),
+        "measurements_fit": fits,
+        "confirmable": confirmable,
+        "budget_to_confirm_s": math.ceil(needed_s),
+        "summary": summary,
+    }
+
+
+def revise_plan(plan: dict[str, Any], costs: list[float], *, left_s: float) -> str | None:
+    """Check the plan against the first real measurements (``costs``, seconds each), record what they
+    took, and say so when the plan was off by more than 2x: it came from in-process fetches, and a
+    worker process, free of the main process's thread contention, can be much faster."""
+    planned = plan.get("measurement_s") or 0.0
+    if not costs or planned <= 0:
+        return None
+    measured = statistics.median(costs)
+    plan["measured_measurement_s"] = round(measured, 3)
+    if 0.5 <= measured / planned <= 2.0:
+        return None
+    return (
+        f"plan revised: the first measurements took {measured:.1f} s each, not {planned:.1f} s, so the "
+        f"{left_s:.0f} s left fit about {int(left_s // measured)} more"
     )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..config import LoaderConfig
+from ..throughput.epochs import EpochGap
 from .regions import Region
 from .space import MB, MemoryBudget
 
@@ -74,11 +75,18 @@ class Evaluator(Protocol):
         """``repeats`` rounds of A B … B A; the trials per config, in ``configs`` order."""
         ...
 
+    def epoch_gap(self, config: LoaderConfig, *, epochs: int) -> EpochGap:
+        """The gaps at ``epochs - 1`` epoch boundaries of ``config`` (see :mod:`stallscope.throughput.epochs`)."""
+        ...
+
 
 class InterleavingEvaluator:
     """``interleaved`` in terms of ``measure``, shared by the real and the simulated evaluator."""
 
     def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial:
+        raise NotImplementedError
+
+    def epoch_gap(self, config: LoaderConfig, *, epochs: int) -> EpochGap:
         raise NotImplementedError
 
     def interleaved(
@@ -126,7 +134,7 @@ class SearchResult:
     samples_per_s: float
     baseline: LoaderConfig
     baseline_samples_per_s: float
-    confidence: float
+    confidence: float | None  # None below MIN_ROUNDS interleaved rounds (not confirmed)
     region: Region
     trials: list[Trial]
     effects: list[Effect]
@@ -140,6 +148,17 @@ class SearchResult:
     noise: float | None = None  # median relative spread of raced configs
     startup_s: float | None = None  # the pick's measured start-up (time to first batch)
     memory: MemoryBudget | None = None
+    head_to_head: list[dict[str, Any]] = field(default_factory=list)  # who raced, medians, roles
+    skipped: list[dict[str, str]] = field(default_factory=list)  # {label, why}: not measured or not raced
+    keep_baseline: bool = False  # the best found is within noise of the user's own config
+    within_pct: float | None = None  # the user's config is this % below the best found
+    plan: dict[str, Any] = field(default_factory=dict)  # what the budget fits, from the measured batch time
+    persistent: dict[str, Any] | None = None  # the measured epoch-boundary gaps behind persistent_workers
+
+    @property
+    def confirmed(self) -> bool:
+        """The pick raced its rivals in enough interleaved rounds for a confidence."""
+        return self.confidence is not None
 
     @property
     def speedup(self) -> float | None:
@@ -154,7 +173,8 @@ class SearchResult:
             "baseline": self.baseline.to_dict(),
             "baseline_samples_per_s": round(self.baseline_samples_per_s, 2),
             "speedup": None if self.speedup is None else round(self.speedup, 3),
-            "confidence": round(self.confidence, 3),
+            "confidence": _round(self.confidence, 3),
+            "confirmed": self.confirmed,
             "region": self.region.to_dict(),
             "runner_up": None if self.runner_up is None else self.runner_up.label(),
             "margin": _round(self.margin, 4),
@@ -168,4 +188,33 @@ class SearchResult:
             "effects": [e.to_dict() for e in self.effects],
             "trials": [t.to_dict() for t in self.trials],
             "memory": None if self.memory is None else self.memory.to_dict(),
+            "head_to_head": list(self.head_to_head),
+            "skipped": list(self.skipped),
+            "keep_baseline": self.keep_baseline,
+            "within_pct": _round(self.within_pct, 2),
+            "plan": dict(self.plan),
+            "persistent_workers": None if self.persistent is None else dict(self.persistent),
         }
+
+
+def overhead_fit(trials: Sequence[Trial]) -> tuple[float, float]:
+    """Seconds a measurement takes beyond its window (start-up, warm-up, shutdown) as ``a + b × workers``.
+
+    Fitted over past trials and padded by the worst residual: an estimate
+    that runs short overshoots the budget.
+    """
+    points = [(t.config.num_workers, max(0.0, t.cost_s - (t.window_s or 0.0))) for t in trials]
+    if not points:
+        return 0.2, 0.05
+    ws = {w for w, _ in points}
+    if len(ws) < 2:
+        w, y = max(points, key=lambda p: p[1])
+        return (y, 0.05) if w == 0 else (0.2, y / w)
+    n = len(points)
+    mean_w = sum(w for w, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    var = sum((w - mean_w) ** 2 for w, _ in points)
+    slope = max(0.0, sum((w - mean_w) * (y - mean_y) for w, y in points) / var)
+    intercept = max(0.0, mean_y - slope * mean_w)
+    worst = max(y - (intercept + slope * w) for w, y in points)
+    return intercept + max(0.0, worst), slope

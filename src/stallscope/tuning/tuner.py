@@ -10,8 +10,8 @@ The parts:
   :func:`stallscope.throughput.measure.measure` (steady state, start-up apart), under
   the time budget; a failing config becomes a failed trial, not a crash.
 * :mod:`stallscope.tuning.search` — the strategy (NOTE [tuning strategy]).
-* :func:`tune_recommendations` — pure: tune section → recommendations, each
-  with the measured gain.
+* :mod:`stallscope.tuning.recommendations` — pure: tune section →
+  recommendations, each with the measured gain.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ from ..pipeline.batching import FetcherCheck, vectorised_fetcher
 from ..runtime.host import cuda_available, usable_cores
 from ..runtime.processes import no_orphans
 from ..target import Pipeline, load_target, nbytes, preflight
-from .search import run_search
+from ..throughput.epochs import EpochGap, epoch_gap
+from .recommendations import tune_recommendations
+from .search import Search
 from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
 from .trial import InterleavingEvaluator, SearchResult, Trial
 
@@ -90,7 +92,9 @@ def profile_pipeline(pipeline: Pipeline, *, max_seconds: float = 1.0, max_items:
         items=len(walls),
     )
     check = None
-    if profile.map_style and profile.batch_seconds(bs) <= BATCHED_PROBE_MAX_S and length and length >= bs:
+    # Not with the user's own batch sampler: ss.make_loader, which a batched pick is emitted as, batches by size.
+    cheap = profile.batch_seconds(bs) <= BATCHED_PROBE_MAX_S and pipeline.batch_sampler is None
+    if profile.map_style and cheap and length and length >= bs:
         check = vectorised_fetcher(pipeline.dataset, pipeline.collate_fn)
         if check.fetch is not None:
             profile.batched_fetch = check.kind
@@ -182,8 +186,10 @@ class LoaderEvaluator(InterleavingEvaluator):
         timeout: float | None = None,
         seed: int = 0,
         on_trial: Callable[[Trial], None] | None = None,
+        min_batches: int = 8,
     ) -> None:
         self.pipeline = pipeline
+        self.min_batches = min_batches
         self.budget_s = budget_s
         self.started = time.perf_counter() if started is None else started
         # A hung sample must not eat the whole budget (SPEC §7: never hangs).
@@ -217,6 +223,7 @@ class LoaderEvaluator(InterleavingEvaluator):
                 config,
                 min_window_s=window,
                 max_window_s=self._max_window(window),
+                min_batches=self.min_batches,
                 timeout=timeout,
                 sample_resources=sample,
                 seed=self.seed,
@@ -244,6 +251,12 @@ class LoaderEvaluator(InterleavingEvaluator):
         )
         return trial
 
+    def epoch_gap(self, config: LoaderConfig, *, epochs: int) -> EpochGap:
+        t0 = time.perf_counter()
+        try:
+            return epoch_gap(self.pipeline, config, epochs=epochs, timeout=self.timeout)
+        except PipelineError as exc:
+            return EpochGap(config=config, cost_s=time.perf_counter() - t0, error=str(exc))
 
 
 def _worker_bytes(m: Any) -> int | None:
@@ -342,7 +355,7 @@ class TuneResult:
     samples_per_s: float
     baseline: LoaderConfig
     baseline_samples_per_s: float
-    confidence: float
+    confidence: float | None
     tuning_seconds: float
     search: SearchResult
     profile: Profile
@@ -367,7 +380,13 @@ class TuneResult:
                 "label": self.config.label(),
                 "samples_per_s": round(self.samples_per_s, 2),
                 "speedup": search["speedup"],
+                "rounds": search["rounds"],
                 "confidence": search["confidence"],
+                "confirmed": search["confirmed"],
+                "head_to_head": search["head_to_head"],
+                "skipped": search["skipped"],
+                "keep_baseline": search["keep_baseline"],
+                "within_pct": search["within_pct"],
                 "runner_up": search["runner_up"],
                 "margin": search["margin"],
                 "margin_interval": search["margin_interval"],
@@ -383,6 +402,8 @@ class TuneResult:
                 "notes": search["notes"],
                 "effects": search["effects"],
                 "memory": search["memory"],
+                "plan": search["plan"],
+                "persistent_workers": search["persistent_workers"],
                 "space": self.space.to_dict(),
                 "profile": self.profile.to_dict(),
                 "batched_fetch": None if self.batched is None else self.batched.to_dict(),
@@ -408,6 +429,8 @@ def tune(
     seed: int = 0,
     on_trial: Callable[[Trial], None] | None = None,
     compare_start_methods: bool = False,
+    seeds: Sequence[tuple[LoaderConfig, str]] = (),
+    on_plan: Callable[[dict[str, Any]], None] | None = None,
 ) -> TuneResult:
     """Find the fastest loader config for ``target`` within ``budget_s`` seconds.
 
@@ -419,6 +442,9 @@ def tune(
     worker start-up under ``forkserver``; leave it off when the calling script
     has no ``if __name__ == "__main__":`` guard (forkserver and spawn re-run
     the main script in their workers). The CLI's ``--start-methods`` turns it on.
+    ``seeds``: (config, role) pairs that race in the final round whatever the
+    scan says (``doctor`` passes the sweep's best as "sweep-best").
+    ``on_plan`` hears the budget plan (what the budget fits) before the search.
     See NOTE [tuning strategy] in search.py.
     """
     started = time.perf_counter()
@@ -431,6 +457,11 @@ def tune(
     if repeats is not None and repeats < 1:
         raise UsageError(f"--repeats must be at least 1, not {repeats}.")
     pipeline = target if isinstance(target, Pipeline) else load_target(target, batch_size=batch_size, collate=collate)
+    if tune_batch_size and pipeline.batch_sampler is not None:
+        raise UsageError(
+            "the loader's batch_sampler decides its batch sizes, so --tune-batch-size has nothing to change; "
+            "leave it out (the other knobs are tuned with your batches)."
+        )
     preflight(pipeline)
     profile, check = profile_pipeline(pipeline)
     cores = usable_cores()
@@ -447,10 +478,12 @@ def tune(
     budget_bytes = int(memory_budget_mb * MB) if memory_budget_mb else int(MEMORY_SHARE * psutil.virtual_memory().available)
     memory = MemoryBudget(budget_bytes=budget_bytes, batch_bytes=profile.batch_bytes)
     baseline = pipeline.baseline.replace(batch_size=pipeline.batch_size)
-    evaluator = LoaderEvaluator(pipeline, budget_s=budget_s, started=started, seed=seed)
     settings = SearchSettings(budget_s=budget_s, rounds=repeats, seed=seed)
+    evaluator = LoaderEvaluator(pipeline, budget_s=budget_s, started=started, seed=seed, min_batches=settings.min_batches)
+    search = Search(evaluator, space, profile, baseline=baseline, memory=memory, settings=settings,
+                    on_trial=on_trial, seeds=seeds)
     with no_orphans():
-        result = run_search(evaluator, space, profile, baseline=baseline, memory=memory, settings=settings, on_trial=on_trial)
+        result = search.run(on_plan=on_plan)
     result.notes[:0] = notes
     return TuneResult(
         config=result.pick,
@@ -464,128 +497,3 @@ def tune(
         space=space,
         batched=check,
     )
-
-
-# -- recommendations (pure: tune section -> list) --------------------------------------------------
-
-_KNOB_ADVICE = {
-    "batched_fetch": (
-        "batched-fetch",
-        "Fetch whole batches instead of single items",
-        "Per-item __getitem__ calls and the collate dominate for this in-memory dataset. Give the dataset a "
-        "__getitems__(indices) that indexes its arrays once per batch (for tensors: "
-        "t.index_select(0, torch.as_tensor(indices)), which stays off the intra-op thread pool), "
-        "or build the loader with ss.make_loader(..., config) where the config has batched_fetch: true.",
-    ),
-    "in_order": (
-        "in-order-false",
-        "Let batches arrive out of order (in_order=False)",
-        "Fetch times are jittery: with in_order=True one slow batch holds back every batch behind it. "
-        "in_order=False (torch >= 2.6) lets the other workers' batches through; sample order within an epoch "
-        "then varies between runs.",
-    ),
-    "torch_threads": (
-        "intra-op-threads",
-        "Cap the main process's intra-op threads",
-        "Loading runs in the main process here; its torch ops contend with torch's own thread pool. "
-        "Call torch.set_num_threads(n) with the measured n before building the loader.",
-    ),
-}
-
-
-def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """Recommendations from a tune section, each with what was measured and the expected gain.
-
-    A knob effect counts only beyond the noise: 3% (or the race's noise) when
-    measured interleaved, 5% (or twice the noise) from single scan measurements.
-    """
-    recs: list[dict[str, Any]] = []
-    best, baseline = section["best"], section["baseline"]
-    search = section.get("search", {})
-    noise = search.get("noise") or 0.0
-    speedup = best.get("speedup")
-    if speedup is not None and speedup >= 1 + max(0.03, noise) and best["config"] != baseline["config"]:
-        confidence = best.get("confidence")
-        recs.append({
-            "id": "loader-config",
-            "title": "Use the tuned DataLoader settings",
-            "detail": f"{best['label']} instead of {baseline['label']} (`stallscope tune --emit python` prints the call).",
-            "measured": (
-                f"{best['samples_per_s']:.1f} vs {baseline['samples_per_s']:.1f} samples/s in steady state"
-                + (f"; confidence {confidence:.0%} that no other candidate is more than 3% faster" if confidence is not None else "")
-            ),
-            "expected_gain": f"{speedup:.2f}x throughput",
-        })
-    seen: set[str] = set()
-    for effect in sorted(search.get("effects", []), key=lambda e: -e["gain"]):
-        advice = _KNOB_ADVICE.get(effect["knob"])
-        if advice is None or advice[0] in seen:
-            continue
-        floor = max(0.03, noise) if effect["source"] == "confirm" else max(0.05, 2 * noise)
-        if effect["gain"] < floor:
-            continue
-        seen.add(advice[0])
-        rec_id, title, detail = advice
-        how = "interleaved medians" if effect["source"] == "confirm" else "single measurements"
-        recs.append({
-            "id": rec_id,
-            "title": title,
-            "detail": detail,
-            "measured": (
-                f"{effect['variant']}: {effect['variant_samples_per_s']:.1f} samples/s vs "
-                f"{effect['parent']}: {effect['parent_samples_per_s']:.1f} samples/s ({how})"
-            ),
-            "expected_gain": f"+{effect['gain']:.0%} throughput",
-        })
-    recs.extend(_beyond_cores(section))
-    recs.extend(_persistent(section))
-    return recs
-
-
-def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """Latency-bound and the pick has more workers than cores: say so, with the measured gain over cores workers."""
-    search = section.get("search", {})
-    cores = search.get("space", {}).get("cores")
-    workers = section["best"]["config"]["num_workers"]
-    if search.get("region", {}).get("name") != "latency-bound" or not cores or workers <= cores:
-        return []
-    at_cores = [
-        t for t in section.get("trials", [])
-        if t["config"]["num_workers"] == cores and t["error"] is None and t["phase"] in {"scale", "climb"}
-    ]
-    if not at_cores:
-        return []
-    rate = max(t["samples_per_s"] for t in at_cores)
-    gain = section["best"]["samples_per_s"] / rate - 1 if rate > 0 else 0.0
-    if gain < 0.05:
-        return []
-    cpu = search.get("profile", {}).get("cpu_per_wall")
-    return [{
-        "id": "workers-beyond-cores",
-        "title": f"Use more workers than cores ({workers} on {cores} core(s))",
-        "detail": (
-            "The fetch mostly waits (storage, network, sleep) rather than computing, so workers overlap their "
-            "waits; the usual num_workers = cores leaves that idle time on the table."
-        ),
-        "measured": (
-            f"{section['best']['samples_per_s']:.1f} samples/s with {workers} workers vs {rate:.1f} with {cores}"
-            + (f"; the fetch used {cpu:.0%} CPU per wall second" if cpu is not None else "")
-        ),
-        "expected_gain": f"+{gain:.0%} throughput",
-    }]
-
-
-def _persistent(section: dict[str, Any]) -> list[dict[str, Any]]:
-    best = section["best"]["config"]
-    startup = section.get("search", {}).get("startup_s")
-    if not best["persistent_workers"] or section["baseline"]["config"]["persistent_workers"] or not startup:
-        return []
-    if startup < 0.05:
-        return []
-    return [{
-        "id": "persistent-workers",
-        "title": "Keep workers alive between epochs (persistent_workers=True)",
-        "detail": "Without it every epoch restarts the workers and waits for their first batches again.",
-        "measured": f"start-up to the first batch: {startup:.2f} s with {best['num_workers']} workers",
-        "expected_gain": f"{startup:.2f} s saved per epoch after the first",
-    }]

@@ -4,16 +4,24 @@ The budget is the time watch adds per step, in microseconds, measured on the
 cheapest possible loop (iterating a Python list, nothing else) so that the
 wrapper's own cost is all there is to see. A % of such a loop would be
 meaningless (the bare step costs ~20 ns); against a real DataLoader step
-(hundreds of µs, see benchmarks/watch_overhead.py) this budget is < 1%.
-The budget is generous because the test machine is shared and loaded; the
-hot path measures ~1 µs per step.
+(hundreds of µs) this budget is < 1%. The budget is generous because the
+test machine is shared and loaded; the hot path measures well under 1 µs per
+step. The end-to-end figure (SPEC §7: ≤ 1% on in-memory data) comes from
+benchmarks/watch_overhead.py; here its measurement runs in a tiny mode, to
+show it produces the figure.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import math
 import time
+from pathlib import Path
 
 import stallscope as ss
+from stallscope.training.watch import Watch
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "watch_overhead.py"
 
 # Added cost per step of a watched loop (µs), including the background sampler threads.
 WATCH_STEP_OVERHEAD_BUDGET_US = 20.0
@@ -67,3 +75,34 @@ def test_recorded_durations_of_empty_steps_are_tiny():
     assert d["total_steps"] == 2000
     assert d["data_ms"]["p50"] < RECORDED_EMPTY_STEP_MAX_MS
     assert d["compute_ms"]["p50"] < RECORDED_EMPTY_STEP_MAX_MS
+
+
+def test_background_samplers_run_at_a_low_rate_by_default():
+    w = Watch([1, 2])
+    assert w.sample_interval >= 0.2 and w.resource_interval >= 0.5
+
+
+def test_an_epoch_end_does_not_wait_for_the_samplers_and_the_report_does():
+    w = ss.watch(list(range(50)), sample_interval=0.01, resource_interval=0.01)
+    for _ in w:
+        time.sleep(0.002)
+    assert w._session is None and len(w._finished) == 1  # stopped, not joined by the loop
+    d = w.to_dict()
+    assert w._finished == [] and d["resources"] is not None and d["resources"]["seconds"] > 0
+
+
+def _benchmark_module():
+    spec = importlib.util.spec_from_file_location("watch_overhead_benchmark", BENCHMARK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_end_to_end_benchmark_produces_the_interleaved_figure():
+    result = _benchmark_module().end_to_end(blocks=2, batches=100)
+    assert result["blocks"] == 2 and result["steps_per_epoch"] == 100 and result["bare_us_per_step_median"] > 0
+    for clock in ("wall", "cpu", "step_median"):
+        figure = result[clock]
+        assert len(figure["blocks_percent"]) == 2 and math.isfinite(figure["overhead_percent_median"])
+        low, high = figure["median_90ci"]
+        assert low <= figure["overhead_percent_median"] <= high

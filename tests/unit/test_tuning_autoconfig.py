@@ -95,7 +95,7 @@ def test_make_loader_with_a_config_a_yaml_file_and_overrides(tmp_path):
 
 def test_make_loader_chains_the_users_worker_init_after_seeding():
     loader = ss.make_loader(WaitingDataset(n=8, wait_s=0.0), 4, LoaderConfig(num_workers=1, batch_size=4), worker_init_fn=print)
-    assert isinstance(loader.worker_init_fn, autoconfig.ChainedInit)
+    assert isinstance(loader.worker_init_fn, autoconfig.ChainedWorkerInit)
     assert loader.worker_init_fn.fns == (ss.seed_worker, print)
 
 

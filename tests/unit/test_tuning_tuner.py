@@ -12,7 +12,8 @@ from tune_pipelines import ArrayDataset, WaitingDataset
 import stallscope as ss
 from stallscope.errors import UsageError
 from stallscope.target import pipeline_from_object
-from stallscope.tuning.tuner import profile_pipeline, tune_recommendations
+from stallscope.tuning.recommendations import tune_recommendations
+from stallscope.tuning.tuner import profile_pipeline
 
 
 def _pipeline(dataset, batch_size):
@@ -61,15 +62,20 @@ def test_tune_rejects_bad_arguments():
         ss.tune(WaitingDataset(n=8), batch_size=64)  # larger than the dataset
 
 
-def _section(effects=(), noise=0.02, speedup=2.0, region="cpu-bound", workers=4):
+_GAP = {"measured_on": "w=4 bs=8 pf=2", "gap_without_s": 0.52, "gap_with_s": 0.04, "saved_s": 0.48, "recommended": True}
+
+
+def _section(effects=(), noise=0.02, speedup=2.0, region="cpu-bound", workers=4, gap=_GAP, confidence=0.93,
+             rounds=3, keep=False):
     best_cfg = {"num_workers": workers, "persistent_workers": True}
     return {
         "baseline": {"config": {"num_workers": 0, "persistent_workers": False}, "label": "w=0 bs=8", "samples_per_s": 100.0},
         "best": {"config": best_cfg, "label": f"w={workers} bs=8 pf=2 persistent", "samples_per_s": 100.0 * speedup,
-                 "speedup": speedup, "confidence": 0.93},
+                 "speedup": speedup, "confidence": confidence, "rounds": rounds, "keep_baseline": keep,
+                 "within_pct": (1 - 1 / speedup) * 100},
         "trials": [{"config": {"num_workers": 2}, "phase": "scale", "error": None, "samples_per_s": 90.0}],
         "search": {"noise": noise, "effects": list(effects), "region": {"name": region}, "space": {"cores": 2},
-                   "startup_s": 0.4, "profile": {"cpu_per_wall": 0.05}},
+                   "startup_s": 0.4, "profile": {"cpu_per_wall": 0.05}, "persistent_workers": gap},
     }
 
 
@@ -92,6 +98,29 @@ def test_no_recommendation_within_the_noise():
     recs = tune_recommendations(_section([_effect("in_order", 0.04, "scan"), _effect("batched_fetch", 0.02)],
                                          speedup=1.02))
     assert [r["id"] for r in recs] == ["persistent-workers"]
+
+
+def test_persistent_workers_only_with_its_measured_gap():
+    # A start-up time alone is no evidence: without the epoch-boundary measurement, no recommendation.
+    assert "persistent-workers" not in [r["id"] for r in tune_recommendations(_section(gap=None))]
+    not_worth_it = dict(_GAP, recommended=False, gap_without_s=0.05, saved_s=0.01)
+    assert "persistent-workers" not in [r["id"] for r in tune_recommendations(_section(gap=not_worth_it))]
+    rec = next(r for r in tune_recommendations(_section()) if r["id"] == "persistent-workers")
+    assert "0.52 s without" in rec["measured"] and "0.04 s with" in rec["measured"]
+    assert rec["expected_gain"].startswith("0.48 s saved per epoch")
+
+
+def test_keep_yours_recommends_no_change():
+    recs = tune_recommendations(_section([_effect("in_order", 0.3)], speedup=1.01, keep=True, gap=None))
+    assert [r["id"] for r in recs] == ["keep-yours"]
+    assert "within 1.0% of the best found" in recs[0]["detail"] and "no change is recommended" in recs[0]["detail"]
+
+
+def test_unconfirmed_pick_says_so():
+    rec = tune_recommendations(_section(confidence=None, rounds=1))[0]
+    assert rec["id"] == "loader-config"
+    assert "not confirmed: the budget ran out after 1 interleaved round(s)" in rec["measured"]
+    assert "confidence" not in rec["measured"]
 
 
 def test_beyond_cores_recommendation_for_latency_bound_picks():
@@ -117,3 +146,23 @@ def test_rate_error_by_batch_means_ignores_steady_bursts():
     drifting = [1.0] * 8 + [2.0] * 8 + [1.0] * 8 + [2.0] * 8  # the rate itself changes within the window
     assert _relative_se(drifting) > 0.1
     assert _relative_se([1.0] * 15) is None  # too few batches to say
+
+
+def test_emit_keeps_the_users_config_when_the_best_is_within_noise():
+    from stallscope.commands.tune import emitted_config
+    from stallscope.config import LoaderConfig
+
+    base = LoaderConfig(num_workers=2, batch_size=8)
+    best = LoaderConfig(num_workers=3, batch_size=8)
+    section = {
+        "baseline": {"config": base.to_dict(), "label": base.label(), "samples_per_s": 99.0},
+        "best": {"config": best.to_dict(), "label": best.label(), "samples_per_s": 100.0, "speedup": 1.01,
+                 "keep_baseline": True, "within_pct": 1.0, "rounds": 3, "confidence": 0.55},
+        "recommendations": [],
+    }
+    config, comment = emitted_config("t.py:fn", section)
+    assert config == base
+    assert "Keep yours: your loader is within 1.0% of the best found" in comment
+    section["best"]["keep_baseline"] = False
+    config, comment = emitted_config("t.py:fn", section)
+    assert config == best and "confidence 55%" in comment and "3 interleaved rounds" in comment

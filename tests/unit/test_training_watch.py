@@ -13,13 +13,9 @@ from torch.utils.data import DataLoader
 
 import stallscope as ss
 from stallscope.errors import UsageError
-from stallscope.training.watch import (
-    Watch,
-    occupancy_summary,
-    prefetch_occupancy,
-    resolve_sync,
-    summarize_steps,
-)
+from stallscope.training.sampling import prefetch_occupancy
+from stallscope.training.summary import occupancy_summary, summarize_steps
+from stallscope.training.watch import Watch, resolve_sync
 
 
 class FakeClock:
@@ -375,7 +371,7 @@ def test_tensorboard_dir_without_tensorboard_is_a_usage_error(tmp_path, monkeypa
 
 def test_summary_text_and_record_keys():
     w = run_fake_loop([0.02] * 6, [0.01] * 6)
-    text = w.summary()
+    text = ss.stall_summary(w)
     assert "input-bound" in text and "stall fraction 66.7%" in text and "advice:" in text
     d = w.to_dict()
     for key in ("stall_fraction", "verdict", "steps", "gpu_util", "what_if_speedup", "step_timeline", "first_batch_s",
@@ -431,3 +427,25 @@ def test_gather_outside_a_distributed_job_has_one_rank():
     assert [r["rank"] for r in d["ranks"]] == [0]
     assert d["distributed"]["slowest_rank"] == 0
     assert math.isclose(d["ranks"][0]["data_wait_ms_per_step"], 10.0, rel_tol=1e-6)
+
+
+def test_pause_keeps_validation_out_of_steps_and_samples():
+    clock = FakeClock()
+    w = Watch(None, clock=clock, sample_resources=False, gpu=False)
+    it = iter(TimedSource(clock, [0.01] * 4))
+    w.epoch_start()
+    for _ in range(2):
+        w.next(it)
+        clock.advance(0.03)
+    assert w._in_steady_state()
+    w.pause()  # validation: the open step ends, the samplers stop counting the buffer
+    assert not w._in_steady_state()
+    clock.advance(2.0)
+    for _ in range(2):
+        w.next(it)
+        clock.advance(0.03)
+    assert w._in_steady_state()
+    w.pause()
+    d = w.to_dict()
+    assert d["steps"] == 3 and d["stall_fraction"] == pytest.approx(0.25)
+    assert d["compute_ms"]["max"] == pytest.approx(30.0) and d["data_ms"]["max"] == pytest.approx(10.0)

@@ -14,7 +14,9 @@ from stallscope.config import LoaderConfig
 from stallscope.errors import PipelineError, UsageError
 from stallscope.target import load_target
 from stallscope.training.runner import (
+    MIN_WARMUP,
     RankShardSampler,
+    default_warmup,
     move_to_device,
     resolve_device,
     resolve_profile_sync,
@@ -123,6 +125,24 @@ def test_known_costs_give_the_true_stall_fraction():
     rec = profile["recommendations"][0]
     assert rec["id"] == "profile-input-bound" and rec["handoff"].startswith("stallscope tune ")
     assert "stallscope tune" in profile["advice"]
+
+
+@pytest.mark.parametrize(
+    ("workers", "prefetch", "expected"),
+    [(0, None, MIN_WARMUP), (1, 2, MIN_WARMUP), (2, 2, 7), (4, 4, 21), (8, 2, 25)],
+)
+def test_default_warmup_drains_the_prefetch_buffer_and_a_round_per_worker(workers, prefetch, expected):
+    config = LoaderConfig(batch_size=4, num_workers=workers, prefetch_factor=prefetch)
+    warmup = default_warmup(config)
+    assert warmup == expected
+    assert warmup >= workers * (prefetch or 0) + workers  # issue 10 item 10
+
+
+def test_profile_warms_up_for_the_loaders_prefetch_by_default():
+    config = LoaderConfig(batch_size=4, num_workers=2, prefetch_factor=3, multiprocessing_context="fork")
+    profile = run_profile(load_target(input_bound), steps=4, config=config)
+    assert profile["warmup_steps"] == 2 * 3 + 2 + 1
+    assert profile["total_steps"] == profile["warmup_steps"] + 4 and profile["steps"] == 4
 
 
 def test_compute_dominated_target_is_compute_bound():

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from stallscope.checks import CODES, Finding, analyse
-from stallscope.checks.health import parse_stack, stuck_frame, timing_summary
+from stallscope.checks.health import timing_summary
 from stallscope.checks.pickling import find_culprits, try_pickle
 from stallscope.checks.rng import (
     duplicated_streams,
@@ -19,19 +19,17 @@ from stallscope.checks.rng import (
 )
 from stallscope.checks.rules import (
     detect_collate_error,
-    detect_copy_on_write,
     detect_duplicate_rng,
     detect_getitem_error,
     detect_hang,
-    detect_memory_growth,
     detect_oversubscription,
     detect_shm_too_small,
     detect_slow_samples,
     detect_unpicklable,
-    linear_fit,
     outlier_threshold,
     slow_candidates,
 )
+from stallscope.checks.stacks import parse_stack, stuck_frame
 
 MB = 1024 * 1024
 
@@ -109,6 +107,21 @@ def test_slow_samples_requires_a_confirmed_retime():
     assert detect_slow_samples({"health": _health(retimed=[])}) == []
 
 
+def test_slow_samples_also_from_the_memory_probe_fetched_twice():
+    # The memory probe reached index 900, which the sample-health probe did not; it fetched it
+    # in two passes, slow both times. Index 31 was slow once only.
+    fetches = {"timing": timing_summary(sorted([0.01] * 200 + [0.5, 0.3])), "slowest": [[900, 0.5, 0.48], [31, 0.3, 0.01], [4, 0.01]],
+               "distinct_indices": 202, "new_indices": 150}
+    [finding] = detect_slow_samples({"health": _health(), "memory": {"fetch_times": fetches}})
+    assert finding.evidence["indices"] == [5, 900]
+    assert finding.evidence["found_by_memory_probe"] == [900]
+    assert finding.evidence["retimed_seconds"] == [0.41, 0.48]
+    assert finding.evidence["checked"] == 64 + 150
+    # the memory probe alone
+    [finding] = detect_slow_samples({"memory": {"fetch_times": fetches}})
+    assert finding.evidence["indices"] == [900]
+
+
 def test_timing_summary_median_and_mad():
     summary = timing_summary([1.0, 2.0, 3.0, 4.0, 100.0])
     assert summary["median_s"] == 3.0
@@ -152,64 +165,6 @@ def test_collate_error_names_the_mixed_shapes():
     [finding] = detect_collate_error({"health": _health(collate={"batches": 4, "errors_total": 1, "errors": [error], "collate_fn": "default_collate"})})
     assert "Tensor[3] float32 and Tensor[4] float32" in finding.message
     assert "pad" in finding.fix
-
-
-# -- memory -------------------------------------------------------------------------------------------
-
-
-def test_linear_fit_exact_line():
-    slope, intercept, r2 = linear_fit([0, 1, 2, 3], [1, 3, 5, 7])
-    assert (slope, intercept, r2) == (pytest.approx(2.0), pytest.approx(1.0), pytest.approx(1.0))
-
-
-def _series(rss_per_sample: float, uss_per_sample: float, n: int = 20, step: float = 100.0) -> dict:
-    points = [[k * step, 200.0 + rss_per_sample * k * step, 10.0 + uss_per_sample * k * step, k * 0.1] for k in range(n)]
-    return {"pid": 1, "points": points, "cpu_percent": 90.0}
-
-
-def test_memory_growth_from_rss_slope():
-    memory = {"start_method": "fork", "workers": 2, "dataset_length": 100_000,
-              "python_heap": {"bytes": 0, "objects": 0}, "series": [_series(0.01, 0.01, n=40), _series(0.01, 0.01, n=40)]}
-    [finding] = detect_memory_growth({"memory": memory, "host": {"memory_available_bytes": 64 * 1024 * MB}})
-    assert finding.evidence["mb_per_1000_samples"] == pytest.approx(10.0)
-    assert finding.evidence["projected_mb_per_epoch"] == pytest.approx(1000.0)
-    assert finding.severity == "warning"
-    # an epoch would not fit in memory: error
-    [finding] = detect_memory_growth({"memory": memory, "host": {"memory_available_bytes": 512 * MB}})
-    assert finding.severity == "error"
-    # flat memory: nothing
-    memory["series"] = [_series(0.0, 0.0)]
-    assert detect_memory_growth({"memory": memory}) == []
-
-
-def test_allocator_steps_in_a_clean_image_pipeline_are_not_growth():
-    # RSS of a demo (JPEG decode + augment) worker over 3.7 passes of a 200-image set, as
-    # measured here: malloc arenas step up a few MB now and then; nothing is kept per sample.
-    rss = [201.6, 201.9, 202.8, 203.7, 205.4, 207.3, 207.3, 208.1, 208.1, 208.1, 208.1, 208.2, 208.8, 210.4, 210.4, 210.4]
-    points = [[16.0 + 48.0 * k, value, 10.0, 0.1 * k] for k, value in enumerate(rss)]
-    memory = {"start_method": "fork", "workers": 1, "dataset_length": 200,
-              "python_heap": {"bytes": 0, "objects": 0}, "series": [{"pid": 1, "points": points}]}
-    assert detect_memory_growth({"memory": memory}) == []
-
-
-def test_copy_on_write_needs_private_growth_with_flat_rss_and_a_python_heap():
-    memory = {"start_method": "fork", "workers": 2, "dataset_length": 10_000,
-              "python_heap": {"bytes": 50 * MB, "objects": 400_000, "complete": True},
-              "series": [_series(0.0, 0.01), _series(0.0, 0.01)]}  # +19 MB private, RSS flat
-    [finding] = detect_copy_on_write({"memory": memory})
-    assert finding.evidence["mb_per_worker"] == pytest.approx(19.0)
-    assert finding.evidence["parent_python_heap_mb"] == pytest.approx(50.0)
-    assert finding.evidence["dataset_fraction_read"] == pytest.approx(0.19)
-    assert finding.evidence["projected_mb_per_worker"] == pytest.approx(50.0)  # bounded by the heap
-    # the same numbers growing RSS too are a leak, not copy-on-write
-    memory["series"] = [_series(0.01, 0.01)]
-    assert detect_copy_on_write({"memory": memory}) == []
-    # spawn workers do not share the parent's pages
-    memory.update(start_method="spawn", series=[_series(0.0, 0.01)])
-    assert detect_copy_on_write({"memory": memory}) == []
-    # no Python objects to speak of: allocator noise, not copy-on-write
-    memory.update(start_method="fork", python_heap={"bytes": 1 * MB, "objects": 10})
-    assert detect_copy_on_write({"memory": memory}) == []
 
 
 # -- shm and threads --------------------------------------------------------------------------------------

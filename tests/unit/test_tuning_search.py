@@ -9,7 +9,7 @@ from tune_costmodel import CPU_BOUND, JITTERY, LATENCY_BOUND, TINY_IN_MEMORY, Co
 from tune_simulated import SimulatedEvaluator
 
 from stallscope.config import LoaderConfig
-from stallscope.tuning.confidence import clearly_slower, decide
+from stallscope.tuning.confidence import RaceLog, clearly_slower, decide, keeps_baseline, within_pct
 from stallscope.tuning.regions import classify
 from stallscope.tuning.search import run_search
 from stallscope.tuning.space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
@@ -17,14 +17,16 @@ from stallscope.tuning.trial import Trial
 
 
 def _search(model: CostModel, *, seed: int = 0, noise: float = 0.03, budget_s: float = 60.0,
-            memory_mb: float = 16_000, max_workers: int = 128, **settings):
+            memory_mb: float = 16_000, max_workers: int = 128, baseline: LoaderConfig | None = None,
+            seeds=(), startup=None, **settings):
     profile = model.profile()
     space = SearchSpace(cores=model.cores, batch_size=model.batch_size, max_workers=max_workers,
                         batched_fetch=model.batched, threads=(1,) if model.threads_gain != 1.0 else ())
     memory = MemoryBudget(budget_bytes=int(memory_mb * MB), batch_bytes=profile.batch_bytes)
-    ev = SimulatedEvaluator(model.rate, noise=noise, seed=seed, startup_fn=model.startup, worker_bytes_fn=model.worker_bytes)
-    result = run_search(ev, space, profile, baseline=LoaderConfig(batch_size=model.batch_size), memory=memory,
-                        settings=SearchSettings(budget_s=budget_s, seed=seed, **settings))
+    ev = SimulatedEvaluator(model.rate, noise=noise, seed=seed, startup_fn=startup or model.startup,
+                            worker_bytes_fn=model.worker_bytes)
+    result = run_search(ev, space, profile, baseline=baseline or LoaderConfig(batch_size=model.batch_size), memory=memory,
+                        settings=SearchSettings(budget_s=budget_s, seed=seed, **settings), seeds=seeds)
     return result, ev
 
 
@@ -93,16 +95,25 @@ def test_time_budget_bounds_the_search(budget):
     result, ev = _search(LATENCY_BOUND, budget_s=budget)
     # The two reference measurements always run; everything after them fits the budget.
     assert ev.clock <= max(budget, 2 * 1.0) + 0.5
-    assert result.pick is not None and 0.0 <= result.confidence <= 1.0
+    assert result.pick is not None
+    # No confidence without two interleaved rounds; with them, a probability.
+    if result.rounds < 2:
+        assert result.confidence is None and not result.confirmed
+    else:
+        assert 0.0 <= result.confidence <= 1.0 and result.confirmed
     if budget < 10:
         assert any("time budget" in note for note in result.notes)
 
 
-def test_small_budget_still_reports_how_sure_it_is():
+def test_small_budget_reports_no_confidence_and_what_it_skipped():
     result, _ = _search(LATENCY_BOUND, budget_s=6.0)
     assert result.rounds == 0
-    assert 0.0 <= result.confidence <= 1.0
+    assert result.confidence is None and not result.confirmed
     assert result.samples_per_s > 0
+    data = result.to_dict()
+    assert data["confidence"] is None and data["confirmed"] is False and data["rounds"] == 0
+    assert result.skipped and all({"label", "why"} <= set(s) for s in result.skipped)
+    assert any("time budget" in s["why"] for s in result.skipped)
 
 
 def test_fixed_number_of_confirmation_rounds():
@@ -130,19 +141,32 @@ def test_deterministic_for_a_seed():
     assert a.pick == b.pick and [t.samples_per_s for t in a.trials] == [t.samples_per_s for t in b.trials]
 
 
-def test_pick_has_persistent_workers_and_reports_startup():
-    result, _ = _search(LATENCY_BOUND)
+def test_persistent_workers_recommended_on_the_measured_epoch_gap():
+    result, ev = _search(LATENCY_BOUND)
     assert result.pick.persistent_workers
     assert result.startup_s is not None and result.startup_s > 0
+    gap = result.persistent
+    assert gap["recommended"] and gap["saved_s"] > 0.05
+    assert gap["gap_without_s"] > gap["gap_with_s"]
+    # Measured on the pick itself, with and without the flag.
+    assert ev.epoch_gaps == [result.pick.replace(persistent_workers=False), result.pick]
+    assert any("epoch boundary" in note for note in result.notes)
 
 
-def test_to_dict_is_plain_json():
-    import json
+def test_persistent_workers_not_recommended_when_restarts_cost_nothing():
+    result, ev = _search(LATENCY_BOUND, startup=lambda c: 0.0)
+    assert ev.epoch_gaps  # measured...
+    assert not result.pick.persistent_workers  # ...and found not worth it
+    assert result.persistent is not None and not result.persistent["recommended"]
 
-    result, _ = _search(CPU_BOUND)
-    data = json.loads(json.dumps(result.to_dict()))
-    assert data["pick"]["num_workers"] == result.pick.num_workers
-    assert {"phase", "label", "samples_per_s", "config"} <= set(data["trials"][0])
+
+def test_persistent_workers_not_recommended_unmeasured():
+    # Workers that take long to start and a budget that the search uses up: no epoch-gap
+    # measurement fits, so no persistent_workers.
+    result, ev = _search(CPU_BOUND, budget_s=10.0, startup=lambda c: 0.1 + 0.6 * c.num_workers)
+    assert result.pick.num_workers > 0 and not ev.epoch_gaps
+    assert not result.pick.persistent_workers and result.persistent is None
+    assert any("persistent" in s["label"] and "epoch-boundary" in s["why"] for s in result.skipped)
 
 
 # -- pure pieces ---------------------------------------------------------------------------------
@@ -152,9 +176,17 @@ def _cfg(w: int, **kw) -> LoaderConfig:
     return LoaderConfig(num_workers=w, batch_size=8, **kw)
 
 
+def _log(samples: dict[LoaderConfig, list[float]]) -> RaceLog:
+    """One round per position: samples[c][i] is c's rate in round i."""
+    log = RaceLog()
+    for i in range(max(len(v) for v in samples.values())):
+        log.add({c: [v[i]] for c, v in samples.items() if i < len(v)})
+    return log
+
+
 def test_decide_prefers_fewer_workers_on_a_plateau():
     samples = {_cfg(8): [100.0, 101.0, 99.5, 100.5], _cfg(16): [100.4, 101.2, 99.9, 100.6]}
-    decision = decide(samples)
+    decision = decide(_log(samples))
     assert decision.leader == _cfg(16)
     assert decision.pick == _cfg(8)
     assert decision.confidence > 0.9
@@ -162,7 +194,7 @@ def test_decide_prefers_fewer_workers_on_a_plateau():
 
 def test_decide_takes_the_clear_winner_with_high_confidence():
     samples = {_cfg(2): [50, 51, 49, 50.5], _cfg(4): [80, 81, 79, 80.5], _cfg(8): [78, 79, 80, 77]}
-    decision = decide(samples)
+    decision = decide(_log(samples))
     assert decision.pick == _cfg(4)
     assert decision.confidence > 0.95
     assert decision.runner_up == _cfg(8)
@@ -173,12 +205,35 @@ def test_decide_takes_the_clear_winner_with_high_confidence():
 
 def test_decide_is_unsure_when_the_rates_overlap():
     samples = {_cfg(2): [100, 70, 130, 95], _cfg(4): [60, 140, 90, 120]}
-    assert decide(samples).confidence < 0.9
+    assert decide(_log(samples)).confidence < 0.9
+
+
+def test_no_confidence_below_two_rounds():
+    one = _log({_cfg(2): [50.0], _cfg(4): [80.0]})
+    decision = decide(one)
+    assert decision.pick == _cfg(4) and decision.confidence is None and decision.margin_interval is None
+    two = _log({_cfg(2): [50.0, 51.0], _cfg(4): [80.0, 81.0]})
+    assert decide(two).confidence == pytest.approx(1.0)
+
+
+def test_bootstrap_pairs_the_rates_of_one_round():
+    # The machine's load swings the rates 3x between rounds; within every round w=4 is 5% faster.
+    # Paired by round that is certain; resampling rates independently would blur it.
+    load = [1.0, 0.35, 1.6, 0.5, 1.3, 0.4]
+    samples = {_cfg(2): [100 * f for f in load], _cfg(4): [105 * f for f in load]}
+    decision = decide(_log(samples))
+    assert decision.pick == _cfg(4)
+    assert decision.confidence == pytest.approx(1.0)
+    lo, hi = decision.margin_interval
+    assert lo == pytest.approx(1.05) and hi == pytest.approx(1.05)
+    # The same load with the winner flipping between rounds (10% either way): not sure at all.
+    flipped = {_cfg(2): [100 * f for f in load], _cfg(4): [100 * f * (1.1 if i % 2 else 1 / 1.1) for i, f in enumerate(load)]}
+    assert decide(_log(flipped)).confidence < 0.9
 
 
 def test_clearly_slower_needs_separation_beyond_noise():
-    assert clearly_slower([90, 91, 89, 90], [100, 101, 99, 100], tolerance=0.01)
-    assert not clearly_slower([99, 101, 100, 98], [100, 99, 101, 100], tolerance=0.01)
+    assert clearly_slower([0.90, 0.91, 0.89, 0.90], tolerance=0.01)
+    assert not clearly_slower([0.99, 1.01, 1.0, 0.98], tolerance=0.01)
 
 
 def test_classify_regions():
@@ -222,3 +277,69 @@ def test_failed_trials_stop_the_climb_and_are_noted():
 def test_trial_dict_reports_memory_in_mb():
     t = Trial(_cfg(2), 10.0, "scale", worker_bytes=64 * MB)
     assert t.to_dict()["worker_mb"] == 64.0
+
+
+# -- one winner, honest confidence, keep yours (issue 10) ------------------------------------------
+
+
+def test_a_seed_races_head_to_head_with_its_role():
+    # The sweep's best, in a shape the tuner would not scan itself (prefetch 4), races the finalists.
+    seed = LoaderConfig(num_workers=2, batch_size=CPU_BOUND.batch_size, prefetch_factor=4)
+    result, ev = _search(CPU_BOUND, seeds=[(seed, "sweep-best")])
+    assert seed in ev.measured
+    rows = {r["label"]: r for r in result.head_to_head}
+    assert rows[seed.label()]["role"] == "sweep-best" and rows[seed.label()]["rounds"] >= 1
+    assert {r["role"] for r in result.head_to_head} >= {"sweep-best", "tuner"}
+    # Every finalist of the head-to-head raced in the same rounds as the pick.
+    assert result.rounds >= 2 and result.confidence is not None
+    pick_row = max(result.head_to_head, key=lambda r: r["samples_per_s"])
+    assert pick_row["rounds"] == result.rounds
+
+
+def test_keep_yours_when_the_baseline_is_as_good_as_the_best():
+    model = CPU_BOUND
+    best, _ = model.best_over(dense_space(model, max_workers=8))
+    result, _ = _search(model, baseline=best, seed=2)
+    assert result.keep_baseline
+    assert result.within_pct is not None and result.within_pct < 5
+    data = result.to_dict()
+    assert data["keep_baseline"] is True and data["within_pct"] == pytest.approx(result.within_pct, abs=0.01)
+
+
+def test_no_keep_yours_when_the_best_is_far_ahead():
+    result, _ = _search(LATENCY_BOUND)
+    assert not result.keep_baseline and result.within_pct > 50
+
+
+def test_keeps_baseline_rule():
+    assert keeps_baseline(101.0, 100.0)  # 1% gain: below the 3% floor
+    assert keeps_baseline(105.0, 100.0, noise=0.08)  # below the race's own noise
+    assert not keeps_baseline(110.0, 100.0, paired=[1.10, 1.09, 1.11])
+    # A 10% median gain that one of three paired rounds contradicts: within noise.
+    assert keeps_baseline(110.0, 100.0, paired=[1.12, 0.95, 1.10, 0.97])
+    assert within_pct(100.0, 99.0) == pytest.approx(1.0)
+    assert within_pct(100.0, 120.0) == 0.0
+
+
+def test_slow_pipeline_plans_from_the_batch_time_and_stays_unconfirmed():
+    # 0.3 s per batch in one process: a measurement of at least 8 batches takes seconds.
+    slow = CostModel(cpu_ms=300.0 / 8, batch_size=8, collate_ms=0.0)
+    result, ev = _search(slow, budget_s=20.0)
+    plan = result.plan
+    assert plan["batch_s"] == pytest.approx(0.3, rel=0.01)
+    assert plan["window_batches"] == 8 and plan["measurement_s"] > 2.0
+    assert plan["measurements_fit"] < 10 and not plan["confirmable"]
+    assert plan["summary"] in result.notes
+    assert ev.clock <= 20.0 + 3.5  # the forced reference measurements may overrun a little
+    assert result.rounds < 2 and result.confidence is None and not result.confirmed
+    assert result.skipped
+
+
+def test_the_plan_is_revised_when_real_measurements_disagree():
+    from stallscope.tuning.space import revise_plan
+
+    plan = {"measurement_s": 35.0}
+    note = revise_plan(plan, [5.0, 21.0, 4.0], left_s=20.0)  # the median: one slow baseline does not count
+    assert plan["measured_measurement_s"] == 5.0
+    assert note.startswith("plan revised: the first measurements took 5.0 s each, not 35.0 s") and "about 4 more" in note
+    assert revise_plan({"measurement_s": 4.0}, [5.0], left_s=20.0) is None  # within 2x: the plan stands

@@ -1,0 +1,314 @@
+"""Analysis of the memory probe: memory-growth (with its cause) and copy-on-write. Pure functions.
+
+memory-growth reads the points each worker took of its own Python heap
+(``tracemalloc``, NumPy included) and RSS; native memory is RSS minus the
+heap. The probe makes several passes over the same indices, so growth that
+stops after the first pass shows as a plateau. The cause decides the message:
+
+- the Python heap keeps growing: something on the dataset keeps every sample;
+  the container that grew is named, with the allocation sites;
+- native memory grows during the first pass and then stays flat: a library
+  cache (per input shape, per file...): a cost to budget for, not a leak;
+- native memory keeps growing: a native leak.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .findings import ERROR, INFO, WARNING, Finding
+
+MB = 1024 * 1024
+
+# memory-growth: a channel (heap or native) counts when it grew by this much per worker.
+HEAP_MIN_MB = 8.0  # tracemalloc is exact: no allocator noise to allow for
+NATIVE_MIN_MB = 16.0  # allocator arenas (Pillow, glibc) step up by several MB in clean pipelines
+GROWTH_MIN_MB_PER_1000 = 0.5
+GROWTH_MIN_POINTS = 5
+# A channel has plateaued when its last third of readings grows at less than this share of
+# its first third's rate, and by less than half the channel's minimum in all.
+PLATEAU_RATE_SHARE = 1 / 3
+# The plateau starts at the first point within this share of the total growth of its final level.
+PLATEAU_LEVEL_SHARE = 0.1
+
+# Allocation sites below this share of the biggest are noise (interpreter caches, queues).
+SITE_MIN_SHARE = 0.05
+
+# copy-on-write: private memory gained with RSS flat, when the dataset holds Python objects.
+COW_MIN_COPIED_MB = 4.0
+COW_MIN_HEAP_MB = 8.0
+
+
+def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """Least-squares ``(slope, intercept, r²)``."""
+    n = len(xs)
+    mx = sum(xs) / n
+    my = sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return 0.0, my, 0.0
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    slope = sxy / sxx
+    intercept = my - slope * mx
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys))
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
+    return slope, intercept, r2
+
+
+def channel_growth(xs: list[float], ys: list[float], pass_samples: float | None, minimum_mb: float) -> dict[str, Any]:
+    """How one memory channel (MB) grows with samples: rate, total, first-pass growth, plateau.
+
+    ``pass_samples`` is one pass over the probe's indices, in this worker's
+    samples. A plateau can only be judged past one pass: the last third of
+    the readings must grow at under ``PLATEAU_RATE_SHARE`` of the first
+    third's rate, and by less than half the channel's minimum. (A worker sees
+    a random part of each pass, so a per-worker cache can go on filling into
+    the second pass; a leak grows at the same rate throughout.)
+    """
+    slope, _, r2 = linear_fit(xs, ys)
+    grew = ys[-1] - ys[0]
+    first = [y for x, y in zip(xs, ys) if pass_samples and x <= pass_samples]
+    result: dict[str, Any] = {
+        "mb_per_1000": slope * 1000,
+        "r2": r2,
+        "grew_mb": grew,
+        "first_pass_mb": first[-1] - ys[0] if first else None,
+        "after_plateau_mb_per_1000": None,
+        "plateaued_after": None,
+    }
+    end = xs[-1]
+    if not pass_samples or end < 1.5 * pass_samples:
+        return result
+    head = [(x, y) for x, y in zip(xs, ys) if x <= end / 3]
+    tail = [(x, y) for x, y in zip(xs, ys) if x >= 2 * end / 3]
+    if len(head) < 2 or len(tail) < GROWTH_MIN_POINTS:
+        return result
+    head_rate = (head[-1][1] - ys[0]) / max(1e-9, head[-1][0] - xs[0])
+    tail_rate = linear_fit([x for x, _ in tail], [y for _, y in tail])[0]
+    flat = tail_rate <= PLATEAU_RATE_SHARE * max(head_rate, 0.0) and tail[-1][1] - tail[0][1] < minimum_mb / 2
+    if flat and grew >= minimum_mb:
+        level = sum(y for _, y in tail) / len(tail)
+        tolerance = PLATEAU_LEVEL_SHARE * (level - ys[0])
+        result.update(
+            first_pass_mb=level - ys[0],
+            after_plateau_mb_per_1000=tail_rate * 1000,
+            plateaued_after=next(x for x, y in zip(xs, ys) if y >= level - tolerance),
+        )
+    return result
+
+
+def _worker_growth(series: dict[str, Any], pass_samples: float | None) -> dict[str, Any] | None:
+    points = series.get("points") or []
+    if len(points) < GROWTH_MIN_POINTS:
+        return None
+    xs = [float(p[0]) for p in points]
+    heap = [float(p[1]) for p in points]
+    native = [float(p[2]) - float(p[1]) - (float(p[4]) if len(p) > 4 else 0.0) for p in points]  # minus tracemalloc's own
+    return {
+        "worker": series.get("worker"),
+        "samples": xs[-1],
+        "heap": channel_growth(xs, heap, pass_samples, HEAP_MIN_MB),
+        "native": channel_growth(xs, native, pass_samples, NATIVE_MIN_MB),
+        "rss_start": float(points[0][2]),
+        "rss_end": float(points[-1][2]),
+        "containers_start": series.get("containers_start") or {},
+        "containers_end": series.get("containers_end") or {},
+        "sites": series.get("sites") or [],
+    }
+
+
+def _grows(channel: dict[str, Any], minimum_mb: float) -> bool:
+    return channel["grew_mb"] >= minimum_mb and channel["mb_per_1000"] >= GROWTH_MIN_MB_PER_1000
+
+
+def growing_containers(start: dict[str, list[int]], end: dict[str, list[int]]) -> list[dict[str, Any]]:
+    """The dataset's containers that gained entries or bytes, most entries first."""
+    grown = []
+    for path, (entries, nbytes) in end.items():
+        before = start.get(path, [0, 0])
+        if entries > before[0] or nbytes > before[1]:
+            grown.append({"attribute": path, "entries_before": before[0], "entries_after": entries,
+                          "bytes_before": before[1], "bytes_after": nbytes})
+    return sorted(grown, key=lambda g: (g["entries_after"] - g["entries_before"], g["bytes_after"] - g["bytes_before"]), reverse=True)
+
+
+def allocation_sites(sites: list[list[Any]]) -> list[dict[str, Any]]:
+    """The sites holding a meaningful share of the traced growth, as ``{where, called_from, mb, blocks}``."""
+    top = max((site[1] for site in sites), default=0.0)
+    return [
+        {"where": where, "called_from": caller, "mb": mb, "blocks": blocks}
+        for where, mb, blocks, caller in sites
+        if mb >= SITE_MIN_SHARE * top
+    ]
+
+
+def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
+    memory = probes.get("memory")
+    if not memory:
+        return []
+    workers = int(memory.get("workers") or 1)
+    pass_samples = memory.get("pass_samples")
+    per_worker_pass = pass_samples / workers if pass_samples else None
+    fits = [g for g in (_worker_growth(s, per_worker_pass) for s in memory.get("workers_memory") or []) if g is not None]
+    heap_growing = [g for g in fits if _grows(g["heap"], HEAP_MIN_MB)]
+    native_growing = [g for g in fits if _grows(g["native"], NATIVE_MIN_MB)]
+    if not heap_growing and not native_growing:
+        return []
+    length = memory.get("dataset_length")
+    available = (probes.get("host") or {}).get("memory_available_bytes")
+    # A leak (still growing) before first-pass growth; the Python heap (nameable) before native memory.
+    candidates = [("python-heap", g, g["heap"]) for g in heap_growing] + [("native", g, g["native"]) for g in native_growing]
+    cause, worst, channel = min(
+        candidates, key=lambda c: (c[2]["plateaued_after"] is not None, c[0] != "python-heap", -c[2]["grew_mb"])
+    )
+    plateau = channel["plateaued_after"]
+    containers = growing_containers(worst["containers_start"], worst["containers_end"])
+    evidence: dict[str, Any] = {
+        # the rate that keeps going: zero-ish after a plateau, the whole slope while growing
+        "mb_per_1000_samples": round(channel["after_plateau_mb_per_1000"] if plateau is not None else channel["mb_per_1000"], 2),
+        "python_heap_mb_per_1000_samples": round(worst["heap"]["mb_per_1000"], 2),
+        "native_mb_per_1000_samples": round(worst["native"]["mb_per_1000"], 2),
+        "plateaued_after_samples": None if plateau is None else round(plateau),
+        "cause": cause if plateau is None else f"{cause}-first-pass",
+        "python_heap_grew_mb": round(worst["heap"]["grew_mb"], 1),
+        "native_grew_mb": round(worst["native"]["grew_mb"], 1),
+        "first_pass_mb": None if channel["first_pass_mb"] is None else round(channel["first_pass_mb"], 1),
+        "samples_per_worker": round(worst["samples"]),
+        "pass_samples_per_worker": None if per_worker_pass is None else round(per_worker_pass),
+        "rss_mb_start": round(worst["rss_start"], 1),
+        "rss_mb_end": round(worst["rss_end"], 1),
+        "growing_attribute": containers[0]["attribute"] if containers and cause == "python-heap" else None,
+        "containers": containers[:5],
+        "allocation_sites": allocation_sites(worst["sites"]) if cause == "python-heap" else [],
+        "per_worker": [{"worker": g["worker"], "python_heap_mb_per_1000_samples": round(g["heap"]["mb_per_1000"], 2),
+                        "native_mb_per_1000_samples": round(g["native"]["mb_per_1000"], 2)} for g in fits],
+        "workers": workers,
+        "memory_available_mb": None if not available else round(available / MB, 1),
+    }
+    if plateau is not None:
+        return [_first_pass_finding(cause, channel, evidence, workers, length)]
+    # One epoch: each worker fetches length / workers samples, so all workers together grow by rate x length.
+    projected = channel["mb_per_1000"] * length / 1000 if length else None
+    evidence["projected_mb_per_epoch"] = None if projected is None else round(projected, 1)
+    severity = ERROR if projected is not None and available and projected * MB > available else WARNING
+    epoch = f"; over one epoch of {length:,} samples that is {projected:,.0f} MB across {workers} workers" if projected else ""
+    rate = f"{channel['mb_per_1000']:.1f} MB per 1,000 samples (+{channel['grew_mb']:.0f} MB over {worst['samples']:,.0f} samples per worker)"
+    if cause == "python-heap":
+        return [_heap_leak_finding(severity, rate, epoch, evidence, containers)]
+    passes = worst["samples"] / per_worker_pass if per_worker_pass else 0.0
+    if passes >= 1.5:
+        judged = f"does not level off over {passes:.1f} passes over the same samples: a native leak"
+    else:
+        judged = ("keeps growing over the samples measured: a native leak, or a cache still filling (fewer than two "
+                  "passes fit in the budget; a larger --budget shows whether it levels off)")
+    message = f"Native memory (outside the Python heap) of each worker grows by {rate} and {judged}{epoch}."
+    fix = (
+        "Find what keeps native buffers per sample: tensors held in a module-level list or global cache, a C extension or "
+        "decoder that is never closed (files, codecs, sessions); run the pipeline with num_workers=0 under memray or "
+        "heaptrack to see the allocation."
+    )
+    return [Finding("memory-growth", severity, message, evidence, fix)]
+
+
+def _heap_leak_finding(severity: str, rate: str, epoch: str, evidence: dict[str, Any], containers: list[dict[str, Any]]) -> Finding:
+    sites = evidence["allocation_sites"]
+    site = f"; most of it allocated at {sites[0]['called_from'] or sites[0]['where']}" if sites else ""
+    if containers:
+        top = containers[0]
+        name = top["attribute"]
+        what = f"{name} grows from {top['entries_before']:,} to {top['entries_after']:,} entries"
+        message = f"{what} while the Python heap of each worker grows by {rate}: the dataset keeps something from every sample{site}{epoch}."
+        fix = (
+            f"Bound {name}: a size-limited cache (functools.lru_cache(maxsize=...) or an LRU dict) instead of an unbounded "
+            "list/dict on the dataset, or drop it; if everything must be cached, build it once in the parent (a NumPy array "
+            "or a file) before the workers start."
+        )
+    else:
+        message = f"The Python heap of each worker grows by {rate}: something keeps every sample (no container on the dataset grew: a module-level or closure cache?){site}{epoch}."
+        fix = "Bound the cache at the allocation site above (functools.lru_cache(maxsize=...)), or build what must be kept once in the parent."
+    return Finding("memory-growth", severity, message, evidence, fix)
+
+
+def _first_pass_finding(cause: str, channel: dict[str, Any], evidence: dict[str, Any], workers: int, length: int | None) -> Finding:
+    grew = channel["first_pass_mb"]
+    after = evidence["plateaued_after_samples"]
+    if cause == "native":
+        message = (
+            f"First-pass growth of {grew:.0f} MB per worker, flat afterwards (after {after:,} samples per worker), e.g. a "
+            "library cache per input shape: budget for it, it is not a leak."
+        )
+        fix = (
+            f"Budget about {grew:.0f} MB per worker ({grew * workers:.0f} MB for {workers} workers) on top of the pipeline's "
+            "memory, and keep persistent_workers=True so the cache is not rebuilt every epoch."
+        )
+        return Finding("memory-growth", INFO, message, evidence, fix)
+    name = evidence["containers"][0]["attribute"] if evidence["containers"] else "a cache"
+    message = (
+        f"The Python heap of each worker grows {grew:.0f} MB during the first pass over the samples and stays flat afterwards "
+        f"(after {after:,} samples per worker): {name} keeps one entry per distinct sample, a copy in every worker."
+    )
+    fix = (
+        f"Budget for {name} in every worker, bound it (functools.lru_cache(maxsize=...)), or fill it once in the parent "
+        "before the workers start so they share it."
+    )
+    return Finding("memory-growth", WARNING, message, evidence, fix)
+
+
+def detect_copy_on_write(probes: dict[str, Any]) -> list[Finding]:
+    memory = probes.get("memory")
+    if not memory or memory.get("start_method") != "fork":
+        return []
+    heap = memory.get("python_heap") or {}
+    heap_mb = (heap.get("bytes") or 0) / MB
+    copied: list[float] = []
+    rss_change: list[float] = []
+    samples: list[float] = []
+    for series in memory.get("series") or []:
+        points = series["points"]
+        if len(points) < 2:
+            continue
+        d_rss = points[-1][1] - points[0][1]
+        d_uss = points[-1][2] - points[0][2]
+        # Shared pages that turned private raise USS but not RSS; new allocations raise both.
+        copied.append(max(0.0, d_uss - max(0.0, d_rss)))
+        rss_change.append(d_rss)
+        samples.append(points[-1][0])
+    if not copied:
+        return []
+    mean_copied = sum(copied) / len(copied)
+    if mean_copied < COW_MIN_COPIED_MB or heap_mb < COW_MIN_HEAP_MB:
+        return []
+    workers = len(copied)
+    per_worker_samples = sum(samples) / len(samples)
+    length = memory.get("dataset_length")
+    fraction = min(1.0, per_worker_samples / length) if length else None
+    projected = mean_copied
+    if fraction:
+        projected = max(mean_copied, min(heap_mb, mean_copied / fraction))
+    objects = heap.get("objects") or 0
+    at_least = "" if heap.get("complete", True) else "at least "
+    share = f" ({fraction:.0%} of the dataset)" if fraction is not None else ""
+    message = (
+        f"Each fork worker copied {mean_copied:.0f} MB of the parent's memory while reading {per_worker_samples:,.0f} samples{share}: "
+        f"reading the dataset's {at_least}{objects:,} Python objects ({heap_mb:.0f} MB) writes their reference counts, which copies their pages "
+        f"into every worker (up to {projected:.0f} MB per worker, {projected * workers:.0f} MB for {workers} workers, per epoch)."
+    )
+    evidence = {
+        "mb_per_worker": round(mean_copied, 1),
+        "per_worker_mb": [round(c, 1) for c in copied],
+        "rss_change_mb": [round(r, 1) for r in rss_change],
+        "parent_python_heap_mb": round(heap_mb, 1),
+        "python_objects": objects,
+        "heap_measured_completely": heap.get("complete"),
+        "samples_per_worker": round(per_worker_samples),
+        "dataset_fraction_read": None if fraction is None else round(fraction, 4),
+        "projected_mb_per_worker": round(projected, 1),
+        "workers": workers,
+    }
+    fix = (
+        "Hold per-sample metadata in NumPy arrays (or Arrow/pandas columns, or one bytes buffer with offsets) instead of a "
+        "list/dict of Python objects, so reading a sample writes no reference counts on shared pages; calling gc.freeze() "
+        "before creating the DataLoader also stops the garbage collector from touching them."
+    )
+    return [Finding("copy-on-write", WARNING, message, evidence, fix)]

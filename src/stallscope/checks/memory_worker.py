@@ -1,0 +1,211 @@
+"""The memory probe's side inside the DataLoader workers: time each fetch, split heap from native memory.
+
+The probe wraps the user's dataset in :class:`ProbedDataset` (or
+:class:`ProbedIterable`) and the collate in :class:`ProbedCollate`, so every
+sample travels to the main process with a small record of what its worker saw:
+
+- the index and how long ``dataset[index]`` took (these fetches count toward
+  the check's coverage, and a sample slow in two passes is a slow sample);
+- every ``every`` samples, a point ``[samples, python_heap_mb, rss_mb, t,
+  tracemalloc_mb]``: the Python heap is what ``tracemalloc`` traces since the
+  worker's first fetch (NumPy reports its buffers to it); native memory is
+  RSS minus that and minus tracemalloc's own bookkeeping (C/C++ libraries,
+  torch tensors, allocator caches);
+- the sizes of the dataset's containers (a shallow walk of its attributes and
+  theirs: lists, dicts, sets, deques, arrays), to name the one that grows;
+- at a few points (``SITES_AT_POINTS``), the allocation sites (file:line) holding the most
+  memory allocated since the first fetch.
+
+Tracing starts in the worker at its first fetch, so only what the worker
+allocates is traced, not the objects it inherited.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import tracemalloc
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch.utils.data import Dataset, IterableDataset
+
+MB = 1024 * 1024
+SITES_AT_POINTS = frozenset({6, 16, 32, 48, 96, 192})
+TOP_SITES = 5
+TRACE_FRAMES = 4  # enough to get from NumPy's Python wrappers back to the dataset's line
+_CONTAINERS = (list, dict, set, frozenset, deque, bytearray)
+_MAX_ATTRIBUTES = 200
+
+
+def _array_types() -> tuple[type, ...]:
+    import numpy as np
+    import torch
+
+    return (np.ndarray, torch.Tensor)
+
+
+def container_sizes(dataset: Any, *, depth: int = 2) -> dict[str, list[int]]:
+    """``{"dataset.cache": [entries, bytes]}`` for the containers among the dataset's attributes.
+
+    A shallow walk: the dataset's attributes and, ``depth`` levels down, those
+    of the plain objects it holds (``dataset.transform.cache``). ``entries`` is
+    ``len()``; ``bytes`` is the payload of arrays and tensors, else the
+    container's own size (not what it points to).
+    """
+    import sys
+    import types
+
+    arrays = _array_types()
+    opaque = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, str, bytes)
+    sizes: dict[str, list[int]] = {}
+    stack: list[tuple[str, Any, int]] = [("dataset", dataset, 1)]
+    seen: set[int] = set()
+    while stack and len(sizes) < _MAX_ATTRIBUTES:
+        path, obj, level = stack.pop()
+        attrs = getattr(obj, "__dict__", None)
+        if not isinstance(attrs, dict) or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        for name, value in list(attrs.items()):
+            child = f"{path}.{name}"
+            if isinstance(value, arrays):
+                entries = int(value.shape[0]) if len(value.shape) else 1
+                sizes[child] = [entries, int(value.element_size() * value.nelement()) if hasattr(value, "element_size") else int(value.nbytes)]
+            elif isinstance(value, _CONTAINERS):
+                sizes[child] = [len(value), sys.getsizeof(value)]
+            elif level < depth and not isinstance(value, opaque):
+                stack.append((child, value, level + 1))
+    return sizes
+
+
+class _WorkerState:
+    """Per worker process: created at the first fetch there."""
+
+    def __init__(self, dataset: Any) -> None:
+        import psutil
+
+        self.pid = os.getpid()
+        self.proc = psutil.Process()
+        self.count = 0
+        self.points = 0
+        self.t0 = time.perf_counter()
+        if not tracemalloc.is_tracing():
+            tracemalloc.start(TRACE_FRAMES)
+        self.containers_start = container_sizes(dataset)
+
+    def point(self, dataset: Any) -> dict[str, Any]:
+        heap, _ = tracemalloc.get_traced_memory()
+        try:
+            rss = self.proc.memory_info().rss
+        except Exception:  # psutil.Error: /proc unreadable
+            rss = 0
+        self.points += 1
+        report: dict[str, Any] = {
+            "p": [self.count, round(heap / MB, 3), round(rss / MB, 3), round(time.perf_counter() - self.t0, 3),
+                  round(tracemalloc.get_tracemalloc_memory() / MB, 3)],
+            "containers": container_sizes(dataset),
+        }
+        if self.points == 1:
+            report["containers_start"] = self.containers_start
+        if self.points in SITES_AT_POINTS:
+            report["sites"] = self.sites()  # a snapshot costs tens of ms or more: a few, spread out
+        return report
+
+    def sites(self) -> list[list[Any]]:
+        """Where memory allocated since the first fetch (still alive) came from: ``[file:line, MB, blocks, caller]``.
+
+        ``caller`` is the innermost frame outside the standard library and
+        installed packages: the dataset's line that called ``np.full``.
+        """
+        from .stacks import is_library
+
+        snapshot = tracemalloc.take_snapshot().filter_traces(
+            (tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, __file__))
+        )
+        grouped: dict[tuple[str, str | None], list[float]] = {}
+        for stat in snapshot.statistics("traceback"):
+            frames = list(stat.traceback)  # oldest first
+            where = f"{frames[-1].filename}:{frames[-1].lineno}"
+            user = next((f for f in reversed(frames) if not is_library(f.filename, packages=True)), None)
+            caller = None if user is None else f"{user.filename}:{user.lineno}"
+            entry = grouped.setdefault((where, caller), [0.0, 0])
+            entry[0] += stat.size
+            entry[1] += stat.count
+        top = sorted(grouped.items(), key=lambda kv: kv[1][0], reverse=True)[:TOP_SITES]
+        return [[where, round(size / MB, 3), int(count), caller] for (where, caller), (size, count) in top]
+
+
+_STATE: dict[int, _WorkerState] = {}
+
+
+def _state(dataset: Any) -> _WorkerState:
+    state = _STATE.get(os.getpid())  # keyed by pid: a forked child must not reuse its parent's
+    if state is None:
+        state = _STATE[os.getpid()] = _WorkerState(dataset)
+    return state
+
+
+def _worker_id() -> int:
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    return info.id if info is not None else 0
+
+
+def _record(dataset: Any, index: Any, seconds: float, every: int) -> dict[str, Any]:
+    state = _state(dataset)
+    state.count += 1
+    meta: dict[str, Any] = {"w": _worker_id(), "pid": state.pid, "i": index, "s": seconds}
+    if state.count == 1 or state.count % every == 0:
+        meta.update(state.point(dataset))
+    return meta
+
+
+class ProbedDataset(Dataset):
+    """The user's map-style dataset, each item paired with its worker's record (see the module docstring)."""
+
+    def __init__(self, dataset: Any, every: int) -> None:
+        self.dataset = dataset
+        self.every = max(1, every)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> tuple[Any, dict[str, Any]]:
+        _state(self.dataset)  # tracing starts before the first fetch, so it is counted
+        start = time.perf_counter()
+        item = self.dataset[index]
+        return item, _record(self.dataset, index, time.perf_counter() - start, self.every)
+
+
+class ProbedIterable(IterableDataset):
+    """The user's iterable dataset, each item paired with its worker's record."""
+
+    def __init__(self, dataset: Any, every: int) -> None:
+        self.dataset = dataset
+        self.every = max(1, every)
+
+    def __iter__(self) -> Iterator[tuple[Any, dict[str, Any]]]:
+        _state(self.dataset)
+        iterator = iter(self.dataset)
+        position = 0
+        while True:
+            start = time.perf_counter()
+            try:
+                item = next(iterator)
+            except StopIteration:
+                return
+            yield item, _record(self.dataset, f"w{_worker_id()}#{position}", time.perf_counter() - start, self.every)
+            position += 1
+
+
+class ProbedCollate:
+    """The user's collate over the items; the records travel beside the batch."""
+
+    def __init__(self, collate: Callable[[list], Any]) -> None:
+        self.collate = collate
+
+    def __call__(self, pairs: list[tuple[Any, dict[str, Any]]]) -> tuple[Any, list[dict[str, Any]]]:
+        return self.collate([item for item, _ in pairs]), [meta for _, meta in pairs]

@@ -1,0 +1,210 @@
+"""The final race (NOTE [tuning strategy], phase 5): finalists in interleaved rounds until the pick is clear.
+
+Who races: the search's best few, the cheapest config within a few percent
+of them, the user's baseline (unless the scan shows it far behind), and every
+*seed* a caller passes in (``doctor`` passes the sweep's best), so that one
+report never names two winners that did not meet (NOTE [paired rounds] in
+:mod:`.confidence`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import LoaderConfig
+from .confidence import MIN_ROUNDS, Decision, RaceLog, clearly_slower, decide
+from .space import SearchSettings
+from .trial import Effect, Evaluator, Trial
+
+# After one round, a config below this fraction of the leader's rate is out: two maximal noise
+# thresholds (MAX_SIG) below, no second round will turn it around.
+FAR_BEHIND = 0.8
+
+
+@dataclass
+class Entrant:
+    """A config in the race and why it is there."""
+
+    config: LoaderConfig
+    role: str  # "baseline" | "sweep-best" | "tuner" | "other" (see head_to_head)
+    scan_rate: float = 0.0
+    seeded: bool = False  # a caller's seed: leaves the race only by losing, never for the budget
+
+
+def entrants(
+    scan: Mapping[LoaderConfig, float],
+    finalists: Sequence[LoaderConfig],
+    seeds: Sequence[tuple[LoaderConfig, str]],
+    baseline: LoaderConfig,
+) -> list[Entrant]:
+    """The finalists, the caller's seeds and the user's baseline, each with its role (``scan``: the
+    scanned rates). The first finalist is the tuner's own best; a seed or the baseline takes over the
+    role of a finalist it coincides with."""
+    out = [Entrant(c, "tuner" if i == 0 else "other", scan[c]) for i, c in enumerate(finalists)]
+
+    def enter(config: LoaderConfig, role: str, seeded: bool) -> None:
+        found = next((e for e in out if e.config == config), None)
+        if found is None:
+            out.append(Entrant(config, role, scan[config], seeded=seeded))
+        else:
+            found.role, found.seeded = role, found.seeded or seeded
+
+    for config, role in seeds:
+        if config in scan:
+            enter(config, role, True)
+    # The user's own config races unless the scan shows it far behind: the speed-up and the
+    # "keep yours" verdict then come from the same rounds as the pick.
+    top = max(scan.values(), default=0.0)
+    if baseline in scan and scan[baseline] >= 0.5 * top:
+        enter(baseline, "baseline", False)
+    return out
+
+
+class Race:
+    """Interleaved rounds over the entrants, within the budget the caller's ``affordable`` grants."""
+
+    def __init__(
+        self,
+        evaluator: Evaluator,
+        settings: SearchSettings,
+        *,
+        round_cost: Callable[[Sequence[LoaderConfig]], float],
+        affordable: Callable[[float], bool],
+        record: Callable[[Trial], None],
+        note: Callable[[str], None],
+        skip: Callable[[LoaderConfig, str], None],
+    ) -> None:
+        self.ev = evaluator
+        self.settings = settings
+        self.round_cost = round_cost
+        self.affordable = affordable
+        self.record = record
+        self.note = note
+        self.skip = skip
+        self.log = RaceLog()
+        self.entrants: list[Entrant] = []
+
+    @property
+    def rounds(self) -> int:
+        return len(self.log)
+
+    def run(self, entrants: Sequence[Entrant]) -> Decision | None:
+        """Race; the decision over the rounds run, or None when not one round fitted."""
+        settings = self.settings
+        self.entrants = list(entrants)
+        alive = [e.config for e in self.entrants]
+        while len(alive) >= 2:
+            alive = self._fit_budget(alive)
+            if len(alive) < 2:
+                break
+            results = self.ev.interleaved(alive, repeats=1, window_s=settings.confirm_window_s, phase="confirm")
+            rates: dict[LoaderConfig, list[float]] = {}
+            for config, trials in zip(alive, results):
+                for trial in trials:
+                    self.record(trial)
+                    if trial.ok:
+                        rates.setdefault(config, []).append(trial.samples_per_s)
+            self.log.add(rates)
+            alive = [c for c in alive if c in rates]
+            if settings.rounds is not None:
+                if self.rounds >= settings.rounds:
+                    break
+                continue
+            alive = self._drop_losers(alive)
+            if self.rounds < settings.min_rounds:
+                continue
+            decision = decide(self.log, tolerance=settings.tolerance, seed=settings.seed + self.rounds)
+            if (decision.confidence or 0.0) >= 0.9 or self.rounds >= settings.max_rounds:
+                break
+        self._skip_unconfirmed()
+        if not self.log.rounds:
+            return None
+        return decide(self.log, tolerance=settings.tolerance, seed=settings.seed)
+
+    def _fit_budget(self, alive: list[LoaderConfig]) -> list[LoaderConfig]:
+        """Leave out entrants until a round fits: the slowest first, then the baseline; never a seed
+        or the leader. Nothing left to race when even that does not fit."""
+        seeded = {e.config for e in self.entrants if e.seeded}
+        roles = {e.config: e.role for e in self.entrants}
+        scan = {e.config: e.scan_rate for e in self.entrants}
+        rate = lambda c: self.log.median(c) or scan.get(c, 0.0)  # noqa: E731
+        out = list(alive)
+        while len(out) > 2 and not self.affordable(self.round_cost(out)):
+            leader = max(out, key=rate)
+            droppable = [c for c in out if c not in seeded and c != leader]
+            if not droppable:
+                break
+            worst = min(droppable, key=lambda c: (roles.get(c) == "baseline", rate(c)))
+            out.remove(worst)
+            self.skip(worst, f"left out of race round {self.rounds + 1}: the time budget ran out")
+        if not self.affordable(self.round_cost(out)):
+            self.note(f"time budget: stopped the final race after {self.rounds} round(s)")
+            for config in out:
+                if self.log.rounds_of(config) == 0:
+                    self.skip(config, "not raced: the time budget ran out before the final race")
+            return []
+        return out
+
+    def _drop_losers(self, alive: list[LoaderConfig]) -> list[LoaderConfig]:
+        """Far behind after one round, or clearly slower (paired, beyond the noise) after ``min_rounds``."""
+        medians = {c: self.log.median(c) or 0.0 for c in alive}
+        if not medians:
+            return alive
+        leader = max(medians, key=lambda c: medians[c])
+        keep = []
+        for config in alive:
+            if config == leader:
+                keep.append(config)
+                continue
+            if medians[config] < FAR_BEHIND * medians[leader]:
+                continue
+            if self.rounds >= self.settings.min_rounds and clearly_slower(
+                self.log.ratios(config, leader), tolerance=self.settings.tolerance, seed=self.settings.seed
+            ):
+                continue
+            keep.append(config)
+        return keep
+
+    def _skip_unconfirmed(self) -> None:
+        if 0 < self.rounds < MIN_ROUNDS:
+            self.note(f"not confirmed: the time budget ran out after {self.rounds} interleaved round(s)")
+        for entrant in self.entrants:
+            raced = self.log.rounds_of(entrant.config)
+            if 0 < raced < MIN_ROUNDS and self.rounds < MIN_ROUNDS:
+                self.skip(entrant.config, f"raced {raced} round(s) of the {MIN_ROUNDS} a confidence needs")
+
+    def noise(self) -> float | None:
+        """Median relative spread (max − min) / median of the raced configs' round rates."""
+        spreads = []
+        for config in self.log.configs():
+            values = self.log.values(config)
+            if len(values) >= 2 and statistics.median(values) > 0:
+                spreads.append((max(values) - min(values)) / statistics.median(values))
+        return statistics.median(spreads) if spreads else None
+
+    def confirm_effects(self, effects: Sequence[Effect]) -> None:
+        """Replace single-measurement effects by interleaved medians where both sides raced."""
+        for effect in effects:
+            a, b = self.log.median(effect.parent), self.log.median(effect.variant)
+            if a is not None and b is not None:
+                effect.parent_rate, effect.variant_rate, effect.source = a, b, "confirm"
+
+    def head_to_head(self) -> list[dict[str, Any]]:
+        """The configs that raced, with their medians and why they were there (fastest first)."""
+        roles = {e.config: e.role for e in self.entrants}
+        rows = []
+        for config in self.log.configs():
+            median = self.log.median(config)
+            if median is None:
+                continue
+            rows.append({
+                "config": config.to_dict(),
+                "label": config.label(),
+                "samples_per_s": round(median, 2),
+                "rounds": self.log.rounds_of(config),
+                "role": roles.get(config, "other"),
+            })
+        return sorted(rows, key=lambda r: -r["samples_per_s"])

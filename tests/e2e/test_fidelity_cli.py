@@ -1,0 +1,160 @@
+"""The real CLI on real-shape loaders: the user's batches in bench, and emitted code that keeps
+the user's arguments, changes only tuned knobs, runs, and yields the user's batches."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+
+import pytest
+import real_audio
+import real_detection
+import real_translation
+import torch
+
+from stallscope.commands.tune import emitted_config
+from stallscope.pipeline.batching import same_batch
+from stallscope.runtime.processes import shutdown_iterator
+from stallscope.tuning.emit import PLACEHOLDER, render_diff, snippet_for_record
+
+PIPELINES = {"real_translation": real_translation, "real_detection": real_detection, "real_audio": real_audio}
+KNOBS = {"num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "in_order", "multiprocessing_context"}
+# What each emitted call must keep, as the user wrote it.
+KEPT = {
+    "real_translation": ["batch_sampler=<your batch_sampler: real_translation.TokenBuckets instance>",
+                         "collate_fn=<your collate_fn: real_translation.Collater instance>"],
+    "real_detection": ["batch_size=8", "shuffle=True", "collate_fn=collate_fn", "worker_init_fn=seed_worker",
+                       "generator=<your generator: torch.Generator instance>"],
+    "real_audio": ["batch_size=6", "shuffle=True", "drop_last=True",
+                   "collate_fn=<your collate_fn: real_audio.TextMelCollate instance>"],
+}
+
+
+def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "stallscope", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _target(pipelines_dir, name: str) -> str:
+    return f"{pipelines_dir / (name + '.py')}:make_loader"
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_bench_measures_the_token_buckets_and_reports_batches_per_second(tmp_path, pipelines_dir, start_method):
+    out = tmp_path / "bench.json"
+    proc = _cli("bench", _target(pipelines_dir, "real_translation"), "--num-workers", "0,1", "--repeats", "1",
+                "--window", "0.5", "--start-method", start_method, "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "batches/s" in proc.stdout and "Batches come from your batch_sampler" in proc.stdout
+    record = json.loads(out.read_text())
+    sizes = record["loader"]["batch_sizes"]
+    assert record["loader"]["batching"] == "batch_sampler" and record["dataset"]["batching"] == "batch_sampler"
+    assert sizes["min"] < sizes["max"]
+    for row in record["results"]:
+        per_batch = row["samples_measured"] / row["batches_measured"]
+        assert sizes["min"] <= per_batch <= sizes["max"] and per_batch > 1.5  # never batches of one
+        ratio = row["samples_per_s"]["median"] / row["batches_per_s"]["median"]
+        assert sizes["min"] <= ratio <= sizes["max"]
+
+
+def test_batch_size_flags_cannot_override_a_batch_sampler(pipelines_dir):
+    target = _target(pipelines_dir, "real_translation")
+    for args in (["bench", target, "--batch-size", "8"], ["tune", target, "--tune-batch-size", "--budget", "5"],
+                 ["bench", target, "--batch-sizes", "8,16"]):
+        proc = _cli(*args, "--quiet")
+        assert proc.returncode == 2, (args, proc.stderr[-1000:])
+        assert "batch_sampler" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _bind(code: str, objects: dict) -> tuple[str, dict]:
+    """Replace each <your ROLE: ...> marker by a variable bound to the user's object for ROLE."""
+    namespace: dict = {}
+
+    def swap(match) -> str:
+        name = f"user_{match.group(1)}"
+        namespace[name] = objects[match.group(1)]
+        return name
+
+    return PLACEHOLDER.sub(swap, code), namespace
+
+
+def _user_objects(module) -> dict:
+    """What the user's own script holds: a fresh loader's parts (its workers stopped)."""
+    loader = module.make_loader(num_workers=0)
+    generator = torch.Generator()
+    generator.manual_seed(0)  # as their script seeds it
+    return {"dataset": loader.dataset, "collate_fn": loader.collate_fn, "batch_sampler": loader.batch_sampler,
+            "sampler": loader.sampler, "generator": generator}
+
+
+def _two_batches(loader) -> list:
+    if isinstance(loader, real_detection.InfiniteDataLoader):
+        try:
+            return [next(loader.iterator) for _ in range(2)]
+        finally:
+            shutdown_iterator(loader.iterator)
+    torch.manual_seed(0)  # an unseeded shuffle draws from the global RNG: same draw for both loaders
+    iterator = iter(loader)
+    try:
+        return [next(iterator) for _ in range(2)]
+    finally:
+        shutdown_iterator(iterator)
+
+
+def _structure(batch):
+    if isinstance(batch, torch.Tensor):
+        return ("tensor", batch.dtype, batch.dim(), batch.shape[1:] if batch.dim() > 1 else ())
+    if isinstance(batch, dict):
+        return {k: _structure(v) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return (type(batch).__name__, [_structure(v) for v in batch])
+    return type(batch).__name__
+
+
+@pytest.mark.parametrize("name", list(PIPELINES))
+def test_emitted_python_keeps_the_users_arguments_and_yields_their_batches(tmp_path, pipelines_dir, name):
+    module = PIPELINES[name]
+    out = tmp_path / "tune.json"
+    proc = _cli("tune", _target(pipelines_dir, name), "--budget", "6", "--emit", "python", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    code = proc.stdout
+    for argument in KEPT[name]:
+        assert f"    {argument}," in code, (argument, code)
+    record = json.loads(out.read_text())
+    if name == "real_translation":
+        assert "batch_size=" not in code  # their batch sampler decides: never a batch size
+    else:
+        assert record["best"]["config"]["batch_size"] == record["baseline"]["config"]["batch_size"]
+    chosen, _ = emitted_config(_target(pipelines_dir, name), record)  # the pick, or yours when within noise
+    snippet = snippet_for_record(record, chosen.to_dict())
+    assert set(snippet.changed) <= KNOBS | {"worker_init_fn"}  # only tuned knobs (and seeding) change
+
+    bound, namespace = _bind(code, _user_objects(module))
+    ast.parse(bound)
+    exec(compile(bound, f"<emitted for {name}>", "exec"), namespace)
+    emitted = namespace["loader"]
+    assert emitted.num_workers == chosen.num_workers
+    got = _two_batches(emitted)
+    want = _two_batches(module.make_loader())
+    assert [_structure(b) for b in got] == [_structure(b) for b in want]
+    if name == "real_detection":
+        assert [b[2] for b in got] == [b[2] for b in want]  # the same images, in the same order
+        assert [b[0].shape for b in got] == [b[0].shape for b in want]
+    else:
+        assert all(same_batch(a, b) for a, b in zip(got, want))  # deterministic samples: identical batches
+
+
+def test_emit_diff_lists_only_the_keyword_arguments_to_change(tmp_path, pipelines_dir):
+    out = tmp_path / "tune.json"
+    proc = _cli("tune", _target(pipelines_dir, "real_audio"), "--budget", "5", "--emit", "diff", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(out.read_text())
+    emitted, comment = emitted_config(_target(pipelines_dir, "real_audio"), record)  # the pick, or yours
+    snippet = snippet_for_record(record, emitted.to_dict())
+    assert proc.stdout == render_diff(snippet, comment=comment)  # the same builder as every other view
+    changed = [line for line in proc.stdout.splitlines() if line[:1] in "+-" and "=" in line]
+    names = {line[1:].strip().split("=")[0] for line in changed if not line.startswith("+import")}
+    assert names == set(snippet.changed)
+    assert names <= KNOBS | {"worker_init_fn"}
+    assert not names & {"collate_fn", "batch_size", "shuffle", "drop_last", "batch_sampler", "sampler"}

@@ -1,0 +1,188 @@
+"""StallscopeCallback inside a real Lightning ``Trainer.fit`` on CPU, against the dataset's own timings.
+
+Every item costs 20 ms to fetch (num_workers=0, batch size 1) and every
+``training_step`` 30 ms. The truth is computed from the dataset's logged
+fetch times (tests/pipelines/framework_timing.py), never from stallscope.
+Scenarios from issue 12: a busy callback (10 ms in ``on_train_batch_end``)
+listed after and before stallscope's, validation every few steps, gradient
+accumulation, two epochs, and a run resumed mid-epoch from a checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import pytest
+
+L = pytest.importorskip("lightning.pytorch")
+
+import torch  # noqa: E402
+from framework_timing import TimedItems, assert_stall_near_truth, true_stall  # noqa: E402
+from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
+
+from stallscope.integrations.lightning import StallscopeCallback  # noqa: E402
+
+FETCH_S = 0.02
+STEP_S = 0.03
+ITEMS = 16
+TOLERANCE = 0.05
+
+
+class SleepModule(L.LightningModule):
+    """A one-layer model whose training step sleeps STEP_S; logs validation runs and epoch ends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+        self.validations: list[tuple[float, float]] = []
+        self.epoch_ends: list[float] = []
+        self._val_start = 0.0
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(STEP_S)
+        return self.layer(batch).sum()
+
+    def validation_step(self, batch, batch_idx):
+        time.sleep(0.005)
+
+    def on_validation_start(self) -> None:
+        self._val_start = time.perf_counter()
+
+    def on_validation_end(self) -> None:
+        self.validations.append((self._val_start, time.perf_counter()))
+
+    def on_train_epoch_end(self) -> None:  # runs after the callbacks' on_train_epoch_end
+        self.epoch_ends.append(time.perf_counter())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class BusyCallback(L.Callback):
+    """Another callback's per-batch work (10 ms): compute, never data wait."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        time.sleep(0.01)
+
+
+def fit(callbacks, *, epochs=1, val_every=None, accumulate=1, ckpt_path=None, module=None, items=None):
+    items = items or TimedItems(ITEMS, FETCH_S)
+    module = module or SleepModule()
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=any(isinstance(c, L.callbacks.ModelCheckpoint) for c in callbacks),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        val_check_interval=val_every,
+        limit_val_batches=3 if val_every else 0,
+        accumulate_grad_batches=accumulate,
+        callbacks=callbacks,
+    )
+    val = DataLoader(TimedItems(3, 0.001), batch_size=1) if val_every else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, DataLoader(items, batch_size=1), val, ckpt_path=ckpt_path)
+    return trainer, module, items
+
+
+def truth_of(module: SleepModule, items: TimedItems, *, per_epoch: int = ITEMS) -> float:
+    # No lookahead in Lightning's fetcher for a sized loader: the second step starts with item 1's fetch.
+    epochs = [(e * per_epoch + 1, (e + 1) * per_epoch, end) for e, end in enumerate(module.epoch_ends)]
+    return true_stall(items.fetches, epochs, module.validations)
+
+
+def check(cb: StallscopeCallback, truth: float, *, steps: int) -> dict:
+    d = cb.to_dict()
+    assert_stall_near_truth(d, truth, steps=steps, framework="lightning", tolerance=TOLERANCE)
+    return d
+
+
+@pytest.mark.parametrize("order", ["busy-after", "busy-before"])
+def test_another_busy_callback_is_compute_in_either_order(order):
+    cb = StallscopeCallback(print_summary=False, sample_resources=False)
+    callbacks = [cb, BusyCallback()] if order == "busy-after" else [BusyCallback(), cb]
+    _, module, items = fit(callbacks)
+    truth = truth_of(module, items)
+    assert truth == pytest.approx(FETCH_S / (FETCH_S + STEP_S + 0.01), abs=0.08)  # the scenario is what we think
+    d = check(cb, truth, steps=ITEMS - 1)
+    assert d["compute_ms"]["mean"] >= (STEP_S + 0.01) * 1000  # the busy callback's 10 ms is in compute
+
+
+def test_validation_inside_the_epoch_is_neither_data_nor_compute():
+    cb = StallscopeCallback(print_summary=False, sample_resources=False)
+    _, module, items = fit([cb, BusyCallback()], val_every=5)
+    assert len(module.validations) >= 3
+    d = check(cb, truth_of(module, items), steps=ITEMS - 1)
+    assert d["data_ms"]["max"] < 100  # no validation run counted as a wait
+
+
+def test_gradient_accumulation():
+    cb = StallscopeCallback(print_summary=False, sample_resources=False)
+    _, module, items = fit([cb], accumulate=2)
+    check(cb, truth_of(module, items), steps=ITEMS - 1)
+
+
+def test_two_epochs_each_with_its_first_batch_apart():
+    cb = StallscopeCallback(print_summary=False, sample_resources=False, log_metrics=True)
+    _, module, items = fit([cb], epochs=2)
+    d = check(cb, truth_of(module, items), steps=2 * (ITEMS - 1))
+    assert d["epochs"] == 2 and len(d["epoch_start_s"]) == 2
+
+
+def test_resumed_mid_epoch_from_a_checkpoint(tmp_path):
+    saver = L.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=6, save_top_k=-1)
+    fit([StallscopeCallback(print_summary=False, sample_resources=False), saver])
+    path = next(tmp_path.glob("*step=6*.ckpt"))
+    cb = StallscopeCallback(print_summary=False, sample_resources=False)
+    module, items = SleepModule(), TimedItems(ITEMS, FETCH_S)
+    fit([cb, BusyCallback()], ckpt_path=str(path), module=module, items=items)
+    fetched = len(items.fetches)
+    assert 0 < fetched < ITEMS and module.epoch_ends  # resumed inside the epoch (no on_train_epoch_start)
+    truth = true_stall(items.fetches, [(1, fetched, module.epoch_ends[0])], module.validations)
+    check(cb, truth, steps=fetched - 1)
+
+
+class Stream(IterableDataset):
+    """The same timed items as a stream: no length, so Lightning's fetcher prefetches one batch ahead."""
+
+    def __init__(self, items: TimedItems) -> None:
+        self.items = items
+
+    def __iter__(self):
+        for index in range(len(self.items)):
+            yield self.items[index]
+
+
+def test_unsized_stream_where_lightning_prefetches_one_batch_ahead():
+    cb = StallscopeCallback(print_summary=False, sample_resources=False)
+    items, module = TimedItems(ITEMS, FETCH_S), SleepModule()
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[cb, BusyCallback()])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, DataLoader(Stream(items), batch_size=1))
+    # The blocking next() of a step fetches the batch after it: the second step starts with item 2's fetch.
+    epochs = [(e * ITEMS + 2, (e + 1) * ITEMS, end) for e, end in enumerate(module.epoch_ends)]
+    d = cb.to_dict()
+    assert d["epochs"] == 2
+    assert_stall_near_truth(d, true_stall(items.fetches, epochs), steps=d["steps"], framework="lightning (stream)")
+    assert d["steps"] >= 2 * (ITEMS - 2)
+
+
+def test_occupancy_is_sampled_from_lightnings_loader_iterator():
+    cb = StallscopeCallback(print_summary=False, sample_interval=0.02)
+    items = TimedItems(24, FETCH_S)
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[cb])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(SleepModule(), DataLoader(items, batch_size=1, num_workers=2, multiprocessing_context="fork"))
+    d = cb.to_dict()
+    assert d["occupancy"] is not None and d["occupancy"]["capacity"] == 4
+    assert d["resources"]["n_workers"] == 2
+    assert "stallscope train" in cb.summary()

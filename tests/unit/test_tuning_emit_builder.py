@@ -1,0 +1,188 @@
+"""The one snippet builder: the user's call kept, objects by import or placeholder, knobs marked."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import real_audio
+import real_detection
+import real_translation
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from stallscope.config import LoaderConfig
+from stallscope.pipeline.arguments import LoaderCall, describe_loader, placeholder, reference
+from stallscope.target import load_target
+from stallscope.tuning.emit import (
+    build_snippet,
+    render_diff,
+    render_python,
+    render_yaml,
+    seeding_missing,
+    snippet_for_record,
+)
+
+
+class Squares(Dataset):
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int) -> int:
+        return i * i
+
+
+class WithRng(Squares):
+    def __init__(self) -> None:
+        self.rng = np.random.default_rng(0)
+
+
+def my_init(worker_id: int) -> None:
+    """A worker_init_fn importable from this test module."""
+
+
+SHARED_COLLATE = real_translation.Collater()  # a module-level instance: referable by name
+
+
+def _kwargs(snippet) -> dict[str, str]:
+    return {name: source for name, source in snippet.arguments if name is not None}
+
+
+def test_functions_are_imported_by_module_and_name_instances_are_placeholders():
+    assert reference("collate_fn", real_detection.collate_fn).imports == ["from real_detection import collate_fn"]
+    arg = reference("collate_fn", real_translation.Collater())
+    assert arg.placeholder and arg.source == "<your collate_fn: real_translation.Collater instance>"
+    lam = reference("collate_fn", lambda batch: batch)
+    assert lam.placeholder and lam.source.count("<") == 1 and lam.source.endswith(">")
+    assert placeholder("generator", torch.Generator()) == "<your generator: torch.Generator instance>"
+    assert reference("timeout", 5.0).source == "5.0"
+
+
+def test_a_module_level_instance_is_referred_to_by_its_global_name():
+    arg = reference("collate_fn", SHARED_COLLATE, modules=[__name__])
+    assert arg.source == "SHARED_COLLATE" and arg.imports == [f"from {__name__} import SHARED_COLLATE"]
+
+
+def test_bound_method_of_the_dataset_is_written_on_the_dataset():
+    dataset = Squares()
+    arg = reference("collate_fn", dataset.__getitem__, dataset=dataset, dataset_source="train_set")
+    assert arg.source == "train_set.__getitem__"
+
+
+def test_describe_keeps_every_argument_the_user_set():
+    gen = torch.Generator().manual_seed(3)
+    loader = DataLoader(Squares(), batch_size=4, shuffle=True, drop_last=True, collate_fn=real_detection.collate_fn,
+                        worker_init_fn=my_init, generator=gen, timeout=7.0)
+    call = describe_loader(loader)
+    names = [a.name for a in call.arguments]
+    assert names == ["dataset", "batch_size", "shuffle", "drop_last", "collate_fn", "worker_init_fn", "generator", "timeout"]
+    assert call.argument("worker_init_fn").source == "my_init"
+    assert LoaderCall.from_dict(call.to_dict()) == call  # survives the JSON record
+
+
+def test_describe_a_batch_sampler_loader_has_no_batch_size_and_reports_its_sizes():
+    loader = real_translation.make_loader(num_workers=0)
+    call = describe_loader(loader)
+    assert call.batching == "batch_sampler" and call.argument("batch_size") is None
+    assert call.argument("batch_sampler").source.startswith("<your batch_sampler: real_translation.TokenBuckets")
+    sizes = call.batch_sizes
+    assert sizes["batches"] == len(loader.batch_sampler.batches) and sizes["min"] < sizes["max"]
+
+
+def test_python_keeps_the_users_arguments_and_marks_changed_knobs():
+    pipeline = load_target(real_audio.make_loader)
+    pick = pipeline.baseline.replace(num_workers=4, prefetch_factor=3)
+    snippet = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline)
+    kwargs = _kwargs(snippet)
+    assert kwargs["batch_size"] == "6" and kwargs["shuffle"] == "True" and kwargs["drop_last"] == "True"
+    assert kwargs["collate_fn"] == "<your collate_fn: real_audio.TextMelCollate instance>"
+    assert snippet.changed == ["num_workers", "prefetch_factor"]
+    code = render_python(snippet)
+    assert "    num_workers=4,  # was 2\n" in code and "    prefetch_factor=3,  # new\n" in code
+    assert "worker_init_fn" not in code  # no RNG object in the dataset: seeding is not missing
+
+
+def test_diff_lists_only_the_changed_keyword_arguments():
+    pipeline = load_target(real_audio.make_loader)
+    snippet = build_snippet(pipeline.baseline.replace(num_workers=4), call=pipeline.call, baseline=pipeline.baseline)
+    lines = [line for line in render_diff(snippet).splitlines() if line[:1] in "+-"]
+    assert lines == ["-    num_workers=2,", "+    num_workers=4,"]
+    unchanged = build_snippet(pipeline.baseline, call=pipeline.call, baseline=pipeline.baseline)
+    assert "nothing to change" in render_diff(unchanged)
+
+
+def test_diff_removes_worker_only_knobs_when_going_to_zero_workers():
+    base = LoaderConfig(num_workers=2, batch_size=8, prefetch_factor=4, persistent_workers=True)
+    snippet = build_snippet(LoaderConfig(batch_size=8), baseline=base)
+    text = render_diff(snippet)
+    assert "-    prefetch_factor=4," in text and "-    persistent_workers=True," in text
+    assert "+    num_workers=0," in text and "+    prefetch_factor" not in text
+
+
+def test_the_users_worker_init_fn_is_kept_and_chained_only_where_seeding_is_missing():
+    pipeline = load_target(real_detection.make_loader)
+    pick = pipeline.baseline.replace(num_workers=3)
+    kept = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline)
+    assert _kwargs(kept)["worker_init_fn"] == "seed_worker" and "worker_init_fn" not in kept.changed
+    chained = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline, seeding_missing=True)
+    assert _kwargs(chained)["worker_init_fn"] == "ss.chain_worker_init(seed_worker, ss.seed_worker)"
+    assert "import stallscope as ss" in chained.imports
+    record = {"best": {"config": pick.to_dict()}, "baseline": {"config": pipeline.baseline.to_dict()},
+              "loader": pipeline.call.to_dict(), "findings": [{"code": "duplicate-rng"}]}
+    assert snippet_for_record(record).arguments == chained.arguments
+
+
+def test_seeding_is_added_where_the_dataset_holds_an_rng_and_the_user_has_no_init():
+    call = describe_loader(DataLoader(WithRng(), batch_size=4))
+    assert call.rng_attributes == ["dataset.rng"] and seeding_missing(call, set()) is True
+    snippet = build_snippet(LoaderConfig(num_workers=2, batch_size=4), call=call, seeding_missing=True)
+    assert _kwargs(snippet)["worker_init_fn"] == "ss.seed_worker"
+    assert seeding_missing(describe_loader(DataLoader(Squares(), batch_size=4)), set()) is None
+
+
+def test_worker_threads_render_as_a_threaded_dataset_line():
+    @dataclasses.dataclass(frozen=True)
+    class WithThreads(LoaderConfig):  # the `threads` engineer's field, until it is on main
+        worker_threads: int = 0
+
+    pipeline = load_target(real_audio.make_loader)
+    pick = WithThreads(num_workers=2, batch_size=6, prefetch_factor=2, worker_threads=8)
+    snippet = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline)
+    code = render_python(snippet)
+    assert "dataset = ss.threaded_dataset(<your dataset: real_audio.TextMelDataset instance>, threads=8)\n" in code
+    assert "\n    dataset,\n" in code and "import stallscope as ss" in code
+    assert "+dataset = ss.threaded_dataset(" in render_diff(snippet)
+
+
+def test_batch_size_changes_only_when_the_pick_asks_for_it():
+    pipeline = load_target(real_audio.make_loader)
+    same = build_snippet(pipeline.baseline.replace(num_workers=1), call=pipeline.call, baseline=pipeline.baseline)
+    assert "batch_size" not in same.changed and _kwargs(same)["batch_size"] == "6"
+    bigger = build_snippet(pipeline.baseline.replace(batch_size=12), call=pipeline.call, baseline=pipeline.baseline)
+    assert ("batch_size", "6", "12") in [(c.name, c.before, c.after) for c in bigger.changes]
+
+
+def test_subclass_is_called_by_its_own_name_and_import():
+    pipeline = load_target(real_detection.make_loader)
+    snippet = build_snippet(pipeline.baseline, call=pipeline.call, baseline=pipeline.baseline)
+    assert snippet.callable == "InfiniteDataLoader"
+    assert "from real_detection import InfiniteDataLoader, collate_fn, seed_worker" in snippet.imports
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_yaml_reads_back_as_the_config_and_names_what_it_keeps(batched):
+    pipeline = load_target(real_audio.make_loader)
+    pick = pipeline.baseline.replace(num_workers=3, batched_fetch=batched)
+    text = render_yaml(build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline), pick, comment="tuned")
+    assert LoaderConfig.from_yaml(text) == pick
+    assert "keeps:" in text and "collate_fn:" in text and "drop_last:" in text
+
+
+def test_batched_fetch_goes_through_make_loader_with_the_users_arguments():
+    pipeline = load_target(real_audio.make_loader)
+    pick = pipeline.baseline.replace(batched_fetch=True, num_workers=0)
+    snippet = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline)
+    kwargs = _kwargs(snippet)
+    assert snippet.callable == "ss.make_loader" and "config" in kwargs
+    assert {"shuffle", "drop_last", "collate_fn"} <= set(kwargs) and "batch_size" not in kwargs
