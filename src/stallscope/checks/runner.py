@@ -372,8 +372,15 @@ class _Run:
 
         self.progress("comparing the workers' streams")
         share = min(self.remaining(), max(0.3 * self.remaining(), self.startup() + 16 * self.timeout))
-        record = self.probes["sharding"] = probe_sharding(self.pipeline, workers=max(2, self.workers), start_method=self.worker_method,
-                                                          seed=self.seed, deadline=time.monotonic() + share, timeout=self.timeout, startup=self.startup())
+        record = self.probes["sharding"] = probe_sharding(
+            self.pipeline,
+            workers=max(2, self.workers),
+            start_method=self.worker_method,
+            seed=self.seed,
+            deadline=time.monotonic() + share,
+            timeout=self.timeout,
+            startup=self.startup(),
+        )
         self.probe_status["sharding"] = f"failed: {record['error']}" if record.get("error") else "done"
 
     # -- memory -------------------------------------------------------------------------------------------
