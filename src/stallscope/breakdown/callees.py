@@ -66,6 +66,7 @@ class CalleeTracer:
         self.recorder = recorder
         self.root = root  # our wrapper's frame; the first frame it calls is the dataset's
         self.target: Any = None
+        self.outer: list[Any] = []  # the wrappers' frames while an inner __getitem__ runs
         self.open: Any = None  # the open first-level call's frame, or _C_CALL
         self.previous: Any = None
         self.hook = self._event
@@ -99,6 +100,7 @@ class CalleeTracer:
             if back is self.target and self.target is not None:
                 code = frame.f_code
                 if code.co_name in _TRANSPARENT:
+                    self.outer.append(self.target)
                     self.target = frame
                     return
                 name = self._python_name(frame, code)
@@ -111,6 +113,8 @@ class CalleeTracer:
             if frame is self.open:
                 self.open = None
                 self.recorder.pop()
+            elif frame is self.target and self.outer:  # back in the wrapper, which may call more
+                self.target = self.outer.pop()
         elif event == "c_call":
             if self.open is None and frame is self.target and self.target is not None:
                 self.open = _C_CALL
