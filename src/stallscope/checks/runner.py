@@ -360,7 +360,7 @@ class _Run:
         error = self.probes["rng"].get("error")
         self.probe_status["rng"] = "done" if not error else f"failed: {error}"
 
-    # -- iterable duplicates (NOTE in sharding.py) ------------------------------------------------------------
+    # -- iterable duplicates (NOTE [unsharded streams] in sharding.py) ------------------------------------------------------------
     def _run_sharding(self) -> None:
         blocked = self._health_blocked() or ("" if self.worker_method else "no usable start method")
         if not self.pipeline.is_iterable:
