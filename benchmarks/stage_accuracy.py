@@ -6,7 +6,9 @@ stage: read 4 ms and decode 6 ms (``ss.stage`` markers), transforms RandomShiftA
 ``__getitem__`` work, and a 16 ms collate per batch of 8 (2 ms per sample). A sleep
 lasts a little longer than asked, more so on a busy machine, so every injected sleep
 also times itself inside the worker: the table shows the nominal cost, the cost
-really injected, and what stallscope measured (mean per sample, and median).
+really injected, and what stallscope measured (mean per sample, and median). The
+unmarked rest of ``__getitem__`` is ``other`` together with the calls stallscope broke
+out of it (the 2 ms ``time.sleep()``), which are listed under it.
 
     python benchmarks/stage_accuracy.py [--workers 2] [--samples 256] [--start-methods fork,spawn]
 """

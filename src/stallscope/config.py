@@ -8,9 +8,8 @@ from typing import Any
 
 import yaml
 
-# Keys of a LoaderConfig that are DataLoader arguments (the rest are ours).
-_LOADER_ARGS = (
-    "batch_size",
+# DataLoader arguments a LoaderConfig sets besides the batch size: what the tuner turns.
+LOADER_KNOBS = (
     "num_workers",
     "prefetch_factor",
     "persistent_workers",
@@ -18,6 +17,8 @@ _LOADER_ARGS = (
     "in_order",
     "multiprocessing_context",
 )
+# Keys of a LoaderConfig that are DataLoader arguments (the rest are ours).
+_LOADER_ARGS = ("batch_size", *LOADER_KNOBS)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import real_audio
 import real_detection
 import real_translation
 import torch
+from user_timing import independent_rate
 
 import stallscope as ss
 from stallscope.config import LoaderConfig
@@ -25,13 +26,6 @@ WORKER_CONFIGS = [
     LoaderConfig(num_workers=1, batch_size=1, multiprocessing_context="fork"),
     LoaderConfig(num_workers=2, batch_size=1, multiprocessing_context="spawn"),
 ]
-
-
-def _samples(module, batch) -> int:
-    """What the user's own code would count as samples in one of their batches."""
-    if module is real_translation:
-        return int(batch["nsentences"])
-    return int(batch[0].shape[0])
 
 
 def _consume(loader, batches: int) -> list:
@@ -93,24 +87,6 @@ def test_a_loader_subclass_that_starts_workers_leaves_none_behind():
 # -- agreement with an independent timing ----------------------------------------------------
 
 
-def _independent_rate(module, window_s: float) -> float:
-    """The user's own loader at num_workers=0, timed the plain way: samples over wall time."""
-    loader = module.make_loader(num_workers=0)
-    seen = 0
-    started = None
-    while True:
-        for batch in loader:
-            if started is None:
-                seen += 1
-                if seen >= 2:  # two warm-up batches (lazy opens, first allocations)
-                    started, seen = time.perf_counter(), 0
-                continue
-            seen += _samples(module, batch)
-            elapsed = time.perf_counter() - started
-            if elapsed >= window_s:
-                return seen / elapsed
-
-
 def _bench_rate(pipeline, window_s: float) -> float:
     result = ss.bench(pipeline, num_workers=[0], repeats=1, min_window_s=window_s, sample_resources=False)
     return result.results[0].median_rate
@@ -133,7 +109,7 @@ def test_bench_at_zero_workers_agrees_with_an_independent_timing(module, capsys,
     for pair in range(6):  # adjacent pairs, alternating A B / B A: drift on a shared machine hits both alike
         for which in ("AB" if pair % 2 == 0 else "BA"):
             if which == "A":
-                independent.append(_independent_rate(module, 0.8))
+                independent.append(independent_rate(module, 0.8))
             else:
                 benched.append(_bench_rate(pipeline, 0.8))
     ratio = statistics.median(b / a for a, b in zip(independent, benched))
@@ -141,3 +117,29 @@ def test_bench_at_zero_workers_agrees_with_an_independent_timing(module, capsys,
         print(f"\n{module.__name__}: bench {statistics.median(benched):,.1f}/s, "
               f"independent {statistics.median(independent):,.1f}/s, median paired ratio {ratio:.3f}")
     assert 0.8 <= ratio <= 1.25
+
+
+class IndexEcho(torch.utils.data.Dataset):
+    """Returns its index: what a loader fetched is visible in the batch."""
+
+    def __len__(self) -> int:
+        return 100
+
+    def __getitem__(self, index: int) -> dict:
+        return {"index": index, "nested": {"value": torch.tensor([float(index)])}}
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_custom_sampler_is_the_one_measured_and_emitted(workers):
+    subset = list(range(0, 100, 3))
+    loader = torch.utils.data.DataLoader(
+        IndexEcho(), batch_size=5, sampler=torch.utils.data.SubsetRandomSampler(subset), num_workers=workers
+    )
+    pipeline = load_target(loader)
+    assert pipeline.sampler is loader.sampler
+    assert pipeline.call.argument("sampler").source.startswith("<your sampler: torch.utils.data.sampler.SubsetRandomSampler")
+    batches = _consume(build_loader(pipeline, pipeline.baseline, cycle=20, timeout=60), 20)
+    seen = {int(i) for b in batches for i in b["index"]}
+    assert seen == set(subset)  # only their sampler's indices, over two epochs (drop_last off: 7 batches each)
+    assert [len(b["index"]) for b in batches[:7]] == [5] * 6 + [4]
+    assert batches[0]["nested"]["value"].shape == (5, 1)  # nested dict batches come through as collated

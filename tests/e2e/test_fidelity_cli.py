@@ -14,6 +14,7 @@ import real_detection
 import real_translation
 import torch
 
+from stallscope.commands.tune import emitted_config
 from stallscope.pipeline.batching import same_batch
 from stallscope.runtime.processes import shutdown_iterator
 from stallscope.tuning.emit import PLACEHOLDER, render_diff, snippet_for_record
@@ -43,8 +44,9 @@ def _target(pipelines_dir, name: str) -> str:
 def test_bench_measures_the_token_buckets_and_reports_batches_per_second(tmp_path, pipelines_dir, start_method):
     out = tmp_path / "bench.json"
     proc = _cli("bench", _target(pipelines_dir, "real_translation"), "--num-workers", "0,1", "--repeats", "1",
-                "--window", "0.5", "--start-method", start_method, "--json", str(out), "--quiet")
+                "--window", "0.5", "--start-method", start_method, "--json", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "batches/s" in proc.stdout and "Batches come from your batch_sampler" in proc.stdout
     record = json.loads(out.read_text())
     sizes = record["loader"]["batch_sizes"]
     assert record["loader"]["batching"] == "batch_sampler" and record["dataset"]["batching"] == "batch_sampler"
@@ -124,14 +126,15 @@ def test_emitted_python_keeps_the_users_arguments_and_yields_their_batches(tmp_p
         assert "batch_size=" not in code  # their batch sampler decides: never a batch size
     else:
         assert record["best"]["config"]["batch_size"] == record["baseline"]["config"]["batch_size"]
-    snippet = snippet_for_record(record)
+    chosen, _ = emitted_config(_target(pipelines_dir, name), record)  # the pick, or yours when within noise
+    snippet = snippet_for_record(record, chosen.to_dict())
     assert set(snippet.changed) <= KNOBS | {"worker_init_fn"}  # only tuned knobs (and seeding) change
 
     bound, namespace = _bind(code, _user_objects(module))
     ast.parse(bound)
     exec(compile(bound, f"<emitted for {name}>", "exec"), namespace)
     emitted = namespace["loader"]
-    assert emitted.num_workers == record["best"]["config"]["num_workers"]
+    assert emitted.num_workers == chosen.num_workers
     got = _two_batches(emitted)
     want = _two_batches(module.make_loader())
     assert [_structure(b) for b in got] == [_structure(b) for b in want]
@@ -147,10 +150,11 @@ def test_emit_diff_lists_only_the_keyword_arguments_to_change(tmp_path, pipeline
     proc = _cli("tune", _target(pipelines_dir, "real_audio"), "--budget", "5", "--emit", "diff", "--json", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(out.read_text())
-    comment = proc.stdout.splitlines()[0]
-    assert proc.stdout == render_diff(snippet_for_record(record), comment=comment[2:])  # the same builder
+    emitted, comment = emitted_config(_target(pipelines_dir, "real_audio"), record)  # the pick, or yours
+    snippet = snippet_for_record(record, emitted.to_dict())
+    assert proc.stdout == render_diff(snippet, comment=comment)  # the same builder as every other view
     changed = [line for line in proc.stdout.splitlines() if line[:1] in "+-" and "=" in line]
     names = {line[1:].strip().split("=")[0] for line in changed if not line.startswith("+import")}
-    assert names == set(snippet_for_record(record).changed)
+    assert names == set(snippet.changed)
     assert names <= KNOBS | {"worker_init_fn"}
     assert not names & {"collate_fn", "batch_size", "shuffle", "drop_last", "batch_sampler", "sampler"}

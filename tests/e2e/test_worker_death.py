@@ -41,3 +41,13 @@ def test_stages_worker_death_exits_2_with_one_sentence(pipelines_dir, capsys):
         assert code == 2, err
         assert "a DataLoader worker died" in " ".join(err.split()), err
         _one_sentence(err)
+
+
+def test_check_reports_a_dying_worker_as_a_finding_not_a_traceback(pipelines_dir, capsys):
+    from stallscope.commands import check
+
+    code = check.main([f"{pipelines_dir}/bench_errors.py:dies_in_worker", "--budget", "6", "--only", "getitem-error"])
+    captured = capsys.readouterr()
+    assert code == 1, captured.err  # an error finding, not a crash of the command
+    assert "Traceback" not in captured.err + captured.out
+    assert "The worker process died while fetching" in " ".join(captured.out.split())

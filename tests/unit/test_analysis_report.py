@@ -163,10 +163,18 @@ def test_verdict_rules_first_match_wins():
 
 def test_derived_recommendations_yield_to_the_records_own():
     record = bench_record()
+    # A start-up time is no measurement of persistent_workers: only the epoch-boundary gap is.
+    assert [r.id for r in an.recommendations(record)] == ["use-best-config"]
+    record["search"] = {"persistent_workers": {"measured_on": "w=2 bs=10 pf=2", "gap_without_s": 0.6,
+                                               "gap_with_s": 0.1, "saved_s": 0.5, "recommended": True}}
+    record["best"] = {"config": cfg(2), "samples_per_s": 250.0}
+    record["baseline"] = {"config": cfg(0), "samples_per_s": 100.0}
     ids = [r.id for r in an.recommendations(record)]
     assert ids == ["use-best-config", "persistent-workers"]
     rec = an.recommendations(record)[1]
-    assert rec.values["fraction"] == pytest.approx(0.125)
+    assert (rec.values["gap_without_s"], rec.values["gap_with_s"], rec.values["saved_s"]) == (0.6, 0.1, 0.5)
+    assert rec.values["epoch_s"] == pytest.approx(4.0)
+    del record["search"], record["best"], record["baseline"]
     record["recommendations"] = [{"id": "persistent-workers", "title": "keep workers", "detail": "d",
                                   "measured": "m", "expected_gain": 1.1}]
     recs = an.recommendations(record)
@@ -232,3 +240,70 @@ def test_analysis_is_pure(name):
     before = copy.deepcopy(record)
     an.report_facts(record)
     assert record == before
+
+
+def test_trials_by_config_takes_the_median_of_each_configs_runs():
+    trials = [
+        {"label": "w=2", "phase": "profile", "samples_per_s": 100.0, "startup_s": 0.5, "error": None},
+        {"label": "w=4", "phase": "coarse", "samples_per_s": 300.0, "startup_s": 1.0, "error": None},
+        {"label": "w=4", "phase": "final", "samples_per_s": 200.0, "startup_s": 2.0, "error": None},
+        {"label": "w=4", "phase": "final", "samples_per_s": 260.0, "startup_s": 3.0, "error": None},
+        {"label": "w=8", "phase": "coarse", "samples_per_s": None, "error": "worker died"},
+    ]
+    rows = an.trials_by_config(trials)
+    assert [r["label"] for r in rows] == ["w=4", "w=2", "w=8"]  # fastest first, failed last
+    w4 = rows[0]
+    assert w4["rate"] == 260.0 and w4["startup_s"] == 2.0 and w4["phases"] == ["coarse", "final"]
+    assert len(w4["rates"]) == 3 and w4["error"] is None
+    assert rows[2]["rate"] is None and rows[2]["error"] == "worker died"
+
+
+# -- one winner, keep yours (issue 10) --------------------------------------------------------------
+
+
+def _doctor_record(tune_rate: float, raced: list[dict], keep: bool = False, within: float | None = None) -> dict:
+    """A sweep whose best is w=2 at 250/s, and a tune section whose pick is w=3 at ``tune_rate``."""
+    return bench_record(
+        baseline={"config": cfg(0), "label": "w=0 bs=10", "samples_per_s": 100.0},
+        best={"config": cfg(3), "label": "w=3 bs=10 pf=2", "samples_per_s": tune_rate, "speedup": tune_rate / 100,
+              "rounds": 3, "confidence": 0.95, "head_to_head": raced, "keep_baseline": keep, "within_pct": within},
+        trials=[], search={"noise": 0.02},
+        recommendations=[{"id": "loader-config", "title": "Use the tuned DataLoader settings"}],
+    )
+
+
+def test_the_tuner_pick_stands_when_it_raced_the_sweeps_best():
+    raced = [{"config": cfg(3), "samples_per_s": 231.0, "rounds": 3, "role": "tuner"},
+             {"config": cfg(2), "samples_per_s": 225.0, "rounds": 3, "role": "sweep-best"}]
+    best = an.best_configuration(_doctor_record(231.0, raced))
+    assert best.source == "tune" and best.label == "w=3 bs=10 pf=2" and best.overruled is None
+    facts = an.tuning_facts(_doctor_record(231.0, raced))
+    assert [(r.label, r.role, r.rounds) for r in facts.head_to_head] == [
+        ("w=3 bs=10 pf=2", "tuner", 3), ("w=2 bs=10 pf=2", "sweep-best", 3)]
+
+
+def test_an_unraced_faster_sweep_best_overrules_the_tuner_pick():
+    # 250/s in the sweep vs 200/s for the pick, and they never met: the report names the sweep's best.
+    record = _doctor_record(200.0, [{"config": cfg(3), "samples_per_s": 200.0, "rounds": 2, "role": "tuner"}])
+    best = an.best_configuration(record)
+    assert best.source == "bench" and best.label == "w=2 bs=10 pf=2"
+    assert best.overruled.label == "w=3 bs=10 pf=2"
+    ids = [r.id for r in an.recommendations(record)]
+    assert "loader-config" not in ids and "use-best-config" in ids
+    # Within the noise (250 vs 245), the pick keeps its place.
+    assert an.best_configuration(_doctor_record(245.0, [])).source == "tune"
+
+
+def test_keep_yours_recommends_the_users_own_config():
+    record = _doctor_record(101.0, [{"config": cfg(3), "samples_per_s": 101.0, "rounds": 3, "role": "tuner"},
+                                    {"config": cfg(0), "samples_per_s": 100.0, "rounds": 3, "role": "baseline"}],
+                            keep=True, within=1.0)
+    record["results"] = record["results"][:1]  # a sweep that found nothing faster either
+    record["scaling"]["best_index"] = 0
+    record["recommendations"] = [{"id": "keep-yours", "title": "Keep your DataLoader settings"}]
+    best = an.best_configuration(record)
+    assert best.keep_baseline and best.label == "w=0 bs=10" and best.within_pct == 1.0
+    assert best.best_found.label == "w=3 bs=10 pf=2"
+    v = an.verdict(record)
+    assert v.label == "near-optimal" and v.values["keep_baseline"] and v.values["within_pct"] == 1.0
+    assert [r.id for r in an.recommendations(record)] == ["keep-yours"]

@@ -218,3 +218,73 @@ def test_degenerate_records_render(case):
     assert unexplained_numbers(markdown_text(md), record) == []
     assert unexplained_numbers(visible_html_text(page), record) == []
     assert "None" not in md and "nan" not in md.lower()
+
+
+# -- the renderer protocol and the console path ------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["json", "md", "html", "console", "plots"])
+def test_every_renderer_writes_what_it_renders_and_returns_the_files(fmt, tmp_path):
+    record = RunRecord.from_dict(load("doctor"))
+    renderer = renderer_for(fmt)
+    if fmt == "html":
+        renderer.plots = False
+    rendered = renderer.render(record)
+    path = tmp_path / ("plots" if fmt == "plots" else f"report.{fmt}")
+    written = renderer.write(record, path)
+    assert written and all(p.is_file() for p in written)
+    if fmt == "plots":
+        assert sorted(rendered) == sorted(PLOTS) and all(png.startswith(b"\x89PNG") for png in rendered.values())
+        assert sorted(p.stem for p in written) == sorted(rendered)
+    else:
+        assert written[0] == path and isinstance(rendered, str) and rendered
+        if fmt != "md":  # the Markdown written links its plots; rendered bare it has no figures
+            assert path.read_text(encoding="utf-8") == rendered
+
+
+def test_json_written_loads_back_as_the_same_record(tmp_path):
+    record = RunRecord.from_dict(load("tune"))
+    [path] = write_report(record, tmp_path / "run.json")
+    assert RunRecord.load(path).to_dict() == record.to_dict()
+
+
+@pytest.mark.parametrize("content,message", [
+    (None, "cannot read"),
+    ("{not json", "is not JSON"),
+    ('["a list"]', "is not a stallscope run record"),
+    ('{"command": "bench", "schema": 99}', "unsupported record schema"),
+])
+def test_loading_a_bad_record_is_one_usage_error(tmp_path, content, message):
+    from stallscope.errors import UsageError
+
+    path = tmp_path / "run.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(UsageError, match=message):
+        RunRecord.load(path)
+
+
+def _console(name: str, view: str = "summary") -> str:
+    from stallscope.render.console import ConsoleRenderer
+
+    return ConsoleRenderer(view).render(load(name))
+
+
+def test_the_console_summary_is_the_commands_own_section():
+    bench, tune = _console("bench"), _console("tune")
+    assert "DataLoader throughput" in bench and "Configs measured" not in bench
+    assert "Configs measured" in tune and "DataLoader throughput" not in tune
+    assert "What to set and why" not in bench + tune
+
+
+def test_a_doctor_console_summary_has_every_section_it_measured_then_what_to_set():
+    text = _console("doctor")
+    order = ["DataLoader throughput", "Configs measured", "Per step (steady state)", "What to set and why"]
+    positions = [text.index(heading) for heading in order]
+    assert positions == sorted(positions)
+    assert "DataLoader(" in text[positions[-1]:]
+
+
+def test_the_console_report_view_is_the_report_document():
+    text = _console("bench", view="report")
+    assert "Executive summary" in text and "Verdict: loader-limited." in text

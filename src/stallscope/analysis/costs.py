@@ -33,7 +33,8 @@ def epoch_estimate(r: Record) -> EpochEstimate | None:
     if length is None or best is None or best.samples_per_s <= 0:
         return None
     rows = [_epoch_row(r, "best", best.label, best.config, best.samples_per_s, length, best.result)]
-    if best.baseline is not None and best.baseline.samples_per_s > 0:
+    # "Keep yours": the best row is the user's own config already.
+    if best.baseline is not None and best.baseline.samples_per_s > 0 and not best.keep_baseline:
         base = best.baseline
         rows.append(_epoch_row(r, "baseline", base.label, base.config, base.samples_per_s, length,
                                result_for_config(r, base.config)))

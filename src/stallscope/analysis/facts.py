@@ -79,6 +79,28 @@ class TrialRow:
 
 
 @dataclass
+class HeadToHeadRow:
+    """A config that raced the pick in the same interleaved rounds, and why it was there."""
+
+    label: str
+    config: dict
+    samples_per_s: float
+    rounds: int | None
+    role: str  # baseline | sweep-best | tuner | other
+
+
+@dataclass
+class PersistentGap:
+    """The epoch-boundary gap behind persistent_workers, measured with and without it."""
+
+    measured_on: str
+    gap_without_s: float | None
+    gap_with_s: float | None
+    saved_s: float | None
+    recommended: bool
+
+
+@dataclass
 class TuningFacts:
     baseline: ConfigRate | None
     best: ConfigRate
@@ -93,6 +115,14 @@ class TuningFacts:
     region: str | None = None  # how the tuner classified the source (e.g. latency-bound)
     region_reason: str | None = None
     notes: list[str] = field(default_factory=list)
+    rounds: int | None = None  # interleaved rounds the finalists raced
+    confirmed: bool | None = None  # enough rounds for a confidence (None: an older record)
+    head_to_head: list[HeadToHeadRow] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (label, why)
+    keep_baseline: bool = False  # the best found is within noise of the user's own config
+    within_pct: float | None = None
+    plan: str | None = None  # what the budget fit, said up front
+    persistent: PersistentGap | None = None
 
 
 @dataclass
@@ -105,6 +135,13 @@ class BestConfig:
     baseline: ConfigRate | None
     result: dict | None  # the bench result with this config, when measured there
     snippet: str = ""  # the user's loader call with this config (tuning/emit.py, the one builder)
+    # "Keep yours": the config above is the user's own, within ``within_pct`` % of ``best_found``.
+    keep_baseline: bool = False
+    within_pct: float | None = None
+    best_found: ConfigRate | None = None
+    # One winner: the tuner's pick set aside because the sweep measured this config faster beyond
+    # the noise and the two never raced head to head.
+    overruled: ConfigRate | None = None
 
 
 @dataclass

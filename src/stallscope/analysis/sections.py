@@ -13,7 +13,9 @@ from .facts import (
     BenchRow,
     BestConfig,
     ConfigRate,
+    HeadToHeadRow,
     HotspotRow,
+    PersistentGap,
     StageFacts,
     StageRow,
     TrainingFacts,
@@ -34,6 +36,8 @@ from .readers import (
 )
 
 LATENCY_BOUND_MARGIN = 1.1  # speed-up must beat the core count by this factor, beyond noise
+# Two measurements of one config differ by this much on a quiet machine; a record's own noise can raise it.
+NOISE_FLOOR = 0.03
 
 
 def bench_facts(r: Record) -> BenchFacts | None:
@@ -132,23 +136,51 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
         region=region.get("name") if isinstance(region.get("name"), str) else None,
         region_reason=region.get("reason") if isinstance(region.get("reason"), str) else None,
         notes=[str(n) for n in search.get("notes") or [] if n],
+        rounds=int(best["rounds"]) if isinstance(best.get("rounds"), int) else None,
+        confirmed=best.get("confirmed") if isinstance(best.get("confirmed"), bool) else None,
+        head_to_head=_head_to_head(best.get("head_to_head")),
+        skipped=[(str(s.get("label")), str(s.get("why"))) for s in best.get("skipped") or [] if isinstance(s, dict)],
+        keep_baseline=best.get("keep_baseline") is True,
+        within_pct=number(best.get("within_pct")),
+        plan=(search.get("plan") or {}).get("summary") if isinstance(search.get("plan"), dict) else None,
+        persistent=_persistent_gap(search.get("persistent_workers")),
     )
 
 
+def _head_to_head(entries: Any) -> list[HeadToHeadRow]:
+    rows = []
+    for e in entries or []:
+        if isinstance(e, dict) and rate_of(e.get("samples_per_s")) is not None:
+            rounds = e.get("rounds")
+            rows.append(HeadToHeadRow(config_label(e.get("config"), e.get("label")), e.get("config") or {},
+                                      rate_of(e["samples_per_s"]), rounds if isinstance(rounds, int) else None,
+                                      str(e.get("role") or "other")))
+    return rows
+
+
+def _persistent_gap(entry: Any) -> PersistentGap | None:
+    if not isinstance(entry, dict):
+        return None
+    return PersistentGap(str(entry.get("measured_on") or ""), number(entry.get("gap_without_s")),
+                         number(entry.get("gap_with_s")), number(entry.get("saved_s")), entry.get("recommended") is True)
 def trials_by_config(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per config of the tuner's trials: the phases it was measured in, its median rate and
     start-up over the runs, the runs; fastest first."""
     rows: dict[str, dict[str, Any]] = {}
     for t in trials:
-        row = rows.setdefault(t["label"], {"label": t["label"], "phases": [], "rates": [], "startup": [], "error": None})
-        if t["phase"] not in row["phases"]:
+        if not isinstance(t, dict):
+            continue
+        label = config_label(t.get("config"), t.get("label"))
+        row = rows.setdefault(label, {"label": label, "phases": [], "rates": [], "startup": [], "error": None})
+        if t.get("phase") and t["phase"] not in row["phases"]:
             row["phases"].append(t["phase"])
-        if t["error"]:
-            row["error"] = t["error"]
+        rate = rate_of(t.get("samples_per_s"))
+        if t.get("error") or rate is None:
+            row["error"] = str(t.get("error") or "no rate measured")
         else:
-            row["rates"].append(t["samples_per_s"])
-            if t.get("startup_s") is not None:
-                row["startup"].append(t["startup_s"])
+            row["rates"].append(rate)
+            if number(t.get("startup_s")) is not None:
+                row["startup"].append(number(t["startup_s"]))
     out = []
     for row in rows.values():
         row["rate"] = statistics.median(row["rates"]) if row["rates"] else None
@@ -166,19 +198,40 @@ def _config_rate(entry: Any) -> ConfigRate | None:
 
 
 def best_configuration(r: Record) -> BestConfig | None:
-    """The configuration the report recommends: the tuner's pick, else the sweep's best."""
+    """The one configuration the report recommends (issue 10, "one winner").
+
+    The tuner's pick, unless the sweep measured a config faster beyond the noise
+    that never raced the pick head to head (:func:`unraced_faster_sweep_best`);
+    the user's own config when the best found is within its noise ("keep yours").
+    Without a tuner, the sweep's best.
+    """
     tuning = tuning_facts(r)
     if tuning is not None:
-        return BestConfig(
-            source="tune",
-            label=tuning.best.label,
-            config=tuning.best.config,
-            samples_per_s=tuning.best.samples_per_s,
-            speedup=tuning.speedup,
-            baseline=tuning.baseline,
-            result=result_for_config(r, tuning.best.config),
-            snippet=loader_snippet(r, tuning.best.config),
-        )
+        if tuning.keep_baseline and tuning.baseline is not None:
+            return BestConfig(
+                source="tune",
+                label=tuning.baseline.label,
+                config=tuning.baseline.config,
+                samples_per_s=tuning.baseline.samples_per_s,
+                speedup=1.0,
+                baseline=tuning.baseline,
+                result=result_for_config(r, tuning.baseline.config),
+                snippet=loader_snippet(r, tuning.baseline.config),
+                keep_baseline=True,
+                within_pct=tuning.within_pct,
+                best_found=tuning.best,
+            )
+        if unraced_faster_sweep_best(r, tuning) is None:
+            return BestConfig(
+                source="tune",
+                label=tuning.best.label,
+                config=tuning.best.config,
+                samples_per_s=tuning.best.samples_per_s,
+                speedup=tuning.speedup,
+                baseline=tuning.baseline,
+                result=result_for_config(r, tuning.best.config),
+                snippet=loader_snippet(r, tuning.best.config),
+            )
     best = best_result(r)
     if best is None:
         return None
@@ -200,7 +253,34 @@ def best_configuration(r: Record) -> BestConfig | None:
         baseline=baseline,
         result=best,
         snippet=loader_snippet(r, best.get("config") or {}),
+        overruled=tuning.best if tuning is not None else None,
     )
+
+
+def _steady_state(config: Any) -> dict:
+    """The knobs that set steady-state throughput (persistent_workers only changes epoch boundaries)."""
+    return {k: v for k, v in (config or {}).items() if k != "persistent_workers"}
+
+
+def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> dict | None:
+    """The sweep's best when it beat the tuner's pick by more than the noise without racing it, else None.
+
+    Rule: a report never recommends a config that another config in the same
+    report beat by more than the noise, unless the two raced head to head
+    (then the race's paired rounds are the better evidence).
+    """
+    sweep = best_result(r)
+    if sweep is None or tuning.best is None:
+        return None
+    raced = [row.config for row in tuning.head_to_head]
+    if any(_steady_state(c) == _steady_state(sweep.get("config")) for c in raced):
+        return None
+    if _steady_state(sweep.get("config")) == _steady_state(tuning.best.config):
+        return None
+    search = r.get("search") if isinstance(r.get("search"), dict) else {}
+    noise = max(NOISE_FLOOR, number(sweep.get("noise")) or 0.0, number(search.get("noise")) or 0.0)
+    sweep_rate = rate_of(sweep.get("samples_per_s")) or 0.0
+    return sweep if sweep_rate > tuning.best.samples_per_s * (1 + noise) else None
 
 
 def loader_snippet(r: Record, config: dict) -> str:

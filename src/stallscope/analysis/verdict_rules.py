@@ -33,6 +33,12 @@ def verdict_from_headroom(r: Record) -> Verdict | None:
     best = best_configuration(r)
     if best is None or best.baseline is None or best.speedup is None:
         return None
+    if best.keep_baseline and best.best_found is not None:
+        # "Keep yours": the user's loader is within the noise of the best found.
+        return Verdict("near-optimal", {"keep_baseline": True, "within_pct": best.within_pct,
+                                        "best": best.best_found.label, "samples_per_s": best.best_found.samples_per_s,
+                                        "baseline": best.baseline.label,
+                                        "baseline_samples_per_s": best.baseline.samples_per_s})
     good, _ = TARGETS["tuning_headroom"]
     label = "loader-limited" if best.speedup >= good else "near-optimal"
     return Verdict(label, {"best": best.label, "samples_per_s": best.samples_per_s, "baseline": best.baseline.label,

@@ -185,21 +185,6 @@ def _wrap_decode_method(original: Callable[..., Any]) -> Callable[..., Any]:
     return load_timed
 
 
-def _wrap_read_function(original: Callable[..., Any]) -> Callable[..., Any]:
-    def read_timed(*args: Any, **kwargs: Any) -> Any:
-        recorder = _ACTIVE.get()
-        if recorder is None:
-            return original(*args, **kwargs)
-        recorder.push(READ)
-        try:
-            return original(*args, **kwargs)
-        finally:
-            recorder.pop()
-
-    return read_timed
-
-
-
 def _prefetch_file(source: Any, recorder: StageRecorder) -> None:
     """Read a file named by ``source`` into the page cache, timed as "read"."""
     if not isinstance(source, (str, bytes, os.PathLike)):
@@ -219,49 +204,32 @@ def _prefetch_file(source: Any, recorder: StageRecorder) -> None:
         return  # the library reports a missing file in its own way
 
 
-def _wrap_read_then_decode(original: Callable[..., Any]) -> Callable[..., Any]:
-    def read_then_decode(*args: Any, **kwargs: Any) -> Any:
-        recorder = _ACTIVE.get()
-        if recorder is None:
-            return original(*args, **kwargs)
-        _prefetch_file(args[0] if args else next(iter(kwargs.values()), None), recorder)
-        recorder.push(DECODE)
-        try:
-            return original(*args, **kwargs)
-        finally:
-            recorder.pop()
+def _timed_as(
+    stage: str, *, prefetch: bool = False, after: Callable[[Any], None] | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A wrapper factory: the call timed as ``stage``. ``prefetch``: the file named by its
+    first argument is read into the page cache first, as "read"; ``after(result)`` runs
+    inside the stage (a memory map's pages touched)."""
 
-    return read_then_decode
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            recorder = _ACTIVE.get()
+            if recorder is None:
+                return original(*args, **kwargs)
+            if prefetch:
+                _prefetch_file(args[0] if args else next(iter(kwargs.values()), None), recorder)
+            recorder.push(stage)
+            try:
+                result = original(*args, **kwargs)
+                if after is not None:
+                    after(result)
+                return result
+            finally:
+                recorder.pop()
 
+        return timed
 
-def _wrap_decode_function(original: Callable[..., Any]) -> Callable[..., Any]:
-    def decode_timed(*args: Any, **kwargs: Any) -> Any:
-        recorder = _ACTIVE.get()
-        if recorder is None:
-            return original(*args, **kwargs)
-        recorder.push(DECODE)
-        try:
-            return original(*args, **kwargs)
-        finally:
-            recorder.pop()
-
-    return decode_timed
-
-
-def _wrap_memmap_getitem(original: Callable[..., Any]) -> Callable[..., Any]:
-    def getitem_timed(self: Any, index: Any) -> Any:
-        recorder = _ACTIVE.get()
-        if recorder is None:
-            return original(self, index)
-        recorder.push(READ)
-        try:
-            result = original(self, index)
-            _touch_pages(result)
-            return result
-        finally:
-            recorder.pop()
-
-    return getitem_timed
+    return make
 
 
 def _touch_pages(array: Any) -> None:
@@ -278,20 +246,23 @@ def _touch_pages(array: Any) -> None:
     int(flat[::_PAGE].max())
 
 
+_read = _timed_as(READ)
+_read_then_decode = _timed_as(DECODE, prefetch=True)
+
 # (module, attribute, wrapper factory) for the calls named in the module docstring.
 _LIBRARY_CALLS: list[tuple[str, str, Callable[[Any], Any]]] = [
-    ("numpy", "load", _wrap_read_function),
-    ("torch", "load", _wrap_read_function),
-    ("numpy", "fromfile", _wrap_read_function),
-    ("numpy", "memmap.__getitem__", _wrap_memmap_getitem),
-    ("wave", "open", _wrap_read_function),
-    ("wave", "Wave_read.readframes", _wrap_read_function),
-    ("cv2", "imread", _wrap_read_then_decode),
-    ("cv2", "imreadmulti", _wrap_read_then_decode),
-    ("cv2", "imdecode", _wrap_decode_function),
-    ("soundfile", "read", _wrap_read_then_decode),
-    ("scipy.io.wavfile", "read", _wrap_read_then_decode),
-    ("librosa", "load", _wrap_read_then_decode),
-    ("torchaudio", "load", _wrap_read_then_decode),
-    *(("pandas", reader, _wrap_read_then_decode) for reader in _PANDAS_READERS),
+    ("numpy", "load", _read),
+    ("torch", "load", _read),
+    ("numpy", "fromfile", _read),
+    ("numpy", "memmap.__getitem__", _timed_as(READ, after=_touch_pages)),
+    ("wave", "open", _read),
+    ("wave", "Wave_read.readframes", _read),
+    ("cv2", "imread", _read_then_decode),
+    ("cv2", "imreadmulti", _read_then_decode),
+    ("cv2", "imdecode", _timed_as(DECODE)),
+    ("soundfile", "read", _read_then_decode),
+    ("scipy.io.wavfile", "read", _read_then_decode),
+    ("librosa", "load", _read_then_decode),
+    ("torchaudio", "load", _read_then_decode),
+    *(("pandas", reader, _read_then_decode) for reader in _PANDAS_READERS),
 ]

@@ -1,8 +1,10 @@
 """``check``: worker-safety, memory and sample-health checks with stable finding codes (SPEC §4).
 
-Probes (``pickling``, ``health``, ``rng``, ``memory``, ``threads``) measure in
-real worker processes; rules (``rules.DEFAULT_RULES``, one pure function per
-finding code) turn the measurements into :class:`Finding` objects.
+``runner`` (``ss.check``) runs the probes within a time budget, then the rules. Probes measure in
+real worker processes: ``pickling``, ``health`` (with ``health_worker``, ``sampling`` for which
+indices, ``stacks`` for hung workers), ``rng``, ``memory`` (with ``memory_worker``), ``sharding``
+and ``threads``. Rules (``rules.DEFAULT_RULES`` and ``memory_rules``, one pure function per finding
+code) turn the measurements into :class:`Finding` objects (``findings``), gathered in ``result``.
 """
 
 from __future__ import annotations

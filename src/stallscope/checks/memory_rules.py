@@ -25,9 +25,9 @@ HEAP_MIN_MB = 8.0  # tracemalloc is exact: no allocator noise to allow for
 NATIVE_MIN_MB = 16.0  # allocator arenas (Pillow, glibc) step up by several MB in clean pipelines
 GROWTH_MIN_MB_PER_1000 = 0.5
 GROWTH_MIN_POINTS = 5
-# After the first pass a channel has plateaued when it grows less than this share of its
-# first-pass rate, and by less than half the channel's minimum in all.
-PLATEAU_RATE_SHARE = 0.15
+# A channel has plateaued when its last third of readings grows at less than this share of
+# its first third's rate, and by less than half the channel's minimum in all.
+PLATEAU_RATE_SHARE = 1 / 3
 # The plateau starts at the first point within this share of the total growth of its final level.
 PLATEAU_LEVEL_SHARE = 0.1
 
@@ -60,35 +60,41 @@ def channel_growth(xs: list[float], ys: list[float], pass_samples: float | None,
     """How one memory channel (MB) grows with samples: rate, total, first-pass growth, plateau.
 
     ``pass_samples`` is one pass over the probe's indices, in this worker's
-    samples; with points after it the plateau can be judged, else the channel
-    counts as still growing while it grows.
+    samples. A plateau can only be judged past one pass: the last third of
+    the readings must grow at under ``PLATEAU_RATE_SHARE`` of the first
+    third's rate, and by less than half the channel's minimum. (A worker sees
+    a random part of each pass, so a per-worker cache can go on filling into
+    the second pass; a leak grows at the same rate throughout.)
     """
     slope, _, r2 = linear_fit(xs, ys)
     grew = ys[-1] - ys[0]
+    first = [y for x, y in zip(xs, ys) if pass_samples and x <= pass_samples]
     result: dict[str, Any] = {
         "mb_per_1000": slope * 1000,
         "r2": r2,
         "grew_mb": grew,
-        "first_pass_mb": None,
-        "after_first_pass_mb_per_1000": None,
+        "first_pass_mb": first[-1] - ys[0] if first else None,
+        "after_plateau_mb_per_1000": None,
         "plateaued_after": None,
     }
-    if not pass_samples:
+    end = xs[-1]
+    if not pass_samples or end < 1.5 * pass_samples:
         return result
-    first = [(x, y) for x, y in zip(xs, ys) if x <= pass_samples]
-    after = [(x, y) for x, y in zip(xs, ys) if x >= pass_samples]
-    if len(first) < 2 or len(after) < GROWTH_MIN_POINTS or after[-1][0] - after[0][0] < 0.5 * pass_samples:
+    head = [(x, y) for x, y in zip(xs, ys) if x <= end / 3]
+    tail = [(x, y) for x, y in zip(xs, ys) if x >= 2 * end / 3]
+    if len(head) < 2 or len(tail) < GROWTH_MIN_POINTS:
         return result
-    first_grew = first[-1][1] - ys[0]
-    first_rate = first_grew / max(1e-9, first[-1][0] - xs[0])
-    after_rate = linear_fit([x for x, _ in after], [y for _, y in after])[0]
-    after_grew = after[-1][1] - after[0][1]
-    result.update(first_pass_mb=first_grew, after_first_pass_mb_per_1000=after_rate * 1000)
-    flat = after_rate <= PLATEAU_RATE_SHARE * max(first_rate, 0.0) and after_grew < minimum_mb / 2
-    if flat and first_grew >= minimum_mb:
-        level = sum(y for _, y in after) / len(after)
-        tolerance = PLATEAU_LEVEL_SHARE * max(grew, first_grew)
-        result["plateaued_after"] = next(x for x, y in zip(xs, ys) if y >= level - tolerance)
+    head_rate = (head[-1][1] - ys[0]) / max(1e-9, head[-1][0] - xs[0])
+    tail_rate = linear_fit([x for x, _ in tail], [y for _, y in tail])[0]
+    flat = tail_rate <= PLATEAU_RATE_SHARE * max(head_rate, 0.0) and tail[-1][1] - tail[0][1] < minimum_mb / 2
+    if flat and grew >= minimum_mb:
+        level = sum(y for _, y in tail) / len(tail)
+        tolerance = PLATEAU_LEVEL_SHARE * (level - ys[0])
+        result.update(
+            first_pass_mb=level - ys[0],
+            after_plateau_mb_per_1000=tail_rate * 1000,
+            plateaued_after=next(x for x, y in zip(xs, ys) if y >= level - tolerance),
+        )
     return result
 
 
@@ -160,7 +166,7 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
     containers = growing_containers(worst["containers_start"], worst["containers_end"])
     evidence: dict[str, Any] = {
         # the rate that keeps going: zero-ish after a plateau, the whole slope while growing
-        "mb_per_1000_samples": round(channel["after_first_pass_mb_per_1000"] if plateau is not None else channel["mb_per_1000"], 2),
+        "mb_per_1000_samples": round(channel["after_plateau_mb_per_1000"] if plateau is not None else channel["mb_per_1000"], 2),
         "python_heap_mb_per_1000_samples": round(worst["heap"]["mb_per_1000"], 2),
         "native_mb_per_1000_samples": round(worst["native"]["mb_per_1000"], 2),
         "plateaued_after_samples": None if plateau is None else round(plateau),

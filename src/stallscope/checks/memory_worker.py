@@ -13,7 +13,7 @@ sample travels to the main process with a small record of what its worker saw:
   torch tensors, allocator caches);
 - the sizes of the dataset's containers (a shallow walk of its attributes and
   theirs: lists, dicts, sets, deques, arrays), to name the one that grows;
-- at points 4, 8, 16, ..., the allocation sites (file:line) holding the most
+- at a few points (``SITES_AT_POINTS``), the allocation sites (file:line) holding the most
   memory allocated since the first fetch.
 
 Tracing starts in the worker at its first fetch, so only what the worker
@@ -32,9 +32,9 @@ from typing import Any
 from torch.utils.data import Dataset, IterableDataset
 
 MB = 1024 * 1024
-SITES_FIRST_POINT = 4
+SITES_AT_POINTS = frozenset({6, 16, 32, 48, 96, 192})
 TOP_SITES = 5
-TRACE_FRAMES = 8  # enough to get from NumPy's Python wrappers back to the dataset's line
+TRACE_FRAMES = 4  # enough to get from NumPy's Python wrappers back to the dataset's line
 _CONTAINERS = (list, dict, set, frozenset, deque, bytearray)
 _MAX_ATTRIBUTES = 200
 
@@ -109,8 +109,8 @@ class _WorkerState:
         }
         if self.points == 1:
             report["containers_start"] = self.containers_start
-        if self.points >= SITES_FIRST_POINT and self.points & (self.points - 1) == 0:
-            report["sites"] = self.sites()  # at points 4, 8, 16, ...: a snapshot costs tens of ms
+        if self.points in SITES_AT_POINTS:
+            report["sites"] = self.sites()  # a snapshot costs tens of ms or more: a few, spread out
         return report
 
     def sites(self) -> list[list[Any]]:

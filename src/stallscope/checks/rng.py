@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..pipeline.seeding import ChainedWorkerInit
-from ..runtime.processes import shutdown_iterator
+from ..runtime.processes import stop_workers
 from .util import describe_worker_exception
 
 _SCAN_DEPTH = 4
@@ -269,13 +269,17 @@ def _run_workers(
             loader = DataLoader(pipeline.dataset, batch_sampler=[list(indices) for _ in range(workers)], **common)
         by_worker: dict[int, dict[str, Any]] = {}
         iterator = iter(loader)
+        failure: BaseException | None = None
         try:
             for report in iterator:
                 by_worker.setdefault(report["worker"], report)
                 if pipeline.is_iterable and len(by_worker) >= workers:
                     break
+        except BaseException as exc:
+            failure = exc
+            raise
         finally:
-            shutdown_iterator(iterator)
+            stop_workers(iterator, failure)  # NOTE [worker death] in runtime/processes.py
         runs.append([by_worker[k] for k in sorted(by_worker)])
     return runs
 

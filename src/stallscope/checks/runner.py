@@ -46,10 +46,10 @@ SAMPLE_SIZE = 512  # items of an iterable dataset fetched in sampled mode
 PILOT_SIZE = 64
 PLAN_SAFETY = 0.8  # plan for this share of the time left (retimes and stragglers need the rest)
 MEMORY_SECONDS = 4.0  # sampled mode: the memory probe's indices are sized to take about this long...
-MEMORY_MAX_SECONDS = 15.0  # ...and it stops after its passes, or after this on a slower pace
+MEMORY_MAX_SECONDS = 10.0  # ...and it stops after its passes, or after this on a slower pace
 MEMORY_PASSES = 3  # passes over the memory probe's indices: growth that stops after the first shows
 MEMORY_MIN_POOL = 32
-MEMORY_UNPACED_POOL = 512  # without the health probe's pace (--only memory-growth); time still bounds it
+MEMORY_UNPACED_POOL = 1024  # without the health probe's pace (--only memory-growth); time still bounds it
 MEMORY_MAX_POOL = 20_000
 MEMORY_ITERABLE_SAMPLES = 2000
 RNG_OTHER_INDICES = 4
@@ -363,16 +363,17 @@ class _Run:
     # -- iterable duplicates (NOTE in sharding.py) ------------------------------------------------------------
     def _run_sharding(self) -> None:
         blocked = self._health_blocked() or ("" if self.worker_method else "no usable start method")
-        if not self.pipeline.is_iterable or blocked or self.remaining() < 1.0:
-            why = f"skipped: {blocked or 'budget exhausted'}" if self.pipeline.is_iterable else "not an IterableDataset"
-            self.probe_status["sharding"] = why
+        if not self.pipeline.is_iterable:
+            return  # the sampler splits a map-style dataset: nothing to probe
+        if blocked or self.remaining() < 1.0:
+            self.probe_status["sharding"] = f"skipped: {blocked or 'budget exhausted'}"
             return
         from .sharding import probe_sharding
 
         self.progress("comparing the workers' streams")
-        share = min(self.remaining(), max(0.3 * self.remaining(), self.startup() + 2 * self.timeout))
+        share = min(self.remaining(), max(0.3 * self.remaining(), self.startup() + 16 * self.timeout))
         record = self.probes["sharding"] = probe_sharding(self.pipeline, workers=max(2, self.workers), start_method=self.worker_method,
-                                                          seed=self.seed, deadline=time.monotonic() + share, timeout=self.timeout + self.startup())
+                                                          seed=self.seed, deadline=time.monotonic() + share, timeout=self.timeout, startup=self.startup())
         self.probe_status["sharding"] = f"failed: {record['error']}" if record.get("error") else "done"
 
     # -- memory -------------------------------------------------------------------------------------------

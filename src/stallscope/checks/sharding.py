@@ -51,6 +51,7 @@ def probe_sharding(
     start_method: str | None,
     deadline: float,
     timeout: float,
+    startup: float = 0.0,
     prefix: int = PREFIX_ITEMS,
     seed: int = 0,
 ) -> dict[str, Any]:
@@ -58,7 +59,8 @@ def probe_sharding(
 
     Returns the raw record: ``digests`` per worker id (in stream order), how the
     run ended (``ended``: "prefix" | "exhausted" | "deadline"), and ``error`` when the
-    stream failed in a worker. Every wait is bounded by ``timeout`` and the deadline.
+    stream failed in a worker. ``timeout`` bounds one item and ``startup`` a worker's
+    start; every wait is also bounded by the deadline.
     """
     import torch
     from torch.utils.data import DataLoader
@@ -82,7 +84,7 @@ def probe_sharding(
         collate_fn=DigestItems(),
         worker_init_fn=pipeline.worker_init_fn,
         multiprocessing_context=start_method,
-        timeout=max(1.0, min(timeout, left)),
+        timeout=max(1.0, min(startup + timeout * chunk, left)),
         generator=torch.Generator().manual_seed(seed),
     )
     digests: dict[int, list[str]] = {}
@@ -172,13 +174,26 @@ def duplication_verdict(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _forks(method: str | None) -> bool:
+    """Whether workers started with ``method`` (None: the platform's default) are forked."""
+    import multiprocessing
+    import sys
+
+    if method is not None:
+        return method == "fork"
+    current = multiprocessing.get_start_method(allow_none=True)
+    if current is not None:
+        return current == "fork"
+    return sys.platform.startswith("linux") and sys.version_info < (3, 14)
+
+
 def stream_duplicates(
     pipeline: Any,
     *,
     workers: int = 2,
     start_method: str | None = None,
     seconds: float = 20.0,
-    timeout: float = 10.0,
+    timeout: float = 5.0,
     prefix: int = 64,
 ) -> dict[str, Any]:
     """Probe and verdict in one call, for ``bench`` and ``tune``: ``{"duplicated": ..., ...}``.
@@ -195,6 +210,7 @@ def stream_duplicates(
         start_method=method,
         deadline=time.monotonic() + seconds,
         timeout=timeout,
+        startup=5.0 if _forks(method) else 30.0,  # spawn re-imports torch in every worker
         prefix=prefix,
     )
     verdict = duplication_verdict(record)

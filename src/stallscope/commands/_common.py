@@ -230,7 +230,7 @@ def progress_bar(
 
 
 def print_summary(ctx: CommandContext, record: RunRecord, console: Console | None = None) -> None:
-    """The command's console summary (NOTE: the same path ``stallscope report`` prints through)."""
+    """The command's console summary, through the one console path (``render.console``) that ``stallscope report`` uses too."""
     if ctx.quiet:
         return
     from ..render.console import ConsoleRenderer

@@ -24,15 +24,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..config import LOADER_KNOBS
+
 # DataLoader arguments the tuner sets; the description leaves them to the config.
-KNOBS = (
-    "num_workers",
-    "prefetch_factor",
-    "persistent_workers",
-    "pin_memory",
-    "in_order",
-    "multiprocessing_context",
-)
+KNOBS = LOADER_KNOBS
 # How many of the user's batches are read to describe their sizes (bounded: a sampler may be infinite).
 SIZE_SAMPLE_BATCHES = 2000
 

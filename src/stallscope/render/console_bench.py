@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .report_format import fmt_fixed
@@ -21,6 +22,7 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         ("config", "left"),
         ("samples/s", "right"),
         ("range", "right"),
+        ("batches/s", "right"),
         ("start-up s", "right"),
         ("batch ms p50", "right"),
         ("p95", "right"),
@@ -31,6 +33,10 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
     ]:
         table.add_column(column, justify=justify)
     for i, r in enumerate(results):
+        if r.get("error") or not isinstance(r.get("samples_per_s"), dict):
+            # A configuration that failed (the schema allows it; a record may come from elsewhere).
+            table.add_row("  " + escape(r.get("label") or "?"), "[red]failed[/]", *["–"] * (len(table.columns) - 2))
+            continue
         rate = r["samples_per_s"]
         res = r.get("resources") or {}
         copies = bool(r.get("duplicates"))
@@ -39,6 +45,7 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
             ("★ " if i == best_index else "⚠ " if copies else "  ") + r["label"],
             fmt_fixed(rate["median"]),
             f"{fmt_fixed(rate['min'])}–{fmt_fixed(rate['max'])}",
+            fmt_fixed((r.get("batches_per_s") or {}).get("median")),
             fmt_fixed(r["startup_s"], 2),
             fmt_fixed(r["batch_ms"]["p50"], 2),
             fmt_fixed(r["batch_ms"]["p95"], 2),
@@ -58,6 +65,13 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         console.print(
             f"Best: [bold]{best['label']}[/] at {best['samples_per_s']['median']:,.1f} samples/s "
             f"(median of {best['repeats']} repeats, spread {noise * 100:.0f}%)."
+        )
+    dataset = data.get("dataset") or {}
+    sizes = dataset.get("batch_sizes")
+    if dataset.get("batching") == "batch_sampler" and sizes:
+        console.print(
+            f"Batches come from your batch_sampler: {sizes['min']:,}–{sizes['max']:,} samples each "
+            f"(mean {sizes['mean']:,.1f}, the bs= in the labels); samples are counted as each batch holds them."
         )
     per_sample = scaling.get("single_process_ms_per_sample")
     if per_sample:

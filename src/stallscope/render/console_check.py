@@ -52,7 +52,8 @@ def _coverage_line(coverage: dict[str, Any]) -> str:
     if coverage.get("memory_samples"):
         parts.append(f"memory probe: {coverage['memory_samples']:,} samples")
     parts.append(f"{coverage.get('num_workers')} workers ({coverage.get('worker_start_method') or coverage.get('start_method')})")
-    parts.append(f"timeout {coverage.get('timeout_s'):g} s per sample")
+    if coverage.get("timeout_s") is not None:  # absent from records of older versions
+        parts.append(f"timeout {coverage['timeout_s']:g} s per sample")
     if coverage.get("elapsed_s") is not None:
         parts.append(f"{coverage['elapsed_s']:.1f} s")
     return "; ".join(parts)

@@ -64,8 +64,7 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
     timing = profile.get("timing") or {}
     if timing.get("note"):
         lines.append(f"  timing: {timing['method']}: {timing['note']}")
-    occ = profile.get("occupancy")
-    if occ:
+    if occ := profile.get("occupancy"):
         lines.append(
             f"  prefetch buffer: {occ['mean_ready']:.1f}/{occ['capacity']} batches ready on average "
             f"(empty {_pct(occ['empty_fraction'])}, full {_pct(occ['full_fraction'])} of {occ['samples']} samples)"
@@ -80,14 +79,10 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
         )
     elif gpu.get("reason"):
         lines.append(f"  GPU: not sampled ({gpu['reason']})")
-    res = profile.get("resources")
-    if res:
-        lines.append(
-            f"  CPU: main {res['main_cpu_percent']:.0f}%, workers {res['workers_cpu_percent']:.0f}% "
-            f"({res['n_workers']} workers); RSS main {res['main_rss_mb']:.0f} MB, workers {res['workers_rss_mb']:.0f} MB"
-        )
-    sync = profile.get("sync")
-    if sync:
+    if res := profile.get("resources"):
+        cpu = f"main {res['main_cpu_percent']:.0f}%, workers {res['workers_cpu_percent']:.0f}% ({res['n_workers']} workers)"
+        lines.append(f"  CPU: {cpu}; RSS main {res['main_rss_mb']:.0f} MB, workers {res['workers_rss_mb']:.0f} MB")
+    if sync := profile.get("sync"):
         lines.append(
             f"  sync ({sync['mode']}): {sync['calls']} calls, {sync.get('mean_ms') or 0:.3f} ms mean, "
             f"{_pct(sync.get('share_of_wall'))} of wall time (counted as compute)"

@@ -55,10 +55,10 @@ def _bytes(count: int) -> str:
     return f"{count} B"
 
 
-class StagesConsoleRenderer:
-    """Prints the ``stages`` section of a record to a rich console."""
+class StagesSummary:
+    """Prints the ``stages`` section of a record to a rich console (``render.console`` chooses it)."""
 
-    def render(self, record: RunRecord | Mapping[str, Any], console: Console) -> None:
+    def print(self, record: RunRecord | Mapping[str, Any], console: Console) -> None:
         data = _as_dict(record)
         stages = data.get("stages") or []
         if not stages:
@@ -73,13 +73,6 @@ class StagesConsoleRenderer:
             console.print(self._hotspot_table(hotspots, data))
         for note in data.get("stage_notes") or []:
             console.print(f"[dim]note: {note}[/]", highlight=False)
-
-    def render_text(self, record: RunRecord | Mapping[str, Any], width: int = 110) -> str:
-        console = Console(record=True, width=width, file=open(os.devnull, "w"), color_system=None)  # noqa: SIM115
-        self.render(record, console)
-        text = console.export_text()
-        console.file.close()
-        return text
 
     @staticmethod
     def _heading(data: Mapping[str, Any]) -> str:
@@ -109,6 +102,8 @@ class StagesConsoleRenderer:
         for item in stages:
             share = item.get("share") or 0.0
             name = item["name"] + (" [dim](random)[/]" if item.get("random") else "")
+            if item.get("parent"):  # a call broken out of "other (__getitem__)"
+                name = f"  └ {name}"
             bar = "█" * max(0, round(_BAR_WIDTH * share / top)) if share > 0 else ""
             table.add_row(
                 name,
@@ -199,4 +194,4 @@ class StagesConsoleRenderer:
 
 
 def render_stages(record: RunRecord | Mapping[str, Any], console: Console) -> None:
-    StagesConsoleRenderer().render(record, console)
+    StagesSummary().print(record, console)

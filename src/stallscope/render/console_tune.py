@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..analysis import trials_by_config
+from ..analysis.readers import config_label
 from ..tuning.emit import render_python, snippet_for_record
 from .report_format import fmt_fixed
 
@@ -30,7 +31,9 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
                             ("vs baseline", "right"), ("start-up s", "right")]:
         table.add_column(column, justify=justify)
     base_rate = baseline.get("samples_per_s") or 0.0
-    pick_label = best.get("label")
+    # The schema does not require labels: name a config from its settings where the record has none.
+    pick_label = config_label(best.get("config"), best.get("label"))
+    base_label = config_label(baseline.get("config"), baseline.get("label"))
     for row in rows[:max_rows]:
         mark = "★ " if _same_knobs(row["label"], pick_label) else "  "
         rel = "–" if not row["rate"] or not base_rate else f"{row['rate'] / base_rate:.2f}×"
@@ -49,23 +52,52 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     speedup = best.get("speedup")
     confidence = best.get("confidence")
     console.print(
-        f"Pick: [bold]{escape(best['label'])}[/] at {best['samples_per_s']:,.1f} samples/s"
-        + (f", {speedup:.2f}× the baseline ({escape(baseline['label'])}, {base_rate:,.1f}/s)" if speedup else "")
+        f"Pick: [bold]{escape(pick_label)}[/] at {best['samples_per_s']:,.1f} samples/s"
+        + (f", {speedup:.2f}× the baseline ({escape(base_label)}, {base_rate:,.1f}/s)" if speedup else "")
         + "."
     )
+    rounds = best.get("rounds", search.get("rounds", 0)) or 0
     if confidence is not None:
         runner = best.get("runner_up")
         margin = best.get("margin")
         extra = f"; runner-up {escape(runner)} at {1 / margin:.1%} of it" if runner and margin else ""
         console.print(
             f"Confidence {confidence:.0%} that no other finalist is more than 3% faster "
-            f"({search.get('rounds', 0)} interleaved round(s){extra})."
+            f"({rounds} interleaved round(s){extra})."
+        )
+    elif "rounds" in best:
+        console.print(f"[bold yellow]Not confirmed: the budget ran out[/] after {rounds} interleaved round(s); no confidence.")
+    if best.get("keep_baseline"):
+        console.print(
+            f"[bold]Keep yours:[/] your loader ({escape(baseline['label'])}) is within {best.get('within_pct') or 0:.1f}% "
+            f"of the best found; no change is recommended."
+        )
+    _render_head_to_head(best.get("head_to_head") or [], console)
+    for skipped in best.get("skipped") or []:
+        console.print(f"  skipped {escape(skipped['label'])}: {escape(skipped['why'])}", style="dim")
+    gap = search.get("persistent_workers")
+    if gap and gap.get("gap_without_s") is not None and gap.get("gap_with_s") is not None:
+        console.print(
+            f"Epoch boundary ({escape(gap['measured_on'])}): {gap['gap_without_s']:.2f} s without, "
+            f"{gap['gap_with_s']:.2f} s with persistent workers "
+            f"({'recommended' if gap.get('recommended') else 'not recommended'})."
         )
     for note in search.get("notes") or []:
         console.print(f"  · {escape(note)}", style="dim")
     for rec in data.get("recommendations") or []:
-        console.print(f"[bold]→ {escape(rec['title'])}[/] ({escape(rec['expected_gain'])})")
-        console.print(f"    measured: {escape(rec['measured'])}", style="dim")
+        console.print(f"[bold]→ {escape(str(rec.get('title', '')))}[/] ({escape(str(rec.get('expected_gain', '')))})")
+        console.print(f"    measured: {escape(str(rec.get('measured', '')))}", style="dim")
+
+
+def _render_head_to_head(rows: list[dict[str, Any]], console: Console) -> None:
+    if not rows:
+        return
+    table = Table(title="Raced head to head (same interleaved rounds)", title_justify="left")
+    for column, justify in [("config", "left"), ("role", "left"), ("median samples/s", "right"), ("rounds", "right")]:
+        table.add_column(column, justify=justify)
+    for row in rows:
+        table.add_row(escape(row["label"]), row["role"], fmt_fixed(row["samples_per_s"]), str(row.get("rounds") or "–"))
+    console.print(table)
 
 
 def _same_knobs(label: str, pick_label: str | None) -> bool:

@@ -70,10 +70,11 @@ def _recommendation_item(rec: Recommendation) -> list:
                 f"{rf.fmt_rate(x['baseline_samples_per_s'])} for ", dm.Code(x["baseline"]),
                 f". Expected gain: {rf.fmt_ratio(x['speedup'])} loader throughput."]
     if rec.id == "persistent-workers":
+        epoch = f", of a {rf.fmt_seconds(x['epoch_s'])} epoch" if x.get("epoch_s") else ""
         return [dm.Strong("Set persistent_workers=True"), " — at ", dm.Code(x["label"]),
-                f" worker start-up took {rf.fmt_seconds(x['startup_s'])}, {rf.fmt_fraction(x['fraction'])} of a "
-                f"{rf.fmt_seconds(x['epoch_s'])} epoch. Expected gain: {rf.fmt_seconds(x['startup_s'])} per epoch "
-                "after the first."]
+                f" the gap at an epoch boundary measured {rf.fmt_seconds(x['gap_without_s'])} without it and "
+                f"{rf.fmt_seconds(x['gap_with_s'])} with it. Expected gain: {rf.fmt_seconds(x['saved_s'])} per epoch "
+                f"after the first{epoch}."]
     return []
 
 

@@ -103,8 +103,31 @@ def tuning_section(tuning: TuningFacts, r: dict):
         parts += [f", {rf.fmt_fraction(tuning.margin - 1.0)} faster than the runner-up ", dm.config_code(tuning.runner_up)]
     if tuning.confidence is not None:
         parts.append(f"; confidence: {rf.fmt_value(tuning.confidence)}")
+        if tuning.rounds is not None:
+            parts.append(f" over {dm.plural(tuning.rounds, 'interleaved round')}")
     parts.append(".")
     blocks: list = [dm.Paragraph(parts)]
+    if tuning.plan:
+        blocks.append(dm.Paragraph(["Budget plan: ", *dm.record_text(tuning.plan.removeprefix("plan: ")), "."]))
+    if tuning.confirmed is False:
+        blocks.append(dm.Paragraph([dm.Strong("Not confirmed: the budget ran out"),
+                                    f" after {dm.plural(tuning.rounds or 0, 'interleaved round')}, so there is no confidence."]))
+    if tuning.keep_baseline and tuning.baseline is not None:
+        blocks.append(dm.Paragraph([dm.Strong("Keep yours:"), " your loader ", dm.config_code(tuning.baseline.label),
+                                    f" is within {rf.fmt_percent(tuning.within_pct)} of the best found; no change is recommended."]))
+    if tuning.head_to_head:
+        rows = [[dm.Code(h.label), h.role, rf.fmt_rate(h.samples_per_s), rf.fmt_count(h.rounds)] for h in tuning.head_to_head]
+        blocks.append(dm.Paragraph(["Raced head to head, in the same interleaved rounds (median samples/s):"]))
+        blocks.append(dm.Table(["Configuration", "Role", "samples/s", "Rounds"], rows, "llrr"))
+    if tuning.skipped:
+        blocks.append(dm.Paragraph(["Skipped:"]))
+        blocks.append(dm.Bullets([[dm.Code(label), ": ", *dm.record_text(why)] for label, why in tuning.skipped]))
+    gap = tuning.persistent
+    if gap is not None and gap.gap_without_s is not None and gap.gap_with_s is not None:
+        verdict = "recommended" if gap.recommended else "not recommended"
+        blocks.append(dm.Paragraph([
+            "Epoch boundary at ", dm.Code(gap.measured_on), f": {rf.fmt_seconds(gap.gap_without_s)} without and "
+            f"{rf.fmt_seconds(gap.gap_with_s)} with persistent workers, so persistent_workers=True is {verdict}."]))
     if tuning.region:
         text = f"The tuner classified the source as {tuning.region}"
         blocks.append(dm.Paragraph([text + (f": {tuning.region_reason}." if tuning.region_reason else ".")]))
@@ -127,17 +150,35 @@ def tuning_section(tuning: TuningFacts, r: dict):
     headline += [" chose ", dm.config_code(tuning.best.label), f": {rf.fmt_rate(tuning.best.samples_per_s)} samples/s"]
     if tuning.baseline is not None and tuning.speedup is not None:
         headline += [f", {rf.fmt_ratio(tuning.speedup)} the baseline ", dm.config_code(tuning.baseline.label)]
+    if tuning.keep_baseline:
+        headline.append(": within the noise, so keep yours")
+    if tuning.confirmed is False:
+        headline.append(" (not confirmed: the budget ran out)")
     headline.append(".")
     return dm.Section("tuning", "Tuning", blocks), headline
 
 
 # -- best configuration ----------------------------------------------------------------
 def best_section(best: BestConfig, r: dict):
+    if best.keep_baseline and best.best_found is not None:
+        parts: list = [dm.Strong("Keep yours:"), " your loader ", dm.config_code(best.label),
+                       f" is within {rf.fmt_percent(best.within_pct)} of the best found, ",
+                       dm.config_code(best.best_found.label),
+                       f" ({rf.fmt_rate(best.samples_per_s)} vs {rf.fmt_rate(best.best_found.samples_per_s)} samples/s); "
+                       "no change is recommended."]
+        blocks: list = [dm.Paragraph(parts)]
+        if best.snippet:
+            blocks += [dm.Paragraph(["Your loader call, unchanged:"]), dm.CodeBlock(best.snippet, "python")]
+        return dm.Section("best-configuration", "Best configuration", blocks), None
     where = "by the tuner" if best.source == "tune" else "in the benchmark sweep"
-    parts: list = [dm.config_code(best.label), f" measured {rf.fmt_rate(best.samples_per_s)} samples/s {where}"]
+    parts = [dm.config_code(best.label), f" measured {rf.fmt_rate(best.samples_per_s)} samples/s {where}"]
     if best.baseline is not None and best.speedup is not None:
         parts += [f", {rf.fmt_ratio(best.speedup)} ", dm.config_code(best.baseline.label),
                   f" ({rf.fmt_rate(best.baseline.samples_per_s)} samples/s)"]
+    if best.overruled is not None:
+        parts += ["; the tuner's pick ", dm.config_code(best.overruled.label),
+                  f" ({rf.fmt_rate(best.overruled.samples_per_s)} samples/s) never raced it head to head and was slower "
+                  "beyond the noise"]
     if not best.snippet:
         parts.append(".")
         return dm.Section("best-configuration", "Best configuration", [dm.Paragraph(parts)]), None

@@ -19,18 +19,8 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ..analysis import readers as rd
 from ..analysis import stage_facts
-from ..analysis.readers import (
-    as_record_dict,
-    batch_size_of,
-    best_result,
-    config_label,
-    number,
-    ok_results,
-    rate_of,
-    single_process_result,
-    workers_of,
-)
 
 DPI = 100
 COLORS = {
@@ -68,9 +58,9 @@ def _save(fig: Figure | None, target: Any) -> bool:
 
 # -- throughput vs workers -----------------------------------------------------
 def scaling_figure(record: Any) -> Figure | None:
-    r = as_record_dict(record)
-    results = ok_results(r)
-    workers = sorted({workers_of(res.get("config")) for res in results})
+    r = rd.as_record_dict(record)
+    results = rd.ok_results(r)
+    workers = sorted({rd.workers_of(res.get("config")) for res in results})
     if len(workers) < 2:
         return None
     series = _scaling_series(results)
@@ -85,23 +75,23 @@ def scaling_figure(record: Any) -> Figure | None:
         ax.errorbar(xs, ys, yerr=[low, high], marker="o", color=color, capsize=3, linewidth=1.8,
                     linestyle="-" if len(points) > 1 else "none",
                     label=name if len(series) > 1 else "measured (median, min–max)")
-    failed = sorted({workers_of(res.get("config")) for res in r.get("results") or []
+    failed = sorted({rd.workers_of(res.get("config")) for res in r.get("results") or []
                      if isinstance(res, dict) and res.get("error")})
     if failed:
         ax.scatter(failed, [0] * len(failed), marker="x", s=70, color=COLORS["best"], zorder=5, clip_on=False,
                    label="failed")
     shown = sorted(set(workers) | set(failed))
     ideal = (r.get("scaling") or {}).get("ideal_samples_per_s") or {}
-    ideal_points = sorted((int(k), number(v)) for k, v in ideal.items()
-                          if str(k).isdigit() and int(k) in workers and number(v))
+    ideal_points = sorted((int(k), rd.number(v)) for k, v in ideal.items()
+                          if str(k).isdigit() and int(k) in workers and rd.number(v))
     if len(ideal_points) >= 2:
         ax.plot([p[0] for p in ideal_points], [p[1] for p in ideal_points], linestyle="--", color=COLORS["ideal"],
                 linewidth=1.5, label="ideal: min(cores, workers) / per-sample cost")
-    best = best_result(r)
+    best = rd.best_result(r)
     if best is not None:
-        bx, by = workers_of(best.get("config")), rate_of(best.get("samples_per_s"))
+        bx, by = rd.workers_of(best.get("config")), rd.rate_of(best.get("samples_per_s"))
         ax.scatter([bx], [by], marker="*", s=260, color=COLORS["best"], zorder=5,
-                   label=f"best: {config_label(best.get('config'), best.get('label'))}")
+                   label=f"best: {rd.config_label(best.get('config'), best.get('label'))}")
     cores = (r.get("scaling") or {}).get("cores") or (r.get("host") or {}).get("cores")
     if isinstance(cores, int) and cores > 0:
         ax.axvline(cores, color="#b0b5bc", linestyle=":", linewidth=1.2)
@@ -132,16 +122,16 @@ def _scaling_series(results: list[dict]) -> dict[str, list[tuple[float, float, f
 
     def point(res: dict) -> tuple[float, float, float, float]:
         spread = res.get("samples_per_s") if isinstance(res.get("samples_per_s"), dict) else {}
-        median = rate_of(res.get("samples_per_s")) or 0.0
-        low, high = number(spread.get("min")), number(spread.get("max"))
-        return (workers_of(res.get("config")), median, median if low is None else low,
+        median = rd.rate_of(res.get("samples_per_s")) or 0.0
+        low, high = rd.number(spread.get("min")), rd.number(spread.get("max"))
+        return (rd.workers_of(res.get("config")), median, median if low is None else low,
                 median if high is None else high)
 
     groups: dict[tuple, tuple[dict, list[dict]]] = {}
     zero = []
     for res in results:
         config = res.get("config") or {}
-        if workers_of(config) > 0:
+        if rd.workers_of(config) > 0:
             groups.setdefault(series_key(config), (config, []))[1].append(res)
         else:
             zero.append(res)
@@ -153,19 +143,19 @@ def _scaling_series(results: list[dict]) -> dict[str, list[tuple[float, float, f
     joined_any = {shared(config) for config, members in groups.values() if len(members) > 1}
     orphans = [z for z in zero if shared(z.get("config") or {}) not in joined_any]
     for z in orphans:
-        series[config_label(z.get("config"), z.get("label"))] = [point(z)]
+        series[rd.config_label(z.get("config"), z.get("label"))] = [point(z)]
     return series
 
 
 def _series_label(config: dict) -> str:
-    label = config_label(config)
+    label = rd.config_label(config)
     return " ".join(part for part in label.split() if not part.startswith("w=")) or label
 
 
 # -- batch latency -----------------------------------------------------------------
 def latency_figure(record: Any) -> Figure | None:
-    r = as_record_dict(record)
-    best = best_result(r)
+    r = rd.as_record_dict(record)
+    best = rd.best_result(r)
     if best is None:
         return None
     hist = _histogram(best)
@@ -173,16 +163,16 @@ def latency_figure(record: Any) -> Figure | None:
         return _percentile_figure(r)
     fig, ax = _new_figure(7.5, 3.8)
     edges, counts = hist
-    best_label = config_label(best.get("config"), best.get("label"))
+    best_label = rd.config_label(best.get("config"), best.get("label"))
     ax.stairs(counts, edges, fill=True, color=COLORS["measured"], alpha=0.75, label=best_label)
-    single = single_process_result(r, batch_size_of(best.get("config")))
+    single = rd.single_process_result(r, rd.batch_size_of(best.get("config")))
     if single is not None and single is not best and _histogram(single) is not None:
         s_edges, s_counts = _histogram(single)
         ax.stairs(s_counts, s_edges, color=COLORS["baseline"], linewidth=1.5,
-                  label=config_label(single.get("config"), single.get("label")))
+                  label=rd.config_label(single.get("config"), single.get("label")))
     latency = best.get("batch_ms") or {}
     for key, style in (("p50", "-"), ("p95", "--"), ("p99", ":")):
-        value = number(latency.get(key))
+        value = rd.number(latency.get(key))
         if value is not None:
             ax.axvline(value, color=COLORS["best"], linestyle=style, linewidth=1.2, label=f"{key} of best")
     ax.set_xlabel("wait for the next batch (ms)")
@@ -196,8 +186,8 @@ def _histogram(result: dict) -> tuple[list[float], list[float]] | None:
     hist = result.get("batch_ms_histogram")
     if not isinstance(hist, dict):
         return None
-    edges = [number(e) for e in hist.get("edges") or []]
-    counts = [number(c) for c in hist.get("counts") or []]
+    edges = [rd.number(e) for e in hist.get("edges") or []]
+    counts = [rd.number(c) for c in hist.get("counts") or []]
     if not counts or len(edges) != len(counts) + 1 or None in edges or None in counts or sum(counts) <= 0:
         return None
     return edges, counts
@@ -205,15 +195,15 @@ def _histogram(result: dict) -> tuple[list[float], list[float]] | None:
 
 def _percentile_figure(r: dict) -> Figure | None:
     """Without histograms: p50/p95/p99/max per configuration."""
-    rows = [(config_label(res.get("config"), res.get("label")), res.get("batch_ms") or {})
-            for res in ok_results(r)][:12]
-    rows = [(label, lat) for label, lat in rows if number(lat.get("p50")) is not None]
+    rows = [(rd.config_label(res.get("config"), res.get("label")), res.get("batch_ms") or {})
+            for res in rd.ok_results(r)][:12]
+    rows = [(label, lat) for label, lat in rows if rd.number(lat.get("p50")) is not None]
     if not rows:
         return None
     fig, ax = _new_figure(7.5, 1.2 + 0.38 * len(rows))
     ys = list(range(len(rows)))
     for key, marker in (("p50", "o"), ("p95", "s"), ("p99", "^"), ("max", "x")):
-        xs = [number(lat.get(key)) for _, lat in rows]
+        xs = [rd.number(lat.get(key)) for _, lat in rows]
         pts = [(x, y) for x, y in zip(xs, ys) if x is not None]
         if pts:
             ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=key, s=30)
@@ -228,7 +218,7 @@ def _percentile_figure(r: dict) -> Figure | None:
 
 # -- stages -----------------------------------------------------------------------
 def stages_figure(record: Any) -> Figure | None:
-    stages = stage_facts(as_record_dict(record))
+    stages = stage_facts(rd.as_record_dict(record))
     if stages is None or not stages.rows or stages.total_ms <= 0:
         return None
     fig, ax = _new_figure(7.5, 1.9)
@@ -254,11 +244,11 @@ def stages_figure(record: Any) -> Figure | None:
 
 # -- training timeline -------------------------------------------------------------
 def timeline_figure(record: Any) -> Figure | None:
-    r = as_record_dict(record)
+    r = rd.as_record_dict(record)
     timeline = r.get("step_timeline") or {}
     # Missing buckets (None) draw as gaps of zero height.
-    data = [number(x) or 0.0 for x in timeline.get("data_ms") or []]
-    compute = [number(x) or 0.0 for x in timeline.get("compute_ms") or []]
+    data = [rd.number(x) or 0.0 for x in timeline.get("data_ms") or []]
+    compute = [rd.number(x) or 0.0 for x in timeline.get("compute_ms") or []]
     n = min(len(data), len(compute))
     if n == 0 or not any(data[:n]) and not any(compute[:n]):
         return None
@@ -331,7 +321,7 @@ def plot_timeline(record: Any, path: str | Path) -> Path | None:
 
 def plot_png(name: str, record: Any) -> bytes | None:
     """One plot's PNG bytes, or None when the record lacks its data."""
-    return _png(name, json.dumps(as_record_dict(record), sort_keys=True))
+    return _png(name, json.dumps(rd.as_record_dict(record), sort_keys=True))
 
 
 def render_plots(record: Any, folder: str | Path) -> list[Path]:

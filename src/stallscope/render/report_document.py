@@ -146,6 +146,10 @@ def _verdict_text(v: Verdict) -> list:
         if x.get("what_if_speedup") is not None:
             parts.append(f"with free data it would run {rf.fmt_ratio(x['what_if_speedup'])} faster")
         return [dm.capital("; ".join(parts)) + "."] if parts else []
+    if v.label == "near-optimal" and x.get("keep_baseline"):
+        return ["Your loader ", dm.config_code(x["baseline"]), f" is within {rf.fmt_percent(x.get('within_pct'))} of the "
+                "best found, ", dm.config_code(x["best"]), f" ({rf.fmt_rate(x['samples_per_s'])} vs "
+                f"{rf.fmt_rate(x['baseline_samples_per_s'])} samples/s): keep it; no change is recommended."]
     if v.label in ("loader-limited", "near-optimal"):
         return [dm.config_code(x["best"]), f" delivers {rf.fmt_rate(x['samples_per_s'])} samples/s, {rf.fmt_ratio(x['speedup'])} the "
                 "baseline ", dm.config_code(x["baseline"]), f" ({rf.fmt_rate(x['baseline_samples_per_s'])} samples/s)."]

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..config import LoaderConfig
 from ..errors import PipelineError
-from ..pipeline.loaders import CyclingSampler, build_loader, quiet_worker_warning
+from ..pipeline.loaders import build_loader, quiet_worker_warning
 from ..runtime.processes import shutdown_iterator
 from ..target import Pipeline
 
@@ -76,8 +76,8 @@ def epoch_gap(
         return result
     batches = batches_per_epoch or epoch_batches(config)
     result.batches_per_epoch = batches
-    sampler = CyclingSampler(length, batches * config.batch_size, shuffle=pipeline.shuffle)
-    loader = build_loader(pipeline, config, sampler=sampler, timeout=timeout, drop_last=False)
+    # Each iter() is a short epoch of the user's own batches (their sampler, re-iterated).
+    loader = build_loader(pipeline, config, cycle=batches, timeout=timeout)
     started = time.perf_counter()
     iterator = None
     last: float | None = None

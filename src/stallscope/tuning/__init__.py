@@ -1,4 +1,8 @@
-"""Finding the fastest loader: the search strategy, pure decisions over an evaluator (`search`),
-the tuner that runs it on real DataLoaders (`tuner`), hardware-aware defaults and `make_loader`
-(`autoconfig`) and the code and YAML a pick is emitted as (`emit`).
+"""Finding the fastest loader (`ss.tune`). The search strategy is pure decisions over an evaluator
+(`search`, NOTE [tuning strategy]) working with the pipeline's profile, knobs and budgets (`space`),
+one trial at a time (`trial`): the region of the worker curve (`regions`), the final race of
+finalists in interleaved rounds (`race`) and the pick with its confidence (`confidence`).
+`persistence` decides what the race cannot see (persistent_workers, start method); `tuner` runs it
+all on real DataLoaders; `recommendations` turns a tune section into advice; `autoconfig` holds the
+hardware-aware defaults and `ss.make_loader`; `emit` the one snippet builder for code and YAML.
 """

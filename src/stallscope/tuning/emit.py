@@ -160,7 +160,8 @@ def build_snippet(
     threads = int(getattr(config, "worker_threads", 0) or 0)
     if threads and dataset_arg is not None:
         prelude.append(f"dataset = ss.threaded_dataset({dataset_arg.source}, threads={threads})")
-        changes.append(Change("worker_threads", str(getattr(baseline, "worker_threads", 0) or None), str(threads)))
+        before_threads = int(getattr(baseline, "worker_threads", 0) or 0)
+        changes.append(Change("worker_threads", str(before_threads) if before_threads else None, str(threads)))
         dataset_arg.source = "dataset"
         uses_ss = True
     if config.torch_threads is not None:

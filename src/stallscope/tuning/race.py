@@ -9,14 +9,15 @@ report never names two winners that did not meet (NOTE [paired rounds] in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..config import LoaderConfig
 from .confidence import MIN_ROUNDS, Decision, RaceLog, clearly_slower, decide
 from .space import SearchSettings
-from .trial import Evaluator, Trial
+from .trial import Effect, Evaluator, Trial
 
 # After one round, a config below this fraction of the leader's rate is out: two maximal noise
 # thresholds (MAX_SIG) below, no second round will turn it around.
@@ -31,6 +32,35 @@ class Entrant:
     role: str  # "baseline" | "sweep-best" | "tuner" | "other" (see head_to_head)
     scan_rate: float = 0.0
     seeded: bool = False  # a caller's seed: leaves the race only by losing, never for the budget
+
+
+def entrants(
+    scan: Mapping[LoaderConfig, float],
+    finalists: Sequence[LoaderConfig],
+    seeds: Sequence[tuple[LoaderConfig, str]],
+    baseline: LoaderConfig,
+) -> list[Entrant]:
+    """The finalists, the caller's seeds and the user's baseline, each with its role (``scan``: the
+    scanned rates). The first finalist is the tuner's own best; a seed or the baseline takes over the
+    role of a finalist it coincides with."""
+    out = [Entrant(c, "tuner" if i == 0 else "other", scan[c]) for i, c in enumerate(finalists)]
+
+    def enter(config: LoaderConfig, role: str, seeded: bool) -> None:
+        found = next((e for e in out if e.config == config), None)
+        if found is None:
+            out.append(Entrant(config, role, scan[config], seeded=seeded))
+        else:
+            found.role, found.seeded = role, found.seeded or seeded
+
+    for config, role in seeds:
+        if config in scan:
+            enter(config, role, True)
+    # The user's own config races unless the scan shows it far behind: the speed-up and the
+    # "keep yours" verdict then come from the same rounds as the pick.
+    top = max(scan.values(), default=0.0)
+    if baseline in scan and scan[baseline] >= 0.5 * top:
+        enter(baseline, "baseline", False)
+    return out
 
 
 class Race:
@@ -145,6 +175,22 @@ class Race:
             raced = self.log.rounds_of(entrant.config)
             if 0 < raced < MIN_ROUNDS and self.rounds < MIN_ROUNDS:
                 self.skip(entrant.config, f"raced {raced} round(s) of the {MIN_ROUNDS} a confidence needs")
+
+    def noise(self) -> float | None:
+        """Median relative spread (max − min) / median of the raced configs' round rates."""
+        spreads = []
+        for config in self.log.configs():
+            values = self.log.values(config)
+            if len(values) >= 2 and statistics.median(values) > 0:
+                spreads.append((max(values) - min(values)) / statistics.median(values))
+        return statistics.median(spreads) if spreads else None
+
+    def confirm_effects(self, effects: Sequence[Effect]) -> None:
+        """Replace single-measurement effects by interleaved medians where both sides raced."""
+        for effect in effects:
+            a, b = self.log.median(effect.parent), self.log.median(effect.variant)
+            if a is not None and b is not None:
+                effect.parent_rate, effect.variant_rate, effect.source = a, b, "confirm"
 
     def head_to_head(self) -> list[dict[str, Any]]:
         """The configs that raced, with their medians and why they were there (fastest first)."""

@@ -67,9 +67,18 @@ from ..config import LoaderConfig
 from ..throughput.epochs import epoch_batches
 from .confidence import Decision, decide_from_scan, keeps_baseline, within_pct
 from .persistence import choose_persistent, choose_start_method
-from .race import Entrant, Race
+from .race import Race, entrants
 from .regions import Region, classify
-from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace, budget_plan, cost_key
+from .space import (
+    MB,
+    MemoryBudget,
+    Profile,
+    SearchSettings,
+    SearchSpace,
+    budget_plan,
+    cost_key,
+    revise_plan,
+)
 from .trial import Effect, Evaluator, SearchResult, Trial, overhead_fit
 
 # The noise threshold for a gain never exceeds this.
@@ -224,8 +233,9 @@ class Search:
         self._note(self.plan["summary"])
         if on_plan is not None:
             on_plan(self.plan)
-        self._reserve_for_seeds()
         self._probe()
+        self._revise_plan()
+        self._reserve_for_seeds()
         self._scale()
         self._refine()
         self._knobs()
@@ -233,13 +243,21 @@ class Search:
         self._startup(decision.pick)
         return self._result(decision)
 
+    def _revise_plan(self) -> None:
+        left = max(0.0, self.settings.budget_s - self.ev.elapsed())
+        note = revise_plan(self.plan, [t.cost_s for t in self.trials if t.cost_s > 0], left_s=left)
+        if note:
+            self._note(note)
+
     def _reserve_for_seeds(self) -> None:
         """With seeds (doctor: the sweep's best), the race that settles one winner comes before more
-        scanning: the scan and knob phases stop early enough for two rounds of the seeds and the leader."""
+        scanning: the scan and knob phases stop early enough for two rounds of the seeds against the
+        tuner's best, at the costs the probe measured."""
         if not self.seeds:
             return
         settings = self.settings
-        rounds_s = settings.min_rounds * 2 * (len(self.seeds) + 1) * self.plan["measurement_s"]
+        seeds = [c for c, _ in self.seeds]
+        rounds_s = settings.min_rounds * self._round_cost([*seeds, seeds[0]])
         room = 1 - rounds_s / settings.budget_s
         settings.scan_share = max(0.2, min(settings.scan_share, room))
         settings.knobs_share = max(settings.scan_share, min(settings.knobs_share, room))
@@ -418,28 +436,6 @@ class Search:
     def _round_cost(self, configs: Sequence[LoaderConfig]) -> float:
         return 2 * sum(self.estimate_cost(c, self.settings.confirm_window_s) for c in configs)
 
-    def _entrants(self) -> list[Entrant]:
-        """The finalists, the caller's seeds and the user's baseline, each with its role."""
-        ok = {c: t.samples_per_s for c, t in self._scan.items() if t.ok}
-        entrants = [Entrant(c, "tuner" if i == 0 else "other", ok[c]) for i, c in enumerate(self.finalists())]
-
-        def enter(config: LoaderConfig, role: str, seeded: bool) -> None:
-            found = next((e for e in entrants if e.config == config), None)
-            if found is None:
-                entrants.append(Entrant(config, role, ok[config], seeded=seeded))
-            else:
-                found.role, found.seeded = role, found.seeded or seeded
-
-        for config, role in self.seeds:
-            if config in ok:
-                enter(config, role, True)
-        # The user's own config races unless the scan shows it far behind: the speed-up and the
-        # "keep yours" verdict then come from the same rounds as the pick.
-        top = max(ok.values(), default=0.0)
-        if self.baseline in ok and ok[self.baseline] >= 0.5 * top:
-            enter(self.baseline, "baseline", False)
-        return entrants
-
     def _race_affordable(self, seconds: float) -> bool:
         """Two rounds come first; rounds beyond them leave room for the epoch-boundary measurement."""
         reserve = 0.0
@@ -449,7 +445,8 @@ class Search:
         return self.affordable(seconds + reserve)
 
     def _confirm(self) -> Decision:
-        decision = self.race.run(self._entrants())
+        ok = {c: t.samples_per_s for c, t in self._scan.items() if t.ok}
+        decision = self.race.run(entrants(ok, self.finalists(), self.seeds, self.baseline))
         if decision is None:
             # Not one round raced: single measurements pick, and within their noise floor the cheaper config.
             tolerance = max(self.settings.tolerance, self.settings.min_gain)
@@ -512,8 +509,8 @@ class Search:
         pick = decision.pick
         rate = decision.medians.get(pick, self.rate(pick))
         base_rate = self.rate(self.baseline)
-        self._race_effects()
-        noise = self._race_noise()
+        self.race.confirm_effects(self.effects)
+        noise = self.race.noise()
         keep = pick == self.baseline or keeps_baseline(
             rate, base_rate, paired=self.race.log.ratios(pick, self.baseline), noise=noise,
             min_gain=self.settings.min_gain, seed=self.settings.seed,
@@ -552,22 +549,6 @@ class Search:
             plan=self.plan,
             persistent=persistent,
         )
-
-    def _race_noise(self) -> float | None:
-        """Median relative spread (max − min) / median of the raced configs' round rates."""
-        spreads = []
-        for config in self.race.log.configs():
-            values = self.race.log.values(config)
-            if len(values) >= 2 and statistics.median(values) > 0:
-                spreads.append((max(values) - min(values)) / statistics.median(values))
-        return statistics.median(spreads) if spreads else None
-
-    def _race_effects(self) -> None:
-        """Replace single-measurement effects by interleaved medians where both sides raced."""
-        for effect in self.effects:
-            a, b = self.race.log.median(effect.parent), self.race.log.median(effect.variant)
-            if a is not None and b is not None:
-                effect.parent_rate, effect.variant_rate, effect.source = a, b, "confirm"
 
     def _startup_of(self, config: LoaderConfig) -> float | None:
         values = [t.startup_s for t in self.trials if t.config == config and t.ok and t.startup_s is not None]

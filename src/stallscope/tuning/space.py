@@ -6,6 +6,7 @@ See NOTE [tuning strategy] in :mod:`stallscope.tuning.search`.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,3 +221,20 @@ def budget_plan(profile: Profile, space: SearchSpace, settings: SearchSettings, 
         "budget_to_confirm_s": math.ceil(needed_s),
         "summary": summary,
     }
+
+
+def revise_plan(plan: dict[str, Any], costs: list[float], *, left_s: float) -> str | None:
+    """Check the plan against the first real measurements (``costs``, seconds each), record what they
+    took, and say so when the plan was off by more than 2x: it came from in-process fetches, and a
+    worker process, free of the main process's thread contention, can be much faster."""
+    planned = plan.get("measurement_s") or 0.0
+    if not costs or planned <= 0:
+        return None
+    measured = statistics.median(costs)
+    plan["measured_measurement_s"] = round(measured, 3)
+    if 0.5 <= measured / planned <= 2.0:
+        return None
+    return (
+        f"plan revised: the first measurements took {measured:.1f} s each, not {planned:.1f} s, so the "
+        f"{left_s:.0f} s left fit about {int(left_s // measured)} more"
+    )

@@ -333,3 +333,13 @@ def test_slow_pipeline_plans_from_the_batch_time_and_stays_unconfirmed():
     assert ev.clock <= 20.0 + 3.5  # the forced reference measurements may overrun a little
     assert result.rounds < 2 and result.confidence is None and not result.confirmed
     assert result.skipped
+
+
+def test_the_plan_is_revised_when_real_measurements_disagree():
+    from stallscope.tuning.space import revise_plan
+
+    plan = {"measurement_s": 35.0}
+    note = revise_plan(plan, [5.0, 21.0, 4.0], left_s=20.0)  # the median: one slow baseline does not count
+    assert plan["measured_measurement_s"] == 5.0
+    assert note.startswith("plan revised: the first measurements took 5.0 s each, not 35.0 s") and "about 4 more" in note
+    assert revise_plan({"measurement_s": 4.0}, [5.0], left_s=20.0) is None  # within 2x: the plan stands

@@ -58,7 +58,8 @@ def test_workers_started_before_the_window_count_from_its_start(burners):
     time.sleep(1.2)
     summary = sampler.stop()
     truth = (_cpu(procs) - cpu0) / (time.perf_counter() - wall0) * 100
-    assert truth > 20, "the burners got no CPU at all; the machine is too busy to tell"
+    if truth < 5:
+        pytest.skip("the burners got almost no CPU: the machine is too busy to tell")
     assert summary.workers_cpu_percent == pytest.approx(truth, abs=NOISE_PERCENT)
     cores = usable_cores() * 100
     assert summary.main_cpu_percent + summary.workers_cpu_percent <= cores + NOISE_PERCENT
@@ -73,5 +74,6 @@ def test_a_worker_born_inside_the_window_counts_all_its_cpu(burners):
     time.sleep(1.2)
     summary = sampler.stop()
     truth = _cpu([proc]) / (time.perf_counter() - wall0) * 100
-    assert truth > 10, "the burner got no CPU at all; the machine is too busy to tell"
+    if truth < 5:
+        pytest.skip("the burner got almost no CPU: the machine is too busy to tell")
     assert summary.workers_cpu_percent == pytest.approx(truth, abs=NOISE_PERCENT)

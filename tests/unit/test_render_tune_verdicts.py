@@ -1,0 +1,86 @@
+"""One winner, honest confidence, keep yours: what the tune verdicts look like in every renderer."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from pathlib import Path
+
+import pytest
+from report_numbers import markdown_text, unexplained_numbers, visible_html_text
+from rich.console import Console
+
+from stallscope.render.console_tune import render_tune
+from stallscope.render.html import HTMLRenderer
+from stallscope.render.markdown import MarkdownRenderer
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _record(**best) -> dict:
+    record = json.loads((FIXTURES / "record_tune.json").read_text())
+    record["best"].update(best)
+    record["best"]["label"] = "w=8 bs=64 pf=4 persistent"
+    record["baseline"]["label"] = "w=2 bs=64 pf=2"
+    return record
+
+
+def _unconfirmed() -> dict:
+    record = _record(rounds=1, confidence=None, confirmed=False,
+                     skipped=[{"label": "w=16 bs=64 pf=2", "why": "not measured: the time budget ran out in the climb phase"}],
+                     head_to_head=[])
+    record["search"]["plan"] = {"summary": "plan: 0.303 s per batch in one process; the 19 s left fit about 6 measurements"}
+    return record
+
+
+def _keep_yours() -> dict:
+    base = copy.deepcopy(_record()["baseline"])
+    record = _record(samples_per_s=205.4, speedup=1.0098, rounds=4, confidence=0.55, confirmed=True, keep_baseline=True,
+                     within_pct=0.97, head_to_head=[
+                         {"config": _record()["best"]["config"], "label": "w=8 bs=64 pf=4", "samples_per_s": 205.4,
+                          "rounds": 4, "role": "tuner"},
+                         {"config": base["config"], "label": "w=2 bs=64 pf=2", "samples_per_s": 203.4, "rounds": 4,
+                          "role": "baseline"}])
+    record["recommendations"] = [{"id": "keep-yours", "title": "Keep your DataLoader settings",
+                                  "detail": "Your loader is within 0.97% of the best found.", "measured": "m",
+                                  "expected_gain": "none beyond the noise"}]
+    record["search"]["persistent_workers"] = {"measured_on": "w=2 bs=64 pf=2", "gap_without_s": 0.61, "gap_with_s": 0.12,
+                                              "saved_s": 0.49, "recommended": True}
+    return record
+
+
+def _console(record: dict) -> str:
+    out = io.StringIO()
+    render_tune(record, Console(file=out, width=200, color_system=None))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("render", ["md", "html", "console"])
+def test_no_confidence_below_two_rounds_says_not_confirmed_and_what_was_skipped(render):
+    record = _unconfirmed()
+    text = {"md": lambda r: MarkdownRenderer().render(r), "html": lambda r: HTMLRenderer(plots=False).render(r),
+            "console": _console}[render](record)
+    assert "Not confirmed: the budget ran out" in text
+    assert "w=16 bs=64 pf=2" in text and "not measured: the time budget ran out in the climb phase" in text
+    assert "Confidence" not in text and "confidence:" not in text
+
+
+@pytest.mark.parametrize("render", ["md", "html", "console"])
+def test_keep_yours_is_the_verdict_with_the_head_to_head(render):
+    record = _keep_yours()
+    text = {"md": lambda r: MarkdownRenderer().render(r), "html": lambda r: HTMLRenderer(plots=False).render(r),
+            "console": _console}[render](record)
+    assert "within 0.97" in text or "within 1.0%" in text
+    assert "no change is recommended" in text
+    assert "baseline" in text and "tuner" in text  # the head-to-head roles
+    # The measured epoch-boundary gap, as the renderer writes seconds.
+    assert ("0.61 s" in text and "0.12 s" in text) or ("610 ms" in text and "120 ms" in text)
+
+
+def test_the_new_figures_come_from_the_record():
+    for record in (_unconfirmed(), _keep_yours()):
+        md = markdown_text(MarkdownRenderer().render(record))
+        assert unexplained_numbers(md, record) == []
+        html = visible_html_text(HTMLRenderer(plots=False).render(record))
+        assert unexplained_numbers(html, record) == []
