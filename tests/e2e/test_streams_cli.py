@@ -8,11 +8,13 @@ import json
 import subprocess
 import sys
 
+import jsonschema
 import pytest
 import real_streams
 
 import stallscope as ss
 from stallscope.checks.sharding import duplication_verdict
+from stallscope.schema import record_schema
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -26,7 +28,9 @@ def test_check_flags_the_unsharded_stream_with_exit_1(tmp_path, pipelines_dir):
     proc = _cli("check", f"{pipelines_dir / 'real_streams.py'}:unsharded", "--budget", "30", "--json", str(out))
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "iterable-duplicates" in proc.stdout
-    findings = json.loads(out.read_text())["findings"]
+    record = json.loads(out.read_text())
+    jsonschema.validate(record, record_schema())
+    findings = record["findings"]
     (finding,) = [f for f in findings if f["code"] == "iterable-duplicates"]
     assert finding["severity"] == "error"
     evidence = finding["evidence"]
@@ -72,6 +76,7 @@ def test_bench_marks_the_rows_whose_workers_replay_the_stream(tmp_path, pipeline
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(out.read_text())
+    jsonschema.validate(record, record_schema())
     rows = {r["config"]["num_workers"]: r for r in record["results"]}
     assert rows[0]["duplicates"] is None and rows[0]["speedup"] == pytest.approx(1.0)
     assert rows[2]["duplicates"]["duplicate_fraction"] == 1.0

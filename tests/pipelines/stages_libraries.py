@@ -133,3 +133,18 @@ class Helpers(Dataset):
         y = spectrum(x)
         time.sleep(0.002)
         return torch.cat([y, torch.zeros(1)])
+
+
+class Wrapped(Dataset):
+    """A wrapper dataset: indexes another one, then does work of its own (a 3 ms sleep)."""
+
+    def __init__(self, base: Dataset) -> None:
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        x = self.base[index]
+        time.sleep(0.003)
+        return x

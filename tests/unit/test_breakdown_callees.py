@@ -36,11 +36,13 @@ def test_calls_of_getitem_become_rows_in_a_worker(start_method):
         differential=False,
     )
     rows = {s.name: s for s in result.stages}
-    # load() sleeps 4 ms, spectrum() 3 ms, __getitem__ itself 2 ms; sleeps never return early
-    assert rows["load()"].ms_per_sample >= 4.0 * 0.98
-    assert rows["spectrum()"].ms_per_sample >= 3.0 * 0.98
-    assert rows["time.sleep()"].ms_per_sample >= 2.0 * 0.98
-    assert rows["load()"].ms_per_sample > rows["spectrum()"].ms_per_sample > rows["time.sleep()"].ms_per_sample
+    # load() sleeps 4 ms, spectrum() 3 ms, __getitem__ itself 2 ms. Sleeps never return early,
+    # but the rows are estimated from the traced half of the fetches (a stall in one of them
+    # shifts the proportions a little on a busy machine), hence the margin.
+    assert rows["load()"].ms_per_sample >= 4.0 * 0.75
+    assert rows["spectrum()"].ms_per_sample >= 3.0 * 0.75
+    assert rows["time.sleep()"].ms_per_sample >= 2.0 * 0.75
+    assert rows["load()"].ms_per_sample > rows["time.sleep()"].ms_per_sample
     for name in ("load()", "spectrum()", "time.sleep()"):
         assert rows[name].kind == "call" and rows[name].parent == OTHER and rows[name].where == "worker"
     assert "torch.zeros()" not in rows  # far below 5%: folded back into other
@@ -121,3 +123,16 @@ def test_the_tracer_restores_the_profile_function_and_breaks_out_in_process():
     assert CALLEE_PREFIX + "load()" in totals and OTHER_TRACED in totals  # every 2nd fetch traced
     assert totals[OTHER] >= 2 * 0.009  # the two untraced fetches keep all of it in other
     assert recorder.tracer is None and not recorder._stack
+
+
+def test_a_wrapper_dataset_is_seen_through_and_its_own_calls_still_count():
+    dataset = InstrumentedDataset(sl.Wrapped(sl.Helpers()))
+    recorder = process_recorder()
+    recorder.take()
+    for index in range(4):
+        dataset[index]
+    totals, _, _ = recorder.take()
+    # the inner dataset's calls, as if it were the dataset itself
+    assert {CALLEE_PREFIX + "load()", CALLEE_PREFIX + "spectrum()"} <= set(totals)
+    # the sleep of the inner __getitem__ (2 ms) and the wrapper's own (3 ms), in the 2 traced fetches
+    assert totals[CALLEE_PREFIX + "time.sleep()"] >= 2 * 0.005 * 0.98

@@ -13,7 +13,8 @@ own time away from it, so every row stays exclusive and the shares still add up 
 ``CALLEE_MIN_SHARE`` of the sample time and folds the rest back into ``other``.
 
 The hook costs a Python call per function call or return while it is active (about
-0.1 ms per sample for a ``__getitem__`` that makes a dozen Python-heavy calls). So only
+0.1 ms per sample on ``tests/pipelines/stages_injected.py``, whose ``__getitem__`` makes a
+dozen Python-heavy calls). So only
 every ``TRACE_EVERY``-th fetch is traced, and there the rest of ``__getitem__`` is
 recorded as ``OTHER_TRACED``; the table splits the whole ``other`` time of all fetches
 in the proportions the traced ones measured (``table._break_out_calls``), so the
@@ -21,8 +22,8 @@ other stages, and ``other`` with its calls taken together, are timed on fetches 
 hook did not slow down. The hook is also switched off inside known stages (the
 recorder pauses it there: library internals such as Pillow's or a transform's are not
 watched) and stays on only at the level of ``__getitem__`` and inside its first-level
-calls. Thin wrappers that index another
-dataset (``Subset.__getitem__``) are seen through: the inner ``__getitem__`` is watched.
+calls. Thin wrappers that index another dataset (``Subset.__getitem__``) are seen
+through: the inner ``__getitem__`` is watched.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class CalleeTracer:
         self.recorder = recorder
         self.root = root  # our wrapper's frame; the first frame it calls is the dataset's
         self.target: Any = None
+        self.outer: list[Any] = []  # the wrappers' frames while an inner __getitem__ runs
         self.open: Any = None  # the open first-level call's frame, or _C_CALL
         self.previous: Any = None
         self.hook = self._event
@@ -98,6 +100,7 @@ class CalleeTracer:
             if back is self.target and self.target is not None:
                 code = frame.f_code
                 if code.co_name in _TRANSPARENT:
+                    self.outer.append(self.target)
                     self.target = frame
                     return
                 name = self._python_name(frame, code)
@@ -110,6 +113,8 @@ class CalleeTracer:
             if frame is self.open:
                 self.open = None
                 self.recorder.pop()
+            elif frame is self.target and self.outer:  # back in the wrapper, which may call more
+                self.target = self.outer.pop()
         elif event == "c_call":
             if self.open is None and frame is self.target and self.target is not None:
                 self.open = _C_CALL

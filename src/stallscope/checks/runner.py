@@ -360,7 +360,7 @@ class _Run:
         error = self.probes["rng"].get("error")
         self.probe_status["rng"] = "done" if not error else f"failed: {error}"
 
-    # -- iterable duplicates (NOTE in sharding.py) ------------------------------------------------------------
+    # -- iterable duplicates (NOTE [unsharded streams] in sharding.py) ------------------------------------------------------------
     def _run_sharding(self) -> None:
         blocked = self._health_blocked() or ("" if self.worker_method else "no usable start method")
         if not self.pipeline.is_iterable:
@@ -372,8 +372,15 @@ class _Run:
 
         self.progress("comparing the workers' streams")
         share = min(self.remaining(), max(0.3 * self.remaining(), self.startup() + 16 * self.timeout))
-        record = self.probes["sharding"] = probe_sharding(self.pipeline, workers=max(2, self.workers), start_method=self.worker_method,
-                                                          seed=self.seed, deadline=time.monotonic() + share, timeout=self.timeout, startup=self.startup())
+        record = self.probes["sharding"] = probe_sharding(
+            self.pipeline,
+            workers=max(2, self.workers),
+            start_method=self.worker_method,
+            seed=self.seed,
+            deadline=time.monotonic() + share,
+            timeout=self.timeout,
+            startup=self.startup(),
+        )
         self.probe_status["sharding"] = f"failed: {record['error']}" if record.get("error") else "done"
 
     # -- memory -------------------------------------------------------------------------------------------

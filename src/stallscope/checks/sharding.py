@@ -1,5 +1,6 @@
 """Probe: do the workers of an ``IterableDataset`` yield the same samples?
 
+NOTE [unsharded streams]
 A map-style dataset is split between workers by the sampler; an iterable one
 is not: DataLoader hands every worker a copy of the dataset and calls
 ``iter()`` on each, so a stream that ignores

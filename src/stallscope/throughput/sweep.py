@@ -274,7 +274,8 @@ def bench(
 
 
 def replayed_workers(pipeline: Pipeline, start_method: str | None) -> dict[str, Any] | None:
-    """The iterable-duplicates probe's verdict when the stream's workers duplicate samples, else None."""
+    """The iterable-duplicates probe's verdict when the stream's workers duplicate samples, else None
+    (NOTE [unsharded streams] in ``checks/sharding.py``)."""
     from ..checks.sharding import stream_duplicates
 
     seen = stream_duplicates(pipeline, start_method=start_method, seconds=10.0)

@@ -1,0 +1,50 @@
+"""The iterable-duplicates verdict (pure): made-up worker streams of hashes."""
+
+from __future__ import annotations
+
+from stallscope.checks.sharding import detect_iterable_duplicates, duplication_verdict
+
+
+def _record(**streams: list[str]) -> dict:
+    return {"digests": streams, "workers": len(streams), "prefix": 256, "start_method": "fork", "error": None}
+
+
+def test_a_replayed_stream_is_duplicated_in_the_same_order():
+    stream = [f"s{i}" for i in range(8)]
+    verdict = duplication_verdict(_record(**{"0": stream, "1": list(stream)}))
+    assert verdict["duplicated"] is True and verdict["same_order"] is True
+    assert verdict["duplicated_samples"] == 16 and verdict["distinct_duplicates"] == 8
+    assert verdict["items_per_worker"] == {"0": 8, "1": 8}
+
+
+def test_disjoint_shards_are_clean_and_a_partial_overlap_counts_from_a_fifth():
+    assert duplication_verdict(_record(**{"0": ["a", "b", "c", "d"], "1": ["e", "f", "g", "h"]}))["duplicated"] is False
+    # 2 of 10 items in each worker overlap: 4 of 20 hashed samples = 20%
+    zero = [f"a{i}" for i in range(8)] + ["x", "y"]
+    one = [f"b{i}" for i in range(8)] + ["y", "x"]
+    verdict = duplication_verdict(_record(**{"0": zero, "1": one}))
+    assert verdict["duplicated"] is True and verdict["duplicate_fraction"] == 0.2 and verdict["same_order"] is False
+    one[-1] = "z"  # 1 shared item: 2 of 20 samples, 10%
+    assert duplication_verdict(_record(**{"0": zero, "1": one}))["duplicated"] is False
+
+
+def test_data_that_repeats_within_a_worker_cannot_tell_and_is_never_flagged():
+    labels = ["cat", "dog"] * 4  # a sharded stream of class labels repeats by nature
+    verdict = duplication_verdict(_record(**{"0": labels, "1": list(labels)}))
+    assert verdict["duplicated"] is None and "repeat" in verdict["reason"]
+    assert detect_iterable_duplicates({"sharding": _record(**{"0": labels, "1": list(labels)})}) == []
+
+
+def test_too_few_items_or_one_worker_cannot_tell():
+    assert duplication_verdict(_record(**{"0": ["a", "b"], "1": ["a", "b"]}))["duplicated"] is None
+    assert duplication_verdict(_record(**{"0": ["a", "b", "c", "d", "e"]}))["duplicated"] is None
+    assert duplication_verdict({**_record(), "error": "OSError: gone"})["duplicated"] is None
+
+
+def test_the_finding_carries_the_counts_and_the_fix():
+    stream = [f"s{i}" for i in range(6)]
+    (finding,) = detect_iterable_duplicates({"sharding": _record(**{"0": stream, "1": list(stream)})})
+    assert finding.code == "iterable-duplicates" and finding.severity == "error"
+    assert finding.message.startswith("Every worker yields the same samples: 12 of the 12 samples hashed from 2 workers")
+    assert finding.evidence["items_per_worker"] == {"0": 6, "1": 6}
+    assert finding.fix.count("\n") >= 3 and "get_worker_info()" in finding.fix
