@@ -50,7 +50,10 @@ def test_bench_worker_threads_usage_errors(capsys):
 
 def test_tune_picks_threads_in_a_few_processes_on_a_latency_bound_source(tmp_path):
     out = tmp_path / "tune.json"
-    proc = run_cli("tune", f"{TARGET}:latency_loader", "--budget", "15", "--memory-budget", "1500", "--json", str(out))
+    proc = run_cli(
+        "tune", f"{TARGET}:latency_loader", "--budget", "15", "--memory-budget", "1500", "--json", str(out),
+        "--emit", "python",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(out.read_text())
     jsonschema.validate(record, record_schema())
@@ -60,6 +63,12 @@ def test_tune_picks_threads_in_a_few_processes_on_a_latency_bound_source(tmp_pat
     assert best["worker_threads"] > 0 and 1 <= best["num_workers"] <= 8
     assert any(t["phase"] == "threads" for t in record["trials"])
     assert any(r["id"] == "worker-threads" for r in record["recommendations"])
+    # --emit python: one line wraps the dataset, before the DataLoader call with the tuned workers.
+    code = proc.stdout
+    (wrap,) = [line for line in code.splitlines() if "ss.threaded_dataset(" in line]
+    assert wrap.startswith("dataset = ") and wrap.endswith(f", threads={best['worker_threads']})")
+    assert code.index(wrap) < code.index("DataLoader(")
+    assert f"num_workers={best['num_workers']}" in code
 
 
 def test_tune_does_not_give_threads_to_a_shared_file_handle(tmp_path):
