@@ -214,7 +214,7 @@ def budget_plan(profile: Profile, space: SearchSpace, settings: SearchSettings, 
     needed_s = elapsed_s + CONFIRMED_MEASUREMENTS * measurement_s
     summary = (
         f"plan: {batch_s:.3g} s per batch in one process; with windows of at least {n} batches a measurement "
-        f"takes about {measurement_s:.1f} s, so the {left:.0f} s left fit about {fits} measurements"
+        f"takes about {measurement_s:.1f} s, so the {left:.0f} s left fit about {fits} measurement{'' if fits == 1 else 's'}"
     )
     if not confirmable:
         summary += (
