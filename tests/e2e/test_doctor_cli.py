@@ -27,7 +27,7 @@ def test_doctor_writes_one_complete_report(tmp_path):
     out = tmp_path / "report"
     proc = subprocess.run(
         [sys.executable, "-m", "stallscope", "doctor", f"{PIPELINES}/bench_sleepy.py:sleepy_dict",
-         "--out", str(out), "--budget", "10", "--repeats", "1"],
+         "--out", str(out), "--budget", "20", "--repeats", "1"],
         capture_output=True, text=True, timeout=400, env=_env(),
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -56,7 +56,8 @@ class BusyCallback(transformers.TrainerCallback):
         time.sleep(0.01)
 
 
-def train(tmp_path, *, accumulate=1, epochs=1, max_steps=-1, busy=False, save_steps=None, resume=None, items=None):
+def train(tmp_path, *, accumulate=1, epochs=1, max_steps=-1, busy=False, save_steps=None, resume=None, items=None,
+          eval_every=None, evaluations=None):
     items = items or TimedItems(ITEMS, FETCH_S, as_dict=True)
     cb, ends = StallscopeTrainerCallback(print_summary=False, sample_resources=False), EpochEnds()
     args = transformers.TrainingArguments(
@@ -68,13 +69,29 @@ def train(tmp_path, *, accumulate=1, epochs=1, max_steps=-1, busy=False, save_st
         logging_steps=10_000,
         save_strategy="steps" if save_steps else "no",
         save_steps=save_steps or 500,
+        eval_strategy="steps" if eval_every else "no",
+        eval_steps=eval_every,
+        per_device_eval_batch_size=1,
         report_to=[],
         use_cpu=True,
         dataloader_num_workers=0,
         disable_tqdm=True,
     )
     callbacks = [cb, ends] + ([BusyCallback()] if busy else [])
-    trainer = transformers.Trainer(model=SleepModel(), args=args, train_dataset=items, callbacks=callbacks)
+    evaluation = TimedItems(3, 0.001, as_dict=True) if eval_every else None
+    trainer = transformers.Trainer(
+        model=SleepModel(), args=args, train_dataset=items, eval_dataset=evaluation, callbacks=callbacks
+    )
+    if evaluations is not None:  # the test's own wrap, on the instance as a user might: kept after training
+        evaluate = trainer.evaluate
+
+        def timed_evaluate(*a, **k):
+            start = time.perf_counter()
+            result = evaluate(*a, **k)
+            evaluations.append((start, time.perf_counter()))
+            return result
+
+        trainer.evaluate = timed_evaluate
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.train(resume_from_checkpoint=resume)
@@ -110,6 +127,15 @@ def test_max_steps_across_an_epoch_boundary(tmp_path):
     assert len(ends) == 2
     d = check(cb, truth_of(items, ends, per_epoch=8), steps=12 - 2)
     assert d["total_steps"] == 12
+
+
+def test_evaluation_inside_training_is_neither_data_nor_compute(tmp_path):
+    evaluations: list[tuple[float, float]] = []
+    cb, ends, items = train(tmp_path, eval_every=5, busy=True, evaluations=evaluations)
+    assert len(evaluations) >= 3
+    first = 1 + LOOKAHEAD
+    d = check(cb, true_stall(items.fetches, [(first, ITEMS, ends[0])], evaluations), steps=ITEMS - 1)
+    assert d["data_ms"]["max"] < 100  # no evaluation counted as a wait
 
 
 def test_resumed_from_a_checkpoint(tmp_path):

@@ -33,7 +33,8 @@ def test_tune_cli_json_and_yaml(tmp_path, pipelines_dir):
     assert record["baseline"]["config"]["num_workers"] == 1
     best = record["best"]
     assert best["config"]["num_workers"] > 2 and best["speedup"] > 1.5
-    assert 0.0 <= best["confidence"] <= 1.0
+    # No confidence without two interleaved rounds (a 10 s budget often has none).
+    assert best["confidence"] is None if best["rounds"] < 2 else 0.0 <= best["confidence"] <= 1.0
     assert all({"config", "label", "samples_per_s", "phase"} <= set(t) for t in record["trials"])
     assert record["search"]["region"]["name"] == "latency-bound"
     # stdout carries only the YAML (pipe-able); it matches the record's pick.

@@ -449,3 +449,26 @@ def test_pause_keeps_validation_out_of_steps_and_samples():
     d = w.to_dict()
     assert d["steps"] == 3 and d["stall_fraction"] == pytest.approx(0.25)
     assert d["compute_ms"]["max"] == pytest.approx(30.0) and d["data_ms"]["max"] == pytest.approx(10.0)
+
+
+def test_timed_iterator_for_a_consumer_that_fetches_one_batch_ahead():
+    """Like Lightning's fetcher on a stream: prefetch at iter(), then one refill per step, the last one ends it."""
+    clock = FakeClock()
+    w = Watch(None, clock=clock, sample_resources=False, gpu=False)
+    w.epoch_start()
+    it = w.timed(iter(TimedSource(clock, [0.01] * 4)), ahead=1, stop_ends_wait=True)
+    buffered = [next(it)]  # the prefetch: part of the first step's wait
+    clock.advance(0.001)
+    for _ in range(4):
+        try:
+            buffered.append(next(it))  # the refill: the step's blocking fetch
+        except StopIteration:
+            pass
+        buffered.pop(0)
+        clock.advance(0.03)  # the step's compute
+    w.pause()
+    d = w.to_dict()
+    assert d["total_steps"] == 4 and d["steps"] == 3
+    assert d["first_batch_s"] == pytest.approx(0.021)
+    assert d["compute_ms"]["max"] == pytest.approx(30.0)
+    assert d["stall_fraction"] == pytest.approx(0.02 / 0.11, abs=1e-4)  # two refills of 10 ms, the last one ends the stream

@@ -24,12 +24,11 @@ NOTE [where Lightning waits for data]
     first epoch the DataLoader's workers were started before that hook.
 
     With an unsized loader (an IterableDataset) the fetcher runs one batch
-    ahead: after the first epoch its prefetch at the epoch's start is timed
-    as a step of its own (with no compute), and the last step's refill ends
-    the stream (StopIteration), so that step is not recorded. Per epoch that
-    counts one fetch too many and one step's compute too few: a bias of
-    about one step in an epoch's steps (measured +0.02 on 16-step epochs,
-    tests/e2e/test_lightning_real.py; it fades with real epoch lengths).
+    ahead: it prefetches at the epoch's start (inside ``iter()``, after
+    ``on_train_epoch_start``), so that fetch is part of the first step's
+    wait, and the loop's last step follows the refill that ends the stream,
+    so that StopIteration closes a wait (:class:`TimedIterator`'s ``ahead``
+    and ``stop_ends_wait``).
 
     When a Lightning version lays its fit loop out differently (no
     ``fit_loop._data_fetcher._combined_loader``), the callback falls back to
@@ -70,17 +69,28 @@ def _callback_base() -> type:
 class _TimedLoader:
     """Stands in for the fit loop's CombinedLoader inside the data fetcher: each ``iter()`` is timed."""
 
-    def __init__(self, loader: Any, watch: Watch) -> None:
-        self.loader, self._watch = loader, watch
+    def __init__(self, loader: Any, watch: Watch, fetcher: Any) -> None:
+        self.loader, self._watch, self._fetcher = loader, watch, fetcher
 
     def __iter__(self) -> TimedIterator:
-        return self._watch.timed(iter(self.loader))
+        # The fetcher calls iter() at the epoch's start, then prefetches from it when the loader has no length.
+        ahead = _prefetched(self._fetcher, self.loader)
+        return self._watch.timed(iter(self.loader), ahead=ahead, stop_ends_wait=ahead > 0)
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.loader, name)
+
+
+def _prefetched(fetcher: Any, loader: Any) -> int:
+    """Batches Lightning's fetcher takes ahead of the loop: ``prefetch_batches``, only for an unsized loader."""
+    try:
+        len(loader)
+        return 0
+    except (TypeError, NotImplementedError):
+        return int(getattr(fetcher, "prefetch_batches", 0) or 0)
 
 
 class StallscopeCallback(_callback_base()):  # type: ignore[misc]
@@ -113,9 +123,11 @@ class StallscopeCallback(_callback_base()):  # type: ignore[misc]
         if fetcher is not self._fetcher:
             self._detach()  # the fit loop built a new fetcher (reloaded dataloaders)
         if not isinstance(loader, _TimedLoader):
-            fetcher._combined_loader = _TimedLoader(loader, self.watch)
+            fetcher._combined_loader = _TimedLoader(loader, self.watch, fetcher)
         if fetcher.iterator is not None:  # created in setup_data, before any hook: the first epoch's
-            fetcher.iterator = self.watch.timed(fetcher.iterator)
+            # Its prefetch (unsized loader) already happened, untimed: the loop's fetches follow.
+            ahead = _prefetched(fetcher, fetcher._combined_loader.loader)
+            fetcher.iterator = self.watch.timed(fetcher.iterator, stop_ends_wait=ahead > 0)
             self.watch.observe(fetcher.iterator)
         self._fetcher = fetcher
         self.watch.timing = {"method": "fetch", "note": None}

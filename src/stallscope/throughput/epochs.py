@@ -22,7 +22,12 @@ from typing import Any
 from ..config import LoaderConfig
 from ..errors import PipelineError
 from ..pipeline.loaders import build_loader, quiet_worker_warning
-from ..runtime.processes import shutdown_iterator
+from ..runtime.processes import (
+    describe_worker_death,
+    is_worker_death,
+    shutdown_iterator,
+    stop_workers,
+)
 from ..target import Pipeline
 
 
@@ -96,6 +101,9 @@ def epoch_gap(
     except PipelineError:
         raise
     except Exception as exc:
+        dead = stop_workers(iterator, exc) if iterator is not None else []  # NOTE [worker death]
+        if dead or is_worker_death(exc):
+            raise PipelineError(describe_worker_death(dead, f" with {config.label()}", exc)) from exc
         raise PipelineError(f"{config.label()}: an epoch-boundary run failed: {type(exc).__name__}: {exc}") from exc
     finally:
         if iterator is not None:

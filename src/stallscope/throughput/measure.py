@@ -130,7 +130,8 @@ def measure(
 
     ``settle_s`` idles after the first batch, as a training loop does while it
     builds or compiles its model: the prefetch buffer fills up meanwhile, and
-    the warm-up must drain it before the window opens.
+    the warm-up must drain it before the window opens. ``seed`` orders a shuffle
+    only where the user gave neither a sampler nor a generator.
 
     Raises :class:`PipelineError` when the pipeline itself fails (the dataset
     raises in a worker, a worker dies, no batch within ``timeout``).

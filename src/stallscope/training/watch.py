@@ -325,9 +325,14 @@ class Watch:
         self.data_end()
         return batch
 
-    def timed(self, iterator: Iterator[Any]) -> TimedIterator:
-        """``iterator`` with every ``next()`` timed as data wait (for frameworks that own the loop)."""
-        return iterator if isinstance(iterator, TimedIterator) else TimedIterator(iterator, self)
+    def timed(self, iterator: Iterator[Any], *, ahead: int = 0, stop_ends_wait: bool = False) -> TimedIterator:
+        """``iterator`` with every ``next()`` timed as data wait (for frameworks that own the loop).
+
+        ``ahead`` and ``stop_ends_wait``: for a consumer that fetches ahead of its loop, see :class:`TimedIterator`.
+        """
+        if isinstance(iterator, TimedIterator):
+            return iterator
+        return TimedIterator(iterator, self, ahead=ahead, stop_ends_wait=stop_ends_wait)
 
     def close(self) -> None:
         """Stop background sampling and flush/close the outputs (the loader is left alone)."""
@@ -477,24 +482,48 @@ class TimedIterator:
 
     What the integrations hand to a framework in place of the loader's
     iterator, so the wait is timed where the framework blocks on the loader,
-    not between its hooks. StopIteration (and any error) drops the wait.
-    Other attributes go to the wrapped iterator.
+    not between its hooks. Other attributes go to the wrapped iterator.
+
+    For a consumer that fetches ahead of its loop (Lightning's fetcher on an
+    unsized loader), ``ahead`` batches are fetched before the loop's first
+    step: those ``next()`` calls belong to the first step's wait, not to
+    steps of their own; and the loop's last step follows the ``next()`` that
+    ends the stream, so ``stop_ends_wait`` makes that StopIteration close a
+    step's wait instead of dropping it. By default StopIteration (and any
+    error) drops the wait: no step follows.
     """
 
-    __slots__ = ("_inner", "_watch", "_observed")
+    __slots__ = ("_inner", "_watch", "_observed", "_ahead", "_stop_ends_wait")
 
-    def __init__(self, inner: Iterator[Any], watch: Watch) -> None:
+    def __init__(self, inner: Iterator[Any], watch: Watch, *, ahead: int = 0, stop_ends_wait: bool = False) -> None:
         self._inner, self._watch, self._observed = inner, watch, False
+        self._ahead, self._stop_ends_wait = ahead, stop_ends_wait
 
     def __iter__(self) -> TimedIterator:
         return self
 
     def __next__(self) -> Any:
-        batch = self._watch.next(self._inner)
+        watch = self._watch
+        watch.data_start()
+        try:
+            batch = next(self._inner)
+        except StopIteration:
+            if self._stop_ends_wait:
+                watch.data_end()
+            else:
+                watch.cancel_wait()
+            raise
+        except BaseException:
+            watch.cancel_wait()
+            raise
+        if self._ahead > 0:
+            self._ahead -= 1  # fetched ahead: the wait goes on into the loop's first fetch
+        else:
+            watch.data_end()
         if not self._observed:
             # Wrappers (accelerate's lookahead generator) create the loader iterator on the first next().
             self._observed = True
-            self._watch.observe(self._inner)
+            watch.observe(self._inner)
         return batch
 
     def __getattr__(self, name: str) -> Any:
