@@ -89,6 +89,22 @@ def test_break_out_splits_all_of_other_in_the_traced_proportions():
     assert [s.name for s in build_stage_table(raw, [])] == ["decode", OTHER, "mosaic()", "cv2.resize()"]
 
 
+def test_one_stall_in_a_traced_fetch_does_not_take_the_split_over():
+    """10 traced samples: mosaic() 3 ms each but one stalled for 50 ms; the rest 1 ms each.
+    Capped at its 95th percentile, mosaic() weighs 30 ms against 10 ms of rest, so the
+    100 ms of other split 75 : 25, where the raw sums (80 : 10) would give mosaic() 89%."""
+    mosaic = [0.003] * 9 + [0.053]
+    raw = RawStageTotals(
+        stage_seconds={OTHER: 0.010, OTHER_TRACED: 0.010, CALLEE_PREFIX + "mosaic()": sum(mosaic)},
+        samples=20,
+        batches=2,
+        sample_times={OTHER_TRACED: [0.001] * 10, CALLEE_PREFIX + "mosaic()": mosaic},
+    )
+    table = {s.name: s for s in build_stage_table(raw, [])}
+    assert table["mosaic()"].ms_per_sample == pytest.approx(5.0 * 0.75)  # 100 ms / 20 samples, 75%
+    assert table[OTHER].ms_per_sample + table["mosaic()"].ms_per_sample == pytest.approx(5.0)
+
+
 def test_names_a_user_would_write():
     assert c_function_name(cv2.resize) == "cv2.resize()"
     assert c_function_name(torch.conv1d) == "torch.conv1d()"

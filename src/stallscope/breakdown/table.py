@@ -77,7 +77,7 @@ def build_stage_table(
     if H2D in raw.main_seconds:
         rows.append((H2D, raw.main_seconds[H2D] * per_sample, "h2d"))
     if calls or traced_rest:
-        _break_out_calls(rows, calls, traced_rest)
+        _break_out_calls(rows, calls, traced_rest, raw.sample_times)
     total = sum(ms for _, ms, _ in rows)
     random_set = set(random_transforms)
     # with calls broken out, other's own per-sample times are those of the traced fetches
@@ -98,21 +98,45 @@ def build_stage_table(
     ]
 
 
-def _break_out_calls(rows: list[tuple[str, float, str]], calls: dict[str, float], traced_rest: float) -> None:
+def _break_out_calls(
+    rows: list[tuple[str, float, str]],
+    calls: dict[str, float],
+    traced_rest: float,
+    sample_times: dict[str, list[float]],
+) -> None:
     """Split ``other`` of all fetches (the untraced ones' row, plus the traced ones' rest
     and calls) in the proportions the traced fetches measured (NOTE in callees.py); insert
     the calls holding ``CALLEE_MIN_SHARE`` of the total after ``other``, largest first,
-    and put the time of the others back into ``other``."""
+    and put the time of the others back into ``other``.
+
+    Only part of the fetches is traced, so one stall in a traced fetch (the machine busy
+    elsewhere) would count several times over in its call's estimate: the proportions use
+    each part's per-sample times capped at their 95th percentile. ``other`` as a whole
+    keeps every stall, once."""
     at = next(i for i, row in enumerate(rows) if row[0] == OTHER)
     name, untraced, kind = rows[at]
     traced = traced_rest + sum(calls.values())
     whole = untraced + traced
-    scale = whole / traced if traced > 0 else 0.0
-    estimated = {n: ms * scale for n, ms in calls.items()}
+    weights = {n: ms * _robust_fraction(sample_times.get(n)) for n, ms in calls.items()}
+    rest_weight = traced_rest * _robust_fraction(sample_times.get(OTHER_TRACED))
+    weighed = rest_weight + sum(weights.values())
+    scale = whole / weighed if weighed > 0 else 0.0
+    estimated = {n: w * scale for n, w in weights.items()}
     total = sum(ms for _, ms, _ in rows) + traced
     kept = sorted(((n, ms) for n, ms in estimated.items() if ms >= CALLEE_MIN_SHARE * total), key=lambda c: -c[1])
     rows[at] = (name, whole - sum(ms for _, ms in kept), kind)
     rows[at + 1 : at + 1] = [(n, ms, "call") for n, ms in kept]
+
+
+def _robust_fraction(values: Sequence[float] | None, quantile: float = 0.95) -> float:
+    """The share of a per-sample series' sum left after capping it at its ``quantile``
+    (1.0 for fewer than 8 values: too few to call one an outlier)."""
+    if not values or len(values) < 8:
+        return 1.0
+    ordered = sorted(values)
+    cap = ordered[int(quantile * (len(ordered) - 1))]
+    total = sum(ordered)
+    return sum(min(v, cap) for v in ordered) / total if total > 0 else 1.0
 
 
 def _percentile_ms(values: Sequence[float] | None, q: float) -> float | None:

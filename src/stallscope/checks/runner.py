@@ -363,8 +363,9 @@ class _Run:
     # -- iterable duplicates (NOTE [unsharded streams] in sharding.py) ------------------------------------------------------------
     def _run_sharding(self) -> None:
         blocked = self._health_blocked() or ("" if self.worker_method else "no usable start method")
-        if not self.pipeline.is_iterable:
-            return  # the sampler splits a map-style dataset: nothing to probe
+        if not self.pipeline.is_iterable:  # the sampler splits a map-style dataset: nothing to probe
+            self.probe_status["sharding"] = "not an IterableDataset"
+            return
         if blocked or self.remaining() < 1.0:
             self.probe_status["sharding"] = f"skipped: {blocked or 'budget exhausted'}"
             return
