@@ -7,7 +7,6 @@ import dataclasses
 import numpy as np
 import pytest
 import real_audio
-import real_detection
 import real_translation
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -38,6 +37,14 @@ class WithRng(Squares):
         self.rng = np.random.default_rng(0)
 
 
+def detection():
+    """The detection pipeline, imported when a test needs it: it loads OpenCV, whose threads
+    other tests' oversubscription checks would otherwise see in this process."""
+    import real_detection
+
+    return real_detection
+
+
 def my_init(worker_id: int) -> None:
     """A worker_init_fn importable from this test module."""
 
@@ -50,7 +57,7 @@ def _kwargs(snippet) -> dict[str, str]:
 
 
 def test_functions_are_imported_by_module_and_name_instances_are_placeholders():
-    assert reference("collate_fn", real_detection.collate_fn).imports == ["from real_detection import collate_fn"]
+    assert reference("collate_fn", detection().collate_fn).imports == ["from real_detection import collate_fn"]
     arg = reference("collate_fn", real_translation.Collater())
     assert arg.placeholder and arg.source == "<your collate_fn: real_translation.Collater instance>"
     lam = reference("collate_fn", lambda batch: batch)
@@ -72,7 +79,7 @@ def test_bound_method_of_the_dataset_is_written_on_the_dataset():
 
 def test_describe_keeps_every_argument_the_user_set():
     gen = torch.Generator().manual_seed(3)
-    loader = DataLoader(Squares(), batch_size=4, shuffle=True, drop_last=True, collate_fn=real_detection.collate_fn,
+    loader = DataLoader(Squares(), batch_size=4, shuffle=True, drop_last=True, collate_fn=detection().collate_fn,
                         worker_init_fn=my_init, generator=gen, timeout=7.0)
     call = describe_loader(loader)
     names = [a.name for a in call.arguments]
@@ -121,7 +128,7 @@ def test_diff_removes_worker_only_knobs_when_going_to_zero_workers():
 
 
 def test_the_users_worker_init_fn_is_kept_and_chained_only_where_seeding_is_missing():
-    pipeline = load_target(real_detection.make_loader)
+    pipeline = load_target(detection().make_loader)
     pick = pipeline.baseline.replace(num_workers=3)
     kept = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline)
     assert _kwargs(kept)["worker_init_fn"] == "seed_worker" and "worker_init_fn" not in kept.changed
@@ -164,7 +171,7 @@ def test_batch_size_changes_only_when_the_pick_asks_for_it():
 
 
 def test_subclass_is_called_by_its_own_name_and_import():
-    pipeline = load_target(real_detection.make_loader)
+    pipeline = load_target(detection().make_loader)
     snippet = build_snippet(pipeline.baseline, call=pipeline.call, baseline=pipeline.baseline)
     assert snippet.callable == "InfiniteDataLoader"
     assert "from real_detection import InfiniteDataLoader, collate_fn, seed_worker" in snippet.imports
