@@ -544,19 +544,10 @@ def _weak(obj: Any) -> Callable[[], Any]:
         return _none
 
 
-def watch(
-    loader: Any,
-    *,
-    log_every: int | None = None,
-    sync: SyncSpec = None,
-    sample_resources: bool = True,
-    jsonl: str | Path | None = None,
-    csv: str | Path | None = None,
-    tensorboard: Any = None,
-    name: str = "train",
-    **options: Any,
-) -> Watch:
+def watch(loader: Any, **options: Any) -> Watch:
     """Wrap ``loader`` to measure data stalls in your own loop: ``for batch in ss.watch(loader):``.
+
+    The options are :class:`Watch`'s:
 
     - ``log_every=N``: a live line every N steps (stderr, or ``log=`` a callable/Logger).
     - ``sync="cuda"`` (or a callable): synchronise at each step boundary for honest device timing.
@@ -569,14 +560,4 @@ def watch(
     Then ``w.to_dict()`` (the profile section), ``ss.stall_summary(w)`` (text),
     ``w.gather()`` under torchrun.
     """
-    return Watch(
-        loader,
-        log_every=log_every,
-        sync=sync,
-        sample_resources=sample_resources,
-        jsonl=jsonl,
-        csv=csv,
-        tensorboard=tensorboard,
-        name=name,
-        **options,
-    )
+    return Watch(loader, **options)

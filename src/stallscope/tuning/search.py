@@ -560,19 +560,8 @@ class Search:
         return statistics.median(values) if values else None
 
 
-def run_search(
-    evaluator: Evaluator,
-    space: SearchSpace,
-    profile: Profile,
-    *,
-    baseline: LoaderConfig,
-    memory: MemoryBudget,
-    settings: SearchSettings | None = None,
-    on_trial: Callable[[Trial], None] | None = None,
-    seeds: Sequence[tuple[LoaderConfig, str]] = (),
-) -> SearchResult:
-    """Run the strategy of NOTE [tuning strategy]; see :class:`Search`. ``seeds``: (config, role)
-    pairs that race in the final round whatever the scan says (doctor: the sweep's best)."""
-    return Search(
-        evaluator, space, profile, baseline=baseline, memory=memory, settings=settings, on_trial=on_trial, seeds=seeds
-    ).run()
+def run_search(evaluator: Evaluator, space: SearchSpace, profile: Profile, **options: Any) -> SearchResult:
+    """Run the strategy of NOTE [tuning strategy]; ``options`` are :class:`Search`'s (``baseline``,
+    ``memory``, ``settings``, ``on_trial``, and ``seeds``: (config, role) pairs that race in the
+    final round whatever the scan says — doctor's sweep best)."""
+    return Search(evaluator, space, profile, **options).run()
