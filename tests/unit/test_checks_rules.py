@@ -365,3 +365,18 @@ def test_codes_are_the_spec_list():
         "unpicklable", "duplicate-rng", "memory-growth", "iterable-duplicates", "copy-on-write", "slow-samples",
         "hang", "getitem-error", "collate-error", "shm-too-small", "oversubscription",
     )
+
+
+def test_opencv_threads_count_only_where_the_pipeline_uses_opencv():
+    import cv2
+    import real_detection
+    from check_datasets import CleanDataset as Clean
+
+    from stallscope.checks.threads import thread_report, uses_module
+
+    # The detection dataset's module imports cv2; the clean dataset's does not, even though
+    # cv2 is loaded in this process (as it is in a fork worker of a parent that imported it).
+    assert uses_module([real_detection.MosaicDataset.__new__(real_detection.MosaicDataset)], cv2)
+    assert not uses_module([Clean.__new__(Clean)], cv2)
+    assert thread_report(Clean.__new__(Clean))["cv2"] is None
+    assert thread_report(real_detection.MosaicDataset.__new__(real_detection.MosaicDataset))["cv2"] == cv2.getNumThreads()

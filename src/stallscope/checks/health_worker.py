@@ -153,7 +153,7 @@ def health_worker(
         if op == "threads":
             from .threads import thread_report
 
-            conn.send(("threads", thread_report()))
+            conn.send(("threads", thread_report(dataset, collate)))
         elif op == "fetch":
             _fetch_indices(conn, dataset, collate, message[1], message[2], first)
             first = False

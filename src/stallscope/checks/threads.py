@@ -59,8 +59,41 @@ def native_thread_pools() -> dict[str, int]:
     return pools
 
 
-def thread_report() -> dict[str, Any]:
-    """Thread pools of this process as the worker sees them."""
+def _modules_of(objects: Any, depth: int = 2) -> set[str]:
+    """Modules defining the classes and functions of ``objects`` and of their attributes (shallow)."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    todo = [(obj, 0) for obj in objects]
+    while todo:
+        obj, level = todo.pop()
+        if id(obj) in seen or obj is None:
+            continue
+        seen.add(id(obj))
+        module = getattr(obj, "__module__", None) if callable(obj) else type(obj).__module__
+        if isinstance(module, str):
+            names.add(module)
+        if level >= depth:
+            continue
+        children = list(obj) if isinstance(obj, (list, tuple)) else list(getattr(obj, "__dict__", {}).values())
+        todo.extend((child, level + 1) for child in children[:64])
+    return names
+
+
+def uses_module(objects: Any, module: Any) -> bool:
+    """Whether code that defines ``objects`` (the dataset, its transforms, the collate) imports ``module``."""
+    for name in _modules_of(objects):
+        namespace = getattr(sys.modules.get(name), "__dict__", {})
+        if any(value is module for value in namespace.values()):
+            return True
+    return False
+
+
+def thread_report(*pipeline_objects: Any) -> dict[str, Any]:
+    """Thread pools of this process as the worker sees them.
+
+    OpenCV's pool counts only where the pipeline's own code uses OpenCV: an import by something
+    else in the parent (inherited under fork) starts no threads in the workers.
+    """
     import torch
 
     report: dict[str, Any] = {
@@ -68,8 +101,8 @@ def thread_report() -> dict[str, Any]:
         "cv2": None,
         "env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ},
     }
-    cv2 = sys.modules.get("cv2")  # only when the dataset uses OpenCV
-    if cv2 is not None:
+    cv2 = sys.modules.get("cv2")
+    if cv2 is not None and (not pipeline_objects or uses_module(pipeline_objects, cv2)):
         with contextlib.suppress(Exception):
             report["cv2"] = int(cv2.getNumThreads())
     report.update(native_thread_pools())
