@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import real_audio
@@ -148,18 +146,23 @@ def test_seeding_is_added_where_the_dataset_holds_an_rng_and_the_user_has_no_ini
     assert seeding_missing(describe_loader(DataLoader(Squares(), batch_size=4)), set()) is None
 
 
-def test_worker_threads_render_as_a_threaded_dataset_line():
-    @dataclasses.dataclass(frozen=True)
-    class WithThreads(LoaderConfig):  # the `threads` engineer's field, until it is on main
-        worker_threads: int = 0
-
+def test_worker_threads_render_as_a_threaded_dataset_line_that_runs():
     pipeline = load_target(real_audio.make_loader)
-    pick = WithThreads(num_workers=2, batch_size=6, prefetch_factor=2, worker_threads=8)
+    pick = pipeline.baseline.replace(num_workers=0, worker_threads=4)
     snippet = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline)
     code = render_python(snippet)
-    assert "dataset = ss.threaded_dataset(<your dataset: real_audio.TextMelDataset instance>, threads=8)\n" in code
+    assert "dataset = ss.threaded_dataset(<your dataset: real_audio.TextMelDataset instance>, threads=4)\n" in code
     assert "\n    dataset,\n" in code and "import stallscope as ss" in code
     assert "+dataset = ss.threaded_dataset(" in render_diff(snippet)
+    user = real_audio.make_loader(num_workers=0)
+    namespace = {"user_dataset": user.dataset, "user_collate_fn": user.collate_fn}
+    exec(code.replace("<your dataset: real_audio.TextMelDataset instance>", "user_dataset")
+         .replace("<your collate_fn: real_audio.TextMelCollate instance>", "user_collate_fn"), namespace)
+    torch.manual_seed(0)
+    got = next(iter(namespace["loader"]))
+    torch.manual_seed(0)
+    want = next(iter(user))
+    assert all(torch.equal(a, b) for a, b in zip(got, want))  # threads fetch the same items, same batch
 
 
 def test_batch_size_changes_only_when_the_pick_asks_for_it():

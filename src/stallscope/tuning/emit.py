@@ -157,10 +157,10 @@ def build_snippet(
         changes.append(Change("batch_size", size_arg.source, repr(config.batch_size)))
         size_arg.source = repr(config.batch_size)
 
-    threads = int(getattr(config, "worker_threads", 0) or 0)
+    threads = config.worker_threads
     if threads and dataset_arg is not None:
         prelude.append(f"dataset = ss.threaded_dataset({dataset_arg.source}, threads={threads})")
-        before_threads = int(getattr(baseline, "worker_threads", 0) or 0)
+        before_threads = baseline.worker_threads
         changes.append(Change("worker_threads", str(before_threads) if before_threads else None, str(threads)))
         dataset_arg.source = "dataset"
         uses_ss = True
