@@ -18,7 +18,9 @@ from stallscope.runtime.processes import shutdown_iterator
 from stallscope.tuning.emit import PLACEHOLDER, render_diff, snippet_for_record
 
 PIPELINES = ("real_translation", "real_detection", "real_audio")  # imported in the tests: detection loads OpenCV
-KNOBS = {"num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "in_order", "multiprocessing_context"}
+# The tuned knobs, DataLoader arguments and beyond (threads in the main process or in each worker, batched fetch).
+KNOBS = {"num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "in_order", "multiprocessing_context",
+         "torch_threads", "worker_threads", "batched_fetch"}
 # What each emitted call must keep, as the user wrote it.
 KEPT = {
     "real_translation": ["batch_sampler=<your batch_sampler: real_translation.TokenBuckets instance>",

@@ -35,7 +35,9 @@ def test_profile_finds_the_vectorised_fetch_and_its_in_process_gain():
     profile, check = profile_pipeline(_pipeline(ArrayDataset(n=4096), 128))
     assert profile.batched_fetch == "array-index" and check.fetch is not None
     assert profile.batched_speedup > 3  # 128 __getitem__ calls + collate vs one fancy-indexing call
-    assert profile.cpu_per_wall > 0.5
+    # CPU work, not waiting: about 0.95 on an idle machine, far above a waiting fetch's ~0.02 (the
+    # run-queue correction is imperfect when other processes hold the cores).
+    assert profile.cpu_per_wall > 0.3
 
 
 def test_tune_on_in_memory_tensors_measures_batched_fetching():

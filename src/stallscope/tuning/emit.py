@@ -181,7 +181,9 @@ def build_snippet(
     before, after = _user_knobs(baseline), _knob_sources(config)
     was, now = _effective(baseline), _effective(config)
     for name, _default in _KNOB_DEFAULTS:
-        if was[name] != now[name]:
+        # A knob whose effective value moves with another (prefetch_factor at 0 workers) but that
+        # neither call spells out is no change to write.
+        if was[name] != now[name] and before.get(name) != after.get(name):
             changes.append(Change(name, before.get(name), after.get(name)))
     keyword = [(None if a.positional else a.name, a.source) for a in args]
     keyword += [(name, after[name]) for name, _ in _KNOB_DEFAULTS if name in after]
