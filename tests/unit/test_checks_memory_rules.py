@@ -85,7 +85,7 @@ def test_native_memory_that_keeps_growing_is_a_native_leak():
     assert evidence["growing_attribute"] is None and evidence["allocation_sites"] == []
     assert "does not level off over 3.0 passes" in finding.message and "native leak" in finding.message
     # with less than two passes measured, it cannot tell a leak from a cache still filling
-    [finding] = detect_memory_growth(_memory(_worker(_flat, lambda x: 0.2 * x, samples=PASS)))
+    [finding] = detect_memory_growth(_memory(_worker(_flat, lambda x: 0.5 * x, samples=PASS)))
     assert "fewer than two passes" in finding.message
 
 
@@ -190,3 +190,11 @@ def test_the_record_schema_requires_the_memory_growth_split():
     del record["findings"][0]["evidence"]["plateaued_after_samples"]
     with pytest.raises(jsonschema.ValidationError, match="plateaued_after_samples"):
         jsonschema.validate(record, schema)
+
+
+def test_a_clean_pipelines_small_native_growth_is_no_finding():
+    # The demo's probe workers (Pillow decode, fork) grew about 22 MB of native memory over three
+    # passes without levelling off, while the same dataset in one process stays flat: allocator
+    # arenas and pages a fork child touches first. Below NATIVE_MIN_MB that is not a leak.
+    worker = _worker(_flat, lambda x: 22.0 * x / (3 * PASS))
+    assert detect_memory_growth(_memory(worker)) == []
