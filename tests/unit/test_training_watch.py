@@ -472,3 +472,13 @@ def test_timed_iterator_for_a_consumer_that_fetches_one_batch_ahead():
     assert d["first_batch_s"] == pytest.approx(0.021)
     assert d["compute_ms"]["max"] == pytest.approx(30.0)
     assert d["stall_fraction"] == pytest.approx(0.02 / 0.11, abs=1e-4)  # two refills of 10 ms, the last one ends the stream
+
+
+def test_summary_method_is_the_stall_summary_text():
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    w = ss.watch(DataLoader(TensorDataset(torch.zeros(64, 2)), batch_size=8), sample_resources=False)
+    for _ in w:
+        pass
+    assert w.summary() == ss.stall_summary(w) and "stall" in w.summary().lower()

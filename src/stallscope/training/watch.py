@@ -411,6 +411,14 @@ class Watch:
         return session.latest_cpu() if session is not None else None
 
     # -- results ---------------------------------------------------------------------------
+    def summary(self) -> str:
+        """The text of ``ss.stall_summary(w)``: verdict, stall fraction, what-if, buffer, GPU/CPU.
+
+        Kept for loops written against 0.1; the text itself is the renderer's business."""
+        from ..render.console_profile import stall_summary
+
+        return stall_summary(self.to_dict())
+
     def to_dict(self, *, timeline: bool = True, context: dict[str, Any] | None = None) -> dict[str, Any]:
         """The ``profile`` section (the record schema, stallscope/schema/record-v1.json): stall fraction, verdict, what-if, occupancy, ..."""
         self._join_sessions()
