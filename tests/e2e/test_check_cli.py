@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from interrupts import default_sigint
 
 from stallscope.commands.check import main
 
@@ -42,6 +43,7 @@ def _cli(args: list[str], tag: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
 
 

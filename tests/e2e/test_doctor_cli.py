@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import psutil
 import pytest
+from interrupts import default_sigint
 
 from stallscope.schema import record_schema
 
@@ -85,7 +86,8 @@ def test_ctrl_c_leaves_partial_report_and_no_orphans(tmp_path, command):
         args += ["--num-workers", "2,4", "--repeats", "50"]
     else:
         args += ["--out", str(tmp_path / "report"), "--skip", "check,stages,tune"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                            preexec_fn=default_sigint)
     try:
         # Wait until workers are running, then interrupt as a terminal's Ctrl-C would.
         parent = psutil.Process(proc.pid)
