@@ -5,7 +5,18 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
+
 from stallscope.commands import _common as common
+
+
+@pytest.fixture(autouse=True)
+def python_sigint():
+    """Python's own Ctrl-C handler, as in a terminal (a suite run as a background job inherits
+    SIGINT ignored, and stallscope then leaves that choice alone)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def _parser():
