@@ -48,3 +48,37 @@ def test_the_finding_carries_the_counts_and_the_fix():
     assert finding.message.startswith("Every worker yields the same samples: 12 of the 12 samples hashed from 2 workers")
     assert finding.evidence["items_per_worker"] == {"0": 6, "1": 6}
     assert finding.fix.count("\n") >= 3 and "get_worker_info()" in finding.fix
+
+
+class _DyingStream:
+    """An unsharded stream whose worker 1 exits with code 3 after a few items."""
+
+    def __iter__(self):
+        import os
+
+        from torch.utils.data import get_worker_info
+
+        info = get_worker_info()
+        for i in range(10_000):
+            if info is not None and info.id == 1 and i == 5:
+                os._exit(3)
+            yield i
+
+
+def test_a_worker_that_dies_mid_stream_is_reported_as_its_death():
+    import time
+    import types
+
+    from torch.utils.data import IterableDataset
+
+    from stallscope.checks.sharding import probe_sharding
+
+    class Dataset(IterableDataset):
+        def __iter__(self):
+            return iter(_DyingStream())
+
+    pipeline = types.SimpleNamespace(dataset=Dataset(), worker_init_fn=None)
+    record = probe_sharding(pipeline, workers=2, start_method="fork", deadline=time.monotonic() + 30, timeout=5.0)
+    assert record["error"] is not None and "a DataLoader worker died while reading the stream" in record["error"]
+    assert "exit code 3" in record["error"] or "exited unexpectedly" in record["error"]
+    assert detect_iterable_duplicates({"sharding": record}) == []

@@ -12,7 +12,7 @@ from tune_simulated import SimulatedEvaluator
 from stallscope.config import LoaderConfig
 from stallscope.target import load_target
 from stallscope.tuning.confidence import RaceLog, decide
-from stallscope.tuning.recommendations import _worker_threads
+from stallscope.analysis.tune_rules import _worker_threads
 from stallscope.tuning.search import run_search
 from stallscope.tuning.space import MB, MemoryBudget, SearchSettings, SearchSpace
 from stallscope.tuning.threads import thread_counts, thread_eligibility

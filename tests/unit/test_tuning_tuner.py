@@ -12,7 +12,7 @@ from tune_pipelines import ArrayDataset, WaitingDataset
 import stallscope as ss
 from stallscope.errors import UsageError
 from stallscope.target import pipeline_from_object
-from stallscope.tuning.recommendations import tune_recommendations
+from stallscope.analysis.tune_rules import tune_recommendations
 from stallscope.tuning.tuner import profile_pipeline
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..runtime.processes import shutdown_iterator
+from ..runtime.processes import describe_worker_death, is_worker_death, shutdown_iterator, stop_workers
 from .findings import ERROR, Finding
 from .rng import sample_digest
 from .util import describe_worker_exception
@@ -108,9 +108,14 @@ def probe_sharding(
                 record["ended"] = "prefix"
                 break
     except Exception as exc:  # the user's stream failed in a worker: record it, do not crash
-        record["error"] = describe_worker_exception(exc)
+        dead = stop_workers(iterator, exc) if iterator is not None else []  # NOTE [worker death]
+        if dead or is_worker_death(exc):
+            record["error"] = describe_worker_death(dead, " while reading the stream", exc)
+        else:
+            record["error"] = describe_worker_exception(exc)
     finally:
-        shutdown_iterator(iterator)
+        if iterator is not None:
+            shutdown_iterator(iterator)
     record["digests"] = {str(w): d[:prefix] for w, d in sorted(digests.items())}
     record["seconds"] = round(time.perf_counter() - started, 3)
     return record

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def emitted_config(target: str, section: dict) -> tuple[LoaderConfig, str]:
     """The config --emit prints and its comment: the user's own when the best is within noise of it."""
-    from ..tuning.recommendations import how_sure, keep_yours_sentence
+    from ..analysis.tune_rules import how_sure, keep_yours_sentence
 
     best, baseline = section["best"], section["baseline"]
     lines = [f"stallscope tune {target}"]

@@ -122,7 +122,7 @@ def render_what_to_set(data: dict[str, Any], console: Console, *, recommendation
     console.print()
     console.rule("[bold]What to set and why")
     if keep:
-        from ..tuning.recommendations import keep_yours_sentence
+        from ..analysis.tune_rules import keep_yours_sentence
 
         console.print(f"[bold]Keep yours:[/] {escape(keep_yours_sentence(best, baseline))}.")
     if snippet is not None:

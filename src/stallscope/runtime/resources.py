@@ -24,6 +24,7 @@ import contextlib
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -79,8 +80,10 @@ class ResourceSampler:
     """Samples the root process (default: this one) and its descendants in a thread.
 
     ``worker_pids`` optionally narrows "workers" to known pids (e.g. a
-    DataLoader iterator's); by default every descendant counts.
-    Use as a context manager or ``start()`` / ``stop()``.
+    DataLoader iterator's; None while they are not known yet); by default
+    every descendant counts. Use as a context manager or ``start()`` /
+    ``stop()``, or drive it from a thread of your own: ``begin()``,
+    ``sample()`` per tick, ``finish()``.
     """
 
     def __init__(
@@ -89,12 +92,13 @@ class ResourceSampler:
         *,
         uss_every: int = 4,
         root_pid: int | None = None,
-        worker_pids: Callable[[], list[int]] | None = None,
+        worker_pids: Callable[[], list[int] | None] | None = None,
         keep_ticks: bool = True,
     ) -> None:
         self.interval = interval
         self.uss_every = max(1, uss_every)
         self.root = psutil.Process(root_pid or os.getpid())
+        self._own = _OwnProcess() if self.root.pid == os.getpid() else None
         self._worker_pids = worker_pids
         self._keep_ticks = keep_ticks
         self._procs: dict[int, psutil.Process] = {}
@@ -109,15 +113,12 @@ class ResourceSampler:
         self._prev_t = 0.0
         self._peak = {"main_rss": 0.0, "workers_rss": 0.0, "uss": None, "n": 0}
         self._main_cpu0 = 0.0
+        self._n_ticks = 0
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> ResourceSampler:
-        self._started = time.perf_counter()
-        self._prev_t = self._started
-        self._main_cpu0 = _cpu_seconds(self.root)
-        self._prev_cpu[self.root.pid] = self._main_cpu0
-        # Every process alive now, with its CPU time: the baselines (NOTE [CPU from the window start]).
-        self._at_start = {proc.pid: _cpu_seconds(proc) for proc in self._workers() + _descendants(self.root)}
+        """Open the window and sample every ``interval`` seconds in a thread of its own."""
+        self.begin()
         self._thread = threading.Thread(target=self._run, name="stallscope-resources", daemon=True)
         self._thread.start()
         return self
@@ -126,9 +127,44 @@ class ResourceSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+        return self.finish()
+
+    def begin(self, at: tuple[float, float] | None = None) -> ResourceSampler:
+        """Open a window without a thread: the caller then calls :meth:`sample` and :meth:`finish` itself.
+
+        A sampler can open one window after another (one per epoch); each starts afresh.
+        ``at``: ``(time.perf_counter(), time.process_time())`` read by this process
+        when the window really opened (the loop's thread at an epoch's start),
+        when the sampler's thread gets to it later.
+        """
+        self._cpu_first, self._cpu_last, self._prev_cpu = {}, {}, {}
+        self._ticks = []
+        self._peak = {"main_rss": 0.0, "workers_rss": 0.0, "uss": None, "n": 0}
+        self._n_ticks = 0
+        self._started, self._main_cpu0 = at if at is not None else (time.perf_counter(), self._main_cpu())
+        self._prev_t = self._started
+        self._prev_cpu[self.root.pid] = self._main_cpu0
+        # Every process alive now, with its CPU time: the baselines (NOTE [CPU from the window start]).
+        # Known workers are enough; while they are unknown (None), every descendant is read.
+        known = self._worker_pids() if self._worker_pids is not None else None
+        alive = self._workers(known) if known is not None else self._workers() + _descendants(self.root)
+        self._at_start = {proc.pid: _cpu_seconds(proc) for proc in alive}
+        return self
+
+    def sample(self) -> None:
+        """One tick (USS on every ``uss_every``-th)."""
+        self._n_ticks += 1
+        self._tick(read_uss=(self._n_ticks % self.uss_every == 0))
+
+    def finish(self, at: tuple[float, float] | None = None) -> ResourceSummary:
+        """Close the window: a last tick, then the window's figures.
+
+        ``at``: as for :meth:`begin`, the clocks read when the window really closed.
+        """
         self._tick(read_uss=False)
-        elapsed = max(1e-9, time.perf_counter() - self._started)
-        main_cpu = (_cpu_seconds(self.root) - self._main_cpu0) / elapsed * 100
+        end, end_cpu = at if at is not None else (time.perf_counter(), self._main_cpu())
+        elapsed = max(1e-9, end - self._started)
+        main_cpu = (end_cpu - self._main_cpu0) / elapsed * 100
         workers_cpu = sum(self._cpu_last[p] - self._cpu_first[p] for p in self._cpu_last) / elapsed * 100
         return ResourceSummary(
             main_cpu_percent=main_cpu,
@@ -152,10 +188,10 @@ class ResourceSampler:
         self.summary = self.stop()
 
     # -- sampling ----------------------------------------------------------------
-    def _workers(self) -> list[psutil.Process]:
-        if self._worker_pids is not None:
-            pids = self._worker_pids()
-        else:
+    def _workers(self, pids: list[int] | None = None) -> list[psutil.Process]:
+        if pids is None and self._worker_pids is not None:
+            pids = self._worker_pids() or []
+        elif pids is None:
             try:
                 pids = [p.pid for p in self.root.children(recursive=True)]
             except psutil.Error:
@@ -171,6 +207,15 @@ class ResourceSampler:
                 procs.append(proc)
         return procs
 
+    def _main_cpu(self) -> float:
+        own = self._own
+        return own.cpu_seconds() if own is not None and own.current() else _cpu_seconds(self.root)
+
+    def _main_rss(self) -> float:
+        own = self._own
+        rss = own.rss_mb() if own is not None and own.current() else None
+        return rss if rss is not None else _rss_mb(self.root)
+
     def _baseline(self, proc: psutil.Process, cpu: float) -> None:
         """Where a worker's CPU starts counting (NOTE [CPU from the window start])."""
         if proc.pid in self._at_start:
@@ -184,19 +229,17 @@ class ResourceSampler:
         self._prev_cpu[proc.pid] = first
 
     def _run(self) -> None:
-        n = 0
         while not self._stop.wait(self.interval):
-            n += 1
-            self._tick(read_uss=(n % self.uss_every == 0))
+            self.sample()
 
     def _tick(self, *, read_uss: bool) -> None:
         now = time.perf_counter()
         dt = max(1e-9, now - self._prev_t)
         self._prev_t = now
-        main_cpu = _cpu_seconds(self.root)
+        main_cpu = self._main_cpu()
         main_pct = (main_cpu - self._prev_cpu.get(self.root.pid, main_cpu)) / dt * 100
         self._prev_cpu[self.root.pid] = main_cpu
-        main_rss = _rss_mb(self.root)
+        main_rss = self._main_rss()
         workers_pct = 0.0
         workers_rss = 0.0
         uss: list[float] = []
@@ -233,6 +276,43 @@ class ResourceSampler:
                     worker_uss_mb=[round(u, 1) for u in uss] if read_uss else None,
                 )
             )
+
+
+class _OwnProcess:
+    """This process's CPU time and RSS, read without opening a file per reading.
+
+    The sampler runs in a thread of the training process, and every blocking
+    call it makes hands the GIL back and forth with the training loop
+    (NOTE [sampler and the GIL] in stallscope/training/sampling.py); psutil
+    opens, reads and closes a /proc file per reading. Here CPU time is
+    ``time.process_time()`` (all threads, user + system: what psutil sums) and
+    RSS one ``pread`` of an already open ``/proc/PID/statm``. Where that file
+    does not exist (macOS, Windows), RSS falls back to psutil.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._fd: int | None = None
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            self._page_mb = os.sysconf("SC_PAGE_SIZE") / MB
+            self._fd = os.open(f"/proc/{self.pid}/statm", os.O_RDONLY)
+            weakref.finalize(self, os.close, self._fd)
+
+    def current(self) -> bool:
+        """False in a forked child: the numbers would be the parent's."""
+        return os.getpid() == self.pid
+
+    @staticmethod
+    def cpu_seconds() -> float:
+        return time.process_time()
+
+    def rss_mb(self) -> float | None:
+        if self._fd is None:
+            return None
+        try:
+            return int(os.pread(self._fd, 128, 0).split()[1]) * self._page_mb
+        except (OSError, ValueError, IndexError):
+            return None
 
 
 def _descendants(root: psutil.Process) -> list[psutil.Process]:

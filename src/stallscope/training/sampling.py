@@ -3,8 +3,29 @@
 Prefetch-buffer occupancy (read from the DataLoader iterator's queues), GPU
 utilisation and memory (NVML), and CPU/memory of the main process and the
 workers (:class:`~stallscope.runtime.resources.ResourceSampler`). All of it
-runs in daemon threads at a low rate (defaults: every 0.2 s, resources every
-0.5 s), reads only, and stays off the training loop's hot path.
+runs in one daemon thread per watch, only while an epoch runs, at a low rate
+(defaults: every 0.2 s, resources every 0.5 s of epochs); it reads only, and
+stays off the training loop's hot path. A single-process loader without a
+GPU needs no thread (NOTE [sampler and the GIL]).
+
+NOTE [sampler and the GIL]
+    The sampler's cost to the training loop is not its CPU (a fraction of a
+    percent of a core) but its GIL hand-overs. Every time a sampler thread
+    wakes, and every time it returns from a blocking call (opening or reading
+    a /proc file), it must take the GIL from a loop that is running Python
+    code: the loop stops, and waits to be woken again when the sampler lets
+    go. On the 2-core reference VM, with a loop of 0.37 ms steps, a thread
+    waking every 10 ms to do nothing cost 114-235 µs per wake-up, and one
+    reading CPU and RSS through psutil (a file opened, read and closed per
+    figure) 600-990 µs (two runs of benchmarks/gil_handover.py). So a sampler
+    thread wakes as little as it can: not between epochs, and it reads this
+    process without opening files
+    (:class:`~stallscope.runtime.resources.ResourceSampler`). With a
+    single-process loader and no GPU there is nothing for a thread to wait
+    on, so there is no thread: the watch reads CPU and RSS itself, on the
+    loop's thread, at a step due about every ``resource_interval`` seconds
+    (a few µs, no hand-over; :func:`needs_thread`).
+    benchmarks/watch_overhead.py measures the whole.
 
 The loader iterator to sample is found through frameworks' wrappers by
 :func:`find_loader_iterator` (Lightning's combined loader, accelerate's
@@ -13,7 +34,9 @@ lookahead generator), so the integrations sample occupancy as ``ss.watch`` does.
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from array import array
 from collections.abc import Callable
 from typing import Any
@@ -103,6 +126,21 @@ def open_gpu(spec: Any) -> Any:
     return open_gpu_monitor()
 
 
+def needs_thread(gpu: Any, iterator: Any) -> bool:
+    """Whether sampling needs a thread: a GPU to read, workers (their buffer, their CPU), or an iterator not known yet.
+
+    A single-process DataLoader on a machine without a GPU has none of them:
+    its resources are read on the loop's own thread, every half second of
+    steps, and no sampler thread wakes to take the GIL from the loop
+    (NOTE [sampler and the GIL]).
+    """
+    if gpu is not None and getattr(gpu, "available", True):
+        return True
+    if not isinstance(iterator, _BaseDataLoaderIter):
+        return True
+    return int(getattr(iterator, "_num_workers", 0) or 0) > 0
+
+
 class Samples:
     """What the background threads collected over the whole run (all epochs)."""
 
@@ -123,17 +161,30 @@ class Samples:
         return self.gpu_util[-1] if self.gpu_util else None
 
 
-class SamplingSession:
-    """Background sampling while an epoch runs: occupancy + GPU in one thread, CPU/memory in a ResourceSampler.
+class BackgroundSampler:
+    """One thread per :class:`~stallscope.training.watch.Watch` that samples while epochs run.
+
+    Started at the watch's first epoch and kept for its life: an epoch
+    boundary costs the training loop two clock reads, a lock and a notify
+    (:meth:`begin_epoch`, :meth:`end_epoch`), not a thread start. Between
+    epochs the thread sleeps on a condition and wakes nobody
+    (NOTE [sampler and the GIL]).
+
+    Per epoch it keeps a :class:`~stallscope.runtime.resources.ResourceSampler`
+    window, filed into ``samples.resources`` when the epoch is over (the
+    workers' last CPU figures are read before they exit): the per-epoch CPU
+    and memory figures. The window's span and the main process's CPU come
+    from the clocks read by the loop at the boundaries, so they are exact
+    however late the thread gets to them. :meth:`settle` waits for the filing.
+
+    The sampling clocks run on time spent inside epochs: a sample is due after
+    ``interval`` seconds of epochs (resources after ``resource_interval``),
+    however the epochs are cut, and nothing is sampled between them.
 
     ``iterator`` and ``steady`` are called from the thread: the loader iterator
     being consumed (None when unknown) and whether the epoch is past its first
-    batch and the warm-up (start-up is not the steady state).
-
-    The training loop's thread only starts the thread and, at the epoch's end,
-    sets an event (:meth:`stop`): setting up and shutting down the resource
-    sampler happen in the background thread, so an epoch boundary costs the
-    loop one thread start. :meth:`join` waits for the results (reports).
+    batch and the warm-up (start-up is not the steady state). They must not
+    keep the watch alive: the thread ends when it is closed or garbage-collected.
     """
 
     def __init__(
@@ -148,23 +199,128 @@ class SamplingSession:
     ) -> None:
         self._samples, self._gpu, self._iterator, self._steady = samples, gpu, iterator, steady
         self._interval, self._resource_interval = interval, resource_interval
-        self._stop = threading.Event()
-        self.resources: Any = None
+        self._cond = threading.Condition(threading.Lock())
+        # Written by the loop's thread under the lock:
+        self._epoch = 0  # epochs begun
+        self._running = False  # an epoch is in progress
+        self._begun_at = (0.0, 0.0)  # (perf_counter, process CPU seconds) at the latest epoch's start
+        self._ended_at = (0.0, 0.0)  # ... at the latest epoch's end
+        self._closed = False
+        # Written by the sampler's thread under the lock:
+        self._filed = 0  # epochs up to this one are filed (or were too short to be seen)
+        self._asleep = False  # waiting for an epoch to begin
+        self.resources: Any = None  # the ResourceSampler (one window per epoch)
         self._thread = threading.Thread(target=self._run, name="stallscope-watch", daemon=True)
         self._thread.start()
 
-    def _worker_pids(self) -> list[int]:
+    # -- the training loop's side --------------------------------------------------------
+    def begin_epoch(self) -> None:
+        at = (time.perf_counter(), time.process_time())
+        with self._cond:
+            self._epoch += 1
+            self._running = True
+            self._begun_at = at
+            if self._asleep:
+                self._cond.notify_all()
+
+    def end_epoch(self) -> None:
+        """The epoch is over; its results are filed in the background (:meth:`settle` waits for them)."""
+        at = (time.perf_counter(), time.process_time())
+        with self._cond:
+            self._running = False
+            self._ended_at = at
+            self._cond.notify_all()
+
+    def settle(self, timeout: float = 5.0) -> None:
+        """Wait until the results of every ended epoch are filed (before reporting)."""
+        with self._cond:
+            self._cond.wait_for(self._settled, timeout)
+
+    def _settled(self) -> bool:
+        if self._closed or (self._asleep and not self._running):
+            return True
+        return self._filed >= self._epoch - (1 if self._running else 0)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """End the epoch in progress, file it and end the thread."""
+        self.shutdown()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def shutdown(self) -> None:
+        """Ask the thread to end (files the epoch in progress); does not wait. Safe from a finaliser."""
+        at = (time.perf_counter(), time.process_time())
+        with self._cond:
+            if self._running:
+                self._running, self._ended_at = False, at
+            self._closed = True
+            self._cond.notify_all()
+
+    # -- the thread ----------------------------------------------------------------------
+    def _worker_pids(self) -> list[int] | None:
+        """The consumed iterator's worker pids; None while the iterator is not known (then every child counts)."""
         iterator = self._iterator()
-        return worker_pids(iterator) if iterator is not None else []
+        return worker_pids(iterator) if isinstance(iterator, _BaseDataLoaderIter) else None
 
     def _run(self) -> None:
         from ..runtime.resources import ResourceSampler
 
-        resources = ResourceSampler(self._resource_interval, uss_every=8, worker_pids=self._worker_pids, keep_ticks=True)
-        self.resources = resources.start()
-        while not self._stop.wait(self._interval):
-            self.sample_once()
-        self._samples.resources.append(resources.stop().to_dict())
+        self.resources = ResourceSampler(self._resource_interval, uss_every=8, worker_pids=self._worker_pids, keep_ticks=True)
+        cond = self._cond
+        window = 0  # the epoch whose window is open (0: none)
+        due_sample, due_resources = self._interval, self._resource_interval  # seconds of epochs until due
+        useful = True
+        while True:
+            with cond:
+                if not window:  # nothing open: sleep until an epoch begins
+                    self._filed = self._epoch - (1 if self._running else 0)
+                    cond.notify_all()
+                    self._asleep = True
+                    cond.wait_for(lambda: self._running or self._closed)
+                    self._asleep = False
+                    if not self._running:
+                        return
+                    window, begun = self._epoch, self._begun_at
+                else:
+                    begun = None
+            if begun is not None:
+                self.resources.begin(at=begun)
+                useful = self._anything_to_sample()
+            waited = time.perf_counter()
+            with cond:
+                cond.wait_for(lambda w=window: self._over(w), min(due_sample if useful else math.inf, due_resources))
+                over, running, epoch = self._over(window), self._running, self._epoch
+                ended, begun = self._ended_at, self._begun_at
+            now = time.perf_counter()
+            inside = now - waited
+            if over:  # the time since the epoch ended (up to a new one's start) was not an epoch's
+                inside -= max(0.0, min(now, begun[0] if running else now) - max(waited, ended[0]))
+            due_sample, due_resources = due_sample - inside, due_resources - inside
+            if over:
+                self._samples.resources.append(self.resources.finish(at=ended).to_dict())
+                with cond:
+                    self._filed = epoch - (1 if running else 0)
+                    cond.notify_all()
+                window = 0
+                if not running:
+                    continue
+                with cond:  # the next epoch already runs: open its window without sleeping
+                    window, begun = self._epoch, self._begun_at
+                self.resources.begin(at=begun)
+            if useful and due_sample <= 0:
+                self.sample_once()
+                due_sample = self._interval
+            if due_resources <= 0:
+                self.resources.sample()
+                due_resources = self._resource_interval
+                useful = self._anything_to_sample()
+
+    def _over(self, window: int) -> bool:
+        """Whether epoch ``window`` has ended (under the lock)."""
+        return self._closed or not self._running or self._epoch != window
+
+    def _anything_to_sample(self) -> bool:
+        return needs_thread(self._gpu, self._iterator())
 
     def sample_once(self) -> None:
         if not self._steady():
@@ -181,13 +337,6 @@ class SamplingSession:
             samples.gpu_memory_total = gpu.memory_total_mb
 
     def latest_cpu(self) -> tuple[float, float] | None:
-        tick = self.resources.latest() if self.resources is not None else None
+        resources = self.resources
+        tick = resources.latest() if resources is not None else None
         return None if tick is None else (tick.main_cpu_percent, tick.workers_cpu_percent)
-
-    def stop(self) -> None:
-        """Ask the thread to finish (it files its resource summary); does not wait."""
-        self._stop.set()
-
-    def join(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5.0)

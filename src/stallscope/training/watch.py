@@ -34,8 +34,10 @@ NOTE [watch hot path]
     at which a sink is due (``sys.maxsize`` with no sink: the null sink
     never comes due). Nothing on that path branches on an option: the step
     boundary is a plain clock read, or a synchronising one chosen once per
-    epoch; sinks are reached only through the due-step comparison; samplers
-    run in their own threads at a low rate and never touch the loop. Anything
+    epoch; sinks and the inline resource readings (a single-process loader
+    without a GPU: no sampler thread, NOTE [sampler and the GIL] in
+    sampling.py) are reached only through the due-step comparison; a sampler
+    thread, where one is needed, runs at a low rate and never touches the loop. Anything
     added here is paid on every step of every user's training run; measure
     it with benchmarks/watch_overhead.py (SPEC §7: ≤ 1% on in-memory data).
 """
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import sys
 import time
 import weakref
 from array import array
@@ -53,7 +56,7 @@ from typing import Any, Union
 
 from ..analysis import training as rules
 from ..errors import UsageError
-from .sampling import Samples, SamplingSession, find_loader_iterator, open_gpu
+from .sampling import BackgroundSampler, Samples, find_loader_iterator, needs_thread, open_gpu
 from .sinks import open_sinks, row
 from .summary import (
     epoch_startup,
@@ -67,6 +70,9 @@ from .summary import (
 # A runtime alias: typing.Union, not ``|``, so that Python 3.9 can evaluate it.
 SyncSpec = Union[None, str, bool, Callable[[], Any]]
 Clock = Callable[[], float]
+
+# Steps after an epoch's start at which the first inline resource reading is due (then every ~resource_interval).
+_FIRST_INLINE_TICK = 16
 
 # How the data wait was timed, for the record (``timing.method``).
 FETCH_TIMING = "fetch"
@@ -143,8 +149,13 @@ class Watch:
         self._pending: float | None = None  # manual API: a data wait in progress since this time
         self._paused = False  # manual API: the loop left training (validation); samplers skip
         self._samples = Samples()
-        self._session: SamplingSession | None = None
-        self._finished: list[SamplingSession] = []  # stopped, maybe still filing their results
+        self._sampler: BackgroundSampler | None = None  # started at the first epoch, kept until close()
+        self._sampling = False  # the sampler is told an epoch is in progress (or the inline window is open)
+        # Resources read on the loop's own thread when no thread is needed (NOTE [sampler and the GIL]).
+        self._inline: Any = None  # a ResourceSampler driven from the loop
+        self._inline_open = False
+        self._tick_due = sys.maxsize  # the step at which the inline reading is due
+        self._tick_at = (0.0, 0)  # (time, step) of the latest inline reading
         self._t0: float | None = None
         self._ranks: list[dict[str, Any]] | None = None
         self._iterator: Callable[[], Any] = _none
@@ -161,11 +172,12 @@ class Watch:
         self._begin_epoch(t_req)
         iterator = iter(self._loader)
         self.observe(iterator)
-        self._start_session()
+        self._begin_sampling()
         data, compute = self._data, self._compute
         req_append, data_append, compute_append = self._t_req.append, data.append, compute.append
         step = len(data)
-        next_due = self._sinks.due_after(step)
+        sink_due = self._sinks.due_after(step)
+        next_due = min(sink_due, self._tick_due)
         t_got = t_req
         try:
             for batch in iterator:  # FOR_ITER: no next() call to look up per step
@@ -174,7 +186,11 @@ class Watch:
                 data_append(t_got - t_req)
                 step += 1
                 if step >= next_due:
-                    next_due = self._sinks.at_step(self, step)
+                    if step >= sink_due:
+                        sink_due = self._sinks.at_step(self, step)
+                    if step >= self._tick_due:
+                        self._tick_due = self._inline_tick(step)
+                    next_due = min(sink_due, self._tick_due)
                 yield batch
                 # The loop came back for the next batch: this step's compute ends here.
                 t_req = boundary()
@@ -212,29 +228,77 @@ class Watch:
         if self._gpu is None:
             self._gpu = open_gpu(self._gpu_spec)
 
-    def _start_session(self) -> None:
-        if self._session is None and self.sample_resources:
-            self._session = SamplingSession(
+    def _begin_sampling(self) -> None:
+        """Tell the background sampler an epoch runs (starting its thread at the first epoch), or read inline."""
+        if self._sampling or not self.sample_resources:
+            return
+        if self._sampler is None and not needs_thread(self._gpu, self._iterator()):
+            self._open_inline()
+            return
+        if self._sampler is None:
+            owner = weakref.ref(self)  # the thread must not keep the watch alive
+
+            def iterator() -> Any:
+                w = owner()
+                return None if w is None else w._iterator()
+
+            def steady() -> bool:
+                w = owner()
+                return w is not None and w._in_steady_state()
+
+            self._sampler = BackgroundSampler(
                 self._samples,
                 self._gpu,
-                iterator=self._observed,
-                steady=self._in_steady_state,
+                iterator=iterator,
+                steady=steady,
                 interval=self.sample_interval,
                 resource_interval=self.resource_interval,
             )
+            weakref.finalize(self, self._sampler.shutdown)  # a watch dropped without close() ends its thread
+        self._sampler.begin_epoch()
+        self._sampling = True
 
     def _end_epoch(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            session.stop()
-            self._finished.append(session)
+        if self._sampling:
+            self._sampling = False
+            if self._inline_open:
+                self._close_inline()
+            else:
+                self._sampler.end_epoch()  # files the epoch's results in the background
         self._sinks.flush(self)
 
-    def _join_sessions(self) -> None:
-        """Wait for stopped sampling sessions to file their results (before reporting)."""
-        for session in self._finished:
-            session.join()
-        self._finished.clear()
+    # -- inline resource readings (no thread needed: NOTE [sampler and the GIL]) ---------------
+    def _open_inline(self) -> None:
+        from ..runtime.resources import ResourceSampler
+
+        if self._inline is None:
+            self._inline = ResourceSampler(self.resource_interval, uss_every=8, worker_pids=list, keep_ticks=True)
+        now = time.perf_counter()
+        self._inline.begin(at=(now, time.process_time()))
+        step = len(self._data)
+        self._tick_at = (now, step)
+        self._tick_due = step + _FIRST_INLINE_TICK
+        self._inline_open = self._sampling = True
+
+    def _inline_tick(self, step: int) -> int:
+        """Read CPU and RSS now; the step at which the next reading is due (about ``resource_interval`` on)."""
+        self._inline.sample()
+        now = time.perf_counter()
+        then, at = self._tick_at
+        self._tick_at = (now, step)
+        rate = (step - at) / (now - then) if now > then else 0.0
+        return step + max(1, int(rate * self.resource_interval)) if rate > 0 else step + _FIRST_INLINE_TICK
+
+    def _close_inline(self) -> None:
+        summary = self._inline.finish(at=(time.perf_counter(), time.process_time()))
+        self._samples.resources.append(summary.to_dict())
+        self._inline_open = False
+        self._tick_due = sys.maxsize
+
+    def _settle(self) -> None:
+        """Wait for the sampler to file the results of the ended epochs (before reporting)."""
+        if self._sampler is not None:
+            self._sampler.settle()
 
     def _in_steady_state(self) -> bool:
         """Whether the current epoch has delivered its first batch and warm-up is over (sampler thread)."""
@@ -259,8 +323,8 @@ class Watch:
         """
         if self._t0 is None or self._gpu is None:
             self._begin_epoch(self._clock())
-        if self._session is None:
-            self._start_session()
+        if not self._sampling:
+            self._begin_sampling()
         if len(self._compute) < len(self._data):
             now = self._sync_now()
             self._compute.append(now - (self._t_req[-1] + self._data[-1]))
@@ -281,6 +345,8 @@ class Watch:
         step = len(self._data)
         if step >= self._sinks.due_after(step - 1):
             self._sinks.at_step(self, step)
+        if step >= self._tick_due:
+            self._tick_due = self._inline_tick(step)
 
     def cancel_wait(self) -> None:
         """Drop a data wait in progress (the loop went elsewhere: validation, epoch end)."""
@@ -302,8 +368,7 @@ class Watch:
         self.end_step()
         now = self._clock()
         self._begin_epoch(now)
-        if self._session is None:
-            self._start_session()
+        self._begin_sampling()
         self._pending = now
         self._paused = False
 
@@ -337,7 +402,9 @@ class Watch:
     def close(self) -> None:
         """Stop background sampling and flush/close the outputs (the loader is left alone)."""
         self._end_epoch()
-        self._join_sessions()
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.close()
         self._sinks.close()
         if self._gpu is not None:
             self._gpu.close()
@@ -407,8 +474,12 @@ class Watch:
         return self._samples.latest_gpu_util()
 
     def latest_cpu(self) -> tuple[float, float] | None:
-        session = self._session
-        return session.latest_cpu() if session is not None else None
+        if not self._sampling:
+            return None
+        if self._inline_open:
+            tick = self._inline.latest()
+            return None if tick is None else (tick.main_cpu_percent, tick.workers_cpu_percent)
+        return self._sampler.latest_cpu()
 
     # -- results ---------------------------------------------------------------------------
     def summary(self) -> str:
@@ -421,7 +492,7 @@ class Watch:
 
     def to_dict(self, *, timeline: bool = True, context: dict[str, Any] | None = None) -> dict[str, Any]:
         """The ``profile`` section (the record schema, stallscope/schema/record-v1.json): stall fraction, verdict, what-if, occupancy, ..."""
-        self._join_sessions()
+        self._settle()
         samples = self._samples
         profile = summarize_steps(
             data_s=list(self._data),

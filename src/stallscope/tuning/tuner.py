@@ -10,7 +10,7 @@ The parts:
   :func:`stallscope.throughput.measure.measure` (steady state, start-up apart), under
   the time budget; a failing config becomes a failed trial, not a crash.
 * :mod:`stallscope.tuning.search` — the strategy (NOTE [tuning strategy]).
-* :mod:`stallscope.tuning.recommendations` — pure: tune section →
+* :mod:`stallscope.analysis.tune_rules` — pure: tune section →
   recommendations, each with the measured gain.
 """
 
@@ -34,7 +34,7 @@ from ..runtime.host import cuda_available, usable_cores
 from ..runtime.processes import no_orphans
 from ..target import Pipeline, load_target, nbytes, preflight
 from ..throughput.epochs import EpochGap, epoch_gap
-from .recommendations import tune_recommendations
+from ..analysis.tune_rules import tune_recommendations
 from .search import Search
 from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
 from .threads import thread_eligibility
