@@ -71,8 +71,8 @@ def run_kind(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         tuned = tune(pipeline, budget_s=args.budget, seed=args.seed)
         tune_s = time.perf_counter() - t0
-    log(f"[{kind}] tune: {tuned.config.label()} at {tuned.samples_per_s:,.0f}/s in {tune_s:.1f} s "
-        f"(confidence {tuned.confidence:.0%})")
+    sure = "not confirmed" if tuned.confidence is None else f"confidence {tuned.confidence:.0%}"
+    log(f"[{kind}] tune: {tuned.config.label()} at {tuned.samples_per_s:,.0f}/s in {tune_s:.1f} s ({sure})")
 
     with no_orphans():
         runs = measure_interleaved(pipeline, [grid_best.config, tuned.config], repeats=args.h2h_repeats,
@@ -95,7 +95,7 @@ def run_kind(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         "ratio": round(ratio, 3),
         "tuning_seconds": round(tune_s, 1),
         "tuning_share_of_grid": round(tune_s / grid_s, 3),
-        "confidence": round(tuned.confidence, 3),
+        "confidence": None if tuned.confidence is None else round(tuned.confidence, 3),
         "measurements_by_tuner": len(tuned.trials),
         "pass_quality": ratio >= 0.97,
         "pass_cost": tune_s <= 60 and (args.quick or tune_s <= 0.15 * grid_s),

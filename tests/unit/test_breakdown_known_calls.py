@@ -65,11 +65,11 @@ def test_nothing_detected_leaves_it_in_other_with_a_note():
 
 
 def test_iterable_dataset_stages(tmp_path):
-    dataset = sh.StreamDataset(count=48, transform=sh.Compose([sh.Normalize()]))
+    dataset = sh.StreamDataset(count=160, transform=sh.Compose([sh.Normalize()]))
     result = ss.stages(
         {"dataset": dataset, "batch_size": 4},
         num_workers=1,
-        samples=16,
+        samples=64,  # one stall of tens of ms (preemption) moves a 16-sample mean by ~2 ms
         hotspots=2,
         start_method="fork",
     )
@@ -105,13 +105,13 @@ def test_a_dataset_that_cannot_be_copied_is_timed_as_a_whole_with_a_note():
 
 def test_batched_fetch_counts_every_sample():
     result = ss.stages(
-        {"dataset": sh.BatchedFetch(), "batch_size": 4},
+        {"dataset": sh.BatchedFetch(length=96), "batch_size": 4},
         num_workers=1,
-        samples=16,
+        samples=64,  # one stall of tens of ms (preemption) moves a 16-sample mean by ~2 ms
         start_method="fork",
         hotspots=0,
     )
-    assert result.run.samples == 16 and result.run.batches == 4
+    assert result.run.samples == 64 and result.run.batches == 16
     # 4 ms per batch of 4 samples; overshoot only adds, a per-batch attribution would read 4 ms
     assert 0.99 <= result.inclusive_ms("other (__getitem__)") < 2.0
 

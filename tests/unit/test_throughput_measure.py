@@ -32,8 +32,12 @@ def test_rate_matches_known_cost(workers, context, tmp_path):
     real = real_item_seconds(str(tmp_path))
     assert real >= COST
     truth = max(workers, 1) / real
-    assert m.samples_per_s == pytest.approx(truth, rel=0.10)
-    assert m.batches_per_s == pytest.approx(truth / 4, rel=0.10)
+    # The truth is the workers' capacity; what reaches the main process is a little less (the
+    # result queue, the main process's own share of 2 cores: 7-10% at 4 workers here). Counting
+    # too much (a prefetch buffer, a per-batch mix-up) shows as a rate above it.
+    low = 0.85 if workers >= 4 else 0.90
+    assert truth * low <= m.samples_per_s <= truth * 1.10
+    assert m.batches_per_s == pytest.approx(m.samples_per_s / 4)
     assert m.window_s >= 1.0
     assert m.samples == m.batches * 4
 

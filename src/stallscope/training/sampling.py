@@ -17,7 +17,7 @@ NOTE [sampler and the GIL]
     go. On the 2-core reference VM, with a loop of 0.37 ms steps, a thread
     waking every 10 ms to do nothing cost 114-235 µs per wake-up, and one
     reading CPU and RSS through psutil (a file opened, read and closed per
-    figure) 600-990 µs (two runs of benchmarks/gil_handover.py). So a sampler
+    figure) 600-990 µs (benchmarks/gil_handover.py and a draft of it). So a sampler
     thread wakes as little as it can: not between epochs, and it reads this
     process without opening files
     (:class:`~stallscope.runtime.resources.ResourceSampler`). With a
