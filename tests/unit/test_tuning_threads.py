@@ -9,10 +9,10 @@ from threads_datasets import BatchedQuery, LatencyItems, SharedHandleRecords, wr
 from tune_costmodel import CPU_BOUND, TINY_IN_MEMORY, CostModel, dense_space
 from tune_simulated import SimulatedEvaluator
 
+from stallscope.analysis.tune_rules import _worker_threads
 from stallscope.config import LoaderConfig
 from stallscope.target import load_target
 from stallscope.tuning.confidence import RaceLog, decide
-from stallscope.analysis.tune_rules import _worker_threads
 from stallscope.tuning.search import run_search
 from stallscope.tuning.space import MB, MemoryBudget, SearchSettings, SearchSpace
 from stallscope.tuning.threads import thread_counts, thread_eligibility

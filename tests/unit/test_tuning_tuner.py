@@ -10,9 +10,9 @@ from torch.utils.data import TensorDataset
 from tune_pipelines import ArrayDataset, WaitingDataset
 
 import stallscope as ss
+from stallscope.analysis.tune_rules import tune_recommendations
 from stallscope.errors import UsageError
 from stallscope.target import pipeline_from_object
-from stallscope.analysis.tune_rules import tune_recommendations
 from stallscope.tuning.tuner import profile_pipeline
 
 

@@ -21,7 +21,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..runtime.processes import describe_worker_death, is_worker_death, shutdown_iterator, stop_workers
+from ..runtime.processes import (
+    describe_worker_death,
+    is_worker_death,
+    shutdown_iterator,
+    stop_workers,
+)
 from .findings import ERROR, Finding
 from .rng import sample_digest
 from .util import describe_worker_exception

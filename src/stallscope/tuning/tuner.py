@@ -26,6 +26,7 @@ from typing import Any
 
 import psutil
 
+from ..analysis.tune_rules import tune_recommendations
 from ..checks.sharding import replayed_stream
 from ..config import LoaderConfig, loader_supports
 from ..errors import PipelineError, UsageError
@@ -34,7 +35,6 @@ from ..runtime.host import cuda_available, usable_cores
 from ..runtime.processes import no_orphans
 from ..target import Pipeline, load_target, nbytes, preflight
 from ..throughput.epochs import EpochGap, epoch_gap
-from ..analysis.tune_rules import tune_recommendations
 from .search import Search
 from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
 from .threads import thread_eligibility
