@@ -122,24 +122,23 @@ def step_interleaved(
 def _interleave_epoch(bare: DataLoader, watched: Any, a_steps: list[float], b_steps: list[float]) -> None:
     """One epoch of each arm, consumed A B B A; every iter()/next() call timed into its arm."""
     clock = time.perf_counter
-    arms = [[bare, None, a_steps], [watched, None, b_steps]]
-    for arm in arms:
+    times = (a_steps, b_steps)
+    iterators = []
+    for loader, arm in zip((bare, watched), times):
         t0 = clock()
-        arm[1] = iter(arm[0])
-        arm[2].append(clock() - t0)
+        iterators.append(iter(loader))
+        arm.append(clock() - t0)
     done = [False, False]
-    pattern = (0, 1, 1, 0)
     while not all(done):
-        for which in pattern:
+        for which in (0, 1, 1, 0):
             if done[which]:
                 continue
-            _, iterator, times = arms[which]
             t0 = clock()
             try:
-                next(iterator)
+                next(iterators[which])
             except StopIteration:  # the epoch's end (the watch files its window here): timed too
                 done[which] = True
-            times.append(clock() - t0)
+            times[which].append(clock() - t0)
 
 
 def _chunk_sums(a: list[float], b: list[float], size: int) -> list[tuple[float, float]]:

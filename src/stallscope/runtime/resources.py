@@ -181,6 +181,11 @@ class ResourceSampler:
         """The most recent tick (None before the first; needs ``keep_ticks``), for live displays."""
         return self._ticks[-1] if self._ticks else None
 
+    def latest_cpu(self) -> tuple[float, float] | None:
+        """``(main, workers)`` CPU % of the most recent tick, for live lines."""
+        tick = self.latest()
+        return None if tick is None else (tick.main_cpu_percent, tick.workers_cpu_percent)
+
     def __enter__(self) -> ResourceSampler:
         return self.start()
 
@@ -276,6 +281,11 @@ class ResourceSampler:
                     worker_uss_mb=[round(u, 1) for u in uss] if read_uss else None,
                 )
             )
+
+
+def window_clocks() -> tuple[float, float]:
+    """``(time.perf_counter(), time.process_time())`` now: where a window opens or closes (``at``)."""
+    return time.perf_counter(), time.process_time()
 
 
 class _OwnProcess:

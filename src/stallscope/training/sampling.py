@@ -44,6 +44,7 @@ from typing import Any
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ..runtime.processes import worker_pids
+from ..runtime.resources import ResourceSampler, window_clocks
 
 # How deep find_loader_iterator looks through wrappers (combined loader -> mode iterator -> list).
 _SEARCH_DEPTH = 4
@@ -215,7 +216,7 @@ class BackgroundSampler:
 
     # -- the training loop's side --------------------------------------------------------
     def begin_epoch(self) -> None:
-        at = (time.perf_counter(), time.process_time())
+        at = window_clocks()
         with self._cond:
             self._epoch += 1
             self._running = True
@@ -225,7 +226,7 @@ class BackgroundSampler:
 
     def end_epoch(self) -> None:
         """The epoch is over; its results are filed in the background (:meth:`settle` waits for them)."""
-        at = (time.perf_counter(), time.process_time())
+        at = window_clocks()
         with self._cond:
             self._running = False
             self._ended_at = at
@@ -249,7 +250,7 @@ class BackgroundSampler:
 
     def shutdown(self) -> None:
         """Ask the thread to end (files the epoch in progress); does not wait. Safe from a finaliser."""
-        at = (time.perf_counter(), time.process_time())
+        at = window_clocks()
         with self._cond:
             if self._running:
                 self._running, self._ended_at = False, at
@@ -263,16 +264,14 @@ class BackgroundSampler:
         return worker_pids(iterator) if isinstance(iterator, _BaseDataLoaderIter) else None
 
     def _run(self) -> None:
-        from ..runtime.resources import ResourceSampler
-
         self.resources = ResourceSampler(self._resource_interval, uss_every=8, worker_pids=self._worker_pids, keep_ticks=True)
         cond = self._cond
         window = 0  # the epoch whose window is open (0: none)
         due_sample, due_resources = self._interval, self._resource_interval  # seconds of epochs until due
         useful = True
         while True:
-            with cond:
-                if not window:  # nothing open: sleep until an epoch begins
+            if not window:  # nothing open: record what is filed, sleep until an epoch runs, open its window
+                with cond:
                     self._filed = self._epoch - (1 if self._running else 0)
                     cond.notify_all()
                     self._asleep = True
@@ -281,15 +280,12 @@ class BackgroundSampler:
                     if not self._running:
                         return
                     window, begun = self._epoch, self._begun_at
-                else:
-                    begun = None
-            if begun is not None:
                 self.resources.begin(at=begun)
                 useful = self._anything_to_sample()
             waited = time.perf_counter()
             with cond:
                 cond.wait_for(lambda w=window: self._over(w), min(due_sample if useful else math.inf, due_resources))
-                over, running, epoch = self._over(window), self._running, self._epoch
+                over, running = self._over(window), self._running
                 ended, begun = self._ended_at, self._begun_at
             now = time.perf_counter()
             inside = now - waited
@@ -298,15 +294,8 @@ class BackgroundSampler:
             due_sample, due_resources = due_sample - inside, due_resources - inside
             if over:
                 self._samples.resources.append(self.resources.finish(at=ended).to_dict())
-                with cond:
-                    self._filed = epoch - (1 if running else 0)
-                    cond.notify_all()
-                window = 0
-                if not running:
-                    continue
-                with cond:  # the next epoch already runs: open its window without sleeping
-                    window, begun = self._epoch, self._begun_at
-                self.resources.begin(at=begun)
+                window = 0  # filed; a next epoch that already runs is opened at once, without sleeping
+                continue
             if useful and due_sample <= 0:
                 self.sample_once()
                 due_sample = self._interval
@@ -338,5 +327,4 @@ class BackgroundSampler:
 
     def latest_cpu(self) -> tuple[float, float] | None:
         resources = self.resources
-        tick = resources.latest() if resources is not None else None
-        return None if tick is None else (tick.main_cpu_percent, tick.workers_cpu_percent)
+        return resources.latest_cpu() if resources is not None else None

@@ -56,6 +56,7 @@ from typing import Any, Union
 
 from ..analysis import training as rules
 from ..errors import UsageError
+from ..runtime.resources import ResourceSampler, window_clocks
 from .sampling import BackgroundSampler, Samples, find_loader_iterator, needs_thread, open_gpu
 from .sinks import open_sinks, row
 from .summary import (
@@ -269,14 +270,12 @@ class Watch:
 
     # -- inline resource readings (no thread needed: NOTE [sampler and the GIL]) ---------------
     def _open_inline(self) -> None:
-        from ..runtime.resources import ResourceSampler
-
         if self._inline is None:
             self._inline = ResourceSampler(self.resource_interval, uss_every=8, worker_pids=list, keep_ticks=True)
-        now = time.perf_counter()
-        self._inline.begin(at=(now, time.process_time()))
+        at = window_clocks()
+        self._inline.begin(at=at)
         step = len(self._data)
-        self._tick_at = (now, step)
+        self._tick_at = (at[0], step)
         self._tick_due = step + _FIRST_INLINE_TICK
         self._inline_open = self._sampling = True
 
@@ -290,7 +289,7 @@ class Watch:
         return step + max(1, int(rate * self.resource_interval)) if rate > 0 else step + _FIRST_INLINE_TICK
 
     def _close_inline(self) -> None:
-        summary = self._inline.finish(at=(time.perf_counter(), time.process_time()))
+        summary = self._inline.finish(at=window_clocks())
         self._samples.resources.append(summary.to_dict())
         self._inline_open = False
         self._tick_due = sys.maxsize
@@ -310,9 +309,6 @@ class Watch:
         """Sample this loader iterator's prefetch buffer and workers (found inside a framework's wrapper)."""
         found = find_loader_iterator(iterator)
         self._iterator = _weak(found if found is not None else iterator)
-
-    def _observed(self) -> Any:
-        return self._iterator()
 
     # -- manual API (plain loops and the framework integrations) -----------------------------
     def data_start(self) -> None:
@@ -476,10 +472,7 @@ class Watch:
     def latest_cpu(self) -> tuple[float, float] | None:
         if not self._sampling:
             return None
-        if self._inline_open:
-            tick = self._inline.latest()
-            return None if tick is None else (tick.main_cpu_percent, tick.workers_cpu_percent)
-        return self._sampler.latest_cpu()
+        return self._inline.latest_cpu() if self._inline_open else self._sampler.latest_cpu()
 
     # -- results ---------------------------------------------------------------------------
     def summary(self) -> str:
