@@ -45,6 +45,9 @@ class LoaderConfig:
     batched_fetch: bool = False
     torch_threads: int | None = None
     worker_threads: int = 0
+    # Knobs of other loader kinds (NOTE [loader kinds] in pipeline/kinds.py): None leaves the loader's own.
+    worker_method: str | None = None  # torchdata.nodes ParallelMapper: "thread" or "process"
+    snapshot_every_n_steps: int | None = None  # torchdata's StatefulDataLoader
 
     def __post_init__(self) -> None:
         if self.num_workers < 0:
@@ -143,6 +146,10 @@ class LoaderConfig:
             parts.append("batched")
         if self.torch_threads is not None:
             parts.append(f"torch_threads={self.torch_threads}")
+        if self.worker_method and self.num_workers:
+            parts.append(f"{self.worker_method}es" if self.worker_method == "process" else f"{self.worker_method}s")
+        if self.snapshot_every_n_steps is not None:
+            parts.append(f"snapshot/{self.snapshot_every_n_steps}")
         return " ".join(parts)
 
 

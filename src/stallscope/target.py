@@ -12,10 +12,11 @@ hands ``sys.path`` to spawn/forkserver children, so they import it the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,25 @@ from torch.utils.data.dataloader import default_collate
 from .config import LoaderConfig, config_from_loader
 from .errors import PipelineError, UsageError, describe_exception
 from .pipeline.arguments import Argument, LoaderCall, describe_dataset_call, describe_loader
+from .pipeline.kinds import (
+    DATALOADER_KNOBS,
+    UNTUNABLE,
+    CopiedLoaderKind,
+    FactoryKind,
+    IterableKind,
+    LoaderKind,
+    NodesKind,
+    WrappedLoaderKind,
+    dataset_limits,
+    factory_baseline,
+    find_inside,
+    is_nodes_graph,
+    knob_parameters,
+    nodes_baseline,
+    other_method,
+    parts_kind,
+    path_text,
+)
 from .pipeline.threaded import ThreadedDataset
 from .runtime.processes import shutdown_iterator
 
@@ -55,6 +75,12 @@ class Pipeline:
     timeout: float = 0.0
     pin_memory_device: str = ""
     call: LoaderCall | None = None  # how they built it (for recommendations as a change to it)
+    kind: LoaderKind = field(default_factory=lambda: parts_kind("dataset"))  # NOTE [loader kinds]
+
+    @property
+    def has_dataset(self) -> bool:
+        """Whether per-sample probes (check, stages, the in-process profile) can fetch from a dataset."""
+        return self.dataset is not None
 
     @property
     def is_iterable(self) -> bool:
@@ -160,14 +186,18 @@ def load_target(
     label = target if isinstance(target, str) else getattr(target, "__qualname__", type(target).__name__)
     obj: Any = target
     modules: tuple[str, ...] = ()
+    factory: Callable[..., Any] | None = None
     if isinstance(target, str):
         factory = resolve_callable(target)
         modules = (getattr(factory, "__module__", None) or "",)
         obj = _call_factory(factory, target)
-    elif callable(target) and not isinstance(target, (Dataset, DataLoader, dict)):
+    elif callable(target) and not _is_loader_object(target):
+        factory = target
         modules = (getattr(target, "__module__", None) or "",)
         obj = _call_factory(target, label)
     pipeline = pipeline_from_object(obj, label=str(label), modules=modules)
+    if factory is not None:
+        _adopt_factory(pipeline, factory, target if isinstance(target, str) else None, obj)
     if collate is not None:
         pipeline.collate_fn = resolve_callable(collate) if isinstance(collate, str) else collate
         _set_argument(pipeline, "collate_fn", pipeline.collate_fn)
@@ -185,6 +215,53 @@ def load_target(
     if pipeline.call is not None:
         pipeline.call.knobs = pipeline.baseline.to_dict()
     return pipeline
+
+
+def _is_loader_object(obj: Any) -> bool:
+    """Already what a factory would return (a Dataset, DataLoader, dict or loader), not a factory."""
+    return isinstance(obj, (Dataset, DataLoader, dict)) or is_nodes_graph(obj) or hasattr(obj, "__iter__")
+
+
+def factory_origin(factory: Callable[..., Any], spec: str | None) -> tuple[list[str], str] | None:
+    """(imports, expression) that call the TARGET factory again in the user's own code, where it
+    can be named: ``from train import make_loader`` / ``make_loader()``."""
+    from .pipeline.arguments import _importable
+
+    if spec is not None:
+        where, name = _split_spec(spec)
+        module = Path(where).stem if where.endswith(".py") or "/" in where or "\\" in where else where
+        top = name.split(".")[0]
+        return [f"from {module} import {top}"], f"{name}()"
+    qualname = getattr(factory, "__qualname__", None)
+    line = _importable(getattr(factory, "__module__", None), qualname, factory)
+    return ([line], f"{qualname}()") if line and qualname else None
+
+
+def _adopt_factory(pipeline: Pipeline, factory: Callable[..., Any], spec: str | None, product: Any) -> None:
+    """Record how the user's factory is called again (snippets), and make its knob parameters the
+    trials' knobs where no adapter can reconfigure what it built (NOTE [loader kinds])."""
+    parameters = knob_parameters(factory)
+    origin = factory_origin(factory, spec)
+    if pipeline.call is None and origin is not None:
+        pipeline.call = LoaderCall(callable="", imports=[], arguments=[], knobs=pipeline.baseline.to_dict())
+    if pipeline.call is not None:
+        if origin is not None:
+            pipeline.call.origin_imports, pipeline.call.origin = origin
+        pipeline.call.factory_parameters = {name: field_name for name, (field_name, _) in parameters.items()}
+    if not parameters or pipeline.kind.tunable:
+        return
+    baseline = factory_baseline(parameters, product)
+    what = pipeline.kind.description
+    pipeline.kind = FactoryKind(
+        "factory", f"{what}, built by {getattr(factory, '__qualname__', 'the target')}() with knob parameters",
+        knobs=tuple(sorted({f for f, _ in parameters.values()})), limits=dict(pipeline.kind.limits),
+        counts_indices=False, factory=factory, parameters=parameters, baseline=baseline,
+    )
+    pipeline.kind.limits.pop("tune", None)
+    pipeline.baseline = baseline
+    pipeline.batch_size = baseline.batch_size
+    if pipeline.call is not None:
+        pipeline.call.knobs = baseline.to_dict()
 
 
 def _set_argument(pipeline: Pipeline, name: str, value: Any) -> None:
@@ -217,6 +294,8 @@ def pipeline_from_object(obj: Any, *, label: str = "<object>", modules: tuple[st
     """A Pipeline from what the target returned; ``modules`` may hold the user's objects as globals."""
     if isinstance(obj, DataLoader):
         return _from_loader(obj, label, modules)
+    if is_nodes_graph(obj):
+        return _from_nodes(obj, label)
     if isinstance(obj, dict):
         if "dataset" not in obj:
             raise UsageError(f"{label} returned a dict without a 'dataset' key.")
@@ -238,12 +317,92 @@ def pipeline_from_object(obj: Any, *, label: str = "<object>", modules: tuple[st
         pipeline.extras = {k: v for k, v in obj.items() if k not in {"dataset", "batch_size", "collate_fn", "model", "train_step"}}
         if not isinstance(inner, DataLoader):
             pipeline.call = describe_dataset_call(inner, pipeline.batch_size, pipeline.collate_fn, modules=modules)
+            pipeline.call.role_paths = {"dataset": '["dataset"]', "collate_fn": '["collate_fn"]'}
+        elif pipeline.call is not None:
+            pipeline.call.prefix_paths('["dataset"]')
         return pipeline
-    _require_dataset(obj, label)
+    if not _looks_like_dataset(obj):
+        return _from_other(obj, label, modules)
     return Pipeline(
         dataset=obj, batch_size=DEFAULT_BATCH_SIZE, baseline=LoaderConfig(batch_size=DEFAULT_BATCH_SIZE), target=label,
         call=describe_dataset_call(obj, DEFAULT_BATCH_SIZE, modules=modules),
     )
+
+
+def _qualified(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _copy_knobs(loader: DataLoader) -> tuple[str, ...]:
+    """What a reconfigured copy of this loader can vary (NOTE [loader kinds])."""
+    knobs = [k for k in DATALOADER_KNOBS if k not in ("batched_fetch",)]
+    if "snapshot_every_n_steps" in vars(loader):
+        knobs.append("snapshot_every_n_steps")
+    return tuple(knobs)
+
+
+def _copy_choices(loader: DataLoader) -> dict[str, tuple[Any, ...]]:
+    """Values worth trying for a subclass's own knobs: StatefulDataLoader's snapshot interval
+    (a snapshot copies worker state every N steps; a longer interval costs less)."""
+    own = vars(loader).get("snapshot_every_n_steps")
+    if not isinstance(own, int):
+        return {}
+    return {"snapshot_every_n_steps": tuple(n for n in (max(own * 16, 64),) if n != own)}
+
+
+def _looks_like_dataset(obj: Any) -> bool:
+    """A Dataset, or a duck-typed map-style one (a list, an array): what a DataLoader batches."""
+    return isinstance(obj, Dataset) or (hasattr(obj, "__getitem__") and hasattr(obj, "__len__"))
+
+
+def _from_nodes(graph: Any, label: str) -> Pipeline:
+    """A torchdata.nodes graph: its mappers' and prefetcher's settings are the knobs."""
+    baseline, knobs, problems = nodes_baseline(graph)
+    what = f"a torchdata.nodes graph ({type(graph).__name__})"
+    limits = dataset_limits(what)
+    if problems:
+        limits["tune"] = f"{what} cannot be rebuilt with other settings: {problems[0]}"
+        knobs = ()
+    kind: LoaderKind
+    if knobs:
+        kind = NodesKind("torchdata-nodes", what, knobs, limits, counts_indices=False,
+                         choices={"worker_method": other_method(graph)}, graph=graph)
+    else:
+        limits.setdefault("tune", UNTUNABLE.format(what=what))
+        kind = IterableKind("iterable", what, (), limits, counts_indices=False, loader=graph)
+    return Pipeline(dataset=None, batch_size=baseline.batch_size, baseline=baseline, target=label,
+                    source="loader", kind=kind)
+
+
+def _from_other(obj: Any, label: str, modules: tuple[str, ...]) -> Pipeline:
+    """A wrapper around a DataLoader (found by a bounded search), or any other iterable of batches."""
+    if not hasattr(obj, "__iter__") or isinstance(obj, (str, bytes)):
+        raise UsageError(
+            f"{label} returned a {type(obj).__name__}; expected a Dataset, a DataLoader, an iterable of batches "
+            "or a dict with 'dataset'."
+        )
+    if isinstance(obj, IterableDataset):
+        return Pipeline(dataset=obj, batch_size=DEFAULT_BATCH_SIZE, baseline=LoaderConfig(batch_size=DEFAULT_BATCH_SIZE),
+                        target=label, call=describe_dataset_call(obj, DEFAULT_BATCH_SIZE, modules=modules))
+    found = find_inside(obj, lambda x: isinstance(x, DataLoader))
+    if found is not None:
+        path, inner = found
+        pipeline = _from_loader(inner, label, modules)
+        where = path_text(path)
+        what = f"a {type(obj).__qualname__} holding a DataLoader at {where.lstrip('.')}"
+        pipeline.kind = WrappedLoaderKind(
+            "wrapped-dataloader", what, _copy_knobs(inner), counts_indices=False, wrapper=obj, path=path, inner=inner,
+        )
+        pipeline.source = "wrapper"
+        if pipeline.call is not None:
+            pipeline.call.loader_path = where
+            pipeline.call.prefix_paths(where)
+        return pipeline
+    what = f"an iterable of batches ({_qualified(obj)})"
+    limits = dataset_limits(what)
+    limits["tune"] = UNTUNABLE.format(what=what)
+    return Pipeline(dataset=None, batch_size=1, baseline=LoaderConfig(batch_size=1), target=label, source="loader",
+                    kind=IterableKind("iterable", what, (), limits, counts_indices=False, loader=obj))
 
 
 def _require_dataset(obj: Any, label: str) -> None:
@@ -278,7 +437,15 @@ def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) 
     call.knobs = baseline.to_dict()
     shuffle = isinstance(sampler, RandomSampler)
     own_sampler = sampler if batch_sampler is None and type(sampler) is not SequentialSampler else None
+    kind = parts_kind("dataloader")
+    if type(loader) is not DataLoader:
+        # Trials run the user's own class and iterator (NOTE [loader kinds]).
+        kind = CopiedLoaderKind(
+            "dataloader-subclass", f"a DataLoader subclass ({_qualified(loader)})", _copy_knobs(loader),
+            choices=_copy_choices(loader), loader=loader,
+        )
     return Pipeline(
+        kind=kind,
         dataset=dataset,
         batch_size=baseline.batch_size,
         baseline=baseline,
@@ -331,6 +498,8 @@ def preflight(pipeline: Pipeline, *, items: int | None = None) -> Preflight:
     """
     import time
 
+    if not pipeline.has_dataset:
+        return _loader_preflight(pipeline)
     length = pipeline.length()
     bs = pipeline.batch_size
     if length is not None:
@@ -378,6 +547,33 @@ def preflight(pipeline: Pipeline, *, items: int | None = None) -> Preflight:
     )
 
 
+def _loader_preflight(pipeline: Pipeline) -> Preflight:
+    """A loader without a Dataset of ours to fetch from: take its first batch as it is built."""
+    import time
+
+    from .pipeline.kinds import close_trial
+    from .throughput.measure import batch_length
+
+    loader = iterator = None
+    start = time.perf_counter()
+    try:
+        loader = pipeline.kind.build(pipeline.baseline)
+        iterator = iter(loader)
+        batch = next(iterator)
+    except StopIteration:
+        raise UsageError(f"{pipeline.kind.description} yielded no batch: there is nothing to measure.") from None
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise PipelineError(f"taking a first batch from {pipeline.kind.description} raised {describe_exception(exc)}.") from exc
+    finally:
+        close_trial(loader, iterator)
+    samples = max(1, batch_length(batch))
+    structure = describe_structure(batch)
+    return Preflight(length=None, item_structure=structure, batch_structure=structure, batch_bytes=nbytes(batch),
+                     seconds_per_item=(time.perf_counter() - start) / samples)
+
+
 def describe_structure(obj: Any, depth: int = 0) -> str:
     """A compact type/shape description: ``tuple(Tensor[3,224,224] float32, int)``."""
     import numpy as np
@@ -389,9 +585,12 @@ def describe_structure(obj: Any, depth: int = 0) -> str:
         return f"Tensor[{','.join(map(str, obj.shape))}] {str(obj.dtype).replace('torch.', '')}"
     if isinstance(obj, np.ndarray):
         return f"ndarray[{','.join(map(str, obj.shape))}] {obj.dtype}"
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):
         inner = ", ".join(f"{k}: {describe_structure(v, depth + 1)}" for k, v in list(obj.items())[:6])
-        return "{" + inner + "}"
+        return ("{" if type(obj) is dict else f"{type(obj).__name__}{{") + inner + "}"
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        inner = ", ".join(f"{f.name}={describe_structure(getattr(obj, f.name), depth + 1)}" for f in dataclasses.fields(obj)[:6])
+        return f"{type(obj).__name__}({inner})"
     if isinstance(obj, (list, tuple)):
         inner = ", ".join(describe_structure(v, depth + 1) for v in list(obj)[:6])
         more = ", …" if len(obj) > 6 else ""
@@ -410,8 +609,10 @@ def nbytes(obj: Any) -> int:
         return int(obj.nbytes)
     if isinstance(obj, (bytes, bytearray)):
         return len(obj)
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):  # dict, BatchEncoding, UserDict
         return sum(nbytes(v) for v in obj.values())
     if isinstance(obj, (list, tuple)):
         return sum(nbytes(v) for v in obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return sum(nbytes(getattr(obj, f.name)) for f in dataclasses.fields(obj))
     return 0

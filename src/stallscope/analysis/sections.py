@@ -6,7 +6,6 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ..tuning.emit import render_python, snippet_for_record
 from .facts import (
     AugmentationFacts,
     BenchFacts,
@@ -284,9 +283,12 @@ def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> dict | None:
 
 
 def loader_snippet(r: Record, config: dict) -> str:
-    """The user's own loader call with ``config``'s knobs, as ``--emit python`` writes it."""
-    snippet = snippet_for_record(r, config) if config else None
-    return render_python(snippet) if snippet is not None else ""
+    """The user's own loader call with ``config``'s knobs, as ``--emit python`` writes it, where that
+    code was run before (NOTE [verified snippets] in pipeline/verify.py); else ""."""
+    advice = r.get("advice") if isinstance(r.get("advice"), dict) else {}
+    if not advice.get("verified") or advice.get("config") != config:
+        return ""
+    return str(advice.get("python") or "")
 
 
 def stage_facts(r: Record, *, top_hotspots: int = 8) -> StageFacts | None:

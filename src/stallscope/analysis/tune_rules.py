@@ -203,3 +203,14 @@ def _worker_threads(section: dict[str, Any]) -> list[dict[str, Any]]:
             else f"{workers} processes instead of more"
         ),
     }]
+
+
+def advice_in_words(advice: dict[str, Any]) -> str:
+    """The recommended knob change as a sentence, for where its code could not be run
+    (NOTE [verified snippets] in pipeline/verify.py)."""
+    config, baseline = advice.get("config") or {}, advice.get("baseline") or {}
+    changed = [f"{k}={v!r}" for k, v in config.items() if baseline and baseline.get(k) != v and v is not None]
+    where = advice.get("kind_description") or "your loader"
+    what = f"Set {', '.join(changed)} where you build {where}" if changed else f"Keep the settings of {where}"
+    reason = advice.get("reason")
+    return what + (f" (no code is shown: {reason})." if reason else ".")

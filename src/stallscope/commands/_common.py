@@ -266,3 +266,70 @@ def print_summary(ctx: CommandContext, record: RunRecord, console: Console | Non
     from ..render.console import ConsoleRenderer
 
     ConsoleRenderer().print(record, console or ctx.console)
+
+
+# -- loader kinds and verified advice ------------------------------------------------------------
+
+
+def kind_limits(pipeline: Any, operations: list[str]) -> list[dict[str, str]]:
+    """``[{step, why}]`` for the operations this loader kind cannot run (NOTE [loader kinds])."""
+    limits = pipeline.kind.limits
+    return [{"step": op, "why": limits[op]} for op in operations if op in limits]
+
+
+def refuse_on_kind(pipeline: Any, operation: str) -> None:
+    """A command that cannot run on this loader kind at all: one sentence, exit 2."""
+    why = pipeline.kind.limits.get(operation)
+    if why:
+        raise UsageError(f"`stallscope {operation}` cannot run here: {why}.")
+
+
+def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
+    """The record's ``advice``: the code for the config to recommend, rendered by the one snippet
+    builder and run for two batches first (NOTE [verified snippets] in pipeline/verify.py)."""
+    from ..analysis.sections import best_configuration
+    from ..config import LoaderConfig
+    from ..pipeline.verify import run_snippet
+    from ..tuning.emit import render_python, snippet_for_record
+
+    data = record.to_dict()
+    baseline = data.get("baseline")
+    recommended = best_configuration(data)  # the one winner every renderer shows
+    if recommended is None or not recommended.config:
+        return
+    chosen = recommended.config
+    config = LoaderConfig.from_dict({k: v for k, v in chosen.items() if k in LoaderConfig.__dataclass_fields__})
+    advice: dict[str, Any] = {"config": chosen, "baseline": (baseline or {}).get("config") or pipeline.baseline.to_dict(), "kind": pipeline.kind.name,
+                              "kind_description": pipeline.kind.description, "python": None}
+    snippet = snippet_for_record(data, chosen)
+    if snippet is None:
+        advice.update(verified=False, reason=f"stallscope cannot write {pipeline.kind.description} as a call to change")
+    else:
+        code = render_python(snippet)
+        factory_form = snippet.form == "factory"
+        run = run_snippet(code, reference=_reference_structure(pipeline, factory_form),
+                          config=None if factory_form else config)
+        advice.update(python=code if run.ok else None, tried=None if run.ok else code, **run.to_dict())
+    record.add(advice=advice)
+
+
+def _reference_structure(pipeline: Any, factory_form: bool) -> str | None:
+    """The user's batch as the snippet's loader must reproduce it: the wrapper's output when the
+    snippet calls the factory that builds the wrapper, else the loader's own batch."""
+    from ..target import describe_structure, preflight
+
+    if factory_form and pipeline.kind.name == "wrapped-dataloader":
+        from ..pipeline.kinds import close_trial
+
+        loader = pipeline.kind.build(pipeline.baseline)
+        iterator = iter(loader)
+        try:
+            return describe_structure(next(iterator))
+        except Exception:
+            return None
+        finally:
+            close_trial(loader, iterator)
+    try:
+        return preflight(pipeline).batch_structure
+    except Exception:
+        return None

@@ -63,6 +63,7 @@ def _run(ctx: common.CommandContext) -> int:
                 record.add(**partial.to_dict())
             raise
     record.add(**result.to_dict())
+    common.add_verified_advice(record, pipeline)
     common.print_summary(ctx, record)
     if args.plot is not None:
         from ..render.plots import plot_scaling

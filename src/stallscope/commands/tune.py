@@ -38,7 +38,8 @@ def build_parser() -> common.ArgumentParser:
 
 
 def _run(ctx: common.CommandContext) -> int:
-    from ..tuning.emit import render_diff, render_python, render_yaml, snippet_for_record
+    from ..analysis.tune_rules import advice_in_words
+    from ..tuning.emit import render_diff, render_python, render_yaml, snippet_for_record, to_yaml
     from ..tuning.tuner import tune
 
     args = ctx.args
@@ -84,14 +85,18 @@ def _run(ctx: common.CommandContext) -> int:
             on_plan=on_plan,
         )
     record.add(**result.to_dict())
+    common.add_verified_advice(record, pipeline)
     common.print_summary(ctx, record, console)
     if args.emit:
         data = record.to_dict()
         emitted, comment = emitted_config(pipeline.target, data)
+        advice = data.get("advice") or {}
         snippet = snippet_for_record(data, emitted.to_dict())
-        assert snippet is not None  # the record has a pick
         if args.emit == "yaml":
-            text = render_yaml(snippet, emitted, comment=comment)
+            text = render_yaml(snippet, emitted, comment=comment) if snippet else to_yaml(emitted, comment=comment)
+        elif not advice.get("verified") or snippet is None:
+            # NOTE [verified snippets]: no code that was not run; the change in words instead.
+            text = "".join(f"# {line}\n" for line in (comment + "\n" + advice_in_words(advice)).splitlines())
         elif args.emit == "diff":
             text = render_diff(snippet, comment=comment)
         else:

@@ -57,6 +57,18 @@ class LoaderCall:
     # RNG objects the dataset holds (dataset.rng, ...): torch's per-worker seeding does not reach them.
     rng_attributes: list[str] = field(default_factory=list)
     knobs: dict[str, Any] | None = None  # the user's LoaderConfig (what "changed" is measured against)
+    # Calling the TARGET factory again in the user's code: ``from train import make_loader`` and
+    # ``make_loader()``; objects that cannot be imported are read from what it returns.
+    origin: str | None = None
+    origin_imports: list[str] = field(default_factory=list)
+    loader_path: str = ""  # where the DataLoader sits in what the factory returns (".loader" in a wrapper)
+    factory_parameters: dict[str, str] = field(default_factory=dict)  # factory keyword -> LoaderConfig field
+    # Each argument's object as a path in what the factory returns ("" is that object itself).
+    role_paths: dict[str, str] = field(default_factory=dict)
+
+    def prefix_paths(self, prefix: str) -> None:
+        """The loader sits at ``prefix`` in what the factory returns (a wrapper, a dict)."""
+        self.role_paths = {role: prefix + path for role, path in self.role_paths.items()}
 
     def argument(self, name: str) -> Argument | None:
         return next((a for a in self.arguments if a.name == name), None)
@@ -232,6 +244,7 @@ def describe_loader(loader: Any, *, modules: Sequence[str] = ()) -> LoaderCall:
         args.append(Argument("pin_memory_device", repr(loader.pin_memory_device)))
     call.arguments = args
     call.rng_attributes = rng_attributes(dataset)
+    call.role_paths = {a.name: f".{a.name}" for a in args}
     return call
 
 
@@ -254,4 +267,4 @@ def describe_dataset_call(
     args = [data, Argument("batch_size", repr(batch_size))]
     if collate_fn is not None:
         args.append(reference("collate_fn", collate_fn, dataset=dataset, dataset_source=data.source, modules=modules))
-    return LoaderCall(arguments=args, rng_attributes=rng_attributes(dataset))
+    return LoaderCall(arguments=args, rng_attributes=rng_attributes(dataset), role_paths={"dataset": ""})

@@ -76,8 +76,9 @@ def quiet_worker_warning() -> Iterator[None]:
 def close_threads(loader: DataLoader) -> None:
     """Stop the fetch threads of a loader built with ``worker_threads`` in this process (0 workers)
     now, so that no idle pool is left over when the next configuration forks its workers."""
-    if isinstance(loader.dataset, ThreadedDataset):
-        loader.dataset.close()
+    dataset = getattr(loader, "dataset", None)
+    if isinstance(dataset, ThreadedDataset):
+        dataset.close()
 
 
 def loader_dataset(pipeline: Pipeline, config: LoaderConfig) -> Any:
@@ -184,6 +185,9 @@ def build_loader(
     ``timeout`` bounds every wait on a worker where the user set none (see NOTE
     [worker shutdown]); ``generator`` defaults to the user's.
     """
+    if not pipeline.kind.rebuilds_from_parts:
+        return _kind_trial(pipeline, config, cycle=cycle, sizes=sizes, sampler=sampler, timeout=timeout,
+                           worker_init_fn=worker_init_fn, drop_last=drop_last)
     kwargs = config.to_kwargs()
     kwargs.pop("batch_size", None)
     if worker_init_fn == "pipeline":
@@ -217,3 +221,81 @@ def build_loader(
 
             return batched_loader(pipeline, config, kwargs, batches=batches, generator=generator)
         return DataLoader(dataset, batch_sampler=batches, collate_fn=pipeline.collate, generator=generator, **kwargs)
+
+
+def _kind_trial(
+    pipeline: Pipeline,
+    config: LoaderConfig,
+    *,
+    cycle: int | None,
+    sizes: deque[int] | None,
+    sampler: Sampler[int] | None,
+    timeout: float,
+    worker_init_fn: Any,
+    drop_last: bool | None,
+) -> Any:
+    """A trial of a loader kind that is not rebuilt from parts (NOTE [loader kinds] in kinds.py).
+
+    A copied DataLoader (a subclass, or the one inside a wrapper) keeps its own index lists, cycled
+    over epochs like a rebuilt one; other kinds are built by their adapter and cycled by the caller.
+    """
+    from torch.utils.data import IterableDataset
+
+    from .kinds import CopiedLoaderKind, NodesKind, WrappedLoaderKind
+
+    kind = pipeline.kind
+    if isinstance(kind, NodesKind):
+        return kind.build(config, cycle=cycle is not None)
+    if not isinstance(kind, (CopiedLoaderKind, WrappedLoaderKind)):
+        return kind.build(config)
+    loader = kind.loader if isinstance(kind, CopiedLoaderKind) else kind.inner
+    options: dict[str, Any] = {"timeout": timeout}
+    if worker_init_fn != "pipeline":
+        options["worker_init_fn"] = worker_init_fn
+    if config.worker_threads:
+        options["dataset"] = loader_dataset(pipeline, config)
+    if not isinstance(loader.dataset, IterableDataset):
+        batches: Iterable[list[int]]
+        if sampler is not None:
+            batches = BatchSampler(sampler, config.batch_size, drop_last=loader.drop_last if drop_last is None else drop_last)
+        elif loader.batch_size is None or loader.batch_size == config.batch_size:
+            batches = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+        else:
+            batches = BatchSampler(loader.sampler, config.batch_size, drop_last=loader.drop_last)
+        if loader.batch_sampler is not None and (cycle is not None or sizes is not None):
+            batches = CyclingBatches(batches, cycle if cycle is not None else 1,
+                                     sizes=sizes if kind.counts_indices else None)
+        if loader.batch_sampler is not None:
+            options["batches"] = batches
+    with quiet_worker_warning():
+        return kind.build(config, **options)
+
+
+class EpochCycle:
+    """Iterates ``loader`` epoch after epoch (a new ``iter()`` at each end) until an epoch is empty:
+    steady state for loaders whose index lists stallscope cannot cycle itself."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self.current = iter(loader)
+        self.epochs = 0
+
+    def __iter__(self) -> EpochCycle:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self.current)
+        except StopIteration:
+            self.epochs += 1
+            self.current = iter(self.loader)
+            return next(self.current)
+
+    @property
+    def _workers(self) -> Any:  # read by runtime.processes.worker_pids / stop_workers
+        return getattr(self.current, "_workers", None)
+
+    def _shutdown_workers(self) -> None:
+        from ..runtime.processes import shutdown_iterator
+
+        shutdown_iterator(self.current)

@@ -10,7 +10,6 @@ from rich.table import Table
 
 from ..analysis import trials_by_config
 from ..analysis.readers import config_label
-from ..tuning.emit import render_python, snippet_for_record
 from .report_format import fmt_fixed
 
 
@@ -114,10 +113,10 @@ def render_what_to_set(data: dict[str, Any], console: Console, *, recommendation
     best, baseline = data.get("best"), data.get("baseline")
     keep = bool(best and best.get("keep_baseline") and baseline)
     # Within noise of the user's own settings: the verdict is to keep them.
-    chosen = baseline["config"] if keep else None
-    snippet = snippet_for_record(data, chosen) if best else None
+    advice = data.get("advice") or {}
+    code = advice.get("python") if advice.get("verified") else None
     recs = (data.get("recommendations") or []) if recommendations else []
-    if snippet is None and not recs:
+    if not best and not recs:
         return
     console.print()
     console.rule("[bold]What to set and why")
@@ -125,8 +124,12 @@ def render_what_to_set(data: dict[str, Any], console: Console, *, recommendation
         from ..analysis.tune_rules import keep_yours_sentence
 
         console.print(f"[bold]Keep yours:[/] {escape(keep_yours_sentence(best, baseline))}.")
-    if snippet is not None:
-        console.print(escape(render_python(snippet)))
+    if code:
+        console.print(escape(code))
+    elif best:
+        from ..analysis.tune_rules import advice_in_words
+
+        console.print(escape(advice_in_words(advice or {"config": best.get("config"), "reason": "not run"})))
     for rec in recs:
         line = f"• [bold]{escape(rec.get('title', ''))}[/]"
         if rec.get("measured"):

@@ -31,10 +31,11 @@ How a number is taken, and why:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +43,8 @@ import numpy as np
 
 from ..config import LoaderConfig
 from ..errors import PipelineError, describe_exception, worker_traceback_tail
-from ..pipeline.loaders import build_loader, close_threads, quiet_worker_warning
+from ..pipeline.kinds import close_trial
+from ..pipeline.loaders import EpochCycle, build_loader, close_threads, quiet_worker_warning
 from ..pipeline.threaded import noted_index, without_notes
 from ..runtime.processes import describe_worker_death, is_worker_death, stop_workers, worker_pids
 from ..runtime.resources import ResourceSampler, ResourceSummary
@@ -93,12 +95,21 @@ def batch_length(batch: Any) -> int:
         return int(batch.shape[0]) if batch.dim() else 1
     if isinstance(batch, np.ndarray):
         return int(batch.shape[0]) if batch.ndim else 1
-    if isinstance(batch, dict):
+    if isinstance(batch, Mapping):  # dict, BatchEncoding, UserDict
         for value in batch.values():
             return batch_length(value)
         return 0
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        for f in dataclasses.fields(batch):
+            return batch_length(getattr(batch, f.name))
+        return 0
+    if isinstance(batch, tuple) and hasattr(batch, "_fields") and batch:  # a named tuple of fields
+        return batch_length(batch[0])
     if isinstance(batch, (list, tuple)):
-        if batch and isinstance(batch[0], (torch.Tensor, np.ndarray, list, tuple, dict)):
+        # (inputs, targets) fields, or default_collate's list of stacked fields: the first field's
+        # length. A list of items (dicts, variable-length lists) is as long as the list.
+        fields_first = isinstance(batch[0], (torch.Tensor, np.ndarray)) if batch else False
+        if fields_first or (isinstance(batch, tuple) and batch and isinstance(batch[0], (tuple, list, Mapping))):
             return batch_length(batch[0])
         return len(batch)
     try:
@@ -177,8 +188,9 @@ def _measure(
     try:
         start = time.perf_counter()
         with quiet_worker_warning():
-            iterator = iter(loader)
-        _next(iterator)
+            iterator = iter(loader) if not _cycles_itself(pipeline) else EpochCycle(loader)
+        if _next(iterator) is _END:
+            raise PipelineError(f"the loader yielded no batch with {config.label()}.")
         first = time.perf_counter()
         result.startup_s = first - start
         if settle_s > 0:
@@ -225,6 +237,8 @@ def _measure(
             result.resources = resources.stop()  # the window's figures, before the workers stop
         if iterator is not None:
             dead.extend(stop_workers(iterator, failure))
+        if not pipeline.kind.rebuilds_from_parts:
+            close_trial(loader, iterator)
         close_threads(loader)
         if failure is not None and resources is not None:
             result.resources = resources.stop()
@@ -233,6 +247,17 @@ def _measure(
 
 
 _END = object()
+
+
+def _cycles_itself(pipeline: Pipeline) -> bool:
+    """Whether the trial loader must be re-iterated for steady state: kinds whose index lists
+    stallscope cannot cycle (NOTE [loader kinds]), except streams, which end where they end."""
+    from torch.utils.data import IterableDataset
+
+    kind = pipeline.kind
+    if kind.rebuilds_from_parts or isinstance(pipeline.dataset, IterableDataset):
+        return False
+    return not (kind.name == "dataloader-subclass")
 
 
 def _count(sizes: deque[int], batch: Any) -> int:

@@ -154,7 +154,8 @@ def dataset_facts(pipeline: Pipeline, pre: Preflight) -> dict[str, Any]:
         "batching": call.batching if call is not None else "batch_size",
         "batch_sizes": call.batch_sizes if call is not None else None,
         "iterable": pipeline.is_iterable,
-        "type": type(pipeline.dataset).__name__,
+        "type": type(pipeline.dataset).__name__ if pipeline.has_dataset else None,
+        "kind": pipeline.kind.to_dict(),
     }
 
 
@@ -185,7 +186,7 @@ def grid(
     )
     configs: list[LoaderConfig] = []
     for bs, w, threads, pf, persist, pin, ordered in axes:
-        cfg = LoaderConfig(
+        cfg = base.replace(  # other knobs (a loader kind's own) stay the baseline's
             worker_threads=threads,
             num_workers=w,
             batch_size=bs,
@@ -194,6 +195,8 @@ def grid(
             pin_memory=pin and cuda_available(),
             in_order=ordered,
             multiprocessing_context=multiprocessing_context or base.multiprocessing_context,
+            batched_fetch=False,
+            torch_threads=None,
         )
         if cfg not in configs:
             configs.append(cfg)
@@ -245,7 +248,7 @@ def bench(
             multiprocessing_context=multiprocessing_context,
             worker_threads=worker_threads,
         )
-    configs = list(configs)
+    configs = [c for c in configs if _settable(pipeline, c)]
     replay = None
     if pipeline.is_iterable and any(c.num_workers > 0 for c in configs):
         replay = replayed_workers(pipeline, multiprocessing_context)
@@ -271,6 +274,21 @@ def bench(
         interrupt.partial = _summarise(pipeline, pre, configs, done, cores, references=None, replay=replay)  # type: ignore[attr-defined]
         raise
     return _summarise(pipeline, pre, configs, done, cores, references=(min_window_s, timeout), replay=replay)
+
+
+def _settable(pipeline: Pipeline, config: LoaderConfig) -> bool:
+    """Whether every knob ``config`` changes from the baseline is one this loader kind can set
+    (NOTE [loader kinds]); the baseline itself always is."""
+    if pipeline.kind.rebuilds_from_parts:
+        return True
+    base, wanted = pipeline.baseline.to_dict(), config.to_dict()
+    changed = {k for k in wanted if wanted[k] != base.get(k)}
+    # Knobs that follow num_workers (normalised at 0 workers) change with it.
+    if "num_workers" in pipeline.kind.knobs:
+        changed -= {"prefetch_factor", "in_order", "persistent_workers", "multiprocessing_context"} - set(
+            k for k in ("prefetch_factor", "in_order") if base.get("num_workers") and wanted.get("num_workers")
+        )
+    return changed <= set(pipeline.kind.knobs)
 
 
 def replayed_workers(pipeline: Pipeline, start_method: str | None) -> dict[str, Any] | None:
@@ -332,6 +350,8 @@ def _single_process_references(
 ) -> dict[int, float]:
     """Single-process rate per batch size; measured once more where the grid has no 0-worker config."""
     single = _single_process_rates(results)
+    if "num_workers" not in pipeline.kind.knobs:
+        return single  # no single-process configuration of this loader to compare with
     for bs in sorted({r.config.batch_size for r in results} - set(single)):
         m = measure(pipeline, LoaderConfig(num_workers=0, batch_size=bs), min_window_s=min_window_s, timeout=timeout)
         if m.samples_per_s > 0:

@@ -64,6 +64,7 @@ class Snippet:
     arguments: list[tuple[str | None, str]]  # (keyword or None for positional, source)
     changes: list[Change]
     notes: list[str] = field(default_factory=list)
+    form: str = "call"  # "call": the loader's constructor; "factory": the user's factory with other values
 
     @property
     def changed(self) -> list[str]:
@@ -140,6 +141,11 @@ def build_snippet(
     """
     call = call or default_call(config.batch_size)
     baseline = baseline or LoaderConfig(batch_size=config.batch_size)
+    by_factory = _factory_call(config, call, baseline)
+    if by_factory is not None:
+        return by_factory
+    if not call.arguments:
+        raise ValueError("no loader call to write: the loader was not built by a DataLoader call stallscope saw")
     imports = list(call.imports)
     prelude: list[str] = []
     notes = [call.note] if call.note else []
@@ -147,6 +153,14 @@ def build_snippet(
     uses_ss = False
 
     args = [Argument(a.name, a.source, list(a.imports), a.placeholder, a.positional) for a in call.arguments]
+    if call.origin and any(a.placeholder for a in args):
+        # Objects that cannot be imported are read from what the user's factory returns.
+        prelude.append(f"yours = {call.origin}")
+        imports.extend(call.origin_imports)
+        for arg in args:
+            path = call.role_paths.get("dataset" if arg.positional else arg.name)
+            if arg.placeholder and path is not None:
+                arg.source, arg.placeholder = f"yours{path}", False
     for arg in args:
         imports.extend(arg.imports)
     dataset_arg = next((a for a in args if a.positional), None)
@@ -188,6 +202,37 @@ def build_snippet(
     keyword = [(None if a.positional else a.name, a.source) for a in args]
     keyword += [(name, after[name]) for name, _ in _KNOB_DEFAULTS if name in after]
     return Snippet(call.callable, _merge_imports(imports, uses_ss), prelude, keyword, changes, notes)
+
+
+def changed_fields(config: LoaderConfig, baseline: LoaderConfig) -> list[str]:
+    """LoaderConfig fields whose effective value differs from the baseline's."""
+    was, now = _effective(baseline), _effective(config)
+    out = [name for name in was if was[name] != now[name]]
+    for name in ("batch_size", "worker_threads", "torch_threads", "batched_fetch", "worker_method",
+                 "snapshot_every_n_steps"):
+        if getattr(config, name) != getattr(baseline, name) and (name != "worker_method" or config.num_workers):
+            out.append(name)
+    return out
+
+
+def _factory_call(config: LoaderConfig, call: LoaderCall, baseline: LoaderConfig) -> Snippet | None:
+    """``loader = make_loader(num_workers=4)``: the user's own factory with other knob values, where
+    its keyword parameters cover every knob that changed (NOTE [loader kinds])."""
+    if not call.origin or not call.factory_parameters:
+        return None
+    # A knob that lapses with another (prefetch_factor at 0 workers) is left to the factory.
+    changed = [f for f in changed_fields(config, baseline) if getattr(config, f) is not None]
+    by_field = {f: name for name, f in call.factory_parameters.items()}
+    if any(f not in by_field for f in changed):
+        return None
+    name = call.origin[: -len("()")] if call.origin.endswith("()") else call.origin
+    arguments: list[tuple[str | None, str]] = []
+    changes = []
+    for f in changed:
+        value = getattr(config, f)
+        arguments.append((by_field[f], repr(value)))
+        changes.append(Change(by_field[f], repr(getattr(baseline, f)), repr(value)))
+    return Snippet(name, list(call.origin_imports), [], arguments, changes, form="factory")
 
 
 def _effective(config: LoaderConfig) -> dict[str, Any]:
@@ -270,11 +315,17 @@ def snippet_for_record(data: dict[str, Any], config: dict[str, Any] | None = Non
         return None
     pick = LoaderConfig.from_dict(_known(chosen))
     loader = data.get("loader")
-    call = LoaderCall.from_dict(loader) if isinstance(loader, dict) and loader.get("arguments") else None
+    call = LoaderCall.from_dict(loader) if isinstance(loader, dict) and (loader.get("arguments") or loader.get("origin")) else None
+    kind = data.get("loader_kind") or {}
+    if call is None and kind.get("name") not in (None, "dataset", "dataloader"):
+        return None  # no DataLoader call of the user's to write (NOTE [loader kinds])
     base = (data.get("baseline") or {}).get("config") or (call.knobs if call is not None else None)
     baseline = LoaderConfig.from_dict(_known(base)) if base else None
     codes = {f.get("code") for f in data.get("findings") or []}
-    return build_snippet(pick, call=call, baseline=baseline, seeding_missing=seeding_missing(call, codes))
+    try:
+        return build_snippet(pick, call=call, baseline=baseline, seeding_missing=seeding_missing(call, codes))
+    except ValueError:
+        return None
 
 
 def seeding_missing(call: LoaderCall | None, finding_codes: set[Any]) -> bool | None:

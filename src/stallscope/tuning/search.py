@@ -400,6 +400,11 @@ class Search:
                 # Worth one probe even when per-item times look steady: decode times that
                 # vary a little still stall an in-order loader behind its slowest worker.
                 self._try_variant("in_order", best, best.replace(in_order=False), share)
+        if best.num_workers > 0:
+            for method in space.worker_methods:  # torchdata.nodes: the mapper's other method
+                self._try_variant("worker_method", best, best.replace(worker_method=method), share)
+        for steps in space.snapshot_steps:  # StatefulDataLoader: how often worker state is snapshotted
+            self._try_variant("snapshot_every_n_steps", best, best.replace(snapshot_every_n_steps=steps), share)
         if space.batched_fetch:
             zero = self.workers(0)
             self._try_variant("batched_fetch", zero, zero.replace(batched_fetch=True), share)

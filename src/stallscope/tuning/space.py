@@ -126,6 +126,8 @@ class SearchSpace:
     contexts: tuple[str, ...] = ()  # other start methods to compare on start-up
     persistent_workers: bool = True  # measure the pick's epoch-boundary gap with persistent workers
     multiprocessing_context: str | None = None  # the start method candidates use
+    worker_methods: tuple[str, ...] = ()  # torchdata.nodes mappers: threads or processes
+    snapshot_steps: tuple[int, ...] = ()  # StatefulDataLoader snapshot intervals to try
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -141,6 +143,8 @@ class SearchSpace:
             "worker_threads_check": None if self.thread_gate is None else self.thread_gate.to_dict(),
             "batch_sizes": list(self.batch_sizes),
             "contexts": list(self.contexts),
+            "worker_methods": list(self.worker_methods),
+            "snapshot_steps": list(self.snapshot_steps),
         }
 
 

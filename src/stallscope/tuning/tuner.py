@@ -31,6 +31,7 @@ from ..checks.sharding import replayed_stream
 from ..config import LoaderConfig, loader_supports
 from ..errors import PipelineError, UsageError
 from ..pipeline.batching import FetcherCheck, vectorised_fetcher
+from ..pipeline.kinds import LoaderKind
 from ..runtime.host import cuda_available, usable_cores
 from ..runtime.processes import no_orphans
 from ..target import Pipeline, load_target, nbytes, preflight
@@ -104,6 +105,81 @@ def profile_pipeline(pipeline: Pipeline, *, max_seconds: float = 1.0, max_items:
 
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def profile_loader(pipeline: Pipeline, *, max_seconds: float = 1.0, max_batches: int = 64) -> Profile:
+    """The profile of a loader without a Dataset of ours (NOTE [loader kinds]): its batches timed
+    in this process, single-process where the kind has ``num_workers`` (wall and CPU per sample)."""
+    from ..pipeline.kinds import close_trial
+    from ..pipeline.loaders import EpochCycle, build_loader
+    from ..throughput.measure import batch_length
+
+    config = pipeline.baseline
+    if "num_workers" in pipeline.kind.knobs:
+        config = config.replace(num_workers=0)
+    loader = build_loader(pipeline, config, cycle=1)
+    iterator = EpochCycle(loader)
+    walls: list[float] = []
+    cpus: list[float] = []
+    sizes: list[int] = []
+    batch_bytes = 0
+    try:
+        batch = next(iterator)  # untimed: lazy initialisation
+        batch_bytes = nbytes(batch)
+        deadline = time.perf_counter() + max_seconds
+        while len(walls) < max_batches and (len(walls) < 4 or time.perf_counter() < deadline):
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            walls.append(time.perf_counter() - wall)
+            cpus.append(time.process_time() - cpu)
+            sizes.append(max(1, batch_length(batch)))
+    except Exception as exc:
+        raise PipelineError(f"timing {pipeline.kind.description} in this process raised {exc!r}.") from exc
+    finally:
+        close_trial(loader, iterator)
+    if not walls:
+        raise UsageError(f"{pipeline.kind.description} yielded too few batches to profile.")
+    per_sample = sorted(w / n for w, n in zip(walls, sizes))
+    median = statistics.median(per_sample)
+    p95 = per_sample[min(len(per_sample) - 1, int(math.ceil(0.95 * len(per_sample))) - 1)]
+    return Profile(
+        seconds_per_sample=sum(walls) / sum(sizes),
+        cpu_per_wall=min(1.0, sum(cpus) / sum(walls)) if sum(walls) > 0 else 1.0,
+        batch_bytes=batch_bytes,
+        jitter=p95 / median if median > 0 else 1.0,
+        spike=per_sample[-1] / median if median > 0 else 1.0,
+        map_style=False,
+        items=sum(sizes),
+    )
+
+
+def limit_space(space: SearchSpace, kind: LoaderKind) -> None:
+    """Turn off what this loader kind cannot set, and add the values its own knobs may take
+    (NOTE [loader kinds])."""
+    if kind.rebuilds_from_parts:
+        return
+    knobs = kind.knobs
+    if "num_workers" not in knobs:
+        space.max_workers = 0
+    if "prefetch_factor" not in knobs:
+        space.prefetch_factors = ()
+    space.in_order = space.in_order and "in_order" in knobs
+    space.batched_fetch = space.batched_fetch and "batched_fetch" in knobs
+    space.pin_memory = space.pin_memory and "pin_memory" in knobs
+    if "torch_threads" not in knobs:
+        space.threads = ()
+    if "worker_threads" not in knobs:
+        space.worker_threads = ()
+    if "batch_size" not in knobs:
+        space.batch_sizes = ()
+    if "multiprocessing_context" not in knobs:
+        space.contexts = ()
+    space.persistent_workers = space.persistent_workers and "persistent_workers" in knobs
+    space.worker_methods = tuple(kind.choices.get("worker_method", ()))
+    space.snapshot_steps = tuple(kind.choices.get("snapshot_every_n_steps", ()))
 
 
 def _run_queue_seconds() -> float:
@@ -464,15 +540,22 @@ def tune(
             "leave it out (the other knobs are tuned with your batches)."
         )
     preflight(pipeline)
-    profile, check = profile_pipeline(pipeline)
+    kind = pipeline.kind
+    if not kind.tunable:
+        raise UsageError(kind.limits.get("tune") or f"{kind.description} exposes no knob stallscope can set.")
+    profile, check = profile_pipeline(pipeline) if pipeline.has_dataset else (profile_loader(pipeline), None)
     cores = usable_cores()
     space = build_space(
         pipeline, profile, cores=cores, max_workers=max_workers, tune_batch_size=tune_batch_size,
         compare_start_methods=compare_start_methods,
     )
-    threads = thread_eligibility(pipeline, profile, budget_s=budget_s)
-    space.worker_threads, space.thread_gate = threads.counts, threads
     notes = []
+    if pipeline.has_dataset:
+        threads = thread_eligibility(pipeline, profile, budget_s=budget_s)
+        space.worker_threads, space.thread_gate = threads.counts, threads
+    if not kind.rebuilds_from_parts:
+        notes.append(f"the loader is {kind.description}; trials change only what it exposes: {', '.join(kind.knobs)}")
+    limit_space(space, kind)
     if pipeline.is_iterable and space.max_workers > 0:
         why = replayed_stream(pipeline, seconds=min(20.0, 0.2 * budget_s))
         if why:  # every worker would replay the stream: more samples/s, all of them copies

@@ -1,0 +1,574 @@
+"""Loader kinds: what a TARGET built, which knobs it has, and how a trial is built with other values.
+
+NOTE [loader kinds]
+A target may return anything that yields batches. Each kind is one adapter
+with the same small surface: which :class:`~stallscope.config.LoaderConfig`
+fields it can vary (``knobs``), how a trial loader is built with other values
+(``build``), and what stallscope cannot do on it and why (``limits``, one
+sentence each, shown in reports as "not checked: …" instead of a finding or a
+0 samples/s result). The kinds, chosen by what the target returns:
+
+* ``dataset`` / ``dataloader`` — a Dataset, a dict, or a plain
+  ``torch.utils.data.DataLoader``: trials are DataLoaders rebuilt from the
+  user's parts (``pipeline/loaders.py``, NOTE [loader fidelity]).
+* ``dataloader-subclass`` — ``StatefulDataLoader``, a streaming library's
+  loader, a project's subclass: trials run **the user's own class and
+  iterator**. The user's object is copied and the knobs set on the copy (the
+  way a DataLoader stores them), so a constructor with required keyword-only
+  arguments, state snapshots and a custom ``__iter__`` all stay.
+* ``wrapped-dataloader`` — an object that holds a DataLoader (found by a
+  bounded search of its attributes): the inner loader is tuned as above, and
+  what is measured is the wrapper's output.
+* ``torchdata-nodes`` — a ``torchdata.nodes`` graph: ``ParallelMapper``'s
+  ``num_workers``, ``method`` and ``in_order`` and ``Prefetcher``'s depth are
+  knobs; a trial rebuilds the graph through each node's constructor.
+* ``factory`` — the TARGET callable takes keyword parameters named like knobs
+  (``num_workers``, ``prefetch_factor``, ``batch_size``, ``threads`` …) and
+  builds something no other kind can reconfigure: trials call it with other
+  values. This is how a user opens any pipeline to tuning.
+* ``iterable`` — any other iterable of batches: measured as it is, not tuned.
+
+Batches of every kind but the rebuilt DataLoader are counted from the batch
+itself (:func:`~stallscope.pipeline.structure.batch_length`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import LoaderConfig
+
+# Factory (and constructor) parameter names that are knobs, -> the LoaderConfig field they set.
+KNOB_PARAMETERS: dict[str, str] = {
+    "num_workers": "num_workers",
+    "workers": "num_workers",
+    "n_workers": "num_workers",
+    "prefetch_factor": "prefetch_factor",
+    "prefetch": "prefetch_factor",
+    "batch_size": "batch_size",
+    "persistent_workers": "persistent_workers",
+    "pin_memory": "pin_memory",
+    "in_order": "in_order",
+    "multiprocessing_context": "multiprocessing_context",
+    "threads": "worker_threads",
+    "num_threads": "worker_threads",
+    "worker_threads": "worker_threads",
+    "method": "worker_method",
+    "worker_method": "worker_method",
+}
+# How deep, and through how many objects, the search for a DataLoader inside a wrapper goes.
+SEARCH_DEPTH = 3
+SEARCH_OBJECTS = 500
+
+
+@dataclass
+class LoaderKind:
+    """The adapter for one kind of loader (NOTE [loader kinds])."""
+
+    name: str
+    description: str  # "a StatefulDataLoader subclass (mod.TheirLoader)"
+    knobs: tuple[str, ...] = ()  # LoaderConfig fields a trial can change
+    limits: dict[str, str] = field(default_factory=dict)  # operation -> why it cannot run on this kind
+    counts_indices: bool = True  # samples per batch come from the sampler's index lists
+    choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # values to try for the kind's own knobs
+
+    @property
+    def rebuilds_from_parts(self) -> bool:
+        """Trials are DataLoaders built from the pipeline's parts (pipeline/loaders.py)."""
+        return self.name in ("dataset", "dataloader")
+
+    @property
+    def tunable(self) -> bool:
+        return bool(self.knobs)
+
+    def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
+        raise NotImplementedError(f"{self.name} trials are built from the pipeline's parts")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "knobs": list(self.knobs), "limits": dict(self.limits)}
+
+
+DATALOADER_KNOBS = (
+    "num_workers", "batch_size", "prefetch_factor", "persistent_workers", "pin_memory", "in_order",
+    "multiprocessing_context", "batched_fetch", "torch_threads", "worker_threads",
+)
+
+
+def parts_kind(source: str) -> LoaderKind:
+    """A Dataset, dict or plain DataLoader: today's rebuilt-from-parts trials."""
+    what = "a torch DataLoader" if source == "dataloader" else "a Dataset"
+    return LoaderKind("dataloader" if source == "dataloader" else "dataset", what, DATALOADER_KNOBS)
+
+
+# -- DataLoader subclasses: the user's object, copied, with other knobs ---------------------------
+
+
+def _qualified(obj: Any) -> str:
+    cls = obj if inspect.isclass(obj) else type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+@dataclass
+class CopiedLoaderKind(LoaderKind):
+    """Trials are copies of the user's own DataLoader (a subclass), knobs set on the copy."""
+
+    loader: Any = None
+
+    def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
+        return reconfigured_copy(self.loader, config, **options)
+
+
+_INDEXED_ONLY = "its dataset is an IterableDataset"
+
+
+def reconfigured_copy(
+    loader: Any,
+    config: LoaderConfig,
+    *,
+    batches: Iterable[list[int]] | None = None,
+    dataset: Any = None,
+    timeout: float | None = None,
+    worker_init_fn: Any = "keep",
+) -> Any:
+    """A shallow copy of ``loader`` (any DataLoader class) with ``config``'s knobs.
+
+    The copy keeps the user's class, iterator and every attribute; what a
+    DataLoader checks only in ``__init__`` (``batch_sampler``, ``dataset``,
+    ``persistent_workers``) is set past its ``__setattr__`` guard, the way the
+    constructor itself stores it. ``batches`` replaces the index lists (a cycling
+    batch sampler over the user's own), ``dataset`` the dataset (worker threads).
+    """
+    from torch.utils.data import BatchSampler
+
+    clone = copy.copy(loader)
+    state = clone.__dict__
+    state["_iterator"] = None
+    put = object.__setattr__
+    workers = config.num_workers
+    put(clone, "num_workers", workers)
+    put(clone, "prefetch_factor", config.prefetch_factor if workers else None)
+    put(clone, "persistent_workers", bool(config.persistent_workers and workers))
+    put(clone, "pin_memory", bool(config.pin_memory and _cuda()))
+    if "in_order" in state:
+        put(clone, "in_order", bool(config.in_order or not workers))
+    clone.multiprocessing_context = config.multiprocessing_context if workers else None
+    if timeout is not None and workers and not loader.timeout:
+        put(clone, "timeout", timeout)
+    if worker_init_fn != "keep":
+        put(clone, "worker_init_fn", worker_init_fn)
+    if config.snapshot_every_n_steps is not None and "snapshot_every_n_steps" in state:
+        put(clone, "snapshot_every_n_steps", config.snapshot_every_n_steps)
+    if dataset is not None:
+        put(clone, "dataset", dataset)
+    if batches is not None:
+        put(clone, "batch_sampler", batches)
+        put(clone, "batch_size", None)
+        put(clone, "drop_last", False)
+    elif loader.batch_size is not None and config.batch_size != loader.batch_size:
+        put(clone, "batch_sampler", BatchSampler(loader.sampler, config.batch_size, loader.drop_last))
+        put(clone, "batch_size", config.batch_size)
+    return clone
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# -- loaders inside wrappers ------------------------------------------------------------------------
+
+Path = tuple[tuple[str, Any], ...]  # ("attr", name) | ("item", index or key)
+
+
+def find_inside(obj: Any, wanted: Callable[[Any], bool], *, depth: int = SEARCH_DEPTH) -> tuple[Path, Any] | None:
+    """The first object ``wanted`` accepts among ``obj``'s attributes, items and their own (breadth
+    first, at most ``depth`` levels and ``SEARCH_OBJECTS`` objects), with its path."""
+    seen = {id(obj)}
+    queue: deque[tuple[Path, Any]] = deque([((), obj)])
+    visited = 0
+    while queue and visited < SEARCH_OBJECTS:
+        path, current = queue.popleft()
+        visited += 1
+        if path and wanted(current):
+            return path, current
+        if len(path) >= depth:
+            continue
+        for step, child in _children(current):
+            if id(child) in seen or _atomic(child):
+                continue
+            seen.add(id(child))
+            queue.append(((*path, step), child))
+    return None
+
+
+def _atomic(obj: Any) -> bool:
+    import numpy as np
+    import torch
+
+    return obj is None or isinstance(obj, (str, bytes, int, float, bool, torch.Tensor, np.ndarray, type)) or callable(
+        obj
+    ) and inspect.isroutine(obj)
+
+
+def _children(obj: Any) -> Iterator[tuple[tuple[str, Any], Any]]:
+    if isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj[:64]):
+            yield ("item", i), value
+        return
+    if isinstance(obj, dict):
+        for key, value in list(obj.items())[:64]:
+            yield ("item", key), value
+        return
+    state = getattr(obj, "__dict__", None)
+    if isinstance(state, dict):
+        for name, value in list(state.items()):
+            yield ("attr", name), value
+
+
+def path_text(path: Path) -> str:
+    """``.loader``, ``.stages[0]``, ``["train"]``: the path as Python source after a variable."""
+    out = ""
+    for kind, key in path:
+        out += f".{key}" if kind == "attr" else f"[{key!r}]"
+    return out
+
+
+def replaced_at(obj: Any, path: Path, value: Any) -> Any:
+    """A copy of ``obj`` with the object at ``path`` replaced by ``value`` (containers on the way copied)."""
+    if not path:
+        return value
+    (kind, key), rest = path[0], path[1:]
+    child = getattr(obj, key) if kind == "attr" else obj[key]
+    new_child = replaced_at(child, rest, value)
+    if isinstance(obj, tuple):
+        items = list(obj)
+        items[key] = new_child
+        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
+    if isinstance(obj, list):
+        out = list(obj)
+        out[key] = new_child
+        return out
+    if isinstance(obj, dict):
+        out_dict = copy.copy(obj)
+        out_dict[key] = new_child
+        return out_dict
+    out_obj = copy.copy(obj)
+    object.__setattr__(out_obj, key, new_child)
+    return out_obj
+
+
+@dataclass
+class WrappedLoaderKind(LoaderKind):
+    """The user's object with the DataLoader at ``path`` replaced by a reconfigured copy."""
+
+    wrapper: Any = None
+    path: Path = ()
+    inner: Any = None
+
+    def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
+        return replaced_at(self.wrapper, self.path, reconfigured_copy(self.inner, config, **options))
+
+
+# -- torchdata.nodes graphs -------------------------------------------------------------------------
+
+
+def _nodes() -> Any:
+    try:
+        import torchdata.nodes as nodes
+    except Exception:  # not installed, or a torchdata without nodes
+        return None
+    return nodes
+
+
+def is_nodes_graph(obj: Any) -> bool:
+    nodes = _nodes()
+    return nodes is not None and isinstance(obj, (nodes.Loader, nodes.BaseNode))
+
+
+def _graph_nodes(root: Any) -> list[Any]:
+    """Every node reachable from ``root`` through attributes, root first."""
+    nodes = _nodes()
+    out, queue, seen = [], deque([root]), {id(root)}
+    while queue and len(out) < SEARCH_OBJECTS:
+        node = queue.popleft()
+        out.append(node)
+        for _, child in _children(node):
+            if isinstance(child, nodes.BaseNode) and not type(child).__name__.startswith("_") and id(child) not in seen:
+                seen.add(id(child))
+                queue.append(child)
+    return out
+
+
+def _constructor_arguments(obj: Any) -> dict[str, Any] | None:
+    """``obj``'s constructor arguments read back from the same-named attributes (the common Python
+    convention); None when a required one is not stored."""
+    try:
+        params = list(inspect.signature(type(obj).__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return None
+    out: dict[str, Any] = {}
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name in vars(obj):
+            out[p.name] = vars(obj)[p.name]
+        elif p.default is p.empty:
+            return None
+    return out
+
+
+def _rebuild(node: Any, overrides: Callable[[Any], dict[str, Any]], memo: dict[int, Any]) -> Any:
+    """A fresh copy of the graph under ``node``, each node built through its constructor."""
+    nodes = _nodes()
+    if id(node) in memo:
+        return memo[id(node)]
+    args = _constructor_arguments(node)
+    if args is None:
+        raise TypeError(f"{_qualified(node)} does not keep its constructor arguments")
+    if isinstance(node, nodes.ParallelMapper) and args.get("prebatch"):
+        # It stores its source and map_fn already wrapped for pre-batching; pass the originals.
+        args["source"], args["map_fn"] = node.source.source, node.map_fn.map_fn
+    for name, value in list(args.items()):
+        if isinstance(value, nodes.BaseNode):
+            args[name] = _rebuild(value, overrides, memo)
+    args.update(overrides(node))
+    fresh = type(node)(**args)
+    memo[id(node)] = fresh
+    return fresh
+
+
+@dataclass
+class NodesKind(LoaderKind):
+    """A torchdata.nodes graph: rebuilt through its nodes' constructors with other knob values."""
+
+    graph: Any = None  # the user's Loader or root node
+
+    def build(self, config: LoaderConfig, *, cycle: bool = False, **options: Any) -> Iterable[Any]:
+        """``cycle``: the sampler's epochs one after another, so no epoch boundary (and the
+        graph's restart) lands in a measurement window."""
+        nodes = _nodes()
+        root = self.graph.root if isinstance(self.graph, nodes.Loader) else self.graph
+        mapper = _main_mapper(root)
+
+        def overrides(node: Any) -> dict[str, Any]:
+            if node is mapper:
+                out: dict[str, Any] = {"num_workers": config.num_workers, "in_order": config.in_order}
+                if config.worker_method:
+                    out["method"] = config.worker_method
+                return out
+            if isinstance(node, nodes.Prefetcher) and config.prefetch_factor:
+                return {"prefetch_factor": config.prefetch_factor}
+            if isinstance(node, nodes.Batcher) and "batch_size" in self.knobs:
+                return {"batch_size": config.batch_size}
+            if isinstance(node, nodes.SamplerWrapper) and cycle:
+                return {"sampler": RepeatedEpochs(node.sampler)}
+            return {}
+
+        fresh = _rebuild(root, overrides, {})
+        if isinstance(self.graph, nodes.Loader):
+            return nodes.Loader(fresh, restart_on_stop_iteration=self.graph.restart_on_stop_iteration)
+        return nodes.Loader(fresh)
+
+
+class RepeatedEpochs:
+    """The user's sampler, epoch after epoch (``set_epoch`` called on each, as a training loop does)."""
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch = 0
+        while True:
+            setter = getattr(self.sampler, "set_epoch", None)
+            if callable(setter):
+                setter(epoch)
+            yielded = False
+            for index in self.sampler:
+                yielded = True
+                yield index
+            if not yielded:
+                return
+            epoch += 1
+
+
+def _main_mapper(root: Any) -> Any:
+    """The ParallelMapper with the most workers (the one doing the heavy work), nearest the root on ties."""
+    nodes = _nodes()
+    mappers = [n for n in _graph_nodes(root) if isinstance(n, nodes.ParallelMapper)]
+    return max(mappers, key=lambda m: m.num_workers, default=None)
+
+
+def other_method(graph: Any) -> tuple[str, ...]:
+    """The mapper method the graph does not use (None in a config keeps the graph's own)."""
+    nodes = _nodes()
+    mapper = _main_mapper(graph.root if isinstance(graph, nodes.Loader) else graph)
+    return () if mapper is None else tuple(m for m in ("thread", "process") if m != mapper.method)
+
+
+def nodes_baseline(graph: Any) -> tuple[LoaderConfig, tuple[str, ...], list[str]]:
+    """The graph's own knob values as a LoaderConfig (its mapper's method as None: its own), the
+    knobs it has, and what stops a rebuild."""
+    nodes = _nodes()
+    root = graph.root if isinstance(graph, nodes.Loader) else graph
+    found = _graph_nodes(root)
+    problems = [f"{_qualified(n)} does not keep its constructor arguments" for n in found
+                if _constructor_arguments(n) is None]
+    mapper = _main_mapper(root)
+    batcher = next((n for n in found if isinstance(n, nodes.Batcher)), None)
+    prefetcher = next((n for n in found if isinstance(n, nodes.Prefetcher)), None)
+    knobs: list[str] = []
+    workers, in_order = 0, True
+    if mapper is not None:
+        knobs += ["num_workers", "in_order", "worker_method"]
+        workers, in_order = mapper.num_workers, mapper.in_order
+    prefetch = prefetcher.prefetch_factor if prefetcher is not None else None
+    if prefetcher is not None:
+        knobs.append("prefetch_factor")
+    batch_size = batcher.batch_size if batcher is not None else 1
+    config = LoaderConfig(
+        num_workers=workers, batch_size=max(1, batch_size), prefetch_factor=prefetch if workers else None,
+        in_order=in_order,
+    )
+    if workers == 0 and prefetch:
+        config = config.replace(prefetch_factor=None)
+    return config, tuple(knobs), problems
+
+
+# -- factories whose parameters are knobs -----------------------------------------------------------
+
+
+def knob_parameters(factory: Callable[..., Any]) -> dict[str, tuple[str, Any]]:
+    """``{parameter: (LoaderConfig field, default)}`` for the factory's keyword parameters named like knobs."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    out = {}
+    for p in params:
+        field_name = KNOB_PARAMETERS.get(p.name)
+        if field_name and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is not p.empty:
+            out[p.name] = (field_name, p.default)
+    return out
+
+
+def factory_arguments(parameters: dict[str, tuple[str, Any]], config: LoaderConfig, baseline: LoaderConfig) -> dict[str, Any]:
+    """The keyword arguments that give ``config`` through the factory: only knobs that differ from its own."""
+    out = {}
+    for name, (field_name, _default) in parameters.items():
+        value = getattr(config, field_name)
+        if value != getattr(baseline, field_name) and value is not None:
+            out[name] = value
+    return out
+
+
+@dataclass
+class FactoryKind(LoaderKind):
+    """Trials call the user's factory with other values of its knob parameters."""
+
+    factory: Callable[..., Any] | None = None
+    parameters: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    baseline: LoaderConfig | None = None
+
+    def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
+        assert self.factory is not None and self.baseline is not None
+        return self.factory(**factory_arguments(self.parameters, config, self.baseline))
+
+
+def factory_baseline(parameters: dict[str, tuple[str, Any]], product: Any) -> LoaderConfig:
+    """The factory's defaults as a LoaderConfig (the batch size from the product when it says)."""
+    values: dict[str, Any] = {}
+    for _name, (field_name, default) in parameters.items():
+        if default is not None:
+            values[field_name] = default
+    values.setdefault("batch_size", getattr(product, "batch_size", None) or 1)
+    values["batch_size"] = max(1, int(values["batch_size"]))
+    if isinstance(values.get("worker_threads"), bool) or not isinstance(values.get("worker_threads", 0), int):
+        values.pop("worker_threads", None)
+    try:
+        return LoaderConfig(**values)
+    except (TypeError, ValueError):
+        return LoaderConfig(batch_size=values["batch_size"], num_workers=int(values.get("num_workers") or 0))
+
+
+@dataclass
+class IterableKind(LoaderKind):
+    """Any other iterable of batches: measured as it is."""
+
+    loader: Any = None
+
+    def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
+        return self.loader
+
+
+UNTUNABLE = (
+    "{what} exposes no knob stallscope can set; it is measured as it is. To tune it, give the TARGET "
+    "function keyword parameters such as num_workers=… or prefetch_factor=… and pass them on: trials then call "
+    "it with other values."
+)
+NO_DATASET = "{what} has no Dataset for stallscope's per-sample probes to fetch from"
+
+
+def dataset_limits(what: str) -> dict[str, str]:
+    """What the per-sample probes cannot do on a loader without a Dataset of its own."""
+    reason = NO_DATASET.format(what=what)
+    return {"check": reason, "stages": reason, "profile": reason}
+
+
+# -- shutting a trial down --------------------------------------------------------------------------
+
+
+def close_trial(loader: Any, iterator: Any) -> None:
+    """Stop whatever a trial of a non-DataLoader kind started: DataLoader iterators inside it (in
+    generator frames or attributes), torchdata nodes' threads and processes, open generators."""
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    from ..runtime.processes import shutdown_iterator
+
+    targets: list[Any] = []
+    for root in (iterator, loader):
+        if root is None:
+            continue
+        found = _reachable(root)
+        targets.extend(found)
+    done: set[int] = set()
+    for obj in targets:
+        if id(obj) in done:
+            continue
+        done.add(id(obj))
+        if isinstance(obj, _BaseDataLoaderIter):
+            shutdown_iterator(obj)
+        elif callable(getattr(obj, "_shutdown", None)):
+            with contextlib.suppress(Exception):
+                obj._shutdown()
+    for obj in targets:
+        if inspect.isgenerator(obj):
+            with contextlib.suppress(Exception):
+                obj.close()
+
+
+def _reachable(root: Any, limit: int = SEARCH_OBJECTS) -> list[Any]:
+    """Objects reachable from ``root`` through attributes, containers and generator frames (bounded)."""
+    out, queue, seen = [], deque([(root, 0)]), {id(root)}
+    while queue and len(out) < limit:
+        obj, depth = queue.popleft()
+        out.append(obj)
+        if depth >= 6:
+            continue
+        children: list[Any] = []
+        frame = getattr(obj, "gi_frame", None)
+        if inspect.isgenerator(obj) and frame is not None:
+            children.extend(frame.f_locals.values())
+        children.extend(child for _, child in _children(obj))
+        for child in children:
+            if id(child) in seen or _atomic(child):
+                continue
+            seen.add(id(child))
+            queue.append((child, depth + 1))
+    return out

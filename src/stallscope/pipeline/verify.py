@@ -1,0 +1,97 @@
+"""Running the code stallscope is about to print (SPEC §8: printed code has been built and run).
+
+NOTE [verified snippets]
+A recommendation is written as code by the snippet renderer; before any
+command shows it, :func:`run_snippet` executes that very text in this process
+(with the target's folder importable, as the user would run it from there),
+takes two batches from the ``loader`` it defines, compares their structure with
+the user's own batches (types, keys and dtypes; shapes may differ with the batch
+size) and checks that the knobs it sets took effect on a DataLoader. The result
+goes into the record (``advice``); renderers print the code only where it ran,
+else the change in words and why. Workers the snippet starts are shut down
+here, and any process left over is reaped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import LoaderConfig
+from ..errors import describe_exception
+
+
+@dataclass
+class SnippetRun:
+    ok: bool
+    reason: str | None = None
+    structure: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verified": self.ok, "reason": self.reason, "structure": self.structure}
+
+
+def skeleton(structure: str) -> str:
+    """A structure description without sizes: ``Tensor[N,N] int64`` for ``Tensor[8,40] int64``."""
+    return re.sub(r"\d+", "N", structure)
+
+
+def run_snippet(code: str, *, reference: str | None, config: LoaderConfig | None = None, timeout: float = 60.0) -> SnippetRun:
+    """Execute ``code``, take two batches from its ``loader``, compare with ``reference`` (a
+    ``describe_structure`` of the user's batch) and check ``config``'s knobs on a DataLoader."""
+    from ..runtime.processes import no_orphans, stop_workers
+    from ..target import describe_structure
+    from .kinds import close_trial
+
+    namespace: dict[str, Any] = {"__name__": "__stallscope_snippet__"}
+    loader = iterator = None
+    try:
+        with no_orphans(), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                exec(compile(code, "<stallscope snippet>", "exec"), namespace)  # noqa: S102 - our own printed code
+                loader = namespace.get("loader")
+                if loader is None:
+                    return SnippetRun(False, "the code defines no `loader`")
+                wrong = _knobs_not_set(loader, config)
+                if wrong:
+                    return SnippetRun(False, f"the loader it builds does not take {wrong}")
+                iterator = iter(loader)
+                first = next(iterator)
+                next(iterator)
+            except StopIteration:
+                return SnippetRun(False, "the loader it builds yielded fewer than two batches")
+            except Exception as exc:
+                return SnippetRun(False, f"running it raised {describe_exception(exc, 160)}")
+            finally:
+                if iterator is not None:
+                    stop_workers(iterator)
+                close_trial(loader, iterator)
+                for value in list(namespace.values()):
+                    if value is not loader:
+                        with contextlib.suppress(Exception):
+                            close_trial(value, None)
+    except Exception as exc:  # shutting down failed: the code still ran
+        return SnippetRun(False, f"shutting its workers down raised {describe_exception(exc, 160)}")
+    structure = describe_structure(first)
+    if reference is not None and skeleton(structure) != skeleton(reference):
+        return SnippetRun(False, f"its batches look like {structure}, yours like {reference}", structure)
+    return SnippetRun(True, None, structure)
+
+
+def _knobs_not_set(loader: Any, config: LoaderConfig | None) -> str | None:
+    """``num_workers=4`` when the DataLoader the code built has another value than ``config`` asks."""
+    from torch.utils.data import DataLoader
+
+    if config is None or not isinstance(loader, DataLoader):
+        return None
+    wanted = {"num_workers": config.num_workers}
+    if config.num_workers:
+        wanted["prefetch_factor"] = config.prefetch_factor
+        wanted["persistent_workers"] = config.persistent_workers
+    for name, value in wanted.items():
+        if getattr(loader, name, value) != value:
+            return f"{name}={value!r} (it has {getattr(loader, name)!r})"
+    return None
