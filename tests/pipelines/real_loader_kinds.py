@@ -177,3 +177,37 @@ def batch_stream() -> BatchStream:
 
 def threaded_stream(threads: int = 1) -> BatchStream:
     return BatchStream(threads=threads)
+
+
+class ShardedTextLoader(DataLoader):
+    """A DataLoader subclass whose constructor takes required keyword-only arguments and builds
+    its own dataset (as LLM pre-training loaders do): it cannot be called with DataLoader's."""
+
+    def __init__(self, *, corpus_size: int, rank: int, world_size: int, batch_size: int = 16, num_workers: int = 0) -> None:
+        self.corpus_size = corpus_size
+        self.rank = rank
+        self.world_size = world_size
+        dataset = Sentences(corpus_size)
+        indices = list(range(rank, corpus_size, world_size))
+        super().__init__(
+            torch.utils.data.Subset(dataset, indices), batch_size=batch_size, num_workers=num_workers,
+            collate_fn=pad_tokens,
+        )
+
+    def __iter__(self):
+        # Its own iterator: counts the batches it hands out (state a subclass keeps).
+        self.handed_out = 0
+        for batch in super().__iter__():
+            self.handed_out += 1
+            yield batch
+
+
+def sharded_text() -> ShardedTextLoader:
+    return ShardedTextLoader(corpus_size=512, rank=0, world_size=2, num_workers=1)
+
+
+def stateful_text():
+    """torchdata's StatefulDataLoader over the same sentences (snapshot_every_n_steps is a knob)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    return StatefulDataLoader(Sentences(512), batch_size=16, num_workers=1, collate_fn=pad_tokens)

@@ -47,6 +47,11 @@ def how_sure(best: dict[str, Any]) -> str:
 
 def keep_yours_sentence(best: dict[str, Any], baseline: dict[str, Any]) -> str:
     within = best.get("within_pct") or 0.0
+    if best.get("config") == baseline.get("config"):
+        return (
+            f"your settings ({best['label']}, {baseline['samples_per_s']:,.1f} samples/s) were the fastest found; "
+            "no change is recommended"
+        )
     return (
         f"your loader is within {within:.1f}% of the best found ({best['label']} at "
         f"{best['samples_per_s']:,.1f} vs your {baseline['samples_per_s']:,.1f} samples/s); no change is recommended"

@@ -463,6 +463,8 @@ def factory_arguments(parameters: dict[str, tuple[str, Any]], config: LoaderConf
     out = {}
     for name, (field_name, _default) in parameters.items():
         value = getattr(config, field_name)
+        if field_name == "worker_threads" and not value:
+            continue  # 0 is "no fetch threads" in a LoaderConfig: the factory's own default
         if value != getattr(baseline, field_name) and value is not None:
             out[name] = value
     return out

@@ -287,6 +287,7 @@ class Search:
                 else "the memory budget leaves no room for a worker process; staying single-process"
             )
             self.region = classify(self.profile, r0, None, self.space.cores, self.space.batch_size)
+            explore_threads(self)  # a loader whose own threads are its only concurrency knob
             return
         start = min(self.space.cores, cap)
         first = self.measure(self.workers(start), "scale", share=share)

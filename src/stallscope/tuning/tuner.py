@@ -173,6 +173,8 @@ def limit_space(space: SearchSpace, kind: LoaderKind) -> None:
         space.threads = ()
     if "worker_threads" not in knobs:
         space.worker_threads = ()
+    elif kind.name == "factory":
+        space.worker_threads = (2, 4, 8, 16, 32)  # the factory's own thread parameter
     if "batch_size" not in knobs:
         space.batch_sizes = ()
     if "multiprocessing_context" not in knobs:
