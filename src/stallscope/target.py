@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import inspect
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -338,6 +339,14 @@ def _copy_knobs(loader: DataLoader) -> tuple[str, ...]:
     knobs = [k for k in DATALOADER_KNOBS if k not in ("batched_fetch",)]
     if "snapshot_every_n_steps" in vars(loader):
         knobs.append("snapshot_every_n_steps")
+    try:
+        params = inspect.signature(type(loader).__init__).parameters.values()
+    except (TypeError, ValueError):
+        return tuple(knobs)
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        # Only what its constructor takes can be recommended (fetch threads wrap a dataset it builds itself).
+        names = {p.name for p in params} | {"torch_threads"}
+        knobs = [k for k in knobs if k in names or (k == "worker_threads" and "dataset" in names)]
     return tuple(knobs)
 
 

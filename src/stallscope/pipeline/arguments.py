@@ -63,6 +63,8 @@ class LoaderCall:
     origin_imports: list[str] = field(default_factory=list)
     loader_path: str = ""  # where the DataLoader sits in what the factory returns (".loader" in a wrapper)
     factory_parameters: dict[str, str] = field(default_factory=dict)  # factory keyword -> LoaderConfig field
+    # The knob keywords its constructor takes (None: all of DataLoader's).
+    accepts: list[str] | None = None
     # Each argument's object as a path in what the factory returns ("" is that object itself).
     role_paths: dict[str, str] = field(default_factory=dict)
 
@@ -245,7 +247,44 @@ def describe_loader(loader: Any, *, modules: Sequence[str] = ()) -> LoaderCall:
     call.arguments = args
     call.rng_attributes = rng_attributes(dataset)
     call.role_paths = {a.name: f".{a.name}" for a in args}
+    if cls is not DataLoader and call.callable == cls.__qualname__:
+        _replay_constructor(call, loader, cls, modules)
     return call
+
+
+def _replay_constructor(call: LoaderCall, loader: Any, cls: type, modules: Sequence[str]) -> None:
+    """A subclass whose constructor does not take every DataLoader argument we described (it builds
+    its dataset or collate itself, or takes required keyword-only arguments of its own): write the
+    call with its own parameters instead, each read back from the same-named attribute."""
+    try:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    names = {p.name for p in params}
+    described = {"dataset" if a.positional else a.name for a in call.arguments}
+    if described <= names:
+        return
+    args: list[Argument] = []
+    for p in params:
+        if p.kind is p.VAR_POSITIONAL or p.name in KNOBS:
+            continue
+        if p.name in vars(loader):
+            arg = reference(p.name, vars(loader)[p.name], modules=modules)
+        elif p.name in described:
+            arg = next(a for a in call.arguments if (a.name if not a.positional else "dataset") == p.name)
+            arg = Argument(p.name, arg.source, list(arg.imports), arg.placeholder)
+        elif p.default is not p.empty:
+            continue
+        else:
+            call.note = f"{cls.__qualname__}() needs {p.name!r}, which the loader does not keep under that name"
+            return
+        arg.positional = False
+        args.append(arg)
+    call.arguments = args
+    call.accepts = [k for k in KNOBS if k in names]
+    call.role_paths = {a.name: f".{a.name}" for a in args}
 
 
 def rng_attributes(dataset: Any) -> list[str]:

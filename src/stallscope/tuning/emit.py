@@ -200,7 +200,8 @@ def build_snippet(
         if was[name] != now[name] and before.get(name) != after.get(name):
             changes.append(Change(name, before.get(name), after.get(name)))
     keyword = [(None if a.positional else a.name, a.source) for a in args]
-    keyword += [(name, after[name]) for name, _ in _KNOB_DEFAULTS if name in after]
+    takes = set(call.accepts) if call.accepts is not None else set(after)
+    keyword += [(name, after[name]) for name, _ in _KNOB_DEFAULTS if name in after and name in takes]
     return Snippet(call.callable, _merge_imports(imports, uses_ss), prelude, keyword, changes, notes)
 
 
