@@ -206,14 +206,16 @@ def test_stage_shares_accept_percentages():
     assert facts.total_ms == 4.0 and facts.top.name == "decode"
 
 
-def test_best_configuration_snippet_is_the_users_call_with_the_pick():
+def test_best_configuration_snippet_is_the_code_that_ran():
+    """NOTE [verified snippets]: reports print the advice's code only where it ran, for that config."""
     pick = cfg(4, in_order=False, persistent_workers=True)
-    loader = {"arguments": [{"name": "dataset", "source": "<your dataset: m.D instance>", "positional": True},
-                            {"name": "batch_size", "source": "10"},
-                            {"name": "collate_fn", "source": "pad", "imports": ["from m import pad"]}]}
-    text = an.loader_snippet({"best": {"config": pick}, "baseline": {"config": cfg(1)}, "loader": loader}, pick)
-    assert "from m import pad\n" in text and "    collate_fn=pad,\n" in text and "    batch_size=10,\n" in text
-    assert "    num_workers=4,  # was 1\n" in text and "    in_order=False,  # new\n" in text
+    code = "from m import pad\nloader = DataLoader(d, batch_size=10, collate_fn=pad, num_workers=4)\n"
+    record = {"best": {"config": pick}, "baseline": {"config": cfg(1)},
+              "advice": {"config": pick, "python": code, "verified": True}}
+    assert an.loader_snippet(record, pick) == code
+    assert an.loader_snippet(record, cfg(1)) == ""  # code for another config is not this one's
+    record["advice"] = {"config": pick, "python": None, "verified": False, "reason": "running it raised TypeError"}
+    assert an.loader_snippet(record, pick) == ""
     assert an.loader_snippet({}, {}) == ""
 
 

@@ -52,6 +52,7 @@ def _run(ctx: common.CommandContext) -> int:
     if args.shm_free is not None and args.shm_free < 0:
         raise UsageError(f"--shm-free must be a number of megabytes >= 0, not {args.shm_free:g}.")
     pipeline = common.run_target_loader(args)
+    common.refuse_on_kind(pipeline, "check")
     record = ctx.new_record("check", pipeline.target, pipeline)
     budget = args.budget if args.budget is not None else (None if args.full else DEFAULT_BUDGET_S)
 

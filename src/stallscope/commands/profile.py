@@ -56,6 +56,7 @@ def _run(ctx: common.CommandContext) -> int:
         info = rank_info()
         quiet = ctx.quiet or not info.is_main
         pipeline = common.run_target_loader(args)
+        common.refuse_on_kind(pipeline, "profile")
         record = ctx.new_record("profile", pipeline.target, pipeline)
         preflight(pipeline)
         config = pipeline.baseline

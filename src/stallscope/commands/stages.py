@@ -98,6 +98,7 @@ def _run(ctx: common.CommandContext) -> int:
     args = ctx.args
     record = ctx.new_record("stages", args.target)
     pipeline = common.run_target_loader(args)
+    common.refuse_on_kind(pipeline, "stages")
     workers = default_stage_workers() if args.num_workers is None else args.num_workers
     with _progress(ctx) as progress:
         result = stages(

@@ -84,5 +84,7 @@ def _print_everything(data: dict[str, Any], console: Console) -> None:
     render_what_to_set(data, console)
     for failure in data.get("step_failures", []):
         console.print(f"[red]{failure['step']} failed:[/] {failure['message']}")
+    for item in data.get("not_run", []):
+        console.print(f"[yellow]not run: {item['step']}[/] — {item['why']}.")
 
 
