@@ -61,6 +61,7 @@ def measure_worker_stages(
     """Run the instrumented pipeline through a real DataLoader and sum the stage times."""
     from ..config import LoaderConfig
     from ..pipeline.loaders import build_loader
+    from ..pipeline.structure import nbytes
     from ..runtime.processes import (
         describe_worker_death,
         is_worker_death,
@@ -68,7 +69,6 @@ def measure_worker_stages(
         shutdown_iterator,
         stop_workers,
     )
-    from ..target import nbytes
 
     instrumented = instrument_pipeline(pipeline, slots, callees)
     bs = pipeline.batch_size
@@ -212,8 +212,9 @@ def _move(obj: Any, device: Any) -> Any:
 
     if isinstance(obj, torch.Tensor):
         return obj.to(device, non_blocking=True)
-    if isinstance(obj, dict):
-        return {k: _move(v, device) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_move(v, device) for v in obj]
+    from ..pipeline.structure import children
+
+    parts = children(obj)
+    if parts is not None:  # a Mapping, dataclass, named tuple, list or tuple: move what it holds
+        return [_move(v, device) for _, v in parts]
     return obj
