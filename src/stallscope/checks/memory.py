@@ -213,6 +213,7 @@ def probe_memory(
         "dataset_length": length,
         "indices_available": len(indices) if not pipeline.is_iterable else None,
         "pass_samples": pass_samples,
+        "iterable": bool(pipeline.is_iterable),
         "python_heap": python_heap(pipeline.dataset),
         "samples": 0,
         "seconds": 0.0,
@@ -294,12 +295,16 @@ class _WorkerReports:
             seen = self.times.setdefault(meta["i"], [])
             if len(seen) < 2:
                 seen.append(meta["s"])
-            if "p" not in meta:
+            if "p" not in meta and "b" not in meta:
                 continue
             worker = self.workers.setdefault(meta["w"], {"worker": meta["w"], "pid": meta["pid"], "points": [],
                                                          "containers_start": {}, "containers_end": {}, "sites": []})
             if meta["pid"] != worker["pid"]:
                 continue  # a replacement worker (persistent_workers off never happens here): keep the first
+            if "b" in meta:  # a reading at an epoch boundary of a stream (NOTE [stream epochs] in memory_worker.py)
+                worker.setdefault("epoch_boundaries", []).append(meta["b"])
+            if "p" not in meta:
+                continue
             worker["points"].append(meta["p"])
             worker["containers_end"] = meta["containers"]
             if "containers_start" in meta:
