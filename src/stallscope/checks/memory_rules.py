@@ -307,15 +307,22 @@ def detect_copy_on_write(probes: dict[str, Any]) -> list[Finding]:
     heap_mb = (heap.get("bytes") or 0) / MB
     copied: list[float] = []
     rss_change: list[float] = []
+    anon_change: list[float] = []
     samples: list[float] = []
     for series in memory.get("series") or []:
         points = series["points"]
         if len(points) < 2:
             continue
-        d_rss = points[-1][1] - points[0][1]
-        d_uss = points[-1][2] - points[0][2]
-        # Shared pages that turned private raise USS but not RSS; new allocations raise both.
-        copied.append(max(0.0, d_uss - max(0.0, d_rss)))
+        first, last = points[0], points[-1]
+        d_rss = last[1] - first[1]
+        if len(first) > 5 and len(last) > 5:
+            # Shared pages copied on write turn private-dirty without adding anonymous memory; new
+            # allocations add both; library pages mapped lazily, neither (NOTE [copy-on-write measure]).
+            d_anon = last[5] - first[5]
+            copied.append(max(0.0, (last[4] - first[4]) - max(0.0, d_anon)))
+            anon_change.append(d_anon)
+        else:  # no smaps_rollup: shared pages that turned private raise USS but not RSS
+            copied.append(max(0.0, (last[2] - first[2]) - max(0.0, d_rss)))
         rss_change.append(d_rss)
         samples.append(points[-1][0])
     if not copied:
@@ -342,6 +349,7 @@ def detect_copy_on_write(probes: dict[str, Any]) -> list[Finding]:
         "mb_per_worker": round(mean_copied, 1),
         "per_worker_mb": [round(c, 1) for c in copied],
         "rss_change_mb": [round(r, 1) for r in rss_change],
+        "anonymous_change_mb": [round(a, 1) for a in anon_change] if len(anon_change) == len(copied) else None,
         "parent_python_heap_mb": round(heap_mb, 1),
         "python_objects": objects,
         "heap_measured_completely": heap.get("complete"),
