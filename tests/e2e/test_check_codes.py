@@ -166,7 +166,9 @@ def test_copy_on_write_of_python_objects_after_fork():
     assert evidence["mb_per_worker"] >= 4.0
     assert evidence["parent_python_heap_mb"] >= 8.0
     assert evidence["python_objects"] > 100_000
-    assert max(evidence["rss_change_mb"]) < evidence["mb_per_worker"] / 2  # shared pages turned private
+    # shared pages turned private without new anonymous memory (RSS may rise as a worker maps library
+    # code lazily: NOTE [copy-on-write measure] in checks/memory.py)
+    assert max(evidence["anonymous_change_mb"]) < evidence["mb_per_worker"] / 2
     assert not result.by_code("memory-growth")
 
 

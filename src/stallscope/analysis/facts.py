@@ -150,6 +150,7 @@ class StageRow:
     kind: str | None
     ms_per_sample: float
     share: float  # fraction of the summed stage time
+    doubtful: str | None = None  # why the row cannot be right (NOTE [stages add up] in breakdown/table.py)
 
 
 @dataclass

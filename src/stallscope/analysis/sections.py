@@ -297,7 +297,7 @@ def stage_facts(r: Record, *, top_hotspots: int = 8) -> StageFacts | None:
     hotspots = _hotspots(r.get("hotspots"), top_hotspots)
     if not stages and aug is None and not hotspots:
         return None
-    total = sum(number(s["ms_per_sample"]) for s in stages)
+    total = sum(number(s["ms_per_sample"]) for s in stages if not s.get("doubtful"))
     shares = [number(s.get("share")) for s in stages]
     # "share" is a fraction of the total; accept percentages from older writers.
     as_percent = all(v is not None for v in shares) and sum(shares) > 1.5
@@ -308,8 +308,10 @@ def stage_facts(r: Record, *, top_hotspots: int = 8) -> StageFacts | None:
             share = ms / total if total > 0 else 0.0
         elif as_percent:
             share = share / 100.0
-        rows.append(StageRow(str(s.get("name", "?")), s.get("kind"), ms, share))
-    top = max(rows, key=lambda row: row.ms_per_sample) if rows else None
+        doubtful = str(s["doubtful"]) if s.get("doubtful") else None
+        rows.append(StageRow(str(s.get("name", "?")), s.get("kind"), ms, 0.0 if doubtful else share, doubtful))
+    trusted = [row for row in rows if not row.doubtful]
+    top = max(trusted, key=lambda row: row.ms_per_sample) if trusted else None
     run = r.get("stage_run") if isinstance(r.get("stage_run"), dict) else {}
     notes = [str(n) for n in r.get("stage_notes") or [] if n]
     return StageFacts(rows=rows, total_ms=total, top=top, augmentation=aug, hotspots=hotspots, run=run, notes=notes)

@@ -27,6 +27,7 @@ from .table import (
     augmentation_from_stages,
     build_stage_table,
     choose_augmentations,
+    mark_doubtful,
     transfer_summary,
 )
 from .workers import default_stage_workers, measure_worker_stages
@@ -99,6 +100,12 @@ def stages(
         callees=callees,
     )
     table = build_stage_table(raw, [s.name for s in slots], chosen)
+    table = mark_doubtful(
+        table,
+        batch_interval_ms=run.batch_interval_ms,
+        num_workers=run.num_workers,
+        samples_per_batch=raw.samples / max(1, raw.batches),
+    )
     notes = ([copy_problem] if copy_problem else []) + _notes(slots, table)
     overhead = augmentation_from_stages(table, chosen, source)
     if overhead is not None and differential:

@@ -22,9 +22,24 @@ pickled in the worker's queue feeder thread and unpickled in the main process:
 serialise (thread CPU time of pickling: for tensors, moving their storage into
 shared memory, unless the collate already allocated it there, as default_collate
 does in workers), queue (end of pickling in the worker to start of unpickling in
-the main process, on the system-wide monotonic clock) and deserialise. The
+the main process, on the system-wide monotonic clock) and deserialise (the
+main thread's CPU time of unpickling: see NOTE [deserialise timing]). The
 first batch of every worker is a warm-up (imports, lazy initialisation) and is
 left out. With no profiling active, ``ss.stage`` costs one ContextVar lookup.
+
+NOTE [deserialise timing]
+Unpickling a batch of tensors in the main process is not all work. Under the
+default ``file_descriptor`` sharing strategy each tensor's storage arrives as a
+file descriptor that the main process asks the worker's resource-sharer thread
+for, over a socket (``rebuild_storage_fd`` → ``DupFd.detach``). That thread
+needs the worker's GIL, and a worker busy in pure Python (a tokenizer) hands it
+over only every switch interval (5 ms), a few times per request. On an LLM
+stream of token batches (three int64 tensors) the wall time of unpickling read
+29 ms per batch while the loader delivered a batch every 14 ms: the main thread
+was waiting for the busy worker, overlapped with that worker's next batch, not
+deserialising. So deserialise is the main thread's CPU time between the two
+stamps; the wall time beyond it is kept apart (``deserialise_wait``) and is not
+a stage.
 """
 
 from __future__ import annotations
@@ -183,7 +198,8 @@ class TransferTimes:
     serialise_wall: float
     handoff: float  # end of collate to start of pickling (queue feeder thread wake-up)
     queue: float  # end of pickling in the worker to start of unpickling in the main process
-    deserialise: float
+    deserialise: float  # the main thread's CPU time of unpickling (NOTE [deserialise timing])
+    deserialise_wait: float = 0.0  # unpickling's wall time beyond that: waiting for the worker to hand over storages
 
 
 class StageBatch:
@@ -234,10 +250,14 @@ class _SendStamp:
 
 
 class _ReceiveStamp:
-    """Unpickles as the receiver's clock at the moment it is unpickled."""
+    """Unpickles as the receiver's clocks (wall, thread CPU) at the moment it is unpickled."""
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (time.monotonic, ())
+        return (_receive_stamp, ())
+
+
+def _receive_stamp() -> tuple[float, float]:
+    return (time.monotonic(), time.thread_time())
 
 
 def _stamp(wall: float, cpu: float) -> tuple[float, float]:
@@ -246,7 +266,7 @@ def _stamp(wall: float, cpu: float) -> tuple[float, float]:
 
 def _rebuild_stage_batch(
     send_start: tuple[float, float],
-    receive_start: float,
+    receive_start: tuple[float, float] | float,
     batch: Any,
     send_end: tuple[float, float],
     times: dict[str, float],
@@ -255,13 +275,21 @@ def _rebuild_stage_batch(
     ready: float,
     sample_times: dict[str, list[float]],
 ) -> StageBatch:
-    received = time.monotonic()
+    received, received_cpu = time.monotonic(), time.thread_time()
+    if isinstance(receive_start, tuple):
+        receive_wall, receive_cpu = receive_start
+        cpu = max(0.0, received_cpu - receive_cpu)
+    else:  # a stamp from an older pickle: the wall time only
+        receive_wall = receive_start
+        cpu = max(0.0, received - receive_wall)
+    wall = max(0.0, received - receive_wall)
     result = StageBatch(batch, times, samples, worker, ready, sample_times)
     result.transfer = TransferTimes(
         serialise_cpu=max(0.0, send_end[1] - send_start[1]),
         serialise_wall=max(0.0, send_end[0] - send_start[0]),
         handoff=max(0.0, send_start[0] - ready),
-        queue=max(0.0, receive_start - send_end[0]),
-        deserialise=max(0.0, received - receive_start),
+        queue=max(0.0, receive_wall - send_end[0]),
+        deserialise=min(cpu, wall),
+        deserialise_wait=max(0.0, wall - cpu),
     )
     return result

@@ -1,5 +1,18 @@
 """Analysis (pure): the worker run's raw totals -> the stage table, the transfer summary and
-the augmentation overhead; which transforms count as augmentation."""
+the augmentation overhead; which transforms count as augmentation.
+
+NOTE [stages add up]
+The stage times of one batch are bounded by what the same run measured: the
+main process received a batch every ``batch_interval_ms``, so the stages that
+run in the main process (deserialise, pin, host→device) cannot take longer
+than that per batch, and those that run in the workers (read … collate,
+serialise) cannot take longer than ``num_workers`` times that (each worker
+makes one batch in ``num_workers`` intervals). A row that breaks its bound by
+more than the noise (``STAGE_NOISE_SHARE`` plus ``STAGE_NOISE_MS``) measured
+something else (a wait inside its clock: NOTE [deserialise timing] in
+recorder.py); it is marked doubtful, largest first until the rest fit, and
+left out of the shares instead of being printed as a cost.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +34,11 @@ from .results import (
     RawStageTotals,
     StageTime,
 )
+
+# A side's stages may exceed its bound by this share plus this many ms per batch (timer and
+# scheduling noise) before a row is doubtful (NOTE [stages add up]).
+STAGE_NOISE_SHARE = 0.25
+STAGE_NOISE_MS = 1.0
 
 # Where each kind of stage runs, for the record's "where" key.
 _WHERE = {
@@ -98,6 +116,42 @@ def build_stage_table(
     ]
 
 
+def mark_doubtful(
+    table: Sequence[StageTime], *, batch_interval_ms: float | None, num_workers: int, samples_per_batch: float
+) -> list[StageTime]:
+    """The table with the rows that cannot be right marked doubtful and the shares recomputed
+    over the rest (NOTE [stages add up]). Unchanged without a measured interval."""
+    rows = list(table)
+    if not batch_interval_ms or batch_interval_ms <= 0 or samples_per_batch <= 0:
+        return rows
+    interval = batch_interval_ms
+    if num_workers <= 0:
+        sides = [("main", [r for r in rows if r.kind != "queue"], 1)]
+    else:
+        sides = [
+            ("main", [r for r in rows if r.where == "main"], 1),
+            ("worker", [r for r in rows if r.where == "worker"], num_workers),
+        ]
+    for side, members, parallel in sides:
+        bound = parallel * interval * (1 + STAGE_NOISE_SHARE) + STAGE_NOISE_MS
+        per_batch = sum(r.ms_per_sample for r in members) * samples_per_batch
+        for row in sorted(members, key=lambda r: -r.ms_per_sample):
+            if per_batch <= bound:
+                break
+            spent = row.ms_per_sample * samples_per_batch
+            where = "the main process" if side == "main" else f"{parallel} worker{'s' if parallel != 1 else ''}"
+            row.doubtful = (
+                f"{spent:.1f} ms per batch, but {where} received a batch every {interval:.1f} ms in the same run"
+                + (f" ({parallel} × {interval:.1f} ms for the workers together)" if side == "worker" else "")
+                + ": its clock spans something else (a wait)"
+            )
+            per_batch -= spent
+    kept = sum(r.ms_per_sample for r in rows if not r.doubtful)
+    for r in rows:
+        r.share = 0.0 if r.doubtful else (r.ms_per_sample / kept if kept > 0 else 0.0)
+    return rows
+
+
 def _break_out_calls(
     rows: list[tuple[str, float, str]],
     calls: dict[str, float],
@@ -162,6 +216,7 @@ def transfer_summary(raw: RawStageTotals) -> dict[str, Any] | None:
         "handoff_ms_per_batch": raw.transfer.get("handoff", 0.0) * per_batch,
         "queue_ms_per_batch": raw.transfer.get("queue", 0.0) * per_batch,
         "deserialise_ms_per_batch": raw.transfer.get("deserialise", 0.0) * per_batch,
+        "deserialise_wait_ms_per_batch": raw.transfer.get("deserialise_wait", 0.0) * per_batch,
     }
 
 

@@ -61,6 +61,7 @@ def measure_worker_stages(
     """Run the instrumented pipeline through a real DataLoader and sum the stage times."""
     from ..config import LoaderConfig
     from ..pipeline.loaders import build_loader
+    from ..pipeline.structure import nbytes
     from ..runtime.processes import (
         describe_worker_death,
         is_worker_death,
@@ -68,7 +69,6 @@ def measure_worker_stages(
         shutdown_iterator,
         stop_workers,
     )
-    from ..target import nbytes
 
     instrumented = instrument_pipeline(pipeline, slots, callees)
     bs = pipeline.batch_size
@@ -85,6 +85,7 @@ def measure_worker_stages(
     raw = RawStageTotals(stage_seconds={}, samples=0, batches=0)
     seen: dict[int, int] = {}
     warmup: list[StageBatch] = []
+    arrivals: list[float] = []  # when each batch reached the main process, warm-up included
     started = time.perf_counter()
     deadline = started + max_seconds
     iterator = None
@@ -99,6 +100,7 @@ def measure_worker_stages(
                     raise PipelineError(
                         "the DataLoader changed the batch type on its way to the main process."
                     )
+                arrivals.append(time.perf_counter())
                 main_times = _to_device(received.batch, cuda) if cuda is not None else {}
                 if seen.get(received.worker, 0) < warmup_batches:
                     seen[received.worker] = seen.get(received.worker, 0) + 1
@@ -137,8 +139,22 @@ def measure_worker_stages(
         warmup_batches=len(warmup),
         seconds=time.perf_counter() - started,
         transforms_found=len(slots),
+        batch_interval_ms=batch_interval_ms(arrivals, num_workers),
     )
     return raw, run
+
+
+def batch_interval_ms(arrivals: Sequence[float], num_workers: int, prefetch_factor: int = 2) -> float | None:
+    """The main process's steady time per batch, from the arrival times of a run's batches.
+
+    When the first batch arrives the workers may already hold up to ``num_workers ×
+    prefetch_factor`` more, which then arrive at once; they are not counted, so this errs
+    long (an upper estimate: NOTE [stages add up] in table.py). None with too few batches."""
+    buffered = num_workers * prefetch_factor if num_workers else 0
+    intervals = len(arrivals) - 1 - buffered
+    if intervals < 2:
+        return None
+    return 1000.0 * (arrivals[-1] - arrivals[0]) / intervals
 
 
 def effective_start_method(requested: str | None, num_workers: int) -> str | None:
@@ -212,8 +228,9 @@ def _move(obj: Any, device: Any) -> Any:
 
     if isinstance(obj, torch.Tensor):
         return obj.to(device, non_blocking=True)
-    if isinstance(obj, dict):
-        return {k: _move(v, device) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_move(v, device) for v in obj]
+    from ..pipeline.structure import children
+
+    parts = children(obj)
+    if parts is not None:  # a Mapping, dataclass, named tuple, list or tuple: move what it holds
+        return [_move(v, device) for _, v in parts]
     return obj

@@ -68,7 +68,7 @@ def _become_dataloader_worker(worker_id: int, num_workers: int, dataset: Any, ba
 
 
 def _structure_groups(items: list[Any], indices: list[Any]) -> list[list[Any]]:
-    from ..target import describe_structure
+    from ..pipeline.structure import describe_structure
 
     groups: dict[str, list[Any]] = {}
     for index, item in zip(indices, items):
@@ -77,7 +77,7 @@ def _structure_groups(items: list[Any], indices: list[Any]) -> list[list[Any]]:
 
 
 def _collate(conn: Any, collate: Callable[[list], Any], items: list[Any], indices: list[Any], report_structure: bool) -> None:
-    from ..target import describe_structure, nbytes
+    from ..pipeline.structure import describe_structure, nbytes
 
     start = time.perf_counter()
     try:

@@ -17,6 +17,20 @@ stops after the first. Two different problems show up differently:
   USS with psutil for this. NumPy arrays and tensors do not suffer from it
   (one object header, the data is never written).
 
+NOTE [copy-on-write measure]
+"USS rose while RSS stayed flat" missed copy-on-write in one run of two
+(after other tests, 1 of 3 in a row): one worker's RSS rose 13 MB while its
+USS rose 10 MB, so ``ΔUSS − ΔRSS`` read 0 for it and halved the mean below
+the threshold. That RSS was not new memory: after fork a child maps the
+shared libraries' pages (libtorch's code) lazily, as it first runs them, and
+the worker that had not yet made its first batch when the baseline was read
+faulted them in afterwards; they are shared, clean and file-backed. So on
+Linux each reading also takes ``Private_Dirty`` and ``Anonymous`` from
+``/proc/PID/smaps_rollup``: a page copied on write turns private-dirty
+without adding anonymous memory, a new allocation adds both, a library page
+neither, and copied = ΔPrivate_Dirty − ΔAnonymous. The baseline is read once
+every worker has delivered a batch.
+
 Every fetch is timed in the worker too: those fetches count toward the
 check's coverage, and an index slow in two passes is a slow sample. The probe
 only measures; ``memory_rules`` reads the measurements.
@@ -125,8 +139,19 @@ def python_heap(obj: Any, *, max_objects: int = 3_000_000, seconds: float = 2.0)
     return {"bytes": total, "objects": count, "complete": complete}
 
 
+def smaps_rollup_mb(pid: int) -> tuple[float, float] | None:
+    """``(Private_Dirty, Anonymous)`` of a process in MB (Linux); None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as handle:
+            fields = dict(line.split(":", 1) for line in handle if ":" in line and not line[0].isdigit())
+        return int(fields["Private_Dirty"].split()[0]) / 1024, int(fields["Anonymous"].split()[0]) / 1024
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+
+
 class _MemorySampler:
-    """Per worker ``[samples_per_worker, rss_mb, uss_mb, t]`` points.
+    """Per worker ``[samples_per_worker, rss_mb, uss_mb, t, private_dirty_mb, anonymous_mb]``
+    points (the last two where ``/proc/PID/smaps_rollup`` is readable: NOTE [copy-on-write measure]).
 
     The main loop calls :meth:`sample` every few batches, which spreads the
     points evenly over samples processed; a background thread adds a point when
@@ -173,7 +198,11 @@ class _MemorySampler:
                 except (psutil.Error, AttributeError):
                     continue
                 t = time.perf_counter() - self._t0
-                self.points[pid].append([round(samples, 1), round(info.rss / MB, 3), round(info.uss / MB, 3), round(t, 3)])
+                point = [round(samples, 1), round(info.rss / MB, 3), round(info.uss / MB, 3), round(t, 3)]
+                rollup = smaps_rollup_mb(pid)
+                if rollup is not None:
+                    point += [round(rollup[0], 3), round(rollup[1], 3)]
+                self.points[pid].append(point)
                 self.cpu[pid].append(cpu.user + cpu.system)
             self._last = time.perf_counter()
 
@@ -213,6 +242,7 @@ def probe_memory(
         "dataset_length": length,
         "indices_available": len(indices) if not pipeline.is_iterable else None,
         "pass_samples": pass_samples,
+        "iterable": bool(pipeline.is_iterable),
         "python_heap": python_heap(pipeline.dataset),
         "samples": 0,
         "seconds": 0.0,
@@ -244,15 +274,20 @@ def probe_memory(
     sampler = _MemorySampler(worker_pids(iterator), lambda: consumed[0])
     stride = max(1, max_samples // batch_size // _POINTS)
     failure: BaseException | None = None
+    delivered: set[int] = set()
+    baseline = False
     try:
         for k, (_batch, metas) in enumerate(iterator):
             consumed[0] += len(metas)
             inside.add(metas)
-            if k == 0:
-                sampler.sample()  # the baseline: workers are up and have produced a batch
+            delivered.update(meta["w"] for meta in metas)
+            if not baseline and (len(delivered) >= workers or k >= 2 * workers):
+                # The baseline: every worker is up and has made a batch (NOTE [copy-on-write measure]).
+                baseline = True
+                sampler.sample()
                 sampler.start()
                 until = min(deadline, time.monotonic() + seconds)
-            elif k % stride == 0:
+            elif baseline and k % stride == 0:
                 sampler.sample()
             if time.monotonic() >= until:
                 record["stopped"] = "time"
@@ -294,12 +329,16 @@ class _WorkerReports:
             seen = self.times.setdefault(meta["i"], [])
             if len(seen) < 2:
                 seen.append(meta["s"])
-            if "p" not in meta:
+            if "p" not in meta and "b" not in meta:
                 continue
             worker = self.workers.setdefault(meta["w"], {"worker": meta["w"], "pid": meta["pid"], "points": [],
                                                          "containers_start": {}, "containers_end": {}, "sites": []})
             if meta["pid"] != worker["pid"]:
                 continue  # a replacement worker (persistent_workers off never happens here): keep the first
+            if "b" in meta:  # a reading at an epoch boundary of a stream (NOTE [stream epochs] in memory_worker.py)
+                worker.setdefault("epoch_boundaries", []).append(meta["b"])
+            if "p" not in meta:
+                continue
             worker["points"].append(meta["p"])
             worker["containers_end"] = meta["containers"]
             if "containers_start" in meta:

@@ -10,6 +10,13 @@ stops after the first pass shows as a plateau. The cause decides the message:
 - native memory grows during the first pass and then stays flat: a library
   cache (per input shape, per file...): a cost to budget for, not a leak;
 - native memory keeps growing: a native leak.
+
+A stream that ends is iterated again by the probe (NOTE [stream epochs] in
+``memory_worker.py``). Memory that returns to its level at the end of every
+epoch (a shuffle buffer filled and freed per epoch) is not growth: a worker
+that saw at least two epoch ends is judged by its readings at those ends only.
+With one epoch end, only the Python heap is judged (exact; the allocator may
+keep freed native pages, which is not growth either).
 """
 
 from __future__ import annotations
@@ -99,18 +106,45 @@ def channel_growth(xs: list[float], ys: list[float], pass_samples: float | None,
     return result
 
 
+def _native(p: list[float]) -> float:
+    return float(p[2]) - float(p[1]) - (float(p[4]) if len(p) > 4 else 0.0)  # minus tracemalloc's own
+
+
+def _unjudged() -> dict[str, Any]:
+    return {"mb_per_1000": 0.0, "r2": 0.0, "grew_mb": 0.0, "first_pass_mb": None, "after_plateau_mb_per_1000": None,
+            "plateaued_after": None}
+
+
+def _epoch_channels(boundaries: list[list[float]]) -> tuple[dict[str, Any], dict[str, Any], int] | None:
+    """Heap and native growth read at a stream's epoch ends (NOTE [stream epochs]); None
+    when the worker saw no epoch end."""
+    ends = [b for b in boundaries if len(b) > 5 and b[5] >= 1]
+    start = next((b for b in boundaries if len(b) > 5 and b[5] == 0), None)
+    if len(ends) >= 2:
+        xs = [float(b[0]) for b in ends]
+        heap = channel_growth(xs, [float(b[1]) for b in ends], None, HEAP_MIN_MB)
+        native = channel_growth(xs, [_native(b) for b in ends], None, NATIVE_MIN_MB)
+        return heap, native, len(ends)
+    if len(ends) == 1 and start is not None:
+        xs = [float(start[0]), float(ends[0][0])]
+        return channel_growth(xs, [float(start[1]), float(ends[0][1])], None, HEAP_MIN_MB), _unjudged(), 1
+    return None
+
+
 def _worker_growth(series: dict[str, Any], pass_samples: float | None) -> dict[str, Any] | None:
     points = series.get("points") or []
     if len(points) < GROWTH_MIN_POINTS:
         return None
     xs = [float(p[0]) for p in points]
     heap = [float(p[1]) for p in points]
-    native = [float(p[2]) - float(p[1]) - (float(p[4]) if len(p) > 4 else 0.0) for p in points]  # minus tracemalloc's own
+    native = [_native(p) for p in points]
+    by_epoch = _epoch_channels(series.get("epoch_boundaries") or [])
     return {
         "worker": series.get("worker"),
         "samples": xs[-1],
-        "heap": channel_growth(xs, heap, pass_samples, HEAP_MIN_MB),
-        "native": channel_growth(xs, native, pass_samples, NATIVE_MIN_MB),
+        "heap": channel_growth(xs, heap, pass_samples, HEAP_MIN_MB) if by_epoch is None else by_epoch[0],
+        "native": channel_growth(xs, native, pass_samples, NATIVE_MIN_MB) if by_epoch is None else by_epoch[1],
+        "epoch_ends": 0 if by_epoch is None else by_epoch[2],
         "rss_start": float(points[0][2]),
         "rss_end": float(points[-1][2]),
         "containers_start": series.get("containers_start") or {},
@@ -186,6 +220,8 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
                         "native_mb_per_1000_samples": round(g["native"]["mb_per_1000"], 2)} for g in fits],
         "workers": workers,
         "memory_available_mb": None if not available else round(available / MB, 1),
+        "judged_at": "epoch ends" if worst["epoch_ends"] else "samples",
+        "epoch_ends_seen": worst["epoch_ends"],
     }
     if plateau is not None:
         return [_first_pass_finding(cause, channel, evidence, workers, length)]
@@ -195,10 +231,17 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
     severity = ERROR if projected is not None and available and projected * MB > available else WARNING
     epoch = f"; over one epoch of {length:,} samples that is {projected:,.0f} MB across {workers} workers" if projected else ""
     rate = f"{channel['mb_per_1000']:.1f} MB per 1,000 samples (+{channel['grew_mb']:.0f} MB over {worst['samples']:,.0f} samples per worker)"
+    if worst["epoch_ends"]:
+        rate += f", read at the end of each of {worst['epoch_ends']} epochs of the stream (it does not return when an epoch ends)"
+    elif memory.get("iterable"):
+        rate += (" within the stream's first epoch (the probe did not reach its end, so memory a stream frees at the end of "
+                 "each epoch would look the same)")
     if cause == "python-heap":
         return [_heap_leak_finding(severity, rate, epoch, evidence, containers)]
     passes = worst["samples"] / per_worker_pass if per_worker_pass else 0.0
-    if passes >= 1.5:
+    if worst["epoch_ends"] >= 2:
+        judged = "is not given back at the end of an epoch: a native leak"
+    elif passes >= 1.5:
         judged = f"does not level off over {passes:.1f} passes over the same samples: a native leak"
     else:
         judged = ("keeps growing over the samples measured: a native leak, or a cache still filling (fewer than two "
@@ -264,15 +307,22 @@ def detect_copy_on_write(probes: dict[str, Any]) -> list[Finding]:
     heap_mb = (heap.get("bytes") or 0) / MB
     copied: list[float] = []
     rss_change: list[float] = []
+    anon_change: list[float] = []
     samples: list[float] = []
     for series in memory.get("series") or []:
         points = series["points"]
         if len(points) < 2:
             continue
-        d_rss = points[-1][1] - points[0][1]
-        d_uss = points[-1][2] - points[0][2]
-        # Shared pages that turned private raise USS but not RSS; new allocations raise both.
-        copied.append(max(0.0, d_uss - max(0.0, d_rss)))
+        first, last = points[0], points[-1]
+        d_rss = last[1] - first[1]
+        if len(first) > 5 and len(last) > 5:
+            # Shared pages copied on write turn private-dirty without adding anonymous memory; new
+            # allocations add both; library pages mapped lazily, neither (NOTE [copy-on-write measure]).
+            d_anon = last[5] - first[5]
+            copied.append(max(0.0, (last[4] - first[4]) - max(0.0, d_anon)))
+            anon_change.append(d_anon)
+        else:  # no smaps_rollup: shared pages that turned private raise USS but not RSS
+            copied.append(max(0.0, (last[2] - first[2]) - max(0.0, d_rss)))
         rss_change.append(d_rss)
         samples.append(points[-1][0])
     if not copied:
@@ -299,6 +349,7 @@ def detect_copy_on_write(probes: dict[str, Any]) -> list[Finding]:
         "mb_per_worker": round(mean_copied, 1),
         "per_worker_mb": [round(c, 1) for c in copied],
         "rss_change_mb": [round(r, 1) for r in rss_change],
+        "anonymous_change_mb": [round(a, 1) for a in anon_change] if len(anon_change) == len(copied) else None,
         "parent_python_heap_mb": round(heap_mb, 1),
         "python_objects": objects,
         "heap_measured_completely": heap.get("complete"),

@@ -18,6 +18,16 @@ sample travels to the main process with a small record of what its worker saw:
 
 Tracing starts in the worker at its first fetch, so only what the worker
 allocates is traced, not the objects it inherited.
+
+NOTE [stream epochs]
+A stream that ends is iterated again, as the next epoch of a training run
+would (``persistent_workers`` or a new ``iter(loader)``). Many streams hold a
+per-epoch buffer (a shuffle buffer, the shard read into memory) that fills
+during the epoch and is freed when it ends: within an epoch that looks like
+growth, and it is not. So each worker also reads its memory at every epoch
+boundary (before the first fetch, and after each epoch's end, once the
+stream's generator has finished), sent as ``"b"`` with the next item; the rule
+judges a stream that ended at least twice by those readings only.
 """
 
 from __future__ import annotations
@@ -95,18 +105,19 @@ class _WorkerState:
             tracemalloc.start(TRACE_FRAMES)
         self.containers_start = container_sizes(dataset)
 
-    def point(self, dataset: Any) -> dict[str, Any]:
+    def reading(self) -> list[float]:
+        """``[samples, python_heap_mb, rss_mb, t, tracemalloc_mb]`` now."""
         heap, _ = tracemalloc.get_traced_memory()
         try:
             rss = self.proc.memory_info().rss
         except Exception:  # psutil.Error: /proc unreadable
             rss = 0
+        return [self.count, round(heap / MB, 3), round(rss / MB, 3), round(time.perf_counter() - self.t0, 3),
+                round(tracemalloc.get_tracemalloc_memory() / MB, 3)]
+
+    def point(self, dataset: Any) -> dict[str, Any]:
         self.points += 1
-        report: dict[str, Any] = {
-            "p": [self.count, round(heap / MB, 3), round(rss / MB, 3), round(time.perf_counter() - self.t0, 3),
-                  round(tracemalloc.get_tracemalloc_memory() / MB, 3)],
-            "containers": container_sizes(dataset),
-        }
+        report: dict[str, Any] = {"p": self.reading(), "containers": container_sizes(dataset)}
         if self.points == 1:
             report["containers_start"] = self.containers_start
         if self.points in SITES_AT_POINTS:
@@ -181,24 +192,38 @@ class ProbedDataset(Dataset):
 
 
 class ProbedIterable(IterableDataset):
-    """The user's iterable dataset, each item paired with its worker's record."""
+    """The user's iterable dataset, each item paired with its worker's record; iterated again
+    when it ends, with a memory reading at every epoch boundary (NOTE [stream epochs])."""
 
-    def __init__(self, dataset: Any, every: int) -> None:
+    def __init__(self, dataset: Any, every: int, max_epochs: int = 50) -> None:
         self.dataset = dataset
         self.every = max(1, every)
+        self.max_epochs = max_epochs
 
     def __iter__(self) -> Iterator[tuple[Any, dict[str, Any]]]:
-        _state(self.dataset)
-        iterator = iter(self.dataset)
+        state = _state(self.dataset)
+        boundary: list[float] | None = state.reading() + [0]  # before the first fetch
         position = 0
-        while True:
-            start = time.perf_counter()
-            try:
-                item = next(iterator)
-            except StopIteration:
-                return
-            yield item, _record(self.dataset, f"w{_worker_id()}#{position}", time.perf_counter() - start, self.every)
-            position += 1
+        for epoch in range(self.max_epochs):
+            iterator = iter(self.dataset)
+            yielded = 0
+            while True:
+                start = time.perf_counter()
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    break
+                meta = _record(self.dataset, f"w{_worker_id()}#{position}", time.perf_counter() - start, self.every)
+                if boundary is not None:
+                    meta["b"] = boundary
+                    boundary = None
+                yield item, meta
+                position += 1
+                yielded += 1
+            del iterator  # the stream's generator has finished: what it freed at its end is gone
+            if yielded == 0:
+                return  # an empty epoch: the stream will not give more
+            boundary = state.reading() + [epoch + 1]  # after the end of epoch ``epoch``
 
 
 class ProbedCollate:

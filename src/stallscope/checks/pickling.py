@@ -16,6 +16,18 @@ file...). When pickling succeeds, a fresh interpreter with this process's
 ``sys.path`` (what a spawn worker starts from) loads the pickle, which catches
 classes a fresh interpreter cannot import (defined in a notebook, or in
 a module that is not on ``sys.path``).
+
+NOTE [probes on real objects]
+A probe must never report an error its own machinery caused. The stand-ins
+above only size the pickle: an object whose ``__setstate__`` rebuilds a tensor
+from its pickled array (``torch.as_tensor(state["ranks"])``, as tokenizers with
+array-backed vocabularies do) fails on a stand-in and loads fine from the real
+payload. So the fresh interpreter loads a second pickle of the real objects,
+arrays by value (a plain ``pickle.Pickler``: no shared memory is touched). When
+that cannot be done (the payload is too large to copy, or the objects only
+pickle through multiprocessing's own reducers), the load is *not checked*, with
+the reason, and never reported as a finding. Worker probes follow the same rule
+(``runner.py``: a probe that cannot run is recorded under ``not_checked``).
 """
 
 from __future__ import annotations
@@ -43,6 +55,8 @@ from ..errors import describe_exception
 _BISECT_ABOVE = 32
 _MAX_CULPRITS = 10
 _WALK_SECONDS = 10.0
+# Above this much array payload, the fresh load (which needs the real payload) is not tried.
+FRESH_LOAD_MAX_ARRAY_BYTES = 512 * 1024 * 1024
 
 
 class _ArrayStandIn:
@@ -145,6 +159,19 @@ def try_pickle(obj: Any, file: Any = None) -> tuple[BaseException | None, int, i
         except Exception as exc:  # pickling raises anything: TypeError, PicklingError, AttributeError...
             return exc, sink.bytes, pickler.array_bytes, spawning.duplicated_fds
     return None, sink.bytes, pickler.array_bytes, spawning.duplicated_fds
+
+
+def pickle_real(obj: Any, file: Any) -> BaseException | None:
+    """Pickle ``obj`` with its real payloads, arrays by value, as a spawned worker would receive
+    it (NOTE [probes on real objects]); the error, or None."""
+    with _as_if_spawning():
+        try:
+            pickle.Pickler(file, pickle.DEFAULT_PROTOCOL).dump(obj)
+        except RecursionError as exc:
+            return exc
+        except Exception as exc:  # pickling raises anything
+            return exc
+    return None
 
 
 # -- describing what failed ---------------------------------------------------------
@@ -390,28 +417,43 @@ class PicklingProbe:
         self.note: str | None = None
 
     def start(self) -> PicklingProbe:
-        blobs: dict[str, bytes] = {}
+        picklable: dict[str, Any] = {}
         fds_needed = 0
+        array_bytes = 0
         for name, obj in self.roots.items():
-            buffer = io.BytesIO()
-            error, size, arrays, fds = try_pickle(obj, buffer)
+            error, size, arrays, fds = try_pickle(obj)
             fds_needed += fds
+            array_bytes += arrays
             result = RootResult(name=name, type=_type_name(obj), ok=error is None, pickled_bytes=size, array_bytes=arrays)
             if error is not None:
                 result.culprits = find_culprits(obj, name)
             else:
-                blobs[name] = buffer.getvalue()
+                picklable[name] = obj
             self.results.append(result)
-        if not self.load_in_spawn or not blobs:
+        if not self.load_in_spawn or not picklable:
             return self
         if fds_needed:
-            self.note = "skipped loading in a fresh interpreter: the objects carry open file descriptors"
+            self.note = "not checked: loading in a fresh interpreter (the objects carry open file descriptors)"
             return self
+        if array_bytes > FRESH_LOAD_MAX_ARRAY_BYTES:
+            self.note = (f"not checked: loading in a fresh interpreter (the objects hold {array_bytes / 2**20:,.0f} MB of "
+                         "arrays, too much to copy for the probe)")
+            return self
+        # The fresh interpreter loads the real objects, never the stand-ins (NOTE [probes on real objects]).
+        blobs: dict[str, bytes] = {}
+        for name, obj in picklable.items():
+            buffer = io.BytesIO()
+            error = pickle_real(obj, buffer)
+            if error is not None:
+                self.note = (f"not checked: loading {name} in a fresh interpreter (it pickles only through "
+                             f"multiprocessing's reducers: {describe_exception(error, 120)})")
+                continue
+            blobs[name] = buffer.getvalue()
         for name in [n for n, blob in blobs.items() if b"__main__" in blob]:
             # A spawned worker re-runs the __main__ script to find these; we will not run
             # the user's script behind their back, so that part is not verified.
             del blobs[name]
-            self.note = f"{name} refers to objects defined in the __main__ script; loading it in a fresh interpreter was not tried"
+            self.note = f"not checked: loading {name} in a fresh interpreter (it refers to objects defined in the __main__ script)"
         if not blobs:
             return self
         in_path = self.workdir / "fresh-load.pkl"
@@ -430,7 +472,7 @@ class PicklingProbe:
                 stderr=subprocess.PIPE,
             )
         except OSError as exc:
-            self.note = f"could not start a fresh interpreter: {exc}"
+            self.note = f"not checked: loading in a fresh interpreter (it could not start: {exc})"
         return self
 
     def finish(self, deadline: float) -> dict[str, Any]:
@@ -439,7 +481,7 @@ class PicklingProbe:
                 _, stderr = self.process.communicate(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.cancel()
-                self.note = "loading in a fresh interpreter did not finish within the budget"
+                self.note = "not checked: loading in a fresh interpreter (it did not finish within the budget)"
             else:
                 self._read_load_results(stderr.decode(errors="replace"))
         return {
@@ -458,7 +500,7 @@ class PicklingProbe:
             verdicts = json.loads(self.out_path.read_text())
         except (OSError, ValueError):
             last = stderr.strip().splitlines()[-1:] or [""]
-            self.note = f"the fresh interpreter exited with code {self.process.returncode} before reporting {last[0]}".strip()
+            self.note = f"not checked: loading in a fresh interpreter (it exited with code {self.process.returncode} before reporting {last[0]})"
             return
         for result in self.results:
             if result.name in verdicts:

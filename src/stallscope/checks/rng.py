@@ -18,10 +18,12 @@ comparison of those hashes is analysis (``rules.detect_duplicate_rng``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,10 +58,15 @@ def _feed(h: Any, obj: Any, depth: int = 0) -> None:
         h.update(f"A{obj.shape}{obj.dtype}".encode())
         h.update(obj.tobytes() if obj.dtype != object else repr(obj.tolist()).encode())
         return
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):  # dict, BatchEncoding, UserDict
         for key in sorted(obj, key=repr):
             h.update(repr(key).encode())
             _feed(h, obj[key], depth + 1)
+        return
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            h.update(f.name.encode())
+            _feed(h, getattr(obj, f.name, None), depth + 1)
         return
     if isinstance(obj, (list, tuple)):
         h.update(f"L{len(obj)}".encode())

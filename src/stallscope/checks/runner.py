@@ -36,6 +36,7 @@ from .findings import CODES
 from .result import CheckResult
 from .rules import analyse, slow_candidates
 from .sampling import memory_pool, pilot_order, plan_order
+from .util import machinery_error, probe_error_texts
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_BUDGET_S = 60.0
@@ -73,6 +74,13 @@ _PROBES_FOR = {
 }
 
 
+def codes_of_probe(probe: str) -> list[str]:
+    """The finding codes that rely on ``probe`` (what a skipped probe leaves unchecked)."""
+    if probe == "shm":
+        return ["shm-too-small"]
+    if probe == "threads":
+        return ["oversubscription"]
+    return [code for code, needs in _PROBES_FOR.items() if probe in needs]
 
 
 def select_codes(only: Iterable[str] | None, skip: Iterable[str] | None) -> list[str]:
@@ -120,6 +128,7 @@ class _Run:
         self.batch_size = pipeline.batch_size if not self.length else min(pipeline.batch_size, self.length)
         self.notes: list[str] = []
         self.probe_status: dict[str, str] = {}
+        self.not_checked: dict[str, str] = {}  # probe -> why it could not judge
         self.result = CheckResult(target=pipeline.target)
         self.probes = self.result.probes
         self.worker_method = start_method
@@ -180,6 +189,9 @@ class _Run:
             if pickling is not None:
                 self.progress("loading the pickle in a fresh interpreter")
                 self.probes["pickling"] = pickling.finish(time.monotonic() + min(max(self.remaining(), 2.0), 120.0))
+                note = self.probes["pickling"].get("note") or ""
+                if note.startswith("not checked: "):
+                    self.not_checked["pickling (fresh interpreter)"] = note.removeprefix("not checked: ")
                 pickling = None
             self.publish()
         finally:
@@ -188,11 +200,27 @@ class _Run:
         return self.result
 
     def _guarded(self, probe: str, step: Callable[[], None]) -> None:
-        """Run one probe; if the user's pipeline breaks it in a way no rule covers, say so and go on."""
+        """Run one probe; if the user's pipeline breaks it in a way no rule covers, say so and go on.
+
+        A probe that could not judge (it failed, or its record holds an error its own machinery
+        caused: NOTE [probes on real objects] in pickling.py) leaves its codes *not checked*, with
+        the reason, and its measurements out of the rules."""
         try:
             step()
         except Exception as exc:
             self.probe_status[probe] = f"failed: {describe_exception(exc)}"
+            self.not_checked[probe] = f"the probe failed ({describe_exception(exc, 160)})"
+            return
+        for text in probe_error_texts(self.probes.get(probe)):
+            reason = machinery_error(text)
+            if reason is not None:
+                self.probes[probe] = {"not_checked": reason, "error_seen": text[:300]}
+                self.probe_status[probe] = f"not checked: {reason}"
+                self.not_checked[probe] = reason
+                return
+        status = self.probe_status.get(probe, "")
+        if status.startswith("skipped: ") and "not selected" not in status:
+            self.not_checked[probe] = status.removeprefix("skipped: ")
 
     # -- pickling ---------------------------------------------------------------------------------
     def _roots(self) -> dict[str, Any]:
@@ -458,7 +486,7 @@ class _Run:
         self.probe_status["shm"] = "done"
 
     def _batch_bytes_in_process(self) -> int | None:
-        from ..target import nbytes
+        from ..pipeline.structure import nbytes
 
         try:
             if self.pipeline.is_iterable or self.length is None:
@@ -516,6 +544,10 @@ class _Run:
             "codes": self.codes,
             "probes": dict(self.probe_status),
             "notes": list(self.notes),
+            "not_checked": [
+                {"probe": probe, "codes": [c for c in codes_of_probe(probe.split(" ")[0]) if c in self.codes], "reason": reason}
+                for probe, reason in self.not_checked.items()
+            ],
         }
         if health.get("stopped"):
             coverage["notes"].append(f"sample-health probe stopped early: {health['stopped']}")

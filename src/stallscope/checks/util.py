@@ -18,3 +18,41 @@ def describe_worker_exception(exc: BaseException, limit: int = 300) -> str:
     if len(last) > limit:
         last = last[: limit - 1] + "…"
     return f"{last} (raised in a DataLoader worker)"
+
+
+# Errors a probe's own machinery causes, never the user's pipeline (NOTE [probes on real objects]
+# in pickling.py): with the reason the probe gives instead of a finding.
+_MACHINERY_ERRORS = (
+    (
+        "daemonic processes are not allowed to have children",
+        "the pipeline starts worker processes of its own (a wrapped DataLoader), which cannot start inside "
+        "the probe's worker processes",
+    ),
+    ("_ArrayStandIn", "the probe's stand-in for an array reached the pipeline"),
+)
+
+
+def machinery_error(text: str | None) -> str | None:
+    """The reason a probe cannot judge, when ``text`` (an error it recorded) is one its own
+    machinery caused; None for an error of the user's pipeline."""
+    if not text:
+        return None
+    for marker, reason in _MACHINERY_ERRORS:
+        if marker in text:
+            return reason
+    return None
+
+
+def probe_error_texts(record: dict | None) -> list[str]:
+    """Every error text a probe's record holds (health: per index, start-up and collate; the
+    DataLoader-based probes: their one ``error``)."""
+    if not isinstance(record, dict):
+        return []
+    texts = [str(record.get("error") or "")]
+    for entry in record.get("errors") or []:
+        texts.append(f"{entry.get('type', '')}: {entry.get('message', '')}")
+    init = record.get("init_error") or {}
+    texts.append(str(init.get("message") or ""))
+    for entry in (record.get("collate") or {}).get("errors") or []:
+        texts.append(str(entry.get("error") or ""))
+    return [t for t in texts if t]

@@ -96,6 +96,11 @@ def render_check(data: dict[str, Any], console: Console) -> None:
         console.print(f"[dim]coverage: {escape(_coverage_line(coverage))}[/]")
         for note in coverage.get("notes") or []:
             console.print(f"[dim]note: {escape(note)}[/]")
-        skipped = {k: v for k, v in (coverage.get("probes") or {}).items() if v not in ("done", "not selected")}
+        unchecked = coverage.get("not_checked") or []
+        for entry in unchecked:
+            codes = ", ".join(entry.get("codes") or []) or entry.get("probe", "")
+            console.print(f"[yellow]not checked: {escape(codes)}[/][dim] ({escape(str(entry.get('probe')))} probe): {escape(str(entry.get('reason')))}[/]")
+        named = {str(e.get("probe")) for e in unchecked}
+        skipped = {k: v for k, v in (coverage.get("probes") or {}).items() if v not in ("done", "not selected") and k not in named}
         for probe, status in skipped.items():
             console.print(f"[dim]{probe} probe: {escape(status)}[/]")

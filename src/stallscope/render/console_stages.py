@@ -105,14 +105,15 @@ class StagesSummary:
             if item.get("parent"):  # a call broken out of "other (__getitem__)"
                 name = f"  └ {name}"
             bar = "█" * max(0, round(_BAR_WIDTH * share / top)) if share > 0 else ""
+            doubtful = bool(item.get("doubtful"))  # NOTE [stages add up] in breakdown/table.py
             table.add_row(
                 name,
                 item.get("where", ""),
-                _ms(item.get("ms_per_sample")),
-                f"{100 * share:.1f}%",
+                "[yellow]doubtful[/]" if doubtful else _ms(item.get("ms_per_sample")),
+                "–" if doubtful else f"{100 * share:.1f}%",
                 bar,
             )
-        total = sum(s.get("ms_per_sample") or 0.0 for s in stages)
+        total = sum(s.get("ms_per_sample") or 0.0 for s in stages if not s.get("doubtful"))
         table.add_row("[bold]total[/]", "", f"[bold]{_ms(total)}[/]", "100.0%", "")
         return table
 
@@ -120,11 +121,15 @@ class StagesSummary:
     def _summary_lines(data: Mapping[str, Any]) -> list[str]:
         lines: list[str] = []
         stages = data.get("stages") or []
-        largest = max(stages, key=lambda s: s.get("ms_per_sample") or 0.0)
+        trusted = [s for s in stages if not s.get("doubtful")] or stages
+        largest = max(trusted, key=lambda s: s.get("ms_per_sample") or 0.0)
         lines.append(
             f"Largest stage: [bold]{largest['name']}[/], {_ms(largest['ms_per_sample'])} ms per sample "
             f"({100 * (largest.get('share') or 0.0):.0f}% of the time)."
         )
+        for item in stages:
+            if item.get("doubtful"):
+                lines.append(f"[yellow]{item['name']} is doubtful[/], not counted: {item['doubtful']}.")
         aug = data.get("augmentation_overhead")
         if aug:
             names = ", ".join(aug.get("transforms") or [])
@@ -153,7 +158,10 @@ class StagesSummary:
                 f"Worker→main transfer per batch ({_bytes(int(transfer.get('batch_bytes') or 0))}): "
                 f"serialise {_ms(transfer.get('serialise_ms_per_batch'))} ms, queue {_ms(transfer.get('queue_ms_per_batch'))} ms, "
                 f"deserialise {_ms(transfer.get('deserialise_ms_per_batch'))} ms "
-                f"(plus {_ms(transfer.get('handoff_ms_per_batch'))} ms waiting for the worker's queue thread, overlapped with its next batch)."
+                f"(plus {_ms(transfer.get('handoff_ms_per_batch'))} ms waiting for the worker's queue thread"
+                + (f" and {_ms(transfer['deserialise_wait_ms_per_batch'])} ms waiting for the worker to hand over shared memory"
+                   if transfer.get("deserialise_wait_ms_per_batch") else "")
+                + ", overlapped with its next batch)."
             )
         storage = data.get("storage")
         if storage:

@@ -32,7 +32,11 @@ def findings_section(found: FindingFacts, r: dict):
     coverage = r.get("coverage")
     if isinstance(coverage, dict) and coverage:
         blocks.append(dm.Paragraph(["Coverage: " + "; ".join(f"{k.replace('_', ' ')}: {rf.fmt_value(v)}"
-                                                          for k, v in coverage.items()) + "."]))
+                                                          for k, v in coverage.items() if k != "not_checked") + "."]))
+        unchecked = [e for e in coverage.get("not_checked") or [] if isinstance(e, dict)]
+        if unchecked:
+            blocks.append(dm.Bullets([[f"Not checked: {', '.join(e.get('codes') or []) or e.get('probe')} "
+                                       f"({e.get('probe')} probe): {e.get('reason')}."] for e in unchecked]))
     if found.findings:
         rows = [[dm.Status({"error": "fail", "warning": "warn"}.get(f.severity, "info")), dm.Code(f.code), dm.record_text(f.message)]
                 for f in found.findings]

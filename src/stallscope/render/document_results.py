@@ -206,9 +206,13 @@ def stage_section(stages: StageFacts, r: dict):
         blocks.append(dm.Paragraph([f"{dm.plural(len(stages.rows), 'stage')} sum to {rf.fmt_ms(stages.total_ms)} per sample; the "
                                  f"largest is {top.name} at {rf.fmt_ms(top.ms_per_sample)} "
                                  f"({rf.fmt_fraction(top.share)})."]))
-        rows = [[row.name, row.kind or rf.DASH, rf.fmt_ms(row.ms_per_sample), rf.fmt_fraction(row.share)] for row in stages.rows]
+        rows = [[row.name, row.kind or rf.DASH, "doubtful" if row.doubtful else rf.fmt_ms(row.ms_per_sample),
+                 rf.DASH if row.doubtful else rf.fmt_fraction(row.share)] for row in stages.rows]
         rows.append([dm.Strong("total"), "", dm.Strong(rf.fmt_ms(stages.total_ms)), ""])
         blocks.append(dm.Table(["Stage", "kind", "per sample", "share"], rows, "llrr"))
+        doubtful = [row for row in stages.rows if row.doubtful]
+        if doubtful:
+            blocks.append(dm.Bullets([[f"{row.name} is doubtful, not counted: {row.doubtful}."] for row in doubtful]))
         blocks.append(dm.Figure("stages", "Per-sample time by stage"))
         headline = [f"Largest stage: {top.name}, {rf.fmt_ms(top.ms_per_sample)} per sample "
                     f"({rf.fmt_fraction(top.share)} of {rf.fmt_ms(stages.total_ms)})."]

@@ -226,6 +226,8 @@ def stages_figure(record: Any) -> Figure | None:
     axes_px = 7.5 * DPI * 0.85
     left = 0.0
     for i, row in enumerate(stages.rows):
+        if row.doubtful:
+            continue
         color = STAGE_COLORS[i % len(STAGE_COLORS)]
         ax.barh([0], [row.ms_per_sample], left=left, color=color, edgecolor="white",
                 label=f"{row.name} ({row.ms_per_sample:.3g} ms)")

@@ -1,0 +1,122 @@
+"""What a sample or batch is made of, whatever container holds it: its payload bytes
+(``nbytes``), the samples it holds (``batch_length``) and a compact description
+(``describe_structure``).
+
+Batches are not only dicts, lists and tuples: transformers' ``BatchEncoding`` and
+``collections.UserDict`` are Mappings that are not dicts, a collate may return a
+dataclass or a named tuple, and a text batch may be a list of variable-length
+items. Each helper walks all of these the same way (:func:`children`), so a
+``BatchEncoding`` of token tensors counts its bytes instead of 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+_MAX_DEPTH = 8  # nested deeper than this is not a batch: stop rather than recurse forever
+
+
+def _is_namedtuple(obj: Any) -> bool:
+    return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
+
+
+def children(obj: Any) -> list[tuple[str, Any]] | None:
+    """``[(key, value)]`` of a container a batch can be (Mapping, dataclass instance,
+    named tuple, list, tuple); None for a leaf (a tensor, an array, a number, a string)."""
+    if isinstance(obj, (str, bytes, bytearray, memoryview)):
+        return None
+    if isinstance(obj, Mapping):
+        return [(str(k), v) for k, v in obj.items()]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [(f.name, getattr(obj, f.name, None)) for f in dataclasses.fields(obj)]
+    if _is_namedtuple(obj):
+        return list(zip(type(obj)._fields, obj))
+    if isinstance(obj, (list, tuple)):
+        return [(str(i), v) for i, v in enumerate(obj)]
+    return None
+
+
+def _array_kind(obj: Any) -> str | None:
+    module = type(obj).__module__ or ""
+    if module.startswith("torch"):
+        import torch
+
+        if isinstance(obj, torch.Tensor):
+            return "tensor"
+    elif module.startswith("numpy"):
+        import numpy as np
+
+        if isinstance(obj, np.ndarray):
+            return "ndarray"
+    return None
+
+
+def nbytes(obj: Any, _depth: int = 0) -> int:
+    """Bytes of tensor, array and bytes payload in a (nested) sample or batch."""
+    kind = _array_kind(obj)
+    if kind == "tensor":
+        return int(obj.element_size() * obj.nelement())
+    if kind == "ndarray":
+        return int(obj.nbytes)
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return len(obj)
+    if _depth > _MAX_DEPTH:
+        return 0
+    parts = children(obj)
+    if parts is None:
+        return 0
+    return sum(nbytes(v, _depth + 1) for _, v in parts)
+
+
+def batch_length(batch: Any, _depth: int = 0) -> int:
+    """Samples in a collated batch: the leading dimension of its first tensor or array,
+    else the length of its first list of items, else its own length (1 for a scalar)."""
+    kind = _array_kind(batch)
+    if kind is not None:
+        shape = tuple(batch.shape)
+        return int(shape[0]) if shape else 1
+    if _depth <= _MAX_DEPTH:
+        parts = children(batch)
+        if parts is not None:
+            if isinstance(batch, list) and not _is_namedtuple(batch):
+                # a list of per-sample items (variable length), or of per-field batches
+                first = batch[0] if batch else None
+                if first is not None and (_array_kind(first) is not None or children(first) is not None):
+                    return batch_length(first, _depth + 1)
+                return len(batch)
+            if not parts:
+                return 0
+            if isinstance(batch, tuple) and not _is_namedtuple(batch):
+                first = parts[0][1]
+                if _array_kind(first) is None and children(first) is None:
+                    return len(batch)
+            return batch_length(parts[0][1], _depth + 1)
+    try:
+        return len(batch)
+    except TypeError:
+        return 1
+
+
+def describe_structure(obj: Any, depth: int = 0) -> str:
+    """A compact type/shape description: ``tuple(Tensor[3,224,224] float32, int)``,
+    ``BatchEncoding{input_ids: Tensor[8,512] int64, …}``."""
+    if depth > 3:
+        return "…"
+    kind = _array_kind(obj)
+    if kind == "tensor":
+        return f"Tensor[{','.join(map(str, obj.shape))}] {str(obj.dtype).replace('torch.', '')}"
+    if kind == "ndarray":
+        return f"ndarray[{','.join(map(str, obj.shape))}] {obj.dtype}"
+    parts = children(obj)
+    if parts is None:
+        return type(obj).__name__
+    shown = parts[:6]
+    more = ", …" if len(parts) > 6 else ""
+    if isinstance(obj, Mapping) or (dataclasses.is_dataclass(obj) and not isinstance(obj, type)) or _is_namedtuple(obj):
+        inner = ", ".join(f"{k}: {describe_structure(v, depth + 1)}" for k, v in shown)
+        name = "" if type(obj) is dict else type(obj).__name__
+        return f"{name}{{{inner}{more}}}"
+    inner = ", ".join(describe_structure(v, depth + 1) for _, v in shown)
+    return f"{type(obj).__name__}({inner}{more})"
