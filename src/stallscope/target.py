@@ -12,12 +12,11 @@ hands ``sys.path`` to spawn/forkserver children, so they import it the same way.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from .pipeline.kinds import (
     parts_kind,
     path_text,
 )
+from .pipeline.structure import batch_length, describe_structure, nbytes
 from .pipeline.threaded import ThreadedDataset
 from .runtime.processes import shutdown_iterator
 
@@ -561,7 +561,6 @@ def _loader_preflight(pipeline: Pipeline) -> Preflight:
     import time
 
     from .pipeline.kinds import close_trial
-    from .throughput.measure import batch_length
 
     loader = iterator = None
     start = time.perf_counter()
@@ -581,47 +580,3 @@ def _loader_preflight(pipeline: Pipeline) -> Preflight:
     structure = describe_structure(batch)
     return Preflight(length=None, item_structure=structure, batch_structure=structure, batch_bytes=nbytes(batch),
                      seconds_per_item=(time.perf_counter() - start) / samples)
-
-
-def describe_structure(obj: Any, depth: int = 0) -> str:
-    """A compact type/shape description: ``tuple(Tensor[3,224,224] float32, int)``."""
-    import numpy as np
-    import torch
-
-    if depth > 3:
-        return "…"
-    if isinstance(obj, torch.Tensor):
-        return f"Tensor[{','.join(map(str, obj.shape))}] {str(obj.dtype).replace('torch.', '')}"
-    if isinstance(obj, np.ndarray):
-        return f"ndarray[{','.join(map(str, obj.shape))}] {obj.dtype}"
-    if isinstance(obj, Mapping):
-        inner = ", ".join(f"{k}: {describe_structure(v, depth + 1)}" for k, v in list(obj.items())[:6])
-        return ("{" if type(obj) is dict else f"{type(obj).__name__}{{") + inner + "}"
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        inner = ", ".join(f"{f.name}={describe_structure(getattr(obj, f.name), depth + 1)}" for f in dataclasses.fields(obj)[:6])
-        return f"{type(obj).__name__}({inner})"
-    if isinstance(obj, (list, tuple)):
-        inner = ", ".join(describe_structure(v, depth + 1) for v in list(obj)[:6])
-        more = ", …" if len(obj) > 6 else ""
-        return f"{type(obj).__name__}({inner}{more})"
-    return type(obj).__name__
-
-
-def nbytes(obj: Any) -> int:
-    """Bytes of tensor/array payload in a (nested) batch."""
-    import numpy as np
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.element_size() * obj.nelement()
-    if isinstance(obj, np.ndarray):
-        return int(obj.nbytes)
-    if isinstance(obj, (bytes, bytearray)):
-        return len(obj)
-    if isinstance(obj, Mapping):  # dict, BatchEncoding, UserDict
-        return sum(nbytes(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(nbytes(v) for v in obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return sum(nbytes(getattr(obj, f.name)) for f in dataclasses.fields(obj))
-    return 0

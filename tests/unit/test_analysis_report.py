@@ -211,10 +211,10 @@ def test_best_configuration_snippet_is_the_code_that_ran():
     pick = cfg(4, in_order=False, persistent_workers=True)
     code = "from m import pad\nloader = DataLoader(d, batch_size=10, collate_fn=pad, num_workers=4)\n"
     record = {"best": {"config": pick}, "baseline": {"config": cfg(1)},
-              "advice": {"config": pick, "python": code, "verified": True}}
+              "loader_code": {"config": pick, "python": code, "verified": True}}
     assert an.loader_snippet(record, pick) == code
     assert an.loader_snippet(record, cfg(1)) == ""  # code for another config is not this one's
-    record["advice"] = {"config": pick, "python": None, "verified": False, "reason": "running it raised TypeError"}
+    record["loader_code"] = {"config": pick, "python": None, "verified": False, "reason": "running it raised TypeError"}
     assert an.loader_snippet(record, pick) == ""
     assert an.loader_snippet({}, {}) == ""
 

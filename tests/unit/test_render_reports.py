@@ -282,7 +282,18 @@ def test_a_doctor_console_summary_has_every_section_it_measured_then_what_to_set
     order = ["DataLoader throughput", "Configs measured", "Per step (steady state)", "What to set and why"]
     positions = [text.index(heading) for heading in order]
     assert positions == sorted(positions)
-    assert "DataLoader(" in text[positions[-1]:]
+    # NOTE [verified snippets]: a record without code that ran says the change in words, not code.
+    assert "DataLoader(" not in text[positions[-1]:] and "no code is shown" in text[positions[-1]:]
+
+
+def test_what_to_set_prints_the_code_that_ran():
+    from stallscope.render.console import ConsoleRenderer
+
+    record = load("doctor")
+    config = record["best"]["config"] if not record["best"].get("keep_baseline") else record["baseline"]["config"]
+    code = "loader = DataLoader(dataset, batch_size=32, num_workers=4)\n"
+    record["loader_code"] = {"config": config, "python": code, "verified": True}
+    assert code.strip() in ConsoleRenderer().render(record)
 
 
 def test_the_console_report_view_is_the_report_document():

@@ -285,7 +285,7 @@ def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> dict | None:
 def loader_snippet(r: Record, config: dict) -> str:
     """The user's own loader call with ``config``'s knobs, as ``--emit python`` writes it, where that
     code was run before (NOTE [verified snippets] in pipeline/verify.py); else ""."""
-    advice = r.get("advice") if isinstance(r.get("advice"), dict) else {}
+    advice = r.get("loader_code") if isinstance(r.get("loader_code"), dict) else {}
     if not advice.get("verified") or advice.get("config") != config:
         return ""
     return str(advice.get("python") or "")

@@ -117,6 +117,9 @@ class CommandContext:
         call = getattr(pipeline, "call", None)
         if call is not None:
             self.record.add(loader=call.to_dict())
+        kind = getattr(pipeline, "kind", None)
+        if kind is not None:
+            self.record.add(loader_kind=kind.to_dict())
         return self.record
 
 
@@ -310,13 +313,14 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
         run = run_snippet(code, reference=_reference_structure(pipeline, factory_form),
                           config=None if factory_form else config)
         advice.update(python=code if run.ok else None, tried=None if run.ok else code, **run.to_dict())
-    record.add(advice=advice)
+    record.add(loader_code=advice)
 
 
 def _reference_structure(pipeline: Any, factory_form: bool) -> str | None:
     """The user's batch as the snippet's loader must reproduce it: the wrapper's output when the
     snippet calls the factory that builds the wrapper, else the loader's own batch."""
-    from ..target import describe_structure, preflight
+    from ..pipeline.structure import describe_structure
+    from ..target import preflight
 
     if factory_form and pipeline.kind.name == "wrapped-dataloader":
         from ..pipeline.kinds import close_trial

@@ -90,7 +90,7 @@ def _run(ctx: common.CommandContext) -> int:
     if args.emit:
         data = record.to_dict()
         emitted, comment = emitted_config(pipeline.target, data)
-        advice = data.get("advice") or {}
+        advice = data.get("loader_code") or {}
         snippet = snippet_for_record(data, emitted.to_dict())
         if args.emit == "yaml":
             text = render_yaml(snippet, emitted, comment=comment) if snippet else to_yaml(emitted, comment=comment)

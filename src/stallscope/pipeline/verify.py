@@ -7,7 +7,7 @@ command shows it, :func:`run_snippet` executes that very text in this process
 takes two batches from the ``loader`` it defines, compares their structure with
 the user's own batches (types, keys and dtypes; shapes may differ with the batch
 size) and checks that the knobs it sets took effect on a DataLoader. The result
-goes into the record (``advice``); renderers print the code only where it ran,
+goes into the record (``loader_code``); renderers print the code only where it ran,
 else the change in words and why. Workers the snippet starts are shut down
 here, and any process left over is reaped.
 """
@@ -42,8 +42,8 @@ def skeleton(structure: str) -> str:
 def run_snippet(code: str, *, reference: str | None, config: LoaderConfig | None = None, timeout: float = 60.0) -> SnippetRun:
     """Execute ``code``, take two batches from its ``loader``, compare with ``reference`` (a
     ``describe_structure`` of the user's batch) and check ``config``'s knobs on a DataLoader."""
+    from ..pipeline.structure import describe_structure
     from ..runtime.processes import no_orphans, stop_workers
-    from ..target import describe_structure
     from .kinds import close_trial
 
     namespace: dict[str, Any] = {"__name__": "__stallscope_snippet__"}

@@ -113,7 +113,7 @@ def render_what_to_set(data: dict[str, Any], console: Console, *, recommendation
     best, baseline = data.get("best"), data.get("baseline")
     keep = bool(best and best.get("keep_baseline") and baseline)
     # Within noise of the user's own settings: the verdict is to keep them.
-    advice = data.get("advice") or {}
+    advice = data.get("loader_code") or {}
     code = advice.get("python") if advice.get("verified") else None
     recs = (data.get("recommendations") or []) if recommendations else []
     if not best and not recs:

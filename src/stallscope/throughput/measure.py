@@ -31,11 +31,10 @@ How a number is taken, and why:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +44,7 @@ from ..config import LoaderConfig
 from ..errors import PipelineError, describe_exception, worker_traceback_tail
 from ..pipeline.kinds import close_trial
 from ..pipeline.loaders import EpochCycle, build_loader, close_threads, quiet_worker_warning
+from ..pipeline.structure import batch_length
 from ..pipeline.threaded import noted_index, without_notes
 from ..runtime.processes import describe_worker_death, is_worker_death, stop_workers, worker_pids
 from ..runtime.resources import ResourceSampler, ResourceSummary
@@ -85,37 +85,6 @@ class Measurement:
             "resources": self.resources.to_dict() if self.resources else None,
             "error": self.error,
         }
-
-
-def batch_length(batch: Any) -> int:
-    """Samples in a collated batch: the leading dimension of its first tensor, else its length."""
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else 1
-    if isinstance(batch, np.ndarray):
-        return int(batch.shape[0]) if batch.ndim else 1
-    if isinstance(batch, Mapping):  # dict, BatchEncoding, UserDict
-        for value in batch.values():
-            return batch_length(value)
-        return 0
-    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        for f in dataclasses.fields(batch):
-            return batch_length(getattr(batch, f.name))
-        return 0
-    if isinstance(batch, tuple) and hasattr(batch, "_fields") and batch:  # a named tuple of fields
-        return batch_length(batch[0])
-    if isinstance(batch, (list, tuple)):
-        # (inputs, targets) fields, or default_collate's list of stacked fields: the first field's
-        # length. A list of items (dicts, variable-length lists) is as long as the list.
-        fields_first = isinstance(batch[0], (torch.Tensor, np.ndarray)) if batch else False
-        if fields_first or (isinstance(batch, tuple) and batch and isinstance(batch[0], (tuple, list, Mapping))):
-            return batch_length(batch[0])
-        return len(batch)
-    try:
-        return len(batch)
-    except TypeError:
-        return 1
 
 
 def warmup_batches_for(config: LoaderConfig) -> int:

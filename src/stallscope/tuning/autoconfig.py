@@ -108,7 +108,7 @@ def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
     Scalar public attributes (paths, sizes, names) are included, so the same
     class over another folder gets another key; array contents are not hashed.
     """
-    from ..target import describe_structure
+    from ..pipeline.structure import describe_structure
 
     cls = type(dataset)
     print_ = {"type": f"{cls.__module__}.{cls.__qualname__}"}

@@ -219,8 +219,8 @@ def changed_fields(config: LoaderConfig, baseline: LoaderConfig) -> list[str]:
 def _factory_call(config: LoaderConfig, call: LoaderCall, baseline: LoaderConfig) -> Snippet | None:
     """``loader = make_loader(num_workers=4)``: the user's own factory with other knob values, where
     its keyword parameters cover every knob that changed (NOTE [loader kinds])."""
-    if not call.origin or not call.factory_parameters:
-        return None
+    if not call.origin or not call.factory_parameters or call.arguments:
+        return None  # a loader call of the user's is written as that call
     # A knob that lapses with another (prefetch_factor at 0 workers) is left to the factory.
     changed = [f for f in changed_fields(config, baseline) if getattr(config, f) is not None]
     by_field = {f: name for name, f in call.factory_parameters.items()}
@@ -380,7 +380,8 @@ def render_diff(snippet: Snippet, *, comment: str | None = None) -> str:
     if any(line.startswith("dataset = ss.") for line in snippet.prelude) or "import stallscope as ss" in snippet.imports:
         lines.append("+import stallscope as ss")
     for statement in snippet.prelude:
-        lines.append(f"+{statement}")
+        if not statement.startswith("yours = "):  # your own objects are already at hand in your code
+            lines.append(f"+{statement}")
     for change in snippet.changes:
         if change.name in {"worker_threads", "torch_threads", "batched_fetch"}:
             continue  # shown as statements above, or by the call itself

@@ -112,7 +112,7 @@ def profile_loader(pipeline: Pipeline, *, max_seconds: float = 1.0, max_batches:
     in this process, single-process where the kind has ``num_workers`` (wall and CPU per sample)."""
     from ..pipeline.kinds import close_trial
     from ..pipeline.loaders import EpochCycle, build_loader
-    from ..throughput.measure import batch_length
+    from ..pipeline.structure import batch_length
 
     config = pipeline.baseline
     if "num_workers" in pipeline.kind.knobs:
