@@ -5,7 +5,8 @@ a fresh loader, its start-up and prefetch buffer kept out of the window. A
 round is four windows, A B B A (odd rounds B A A B, so neither side always
 goes first). After every round the paired ratio's interval is recomputed
 (pure, in ``analysis.comparison``); the run stops when it is narrower than
-``precision``, or before a round that would overrun the budget.
+``precision``, or at the budget: once ``min_rounds`` are done, before a round
+that would end past it; before that, when it is spent.
 """
 
 from __future__ import annotations
@@ -129,7 +130,9 @@ def compare(
             if done >= min_rounds and precise_enough(log_ratios(run.rounds), precision, level):
                 run.stopped = STOP_PRECISION
                 break
-            if elapsed + elapsed / done > budget_s:  # the next round would end past the budget
+            # Past min_rounds, no round that would end after the budget; before, only the budget itself
+            # stops the run (an interval needs min_rounds: the budget may be overrun by one round).
+            if elapsed >= budget_s or (done >= min_rounds and elapsed + elapsed / done > budget_s):
                 run.stopped = STOP_BUDGET
                 break
         else:
