@@ -14,7 +14,8 @@ COMMANDS = {
     "check": "worker-safety, memory and sample-health checks",
     "stages": "per-stage cost breakdown and augmentation overhead",
     "profile": "data stalls inside a training loop (the target's train_step)",
-    "report": "render a saved --json record as Markdown, HTML or console text",
+    "compare": "two pipelines interleaved in one run: throughput ratio with its interval, a CI gate",
+    "report": "render a saved --json record as Markdown, HTML or console text; --against another",
 }
 
 

@@ -21,6 +21,9 @@ def build_parser() -> common.ArgumentParser:
         target=None,
     )
     parser.add_argument("record", type=Path, metavar="RUN.json", help="a record written by any command's --json")
+    parser.add_argument("--against", type=Path, default=None, metavar="OLD.json",
+                        help="set the record side by side with an earlier one of the same command, "
+                             "each figure with its own noise")
     parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
                         help="write the PNG plots into DIR (the Markdown links them from there)")
     common.add_output_arguments(parser, formats=("md", "html"), quiet_help="print nothing but errors")
@@ -35,6 +38,8 @@ def _run(ctx: common.CommandContext) -> int:
 
     args = ctx.args
     record = RunRecord.load(args.record)
+    if args.against is not None:
+        return _against(ctx, record, RunRecord.load(args.against))
     # Not ctx.record: execute() would stamp this command's duration onto the loaded record.
     written: list[Path] = []
     try:
@@ -56,6 +61,33 @@ def _run(ctx: common.CommandContext) -> int:
             ctx.console.print(f"wrote {path}", highlight=False)
     else:
         ConsoleRenderer("report").print(record, ctx.console)
+    return 0
+
+
+def _against(ctx: common.CommandContext, record: RunRecord, old: RunRecord) -> int:
+    """``--against``: the two records side by side (console, and --md/--html when asked)."""
+    from rich.markdown import Markdown
+
+    from ..render.document_against import against_document
+    from ..render.html import HTMLRenderer
+    from ..render.markdown import MarkdownRenderer
+
+    args = ctx.args
+    if record.command != old.command:
+        raise UsageError(f"{args.record} is a {record.command} record and {args.against} a {old.command} record; "
+                         "--against needs two records of the same command.")
+    doc = against_document(record, old)
+    try:
+        for path, writer in ((args.md, MarkdownRenderer()), (args.html, HTMLRenderer(plots=False))):
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(writer.render_document(doc, {}), encoding="utf-8")
+                if not ctx.quiet:
+                    ctx.console.print(f"wrote {path}", highlight=False)
+    except OSError as exc:
+        raise UsageError(f"cannot write {exc.filename or 'the report'}: {exc.strerror or exc}.") from None
+    if not ctx.quiet and args.md is None and args.html is None:
+        ctx.console.print(Markdown(MarkdownRenderer().render_document(doc, {})))
     return 0
 
 

@@ -19,6 +19,7 @@ from rich.console import Console
 from ..analysis.readers import as_record_dict
 from .console_bench import render_bench
 from .console_check import render_check
+from .console_compare import render_compare
 from .console_profile import render_profile
 from .console_stages import render_stages
 from .console_tune import render_tune, render_what_to_set
@@ -33,8 +34,9 @@ SECTIONS: dict[str, Section] = {
     "stages": render_stages,
     "tune": render_tune,
     "profile": render_profile,
+    "compare": render_compare,
 }
-_SECTION_KEYS = {"check": "findings", "bench": "results", "stages": "stages", "tune": "best", "profile": "stall_fraction"}
+_SECTION_KEYS = {"check": "findings", "bench": "results", "stages": "stages", "tune": "best", "profile": "stall_fraction", "compare": "ratio"}
 
 VIEWS = ("summary", "report")
 

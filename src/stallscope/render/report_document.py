@@ -23,6 +23,7 @@ from .document_checks import (
     recommendations_section,
     troubleshooting_section,
 )
+from .document_compare import compare_sections
 from .document_costs import cpu_section, epoch_section, memory_section
 from .document_results import (
     bench_section,
@@ -54,6 +55,8 @@ SECTION_BUILDERS = (
 def build_document(record: Any) -> dm.Document:
     """The report for one record: only the sections its data supports."""
     r = as_record_dict(record)
+    if r.get("command") == "compare":
+        return dm.Document(title="stallscope compare report", intro=_intro(r), sections=compare_sections(r))
     facts = report_facts(r)
     headlines: list[list] = []
     sections: list[dm.Section] = []

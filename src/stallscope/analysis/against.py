@@ -1,0 +1,112 @@
+"""``stallscope report NEW.json --against OLD.json``: two saved records side by side. Pure functions.
+
+Two records of the same command, taken at different times, each figure with the noise
+its own record states (a bench result's min-max over repeats, a compare ratio's
+interval). A difference is "inside the noise" when the two ranges overlap: records
+taken minutes apart on a shared machine differ by 10-30% for reasons that are not the
+change (NOTE [paired comparison] in comparison.py: ``compare`` is the way to measure a
+change). Figures without a stated noise are marked so, never judged. Warnings name what
+makes the records incomparable: host, torch version, knobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .readers import number
+
+INSIDE, BEYOND, UNKNOWN, ONLY_ONE = "inside noise", "beyond noise", "noise not stated", "in one record only"
+
+# Host facts whose difference makes figures incomparable.
+HOST_KEYS = ("cores", "logical_cpus", "memory_bytes", "gpu", "cuda", "platform", "python")
+
+
+def _figure(key: str, title: str, value: Any, low: Any = None, high: Any = None, unit: str = "") -> dict[str, Any]:
+    return {"key": key, "title": title, "value": number(value), "low": number(low), "high": number(high), "unit": unit}
+
+
+def record_figures(r: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The comparable figures a record holds, each with its own noise range where it states one."""
+    for result in r.get("results") or []:
+        rate = result.get("samples_per_s")
+        if isinstance(rate, dict) and not result.get("error"):
+            label = result.get("label") or str(result.get("config"))
+            yield _figure(f"bench:{label}", f"samples/s at {label}", rate.get("median"), rate.get("min"), rate.get("max"),
+                          "samples/s")
+            lat = result.get("batch_ms") or {}
+            if number(lat.get("p95")) is not None:
+                yield _figure(f"bench-p95:{label}", f"batch wait p95 at {label}", lat["p95"], unit="ms")
+    for key in ("baseline", "best"):
+        section = r.get(key)
+        if isinstance(section, dict) and number(section.get("samples_per_s")) is not None:
+            yield _figure(f"tune:{key}", f"tuned {key} samples/s", section["samples_per_s"], unit="samples/s")
+    for stage in r.get("stages") or []:
+        if isinstance(stage, dict) and number(stage.get("ms_per_sample")) is not None:
+            yield _figure(f"stage:{stage.get('name')}", f"stage {stage.get('name')}", stage["ms_per_sample"], unit="ms")
+    if number(r.get("stall_fraction")) is not None:
+        yield _figure("profile:stall", "data-stall fraction", r["stall_fraction"], unit="fraction")
+    ratio = r.get("ratio")
+    if isinstance(ratio, dict) and number(ratio.get("estimate")) is not None:
+        yield _figure("compare:ratio", "B/A samples/s", ratio["estimate"], ratio.get("low"), ratio.get("high"), "ratio")
+
+
+def judge(new: dict[str, Any] | None, old: dict[str, Any] | None) -> str:
+    """Whether a figure's change is inside the noise both records state (their ranges overlap)."""
+    if new is None or old is None or new["value"] is None or old["value"] is None:
+        return ONLY_ONE
+    if None in (new["low"], new["high"], old["low"], old["high"]):
+        return UNKNOWN
+    return INSIDE if new["low"] <= old["high"] and old["low"] <= new["high"] else BEYOND
+
+
+def record_knobs(r: dict[str, Any]) -> dict[str, Any]:
+    """The loader settings a record ran at, where it names one config (the rest differ per row)."""
+    knobs: dict[str, Any] = {}
+    if isinstance(r.get("loader"), dict):
+        knobs["loader"] = r["loader"]
+    for key in ("a", "b"):
+        if isinstance(r.get(key), dict) and "config" in r[key]:
+            knobs[key] = r[key]["config"]
+    if isinstance(r.get("baseline"), dict):
+        knobs["baseline"] = r["baseline"].get("config")
+    configs = sorted(str(res.get("label")) for res in r.get("results") or [] if isinstance(res, dict))
+    if configs:
+        knobs["grid"] = configs
+    return knobs
+
+
+def warnings(new: dict[str, Any], old: dict[str, Any]) -> list[str]:
+    """What makes the two records incomparable, one sentence each."""
+    out = []
+    hn, ho = new.get("host") or {}, old.get("host") or {}
+    changed = [k for k in HOST_KEYS if k in hn and k in ho and hn[k] != ho[k]]
+    if changed:
+        out.append("The hosts differ (" + ", ".join(f"{k}: {ho[k]} then, {hn[k]} now" for k in changed) + ").")
+    if hn.get("torch") != ho.get("torch"):
+        out.append(f"The torch versions differ ({ho.get('torch')} then, {hn.get('torch')} now).")
+    if new.get("target") != old.get("target"):
+        out.append(f"The targets differ ({old.get('target')} then, {new.get('target')} now).")
+    kn, ko = record_knobs(new), record_knobs(old)
+    differing = sorted(k for k in set(kn) | set(ko) if kn.get(k) != ko.get(k))
+    if differing:
+        out.append("The knobs differ (" + ", ".join(differing) + "): a difference may come from the settings.")
+    return out
+
+
+def against_facts(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+    """Side by side: ``{command, rows: [{key, title, unit, new, old, ratio, judged}], warnings, counts}``."""
+    new_figures = {f["key"]: f for f in record_figures(new)}
+    old_figures = {f["key"]: f for f in record_figures(old)}
+    rows = []
+    for key in list(new_figures) + [k for k in old_figures if k not in new_figures]:
+        n, o = new_figures.get(key), old_figures.get(key)
+        ratio = None
+        if n and o and n["value"] is not None and o["value"] and o["value"] > 0:
+            ratio = n["value"] / o["value"]
+        rows.append({"key": key, "title": (n or o)["title"], "unit": (n or o)["unit"], "new": n, "old": o,
+                     "ratio": ratio, "judged": judge(n, o)})
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row["judged"]] = counts.get(row["judged"], 0) + 1
+    return {"command": new.get("command"), "rows": rows, "warnings": warnings(new, old), "counts": counts}
