@@ -40,7 +40,9 @@ def add_target_arguments(parser: argparse.ArgumentParser, *, required: bool = Tr
     parser.add_argument(
         "target",
         nargs=None if required else "?",
-        help="path/to/file.py:fn or package.module:fn returning a Dataset, DataLoader or dict",
+        help="path/to/file.py:fn or package.module:fn returning a Dataset, a DataLoader (or subclass), an object "
+        "holding one, a torchdata.nodes graph, any iterable of batches, or a dict; keyword parameters of fn named "
+        "like knobs (num_workers=, prefetch_factor=, batch_size=, threads=, ...) are tuned by calling it with other values",
     )
     parser.add_argument("--batch-size", type=int, default=None, help="override the target's batch size")
     parser.add_argument("--collate", default=None, metavar="MODULE:FN", help="collate function to use")

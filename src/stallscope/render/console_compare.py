@@ -9,7 +9,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import document_model as dm
-from .document_compare import figures_table, gate_sentence, settings_sentence, stage_table, stop_sentence, verdict_sentence
+from .document_compare import (
+    figures_table,
+    gate_sentence,
+    settings_sentence,
+    stage_table,
+    stop_sentence,
+    verdict_sentence,
+)
 
 _STYLES = {"slower": "bold red", "faster": "bold green", "within noise": "bold", "undecided": "bold yellow"}
 

@@ -6,8 +6,6 @@ made (``ratio``, ``change``, ``verdict``, ``gate``, ``figures``). Numbers print 
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..analysis.readers import number
 from . import document_model as dm
 from . import report_format as rf

@@ -19,7 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.comparison import DEFAULT_LEVEL, DEFAULT_PRECISION, MIN_ROUNDS, log_ratios, precise_enough
+from ..analysis.comparison import (
+    DEFAULT_LEVEL,
+    DEFAULT_PRECISION,
+    MIN_ROUNDS,
+    log_ratios,
+    precise_enough,
+)
 from ..config import LoaderConfig
 from ..target import Pipeline
 from .measure import Measurement, measure
