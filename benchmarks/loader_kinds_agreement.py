@@ -1,0 +1,182 @@
+"""``bench`` on every loader kind agrees with an independent timing of the user's own loader.
+
+For each look-alike in ``tests/pipelines/real_loader_kinds.py`` (a torchdata.nodes graph, a
+wrapper holding a DataLoader, a UserDict-batch DataLoader, a factory-built stream, a DataLoader
+subclass with keyword-only constructor arguments, a StatefulDataLoader), at the loader's own
+settings, A B B A rounds of:
+
+* A: stallscope's ``measure()`` of the pipeline's baseline (the trial the kind's adapter builds);
+* B: a plain timing of the object the factory returns: iterate it (re-iterating at each epoch
+  end), skip the first batches, count samples by the batch's leading dimension over a window of
+  at least ``--window`` seconds.
+
+Prints and writes (``--json``) the median ratio A ÷ B per kind; 1.0 is perfect agreement.
+
+Then, per kind, ``stallscope tune`` (the real CLI, default settings but ``--budget``) picks a
+config, and the pick is timed the plain way against a small grid of the kind's own knob values
+(and the loader's own settings), in rounds of shuffled order: the pick is built by running the
+code ``tune`` printed (its verified snippet) where it printed some, the grid configs by the kind's
+adapter. ``pick_fraction`` = the pick's median ÷ the best median of all timed configs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests" / "pipelines"))
+
+KINDS = ["nodes_graph", "wrapped_loader", "mapping_batches", "threaded_stream", "sharded_text", "stateful_text"]
+
+
+def independent(factory, window_s: float, warmup: int = 8) -> float:
+    """Samples/s of a plain loop over ``factory()``'s loader (re-iterated at each epoch end)."""
+    from stallscope.pipeline.kinds import close_trial
+    from stallscope.pipeline.structure import batch_length
+
+    loader = factory()
+    iterator = iter(loader)
+
+    def take():
+        nonlocal iterator
+        try:
+            return next(iterator)
+        except StopIteration:
+            iterator = iter(loader)
+            return next(iterator)
+
+    try:
+        for _ in range(warmup):
+            take()
+        start = time.perf_counter()
+        samples = 0
+        while time.perf_counter() - start < window_s:
+            samples += batch_length(take())
+        return samples / (time.perf_counter() - start)
+    finally:
+        close_trial(loader, iterator)
+
+
+def tune_pick(name: str, budget: float) -> dict:
+    """Run the real ``stallscope tune`` on ``name``; its record's pick and printed code."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "tune.json"
+        env = dict(os.environ, PYTHONPATH=str(HERE.parent / "tests" / "pipelines"))
+        subprocess.run(
+            [sys.executable, "-m", "stallscope", "tune", f"real_loader_kinds:{name}", "--budget", str(budget),
+             "--quiet", "--json", str(out)], check=True, env=env, cwd=HERE.parent, timeout=budget * 4 + 120)
+        record = json.loads(out.read_text())
+    code = (record.get("loader_code") or {}).get("python")
+    return {"config": record["best"]["config"], "code": code, "tuning_seconds": record.get("tuning_seconds")}
+
+
+def snippet_factory(code: str):
+    """A factory that runs the printed snippet and returns the ``loader`` it defines."""
+    def build():
+        scope: dict = {"__name__": "__snippet__"}
+        exec(compile(code, "<tune --emit python>", "exec"), scope)
+        return scope["loader"]
+    return build
+
+
+def grid_configs(pipeline) -> list:
+    """The loader's own settings and the kind's worker/thread knob over a small range."""
+    base = pipeline.baseline
+    configs = [base]
+    if "num_workers" in pipeline.kind.knobs:
+        configs += [base.replace(num_workers=n) for n in (0, 2, 4, 8) if n != base.num_workers]
+    if "worker_threads" in pipeline.kind.knobs:
+        configs += [base.replace(worker_threads=n) for n in (4, 16, 32) if n != base.worker_threads]
+    return configs
+
+
+def tune_versus_grid(name: str, factory, pipeline, args) -> dict:
+    from stallscope.config import LoaderConfig
+    from stallscope.pipeline.loaders import build_loader
+
+    picked = tune_pick(name, args.budget)
+    pick = LoaderConfig.from_dict({k: v for k, v in picked["config"].items() if k in LoaderConfig.__dataclass_fields__})
+    arms = {"pick": snippet_factory(picked["code"]) if picked["code"] else (lambda c=pick: build_loader(pipeline, c))}
+    for config in grid_configs(pipeline):
+        if config.label() != pick.label():
+            arms[config.label()] = lambda c=config: build_loader(pipeline, c)
+    rates: dict[str, list[float]] = {arm: [] for arm in arms}
+    shuffle = random.Random(0)
+    for _ in range(args.rounds):
+        order = list(arms)
+        shuffle.shuffle(order)
+        for arm in order:
+            rates[arm].append(independent(arms[arm], args.window))
+    medians = {arm: statistics.median(v) for arm, v in rates.items()}
+    best = max(medians, key=medians.get)
+    return {
+        "pick": pick.label(), "pick_built_from": "printed code" if picked["code"] else "adapter",
+        "tuning_seconds": picked["tuning_seconds"], "best_timed": "pick" if best == "pick" else best,
+        "medians": {arm: round(v, 1) for arm, v in medians.items()},
+        "pick_fraction": round(medians["pick"] / medians[best], 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--window", type=float, default=1.5)
+    parser.add_argument("--budget", type=float, default=30.0, help="tune's --budget per kind")
+    parser.add_argument("--skip-tune", action="store_true", help="only the bench agreement")
+    parser.add_argument("--json", type=Path, default=HERE / "results" / "loader_kinds_agreement.json")
+    args = parser.parse_args()
+
+    import real_loader_kinds as kinds
+
+    from stallscope.runtime.processes import no_orphans
+    from stallscope.target import load_target
+    from stallscope.throughput.measure import measure
+
+    rows = []
+    for name in KINDS:
+        factory = getattr(kinds, name)
+        pipeline = load_target(factory)
+        ratios, ours, theirs = [], [], []
+        with no_orphans():
+            for r in range(args.rounds):
+                order = ("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")
+                got = {}
+                for arm in order:
+                    if arm == "ours":
+                        got[arm] = measure(pipeline, pipeline.baseline, min_window_s=args.window).samples_per_s
+                    else:
+                        got[arm] = independent(factory, args.window)
+                ours.append(got["ours"])
+                theirs.append(got["theirs"])
+                ratios.append(got["ours"] / got["theirs"])
+        row = {
+            "kind": pipeline.kind.name, "target": name, "config": pipeline.baseline.label(),
+            "stallscope_samples_per_s": [round(v, 1) for v in ours],
+            "independent_samples_per_s": [round(v, 1) for v in theirs],
+            "ratio_median": round(statistics.median(ratios), 3),
+        }
+        print(f"{name:16s} {row['kind']:20s} {row['config']:24s} ratio {row['ratio_median']:.3f}  "
+              f"(ours {statistics.median(ours):,.0f}/s, independent {statistics.median(theirs):,.0f}/s)")
+        if pipeline.kind.tunable and not args.skip_tune:
+            with no_orphans():
+                row["tune"] = tune_versus_grid(name, factory, pipeline, args)
+            print(f"{'':16s} tune picked {row['tune']['pick']} ({row['tune']['pick_built_from']}): "
+                  f"{row['tune']['pick_fraction']:.3f} of the best timed ({row['tune']['best_timed']})")
+        rows.append(row)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"rounds": args.rounds, "window_s": args.window, "tune_budget_s": args.budget,
+                                     "host": {"cores": os.cpu_count()}, "rows": rows}, indent=2) + "\n")
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
