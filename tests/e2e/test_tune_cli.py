@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -12,7 +11,6 @@ import jsonschema
 
 from stallscope.commands import tune as tune_command
 from stallscope.config import LoaderConfig
-from stallscope.tuning.emit import PLACEHOLDER
 
 BUDGET = 10.0
 
@@ -44,14 +42,19 @@ def test_tune_cli_json_and_yaml(tmp_path, pipelines_dir):
     assert "Pick:" in proc.stderr
 
 
-def test_tune_cli_emits_python(capsys, pipelines_dir):
+def test_tune_cli_emits_python(capsys, pipelines_dir, monkeypatch):
     code = tune_command.main([f"{pipelines_dir / 'tune_pipelines.py'}:tensors", "--budget", "3", "--quiet", "--emit", "python"])
     assert code == 0
     emitted = capsys.readouterr().out
-    # The dataset is built inside the target: a marked placeholder the user fills in with their variable.
-    assert "    <your dataset: torch.utils.data.dataset.TensorDataset instance>,\n" in emitted
-    tree = ast.parse(PLACEHOLDER.sub(lambda m: m.group(1), emitted))
-    assert any(isinstance(node, ast.Assign) and node.targets[0].id == "loader" for node in tree.body)
+    # The dataset is built inside the target: the code obtains it from the target's own factory.
+    assert "from tune_pipelines import tensors\n" in emitted and "yours = tensors()\n" in emitted
+    assert '    yours["dataset"],\n' in emitted
+    # Executable as it stands from the target's folder, and it defines ``loader``.
+    monkeypatch.syspath_prepend(str(pipelines_dir))
+    scope: dict = {}
+    exec(compile(emitted, "<emitted>", "exec"), scope)
+    batch = next(iter(scope["loader"]))
+    assert [tuple(t.shape) for t in batch] == [(64, 8), (64,)]
 
 
 def test_tune_cli_usage_errors(pipelines_dir, capsys):

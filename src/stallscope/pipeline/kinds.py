@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import types
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -212,9 +213,10 @@ def _atomic(obj: Any) -> bool:
     import numpy as np
     import torch
 
-    return obj is None or isinstance(obj, (str, bytes, int, float, bool, torch.Tensor, np.ndarray, type)) or callable(
-        obj
-    ) and inspect.isroutine(obj)
+    # Modules are never walked: through them the search would reach the interpreter's own state
+    # (``threading._shutdown`` is a callable named ``_shutdown``, and calling it ends every pool).
+    atoms = (str, bytes, int, float, bool, torch.Tensor, np.ndarray, type, types.ModuleType)
+    return obj is None or isinstance(obj, atoms) or (callable(obj) and inspect.isroutine(obj))
 
 
 def _children(obj: Any) -> Iterator[tuple[tuple[str, Any], Any]]:
@@ -546,7 +548,7 @@ def close_trial(loader: Any, iterator: Any) -> None:
         done.add(id(obj))
         if isinstance(obj, _BaseDataLoaderIter):
             shutdown_iterator(obj)
-        elif callable(getattr(obj, "_shutdown", None)):
+        elif inspect.ismethod(getattr(obj, "_shutdown", None)):  # a node's or an iterator's own
             with contextlib.suppress(Exception):
                 obj._shutdown()
     for obj in targets:
