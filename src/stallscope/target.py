@@ -17,7 +17,7 @@ import importlib.util
 import inspect
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -429,7 +429,7 @@ def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) 
     from torch.utils.data import RandomSampler, SequentialSampler
     from torch.utils.data._utils.collate import default_convert
 
-    _stop_live_iterators(loader)
+    holds_iterator = _stop_live_iterators(loader)
     call = describe_loader(loader, modules=modules)
     baseline = config_from_loader(loader)
     collate = loader.collate_fn if loader.collate_fn not in (default_collate, default_convert) else None
@@ -447,7 +447,13 @@ def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) 
     shuffle = isinstance(sampler, RandomSampler)
     own_sampler = sampler if batch_sampler is None and type(sampler) is not SequentialSampler else None
     kind = parts_kind("dataloader")
-    if type(loader) is not DataLoader:
+    if type(loader) is not DataLoader and holds_iterator:
+        # Its iterator was started by the class itself and is shared by any copy: trials are
+        # DataLoaders over its parts (sampler, collate, worker_init_fn), said so.
+        kind = replace(parts_kind("dataloader"), description=(
+            f"a DataLoader subclass ({_qualified(loader)}) that starts its own iterator ({holds_iterator}), "
+            "timed as a torch DataLoader over its parts"))
+    elif type(loader) is not DataLoader:
         # Trials run the user's own class and iterator (NOTE [loader kinds]).
         kind = CopiedLoaderKind(
             "dataloader-subclass", f"a DataLoader subclass ({_qualified(loader)})", _copy_knobs(loader),
@@ -473,16 +479,23 @@ def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) 
     )
 
 
-def _stop_live_iterators(loader: DataLoader) -> None:
+def _stop_live_iterators(loader: DataLoader) -> str | None:
     """Shut down iterators the user's loader already started (a subclass that iterates in
-    ``__init__``, persistent workers): we take the loader over, and its workers must not linger."""
+    ``__init__``, persistent workers): we take the loader over, and its workers must not linger.
+
+    Returns the attribute holding an iterator the class keeps for itself (not torch's own
+    ``_iterator``): a copy of such a loader would share it, so it cannot be copied."""
     from torch.utils.data.dataloader import _BaseDataLoaderIter
 
+    own = None
     for name, value in list(vars(loader).items()):
         if isinstance(value, _BaseDataLoaderIter):
             shutdown_iterator(value)
             if name == "_iterator":
                 loader._iterator = None
+            else:
+                own = own or f"self.{name}"
+    return own
 
 
 # -- pre-flight -------------------------------------------------------------------

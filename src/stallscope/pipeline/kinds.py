@@ -134,6 +134,7 @@ def reconfigured_copy(
     *,
     batches: Iterable[list[int]] | None = None,
     dataset: Any = None,
+    collate_fn: Any = None,
     timeout: float | None = None,
     worker_init_fn: Any = "keep",
 ) -> Any:
@@ -143,7 +144,8 @@ def reconfigured_copy(
     DataLoader checks only in ``__init__`` (``batch_sampler``, ``dataset``,
     ``persistent_workers``) is set past its ``__setattr__`` guard, the way the
     constructor itself stores it. ``batches`` replaces the index lists (a cycling
-    batch sampler over the user's own), ``dataset`` the dataset (worker threads).
+    batch sampler over the user's own), ``dataset`` the dataset (worker threads, or a probe's
+    instrumented copy) and ``collate_fn`` the collate (a probe's timed one).
     """
     from torch.utils.data import BatchSampler
 
@@ -167,6 +169,8 @@ def reconfigured_copy(
         put(clone, "snapshot_every_n_steps", config.snapshot_every_n_steps)
     if dataset is not None:
         put(clone, "dataset", dataset)
+    if collate_fn is not None:
+        put(clone, "collate_fn", collate_fn)
     if batches is not None:
         put(clone, "batch_sampler", batches)
         put(clone, "batch_size", None)

@@ -252,8 +252,13 @@ def _kind_trial(
     options: dict[str, Any] = {"timeout": timeout}
     if worker_init_fn != "pipeline":
         options["worker_init_fn"] = worker_init_fn
-    if config.worker_threads:
-        options["dataset"] = loader_dataset(pipeline, config)
+    # The pipeline's dataset and collate where they are not the loader's own: worker threads, or a
+    # probe's instrumented copies (stage timing), run inside the user's own loader class.
+    dataset = loader_dataset(pipeline, config)
+    if dataset is not loader.dataset:
+        options["dataset"] = dataset
+    if pipeline.collate_fn is not None and pipeline.collate_fn is not loader.collate_fn:
+        options["collate_fn"] = pipeline.collate_fn
     if not isinstance(loader.dataset, IterableDataset):
         batches: Iterable[list[int]]
         if sampler is not None:
