@@ -97,3 +97,14 @@ def test_doctor_on_a_graph_runs_what_it_can_and_names_the_rest(tmp_path):
     assert not [f for f in record.get("findings", []) if f.get("severity") == "error"]
     assert record["best"]["samples_per_s"] > 0
     assert "not run: check" in " ".join(done.stdout.split())
+
+
+def test_token_batches_report_tokens_per_second(tmp_path):
+    out = tmp_path / "bench.json"
+    done = run_cli("bench", f"{KINDS}:mapping_batches", "--num-workers", "0", "--repeats", "1", "--window", "0.4",
+                   "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = json.loads(out.read_text())["results"][0]
+    # a UserDict batch of padded token ids with an attention mask: tokens counted, padding not
+    assert 0 < row["tokens_per_s"]["median"]
+    assert "tokens/s" in done.stdout

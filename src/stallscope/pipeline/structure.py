@@ -7,12 +7,17 @@ Batches are not only dicts, lists and tuples: transformers' ``BatchEncoding`` an
 dataclass or a named tuple, and a text batch may be a list of variable-length
 items. Each helper walks all of these the same way (:func:`children`), so a
 ``BatchEncoding`` of token tensors counts its bytes instead of 0.
+
+Token batches are counted in tokens as well (:func:`token_counter`): a Mapping with
+``input_ids`` (its ``attention_mask``'s ones where it has one: padding is not work),
+a batch that is one integer matrix or starts with one (``(inputs, targets)`` of a
+language-model stream), or a list of variable-length integer sequences.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 _MAX_DEPTH = 8  # nested deeper than this is not a batch: stop rather than recurse forever
@@ -120,3 +125,54 @@ def describe_structure(obj: Any, depth: int = 0) -> str:
         return f"{name}{{{inner}{more}}}"
     inner = ", ".join(describe_structure(v, depth + 1) for _, v in shown)
     return f"{type(obj).__name__}({inner}{more})"
+
+
+TOKEN_KEYS = ("input_ids", "token_ids", "tokens")
+
+
+def _int_matrix(obj: Any) -> bool:
+    """A 2-D integer tensor or array: rows of token ids."""
+    kind = _array_kind(obj)
+    if kind is None or len(obj.shape) != 2:
+        return False
+    dtype = str(obj.dtype)
+    return "int" in dtype and "uint8" not in dtype  # uint8 matrices are pixels, not token ids
+
+
+def _int_sequence(obj: Any) -> bool:
+    kind = _array_kind(obj)
+    if kind is not None:
+        return len(obj.shape) == 1 and "int" in str(obj.dtype) and "uint8" not in str(obj.dtype)
+    return isinstance(obj, (list, tuple)) and bool(obj) and all(type(v) is int for v in obj[:8])
+
+
+def _mask_ones(mask: Any, ids: Any) -> int | None:
+    if _array_kind(mask) is None or tuple(mask.shape) != tuple(ids.shape):
+        return None
+    return int(mask.sum())
+
+
+def token_counter(batch: Any) -> Callable[[Any], int] | None:
+    """How to count the tokens of batches shaped like ``batch``, or None when it does not hold
+    token ids (decided once, from the first batch: nothing is paid per batch otherwise)."""
+    parts = children(batch)
+    if isinstance(batch, Mapping) or (parts is not None and (_is_namedtuple(batch) or not isinstance(batch, (list, tuple)))):
+        named = dict(parts or [])
+        key = next((k for k in TOKEN_KEYS if k in named and _int_matrix(named[k])), None)
+        if key is None:
+            return None
+
+        def from_mapping(b: Any) -> int:
+            fields = dict(children(b) or [])
+            ids = fields[key]
+            ones = _mask_ones(fields["attention_mask"], ids) if "attention_mask" in fields else None
+            return ones if ones is not None else int(ids.shape[0] * ids.shape[1])
+
+        return from_mapping
+    if _int_matrix(batch):
+        return lambda b: int(b.shape[0] * b.shape[1])
+    if isinstance(batch, tuple) and batch and _int_matrix(batch[0]):
+        return lambda b: int(b[0].shape[0] * b[0].shape[1])
+    if isinstance(batch, list) and batch and all(_int_sequence(v) for v in batch[:8]):
+        return lambda b: sum(len(v) for v in b)
+    return None

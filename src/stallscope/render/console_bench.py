@@ -18,10 +18,12 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
     scaling = data.get("scaling") or {}
     best_index = scaling.get("best_index")
     table = Table(title="DataLoader throughput (steady state; start-up reported separately)", title_justify="left")
+    tokens = any(r.get("tokens_per_s") for r in results)  # token batches: tokens/s beside samples/s
     for column, justify in [
         ("config", "left"),
         ("samples/s", "right"),
         ("range", "right"),
+        *([("tokens/s", "right")] if tokens else []),
         ("batches/s", "right"),
         ("start-up s", "right"),
         ("batch ms p50", "right"),
@@ -45,6 +47,7 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
             ("★ " if i == best_index else "⚠ " if copies else "  ") + r["label"],
             fmt_fixed(rate["median"]),
             f"{fmt_fixed(rate['min'])}–{fmt_fixed(rate['max'])}",
+            *([fmt_fixed((r.get("tokens_per_s") or {}).get("median"), 0)] if tokens else []),
             fmt_fixed((r.get("batches_per_s") or {}).get("median")),
             fmt_fixed(r["startup_s"], 2),
             fmt_fixed(r["batch_ms"]["p50"], 2),
@@ -63,8 +66,9 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
     if best is not None:
         noise = best.get("noise")
         console.print(
-            f"Best: [bold]{best['label']}[/] at {best['samples_per_s']['median']:,.1f} samples/s "
-            f"(median of {best['repeats']} repeats, spread {noise * 100:.0f}%)."
+            f"Best: [bold]{best['label']}[/] at {best['samples_per_s']['median']:,.1f} samples/s"
+            + (f" ({best['tokens_per_s']['median']:,.0f} tokens/s)" if best.get("tokens_per_s") else "")
+            + f" (median of {best['repeats']} repeats, spread {noise * 100:.0f}%)."
         )
     dataset = data.get("dataset") or {}
     sizes = dataset.get("batch_sizes")

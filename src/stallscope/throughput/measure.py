@@ -44,7 +44,7 @@ from ..config import LoaderConfig
 from ..errors import PipelineError, describe_exception, worker_traceback_tail
 from ..pipeline.kinds import close_trial
 from ..pipeline.loaders import EpochCycle, build_loader, close_threads, quiet_worker_warning
-from ..pipeline.structure import batch_length
+from ..pipeline.structure import batch_length, token_counter
 from ..pipeline.threaded import noted_index, without_notes
 from ..runtime.processes import describe_worker_death, is_worker_death, stop_workers, worker_pids
 from ..runtime.resources import ResourceSampler, ResourceSummary
@@ -66,6 +66,8 @@ class Measurement:
     window_s: float = 0.0
     batches: int = 0
     samples: int = 0
+    tokens_per_s: float | None = None
+    tokens: int | None = None  # token batches (pipeline/structure.py token_counter): tokens in the window
     warmup_batches: int = 0
     exhausted: bool = False  # an iterable dataset ended before the window was full
     resources: ResourceSummary | None = None
@@ -80,6 +82,8 @@ class Measurement:
             "window_s": self.window_s,
             "batches": self.batches,
             "samples": self.samples,
+            "tokens": self.tokens,
+            "tokens_per_s": self.tokens_per_s,
             "warmup_batches": self.warmup_batches,
             "exhausted": self.exhausted,
             "resources": self.resources.to_dict() if self.resources else None,
@@ -158,9 +162,12 @@ def _measure(
         start = time.perf_counter()
         with quiet_worker_warning():
             iterator = iter(loader) if not _cycles_itself(pipeline) else EpochCycle(loader)
-        if _next(iterator) is _END:
+        batch = _next(iterator)
+        if batch is _END:
             raise PipelineError(f"the loader yielded no batch with {config.label()}.")
         first = time.perf_counter()
+        count_tokens = token_counter(batch)
+        del batch
         result.startup_s = first - start
         if settle_s > 0:
             time.sleep(settle_s)
@@ -176,7 +183,7 @@ def _measure(
             resources = ResourceSampler(0.2, worker_pids=(lambda: pids) if pids else None).start()
         window_start = time.perf_counter()
         last = window_start
-        samples = 0
+        samples = tokens = 0
         waits: list[float] = []
         while True:
             batch = _next(iterator)
@@ -185,6 +192,8 @@ def _measure(
                 result.exhausted = True
                 break
             samples += _count(sizes, batch)
+            if count_tokens is not None:
+                tokens += count_tokens(batch)
             del batch
             waits.append(now - last)
             last = now
@@ -194,9 +203,12 @@ def _measure(
         result.window_s = last - window_start
         result.batches = len(waits)
         result.samples = samples
+        result.tokens = tokens if count_tokens is not None else None
         result.batch_ms = [w * 1000 for w in waits]
         if result.window_s > 0:
             result.samples_per_s = samples / result.window_s
+            if count_tokens is not None:
+                result.tokens_per_s = tokens / result.window_s
             result.batches_per_s = len(waits) / result.window_s
     except BaseException as exc:
         failure = exc

@@ -61,6 +61,7 @@ class ConfigResult:
             "label": self.config.label(),
             "samples_per_s": spread(self.rates),
             "batches_per_s": spread([m.batches_per_s for m in self.measurements]),
+            "tokens_per_s": _tokens_per_s(self.measurements),
             "startup_s": spread([m.startup_s for m in self.measurements])["median"],
             "batch_ms": latency_stats(batch_ms),
             "batch_ms_histogram": histogram(batch_ms),
@@ -76,6 +77,12 @@ class ConfigResult:
             "duplicates": self.duplicates,
             "error": None,
         }
+
+
+def _tokens_per_s(measurements: list[Any]) -> dict[str, float] | None:
+    """The spread of tokens/s where the batches hold token ids (every repeat counted them)."""
+    rates = [m.tokens_per_s for m in measurements]
+    return spread(rates) if rates and all(r is not None for r in rates) else None
 
 
 def _merge_resources(summaries: list[Any]) -> dict[str, Any] | None:
