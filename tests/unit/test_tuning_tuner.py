@@ -168,3 +168,21 @@ def test_emit_keeps_the_users_config_when_the_best_is_within_noise():
     section["best"]["keep_baseline"] = False
     config, comment = emitted_config("t.py:fn", section)
     assert config == best and "confidence 55%" in comment and "3 interleaved rounds" in comment
+
+
+def test_a_search_where_every_trial_failed_is_an_error_not_a_pick(monkeypatch):
+    from stallscope.errors import PipelineError
+    from stallscope.tuning import search as search_module
+
+    real_run = search_module.Search.run
+
+    def every_trial_failed(self, on_plan=None):
+        result = real_run(self, on_plan=on_plan)
+        for trial in result.trials:
+            trial.samples_per_s, trial.error = 0.0, "DataLoader worker (pid 1) exited unexpectedly"
+        result.samples_per_s = 0.0
+        return result
+
+    monkeypatch.setattr(search_module.Search, "run", every_trial_failed)
+    with pytest.raises(PipelineError, match="no configuration tried delivered a batch .the first failure: DataLoader"):
+        ss.tune(TensorDataset(torch.randn(256, 4)), batch_size=16, budget_s=2.0, compare_start_methods=False)

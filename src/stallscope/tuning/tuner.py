@@ -572,6 +572,11 @@ def tune(
                     on_trial=on_trial, seeds=seeds)
     with no_orphans():
         result = search.run(on_plan=on_plan)
+    if not result.samples_per_s > 0:  # no pick at 0 samples/s: every trial failed or delivered nothing
+        failed = next((t.error for t in result.trials if t.error), None)
+        raise PipelineError(
+            "no configuration tried delivered a batch" + (f" (the first failure: {failed})" if failed else "") + "."
+        )
     result.notes[:0] = notes
     return TuneResult(
         config=result.pick,
