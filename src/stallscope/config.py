@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -122,35 +123,42 @@ class LoaderConfig:
     def replace(self, **changes: Any) -> LoaderConfig:
         return replace(self, **changes)
 
-    def label(self) -> str:
+    def label(self, knobs: Collection[str] | None = None) -> str:
         """A short human label, e.g. ``w=4 bs=32 pf=2`` or ``w=2 threads×16 bs=32 pf=2``.
 
         Worker threads read ``threads×K`` (K fetch threads per worker), the
         main process's intra-op threads ``torch_threads=N``: two different knobs.
+        ``knobs``: only the fields a loader kind really has (NOTE [loader kinds]), so a
+        factory that takes only ``threads=`` reads ``threads×4``, never a made-up
+        ``w=0 bs=1``; "as built" when it has none.
         """
-        parts = [f"w={self.num_workers}"]
-        if self.worker_threads:
+        shown = set(knobs) if knobs is not None else {f.name for f in fields(self)}
+        workers = self.num_workers if "num_workers" in shown else None
+        parts = [f"w={workers}"] if workers is not None else []
+        if self.worker_threads and "worker_threads" in shown:
             parts.append(f"threads×{self.worker_threads}")
-        parts.append(f"bs={self.batch_size}")
-        if self.num_workers:
-            parts.append(f"pf={self.prefetch_factor}")
-            if self.persistent_workers:
+        if "batch_size" in shown:
+            parts.append(f"bs={self.batch_size}")
+        if workers != 0:
+            if "prefetch_factor" in shown and self.prefetch_factor is not None:
+                parts.append(f"pf={self.prefetch_factor}")
+            if self.persistent_workers and "persistent_workers" in shown:
                 parts.append("persistent")
-            if not self.in_order:
+            if not self.in_order and "in_order" in shown:
                 parts.append("unordered")
-            if self.multiprocessing_context:
+            if self.multiprocessing_context and "multiprocessing_context" in shown:
                 parts.append(self.multiprocessing_context)
-        if self.pin_memory:
+        if self.pin_memory and "pin_memory" in shown:
             parts.append("pin")
-        if self.batched_fetch:
+        if self.batched_fetch and "batched_fetch" in shown:
             parts.append("batched")
-        if self.torch_threads is not None:
+        if self.torch_threads is not None and "torch_threads" in shown:
             parts.append(f"torch_threads={self.torch_threads}")
-        if self.worker_method and self.num_workers:
+        if self.worker_method and workers != 0 and "worker_method" in shown:
             parts.append(f"{self.worker_method}es" if self.worker_method == "process" else f"{self.worker_method}s")
-        if self.snapshot_every_n_steps is not None:
+        if self.snapshot_every_n_steps is not None and "snapshot_every_n_steps" in shown:
             parts.append(f"snapshot/{self.snapshot_every_n_steps}")
-        return " ".join(parts)
+        return " ".join(parts) or "as built"
 
 
 def loader_supports(argument: str) -> bool:

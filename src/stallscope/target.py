@@ -37,14 +37,17 @@ from .pipeline.kinds import (
     NodesKind,
     WrappedLoaderKind,
     dataset_limits,
+    effective_path,
     factory_baseline,
-    find_inside,
+    find_all,
+    is_dataloader,
     is_nodes_graph,
     knob_parameters,
     nodes_baseline,
     other_method,
     parts_kind,
     path_text,
+    paths_to,
 )
 from .pipeline.structure import batch_length, describe_structure, nbytes
 from .pipeline.threaded import ThreadedDataset
@@ -249,6 +252,8 @@ def _adopt_factory(pipeline: Pipeline, factory: Callable[..., Any], spec: str | 
         if origin is not None:
             pipeline.call.origin_imports, pipeline.call.origin = origin
         pipeline.call.factory_parameters = {name: field_name for name, (field_name, _) in parameters.items()}
+    if isinstance(pipeline.kind, IterableKind):
+        pipeline.kind.factory = factory  # a generator is made anew for each pass
     if not parameters or pipeline.kind.tunable:
         return
     baseline = factory_baseline(parameters, product)
@@ -293,7 +298,7 @@ def _call_factory(factory: Callable[..., Any], label: str) -> Any:
 
 def pipeline_from_object(obj: Any, *, label: str = "<object>", modules: tuple[str, ...] = ()) -> Pipeline:
     """A Pipeline from what the target returned; ``modules`` may hold the user's objects as globals."""
-    if isinstance(obj, DataLoader):
+    if is_dataloader(obj):
         return _from_loader(obj, label, modules)
     if is_nodes_graph(obj):
         return _from_nodes(obj, label)
@@ -301,7 +306,7 @@ def pipeline_from_object(obj: Any, *, label: str = "<object>", modules: tuple[st
         if "dataset" not in obj:
             raise UsageError(f"{label} returned a dict without a 'dataset' key.")
         inner = obj["dataset"]
-        if isinstance(inner, DataLoader):
+        if is_dataloader(inner):
             pipeline = _from_loader(inner, label, modules)
         else:
             _require_dataset(inner, label)
@@ -316,7 +321,7 @@ def pipeline_from_object(obj: Any, *, label: str = "<object>", modules: tuple[st
         pipeline.model = obj.get("model")
         pipeline.train_step = obj.get("train_step")
         pipeline.extras = {k: v for k, v in obj.items() if k not in {"dataset", "batch_size", "collate_fn", "model", "train_step"}}
-        if not isinstance(inner, DataLoader):
+        if not is_dataloader(inner):
             pipeline.call = describe_dataset_call(inner, pipeline.batch_size, pipeline.collate_fn, modules=modules)
             pipeline.call.role_paths = {"dataset": '["dataset"]', "collate_fn": '["collate_fn"]'}
         elif pipeline.call is not None:
@@ -393,25 +398,47 @@ def _from_other(obj: Any, label: str, modules: tuple[str, ...]) -> Pipeline:
     if isinstance(obj, IterableDataset):
         return Pipeline(dataset=obj, batch_size=DEFAULT_BATCH_SIZE, baseline=LoaderConfig(batch_size=DEFAULT_BATCH_SIZE),
                         target=label, call=describe_dataset_call(obj, DEFAULT_BATCH_SIZE, modules=modules))
-    found = find_inside(obj, lambda x: isinstance(x, DataLoader))
-    if found is not None:
-        path, inner = found
-        pipeline = _from_loader(inner, label, modules)
-        where = path_text(path)
-        what = f"a {type(obj).__qualname__} holding a DataLoader at {where.lstrip('.')}"
-        pipeline.kind = WrappedLoaderKind(
-            "wrapped-dataloader", what, _copy_knobs(inner), counts_indices=False, wrapper=obj, path=path, inner=inner,
-        )
-        pipeline.source = "wrapper"
-        if pipeline.call is not None:
-            pipeline.call.loader_path = where
-            pipeline.call.prefix_paths(where)
-        return pipeline
+    loaders = find_all(obj, is_dataloader)
+    if loaders:
+        return _from_wrapper(obj, loaders, label, modules)
     what = f"an iterable of batches ({_qualified(obj)})"
     limits = dataset_limits(what)
     limits["tune"] = UNTUNABLE.format(what=what)
     return Pipeline(dataset=None, batch_size=1, baseline=LoaderConfig(batch_size=1), target=label, source="loader",
                     kind=IterableKind("iterable", what, (), limits, counts_indices=False, loader=obj))
+
+
+def _from_wrapper(obj: Any, loaders: list[tuple[Path, Any]], label: str, modules: tuple[str, ...]) -> Pipeline:
+    """An object that holds DataLoaders: the first one whose replacement changes what the object
+    iterates is tuned inside it (NOTE [loader kinds]); when none does, it is measured as it is."""
+    for _, inner in loaders:
+        path = effective_path(obj, inner, paths_to(obj, inner))
+        if path is not None:
+            break
+    else:
+        path, inner = None, loaders[0][1]
+    first = loaders[0][0] if path is None else path
+    where = path_text(first)
+    what = f"a {type(obj).__qualname__} holding a DataLoader at {where.lstrip('.')}"
+    if len(loaders) > 1:
+        what += f" (the first of the {len(loaders)} it holds whose knobs take effect)" if path else ""
+    pipeline = _from_loader(inner, label, modules)
+    if path is None:
+        # Trials would all run the wrapper's own loader: measured as it is, said so.
+        limits = dataset_limits(what) | {"tune": (
+            f"{what} keeps iterating its own DataLoader when the one at {where.lstrip('.')} is replaced, so its "
+            "knobs cannot be changed from outside; it is measured as it is. To tune it, give the TARGET function "
+            "keyword parameters such as num_workers=… and pass them on")}
+        return Pipeline(dataset=None, batch_size=pipeline.batch_size, baseline=pipeline.baseline, target=label,
+                        source="loader", kind=IterableKind("iterable", what, (), limits, counts_indices=False, loader=obj))
+    pipeline.kind = WrappedLoaderKind(
+        "wrapped-dataloader", what, _copy_knobs(inner), counts_indices=False, wrapper=obj, path=path, inner=inner,
+    )
+    pipeline.source = "wrapper"
+    if pipeline.call is not None:
+        pipeline.call.loader_path = where
+        pipeline.call.prefix_paths(where)
+    return pipeline
 
 
 def _require_dataset(obj: Any, label: str) -> None:

@@ -108,3 +108,65 @@ def test_token_batches_report_tokens_per_second(tmp_path):
     # a UserDict batch of padded token ids with an attention mask: tokens counted, padding not
     assert 0 < row["tokens_per_s"]["median"]
     assert "tokens/s" in done.stdout
+
+
+# -- objects around DataLoaders (tests/pipelines/real_adapters.py) and the real libraries' ones --------
+
+ADAPTERS = "real_adapters.py"
+
+
+def _run_printed(code: str, check: str) -> str:
+    """Run printed code as a user would, then ``check`` (Python using ``loader``); its output."""
+    done = subprocess.run([sys.executable, "-c", code + "\n" + check], cwd=PIPELINES, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.parametrize(
+    ("target", "path", "batch_type"),
+    [
+        (f"{ADAPTERS}:proxy_loader", ".inner_loader", "FeatureBatch"),  # passes for a DataLoader
+        (f"{ADAPTERS}:multitask_loader", "._flat[0]", "dict"),  # holds it twice, iterates the list
+        (f"{ADAPTERS}:accelerate_loader", ".base_dataloader", "list"),  # accelerate's prepared loader
+        (f"{ADAPTERS}:lightning_combined", "._flattened[0]", "tuple"),  # Lightning's CombinedLoader
+    ],
+)
+def test_a_wrapper_is_tuned_where_its_loader_really_runs_and_the_code_puts_it_back(target, path, batch_type, tmp_path):
+    out = tmp_path / "tune.json"
+    done = run_cli("tune", target, "--budget", "8", "--emit", "python", "--json", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads(out.read_text())
+    assert record["loader_kind"]["name"] == "wrapped-dataloader"
+    assert f"at {path.lstrip('.')}" in record["loader_kind"]["description"]
+    code = record["loader_code"]
+    assert code["verified"], code["reason"]
+    assert f"yours{path} = DataLoader(" in done.stdout and "loader = yours" in done.stdout
+    workers = record["best"]["config"]["num_workers"]
+    printed = _run_printed(done.stdout, (
+        "it = iter(loader)\nfirst = next(it)\nnext(it)\n"
+        f"print(type(first).__name__, loader{path}.num_workers)\ndel it\n"
+    ))
+    assert printed.split() == [batch_type, str(workers)]  # the wrapper's own batches, with the pick's workers
+
+
+def test_a_wrapper_that_cannot_take_another_loader_is_measured_and_says_why(tmp_path):
+    out = tmp_path / "bench.json"
+    done = run_cli("bench", f"{ADAPTERS}:frozen_copy_loader", "--repeats", "1", "--window", "0.4", "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = json.loads(out.read_text())["results"][0]
+    assert row["label"] == "as built" and row["samples_per_s"]["median"] > 0
+    tuned = run_cli("tune", f"{ADAPTERS}:frozen_copy_loader", "--budget", "5")
+    assert tuned.returncode == 2 and "Traceback" not in tuned.stderr
+    assert "keeps iterating its own DataLoader" in " ".join(tuned.stderr.split())
+
+
+def test_a_generator_of_batches_is_made_anew_for_each_measurement(tmp_path):
+    out = tmp_path / "bench.json"
+    done = run_cli("bench", f"{ADAPTERS}:wave_batches", "--repeats", "2", "--window", "0.4", "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())["results"]
+    assert len(rows) == 1 and rows[0]["label"] == "as built"
+    assert rows[0]["samples_per_s"]["min"] > 0  # both repeats saw batches: the generator was made again
+    assert rows[0]["speedup"] is None and rows[0]["efficiency"] is None  # no single-process config to compare
+    assert "Single-process cost" not in done.stdout

@@ -312,15 +312,16 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
     else:
         code = render_python(snippet)
         factory_form = snippet.form == "factory"
-        run = run_snippet(code, reference=_reference_structure(pipeline, factory_form),
-                          config=None if factory_form else config)
+        run = run_snippet(code, reference=_reference_structure(pipeline, factory_form or bool(snippet.loader_path)),
+                          config=None if factory_form else config, loader_path=snippet.loader_path)
         advice.update(python=code if run.ok else None, tried=None if run.ok else code, **run.to_dict())
     record.add(loader_code=advice)
 
 
 def _reference_structure(pipeline: Any, factory_form: bool) -> str | None:
     """The user's batch as the snippet's loader must reproduce it: the wrapper's output when the
-    snippet calls the factory that builds the wrapper, else the loader's own batch."""
+    snippet's loader is the wrapper (its factory called, or the loader put back into it), else the
+    loader's own batch."""
     from ..pipeline.structure import describe_structure
     from ..target import preflight
 

@@ -88,6 +88,10 @@ class LoaderKind:
     def tunable(self) -> bool:
         return bool(self.knobs)
 
+    def label(self, config: LoaderConfig) -> str:
+        """``config``'s label showing only the knobs this kind has ("as built" for none)."""
+        return config.label() if self.rebuilds_from_parts else config.label(self.knobs)
+
     def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
         raise NotImplementedError(f"{self.name} trials are built from the pipeline's parts")
 
@@ -108,6 +112,15 @@ def parts_kind(source: str) -> LoaderKind:
 
 
 # -- DataLoader subclasses: the user's object, copied, with other knobs ---------------------------
+
+
+def is_dataloader(obj: Any) -> bool:
+    """Whether ``obj`` is a DataLoader by its real class. A proxy that claims to be one through a
+    ``__class__`` property (an adapter holding the DataLoader it delegates to) is not: setting knobs
+    on it would set them beside the loader that runs, so it is treated as a wrapper."""
+    from torch.utils.data import DataLoader
+
+    return issubclass(type(obj), DataLoader)
 
 
 def _qualified(obj: Any) -> str:
@@ -192,9 +205,11 @@ def _cuda() -> bool:
 Path = tuple[tuple[str, Any], ...]  # ("attr", name) | ("item", index or key)
 
 
-def find_inside(obj: Any, wanted: Callable[[Any], bool], *, depth: int = SEARCH_DEPTH) -> tuple[Path, Any] | None:
-    """The first object ``wanted`` accepts among ``obj``'s attributes, items and their own (breadth
-    first, at most ``depth`` levels and ``SEARCH_OBJECTS`` objects), with its path."""
+def find_all(obj: Any, wanted: Callable[[Any], bool], *, depth: int = SEARCH_DEPTH) -> list[tuple[Path, Any]]:
+    """Every distinct object ``wanted`` accepts among ``obj``'s attributes, items and their own (not
+    inside one already found), with the path it was first reached by: breadth first, at most ``depth``
+    levels and ``SEARCH_OBJECTS`` objects."""
+    found: list[tuple[Path, Any]] = []
     seen = {id(obj)}
     queue: deque[tuple[Path, Any]] = deque([((), obj)])
     visited = 0
@@ -202,7 +217,8 @@ def find_inside(obj: Any, wanted: Callable[[Any], bool], *, depth: int = SEARCH_
         path, current = queue.popleft()
         visited += 1
         if path and wanted(current):
-            return path, current
+            found.append((path, current))
+            continue
         if len(path) >= depth:
             continue
         for step, child in _children(current):
@@ -210,7 +226,7 @@ def find_inside(obj: Any, wanted: Callable[[Any], bool], *, depth: int = SEARCH_
                 continue
             seen.add(id(child))
             queue.append(((*path, step), child))
-    return None
+    return found
 
 
 def _atomic(obj: Any) -> bool:
@@ -265,9 +281,82 @@ def replaced_at(obj: Any, path: Path, value: Any) -> Any:
         out_dict = copy.copy(obj)
         out_dict[key] = new_child
         return out_dict
-    out_obj = copy.copy(obj)
+    out_obj = shallow_copy(obj)
     object.__setattr__(out_obj, key, new_child)
     return out_obj
+
+
+def shallow_copy(obj: Any) -> Any:
+    """``copy.copy(obj)``, except for an object that disguises its class (a ``__class__`` property,
+    as adapters that pass for a DataLoader have): copying goes by ``__class__`` and would make the
+    class it claims, losing the adapter's own iteration. Such an object is copied as its real type."""
+    if type(obj) is not obj.__class__ and isinstance(getattr(obj, "__dict__", None), dict):
+        clone = object.__new__(type(obj))
+        clone.__dict__.update(obj.__dict__)
+        return clone
+    return copy.copy(obj)
+
+
+def paths_to(obj: Any, target: Any, *, depth: int = SEARCH_DEPTH) -> list[Path]:
+    """Every path from ``obj`` to ``target`` (bounded like :func:`find_all`): a wrapper may hold
+    its loader twice (a dict of loaders and the flat list it really iterates)."""
+    found: list[Path] = []
+    seen = {id(obj)}
+    queue: deque[tuple[Path, Any]] = deque([((), obj)])
+    visited = 0
+    while queue and visited < SEARCH_OBJECTS:
+        path, current = queue.popleft()
+        visited += 1
+        if len(path) >= depth:
+            continue
+        for step, child in _children(current):
+            if child is target:
+                found.append((*path, step))
+            elif id(child) not in seen and not _atomic(child):
+                seen.add(id(child))
+                queue.append(((*path, step), child))
+    return found
+
+
+class _TaggedBatches:
+    """The user's batch sampler, noting when it is iterated: a DataLoader iterator over a loader that
+    holds it starts by iterating it, so the tag says whether that loader is the one that ran."""
+
+    def __init__(self, batches: Any) -> None:
+        self.batches = batches
+        self.iterated = False
+
+    def __iter__(self) -> Iterator[Any]:
+        self.iterated = True
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def effective_path(wrapper: Any, inner: Any, paths: list[Path]) -> Path | None:
+    """The first of ``paths`` where a replaced DataLoader is the one the wrapper iterates, by taking
+    a batch through it (NOTE [loader kinds]); None when none is. A wrapper that builds its
+    iteration from another reference (a flat list made in its constructor) would otherwise be
+    "tuned" by trials that all ran its original loader."""
+    if inner.batch_sampler is None:
+        return paths[0] if paths else None  # no index lists to recognise it by: taken as it is
+    config = LoaderConfig(num_workers=0, batch_size=inner.batch_size or 1)
+    raised = 0
+    for path in paths:
+        tag = _TaggedBatches(inner.batch_sampler)
+        trial = iterator = None
+        try:
+            trial = replaced_at(wrapper, path, reconfigured_copy(inner, config, batches=tag))
+            iterator = iter(trial)
+            next(iterator)
+            if tag.iterated:
+                return path
+        except Exception:
+            raised += 1
+        finally:
+            close_trial(trial, iterator)
+    return paths[0] if paths and raised == len(paths) else None  # a wrapper that raises: preflight says so
 
 
 @dataclass
@@ -505,14 +594,36 @@ def factory_baseline(parameters: dict[str, tuple[str, Any]], product: Any) -> Lo
         return LoaderConfig(batch_size=values["batch_size"], num_workers=int(values.get("num_workers") or 0))
 
 
+def is_one_shot(obj: Any) -> bool:
+    """An iterator (a generator, a file-like stream): iterating it again continues, never restarts."""
+    try:
+        return iter(obj) is obj
+    except TypeError:
+        return False
+
+
+ONE_SHOT = (
+    "{what} is a one-shot iterator: a measurement would use up the batches the next one needs. Pass "
+    "a function that returns a fresh one (TARGET path/to/file.py:fn); each pass then calls it again."
+)
+
+
 @dataclass
 class IterableKind(LoaderKind):
-    """Any other iterable of batches: measured as it is."""
+    """Any other iterable of batches: measured as it is. A one-shot iterator (a generator) is made
+    anew for each pass by calling the TARGET factory again (``factory``)."""
 
     loader: Any = None
+    factory: Callable[[], Any] | None = None
 
     def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
-        return self.loader
+        if not is_one_shot(self.loader):
+            return self.loader
+        if self.factory is None:
+            from ..errors import UsageError
+
+            raise UsageError(ONE_SHOT.format(what=self.description))
+        return self.factory()
 
 
 UNTUNABLE = (

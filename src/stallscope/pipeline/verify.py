@@ -39,9 +39,13 @@ def skeleton(structure: str) -> str:
     return re.sub(r"\d+", "N", structure)
 
 
-def run_snippet(code: str, *, reference: str | None, config: LoaderConfig | None = None, timeout: float = 60.0) -> SnippetRun:
+def run_snippet(
+    code: str, *, reference: str | None, config: LoaderConfig | None = None, loader_path: str = "",
+    timeout: float = 60.0,
+) -> SnippetRun:
     """Execute ``code``, take two batches from its ``loader``, compare with ``reference`` (a
-    ``describe_structure`` of the user's batch) and check ``config``'s knobs on a DataLoader."""
+    ``describe_structure`` of the user's batch) and check ``config``'s knobs on the DataLoader, which
+    sits at ``loader_path`` inside ``loader`` when the code puts it back into the user's wrapper."""
     from ..pipeline.structure import describe_structure
     from ..runtime.processes import no_orphans, stop_workers
     from .kinds import close_trial
@@ -55,7 +59,8 @@ def run_snippet(code: str, *, reference: str | None, config: LoaderConfig | None
                 loader = namespace.get("loader")
                 if loader is None:
                     return SnippetRun(False, "the code defines no `loader`")
-                wrong = _knobs_not_set(loader, config)
+                inner = eval(f"loader{loader_path}", namespace) if loader_path else loader  # noqa: S307 - our path
+                wrong = _knobs_not_set(inner, config)
                 if wrong:
                     return SnippetRun(False, f"the loader it builds does not take {wrong}")
                 iterator = iter(loader)

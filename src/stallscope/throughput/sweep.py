@@ -41,6 +41,8 @@ class ConfigResult:
     speedup: float | None = None
     # Set when the workers replay an unsharded IterableDataset: the rate counts copies.
     duplicates: dict[str, Any] | None = None
+    label: str | None = None  # the loader kind's label (its own knobs only), else the config's
+
 
     @property
     def rates(self) -> list[float]:
@@ -58,7 +60,7 @@ class ConfigResult:
         batch_ms = self.all_batch_ms()
         return {
             "config": self.config.to_dict(),
-            "label": self.config.label(),
+            "label": self.label or self.config.label(),
             "samples_per_s": spread(self.rates),
             "batches_per_s": spread([m.batches_per_s for m in self.measurements]),
             "tokens_per_s": _tokens_per_s(self.measurements),
@@ -329,15 +331,20 @@ def _summarise(
     timeout) allows measuring a missing single-process reference; ``replay`` marks the
     rows with workers on a stream they duplicate."""
     results = [
-        ConfigResult(config=c, measurements=m, duplicates=replay if c.num_workers > 0 else None)
+        ConfigResult(config=c, measurements=m, duplicates=replay if c.num_workers > 0 else None,
+                     label=pipeline.kind.label(c))
         for c, m in zip(configs, runs)
         if m
     ]
-    if references is not None:
-        single = _single_process_references(pipeline, results, min_window_s=references[0], timeout=references[1])
-    else:
-        single = _single_process_rates(results)
-    per_sample = _attach_scaling(results, cores, single)
+    per_sample = None
+    # Without a num_workers knob no single-process configuration of this loader exists: a speed-up
+    # or efficiency against one would be made up (an iterable measured as it is may run threads).
+    if "num_workers" in pipeline.kind.knobs:
+        if references is not None:
+            single = _single_process_references(pipeline, results, min_window_s=references[0], timeout=references[1])
+        else:
+            single = _single_process_rates(results)
+        per_sample = _attach_scaling(results, cores, single)
     return BenchResult(
         target=pipeline.target,
         cores=cores,
@@ -357,8 +364,6 @@ def _single_process_references(
 ) -> dict[int, float]:
     """Single-process rate per batch size; measured once more where the grid has no 0-worker config."""
     single = _single_process_rates(results)
-    if "num_workers" not in pipeline.kind.knobs:
-        return single  # no single-process configuration of this loader to compare with
     for bs in sorted({r.config.batch_size for r in results} - set(single)):
         m = measure(pipeline, LoaderConfig(num_workers=0, batch_size=bs), min_window_s=min_window_s, timeout=timeout)
         if m.samples_per_s > 0:

@@ -65,6 +65,9 @@ class Snippet:
     changes: list[Change]
     notes: list[str] = field(default_factory=list)
     form: str = "call"  # "call": the loader's constructor; "factory": the user's factory with other values
+    # Where the loader goes back into the object the user's factory returns (".loader" in a wrapper):
+    # the code builds the DataLoader, puts it there and measures the wrapper's output, as trials do.
+    loader_path: str = ""
 
     @property
     def changed(self) -> list[str]:
@@ -153,7 +156,8 @@ def build_snippet(
     uses_ss = False
 
     args = [Argument(a.name, a.source, list(a.imports), a.placeholder, a.positional) for a in call.arguments]
-    if call.origin and any(a.placeholder for a in args):
+    loader_path = call.loader_path if call.origin else ""
+    if call.origin and (loader_path or any(a.placeholder for a in args)):
         # Objects that cannot be imported are read from what the user's factory returns.
         prelude.append(f"yours = {call.origin}")
         imports.extend(call.origin_imports)
@@ -190,7 +194,7 @@ def build_snippet(
         changes.append(Change("batched_fetch", None, "True"))
         notes.append("batched_fetch: one indexing call per batch (stallscope.pipeline.batching) through ss.make_loader")
         return Snippet("ss.make_loader", _merge_imports(imports, True, drop_loader=call.callable), prelude,
-                       snippet_args + extra, changes, notes)
+                       snippet_args + extra, changes, notes, loader_path=loader_path)
 
     before, after = _user_knobs(baseline), _knob_sources(config)
     was, now = _effective(baseline), _effective(config)
@@ -202,7 +206,8 @@ def build_snippet(
     keyword = [(None if a.positional else a.name, a.source) for a in args]
     takes = set(call.accepts) if call.accepts is not None else set(after)
     keyword += [(name, after[name]) for name, _ in _KNOB_DEFAULTS if name in after and name in takes]
-    return Snippet(call.callable, _merge_imports(imports, uses_ss), prelude, keyword, changes, notes)
+    return Snippet(call.callable, _merge_imports(imports, uses_ss), prelude, keyword, changes, notes,
+                   loader_path=loader_path)
 
 
 def changed_fields(config: LoaderConfig, baseline: LoaderConfig) -> list[str]:
@@ -360,7 +365,8 @@ def render_python(snippet: Snippet, *, comment: str | None = None) -> str:
     lines += [f"# note: {note}" for note in snippet.notes]
     lines += snippet.imports + [""] + snippet.prelude + ([""] if snippet.prelude else [])
     marks = {c.name: c for c in snippet.changes}
-    lines.append(f"loader = {snippet.callable}(")
+    built = f"yours{snippet.loader_path}" if snippet.loader_path else "loader"
+    lines.append(f"{built} = {snippet.callable}(")
     for name, source in snippet.arguments:
         text = f"    {source}," if name is None else f"    {name}={source},"
         change = marks.get(name) if name else None
@@ -368,6 +374,8 @@ def render_python(snippet: Snippet, *, comment: str | None = None) -> str:
             text += f"  # was {change.before}" if change.before is not None else "  # new"
         lines.append(text)
     lines.append(")")
+    if snippet.loader_path:
+        lines.append("loader = yours  # your object, now around the loader above")
     return "\n".join(lines) + "\n"
 
 
