@@ -18,17 +18,17 @@ KEPT: list[bytes] = []
 
 
 class KeepingDataset(Dataset):
-    """``length`` items of shape (4,), each costing ``cost_s``; with ``leak``, each fetch keeps ``LEAK_BYTES``."""
+    """``length`` items of shape (4,), each costing ``cost_s``; with ``leak``, each fetch keeps ``leak_bytes``."""
 
-    def __init__(self, length: int = 100_000, cost_s: float = 0.001, leak: bool = True):
-        self.length, self.cost_s, self.leak = length, cost_s, leak
+    def __init__(self, length: int = 100_000, cost_s: float = 0.001, leak: bool = True, leak_bytes: int = LEAK_BYTES):
+        self.length, self.cost_s, self.leak, self.leak_bytes = length, cost_s, leak, leak_bytes
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, index: int):
         if self.leak:
-            KEPT.append(b"\x01" * LEAK_BYTES)
+            KEPT.append(b"\x01" * self.leak_bytes)
         time.sleep(self.cost_s)
         return torch.full((4,), float(index))
 
