@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 
 import stallscope as ss
 from stallscope.commands.profile import main as profile_main
+from stallscope.commands.report import main as report_main
 from stallscope.runtime.processes import shutdown_iterator
 from stallscope.schema import record_schema
 from stallscope.training.windows import read_windows
@@ -96,3 +97,9 @@ def test_profile_cli_reports_windows_drift_and_the_plot_over_time(tmp_path, caps
     page = html.read_text()
     assert '<img src="data:image/png;base64,' in page and 'alt="Stall fraction and memory per time window"' in page
     assert "Memory drift: growing" in page
+    # the windows file alone is enough to read the run back and render it
+    md = tmp_path / "windows.md"
+    assert report_main([str(windows), "--md", str(md)]) == 0
+    text = md.read_text()
+    assert "Memory drift: growing" in text and "over_time.png" in text
+    assert f"over {record['steps']:,} steps" in text  # the steady steps, summed over the windows

@@ -310,13 +310,13 @@ def over_time_figure(record: Any) -> Figure | None:
             drawn += 1
     if not drawn and not any(s is not None for s in stall):
         return None
-    bottom.set_ylabel("MB")
+    bottom.set_ylabel("MiB")
     bottom.set_xlabel(f"time since the first batch request ({unit})")
     drift = r.get("memory_drift") if isinstance(r.get("memory_drift"), dict) else {}
     if drift.get("verdict"):
         bottom.set_title(f"memory: {drift['verdict']}", fontsize=9, loc="left")
     if drawn:
-        bottom.legend(fontsize=8, frameon=False, ncol=min(3, drawn))
+        bottom.legend(fontsize=8, frameon=False, ncol=min(3, drawn), loc="best")
     return fig
 
 

@@ -292,3 +292,38 @@ def long_run_section(windows: list[dict[str, Any]], window_s: float, epoch_steps
 
     epoch = epoch_steps * batch_size if epoch_steps and batch_size else epoch_steps
     return {"window_s": window_s, "windows": windows, "memory_drift": memory_drift(windows, pass_samples=epoch)}
+
+
+def windows_record(path: str | Path, *, name: str | None = None, rank: int | None = None) -> dict[str, Any]:
+    """A ``profile`` record rebuilt from a windows JSON-lines file, for ``stallscope report run.windows.jsonl``.
+
+    The run's stall fraction and steps are the sums over its windows; the
+    memory drift is judged again (without the epoch length, which the file
+    does not hold: the plateau test takes the run's first two thirds as one pass).
+    """
+    from .. import __version__
+    from ..analysis.drift import memory_drift
+    from ..analysis.training import thresholds, verdict_for
+
+    windows = read_windows(path, name=name, rank=rank)
+    if not windows:
+        raise ValueError(f"{path} holds no windows")
+    ranks = {w.get("rank") for w in windows}
+    if len(ranks) > 1 or len({w["index"] for w in windows}) != len(windows):
+        raise ValueError(f"{path} holds the windows of several runs or ranks; pass name= or rank= to pick one")
+    for w in windows:
+        w.pop("rank", None)
+    data = sum(w.get("data_wait_s") or 0.0 for w in windows)
+    busy = sum(w["steps"] / w["steps_per_s"] for w in windows if w.get("steps_per_s"))
+    stall = data / busy if busy > 0 else None
+    return {
+        "schema": 1, "tool_version": __version__, "command": "profile", "target": str(path), "host": {},
+        "steps": sum(w.get("steps") or 0 for w in windows),
+        "total_steps": windows[-1]["end_step"],
+        "stall_fraction": None if stall is None else round(stall, 4),
+        "verdict": verdict_for(stall),
+        "thresholds": thresholds(),
+        "window_s": windows[0]["end_s"] - windows[0]["start_s"],
+        "windows": windows,
+        "memory_drift": memory_drift(windows),
+    }
