@@ -1,4 +1,6 @@
-"""Memory drift under ``ss.watch`` and ``stallscope profile`` with real memory: a leaking dataset grows, a clean one does not.
+"""Memory drift under ``ss.watch`` and ``stallscope profile`` with real memory.
+
+A leaking dataset grows, a clean one does not.
 
 The leaking dataset keeps 256 KB of every sample in a module-level list of the
 process that fetches it (each fork worker, or the main process with

@@ -156,7 +156,8 @@ def test_markdown_write_links_the_plots_it_writes(tmp_path):
     path.parent.mkdir()
     written = MarkdownRenderer().write(load("doctor"), path, plots_dir=tmp_path / "plots")
     # every plot but the one over time windows (this doctor run fitted in one window)
-    assert written[0] == path and sorted(p.name for p in written[1:]) == sorted(f"{n}.png" for n in PLOTS if n != "over_time")
+    expected = sorted(f"{n}.png" for n in PLOTS if n != "over_time")
+    assert written[0] == path and sorted(p.name for p in written[1:]) == expected
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", path.read_text())
     assert links == ["../plots/scaling.png", "../plots/latency.png", "../plots/stages.png", "../plots/timeline.png"]
     assert all((path.parent / link).is_file() for link in links)

@@ -109,7 +109,8 @@ def test_resource_readings_fold_into_their_window():
     assert first["main_cpu_percent"] == 60.0  # mean of the readings in the window
     assert first["main_rss_mb"] == 310.0  # memory at the window's end: its latest reading
     assert first["worker_uss_mb"] == 100.0
-    assert first["workers"] == [{"worker": 0, "rss_mb": 200.0, "uss_mb": 90.0}, {"worker": 1, "rss_mb": 200.0, "uss_mb": 110.0}]
+    assert first["workers"] == [{"worker": 0, "rss_mb": 200.0, "uss_mb": 90.0},
+                                {"worker": 1, "rss_mb": 200.0, "uss_mb": 110.0}]
     assert rw.figures(1)["main_rss_mb"] == 320.0 and rw.figures(1)["worker_uss_mb"] is None
     assert rw.figures(7)["main_rss_mb"] is None
 

@@ -26,7 +26,12 @@ GROWING, PLATEAUED, FLAT = "growing", "plateaued", "flat"
 
 
 def judge_channel(
-    xs: Sequence[float], hours: Sequence[float], ys: Sequence[float], pass_x: float | None, *, minimum_mb: float = NATIVE_MIN_MB
+    xs: Sequence[float],
+    hours: Sequence[float],
+    ys: Sequence[float | None],
+    pass_x: float | None,
+    *,
+    minimum_mb: float = NATIVE_MIN_MB,
 ) -> dict[str, Any] | None:
     """One process's memory (MB) against its samples ``xs`` and the run's ``hours``: verdict and rates.
 

@@ -114,7 +114,8 @@ def long_run_blocks(profile: dict[str, Any]) -> list[Any]:
             _pct(w.get("stall_fraction")), _ms(w.get("step_ms_p50")), _ms(w.get("step_ms_p95")),
             _mb(w.get("main_rss_mb")), _mb(max(workers)) if workers else "–", _mb(w.get("worker_uss_mb")),
         ])
-    caption = [] if stride == 1 else [dm.Paragraph([f"One window in {stride} shown; the JSON record holds all {len(windows)}."])]
+    note = f"One window in {stride} shown; the JSON record holds all {len(windows)}."
+    caption = [] if stride == 1 else [dm.Paragraph([note])]
     blocks.append(dm.Table(["window", "from", "steps", "stall", "step p50", "step p95", "main RSS",
                             "largest worker RSS", "mean worker USS"], rows, "lrrrrrrrr"))
     return blocks + caption

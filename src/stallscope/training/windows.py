@@ -222,7 +222,8 @@ class WindowSink:
         rank = getattr(self._source, "rank", None)
         if self.path is not None:
             handle = self._open()
-            handle.write("".join(json.dumps({"kind": "window", "name": name, "rank": rank, **w}) + "\n" for w in windows))
+            lines = (json.dumps({"kind": "window", "name": name, "rank": rank, **w}) + "\n" for w in windows)
+            handle.write("".join(lines))
             handle.flush()
         if self._writer is not None:
             for w in windows:
