@@ -242,3 +242,20 @@ def test_window_length_must_be_positive():
 
     with pytest.raises(UsageError, match="window_s"):
         Watch([1, 2], window_s=0)
+
+
+def test_the_sampler_hands_every_reading_on_and_keeps_none_without_keep_ticks():
+    # A watch's epoch can stay open for days: its sampler keeps no list of readings, the windows get each one.
+    from stallscope.runtime.resources import ResourceSampler
+
+    heard = []
+    sampler = ResourceSampler(0.01, uss_every=2, worker_pids=list, keep_ticks=False,
+                              on_tick=lambda at, tick: heard.append((at, tick)))
+    sampler.begin()
+    for _ in range(5):
+        sampler.sample()
+    summary = sampler.finish()
+    assert summary.ticks == [] and sampler.latest() is heard[-1][1]
+    assert len(heard) == 6  # five readings and the closing one
+    assert all(tick.main_rss_mb > 0 and tick.worker_rss_mb == [] for _, tick in heard)
+    assert [at for at, _ in heard] == sorted(at for at, _ in heard)
