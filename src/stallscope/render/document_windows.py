@@ -82,7 +82,9 @@ def drift_line(drift: dict[str, Any] | None) -> str | None:
 
 
 def long_run_lines(profile: dict[str, Any]) -> list[str]:
-    """Console lines (indented like the rest of the profile summary); none without windows."""
+    """Console lines (indented like the rest of the profile summary); none for a run that fitted in one window."""
+    if len([w for w in profile.get("windows") or [] if isinstance(w, dict)]) < 2:
+        return []
     lines = []
     windows = windows_line(profile)
     if windows:
