@@ -15,7 +15,8 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(PIPELINES))
+    path = os.pathsep.join(p for p in (str(PIPELINES), os.environ.get("PYTHONPATH", "")) if p)  # the caller's stallscope
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path)
     try:
         return subprocess.run(TORCHRUN + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired as exc:  # pragma: no cover - a hang is the failure
@@ -26,7 +27,7 @@ def test_stallscope_profile_under_torchrun_names_the_slow_rank(tmp_path):
     out = tmp_path / "profile.json"
     proc = _run(
         ["-m", "stallscope", "profile", f"{PIPELINES / 'profile_synthetic.py'}:slow_rank_one",
-         "--steps", "12", "--warmup", "1", "--json", str(out)],
+         "--steps", "12", "--warmup", "1", "--window", "0.1", "--json", str(out)],
         tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -39,6 +40,12 @@ def test_stallscope_profile_under_torchrun_names_the_slow_rank(tmp_path):
     assert record["recommendations"][0]["id"] == "profile-straggler-rank"
     assert "slowest rank 1" in proc.stdout  # rank 0 printed the job summary, once
     assert proc.stdout.count("Per step (steady state)") == 1
+    # per time window (aligned by index from each rank's first batch), the rank that waited longest
+    windows = record["distributed"]["windows"]
+    assert windows and all(w["slowest_rank"] in (0, 1) for w in windows)
+    assert sum(w["slowest_rank"] == 1 for w in windows) > len(windows) / 2, windows
+    assert all(r["windows"] and "memory_drift" in r for r in record["ranks"])
+    assert "slowest rank per window: rank 1" in " ".join(proc.stdout.split())
 
 
 def test_watch_gather_in_a_users_torchrun_script(tmp_path):

@@ -70,7 +70,7 @@ def _kind(path: tuple[str, ...]) -> str:
     last = path[-1] if path else ""
     if last.endswith("bytes"):
         return "bytes"
-    if last.endswith("_mb") or "_mb_" in last:
+    if last.endswith("_mb") or "_mb_" in last or last.startswith("mb_"):  # mb_per_1000, mb_per_hour: MiB rates
         return "mib"
     if last.endswith("_s") or last.endswith("seconds"):
         return "s"

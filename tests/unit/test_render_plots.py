@@ -20,7 +20,7 @@ EXPECTED = {
     "tune": set(),
     "check": set(),
     "stages": {"stages"},
-    "profile": {"timeline"},
+    "profile": {"timeline", "over_time"},
     "doctor": {"scaling", "latency", "stages", "timeline"},
 }
 

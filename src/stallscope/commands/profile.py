@@ -18,6 +18,7 @@ from ..training.runner import (
     resolve_profile_sync,
     run_profile,
 )
+from ..training.windows import DEFAULT_WINDOW_S
 from . import _common as common
 
 DESCRIPTION = (
@@ -39,6 +40,11 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument("--sync", action=argparse.BooleanOptionalAction, default=None,
                         help="synchronise the device at every step boundary for honest timing (default: on for CUDA)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for any one batch (default 60)")
+    parser.add_argument("--window", type=float, default=DEFAULT_WINDOW_S, metavar="SECONDS", dest="window_s",
+                        help="length of the time windows for stall and memory over time, and the memory drift "
+                             f"(default {DEFAULT_WINDOW_S:g})")
+    parser.add_argument("--windows-jsonl", default=None, metavar="PATH",
+                        help="append each closed time window to this JSON-lines file as the run goes")
     common.add_output_arguments(parser)
     return parser
 
@@ -48,6 +54,8 @@ def _run(ctx: common.CommandContext) -> int:
     from ..target import preflight
 
     args = ctx.args
+    if not args.window_s > 0:
+        raise UsageError(f"--window must be a positive number of seconds, not {args.window_s:g}.")
     if args.num_workers is not None and args.num_workers < 0:
         raise UsageError(f"--num-workers must be at least 0, not {args.num_workers}.")
     device = resolve_device(args.device)
@@ -69,6 +77,7 @@ def _run(ctx: common.CommandContext) -> int:
                 pipeline, steps=args.steps, warmup=warmup, config=config, device=device,
                 sync=resolve_profile_sync(args.sync, device), timeout=args.timeout,
                 on_step=lambda done, total: progress.update(task, completed=done),
+                watch_options={"window_s": args.window_s, "windows_jsonl": args.windows_jsonl},
             )
         record.add(**profile)
         if not info.is_main:

@@ -20,7 +20,9 @@ def build_parser() -> common.ArgumentParser:
         "Render a run record saved with --json as Markdown, self-contained HTML, PNG plots or console text.",
         target=None,
     )
-    parser.add_argument("record", type=Path, metavar="RUN.json", help="a record written by any command's --json")
+    parser.add_argument("record", type=Path, metavar="RUN.json",
+                        help="a record written by any command's --json, or the time windows of a long run "
+                             "(a .jsonl file written by profile --windows-jsonl or ss.watch(windows_jsonl=...))")
     parser.add_argument("--against", type=Path, default=None, metavar="OLD.json",
                         help="set the record side by side with an earlier one of the same command, "
                              "each figure with its own noise")
@@ -37,7 +39,7 @@ def _run(ctx: common.CommandContext) -> int:
     from ..render.plots import PlotsRenderer
 
     args = ctx.args
-    record = RunRecord.load(args.record)
+    record = _windows_record(args.record) if args.record.suffix == ".jsonl" else RunRecord.load(args.record)
     if args.against is not None:
         return _against(ctx, record, RunRecord.load(args.against))
     # Not ctx.record: execute() would stamp this command's duration onto the loaded record.
@@ -62,6 +64,17 @@ def _run(ctx: common.CommandContext) -> int:
     else:
         ConsoleRenderer("report").print(record, ctx.console)
     return 0
+
+
+def _windows_record(path: Path) -> RunRecord:
+    from ..training.windows import windows_record
+
+    try:
+        return RunRecord.from_dict(windows_record(path))
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}.") from None
+    except ValueError as exc:
+        raise UsageError(f"{exc}; pass a file of time windows written by --windows-jsonl.") from None
 
 
 def _against(ctx: common.CommandContext, record: RunRecord, old: RunRecord) -> int:

@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .document_windows import long_run_lines
+
 _VERDICT_STYLE = {"input-bound": "bold red", "balanced": "bold yellow", "compute-bound": "bold green"}
 
 
@@ -101,6 +103,7 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
                 f"    rank {r['rank']} ({r.get('host', '')}): stall {_pct(r.get('stall_fraction'))}, "
                 f"data {r.get('data_wait_ms_per_step') or 0:.2f} ms/step, compute {r.get('compute_ms_per_step') or 0:.2f} ms/step"
             )
+    lines.extend(long_run_lines(profile))
     if profile.get("advice"):
         lines.append(f"  advice: {profile['advice']}")
     return lines

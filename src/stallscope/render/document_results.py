@@ -17,6 +17,7 @@ from ..analysis.readers import number, workers_of
 from . import document_model as dm
 from . import report_format as rf
 from .document_checks import evidence_value
+from .document_windows import long_run_blocks
 
 
 # -- benchmark ---------------------------------------------------------------------
@@ -288,6 +289,7 @@ def training_section(t: TrainingFacts, r: dict):
     if t.advice:
         blocks.append(dm.Bullets([dm.record_text(a) for a in t.advice]))
     blocks.append(dm.Figure("timeline", "Data wait and compute per training step"))
+    blocks.extend(long_run_blocks(r))
     headline = None
     if t.verdict and t.stall_fraction is not None:
         headline = [f"The training loop is {t.verdict}: it waited for data {rf.fmt_fraction(t.stall_fraction)} of step "

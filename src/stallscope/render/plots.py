@@ -272,6 +272,59 @@ def timeline_figure(record: Any) -> Figure | None:
     return fig
 
 
+# -- long runs: stall and memory per time window -------------------------------------
+def over_time_figure(record: Any) -> Figure | None:
+    """Two panels over the run's time windows: stall fraction, then memory (main RSS, each worker's RSS, mean USS)."""
+    r = rd.as_record_dict(record)
+    windows = [w for w in r.get("windows") or [] if isinstance(w, dict) and rd.number(w.get("start_s")) is not None]
+    if len(windows) < 2:
+        return None
+    span = rd.number(windows[-1].get("end_s")) or 0.0
+    scale, unit = (3600.0, "h") if span >= 7200 else (60.0, "min") if span >= 120 else (1.0, "s")
+    mid = [(w["start_s"] + (rd.number(w.get("end_s")) or w["start_s"])) / 2 / scale for w in windows]
+    fig = Figure(figsize=(7.5, 5.2), dpi=DPI)
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    for ax in (top, bottom):
+        ax.grid(True, color="#e3e6ea", linewidth=0.8)
+        ax.set_axisbelow(True)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+    stall = [rd.number(w.get("stall_fraction")) for w in windows]
+    top.plot(mid, [None if s is None else s * 100 for s in stall], marker="o", markersize=3,
+             color=COLORS["data"], label="stall fraction")
+    top.set_ylim(0, 100)
+    top.set_ylabel("waiting for data (%)")
+    top.set_title("Stall fraction and memory per time window")
+    series = [("main RSS", [rd.number(w.get("main_rss_mb")) for w in windows], COLORS["compute"], "-")]
+    n_workers = max(len(w.get("workers") or []) for w in windows)
+    for k in range(n_workers):
+        values = [_worker_mb(w, k, "rss_mb") for w in windows]
+        series.append((f"worker {k} RSS", values, STAGE_COLORS[(k + 1) % len(STAGE_COLORS)], "-"))
+    series.append(("mean worker USS", [rd.number(w.get("worker_uss_mb")) for w in windows], COLORS["ideal"], "--"))
+    drawn = 0
+    for label, values, color, style in series:
+        points = [(x, y) for x, y in zip(mid, values) if y is not None]
+        if points:
+            bottom.plot([p[0] for p in points], [p[1] for p in points], style, marker=".", color=color, label=label)
+            drawn += 1
+    if not drawn and not any(s is not None for s in stall):
+        return None
+    bottom.set_ylabel("MiB")
+    bottom.set_xlabel(f"time since the first batch request ({unit})")
+    drift = r.get("memory_drift") if isinstance(r.get("memory_drift"), dict) else {}
+    if drift.get("verdict"):
+        bottom.set_title(f"memory: {drift['verdict']}", fontsize=9, loc="left")
+    if drawn:
+        bottom.legend(fontsize=8, frameon=False, ncol=min(3, drawn), loc="best")
+    return fig
+
+
+def _worker_mb(window: dict, k: int, key: str) -> float | None:
+    workers = window.get("workers") or []
+    return rd.number(workers[k].get(key)) if k < len(workers) and isinstance(workers[k], dict) else None
+
+
 # -- entries ------------------------------------------------------------------------
 FigureBuilder = Callable[[Any], "Figure | None"]
 
@@ -281,6 +334,7 @@ PLOTS: dict[str, FigureBuilder] = {
     "latency": latency_figure,
     "stages": stages_figure,
     "timeline": timeline_figure,
+    "over_time": over_time_figure,
 }
 
 
@@ -319,6 +373,11 @@ def plot_stages(record: Any, path: str | Path) -> Path | None:
 def plot_timeline(record: Any, path: str | Path) -> Path | None:
     """Per-step data wait and compute of a profiled training loop."""
     return _write("timeline", record, path)
+
+
+def plot_over_time(record: Any, path: str | Path) -> Path | None:
+    """Stall fraction and memory per time window of a long profiled run."""
+    return _write("over_time", record, path)
 
 
 def plot_png(name: str, record: Any) -> bytes | None:

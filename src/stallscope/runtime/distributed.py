@@ -132,4 +132,10 @@ def rank_entry(profile: dict[str, Any], info: RankInfo) -> dict[str, Any]:
         "compute_ms_per_step": compute.get("mean"),
         "first_batch_s": profile.get("first_batch_s"),
         "gpu_util": profile.get("gpu_util"),
+        "memory_drift": (profile.get("memory_drift") or {}).get("verdict"),
+        # per time window, what rank 0 needs to name the slowest rank of each (a few numbers per window)
+        "windows": [{k: w.get(k) for k in _RANK_WINDOW_KEYS} for w in profile.get("windows") or []],
     }
+
+
+_RANK_WINDOW_KEYS = ("index", "steps", "stall_fraction", "data_wait_s", "step_ms_p50", "main_rss_mb", "workers_rss_mb")

@@ -47,6 +47,8 @@ class ResourceTick:
     workers_rss_mb: float
     n_workers: int
     worker_uss_mb: list[float] | None = None  # per worker, on the ticks that read USS
+    worker_rss_mb: list[float] | None = None  # per worker, in the order of ``worker_pids`` (their worker ids)
+    worker_uss_each: list[float | None] | None = None  # per worker as worker_rss_mb, None where unreadable
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -84,6 +86,11 @@ class ResourceSampler:
     every descendant counts. Use as a context manager or ``start()`` /
     ``stop()``, or drive it from a thread of your own: ``begin()``,
     ``sample()`` per tick, ``finish()``.
+
+    ``keep_ticks`` keeps every tick of a window (``ResourceSummary.ticks``);
+    without it only the latest is kept, so a window that stays open for days
+    holds constant memory. ``on_tick(perf_counter, tick)`` hears every tick
+    (the watch folds them into its time windows).
     """
 
     def __init__(
@@ -94,6 +101,7 @@ class ResourceSampler:
         root_pid: int | None = None,
         worker_pids: Callable[[], list[int] | None] | None = None,
         keep_ticks: bool = True,
+        on_tick: Callable[[float, ResourceTick], None] | None = None,
     ) -> None:
         self.interval = interval
         self.uss_every = max(1, uss_every)
@@ -101,6 +109,8 @@ class ResourceSampler:
         self._own = _OwnProcess() if self.root.pid == os.getpid() else None
         self._worker_pids = worker_pids
         self._keep_ticks = keep_ticks
+        self._on_tick = on_tick
+        self._latest: ResourceTick | None = None
         self._procs: dict[int, psutil.Process] = {}
         self._cpu_first: dict[int, float] = {}
         self._cpu_last: dict[int, float] = {}
@@ -139,6 +149,7 @@ class ResourceSampler:
         """
         self._cpu_first, self._cpu_last, self._prev_cpu = {}, {}, {}
         self._ticks = []
+        self._latest = None
         self._peak = {"main_rss": 0.0, "workers_rss": 0.0, "uss": None, "n": 0}
         self._n_ticks = 0
         self._started, self._main_cpu0 = at if at is not None else (time.perf_counter(), self._main_cpu())
@@ -178,8 +189,8 @@ class ResourceSampler:
         )
 
     def latest(self) -> ResourceTick | None:
-        """The most recent tick (None before the first; needs ``keep_ticks``), for live displays."""
-        return self._ticks[-1] if self._ticks else None
+        """The most recent tick of the window (None before the first), for live displays."""
+        return self._latest
 
     def latest_cpu(self) -> tuple[float, float] | None:
         """``(main, workers)`` CPU % of the most recent tick, for live lines."""
@@ -248,6 +259,8 @@ class ResourceSampler:
         workers_pct = 0.0
         workers_rss = 0.0
         uss: list[float] = []
+        rss_each: list[float] = []
+        uss_each: list[float | None] = []
         workers = self._workers()
         for proc in workers:
             cpu = _cpu_seconds(proc)
@@ -258,9 +271,12 @@ class ResourceSampler:
             self._cpu_last[proc.pid] = max(cpu, self._cpu_last[proc.pid])
             workers_pct += (cpu - self._prev_cpu[proc.pid]) / dt * 100
             self._prev_cpu[proc.pid] = cpu
-            workers_rss += _rss_mb(proc)
+            rss = _rss_mb(proc)
+            workers_rss += rss
+            rss_each.append(round(rss, 1))
             if read_uss:
                 value = _uss_mb(proc)
+                uss_each.append(None if value is None else round(value, 1))
                 if value is not None:
                     uss.append(value)
         self._peak["main_rss"] = max(self._peak["main_rss"], main_rss)
@@ -269,18 +285,22 @@ class ResourceSampler:
         if uss:
             mean_uss = sum(uss) / len(uss)
             self._peak["uss"] = mean_uss if self._peak["uss"] is None else max(self._peak["uss"], mean_uss)
+        tick = ResourceTick(
+            t=round(now - self._started, 4),
+            main_cpu_percent=round(main_pct, 1),
+            workers_cpu_percent=round(max(0.0, workers_pct), 1),
+            main_rss_mb=round(main_rss, 1),
+            workers_rss_mb=round(workers_rss, 1),
+            n_workers=len(workers),
+            worker_uss_mb=[round(u, 1) for u in uss] if read_uss else None,
+            worker_rss_mb=rss_each,
+            worker_uss_each=uss_each if read_uss else None,
+        )
+        self._latest = tick
         if self._keep_ticks:
-            self._ticks.append(
-                ResourceTick(
-                    t=round(now - self._started, 4),
-                    main_cpu_percent=round(main_pct, 1),
-                    workers_cpu_percent=round(max(0.0, workers_pct), 1),
-                    main_rss_mb=round(main_rss, 1),
-                    workers_rss_mb=round(workers_rss, 1),
-                    n_workers=len(workers),
-                    worker_uss_mb=[round(u, 1) for u in uss] if read_uss else None,
-                )
-            )
+            self._ticks.append(tick)
+        if self._on_tick is not None:
+            self._on_tick(now, tick)
 
 
 def window_clocks() -> tuple[float, float]:

@@ -214,7 +214,9 @@ def run_profile(
         # One process: the user's own batches, epoch after epoch (NOTE [loader fidelity]).
         loader = build_loader(pipeline, config, cycle=total, timeout=timeout)
     move = device != "cpu"
-    options = {"warmup": warmup, "name": "profile", "sample_interval": sample_interval, "sync": sync}
+    options = {"warmup": warmup, "name": "profile", "sample_interval": sample_interval, "sync": sync,
+               # a batch sampler of the user's decides the batch sizes: no samples per step then
+               "batch_size": None if pipeline.batch_sampler is not None else config.batch_size}
     options.update(watch_options or {})
     watch = Watch(loader, **options)
     done = 0

@@ -197,8 +197,10 @@ class BackgroundSampler:
         steady: Callable[[], bool],
         interval: float,
         resource_interval: float,
+        on_tick: Callable[[float, Any], None] | None = None,
     ) -> None:
         self._samples, self._gpu, self._iterator, self._steady = samples, gpu, iterator, steady
+        self._on_tick = on_tick  # each resource reading, for the watch's time windows
         self._interval, self._resource_interval = interval, resource_interval
         self._cond = threading.Condition(threading.Lock())
         # Written by the loop's thread under the lock:
@@ -264,7 +266,9 @@ class BackgroundSampler:
         return worker_pids(iterator) if isinstance(iterator, _BaseDataLoaderIter) else None
 
     def _run(self) -> None:
-        self.resources = ResourceSampler(self._resource_interval, uss_every=8, worker_pids=self._worker_pids, keep_ticks=True)
+        # No tick list: an epoch can stay open for days; the windows get every reading through on_tick.
+        self.resources = ResourceSampler(self._resource_interval, uss_every=8, worker_pids=self._worker_pids,
+                                         keep_ticks=False, on_tick=self._on_tick)
         cond = self._cond
         window = 0  # the epoch whose window is open (0: none)
         due_sample, due_resources = self._interval, self._resource_interval  # seconds of epochs until due

@@ -46,6 +46,8 @@ class StepSource(Protocol):
 
     def latest_cpu(self) -> tuple[float, float] | None: ...
 
+    def closed_windows(self, upto: int, *, final: bool) -> list[dict[str, Any]]: ...
+
 
 class StepSink(Protocol):
     """One output. ``write`` covers the closed steps since its last write (each sink keeps its place)."""
@@ -219,14 +221,26 @@ def open_sinks(
     tensorboard: Any,
     jsonl: str | Path | None,
     csv: str | Path | None,
+    windows_jsonl: str | Path | None = None,
 ) -> Sinks:
-    """The sinks a watch's options ask for (:data:`NULL_SINKS` when none)."""
+    """The sinks a watch's options ask for (:data:`NULL_SINKS` when none).
+
+    Time windows (:class:`~.windows.WindowSink`) go to ``windows_jsonl``, else
+    next to ``jsonl`` (``run.jsonl`` -> ``run.windows.jsonl``), and to TensorBoard.
+    """
+    from .windows import WindowSink, windows_path_for
+
     log_line = log_function(log)  # checked even without log_every: a wrong type is a mistake either way
     sinks: list[StepSink] = []
     if log_every:
         sinks.append(LogSink(log_every, log_line))
-    if tensorboard is not None:
-        sinks.append(TensorBoardSink(open_tensorboard(tensorboard), log_every or TENSORBOARD_EVERY))
+    writer = open_tensorboard(tensorboard) if tensorboard is not None else None
+    if windows_jsonl is None and jsonl is not None:
+        windows_jsonl = windows_path_for(jsonl)
+    if windows_jsonl is not None or writer is not None:
+        sinks.append(WindowSink(windows_jsonl, writer))  # before TensorBoardSink: its close flushes the writer
+    if writer is not None:
+        sinks.append(TensorBoardSink(writer, log_every or TENSORBOARD_EVERY))
     if jsonl is not None:
         sinks.append(RowFileSink(jsonl, "jsonl"))
     if csv is not None:

@@ -3,11 +3,13 @@
 Per-step arrays in, the figures of the ``profile`` section out: steady-state
 stall fraction, distributions, each epoch's first batch, buffer occupancy and
 what synchronising cost. Nothing here measures or prints; the verdicts and
-advice come from :mod:`stallscope.analysis.training`.
+advice come from :mod:`stallscope.analysis.training`, given the context
+:func:`loader_context` reads from the loader and the host.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -59,6 +61,26 @@ def summarize_steps(
     if with_timeline:
         profile["step_timeline"] = rules.timeline(data_s, compute_full)
     return profile
+
+
+def loader_context(loader: Any) -> dict[str, Any]:
+    """What the advice needs to know besides the steps: usable cores, ranks per host, epoch length, loader config."""
+    from ..runtime.distributed import rank_info
+    from ..runtime.host import usable_cores
+
+    ctx: dict[str, Any] = {"cores": usable_cores(), "local_world_size": rank_info().local_world_size}
+    with contextlib.suppress(Exception):
+        ctx["epoch_steps"] = len(loader)
+    with contextlib.suppress(Exception):
+        from torch.utils.data import DataLoader
+
+        if isinstance(loader, DataLoader):
+            from ..config import config_from_loader
+
+            config = config_from_loader(loader)
+            ctx["config"] = config.to_dict()
+            ctx["config_label"] = config.label()
+    return ctx
 
 
 def epoch_startup(profile: dict[str, Any], epoch_steps: int | None) -> dict[str, Any]:

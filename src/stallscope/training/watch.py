@@ -25,7 +25,9 @@ framework), ``with w.data(): ...``, ``w.data_start()`` / ``w.data_end()``,
 
 Outputs while the loop runs go through :mod:`.sinks`; background sampling
 lives in :mod:`.sampling`; the figures are computed when asked, by
-:mod:`.summary`. The text summary is a renderer's job:
+:mod:`.summary`; time windows for long runs (stall and memory per window,
+memory drift) by :mod:`.windows`, from the same per-step arrays and the
+sampler's readings. The text summary is a renderer's job:
 ``ss.stall_summary(w)`` (``stallscope.render.console_profile``).
 
 NOTE [watch hot path]
@@ -52,24 +54,28 @@ import weakref
 from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from ..analysis import training as rules
+from ..analysis.drift import slowest_rank_per_window
 from ..errors import UsageError
 from ..runtime.resources import ResourceSampler, window_clocks
+from . import windows as time_windows
 from .sampling import BackgroundSampler, Samples, find_loader_iterator, needs_thread, open_gpu
 from .sinks import open_sinks, row
 from .summary import (
     epoch_startup,
     gpu_summary,
+    loader_context,
     merge_resources,
     occupancy_summary,
     summarize_steps,
     sync_summary,
 )
+from .timing import SyncSpec, TimedIterator, resolve_sync
 
-# A runtime alias: typing.Union, not ``|``, so that Python 3.9 can evaluate it.
-SyncSpec = Union[None, str, bool, Callable[[], Any]]
+__all__ = ["FETCH_TIMING", "SyncSpec", "TimedIterator", "Watch", "resolve_sync", "watch"]
+
 Clock = Callable[[], float]
 
 # Steps after an epoch's start at which the first inline resource reading is due (then every ~resource_interval).
@@ -77,26 +83,6 @@ _FIRST_INLINE_TICK = 16
 
 # How the data wait was timed, for the record (``timing.method``).
 FETCH_TIMING = "fetch"
-
-
-def resolve_sync(sync: SyncSpec) -> tuple[Callable[[], Any] | None, str | None]:
-    """The function to call at each step boundary, and its name for the record.
-
-    ``None``/``False``: no synchronise. ``"cuda"``/``True``: ``torch.cuda.synchronize``
-    (a usage error when no CUDA device is visible). A callable: called as is
-    (e.g. ``torch.cuda.current_stream().synchronize`` or another backend's).
-    """
-    if sync is None or sync is False:
-        return None, None
-    if callable(sync):
-        return sync, getattr(sync, "__qualname__", None) or type(sync).__name__
-    if sync is True or sync == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UsageError("sync='cuda' needs a CUDA device, and this process sees none; leave sync=None on CPU.")
-        return torch.cuda.synchronize, "cuda"
-    raise UsageError(f"sync must be None, 'cuda' or a callable, not {sync!r}.")
 
 
 class Watch:
@@ -123,9 +109,14 @@ class Watch:
         resource_interval: float = 0.5,
         gpu: Any = None,
         clock: Clock = time.perf_counter,
+        window_s: float = time_windows.DEFAULT_WINDOW_S,
+        windows_jsonl: str | Path | None = None,
+        batch_size: int | None = None,
     ) -> None:
         if log_every is not None and log_every < 1:
             raise UsageError(f"log_every must be a positive number of steps, not {log_every}.")
+        if not window_s > 0:
+            raise UsageError(f"window_s must be a positive number of seconds, not {window_s}.")
         if warmup < 0:
             raise UsageError(f"warmup must be >= 0 steps, not {warmup}.")
         self._loader = loader
@@ -133,10 +124,15 @@ class Watch:
         self.warmup = warmup
         self.sample_resources = sample_resources
         self.sample_interval = sample_interval
-        self.resource_interval = resource_interval
+        self.resource_interval = min(resource_interval, window_s / 4)  # a few memory readings in every window
         self._sync, self.sync_mode = resolve_sync(sync)
         self._clock = clock
-        self._sinks = open_sinks(log_every=log_every, log=log, tensorboard=tensorboard, jsonl=jsonl, csv=csv)
+        self.window_s = float(window_s)
+        self._resource_windows = time_windows.ResourceWindows(self.window_s)  # the sampler folds its readings in here
+        batch_size = batch_size or getattr(loader, "batch_size", None)  # samples per step, for per-sample rates
+        self._batch_size = batch_size if isinstance(batch_size, int) and batch_size > 0 else None
+        self._sinks = open_sinks(log_every=log_every, log=log, tensorboard=tensorboard, jsonl=jsonl, csv=csv,
+                                 windows_jsonl=windows_jsonl)
         # How the waits are timed; an integration that must fall back to hook gaps says so here.
         self.timing: dict[str, Any] = {"method": FETCH_TIMING, "note": None}
         self._gpu_spec = gpu
@@ -220,7 +216,7 @@ class Watch:
 
     def _begin_epoch(self, now: float) -> None:
         if self._t0 is None:
-            self._t0 = now
+            self._t0 = self._resource_windows.origin = now
         self._open_gpu()
         self._pending = None
         self._epoch_starts.append(len(self._data))
@@ -254,6 +250,7 @@ class Watch:
                 steady=steady,
                 interval=self.sample_interval,
                 resource_interval=self.resource_interval,
+                on_tick=self._resource_windows.add,
             )
             weakref.finalize(self, self._sampler.shutdown)  # a watch dropped without close() ends its thread
         self._sampler.begin_epoch()
@@ -271,7 +268,8 @@ class Watch:
     # -- inline resource readings (no thread needed: NOTE [sampler and the GIL]) ---------------
     def _open_inline(self) -> None:
         if self._inline is None:
-            self._inline = ResourceSampler(self.resource_interval, uss_every=8, worker_pids=list, keep_ticks=True)
+            self._inline = ResourceSampler(self.resource_interval, uss_every=8, worker_pids=list, keep_ticks=False,
+                                           on_tick=self._resource_windows.add)
         at = window_clocks()
         self._inline.begin(at=at)
         step = len(self._data)
@@ -463,6 +461,34 @@ class Watch:
             rows.append(row(i, epoch, self._t_req[i] - t0, self._data[i], self._compute[i], first))
         return rows
 
+    def closed_windows(self, upto: int, *, final: bool) -> list[dict[str, Any]]:
+        """Time windows of the steps from ``upto`` that are over (with ``final``, the open one too); see windows.py."""
+        closed = len(self._compute)
+        if closed <= upto or self._t0 is None:
+            return []
+        if not final:  # cheap test first: is the latest closed step in a later window than step ``upto``?
+            last = time_windows.window_index(self._t_req[closed - 1], self._t0, self.window_s)
+            if last == time_windows.window_index(self._t_req[upto], self._t0, self.window_s):
+                return []
+            closed = bisect.bisect_left(self._t_req, self._t0 + last * self.window_s, upto, closed)
+        return self._windows(upto, closed)
+
+    def _windows(self, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
+        if self._t0 is None:
+            return []
+        windows = time_windows.step_windows(self._t_req, self._data, self._compute, epoch_starts=self._epoch_starts,
+                               warmup=self.warmup, origin=self._t0, window_s=self.window_s,
+                               batch_size=self._batch_size, start=start, end=end)
+        return time_windows.with_resources(windows, self._resource_windows)
+
+    @property
+    def rank(self) -> int | None:
+        """This process's rank under torchrun (None outside a distributed job)."""
+        from ..runtime.distributed import rank_info
+
+        info = rank_info()
+        return info.rank if info.is_distributed else None
+
     def latest_buffer(self) -> tuple[int, int] | None:
         return self._samples.latest_buffer()
 
@@ -508,31 +534,17 @@ class Watch:
 
             profile["rank"] = rank_info().rank
         profile["distributed"] = rules.rank_report(self._ranks) if self._ranks else None
-        ctx = dict(self._default_context())
+        ctx = loader_context(self._loader)
         ctx.update(context or {})
         profile.update(epoch_startup(profile, ctx.get("epoch_steps")))
+        epoch_steps = ctx.get("epoch_steps")
+        profile.update(time_windows.long_run_section(self._windows(), self.window_s, epoch_steps, self._batch_size))
+        if profile["distributed"]:
+            profile["distributed"]["windows"] = slowest_rank_per_window(self._ranks)
         recommendations = rules.advise(profile, ctx)
         profile["advice"] = rules.next_knob(profile, recommendations)
         profile["recommendations"] = recommendations
         return profile
-
-    def _default_context(self) -> dict[str, Any]:
-        from ..runtime.distributed import rank_info
-        from ..runtime.host import usable_cores
-
-        ctx: dict[str, Any] = {"cores": usable_cores(), "local_world_size": rank_info().local_world_size}
-        with contextlib.suppress(Exception):
-            ctx["epoch_steps"] = len(self._loader)
-        with contextlib.suppress(Exception):
-            from torch.utils.data import DataLoader
-
-            if isinstance(self._loader, DataLoader):
-                from ..config import config_from_loader
-
-                config = config_from_loader(self._loader)
-                ctx["config"] = config.to_dict()
-                ctx["config_label"] = config.label()
-        return ctx
 
     def gather(self) -> dict[str, Any]:
         """Exchange per-rank summaries under torch.distributed; every rank must call it.
@@ -547,59 +559,6 @@ class Watch:
         mine = rank_entry(self.to_dict(timeline=False), info)
         self._ranks = gather_to_all(mine)
         return self.to_dict()
-
-
-class TimedIterator:
-    """An iterator whose every ``next()`` is one timed data wait of its :class:`Watch`.
-
-    What the integrations hand to a framework in place of the loader's
-    iterator, so the wait is timed where the framework blocks on the loader,
-    not between its hooks. Other attributes go to the wrapped iterator.
-
-    For a consumer that fetches ahead of its loop (Lightning's fetcher on an
-    unsized loader), ``ahead`` batches are fetched before the loop's first
-    step: those ``next()`` calls belong to the first step's wait, not to
-    steps of their own; and the loop's last step follows the ``next()`` that
-    ends the stream, so ``stop_ends_wait`` makes that StopIteration close a
-    step's wait instead of dropping it. By default StopIteration (and any
-    error) drops the wait: no step follows.
-    """
-
-    __slots__ = ("_inner", "_watch", "_observed", "_ahead", "_stop_ends_wait")
-
-    def __init__(self, inner: Iterator[Any], watch: Watch, *, ahead: int = 0, stop_ends_wait: bool = False) -> None:
-        self._inner, self._watch, self._observed = inner, watch, False
-        self._ahead, self._stop_ends_wait = ahead, stop_ends_wait
-
-    def __iter__(self) -> TimedIterator:
-        return self
-
-    def __next__(self) -> Any:
-        watch = self._watch
-        watch.data_start()
-        try:
-            batch = next(self._inner)
-        except StopIteration:
-            if self._stop_ends_wait:
-                watch.data_end()
-            else:
-                watch.cancel_wait()
-            raise
-        except BaseException:
-            watch.cancel_wait()
-            raise
-        if self._ahead > 0:
-            self._ahead -= 1  # fetched ahead: the wait goes on into the loop's first fetch
-        else:
-            watch.data_end()
-        if not self._observed:
-            # Wrappers (accelerate's lookahead generator) create the loader iterator on the first next().
-            self._observed = True
-            watch.observe(self._inner)
-        return batch
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 def _none() -> None:
@@ -626,6 +585,11 @@ def watch(loader: Any, **options: Any) -> Watch:
     - ``sample_resources``: background sampling of CPU/memory (main + workers), GPU via NVML,
       and prefetch-buffer occupancy; False turns every background thread off.
     - ``jsonl=`` / ``csv=``: per-step rows; ``tensorboard=``: a log dir or a SummaryWriter.
+    - ``window_s``: time windows for long runs (default 60 s): stall, step time, CPU and memory
+      per window, and the memory drift over them (``windows``, ``memory_drift`` in ``to_dict()``);
+      ``windows_jsonl=`` appends each closed window to a JSON-lines file (with ``jsonl=`` alone they
+      go next to it, ``run.windows.jsonl``), read back with ``stallscope.training.windows.read_windows``;
+      ``batch_size``: samples per step for the per-sample rates (default: the loader's ``batch_size``).
     - further options: ``warmup`` (steps kept out of steady state), ``log``,
       ``sample_interval``, ``resource_interval``, ``gpu`` (a monitor or False), ``clock``.
 

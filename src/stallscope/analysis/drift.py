@@ -1,0 +1,158 @@
+"""Memory drift over the time windows of a long training run (``watch``/``profile``). Pure functions.
+
+Each window holds the memory of the main process and of each loader worker
+at the window's end (RSS every reading, USS where it was read). Per process
+the readings are judged by ``check``'s memory-growth rule
+(:mod:`stallscope.analysis.growth`) against the samples the process saw, and
+fitted against time for a rate per hour:
+
+- ``growing``: it grew by at least the rule's minimum and keeps growing;
+- ``plateaued``: it grew, then levelled off (past 1.5 passes over the data);
+- ``flat``: it never grew by the rule's minimum.
+
+A worker's samples are the run's samples divided by the number of workers
+(a DataLoader hands batches to its workers in turn). Without a batch size the
+x axis is steps, and the per-1,000 figures are per 1,000 steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .growth import GROWTH_MIN_POINTS, NATIVE_MIN_MB, channel_growth, grows, linear_fit
+
+GROWING, PLATEAUED, FLAT = "growing", "plateaued", "flat"
+
+
+def judge_channel(
+    xs: Sequence[float],
+    hours: Sequence[float],
+    ys: Sequence[float | None],
+    pass_x: float | None,
+    *,
+    minimum_mb: float = NATIVE_MIN_MB,
+) -> dict[str, Any] | None:
+    """One process's memory (MB) against its samples ``xs`` and the run's ``hours``: verdict and rates.
+
+    RSS and USS hold the whole process (Python heap, native memory, allocator
+    slack), so the minimum is the rule's native one. None below
+    ``GROWTH_MIN_POINTS`` readings.
+    """
+    points = [(x, h, y) for x, h, y in zip(xs, hours, ys) if y is not None]
+    if len(points) < GROWTH_MIN_POINTS:
+        return None
+    px, ph, py = [p[0] for p in points], [p[1] for p in points], [p[2] for p in points]
+    channel = channel_growth(px, py, pass_x, minimum_mb)
+    per_hour = linear_fit(ph, py)[0] if ph[-1] > ph[0] else None
+    if not grows(channel, minimum_mb):
+        verdict = FLAT
+    elif channel["plateaued_after"] is not None:
+        verdict = PLATEAUED
+    else:
+        verdict = GROWING
+    return {
+        "verdict": verdict,
+        "mb_per_hour": None if per_hour is None else round(per_hour, 2),
+        "mb_per_1000": round(channel["mb_per_1000"], 3),
+        "after_plateau_mb_per_1000": None if channel["after_plateau_mb_per_1000"] is None
+        else round(channel["after_plateau_mb_per_1000"], 3),
+        "plateaued_after": None if channel["plateaued_after"] is None else round(channel["plateaued_after"]),
+        "grew_mb": round(channel["grew_mb"], 1),
+        "start_mb": round(py[0], 1),
+        "end_mb": round(py[-1], 1),
+        "r2": round(channel["r2"], 3),
+        "points": len(points),
+    }
+
+
+def memory_drift(windows: Sequence[dict[str, Any]], *, pass_samples: float | None = None) -> dict[str, Any] | None:
+    """The ``memory_drift`` entry of a profile from its ``windows`` (None without memory readings).
+
+    ``pass_samples``: one epoch of the run, in samples (steps without a batch
+    size), for the plateau test; unknown (a stream), the run is judged as if
+    its first two thirds were one pass, so a plateau needs the last third flat.
+    """
+    rows = [w for w in windows if isinstance(w, dict) and w.get("main_rss_mb") is not None and w.get("end_step")]
+    if not rows:
+        return None
+    by_samples = all(w.get("end_samples") is not None for w in rows)
+    xs = [float(w["end_samples"] if by_samples else w["end_step"]) for w in rows]
+    hours = [float(w.get("end_s") or 0.0) / 3600 for w in rows]
+    pass_x = pass_samples if pass_samples else xs[-1] / 1.5
+    main = judge_channel(xs, hours, [w["main_rss_mb"] for w in rows], pass_x)
+    n_workers = max((len(w.get("workers") or []) for w in rows), default=0)
+    workers = []
+    for k in range(n_workers):
+        share = [x / n_workers for x in xs]
+        rss = [_worker_value(w, k, "rss_mb") for w in rows]
+        uss = [_worker_value(w, k, "uss_mb") for w in rows]
+        workers.append({
+            "worker": k,
+            "rss": judge_channel(share, hours, rss, pass_x / n_workers),
+            "uss": judge_channel(share, hours, uss, pass_x / n_workers),
+        })
+    judged = [("main process", main)] + [
+        (f"worker {w['worker']} {kind.upper()}", w[kind]) for w in workers for kind in ("rss", "uss")
+    ]
+    judged = [(name, ch) for name, ch in judged if ch is not None]
+    if not judged:
+        return {"verdict": None, "reason": f"fewer than {GROWTH_MIN_POINTS} windows with memory readings",
+                "windows": len(rows), "per": "samples" if by_samples else "steps", "main": None, "workers": workers,
+                "growing": [], "minimum_mb": NATIVE_MIN_MB}
+    growing = [name for name, ch in judged if ch["verdict"] == GROWING]
+    plateaued = [name for name, ch in judged if ch["verdict"] == PLATEAUED]
+    verdict = GROWING if growing else PLATEAUED if plateaued else FLAT
+    return {
+        "verdict": verdict,
+        "reason": None,
+        "windows": len(rows),
+        "per": "samples" if by_samples else "steps",
+        "pass_samples": None if pass_samples is None else round(pass_samples),
+        "minimum_mb": NATIVE_MIN_MB,
+        "main": main,
+        "workers": workers,
+        "growing": growing,
+        "plateaued": plateaued,
+        "worst": _worst(judged),
+    }
+
+
+def _worker_value(window: dict[str, Any], k: int, key: str) -> float | None:
+    workers = window.get("workers") or []
+    return workers[k].get(key) if k < len(workers) and isinstance(workers[k], dict) else None
+
+
+def _worst(judged: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The channel to headline: a growing one first, then the largest rate per hour."""
+    order = {GROWING: 0, PLATEAUED: 1, FLAT: 2}
+    name, ch = min(judged, key=lambda c: (order[c[1]["verdict"]], -(c[1]["mb_per_hour"] or 0.0)))
+    return {"process": name, **ch}
+
+
+def slowest_rank_per_window(per_rank: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Across ranks, per window index: the rank that waited longest for data, and the job's worst stall.
+
+    ``per_rank``: ``{"rank": r, "windows": [{index, data_wait_s, stall_fraction, ...}]}`` per rank.
+    Windows are aligned by index (each rank counts its windows from its first batch request).
+    """
+    by_index: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    for entry in per_rank:
+        for w in entry.get("windows") or []:
+            if isinstance(w, dict) and isinstance(w.get("index"), int):
+                by_index.setdefault(w["index"], []).append((entry.get("rank"), w))
+    rows = []
+    for index in sorted(by_index):
+        ranks = [(r, w) for r, w in by_index[index] if w.get("data_wait_s") is not None]
+        if not ranks:
+            continue
+        rank, worst = max(ranks, key=lambda rw: rw[1]["data_wait_s"])
+        stalls = [w["stall_fraction"] for _, w in ranks if w.get("stall_fraction") is not None]
+        rows.append({
+            "index": index,
+            "slowest_rank": rank,
+            "max_data_wait_s": worst["data_wait_s"],
+            "max_stall_fraction": max(stalls) if stalls else None,
+            "ranks": len(ranks),
+        })
+    return rows
