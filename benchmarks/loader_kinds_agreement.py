@@ -1,9 +1,11 @@
 """``bench`` on every loader kind agrees with an independent timing of the user's own loader.
 
-For each look-alike in ``tests/pipelines/real_loader_kinds.py`` (a torchdata.nodes graph, a
-wrapper holding a DataLoader, a UserDict-batch DataLoader, a factory-built stream, a DataLoader
-subclass with keyword-only constructor arguments, a StatefulDataLoader), at the loader's own
-settings, A B B A rounds of:
+For each loader in ``KINDS`` (look-alikes under ``tests/pipelines/``: a torchdata.nodes graph, a
+wrapper holding a DataLoader, a UserDict-batch DataLoader, a factory-built stream, DataLoader
+subclasses with keyword-only constructor arguments, a StatefulDataLoader subclass over a
+token-packing stream, a streaming library's loader over a self-sharding stream, an adapter that
+passes for a DataLoader, a multi-task wrapper; and the real libraries' own: accelerate's prepared
+loader and Lightning's CombinedLoader), at the loader's own settings, A B B A rounds of:
 
 * A: stallscope's ``measure()`` of the pipeline's baseline (the trial the kind's adapter builds);
 * B: a plain timing of the object the factory returns: iterate it (re-iterating at each epoch
@@ -17,6 +19,10 @@ config, and the pick is timed the plain way against a small grid of the kind's o
 (and the loader's own settings), in rounds of shuffled order: the pick is built by running the
 code ``tune`` printed (its verified snippet) where it printed some, the grid configs by the kind's
 adapter. ``pick_fraction`` = the pick's median ÷ the best median of all timed configs.
+
+Last, ``stallscope doctor`` (the real CLI, ``--budget`` for its tuner) runs on each kind: the
+error-level findings it reports (none expected: the look-alikes are clean loaders), the steps it
+could not run and why, and whether the code it prints was run first.
 """
 
 from __future__ import annotations
@@ -35,7 +41,20 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "pipelines"))
 
-KINDS = ["nodes_graph", "wrapped_loader", "mapping_batches", "threaded_stream", "sharded_text", "stateful_text"]
+KINDS = [
+    "real_loader_kinds:nodes_graph", "real_loader_kinds:wrapped_loader", "real_loader_kinds:mapping_batches",
+    "real_loader_kinds:threaded_stream", "real_loader_kinds:sharded_text", "real_loader_kinds:stateful_text",
+    "real_lm_stream:make_loader", "real_streaming_lib:make_loader", "real_adapters:proxy_loader",
+    "real_adapters:multitask_loader", "real_adapters:accelerate_loader", "real_adapters:lightning_combined",
+]
+
+
+def resolve(name: str):
+    """The factory named ``module:function`` (modules under tests/pipelines/)."""
+    import importlib
+
+    module, function = name.split(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def independent(factory, window_s: float, warmup: int = 8) -> float:
@@ -72,11 +91,33 @@ def tune_pick(name: str, budget: float) -> dict:
         out = Path(tmp) / "tune.json"
         env = dict(os.environ, PYTHONPATH=str(HERE.parent / "tests" / "pipelines"))
         subprocess.run(
-            [sys.executable, "-m", "stallscope", "tune", f"real_loader_kinds:{name}", "--budget", str(budget),
+            [sys.executable, "-m", "stallscope", "tune", name, "--budget", str(budget),
              "--quiet", "--json", str(out)], check=True, env=env, cwd=HERE.parent, timeout=budget * 4 + 120)
         record = json.loads(out.read_text())
     code = (record.get("loader_code") or {}).get("python")
     return {"config": record["best"]["config"], "code": code, "tuning_seconds": record.get("tuning_seconds")}
+
+
+def doctor_summary(name: str, budget: float) -> dict:
+    """Run the real ``stallscope doctor`` on ``name``: its exit code, errors, not-run steps, code."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "doctor.json"
+        env = dict(os.environ, PYTHONPATH=str(HERE.parent / "tests" / "pipelines"))
+        done = subprocess.run(
+            [sys.executable, "-m", "stallscope", "doctor", name, "--budget", str(budget),
+             "--quiet", "--out", str(Path(tmp) / "report"), "--json", str(out)],
+            env=env, cwd=HERE.parent, timeout=budget * 6 + 300, capture_output=True, text=True)
+        record = json.loads(out.read_text()) if out.exists() else {}
+    findings = record.get("findings") or []
+    code = record.get("loader_code") or {}
+    return {
+        "exit_code": done.returncode,
+        "error_findings": [f"{f['code']}: {f['message']}" for f in findings if f.get("severity") == "error"],
+        "not_run": record.get("not_run") or [],
+        "code_printed": bool(code.get("python")), "code_verified": code.get("verified"),
+        "code_reason": code.get("reason"),
+        "stderr_tail": done.stderr[-400:] if done.returncode else "",
+    }
 
 
 def snippet_factory(code: str):
@@ -131,19 +172,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--window", type=float, default=1.5)
     parser.add_argument("--budget", type=float, default=30.0, help="tune's --budget per kind")
-    parser.add_argument("--skip-tune", action="store_true", help="only the bench agreement")
+    parser.add_argument("--skip-tune", action="store_true", help="no tune-versus-grid step")
+    parser.add_argument("--skip-doctor", action="store_true", help="no doctor step")
+    parser.add_argument("--kinds", nargs="*", help="module:function targets (default: all of KINDS)")
     parser.add_argument("--json", type=Path, default=HERE / "results" / "loader_kinds_agreement.json")
     args = parser.parse_args()
-
-    import real_loader_kinds as kinds
 
     from stallscope.runtime.processes import no_orphans
     from stallscope.target import load_target
     from stallscope.throughput.measure import measure
 
     rows = []
-    for name in KINDS:
-        factory = getattr(kinds, name)
+    for name in args.kinds or KINDS:
+        factory = resolve(name)
         pipeline = load_target(factory)
         ratios, ours, theirs = [], [], []
         with no_orphans():
@@ -164,13 +205,17 @@ def main() -> None:
             "independent_samples_per_s": [round(v, 1) for v in theirs],
             "ratio_median": round(statistics.median(ratios), 3),
         }
-        print(f"{name:16s} {row['kind']:20s} {row['config']:24s} ratio {row['ratio_median']:.3f}  "
+        print(f"{name:34s} {row['kind']:20s} {row['config']:24s} ratio {row['ratio_median']:.3f}  "
               f"(ours {statistics.median(ours):,.0f}/s, independent {statistics.median(theirs):,.0f}/s)")
         if pipeline.kind.tunable and not args.skip_tune:
             with no_orphans():
                 row["tune"] = tune_versus_grid(name, factory, pipeline, args)
-            print(f"{'':16s} tune picked {row['tune']['pick']} ({row['tune']['pick_built_from']}): "
+            print(f"{'':34s} tune picked {row['tune']['pick']} ({row['tune']['pick_built_from']}): "
                   f"{row['tune']['pick_fraction']:.3f} of the best timed ({row['tune']['best_timed']})")
+        if not args.skip_doctor:
+            row["doctor"] = doctor_summary(name, args.budget)
+            print(f"{'':34s} doctor exit {row['doctor']['exit_code']}, error findings "
+                  f"{row['doctor']['error_findings'] or 'none'}, code printed {row['doctor']['code_printed']}")
         rows.append(row)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"rounds": args.rounds, "window_s": args.window, "tune_budget_s": args.budget,

@@ -342,6 +342,8 @@ def _qualified(obj: Any) -> str:
 def _copy_knobs(loader: DataLoader) -> tuple[str, ...]:
     """What a reconfigured copy of this loader can vary (NOTE [loader kinds])."""
     knobs = [k for k in DATALOADER_KNOBS if k not in ("batched_fetch",)]
+    if isinstance(loader.dataset, IterableDataset):
+        knobs.remove("worker_threads")  # fetch threads take a batch of indices: a stream has none
     if "snapshot_every_n_steps" in vars(loader):
         knobs.append("snapshot_every_n_steps")
     try:

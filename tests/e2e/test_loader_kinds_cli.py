@@ -170,3 +170,14 @@ def test_a_generator_of_batches_is_made_anew_for_each_measurement(tmp_path):
     assert rows[0]["samples_per_s"]["min"] > 0  # both repeats saw batches: the generator was made again
     assert rows[0]["speedup"] is None and rows[0]["efficiency"] is None  # no single-process config to compare
     assert "Single-process cost" not in done.stdout
+
+
+def test_doctor_on_an_adapter_runs_every_step_on_the_loader_inside(tmp_path):
+    done = run_cli("doctor", f"{ADAPTERS}:proxy_loader", "--budget", "8", "--out", str(tmp_path / "r"), timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    record = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert not record.get("not_run")  # check and stages run on the DataLoader the adapter holds
+    assert not [f for f in record.get("findings", []) if f.get("severity") == "error"]
+    assert any(row["name"] == "collate" for row in record["stages"])
+    assert record["loader_code"]["verified"], record["loader_code"]["reason"]
+    assert record["loader_code"]["structure"].startswith("FeatureBatch")  # the adapter's own batches

@@ -80,7 +80,8 @@ def measure_worker_stages(
     )
     warm_batches_total = warmup_batches * max(1, num_workers)
     wanted_batches = warm_batches_total + max(1, math.ceil(samples / bs))
-    loader = build_loader(instrumented, config, cycle=wanted_batches, timeout=timeout if num_workers else 0.0)
+    loader = build_loader(instrumented, config, cycle=wanted_batches, timeout=timeout if num_workers else 0.0,
+                          inside=True)
     cuda = _cuda_device(device)
     raw = RawStageTotals(stage_seconds={}, samples=0, batches=0)
     seen: dict[int, int] = {}

@@ -176,6 +176,7 @@ def build_loader(
     generator: torch.Generator | None = None,
     drop_last: bool | None = None,
     seed: int | None = None,
+    inside: bool = False,
 ) -> DataLoader:
     """A DataLoader over the pipeline's dataset with ``config``'s knobs and the user's everything else.
 
@@ -183,11 +184,13 @@ def build_loader(
     ``sampler`` instead gives index draws of the caller's (rank sharding), batched
     by ``config.batch_size``. ``worker_init_fn="pipeline"`` keeps the user's own.
     ``timeout`` bounds every wait on a worker where the user set none (see NOTE
-    [worker shutdown]); ``generator`` defaults to the user's.
+    [worker shutdown]); ``generator`` defaults to the user's. ``inside``: of a wrapper, the DataLoader
+    it holds alone (probes that follow their own batch objects from the workers, such as stage timing,
+    cannot follow them through the wrapper's own processing).
     """
     if not pipeline.kind.rebuilds_from_parts:
         return _kind_trial(pipeline, config, cycle=cycle, sizes=sizes, sampler=sampler, timeout=timeout,
-                           worker_init_fn=worker_init_fn, drop_last=drop_last)
+                           worker_init_fn=worker_init_fn, drop_last=drop_last, inside=inside)
     kwargs = config.to_kwargs()
     kwargs.pop("batch_size", None)
     if worker_init_fn == "pipeline":
@@ -233,6 +236,7 @@ def _kind_trial(
     timeout: float,
     worker_init_fn: Any,
     drop_last: bool | None,
+    inside: bool = False,
 ) -> Any:
     """A trial of a loader kind that is not rebuilt from parts (NOTE [loader kinds] in kinds.py).
 
@@ -241,7 +245,7 @@ def _kind_trial(
     """
     from torch.utils.data import IterableDataset
 
-    from .kinds import CopiedLoaderKind, NodesKind, WrappedLoaderKind
+    from .kinds import CopiedLoaderKind, NodesKind, WrappedLoaderKind, reconfigured_copy
 
     kind = pipeline.kind
     if isinstance(kind, NodesKind):
@@ -273,6 +277,8 @@ def _kind_trial(
         if loader.batch_sampler is not None:
             options["batches"] = batches
     with quiet_worker_warning():
+        if inside and isinstance(kind, WrappedLoaderKind):
+            return reconfigured_copy(kind.inner, config, **options)
         return kind.build(config, **options)
 
 
