@@ -181,3 +181,35 @@ def test_doctor_on_an_adapter_runs_every_step_on_the_loader_inside(tmp_path):
     assert any(row["name"] == "collate" for row in record["stages"])
     assert record["loader_code"]["verified"], record["loader_code"]["reason"]
     assert record["loader_code"]["structure"].startswith("FeatureBatch")  # the adapter's own batches
+
+
+def _advice_for(spec: str, **knobs):
+    """The verified advice for a pick that changes ``knobs`` of the target's own settings."""
+    from stallscope.commands._common import add_verified_advice
+    from stallscope.record import RunRecord
+    from stallscope.target import load_target
+
+    pipeline = load_target(str(PIPELINES / spec))
+    record = RunRecord(command="tune", target=spec, host={})
+    pick = pipeline.baseline.replace(**knobs)
+    record.add(loader=pipeline.call.to_dict(), loader_kind=pipeline.kind.to_dict(),
+               baseline={"config": pipeline.baseline.to_dict(), "samples_per_s": 100.0},
+               best={"config": pick.to_dict(), "samples_per_s": 150.0, "speedup": 1.5, "rounds": 4, "confidence": 0.97})
+    add_verified_advice(record, pipeline)
+    return record.sections["loader_code"]
+
+
+def test_a_loader_its_constructor_cannot_rebuild_gets_its_knobs_set_after_building():
+    # PretrainLoader builds its dataset from a tokenizer it does not keep: no constructor call can be
+    # written, so the advice sets the knobs on the object the user's factory returns, as trials do.
+    code = _advice_for("real_lm_stream.py:make_loader", num_workers=3, prefetch_factor=4)
+    assert code["verified"], code["reason"]
+    assert "yours.num_workers = 3  # was 2" in code["python"] and "yours.prefetch_factor = 4" in code["python"]
+    printed = _run_printed(code["python"], "it = iter(loader)\nnext(it)\nnext(it)\nprint(loader.num_workers)\ndel it\n")
+    assert printed.split() == ["3"]
+
+
+def test_a_streaming_loader_is_written_without_torchs_placeholder_sampler():
+    code = _advice_for("real_streaming_lib.py:make_loader", num_workers=3)
+    assert code["verified"], code["reason"]
+    assert "StreamingLoader(" in code["python"] and "sampler" not in code["python"]

@@ -307,14 +307,21 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
     advice: dict[str, Any] = {"config": chosen, "baseline": (baseline or {}).get("config") or pipeline.baseline.to_dict(), "kind": pipeline.kind.name,
                               "kind_description": pipeline.kind.description, "python": None}
     snippet = snippet_for_record(data, chosen)
-    if snippet is None:
+    # The call to the user's constructor first; where it does not run, the knobs set on the object
+    # their factory returns, as trials set them on a copy.
+    candidates = [s for s in (snippet, snippet_for_record(data, chosen, form="attributes")) if s is not None]
+    if not candidates:
         advice.update(verified=False, reason=f"stallscope cannot write {pipeline.kind.description} as a call to change")
-    else:
-        code = render_python(snippet)
-        factory_form = snippet.form == "factory"
-        run = run_snippet(code, reference=_reference_structure(pipeline, factory_form or bool(snippet.loader_path)),
-                          config=None if factory_form else config, loader_path=snippet.loader_path)
-        advice.update(python=code if run.ok else None, tried=None if run.ok else code, **run.to_dict())
+    for i, candidate in enumerate(candidates):
+        code = render_python(candidate)
+        factory_form = candidate.form == "factory"
+        whole = factory_form or bool(candidate.loader_path) or candidate.form == "attributes"
+        run = run_snippet(code, reference=_reference_structure(pipeline, whole),
+                          config=None if factory_form else config, loader_path=candidate.loader_path)
+        if run.ok or i == 0:
+            advice.update(python=code if run.ok else None, tried=None if run.ok else code, **run.to_dict())
+        if run.ok:
+            break
     record.add(loader_code=advice)
 
 

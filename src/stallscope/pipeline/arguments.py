@@ -192,7 +192,7 @@ def describe_loader(loader: Any, *, modules: Sequence[str] = ()) -> LoaderCall:
 
     ``modules``: where the user's objects may live as globals (the target's module).
     """
-    from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+    from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
     from torch.utils.data._utils.collate import default_collate, default_convert
 
     dataset = loader.dataset
@@ -230,8 +230,8 @@ def describe_loader(loader: Any, *, modules: Sequence[str] = ()) -> LoaderCall:
         )
         if is_default_random:
             args.append(Argument("shuffle", "True"))
-        elif type(sampler) is not SequentialSampler:
-            args.append(ref("sampler", sampler))
+        elif type(sampler) is not SequentialSampler and not isinstance(dataset, IterableDataset):
+            args.append(ref("sampler", sampler))  # a stream's sampler is torch's own placeholder
         if loader.drop_last:
             args.append(Argument("drop_last", "True"))
     if loader.collate_fn not in (default_collate, default_convert):

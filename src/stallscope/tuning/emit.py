@@ -241,6 +241,40 @@ def _factory_call(config: LoaderConfig, call: LoaderCall, baseline: LoaderConfig
     return Snippet(name, list(call.origin_imports), [], arguments, changes, form="factory")
 
 
+# Knobs a DataLoader lets you set after it is built (its __setattr__ refuses batch_size, the
+# samplers, drop_last, dataset and persistent_workers), as LoaderConfig fields.
+SETTABLE_AFTER_BUILD = ("num_workers", "prefetch_factor", "pin_memory", "in_order", "multiprocessing_context",
+                        "snapshot_every_n_steps", "torch_threads")
+
+
+def attribute_snippet(config: LoaderConfig, call: LoaderCall, baseline: LoaderConfig) -> Snippet | None:
+    """``yours = make_loader()`` then ``yours.num_workers = 4``: the user's own object, built by their
+    factory, with the knobs set on it the way trials set them on a copy (NOTE [loader kinds]). For a
+    loader whose constructor stallscope cannot call (it builds its dataset from arguments it does not
+    keep); None where a changed knob cannot be set after building, or the factory cannot be named."""
+    if not call.origin:
+        return None
+    changed = changed_fields(config, baseline)
+    if any(f not in SETTABLE_AFTER_BUILD for f in changed):
+        return None
+    prelude = [f"yours = {call.origin}"]
+    imports = list(call.origin_imports)
+    if config.torch_threads is not None:
+        imports.insert(0, "import torch")
+        prelude.append(f"torch.set_num_threads({config.torch_threads})  # main-process intra-op threads")
+    was, now = _effective(baseline), _effective(config)
+    arguments: list[tuple[str | None, str]] = []
+    changes = [Change("torch_threads", None, str(config.torch_threads))] if "torch_threads" in changed else []
+    for name in SETTABLE_AFTER_BUILD[:-1]:
+        before, after = was.get(name, getattr(baseline, name)), now.get(name, getattr(config, name))
+        if before != after:
+            arguments.append((name, repr(after)))
+            changes.append(Change(name, repr(before), repr(after)))
+    if not arguments and "torch_threads" not in changed:
+        return None
+    return Snippet("", imports, prelude, arguments, changes, form="attributes", loader_path=call.loader_path)
+
+
 def _effective(config: LoaderConfig) -> dict[str, Any]:
     """What each knob amounts to in torch (those that need workers mean nothing without)."""
     workers = config.num_workers > 0
@@ -314,8 +348,9 @@ def _merge_imports(lines: list[str], uses_ss: bool, *, drop_loader: str | None =
 # -- from a record -------------------------------------------------------------------------
 
 
-def snippet_for_record(data: dict[str, Any], config: dict[str, Any] | None = None) -> Snippet | None:
-    """The snippet for a record's pick (or ``config``), from its ``loader`` section, baseline and findings."""
+def snippet_for_record(data: dict[str, Any], config: dict[str, Any] | None = None, *, form: str = "call") -> Snippet | None:
+    """The snippet for a record's pick (or ``config``), from its ``loader`` section, baseline and findings;
+    ``form="attributes"``: the knobs set on the object the user's factory returns (:func:`attribute_snippet`)."""
     chosen = config or (data.get("best") or {}).get("config")
     if not chosen:
         return None
@@ -328,6 +363,8 @@ def snippet_for_record(data: dict[str, Any], config: dict[str, Any] | None = Non
     base = (data.get("baseline") or {}).get("config") or (call.knobs if call is not None else None)
     baseline = LoaderConfig.from_dict(_known(base)) if base else None
     codes = {f.get("code") for f in data.get("findings") or []}
+    if form == "attributes":
+        return attribute_snippet(pick, call, baseline or pick) if call is not None else None
     try:
         return build_snippet(pick, call=call, baseline=baseline, seeding_missing=seeding_missing(call, codes))
     except ValueError:
@@ -360,6 +397,12 @@ def _comment_lines(comment: str | None) -> list[str]:
 def render_python(snippet: Snippet, *, comment: str | None = None) -> str:
     """``loader = <callable>(...)`` with its imports; ``# was`` / ``# new`` mark the changed knobs."""
     lines = _comment_lines(comment)
+    if snippet.form == "attributes":
+        lines += snippet.imports + [""] + snippet.prelude
+        for change in snippet.changes:
+            if change.name != "torch_threads":
+                lines.append(f"yours{snippet.loader_path}.{change.name} = {change.after}  # was {change.before}")
+        return "\n".join([*lines, "loader = yours"]) + "\n"
     if snippet.placeholders():
         lines.append("# <your ...> marks your own object: put the variable that holds it there.")
     lines += [f"# note: {note}" for note in snippet.notes]
@@ -384,6 +427,11 @@ def render_diff(snippet: Snippet, *, comment: str | None = None) -> str:
     lines = _comment_lines(comment)
     if not snippet.changes:
         return "\n".join(lines + ["# nothing to change: your loader's settings are the pick"]) + "\n"
+    if snippet.form == "attributes":
+        lines.append("# after building your loader, set these attributes on it (its constructor is left as it is)")
+        lines += [f"+loader{snippet.loader_path}.{c.name} = {c.after}" for c in snippet.changes if c.name != "torch_threads"]
+        lines += [f"+torch.set_num_threads({c.after})" for c in snippet.changes if c.name == "torch_threads"]
+        return "\n".join(lines) + "\n"
     lines.append(f"# change these keyword arguments of your {snippet.callable}(...) call; keep the others as they are")
     if any(line.startswith("dataset = ss.") for line in snippet.prelude) or "import stallscope as ss" in snippet.imports:
         lines.append("+import stallscope as ss")
