@@ -9,7 +9,9 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-__version__ = "0.1.0"
+# The one place the version is written: pyproject.toml reads it from here at build time
+# ([tool.setuptools.dynamic]), and every record and report prints it (tool_version).
+__version__ = "0.3.0"
 
 # public name -> module that defines it
 _EXPORTS = {

@@ -93,3 +93,17 @@ class KilledInWorker(DiesInWorker):
 
 def killed_in_worker() -> Dataset:
     return KilledInWorker()
+
+
+class RaisesAlways(Sized):
+    def __getitem__(self, index: int) -> torch.Tensor:
+        raise OSError(f"cannot read shard for record {index}")
+
+
+def step(batch: torch.Tensor) -> None:
+    pass
+
+
+def raises_always() -> dict:
+    """Every item raises; a train_step too, so that profile gets as far as fetching."""
+    return {"dataset": RaisesAlways(), "batch_size": 8, "train_step": step}

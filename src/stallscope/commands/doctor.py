@@ -2,6 +2,8 @@
 
 With no TARGET it runs on the built-in demo pipeline (``stallscope.demo``).
 Everything lands in one folder: report.json, report.md (+ plots), report.html.
+Exit codes: 0; 1 when the checks found an ``error``; 2 when the target cannot be loaded or a
+step could not measure it (the folder still holds what the other steps measured).
 """
 
 from __future__ import annotations
@@ -103,9 +105,29 @@ def _run(ctx: common.CommandContext) -> int:
         record.add(step_failures=failures)
     common.add_verified_advice(record, pipeline)
     common.print_summary(ctx, record)
+    if failures:
+        # A step that could not measure the pipeline is exit 2, as the step's own command would
+        # give (README "Exit codes"); the report still holds what the other steps measured.
+        _print_failure(failures)
+        return 2
     data = record.to_dict()
     has_errors = any(f.get("severity") == "error" for f in data.get("findings", []))
-    return 1 if has_errors or failures else 0
+    return 1 if has_errors else 0
+
+
+def _print_failure(failures: list[dict[str, str]]) -> None:
+    """One sentence on stderr naming the first step that failed and why (the others by name)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    first = failures[0]
+    others = [f["step"] for f in failures[1:]]
+    also = f" ({', '.join(others)} failed too)" if others else ""
+    message = first["message"].rstrip(".")
+    Console(stderr=True, highlight=False).print(
+        f"[bold red]error:[/] {escape(first['step'])} could not measure the pipeline{escape(also)}: {escape(message)}.",
+        markup=True, highlight=False,
+    )
 
 
 def _build_demo(ctx: common.CommandContext) -> None:
