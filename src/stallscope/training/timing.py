@@ -9,12 +9,21 @@ from ``stallscope.training.watch`` as well.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Protocol, Union
 
 from ..errors import UsageError
 
-if TYPE_CHECKING:
-    from .watch import Watch
+
+class WaitRecorder(Protocol):
+    """What a :class:`TimedIterator` tells its watch (the manual API of :class:`~.watch.Watch`)."""
+
+    def data_start(self) -> None: ...
+
+    def data_end(self) -> None: ...
+
+    def cancel_wait(self) -> None: ...
+
+    def observe(self, iterator: Any) -> None: ...
 
 # A runtime alias: typing.Union, not ``|``, so that Python 3.9 can evaluate it.
 SyncSpec = Union[None, str, bool, Callable[[], Any]]
@@ -58,7 +67,7 @@ class TimedIterator:
 
     __slots__ = ("_inner", "_watch", "_observed", "_ahead", "_stop_ends_wait")
 
-    def __init__(self, inner: Iterator[Any], watch: Watch, *, ahead: int = 0, stop_ends_wait: bool = False) -> None:
+    def __init__(self, inner: Iterator[Any], watch: WaitRecorder, *, ahead: int = 0, stop_ends_wait: bool = False) -> None:
         self._inner, self._watch, self._observed = inner, watch, False
         self._ahead, self._stop_ends_wait = ahead, stop_ends_wait
 
