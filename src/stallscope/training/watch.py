@@ -147,7 +147,7 @@ class Watch:
         self._sampler: BackgroundSampler | None = None  # started at the first epoch, kept until close()
         self._sampling = False  # the sampler is told an epoch is in progress (or the inline window is open)
         # Resources read on the loop's own thread when no thread is needed (NOTE [sampler and the GIL]).
-        self._inline: InlineReadings | None = None
+        self._inline: Any = None  # InlineReadings, from the first epoch read inline
         self._inline_open = False
         self._tick_due = sys.maxsize  # the step at which the inline reading is due
         self._t0: float | None = None
