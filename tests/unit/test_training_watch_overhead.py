@@ -286,3 +286,12 @@ def test_settle_mid_epoch_returns_at_once():
             w.to_dict()  # the open epoch is not waited for
             assert time.perf_counter() - start < 1.0
     w.close()
+
+
+def test_the_benchmark_reports_the_per_step_cost_on_a_python_list(capsys):
+    module = _benchmark_module()
+    figure = module.hot_path_figure(steps=2000, repeats=3)
+    assert len(figure["pairs_ns"]) == 3 and figure["steps"] == 2000 and figure["budget_ns"] == 1000.0
+    assert figure["min_ns"] <= figure["median_ns"] and all(math.isfinite(p) for p in figure["pairs_ns"])
+    module.print_hot_path(figure)
+    assert "per-step cost on a Python list" in capsys.readouterr().out

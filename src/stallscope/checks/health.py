@@ -5,14 +5,10 @@ learns is "timed out"; it cannot say which index, where the worker was stuck,
 or go on with the rest. So this probe runs its own small pool of worker
 processes that behave like DataLoader workers (same start method, one intra-op
 thread, per-worker seeds, ``get_worker_info()`` and the user's
-``worker_init_fn``) and talk to the main process over a pipe:
+``worker_init_fn``) and talk to the main process over a pipe, in the typed
+messages of ``messages.py`` (one frozen dataclass per kind).
 
-    main -> worker   ("fetch", [indices], collate?)   ("next", n, collate?)   ("threads",)   ("stop",)
-    worker -> main   ("ready",)  ("start", i)  ("item", i, seconds)  ("error", i, seconds, type, message, where)
-                     ("collated", [indices], seconds, bytes, structure)  ("collate-error", [indices], error, where, kinds)
-                     ("exhausted",)  ("done",)  ("threads", report)  ("init-error", message)
-
-The main process times each index from the worker's "start" message. Past the
+The main process times each index from the worker's ``Started`` message. Past the
 per-sample timeout it sends SIGUSR1, on which ``faulthandler`` in the worker
 writes every thread's Python stack to a file, then kills the worker, records
 the index and the innermost frame it was stuck on, starts a fresh worker and
@@ -36,6 +32,23 @@ from pathlib import Path
 from typing import Any
 
 from .health_worker import STACK_SIGNAL, health_worker
+from .messages import (
+    AskThreads,
+    Collated,
+    CollateFailed,
+    Done,
+    Exhausted,
+    Fetch,
+    Fetched,
+    FetchFailed,
+    InitFailed,
+    Next,
+    Ready,
+    Reply,
+    Started,
+    Stop,
+    ThreadReport,
+)
 from .stacks import frame_label, parse_stack, stuck_frame
 
 _MAX_ERRORS_KEPT = 50
@@ -140,7 +153,7 @@ class HealthProbe:
     def _stop(self, slot: _Slot, *, kill: bool = False) -> None:
         if not kill and not slot.busy and slot.process.is_alive():
             with contextlib.suppress(Exception):
-                slot.conn.send(("stop",))
+                slot.conn.send(Stop())
             slot.process.join(1.0)
         if slot.process.is_alive():
             slot.process.kill()
@@ -161,58 +174,59 @@ class HealthProbe:
         self.slots = []
 
     # -- message handling ------------------------------------------------------------------
-    def _handle(self, slot: _Slot, message: tuple[Any, ...]) -> None:
-        op = message[0]
-        if op == "ready":
+    def _handle(self, slot: _Slot, message: Reply) -> None:
+        if isinstance(message, Ready):
             slot.ready = True
-        elif op == "start":
-            slot.current = message[1]
+        elif isinstance(message, Started):
+            slot.current = message.index
             slot.current_since = time.monotonic()
             if self._first_start is None and not self._retiming:
                 self._first_start = slot.current_since
-        elif op in ("item", "error"):
-            index = self._label(slot, message[1])
+        elif isinstance(message, (Fetched, FetchFailed)):
+            index = self._label(slot, message.index)
             self.checked.add(index)
             slot.current = None
             with contextlib.suppress(ValueError):
-                slot.pending.remove(message[1])
-            if op == "item":
-                (self.retimes if self._retiming else self.times)[index] = float(message[2])
+                slot.pending.remove(message.index)
+            if isinstance(message, Fetched):
+                (self.retimes if self._retiming else self.times)[index] = float(message.seconds)
             else:
                 self.error_count += 1
                 if len(self.errors) < _MAX_ERRORS_KEPT:
                     self.errors.append(
-                        {"index": index, "type": message[3], "message": message[4], "where": message[5], "seconds": round(message[2], 4)}
+                        {"index": index, "type": message.error_type, "message": message.message, "where": message.where,
+                         "seconds": round(message.seconds, 4)}
                     )
             if self.progress is not None and not self._retiming:
                 self.progress(len(self.times) + self.error_count)
-        elif op == "collated":
+        elif isinstance(message, Collated):
             self.collated += 1
-            self.batch_bytes.append(int(message[3]))
-            if message[4] is not None and self.batch_structure is None:
-                self.batch_structure = message[4]
-        elif op == "collate-error":
+            self.batch_bytes.append(int(message.nbytes))
+            if message.structure is not None and self.batch_structure is None:
+                self.batch_structure = message.structure
+        elif isinstance(message, CollateFailed):
             self.collated += 1
             self.collate_error_count += 1
             if len(self.collate_errors) < 10:
                 self.collate_errors.append(
                     {
-                        "indices": [self._label(slot, i) for i in message[1]][:16],
-                        "error": message[2],
-                        "where": message[3],
-                        "item_structures": [{"structure": kind, "indices": [self._label(slot, i) for i in idx]} for kind, idx in message[4]],
+                        "indices": [self._label(slot, i) for i in message.indices][:16],
+                        "error": message.error,
+                        "where": message.where,
+                        "item_structures": [{"structure": kind, "indices": [self._label(slot, i) for i in idx]}
+                                            for kind, idx in message.item_structures],
                     }
                 )
-        elif op == "exhausted":
+        elif isinstance(message, Exhausted):
             slot.exhausted = True
-        elif op == "done":
+        elif isinstance(message, Done):
             slot.busy = False
             slot.pending = []
             slot.current = None
-        elif op == "threads":
-            self.threads = message[1]
-        elif op == "init-error":
-            self.init_error = {"message": message[1], "where": message[2], "worker": slot.worker_id}
+        elif isinstance(message, ThreadReport):
+            self.threads = message.report
+        elif isinstance(message, InitFailed):
+            self.init_error = {"message": message.message, "where": message.where, "worker": slot.worker_id}
 
     def _label(self, slot: _Slot, index: Any) -> Any:
         return f"w{slot.worker_id}#{index}" if self.pipeline.is_iterable else index
@@ -326,10 +340,10 @@ class HealthProbe:
         slot.current = None
         if self.pipeline.is_iterable:
             slot.pending = []
-            slot.conn.send(("next", work, not self._retiming))
+            slot.conn.send(Next(work, not self._retiming))
         else:
             slot.pending = list(work)
-            slot.conn.send(("fetch", list(work), not self._retiming))
+            slot.conn.send(Fetch(list(work), not self._retiming))
 
     def _next_work(self, slot: _Slot) -> Any:
         if self.pipeline.is_iterable:
@@ -434,7 +448,7 @@ class HealthProbe:
         if slot is None:
             return
         with contextlib.suppress(Exception):
-            slot.conn.send(("threads",))
+            slot.conn.send(AskThreads())
             until = min(self.s.deadline + 2.0, time.monotonic() + 5.0)
             while self.threads is None and time.monotonic() < until:
                 if slot.conn.poll(0.1):

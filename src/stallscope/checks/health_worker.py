@@ -1,6 +1,6 @@
 """The probe worker of the sample-health probe: a process that behaves like a DataLoader worker.
 
-It runs the protocol described in ``health.py`` (the main-process side): it
+It runs the protocol of ``messages.py`` with ``health.py`` (the main-process side): it
 sets itself up as torch's ``_worker_loop`` would (one intra-op thread,
 per-worker seeds, ``get_worker_info()``, the user's ``worker_init_fn``), then
 fetches the indices it is sent, timing each one, and reports exceptions with
@@ -21,6 +21,22 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import describe_exception
+from .messages import (
+    AskThreads,
+    Collated,
+    CollateFailed,
+    Done,
+    Exhausted,
+    Fetch,
+    Fetched,
+    FetchFailed,
+    InitFailed,
+    Next,
+    Ready,
+    Started,
+    Stop,
+    ThreadReport,
+)
 from .stacks import THIS_PACKAGE, frame_label
 
 STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
@@ -83,25 +99,25 @@ def _collate(conn: Any, collate: Callable[[list], Any], items: list[Any], indice
     try:
         batch = collate(items)
     except Exception as exc:
-        conn.send(("collate-error", indices, describe_exception(exc, 300), _where_raised(exc), _structure_groups(items, indices)))
+        conn.send(CollateFailed(indices, describe_exception(exc, 300), _where_raised(exc), _structure_groups(items, indices)))
         return
     seconds = time.perf_counter() - start
-    conn.send(("collated", indices, seconds, nbytes(batch), describe_structure(batch) if report_structure else None))
+    conn.send(Collated(indices, seconds, nbytes(batch), describe_structure(batch) if report_structure else None))
 
 
 def _fetch_indices(conn: Any, dataset: Any, collate: Callable[[list], Any], indices: list[int], do_collate: bool, first: bool) -> None:
     items: list[Any] = []
     fetched: list[int] = []
     for index in indices:
-        conn.send(("start", index))
+        conn.send(Started(index))
         start = time.perf_counter()
         try:
             item = dataset[index]
         except Exception as exc:
             seconds = time.perf_counter() - start
-            conn.send(("error", index, seconds, type(exc).__name__, describe_exception(exc, 300), _where_raised(exc)))
+            conn.send(FetchFailed(index, seconds, type(exc).__name__, describe_exception(exc, 300), _where_raised(exc)))
             continue
-        conn.send(("item", index, time.perf_counter() - start))
+        conn.send(Fetched(index, time.perf_counter() - start))
         if do_collate:
             items.append(item)
             fetched.append(index)
@@ -134,9 +150,9 @@ def health_worker(
     try:
         _become_dataloader_worker(worker_id, num_workers, dataset, base_seed, init_fn)
     except Exception as exc:
-        conn.send(("init-error", describe_exception(exc, 300), _where_raised(exc)))
+        conn.send(InitFailed(describe_exception(exc, 300), _where_raised(exc)))
         return
-    conn.send(("ready",))
+    conn.send(Ready())
     iterator = None
     position = 0
     first = True
@@ -147,25 +163,24 @@ def health_worker(
             message = conn.recv()
         except EOFError:
             return
-        op = message[0]
-        if op == "stop":
+        if isinstance(message, Stop):
             return
-        if op == "threads":
+        if isinstance(message, AskThreads):
             from .threads import thread_report
 
-            conn.send(("threads", thread_report(dataset, collate)))
-        elif op == "fetch":
-            _fetch_indices(conn, dataset, collate, message[1], message[2], first)
+            conn.send(ThreadReport(thread_report(dataset, collate)))
+        elif isinstance(message, Fetch):
+            _fetch_indices(conn, dataset, collate, message.indices, message.collate, first)
             first = False
-            conn.send(("done",))
-        elif op == "next":
+            conn.send(Done())
+        elif isinstance(message, Next):
             if iterator is None:
                 iterator = iter(dataset)
             items: list[Any] = []
             labels: list[Any] = []
             exhausted = False
-            for _ in range(message[1]):
-                conn.send(("start", position))
+            for _ in range(message.count):
+                conn.send(Started(position))
                 start = time.perf_counter()
                 try:
                     item = next(iterator)
@@ -173,17 +188,17 @@ def health_worker(
                     exhausted = True
                     break
                 except Exception as exc:
-                    conn.send(("error", position, time.perf_counter() - start, type(exc).__name__, describe_exception(exc, 300), _where_raised(exc)))
+                    conn.send(FetchFailed(position, time.perf_counter() - start, type(exc).__name__, describe_exception(exc, 300), _where_raised(exc)))
                     exhausted = True  # a generator that raised is finished
                     break
-                conn.send(("item", position, time.perf_counter() - start))
+                conn.send(Fetched(position, time.perf_counter() - start))
                 items.append(item)
                 labels.append(position)
                 position += 1
-            if message[2] and items:
+            if message.collate and items:
                 _collate(conn, collate, items, labels, first)
                 first = False
             if exhausted:
-                conn.send(("exhausted",))
-            conn.send(("done",))
+                conn.send(Exhausted())
+            conn.send(Done())
 

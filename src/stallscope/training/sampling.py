@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import weakref
 from array import array
 from collections.abc import Callable
 from typing import Any
@@ -160,6 +161,48 @@ class Samples:
 
     def latest_gpu_util(self) -> float | None:
         return self.gpu_util[-1] if self.gpu_util else None
+
+
+# Steps after an epoch's start at which the first inline resource reading is due (then every ~resource_interval).
+FIRST_INLINE_TICK = 16
+
+
+class InlineReadings:
+    """CPU and RSS read on the training loop's own thread, where no sampler thread is needed (NOTE [sampler and the GIL]).
+
+    The watch's hot path only compares its step count with the step at which
+    the next reading is due: :meth:`begin` and :meth:`tick` return it, about
+    ``resource_interval`` ahead at the loop's recent pace.
+    """
+
+    def __init__(self, resource_interval: float, *, on_tick: Callable[[float, Any], Any]) -> None:
+        self.resource_interval = resource_interval
+        self._sampler = ResourceSampler(resource_interval, uss_every=8, worker_pids=list, keep_ticks=False,
+                                        on_tick=on_tick)
+        self._latest = (0.0, 0)  # (time, step) of the latest reading
+
+    def begin(self, step: int) -> int:
+        """An epoch starts at ``step``; the step at which the first reading is due."""
+        at = window_clocks()
+        self._sampler.begin(at=at)
+        self._latest = (at[0], step)
+        return step + FIRST_INLINE_TICK
+
+    def tick(self, step: int) -> int:
+        """Read CPU and RSS now; the step at which the next reading is due."""
+        self._sampler.sample()
+        now = time.perf_counter()
+        then, at = self._latest
+        self._latest = (now, step)
+        rate = (step - at) / (now - then) if now > then else 0.0
+        return step + max(1, int(rate * self.resource_interval)) if rate > 0 else step + FIRST_INLINE_TICK
+
+    def finish(self) -> dict[str, Any]:
+        """The epoch ended: its resource summary (``ResourceSummary.to_dict()``)."""
+        return self._sampler.finish(at=window_clocks()).to_dict()
+
+    def latest_cpu(self) -> tuple[float, float] | None:
+        return self._sampler.latest_cpu()
 
 
 class BackgroundSampler:
@@ -332,3 +375,18 @@ class BackgroundSampler:
     def latest_cpu(self) -> tuple[float, float] | None:
         resources = self.resources
         return resources.latest_cpu() if resources is not None else None
+
+
+def none() -> None:
+    """What an iterator reference without an iterator returns."""
+    return None
+
+
+def weak_getter(obj: Any) -> Callable[[], Any]:
+    """A weak reference where possible: holding the iterator would keep a broken-out epoch's workers alive."""
+    if obj is None:
+        return none
+    try:
+        return weakref.ref(obj)
+    except TypeError:  # e.g. a generator-like object without weakref support
+        return none

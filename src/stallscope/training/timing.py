@@ -15,11 +15,14 @@ from ..errors import UsageError
 
 
 class WaitRecorder(Protocol):
-    """What a :class:`TimedIterator` calls on its watch (``training.watch.Watch``)."""
+    """What a :class:`TimedIterator` tells its watch (the manual API of :class:`~.watch.Watch`)."""
 
     def data_start(self) -> None: ...
+
     def data_end(self) -> None: ...
+
     def cancel_wait(self) -> None: ...
+
     def observe(self, iterator: Any) -> None: ...
 
 # A runtime alias: typing.Union, not ``|``, so that Python 3.9 can evaluate it.

@@ -23,16 +23,19 @@ every ``next()`` is timed: what the framework integrations hand to the
 framework), ``with w.data(): ...``, ``w.data_start()`` / ``w.data_end()``,
 ``w.pause()`` for validation and epoch ends.
 
-Outputs while the loop runs go through :mod:`.sinks`; background sampling
-lives in :mod:`.sampling`; the figures are computed when asked, by
-:mod:`.summary`; time windows for long runs (stall and memory per window,
-memory drift) by :mod:`.windows`, from the same per-step arrays and the
-sampler's readings. The text summary is a renderer's job:
-``ss.stall_summary(w)`` (``stallscope.render.console_profile``).
+The per-step record (clock readings only, waits and compute derived when
+asked) is :mod:`.steps`; outputs while the loop runs go through
+:mod:`.sinks`; background sampling lives in :mod:`.sampling`; the
+``profile`` section is built when asked, by :mod:`.profile_section` (from
+:mod:`.summary`, and the time windows for long runs of :mod:`.windows`);
+the exchange across ranks under torchrun is :mod:`.gather`. The text summary
+is a renderer's job: ``ss.stall_summary(w)`` (``stallscope.render.console_profile``).
 
 NOTE [watch hot path]
-    Per step the wrapped loop pays two clock reads, three ``array('d')``
-    appends, one length check and one integer comparison with the next step
+    Per step the wrapped loop pays two clock reads, two ``array('d')``
+    appends (the clock when the batch arrives, and when the loop comes back
+    for the next one: :mod:`.steps` derives waits and compute from them
+    later), one increment and one integer comparison with the next step
     at which a sink is due (``sys.maxsize`` with no sink: the null sink
     never comes due). Nothing on that path branches on an option: the step
     boundary is a plain clock read, or a synchronising one chosen once per
@@ -41,12 +44,13 @@ NOTE [watch hot path]
     sampling.py) are reached only through the due-step comparison; a sampler
     thread, where one is needed, runs at a low rate and never touches the loop. Anything
     added here is paid on every step of every user's training run; measure
-    it with benchmarks/watch_overhead.py (SPEC §7: ≤ 1% on in-memory data).
+    it with benchmarks/watch_overhead.py: the per-step cost on a Python list
+    (``--hot-path``; budget 1 µs) and the end-to-end overhead (SPEC §7: ≤ 1%
+    on in-memory data).
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import sys
 import time
@@ -56,30 +60,27 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..analysis import training as rules
-from ..analysis.drift import slowest_rank_per_window
 from ..errors import UsageError
-from ..runtime.resources import ResourceSampler, window_clocks
+from . import gather as ranks
 from . import windows as time_windows
-from .sampling import BackgroundSampler, Samples, find_loader_iterator, needs_thread, open_gpu
-from .sinks import open_sinks, row
-from .summary import (
-    epoch_startup,
-    gpu_summary,
-    loader_context,
-    merge_resources,
-    occupancy_summary,
-    summarize_steps,
-    sync_summary,
+from .profile_section import profile_section
+from .sampling import (
+    BackgroundSampler,
+    InlineReadings,
+    Samples,
+    find_loader_iterator,
+    needs_thread,
+    none,
+    open_gpu,
+    weak_getter,
 )
+from .sinks import open_sinks
+from .steps import StepTimes
 from .timing import SyncSpec, TimedIterator, resolve_sync
 
 __all__ = ["FETCH_TIMING", "SyncSpec", "TimedIterator", "Watch", "resolve_sync", "watch"]
 
 Clock = Callable[[], float]
-
-# Steps after an epoch's start at which the first inline resource reading is due (then every ~resource_interval).
-_FIRST_INLINE_TICK = 16
 
 # How the data wait was timed, for the record (``timing.method``).
 FETCH_TIMING = "fetch"
@@ -137,10 +138,7 @@ class Watch:
         self.timing: dict[str, Any] = {"method": FETCH_TIMING, "note": None}
         self._gpu_spec = gpu
         self._gpu: Any = None
-        # per step: request time (absolute clock), data wait, compute (s)
-        self._t_req = array("d")
-        self._data = array("d")
-        self._compute = array("d")
+        self._steps = StepTimes()  # per step: clock readings; waits and compute derived when asked
         self._sync_s = array("d")
         self._epoch_starts: list[int] = []
         self._pending: float | None = None  # manual API: a data wait in progress since this time
@@ -149,13 +147,12 @@ class Watch:
         self._sampler: BackgroundSampler | None = None  # started at the first epoch, kept until close()
         self._sampling = False  # the sampler is told an epoch is in progress (or the inline window is open)
         # Resources read on the loop's own thread when no thread is needed (NOTE [sampler and the GIL]).
-        self._inline: Any = None  # a ResourceSampler driven from the loop
+        self._inline: Any = None  # InlineReadings, from the first epoch read inline
         self._inline_open = False
         self._tick_due = sys.maxsize  # the step at which the inline reading is due
-        self._tick_at = (0.0, 0)  # (time, step) of the latest inline reading
         self._t0: float | None = None
         self._ranks: list[dict[str, Any]] | None = None
-        self._iterator: Callable[[], Any] = _none
+        self._iterator: Callable[[], Any] = none
 
     # -- iteration (the hot path, NOTE [watch hot path]) ------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -164,42 +161,37 @@ class Watch:
     def _iterate(self) -> Iterator[Any]:
         clock = self._clock
         boundary = clock if self._sync is None else self._synced_clock
+        steps = self._steps
+        request, deliver = steps.requested.append, steps.delivered.append
+        step = first = steps.steps
         self._open_gpu()  # NVML start-up is not data wait
-        t_req = clock()  # iter() is part of the first wait: worker start-up lands in first_batch_s
-        self._begin_epoch(t_req)
-        iterator = iter(self._loader)
-        self.observe(iterator)
-        self._begin_sampling()
-        data, compute = self._data, self._compute
-        req_append, data_append, compute_append = self._t_req.append, data.append, compute.append
-        step = len(data)
-        sink_due = self._sinks.due_after(step)
-        next_due = min(sink_due, self._tick_due)
-        t_got = t_req
+        request(clock())  # iter() is part of the first wait: worker start-up lands in first_batch_s
         try:
+            self._begin_epoch(steps.requested[-1])
+            iterator = iter(self._loader)
+            self.observe(iterator)
+            self._begin_sampling()
+            sink_due = self._sinks.due_after(step)
+            next_due = min(sink_due, self._tick_due)
             for batch in iterator:  # FOR_ITER: no next() call to look up per step
-                t_got = clock()
-                req_append(t_req)
-                data_append(t_got - t_req)
+                deliver(clock())
                 step += 1
                 if step >= next_due:
                     if step >= sink_due:
                         sink_due = self._sinks.at_step(self, step)
                     if step >= self._tick_due:
-                        self._tick_due = self._inline_tick(step)
+                        self._tick_due = self._inline.tick(step)
                     next_due = min(sink_due, self._tick_due)
                 yield batch
-                # The loop came back for the next batch: this step's compute ends here.
-                t_req = boundary()
-                if len(compute) < step:  # end_step() may have closed it already
-                    compute_append(t_req - t_got)
+                # The loop came back for the next batch: this request also ends the step's compute.
+                request(boundary())
         finally:
-            if len(compute) < len(data):
+            if steps.end_run(first):
                 # GeneratorExit: the loop broke out after this step's work (CPython closes
                 # the generator as the for loop drops it), so the step ends now.
                 with contextlib.suppress(Exception):
                     self._sync_now()
-                compute_append(clock() - t_got)
+                steps.end_last(clock())
             self._end_epoch()
 
     def _synced_clock(self) -> float:
@@ -219,7 +211,7 @@ class Watch:
             self._t0 = self._resource_windows.origin = now
         self._open_gpu()
         self._pending = None
-        self._epoch_starts.append(len(self._data))
+        self._epoch_starts.append(self._steps.steps)
 
     def _open_gpu(self) -> None:
         if self._gpu is None:
@@ -268,27 +260,12 @@ class Watch:
     # -- inline resource readings (no thread needed: NOTE [sampler and the GIL]) ---------------
     def _open_inline(self) -> None:
         if self._inline is None:
-            self._inline = ResourceSampler(self.resource_interval, uss_every=8, worker_pids=list, keep_ticks=False,
-                                           on_tick=self._resource_windows.add)
-        at = window_clocks()
-        self._inline.begin(at=at)
-        step = len(self._data)
-        self._tick_at = (at[0], step)
-        self._tick_due = step + _FIRST_INLINE_TICK
+            self._inline = InlineReadings(self.resource_interval, on_tick=self._resource_windows.add)
+        self._tick_due = self._inline.begin(self._steps.steps)
         self._inline_open = self._sampling = True
 
-    def _inline_tick(self, step: int) -> int:
-        """Read CPU and RSS now; the step at which the next reading is due (about ``resource_interval`` on)."""
-        self._inline.sample()
-        now = time.perf_counter()
-        then, at = self._tick_at
-        self._tick_at = (now, step)
-        rate = (step - at) / (now - then) if now > then else 0.0
-        return step + max(1, int(rate * self.resource_interval)) if rate > 0 else step + _FIRST_INLINE_TICK
-
     def _close_inline(self) -> None:
-        summary = self._inline.finish(at=window_clocks())
-        self._samples.resources.append(summary.to_dict())
+        self._samples.resources.append(self._inline.finish())
         self._inline_open = False
         self._tick_due = sys.maxsize
 
@@ -299,14 +276,14 @@ class Watch:
 
     def _in_steady_state(self) -> bool:
         """Whether the current epoch has delivered its first batch and warm-up is over (sampler thread)."""
-        steps = len(self._data)
+        steps = self._steps.steps
         starts = self._epoch_starts
         return bool(starts) and steps > starts[-1] and steps > self.warmup and not self._paused
 
     def observe(self, iterator: Any) -> None:
         """Sample this loader iterator's prefetch buffer and workers (found inside a framework's wrapper)."""
         found = find_loader_iterator(iterator)
-        self._iterator = _weak(found if found is not None else iterator)
+        self._iterator = weak_getter(found if found is not None else iterator)
 
     # -- manual API (plain loops and the framework integrations) -----------------------------
     def data_start(self) -> None:
@@ -319,9 +296,9 @@ class Watch:
             self._begin_epoch(self._clock())
         if not self._sampling:
             self._begin_sampling()
-        if len(self._compute) < len(self._data):
+        if self._steps.last_open():
             now = self._sync_now()
-            self._compute.append(now - (self._t_req[-1] + self._data[-1]))
+            self._steps.end_last(now)
         else:
             now = self._clock()
         if self._pending is None:
@@ -333,14 +310,13 @@ class Watch:
         now = self._clock()
         if self._pending is None:
             return  # no wait was being timed (e.g. the first batch after a pause)
-        self._t_req.append(self._pending)
-        self._data.append(now - self._pending)
+        self._steps.add(self._pending, now)
         self._pending = None
-        step = len(self._data)
+        step = self._steps.steps
         if step >= self._sinks.due_after(step - 1):
             self._sinks.at_step(self, step)
         if step >= self._tick_due:
-            self._tick_due = self._inline_tick(step)
+            self._tick_due = self._inline.tick(step)
 
     def cancel_wait(self) -> None:
         """Drop a data wait in progress (the loop went elsewhere: validation, epoch end)."""
@@ -348,8 +324,8 @@ class Watch:
 
     def end_step(self) -> None:
         """End the open step now; time until the next data request is not counted."""
-        if len(self._compute) < len(self._data):
-            self._compute.append(self._sync_now() - (self._t_req[-1] + self._data[-1]))
+        if self._steps.last_open():
+            self._steps.end_last(self._sync_now())
 
     def pause(self) -> None:
         """The loop leaves training (validation, epoch end): nothing counts until the next fetch."""
@@ -430,64 +406,57 @@ class Watch:
     @property
     def steps(self) -> int:
         """Steps recorded so far (batches delivered)."""
-        return len(self._data)
+        return self._steps.steps
+
+    @property
+    def _data(self) -> array:
+        """Data wait per step (s), derived from the clock readings."""
+        return self._steps.data()
+
+    @property
+    def _compute(self) -> array:
+        """Compute per closed step (s), derived from the clock readings."""
+        return self._steps.compute()
 
     # -- what sinks read (sinks.StepSource) --------------------------------------------------
     @property
     def closed_steps(self) -> int:
-        return len(self._compute)
+        return self._steps.closed
 
     def window(self, start: int, end: int) -> tuple[float, float]:
         """Sums of data wait and compute (s) over the closed steps ``[start, end)``."""
-        return sum(self._data[start:end]), sum(self._compute[start:end])
+        return self._steps.sums(start, end)
 
     def stall_between(self, start: int, end: int | None = None) -> float | None:
         """Stall fraction of the closed steps in ``[start, end)`` (None when they took no time)."""
-        end = len(self._compute) if end is None else min(end, len(self._compute))
+        closed = self.closed_steps
+        end = closed if end is None else min(end, closed)
         data, compute = self.window(start, end)
         return data / (data + compute) if data + compute > 0 else None
 
     def step_rows(self, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
         """Closed steps as dicts: step, epoch, t_s (since the first request), data_ms, compute_ms, first."""
-        end = len(self._compute) if end is None else end
-        t0 = self._t0 or 0.0
-        starts = self._epoch_starts
-        rows = []
-        epoch = max(0, bisect.bisect_right(starts, start) - 1)
-        for i in range(start, end):
-            while epoch + 1 < len(starts) and starts[epoch + 1] <= i:
-                epoch += 1
-            first = bool(starts) and i == starts[epoch]
-            rows.append(row(i, epoch, self._t_req[i] - t0, self._data[i], self._compute[i], first))
-        return rows
+        return self._steps.rows(start, end, epoch_starts=self._epoch_starts, origin=self._t0 or 0.0)
 
     def closed_windows(self, upto: int, *, final: bool) -> list[dict[str, Any]]:
         """Time windows of the steps from ``upto`` that are over (with ``final``, the open one too); see windows.py."""
-        closed = len(self._compute)
-        if closed <= upto or self._t0 is None:
+        if self._t0 is None:
             return []
-        if not final:  # cheap test first: is the latest closed step in a later window than step ``upto``?
-            last = time_windows.window_index(self._t_req[closed - 1], self._t0, self.window_s)
-            if last == time_windows.window_index(self._t_req[upto], self._t0, self.window_s):
-                return []
-            closed = bisect.bisect_left(self._t_req, self._t0 + last * self.window_s, upto, closed)
-        return self._windows(upto, closed)
+        end = self._steps.closed_windows_end(upto, origin=self._t0, window_s=self.window_s, final=final)
+        return self._windows(upto, end) if end > upto else []
 
     def _windows(self, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
         if self._t0 is None:
             return []
-        windows = time_windows.step_windows(self._t_req, self._data, self._compute, epoch_starts=self._epoch_starts,
-                               warmup=self.warmup, origin=self._t0, window_s=self.window_s,
-                               batch_size=self._batch_size, start=start, end=end)
+        windows = time_windows.step_windows(self._steps.requested, self._data, self._compute, epoch_starts=self._epoch_starts,
+                                            warmup=self.warmup, origin=self._t0, window_s=self.window_s,
+                                            batch_size=self._batch_size, start=start, end=end)
         return time_windows.with_resources(windows, self._resource_windows)
 
     @property
     def rank(self) -> int | None:
         """This process's rank under torchrun (None outside a distributed job)."""
-        from ..runtime.distributed import rank_info
-
-        info = rank_info()
-        return info.rank if info.is_distributed else None
+        return ranks.current_rank()
 
     def latest_buffer(self) -> tuple[int, int] | None:
         return self._samples.latest_buffer()
@@ -510,90 +479,110 @@ class Watch:
         return stall_summary(self.to_dict())
 
     def to_dict(self, *, timeline: bool = True, context: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The ``profile`` section (the record schema, stallscope/schema/record-v1.json): stall fraction, verdict, what-if, occupancy, ..."""
-        self._settle()
-        samples = self._samples
-        profile = summarize_steps(
-            data_s=list(self._data),
-            compute_s=list(self._compute),
-            epoch_starts=list(self._epoch_starts),
-            warmup=self.warmup,
-            with_timeline=timeline,
-        )
-        profile["name"] = self.name
-        profile["timing"] = dict(self.timing)
-        profile["occupancy"] = occupancy_summary(list(samples.occupancy_ready), samples.occupancy_capacity)
-        util = list(samples.gpu_util)
-        profile["gpu_util"] = round(sum(util) / len(util), 2) if util else None
-        profile["gpu"] = gpu_summary(self._gpu, util, samples.gpu_memory_max, samples.gpu_memory_total)
-        profile["resources"] = merge_resources(samples.resources)
-        profile["sync"] = sync_summary(self.sync_mode, list(self._sync_s), profile)
-        profile["ranks"] = self._ranks
-        if self._ranks:
-            from ..runtime.distributed import rank_info
+        """The ``profile`` section (the record schema, stallscope/schema/record-v1.json): stall fraction, verdict, what-if, occupancy, ...
 
-            profile["rank"] = rank_info().rank
-        profile["distributed"] = rules.rank_report(self._ranks) if self._ranks else None
-        ctx = loader_context(self._loader)
-        ctx.update(context or {})
-        profile.update(epoch_startup(profile, ctx.get("epoch_steps")))
-        epoch_steps = ctx.get("epoch_steps")
-        profile.update(time_windows.long_run_section(self._windows(), self.window_s, epoch_steps, self._batch_size))
-        if profile["distributed"]:
-            profile["distributed"]["windows"] = slowest_rank_per_window(self._ranks)
-        recommendations = rules.advise(profile, ctx)
-        profile["advice"] = rules.next_knob(profile, recommendations)
-        profile["recommendations"] = recommendations
-        return profile
+        Built by :func:`~.profile_section.profile_section`; ``timeline`` adds the
+        per-step timeline, ``context`` what the caller knows about the run (target, config, epoch length).
+        """
+        self._settle()
+        return profile_section(
+            name=self.name,
+            data_s=self._data,
+            compute_s=self._compute,
+            epoch_starts=self._epoch_starts,
+            warmup=self.warmup,
+            timing=self.timing,
+            samples=self._samples,
+            gpu=self._gpu,
+            sync_mode=self.sync_mode,
+            sync_s=self._sync_s,
+            ranks=self._ranks,
+            loader=self._loader,
+            windows=self._windows(),
+            window_s=self.window_s,
+            batch_size=self._batch_size,
+            timeline=timeline,
+            context=context,
+        )
 
     def gather(self) -> dict[str, Any]:
         """Exchange per-rank summaries under torch.distributed; every rank must call it.
 
         Returns :meth:`to_dict` with ``ranks`` (one entry per rank) and
-        ``distributed`` (the slowest rank, the maximum exposed data wait).
-        Outside a distributed job it returns ``to_dict()`` with one rank.
+        ``distributed`` (the slowest rank, the maximum exposed data wait);
+        see :mod:`.gather`. Outside a distributed job it returns ``to_dict()`` with one rank.
         """
-        from ..runtime.distributed import gather_to_all, rank_entry, rank_info
-
-        info = rank_info()
-        mine = rank_entry(self.to_dict(timeline=False), info)
-        self._ranks = gather_to_all(mine)
+        self._ranks = ranks.exchange(self.to_dict(timeline=False))
         return self.to_dict()
 
 
-def _none() -> None:
-    return None
-
-
-def _weak(obj: Any) -> Callable[[], Any]:
-    """A weak reference where possible: holding the iterator would keep a broken-out epoch's workers alive."""
-    if obj is None:
-        return _none
-    try:
-        return weakref.ref(obj)
-    except TypeError:  # e.g. a generator-like object without weakref support
-        return _none
-
-
-def watch(loader: Any, **options: Any) -> Watch:
+def watch(
+    loader: Any,
+    *,
+    log_every: int | None = None,
+    sync: SyncSpec = None,
+    sample_resources: bool = True,
+    jsonl: str | Path | None = None,
+    csv: str | Path | None = None,
+    tensorboard: Any = None,
+    name: str = "train",
+    warmup: int = 0,
+    log: Callable[[str], Any] | Any | None = None,
+    sample_interval: float = 0.2,
+    resource_interval: float = 0.5,
+    gpu: Any = None,
+    clock: Clock = time.perf_counter,
+    window_s: float = time_windows.DEFAULT_WINDOW_S,
+    windows_jsonl: str | Path | None = None,
+    batch_size: int | None = None,
+) -> Watch:
     """Wrap ``loader`` to measure data stalls in your own loop: ``for batch in ss.watch(loader):``.
 
-    The options are :class:`Watch`'s:
+    Args:
+        loader: what the loop iterates (a DataLoader or any iterable of batches); one epoch per ``for`` loop.
+        log_every: a live line every this many steps (data/compute ms, stall %, buffer, GPU, CPU); None: no line.
+        sync: ``"cuda"`` (or ``True``, or any callable) synchronises at each step boundary, so compute
+            includes the device's work and the data wait is time the device really idled; None: no synchronise.
+        sample_resources: sample CPU and memory (main process and workers), the GPU (NVML) and the
+            prefetch buffer's occupancy while epochs run; False turns all of it off (no thread at all).
+        jsonl: per-step rows (step, epoch, t_s, data_ms, compute_ms, first) to this JSON-lines file;
+            the time windows go next to it (``run.jsonl`` -> ``run.windows.jsonl``) unless ``windows_jsonl`` is given.
+        csv: the same per-step rows to a CSV file.
+        tensorboard: a log directory or a ``SummaryWriter`` (anything with ``add_scalar``) for scalars
+            every ``log_every`` steps (50 without it) and per time window.
+        name: the watch's name in live lines, scalars, windows and the profile (``"train"``).
+        warmup: steps at the start kept out of the steady-state figures (besides each epoch's first batch).
+        log: where live lines go: a callable taking the line, or a ``logging.Logger``; None: stderr.
+        sample_interval: seconds between the background samples of occupancy and GPU.
+        resource_interval: seconds between CPU/memory readings (at most a quarter of ``window_s``).
+        gpu: a GPU monitor to sample instead of NVML's, or False for none; None: NVML where available.
+        clock: the clock of every step boundary (``time.perf_counter``; tests pass a fake one).
+        window_s: seconds per time window for long runs (stall, step time, CPU and memory per window, and
+            the memory drift over them: ``windows`` and ``memory_drift`` in ``to_dict()``).
+        windows_jsonl: append each closed time window to this JSON-lines file (read back with
+            ``stallscope.training.windows.read_windows``).
+        batch_size: samples per step for the per-sample rates; None: the loader's ``batch_size``.
 
-    - ``log_every=N``: a live line every N steps (stderr, or ``log=`` a callable/Logger).
-    - ``sync="cuda"`` (or a callable): synchronise at each step boundary for honest device timing.
-    - ``sample_resources``: background sampling of CPU/memory (main + workers), GPU via NVML,
-      and prefetch-buffer occupancy; False turns every background thread off.
-    - ``jsonl=`` / ``csv=``: per-step rows; ``tensorboard=``: a log dir or a SummaryWriter.
-    - ``window_s``: time windows for long runs (default 60 s): stall, step time, CPU and memory
-      per window, and the memory drift over them (``windows``, ``memory_drift`` in ``to_dict()``);
-      ``windows_jsonl=`` appends each closed window to a JSON-lines file (with ``jsonl=`` alone they
-      go next to it, ``run.windows.jsonl``), read back with ``stallscope.training.windows.read_windows``;
-      ``batch_size``: samples per step for the per-sample rates (default: the loader's ``batch_size``).
-    - further options: ``warmup`` (steps kept out of steady state), ``log``,
-      ``sample_interval``, ``resource_interval``, ``gpu`` (a monitor or False), ``clock``.
-
-    Then ``w.to_dict()`` (the profile section), ``ss.stall_summary(w)`` (text),
-    ``w.gather()`` under torchrun.
+    Returns:
+        A :class:`Watch`: iterate it in place of the loader, then ``w.to_dict()`` (the profile
+        section), ``ss.stall_summary(w)`` (text), ``w.gather()`` under torchrun, ``w.close()``.
     """
-    return Watch(loader, **options)
+    return Watch(
+        loader,
+        log_every=log_every,
+        sync=sync,
+        sample_resources=sample_resources,
+        jsonl=jsonl,
+        csv=csv,
+        tensorboard=tensorboard,
+        name=name,
+        warmup=warmup,
+        log=log,
+        sample_interval=sample_interval,
+        resource_interval=resource_interval,
+        gpu=gpu,
+        clock=clock,
+        window_s=window_s,
+        windows_jsonl=windows_jsonl,
+        batch_size=batch_size,
+    )
