@@ -245,7 +245,8 @@ def _kind_trial(
     """
     from torch.utils.data import IterableDataset
 
-    from .kinds import CopiedLoaderKind, NodesKind, WrappedLoaderKind, reconfigured_copy
+    from .graphs import NodesKind
+    from .kinds import CopiedLoaderKind, WrappedLoaderKind, reconfigured_copy
 
     kind = pipeline.kind
     if isinstance(kind, NodesKind):

@@ -32,9 +32,10 @@ from ..config import LoaderConfig, loader_supports
 from ..errors import PipelineError, UsageError
 from ..pipeline.batching import FetcherCheck, vectorised_fetcher
 from ..pipeline.kinds import LoaderKind
+from ..pipeline.structure import nbytes
 from ..runtime.host import cuda_available, usable_cores
 from ..runtime.processes import no_orphans
-from ..target import Pipeline, load_target, nbytes, preflight
+from ..target import Pipeline, load_target, preflight
 from ..throughput.epochs import EpochGap, epoch_gap
 from .search import Search
 from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
