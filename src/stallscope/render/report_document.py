@@ -23,6 +23,7 @@ from .document_checks import (
     recommendations_section,
     troubleshooting_section,
 )
+from .document_changes import code_changes_section
 from .document_compare import compare_sections
 from .document_costs import cpu_section, epoch_section, memory_section
 from .document_results import (
@@ -40,6 +41,7 @@ SECTION_BUILDERS = (
     ("tuning", tuning_section),
     ("best", best_section),
     ("stages", stage_section),
+    ("code_changes", code_changes_section),
     ("training", training_section),
     ("epoch", epoch_section),
     ("memory", memory_section),
