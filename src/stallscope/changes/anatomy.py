@@ -21,7 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from ..pipeline.transforms import find_transforms, get_path, is_random_transform, replace_transforms, transform_name
+from ..pipeline.transforms import (
+    find_transforms,
+    get_path,
+    is_random_transform,
+    replace_transforms,
+    transform_name,
+)
 
 SEEDS = (11, 23, 37)  # three draws: a p=0.5 stage agrees with itself under all of them 1 time in 8
 

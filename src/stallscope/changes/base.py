@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import describe_exception
 from ..pipeline.structure import describe_structure
 from ..pipeline.verify import skeleton
-from .anatomy import Anatomy, as_array, get_slot, seeded
+from .anatomy import Anatomy, StagesCompose, as_array, get_slot, seeded, set_slot
 
 MainStep = Callable[[Any], Any]
 
@@ -134,3 +134,34 @@ def fastest_seconds(fn: Callable[[], Any], *, repeats: int = 7) -> float:
 def nbytes_at(batch: Any, slot: tuple[Any, ...]) -> int:
     value = get_slot(batch, slot)
     return int(value.numel() * value.element_size()) if hasattr(value, "element_size") else int(getattr(value, "nbytes", 0))
+
+
+def copy_batch(batch: Any) -> Any:
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(copy_batch(b) for b in batch)
+    if isinstance(batch, dict):
+        return {k: copy_batch(v) for k, v in batch.items()}
+    return batch.clone() if hasattr(batch, "clone") else batch
+
+
+def rebuilt_compose(module: Any, function: str | None, anatomy: Anatomy, start: int, replacement: Any) -> Any:
+    """The Compose the patched function builds (when it takes no required argument), else the
+    user's stages up to ``start`` followed by the patched module's ``replacement``."""
+    import inspect
+
+    func = getattr(module, function, None) if function else None
+    if func is not None:
+        try:
+            inspect.signature(func).bind()
+        except TypeError:
+            func = None
+    if func is not None:
+        compose = func()
+        if hasattr(compose, "transforms"):
+            return compose
+    return StagesCompose([*anatomy.stages[:start], replacement])
+
+
+def slot_step(anatomy: Anatomy, fn: Any) -> Any:
+    slot = anatomy.item_slot or ()
+    return lambda batch: set_slot(batch, slot, fn(get_slot(batch, slot)))

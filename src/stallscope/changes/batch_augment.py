@@ -14,9 +14,28 @@ from typing import Any
 import numpy as np
 
 from .anatomy import Anatomy, StagesCompose, as_array, fresh, run_stages
-from .base import Applied, Change, Patch, batches, max_difference, fastest_seconds, run_two_batches
-from .integer_transfer import _rebuilt, _slot_step
-from .source import candidate_files, constructor_block, enclosing_function, exec_patched, expression_of, helper_block, unified_diff
+from .base import (
+    Applied,
+    Change,
+    Patch,
+    batches,
+    copy_batch,
+    fastest_seconds,
+    max_difference,
+    rebuilt_compose,
+    reference_batches,
+    run_two_batches,
+    slot_step,
+)
+from .source import (
+    candidate_files,
+    constructor_block,
+    enclosing_function,
+    exec_patched,
+    expression_of,
+    helper_block,
+    unified_diff,
+)
 from .wrappers import BatchStages
 
 TOLERANCE = 1e-5
@@ -85,12 +104,12 @@ class BatchAugmentation(Change):
         moved = anatomy.names[self.start :]
         randoms = [anatomy.names[j] for j in range(self.start, len(anatomy.stages)) if anatomy.random[j]]
         raw = batches(applied.dataset, pipeline, count=1)
-        ours = [applied.main_step(b) for b in batches(applied.dataset, pipeline, count=1)] if applied.main_step else raw
-        theirs = batches(anatomy.dataset, pipeline, count=1)
+        ours = [applied.main_step(copy_batch(b)) for b in raw] if applied.main_step else raw
+        theirs = reference_batches(anatomy, pipeline)[:1]
         difference = max_difference(ours, theirs, slot)
         image = anatomy.samples[0].outputs[self.start - 1] if self.start else anatomy.samples[0].input
         worker = fastest_seconds(lambda: run_stages(anatomy.stages[self.start :], fresh(image)))
-        main_cost = fastest_seconds(lambda: applied.main_step(_copy_batch(raw[0])), repeats=5)  # type: ignore[misc]
+        main_cost = fastest_seconds(lambda: applied.main_step(copy_batch(raw[0])), repeats=5)  # type: ignore[misc]
         if randoms:
             summary = (f"alters what the model sees: {', '.join(randoms)} draw once per batch of {pipeline.batch_size} "
                        "instead of once per sample")
@@ -129,10 +148,10 @@ class BatchAugmentation(Change):
         try:
             with exec_patched(source, text) as module:
                 def make() -> tuple[Any, Any]:
-                    compose = _rebuilt(module, function, anatomy, self.start, None)
+                    compose = rebuilt_compose(module, function, anatomy, self.start, None)
                     if compose.transforms and compose.transforms[-1] is None:
                         compose = StagesCompose(compose.transforms[:-1])
-                    return anatomy.with_compose(compose), _slot_step(anatomy, module.augment_batch)
+                    return anatomy.with_compose(compose), slot_step(anatomy, module.augment_batch)
 
                 why = run_two_batches(make, anatomy, pipeline, tolerance=None if randoms else TOLERANCE)
         except Exception as exc:
@@ -140,11 +159,3 @@ class BatchAugmentation(Change):
         if why:
             return Patch(None, words, False, why)
         return Patch(unified_diff(source.path, source.text, text), words, True)
-
-
-def _copy_batch(batch: Any) -> Any:
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_copy_batch(b) for b in batch)
-    if isinstance(batch, dict):
-        return {k: _copy_batch(v) for k, v in batch.items()}
-    return batch.clone() if hasattr(batch, "clone") else batch

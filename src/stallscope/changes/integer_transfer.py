@@ -12,8 +12,28 @@ from typing import Any
 import numpy as np
 
 from .anatomy import Anatomy, StagesCompose, as_array, fresh, run_stages
-from .base import Applied, Change, Patch, batches, max_difference, fastest_seconds, nbytes_at, run_two_batches
-from .source import candidate_files, constructor_block, enclosing_function, exec_patched, helper_block, unified_diff
+from .base import (
+    Applied,
+    Change,
+    Patch,
+    batches,
+    copy_batch,
+    fastest_seconds,
+    max_difference,
+    nbytes_at,
+    rebuilt_compose,
+    reference_batches,
+    run_two_batches,
+    slot_step,
+)
+from .source import (
+    candidate_files,
+    constructor_block,
+    enclosing_function,
+    exec_patched,
+    helper_block,
+    unified_diff,
+)
 from .wrappers import AffineBatch, Uint8Layout
 
 TOLERANCE = 1e-4  # float rounding of (x/255 - mean)/std against x*scale + shift
@@ -110,14 +130,14 @@ class IntegerTransfer(Change):
         slot = anatomy.item_slot or ()
         ours_raw = batches(applied.dataset, pipeline, count=1)
         step = self._main_step(anatomy)
-        ours = [step(b) for b in ours_raw]
-        theirs = batches(anatomy.dataset, pipeline, count=1)
+        ours = [step(copy_batch(b)) for b in ours_raw]
+        theirs = reference_batches(anatomy, pipeline)[:1]
         difference = max_difference(ours, theirs, slot)
         image = anatomy.samples[0].outputs[self.start - 1] if self.start else anatomy.samples[0].input
         suffix = anatomy.stages[self.start :]
         worker_before = fastest_seconds(lambda: run_stages(suffix, fresh(image)))
         worker_after = fastest_seconds(lambda: Uint8Layout(self.permute)(image))
-        main_cost = fastest_seconds(lambda: step(ours_raw[0]), repeats=5)
+        main_cost = fastest_seconds(lambda: step(copy_batch(ours_raw[0])), repeats=5)
         bytes_before, bytes_after = nbytes_at(theirs[0], slot), nbytes_at(ours_raw[0], slot)
         alters = difference is None or difference > TOLERANCE
         return {
@@ -157,8 +177,8 @@ class IntegerTransfer(Change):
         try:
             with exec_patched(source, text) as module:
                 def make() -> tuple[Any, Any]:
-                    compose = _rebuilt(module, function, anatomy, self.start, module.ToUint8Tensor())
-                    step = _slot_step(anatomy, module.normalize_batch)
+                    compose = rebuilt_compose(module, function, anatomy, self.start, module.ToUint8Tensor())
+                    step = slot_step(anatomy, module.normalize_batch)
                     return anatomy.with_compose(compose), step
 
                 why = run_two_batches(make, anatomy, pipeline, tolerance=TOLERANCE)
@@ -171,28 +191,3 @@ class IntegerTransfer(Change):
 
 def _fmt(values: list[float]) -> str:
     return "(" + ", ".join(f"{v:.6g}" for v in values) + ")"
-
-
-def _rebuilt(module: Any, function: str | None, anatomy: Anatomy, start: int, replacement: Any) -> Any:
-    """The Compose the patched function builds (when it takes no required argument), else the
-    user's stages up to ``start`` followed by the patched module's ``replacement``."""
-    import inspect
-
-    func = getattr(module, function, None) if function else None
-    if func is not None:
-        try:
-            inspect.signature(func).bind()
-        except TypeError:
-            func = None
-    if func is not None:
-        compose = func()
-        if hasattr(compose, "transforms"):
-            return compose
-    return StagesCompose([*anatomy.stages[:start], replacement])
-
-
-def _slot_step(anatomy: Anatomy, fn: Any) -> Any:
-    from .anatomy import get_slot, set_slot
-
-    slot = anatomy.item_slot or ()
-    return lambda batch: set_slot(batch, slot, fn(get_slot(batch, slot)))

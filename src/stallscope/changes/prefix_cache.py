@@ -20,7 +20,13 @@ from ..pipeline.transforms import get_path, replace_transforms
 from .anatomy import Anatomy, get_slot, same, seeded
 from .base import Applied, Change, Patch, run_two_batches
 from .source import exec_patched, helper_block, is_statement, method_lines, unified_diff
-from .wrappers import PREFIX_CACHE_SOURCE, PrefixCachedDataset, PrefixSplit, SharedPrefixCache, dump_size
+from .wrappers import (
+    PREFIX_CACHE_SOURCE,
+    PrefixCachedDataset,
+    PrefixSplit,
+    SharedPrefixCache,
+    dump_size,
+)
 
 SHM = "/dev/shm"
 MEMORY_SHARE = 0.5  # of available RAM, as the tuner's memory budget

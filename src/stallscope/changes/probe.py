@@ -90,36 +90,16 @@ def code_changes(
     result.items = items
     if items < length:
         result.notes.append(f"raced on the first {items:,} of {length:,} items (the budget), the same items for every entrant")
-    applied: list[tuple[Change, Applied, Patch]] = []
+    applied: list[Prepared] = []
     try:
-        for n, change in enumerate(changes):
-            say(f"{change.title}: applying", 0.1 + 0.3 * n / len(changes))
-            try:
-                why = change.applies(anatomy, pipeline)
-                if why:
-                    result.not_applied.append({"id": change.id, "title": change.title, "why": why})
-                    continue
-                done = change.apply(anatomy, pipeline)
-                patch = change.patch(anatomy, pipeline)
-            except Exception as exc:  # a probe of ours failed on this pipeline: say so, go on
-                result.not_applied.append({"id": change.id, "title": change.title,
-                                           "why": f"the probe raised {describe_exception(exc, 160)}"})
-                continue
-            applied.append((change, done, patch))
-        entrants = [Entrant(PICK, race_pipeline(pipeline, anatomy.dataset, items))]
-        first_pass: dict[str, dict[str, Any]] = {}
         with no_orphans():
-            for change, done, _ in applied:
-                entrant = Entrant(change.id, race_pipeline(pipeline, done.dataset, items), done.main_step)
-                if done.fill:
-                    say(f"{change.title}: first pass fills the cache", 0.45)
-                    try:
-                        seconds, seen = fill(entrant.pipeline, config, timeout=30.0)
-                        first_pass[change.id] = {"seconds": round(seconds, 3), "items": seen,
-                                                 "samples_per_s": round(seen / seconds, 2) if seconds > 0 else None}
-                    except Exception as exc:
-                        entrant.error = f"the first pass raised {describe_exception(exc, 160)}"
-                entrants.append(entrant)
+            for n, change in enumerate(changes):
+                say(f"{change.title}: applying", 0.4 * n / len(changes))
+                prepared = _prepare(change, anatomy, pipeline, config, items, result)
+                if prepared is not None:
+                    applied.append(prepared)
+            entrants = [Entrant(PICK, race_pipeline(pipeline, anatomy.dataset, items))]
+            entrants += [p.entrant for p in applied]
             say("racing the changes against the best knob config", 0.5)
             result.rounds = run_race(
                 entrants, config, deadline=deadline, max_rounds=max_rounds, window_s=window_s,
@@ -130,13 +110,12 @@ def code_changes(
                                 "a second round would give the speed-ups a check against noise")
         pick_entrant = entrants[0]
         result.pick["samples_per_s"] = _median(pick_entrant.rates)
-        for (change, done, patch), entrant in zip(applied, entrants[1:]):
-            result.changes.append(_entry(change, done, patch, entrant, pick_entrant, anatomy, pipeline,
-                                         first_pass.get(change.id), result.rounds))
+        for prepared in applied:
+            result.changes.append(_entry(prepared, pick_entrant))
     finally:
-        for _, done, _ in applied:
-            if done.cleanup is not None:
-                done.cleanup()
+        for prepared in applied:
+            if prepared.applied.cleanup is not None:
+                prepared.applied.cleanup()
     result.changes.sort(key=lambda c: -(c["speedup"] or 0.0))
     result.seconds = time.perf_counter() - started
     return result
@@ -160,18 +139,55 @@ def _median(values: list[float]) -> float | None:
     return round(finite[mid] if len(finite) % 2 else (finite[mid - 1] + finite[mid]) / 2, 2)
 
 
-def _entry(change: Change, done: Applied, patch: Patch, entrant: Entrant, pick: Entrant, anatomy: Anatomy,
-           pipeline: Pipeline, first_pass: dict[str, Any] | None, rounds: int) -> dict[str, Any]:
+@dataclass
+class Prepared:
+    change: Change
+    applied: Applied
+    patch: Patch
+    side_effect: dict[str, Any]
+    entrant: Entrant
+
+
+def _prepare(change: Change, anatomy: Anatomy, pipeline: Pipeline, config: LoaderConfig, items: int,
+             result: ChangesResult) -> Prepared | None:
+    """Apply one change (a cache gets its first pass), measure its side effect and verify its diff;
+    None, with the reason in ``result.not_applied``, where it does not apply."""
+    done: Applied | None = None
     try:
-        side = change.side_effect(anatomy, pipeline, done)
-    except Exception as exc:
-        side = {"summary": f"not measured: {describe_exception(exc, 160)}", "alters_output": None}
-    if first_pass is not None:
-        side["first_pass"] = first_pass
-        rate = _median(pick.rates)
-        if rate and first_pass.get("samples_per_s"):
-            side["summary"] += (f"; the first pass ran at {first_pass['samples_per_s']:,.0f} samples/s "
-                                f"(the pick without the change: {rate:,.0f})")
+        why = change.applies(anatomy, pipeline)
+        if why:
+            result.not_applied.append({"id": change.id, "title": change.title, "why": why})
+            return None
+        done = change.apply(anatomy, pipeline)
+        entrant = Entrant(change.id, race_pipeline(pipeline, done.dataset, items), done.main_step)
+        first_pass = None
+        if done.fill:
+            seconds, seen = fill(entrant.pipeline, config, timeout=30.0)
+            first_pass = {"seconds": round(seconds, 3), "items": seen,
+                          "samples_per_s": round(seen / seconds, 2) if seconds > 0 else None}
+        patch = change.patch(anatomy, pipeline)
+        try:
+            side = change.side_effect(anatomy, pipeline, done)
+        except Exception as exc:
+            side = {"summary": f"not measured: {describe_exception(exc, 160)}", "alters_output": None}
+        if first_pass is not None:
+            side["first_pass"] = first_pass
+    except Exception as exc:  # a probe of ours failed on this pipeline: say so, go on
+        if done is not None and done.cleanup is not None:
+            done.cleanup()
+        result.not_applied.append({"id": change.id, "title": change.title,
+                                   "why": f"the probe raised {describe_exception(exc, 160)}"})
+        return None
+    return Prepared(change, done, patch, side, entrant)
+
+
+def _entry(prepared: Prepared, pick: Entrant) -> dict[str, Any]:
+    change, patch, entrant, side = prepared.change, prepared.patch, prepared.entrant, dict(prepared.side_effect)
+    first_pass = side.get("first_pass")
+    rate = _median(pick.rates)
+    if first_pass and rate and first_pass.get("samples_per_s"):
+        side["summary"] += (f"; the first pass ran at {first_pass['samples_per_s']:,.0f} samples/s "
+                            f"(the pick without the change: {rate:,.0f})")
     ratio = speedup(entrant, pick)
     return {
         "id": change.id,
@@ -179,7 +195,7 @@ def _entry(change: Change, done: Applied, patch: Patch, entrant: Entrant, pick: 
         "speedup": None if ratio is None else round(ratio, 3),
         "rounds": sum(1 for v in entrant.rates if math.isfinite(v)) if entrant.error is None else 0,
         "samples_per_s": _median(entrant.rates),
-        "pick_samples_per_s": _median(pick.rates),
+        "pick_samples_per_s": rate,
         "diff": patch.diff,
         "description": patch.description,
         "verified": patch.verified,

@@ -12,8 +12,8 @@ from . import report_format as rf
 def code_changes_section(facts: CodeChangeFacts, r: dict):
     blocks: list = []
     if facts.pick_label:
-        text = (f"Each change was applied inside stallscope's probes (your files were not touched) and raced against "
-                f"the best knob config, ")
+        text = ("Each change was applied inside stallscope's probes (your files were not touched) and raced against "
+                "the best knob config, ")
         blocks.append(dm.Paragraph([text, dm.config_code(facts.pick_label),
                                     f", on the same {rf.fmt_count(facts.items)} items in "
                                     f"{dm.plural(facts.rounds, 'interleaved round')}."]))
