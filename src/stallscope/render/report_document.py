@@ -17,13 +17,13 @@ from ..analysis import ReportFacts, Verdict, report_facts
 from ..analysis.readers import as_record_dict, number
 from . import document_model as dm
 from . import report_format as rf
+from .document_changes import code_changes_section
 from .document_checks import (
     checklist_section,
     findings_section,
     recommendations_section,
     troubleshooting_section,
 )
-from .document_changes import code_changes_section
 from .document_compare import compare_sections
 from .document_costs import cpu_section, epoch_section, memory_section
 from .document_results import (
