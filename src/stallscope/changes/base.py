@@ -121,13 +121,22 @@ def run_two_batches(make: Callable[[], tuple[Any, MainStep | None]], anatomy: An
     return None
 
 
-def fastest_seconds(fn: Callable[[], Any], *, repeats: int = 7) -> float:
-    """The fastest of ``repeats`` calls: CPU cost, without the time slices a busy machine takes away."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+def fastest_seconds(fn: Callable[[], Any], *, repeats: int = 7, threads: int | None = None) -> float:
+    """The fastest of ``repeats`` calls: CPU cost, without the time slices a busy machine takes away.
+    ``threads=1`` times work as a DataLoader worker runs it (torch sets one intra-op thread there)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(previous)
     return min(times)
 
 

@@ -108,7 +108,7 @@ class BatchAugmentation(Change):
         theirs = reference_batches(anatomy, pipeline)[:1]
         difference = max_difference(ours, theirs, slot)
         image = anatomy.samples[0].outputs[self.start - 1] if self.start else anatomy.samples[0].input
-        worker = fastest_seconds(lambda: run_stages(anatomy.stages[self.start :], fresh(image)))
+        worker = fastest_seconds(lambda: run_stages(anatomy.stages[self.start :], fresh(image)), threads=1)
         main_cost = fastest_seconds(lambda: applied.main_step(copy_batch(raw[0])), repeats=5)  # type: ignore[misc]
         if randoms:
             summary = (f"alters what the model sees: {', '.join(randoms)} draw once per batch of {pipeline.batch_size} "

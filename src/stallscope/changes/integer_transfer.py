@@ -135,8 +135,8 @@ class IntegerTransfer(Change):
         difference = max_difference(ours, theirs, slot)
         image = anatomy.samples[0].outputs[self.start - 1] if self.start else anatomy.samples[0].input
         suffix = anatomy.stages[self.start :]
-        worker_before = fastest_seconds(lambda: run_stages(suffix, fresh(image)))
-        worker_after = fastest_seconds(lambda: Uint8Layout(self.permute)(image))
+        worker_before = fastest_seconds(lambda: run_stages(suffix, fresh(image)), threads=1)
+        worker_after = fastest_seconds(lambda: Uint8Layout(self.permute)(image), threads=1)
         main_cost = fastest_seconds(lambda: step(copy_batch(ours_raw[0])), repeats=5)
         bytes_before, bytes_after = nbytes_at(theirs[0], slot), nbytes_at(ours_raw[0], slot)
         alters = difference is None or difference > TOLERANCE
