@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -90,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.tune_budget, args.budget, args.rounds, args.window = 10.0, 20.0, 1, 0.5
+    load_before = os.getloadavg()
     results = {name: run_one(name, target, args) for name, target in PIPELINES.items() if args.only in (None, name)}
+    load_after = os.getloadavg()
     passes = all(r["passes"] for r in results.values())
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({
@@ -98,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/code_changes.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "bar": f"at least one applied change >= {BAR}x the best knob config, same interleaved rounds",
         "host": host_info(),
+        # Other jobs on the machine: the 1-minute load average before and after (cores in host).
+        "load_average": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)},
         "settings": {"tune_budget_s": args.tune_budget, "budget_s": args.budget, "max_rounds": args.rounds,
                      "window_s": args.window},
         "pipelines": results,

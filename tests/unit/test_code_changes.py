@@ -176,3 +176,17 @@ def test_every_diff_is_verified_and_applies_to_the_file(jpegs, change, tmp_path)
     done = subprocess.run(["patch", "--dry-run", "-p0", "-i", str(tmp_path / "change.diff")],
                           cwd=Path.cwd(), capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_compose_list_is_found_with_qualified_names_and_comments():
+    import types
+
+    from stallscope.changes.source import SourceFile, block_end, constructor_block, expression_of
+
+    text = "def make():\n    return T.Compose([\n        T.RandomCrop(224),\n        # why\n        T.ToTensor(),\n        T.Normalize(MEAN, STD),  # ImageNet\n    ])\n"
+    source = SourceFile(Path("x.py"), types.ModuleType("x"), text)
+    found = constructor_block([source], ["ToTensor", "Normalize"])
+    assert found is not None and found[1] == 4
+    assert block_end(source.lines, 4, "Normalize") == 5
+    assert expression_of(source.lines[5]) == "T.Normalize(MEAN, STD)"
+    assert constructor_block([source], ["Normalize", "ToTensor"]) is None

@@ -193,6 +193,8 @@ def examine(dataset: Any, *, items: int = 3) -> Anatomy:
     if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
         raise NotApplicable("the dataset is not map-style (no __getitem__ and __len__)")
     length = len(dataset)
+    if length == 0:
+        raise NotApplicable("the dataset is empty")
     slots = [s for s in find_transforms(dataset) if len(s.path) >= 2 and s.path[-2] == "transforms"]
     if not slots:
         raise NotApplicable("no composed transform pipeline (an object with a .transforms list) was found on the dataset")

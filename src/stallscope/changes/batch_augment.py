@@ -28,6 +28,7 @@ from .base import (
     slot_step,
 )
 from .source import (
+    block_end,
     candidate_files,
     constructor_block,
     enclosing_function,
@@ -137,9 +138,7 @@ class BatchAugmentation(Change):
             return Patch(None, words, False, f"no list with {', '.join(n + '()' for n in names)} one per line was found")
         source, first = found
         lines = list(source.lines)
-        last = first
-        while last < len(lines) and not lines[last].lstrip().startswith(names[-1] + "("):
-            last += 1
+        last = block_end(lines, first, names[-1])
         expressions = [expression_of(line) for line in lines[first : last + 1] if expression_of(line)]
         del lines[first : last + 1]
         text = "".join(lines) + helper_block("batch-level augmentation", HELPER.format(expressions=", ".join(expressions)))

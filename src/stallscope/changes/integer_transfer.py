@@ -27,6 +27,7 @@ from .base import (
     slot_step,
 )
 from .source import (
+    block_end,
     candidate_files,
     constructor_block,
     enclosing_function,
@@ -162,9 +163,7 @@ class IntegerTransfer(Change):
             return Patch(None, words, False, f"no list with {', '.join(n + '()' for n in names)} one per line was found")
         source, first = found
         lines = list(source.lines)
-        last = first
-        while names and last < len(lines) and not lines[last].lstrip().startswith(names[-1] + "("):
-            last += 1
+        last = block_end(lines, first, names[-1])
         indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
         lines[first : last + 1] = [f"{indent}ToUint8Tensor(),  # normalised per batch: normalize_batch()\n"]
         convert = "tensor.permute(2, 0, 1).contiguous()" if self.permute else "tensor"

@@ -101,7 +101,7 @@ def is_statement(text: str) -> bool:
 def constructor_block(files: Iterable[SourceFile], names: list[str]) -> tuple[SourceFile, int] | None:
     """Where ``names`` are constructed one per line, in order (``ToTensor(),`` then ``Normalize(),``):
     the file and the index of the first line. Lines between them may only be comments."""
-    patterns = [re.compile(rf"^\s*{re.escape(n)}\(.*\)\s*,?\s*(#.*)?$") for n in names]
+    patterns = [constructor_line(n) for n in names]
     for found in files:
         lines = found.lines
         for start in range(len(lines)):
@@ -116,6 +116,20 @@ def constructor_block(files: Iterable[SourceFile], names: list[str]) -> tuple[So
             if ok:
                 return found, start
     return None
+
+
+def constructor_line(name: str) -> re.Pattern[str]:
+    """A list line constructing ``name`` (``Normalize(...),`` or ``T.Normalize(...),``)."""
+    return re.compile(rf"^\s*(?:[A-Za-z_][\w.]*\.)?{re.escape(name)}\(.*\)\s*,?\s*(#.*)?$")
+
+
+def block_end(lines: list[str], first: int, last_name: str) -> int:
+    """Index of the line constructing ``last_name``, from ``first`` on."""
+    pattern = constructor_line(last_name)
+    end = first
+    while end < len(lines) - 1 and not pattern.match(lines[end].rstrip("\n")):
+        end += 1
+    return end
 
 
 def expression_of(line: str) -> str:
