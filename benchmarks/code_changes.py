@@ -44,6 +44,8 @@ BAR = 1.3
 
 def run_one(name: str, target: str, args: argparse.Namespace) -> dict[str, Any]:
     pipeline = load_target(target)
+    load_before = os.getloadavg()[0]
+    started_at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     started = time.perf_counter()
     tuned = tune(pipeline, budget_s=args.tune_budget)
     print(f"[{name}] pick {tuned.config.label()} at {tuned.samples_per_s:,.1f} samples/s "
@@ -70,11 +72,16 @@ def run_one(name: str, target: str, args: argparse.Namespace) -> dict[str, Any]:
     winners = [c for c in changes if (c["speedup"] or 0) >= BAR and c["verified_diff"] and c["side_effect"].get("summary")]
     return {
         "target": target,
+        "started_at": started_at,
+        "load_average": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
         "pick": {"label": tuned.config.label(), "config": tuned.config.to_dict(),
                  "tune_samples_per_s": round(tuned.samples_per_s, 2)},
         "race": {k: data["code_changes_run"][k] for k in ("items", "rounds", "seconds", "notes", "not_applied")},
         "changes": changes,
         "passes": bool(winners),
+        "args": " ".join(sys.argv[1:]),
+        "settings": {"tune_budget_s": args.tune_budget, "budget_s": args.budget, "max_rounds": args.rounds,
+                     "window_s": args.window},
         "best": max(changes, key=lambda c: c["speedup"] or 0)["id"] if changes else None,
     }
 
@@ -91,20 +98,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.tune_budget, args.budget, args.rounds, args.window = 10.0, 20.0, 1, 0.5
-    load_before = os.getloadavg()
     results = {name: run_one(name, target, args) for name, target in PIPELINES.items() if args.only in (None, name)}
-    load_after = os.getloadavg()
+    if args.only and args.json.exists():  # one pipeline again: keep the other's figures from their own run
+        results = {**json.loads(args.json.read_text()).get("pipelines", {}), **results}
     passes = all(r["passes"] for r in results.values())
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({
         "script": "benchmarks/code_changes.py",
-        "command": "python benchmarks/code_changes.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "commands": sorted({f"python benchmarks/code_changes.py {r['args']}" for r in results.values() if "args" in r}),
         "bar": f"at least one applied change >= {BAR}x the best knob config, same interleaved rounds",
         "host": host_info(),
-        # Other jobs on the machine: the 1-minute load average before and after (cores in host).
-        "load_average": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)},
-        "settings": {"tune_budget_s": args.tune_budget, "budget_s": args.budget, "max_rounds": args.rounds,
-                     "window_s": args.window},
+        # Per pipeline: its settings, when it ran, and the 1-minute load average (other jobs) around it.
         "pipelines": results,
         "passes": passes,
     }, indent=2, default=str) + "\n")
