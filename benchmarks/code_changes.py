@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         "script": "benchmarks/code_changes.py",
         "commands": sorted({f"python benchmarks/code_changes.py {r['args']}" for r in results.values() if "args" in r}),
         "bar": f"at least one applied change >= {BAR}x the best knob config, same interleaved rounds",
-        "host": host_info(),
+        "host": host_info().to_dict(),
         # Per pipeline: its settings, when it ran, and the 1-minute load average (other jobs) around it.
         "pipelines": results,
         "passes": passes,

@@ -46,8 +46,13 @@ def fill(pipeline: Pipeline, config: LoaderConfig, *, timeout: float) -> tuple[f
     from ..pipeline.structure import batch_length
     from ..runtime.processes import stop_workers
 
+    import torch
+
     loader = build_loader(pipeline, config, timeout=timeout)
     iterator = None
+    threads = torch.get_num_threads()
+    if config.torch_threads:  # as measure() runs the config
+        torch.set_num_threads(config.torch_threads)
     seen = 0
     start = time.perf_counter()
     failure: BaseException | None = None
@@ -63,6 +68,7 @@ def fill(pipeline: Pipeline, config: LoaderConfig, *, timeout: float) -> tuple[f
             stop_workers(iterator, failure)
         close_trial(loader, iterator)
         close_threads(loader)
+        torch.set_num_threads(threads)
     return time.perf_counter() - start, seen
 
 
