@@ -190,3 +190,40 @@ def test_the_compose_list_is_found_with_qualified_names_and_comments():
     assert block_end(source.lines, 4, "Normalize") == 5
     assert expression_of(source.lines[5]) == "T.Normalize(MEAN, STD)"
     assert constructor_block([source], ["Normalize", "ToTensor"]) is None
+
+
+class FolderLike:
+    """Deterministic stages (Halve, Scale) before the first random one: the cache keeps their output."""
+
+    def __init__(self, transform):
+        self.data = [np.full((8, 8), i, np.float32) for i in range(8)]
+        self.transform = transform
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, index):
+        image = self.data[index].copy()
+        image = self.transform(image)
+        return image, index
+
+
+def test_the_cache_keeps_the_deterministic_stages_and_its_diff_runs_the_rest():
+    pipeline = load_target("tests/pipelines/vision_changes.py:small_pipeline")
+    pipeline.dataset = FolderLike(Compose([Halve(), Scale(), Offset(), Scale()]))
+    pipeline.batch_size = 2
+    anatomy = examine(pipeline.dataset)
+    change = PrefixCache()
+    assert change.applies(anatomy, pipeline) is None
+    assert change.prefix_label(anatomy) == "read + decode + Halve + Scale"
+    applied = change.apply(anatomy, pipeline)
+    try:
+        batches(applied.dataset, pipeline, count=2)
+        cached, _ = applied.notes["cache"].get(0)
+        assert cached.shape == (4, 4) and cached[0, 0] == 0.0  # halved and scaled, before Offset
+        patch = change.patch(anatomy, pipeline)
+        assert patch.verified, patch.reason
+        assert "_PREFIX_CACHE.put(index, _run_stages(self.transform.transforms[:2], image))" in patch.diff
+        assert "image = _run_stages(self.transform.transforms[2:], image)" in patch.diff
+    finally:
+        applied.cleanup()

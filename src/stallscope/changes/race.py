@@ -41,12 +41,12 @@ def race_pipeline(pipeline: Pipeline, dataset: Any, items: int) -> Pipeline:
 
 def fill(pipeline: Pipeline, config: LoaderConfig, *, timeout: float) -> tuple[float, int]:
     """One pass over ``pipeline``'s items with ``config`` (a cache's first pass): seconds, items."""
+    import torch
+
     from ..pipeline.kinds import close_trial
     from ..pipeline.loaders import build_loader, close_threads
     from ..pipeline.structure import batch_length
     from ..runtime.processes import stop_workers
-
-    import torch
 
     loader = build_loader(pipeline, config, timeout=timeout)
     iterator = None
