@@ -42,6 +42,7 @@ def test_doctor_reports_applied_code_changes_with_verified_diffs(tmp_path):
         assert change["rounds"] >= 1 and change["speedup"] and change["speedup"] > 0, change
         assert change["side_effect"]["summary"], change
         assert change["verified"] and change["diff"], change
+        assert change["apply"] == "patch -p0 < change.diff"
     assert changes["reduced-decode"]["side_effect"]["psnr_db"] > 25
     assert changes["reduced-decode"]["side_effect"]["alters_output"] is True
     assert changes["integer-transfer"]["side_effect"]["max_abs_difference"] < 1e-4

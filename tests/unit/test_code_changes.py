@@ -227,3 +227,19 @@ def test_the_cache_keeps_the_deterministic_stages_and_its_diff_runs_the_rest():
         assert "image = _run_stages(self.transform.transforms[2:], image)" in patch.diff
     finally:
         applied.cleanup()
+
+
+def test_a_diff_outside_the_working_folder_names_the_file_in_its_own_folder(tmp_path, monkeypatch):
+    from stallscope.changes.source import apply_command, display_path, unified_diff
+
+    inside = tmp_path / "pkg" / "data.py"
+    inside.parent.mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert display_path(inside) == (".", "pkg/data.py")
+    assert apply_command(inside) == "patch -p0 < change.diff"
+    elsewhere = tmp_path / "work"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert display_path(inside) == (str(inside.parent), "data.py")
+    assert apply_command(inside) == f"patch -p0 -d {inside.parent} < change.diff"
+    assert unified_diff(inside, "a\n", "b\n").startswith("--- data.py\n+++ data.py\n")

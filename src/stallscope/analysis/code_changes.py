@@ -23,6 +23,7 @@ class CodeChangeRow:
     side_effect: str
     alters_output: bool | None
     diff: str | None  # shown only when it ran for two batches
+    apply: str | None  # how to apply it (patch -p0 …)
     description: str
     unverified_reason: str | None
     error: str | None
@@ -84,6 +85,7 @@ def _row(entry: dict[str, Any]) -> CodeChangeRow:
         side_effect=str(side.get("summary", "")),
         alters_output=alters if isinstance(alters, bool) else None,
         diff=entry.get("diff") if isinstance(entry.get("diff"), str) and entry.get("diff") else None,
+        apply=entry.get("apply") if isinstance(entry.get("apply"), str) else None,
         description=str(entry.get("description", "")),
         unverified_reason=entry.get("unverified_reason") if isinstance(entry.get("unverified_reason"), str) else None,
         error=entry.get("error") if isinstance(entry.get("error"), str) else None,

@@ -38,6 +38,7 @@ class Patch:
     description: str  # the change in words (always)
     verified: bool
     reason: str | None = None  # why no diff is shown
+    apply: str | None = None  # the command that applies the diff (``patch -p0 -d FOLDER < change.diff``)
 
     def to_dict(self) -> dict[str, Any]:
         return {"verified": self.verified, "reason": self.reason, "description": self.description}

@@ -28,6 +28,7 @@ from .base import (
     slot_step,
 )
 from .source import (
+    apply_command,
     block_end,
     candidate_files,
     constructor_block,
@@ -157,4 +158,4 @@ class BatchAugmentation(Change):
             why = f"the patched module failed: {type(exc).__name__}: {exc}"
         if why:
             return Patch(None, words, False, why)
-        return Patch(unified_diff(source.path, source.text, text), words, True)
+        return Patch(unified_diff(source.path, source.text, text), words, True, apply=apply_command(source.path))

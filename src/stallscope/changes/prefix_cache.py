@@ -19,7 +19,14 @@ import psutil
 from ..pipeline.transforms import get_path, replace_transforms
 from .anatomy import Anatomy, get_slot, same, seeded
 from .base import Applied, Change, Patch, run_two_batches
-from .source import exec_patched, helper_block, is_statement, method_lines, unified_diff
+from .source import (
+    apply_command,
+    exec_patched,
+    helper_block,
+    is_statement,
+    method_lines,
+    unified_diff,
+)
 from .wrappers import (
     PREFIX_CACHE_SOURCE,
     PrefixCachedDataset,
@@ -163,7 +170,7 @@ class PrefixCache(Change):
         why = self._verify(anatomy, pipeline, source, text, owner_path)
         if why:
             return Patch(None, words, False, why)
-        return Patch(unified_diff(source.path, source.text, text), words, True)
+        return Patch(unified_diff(source.path, source.text, text), words, True, apply=apply_command(source.path))
 
     def _verify(self, anatomy: Anatomy, pipeline: Any, source: Any, text: str, owner_path: tuple) -> str | None:
         owner = get_path(anatomy.dataset, owner_path)

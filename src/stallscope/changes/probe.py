@@ -200,6 +200,7 @@ def _entry(prepared: Prepared, pick: Entrant) -> dict[str, Any]:
         "samples_per_s": _median(entrant.rates),
         "pick_samples_per_s": rate,
         "diff": patch.diff,
+        "apply": patch.apply,
         "description": patch.description,
         "verified": patch.verified,
         "unverified_reason": patch.reason,

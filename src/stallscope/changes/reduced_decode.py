@@ -16,7 +16,7 @@ from ..pipeline.transforms import get_path, replace_transforms
 from .anatomy import Anatomy, Recorder, as_array, seeded
 from .base import Applied, Change, Patch, run_two_batches
 from .prefix_cache import fresh_instance
-from .source import exec_patched, is_statement, source_file, unified_diff
+from .source import apply_command, exec_patched, is_statement, source_file, unified_diff
 from .wrappers import ReducedDecodeDataset, reduced_decode
 
 FACTORS = (8, 4, 2)
@@ -165,4 +165,4 @@ class ReducedDecode(Change):
                     return Patch(None, words, False, "the patched code still decodes at full size")
         except Exception as exc:
             return Patch(None, words, False, f"the patched module failed: {type(exc).__name__}: {exc}")
-        return Patch(unified_diff(source.path, source.text, text), words, True)
+        return Patch(unified_diff(source.path, source.text, text), words, True, apply=apply_command(source.path))

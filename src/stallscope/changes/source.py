@@ -61,16 +61,22 @@ def candidate_files(objects: Iterable[Any]) -> list[SourceFile]:
     return list(seen.values())
 
 
-def display_path(path: Path) -> str:
-    """The path a diff names: relative to the working folder when below it, else absolute."""
+def display_path(path: Path) -> tuple[str, str]:
+    """(folder to apply the diff in, the name the diff gives the file): relative to the working
+    folder when the file is below it, else the file's own folder (``patch`` refuses absolute names)."""
     try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        return ".", str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
-        return str(path.resolve())
+        return str(path.resolve().parent), path.name
+
+
+def apply_command(path: Path) -> str:
+    folder, _ = display_path(path)
+    return "patch -p0 < change.diff" if folder == "." else f"patch -p0 -d {folder} < change.diff"
 
 
 def unified_diff(path: Path, old: str, new: str) -> str:
-    name = display_path(path)
+    _, name = display_path(path)
     return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), name, name))
 
 

@@ -33,6 +33,8 @@ def render_code_changes(data: dict[str, Any], console: Console) -> None:
         if row.diff and row.worth_it:
             console.print(f"[bold]{escape(row.title)}[/] ({fmt_ratio(row.speedup)}), run for two batches first:")
             console.print(row.diff, markup=False, highlight=False)
+            if row.apply:
+                console.print(f"[dim]saved as change.diff, it applies with: {escape(row.apply)}[/]")
         elif row.worth_it:
             reason = f" (no diff: {row.unverified_reason})" if row.unverified_reason else ""
             console.print(f"[bold]{escape(row.title)}[/]: {escape(row.description + reason)}")

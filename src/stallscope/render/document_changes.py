@@ -55,6 +55,8 @@ def _change(row: CodeChangeRow, n: int) -> dm.Section:
     if row.diff:
         blocks.append(dm.Paragraph(["The change, run for two batches before it is shown here:"]))
         blocks.append(dm.CodeBlock(row.diff, "diff"))
+        if row.apply:
+            blocks.append(dm.Paragraph(["Saved as change.diff, it applies with ", dm.Code(row.apply), "."]))
     else:
         text = row.description
         if row.unverified_reason:
