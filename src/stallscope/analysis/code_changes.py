@@ -51,12 +51,12 @@ class CodeChangeFacts:
 
 def code_change_facts(r: Record) -> CodeChangeFacts | None:
     entries = r.get("code_changes")
-    run = r.get("code_changes_run") if isinstance(r.get("code_changes_run"), dict) else {}
+    run: dict[str, Any] = r["code_changes_run"] if isinstance(r.get("code_changes_run"), dict) else {}
     if not isinstance(entries, list) and not run:
         return None
     rows = [_row(e) for e in entries or [] if isinstance(e, dict)]
     rows.sort(key=lambda row: -(row.speedup or 0.0))
-    pick = run.get("pick") if isinstance(run.get("pick"), dict) else {}
+    pick: dict[str, Any] = run["pick"] if isinstance(run.get("pick"), dict) else {}
     not_applied = [(str(n.get("title", n.get("id", "?"))), str(n.get("why", "")))
                    for n in run.get("not_applied") or [] if isinstance(n, dict)]
     if not rows and not not_applied:
@@ -73,7 +73,7 @@ def code_change_facts(r: Record) -> CodeChangeFacts | None:
 
 
 def _row(entry: dict[str, Any]) -> CodeChangeRow:
-    side = entry.get("side_effect") if isinstance(entry.get("side_effect"), dict) else {}
+    side: dict[str, Any] = entry["side_effect"] if isinstance(entry.get("side_effect"), dict) else {}
     alters = side.get("alters_output")
     return CodeChangeRow(
         id=str(entry.get("id", "?")),

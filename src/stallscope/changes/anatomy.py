@@ -60,6 +60,14 @@ def as_array(value: Any) -> np.ndarray | None:
     return None
 
 
+def array_of(value: Any) -> np.ndarray:
+    """``as_array`` for a value known to be an image, tensor or array."""
+    array = as_array(value)
+    if array is None:
+        raise TypeError(f"expected an image, tensor or array, got {type(value).__name__}")
+    return array
+
+
 def same(a: Any, b: Any) -> bool:
     x, y = as_array(a), as_array(b)
     if x is not None and y is not None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .anatomy import Anatomy, StagesCompose, as_array, fresh, run_stages
+from .anatomy import Anatomy, StagesCompose, array_of, fresh, run_stages
 from .base import (
     Applied,
     Change,
@@ -91,7 +91,7 @@ class BatchAugmentation(Change):
             if not is_tensor(out) or tuple(out.shape) != tuple(expected.shape):
                 return f"{anatomy.names[j]} on a batch does not give a batch of its per-sample outputs"
             if not anatomy.random[j]:
-                diff = float(np.max(np.abs(as_array(out).astype(np.float64) - as_array(expected).astype(np.float64))))
+                diff = float(np.max(np.abs(array_of(out).astype(np.float64) - array_of(expected).astype(np.float64))))
                 if diff > TOLERANCE:
                     return f"{anatomy.names[j]} on a batch differs from per sample by {diff:.2g}"
         self.start = start

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .anatomy import Anatomy, StagesCompose, as_array, fresh, run_stages
+from .anatomy import Anatomy, StagesCompose, array_of, as_array, fresh, run_stages
 from .base import (
     Applied,
     Change,
@@ -93,8 +93,9 @@ class IntegerTransfer(Change):
         randoms = [anatomy.names[j] for j in range(start, len(anatomy.stages)) if anatomy.random[j]]
         if randoms:
             return f"{', '.join(randoms)} runs on the float tensor after the conversion (random, per sample)"
-        before = as_array(first.outputs[start - 1] if start else first.input)
+        before = array_of(first.outputs[start - 1] if start else first.input)
         after = first.outputs[-1]
+        channel: int | None
         if before.ndim == 3 and tuple(after.shape) == (before.shape[2], before.shape[0], before.shape[1]):
             permute, channel = (2, 0, 1), 0
         elif tuple(after.shape) == before.shape:
@@ -106,7 +107,7 @@ class IntegerTransfer(Change):
         for sample in anatomy.samples:
             u = layout(sample.outputs[start - 1] if start else sample.input).numpy().astype(np.float64)
             xs.append(np.moveaxis(u, channel, 0) if channel is not None else u[None])
-            y = as_array(sample.outputs[-1]).astype(np.float64)
+            y = array_of(sample.outputs[-1]).astype(np.float64)
             ys.append(np.moveaxis(y, channel, 0) if channel is not None else y[None])
         x, y = np.concatenate([a.reshape(a.shape[0], -1) for a in xs], 1), np.concatenate([b.reshape(b.shape[0], -1) for b in ys], 1)
         scale, shift = [], []

@@ -213,7 +213,7 @@ def _parameters(cls: type) -> list[str]:
     import inspect
 
     try:
-        return list(inspect.signature(cls.__getitem__).parameters)
+        return list(inspect.signature(cls.__getitem__).parameters)  # type: ignore[index]
     except (TypeError, ValueError):
         return []
 

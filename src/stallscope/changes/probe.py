@@ -72,10 +72,11 @@ def code_changes(
     started = time.perf_counter()
     deadline = started + budget_s
     config = (pick or pipeline.baseline).replace(batch_size=pipeline.batch_size)
-    result = ChangesResult(budget_s=budget_s, pick={"config": config.to_dict(), "label": config.label()})
+    pick_section: dict[str, Any] = {"config": config.to_dict(), "label": config.label()}
+    result = ChangesResult(budget_s=budget_s, pick=pick_section)
     if pick is None:
         result.notes.append("raced against the user's own config: no tuned pick in this run")
-    say = progress or (lambda text, fraction=None: None)
+    say = progress or _silent
     changes = all_changes() if changes is None else changes
     try:
         anatomy = _anatomy(pipeline)
@@ -109,7 +110,7 @@ def code_changes(
             result.notes.append(f"{result.rounds} interleaved round(s) fitted the budget of {budget_s:g} s; "
                                 "a second round would give the speed-ups a check against noise")
         pick_entrant = entrants[0]
-        result.pick["samples_per_s"] = _median(pick_entrant.rates)
+        pick_section["samples_per_s"] = _median(pick_entrant.rates)
         for prepared in applied:
             result.changes.append(_entry(prepared, pick_entrant))
     finally:
@@ -122,6 +123,10 @@ def code_changes(
         result.notes.append(f"the step took {result.seconds:.0f} s of its {budget_s:g} s budget: one interleaved "
                             "round of every applicable change is the least that gives a speed-up")
     return result
+
+
+def _silent(text: str, fraction: float | None = None) -> None:
+    """Progress nobody listens to."""
 
 
 def _anatomy(pipeline: Pipeline) -> Anatomy:

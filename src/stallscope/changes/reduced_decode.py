@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..pipeline.transforms import get_path, replace_transforms
-from .anatomy import Anatomy, Recorder, as_array, seeded
+from .anatomy import Anatomy, Recorder, array_of, seeded
 from .base import Applied, Change, Patch, run_two_batches
 from .prefix_cache import fresh_instance
 from .source import apply_command, exec_patched, is_statement, source_file, unified_diff
@@ -90,8 +90,8 @@ class ReducedDecode(Change):
         rng = np.random.default_rng(0)
         values = []
         for sample, small in zip(anatomy.samples, self.reduced):
-            full = sample.input if hasattr(sample.input, "resize") else Image.fromarray(as_array(sample.input))
-            small = small if hasattr(small, "resize") else Image.fromarray(as_array(small))
+            full = sample.input if hasattr(sample.input, "resize") else Image.fromarray(array_of(sample.input))
+            small = small if hasattr(small, "resize") else Image.fromarray(array_of(small))
             for c in range(CROPS):
                 if c == 0:
                     box = (0.0, 0.0, 1.0, 1.0)
@@ -105,7 +105,8 @@ class ReducedDecode(Change):
                 values.append(psnr(np.asarray(crops[0].convert("RGB")), np.asarray(crops[1].convert("RGB"))))
         finite = [v for v in values if math.isfinite(v)] or [99.0]
         mean, worst = float(np.mean(finite)), float(min(finite))
-        full_hw, small_hw = height_width(anatomy.samples[0].input), height_width(self.reduced[0])
+        full_hw = height_width(anatomy.samples[0].input) or (0, 0)
+        small_hw = height_width(self.reduced[0]) or (0, 0)
         return {
             "summary": (f"alters what the model sees: JPEGs are decoded at 1/{self.factor} size "
                         f"({full_hw[1]}×{full_hw[0]} → {small_hw[1]}×{small_hw[0]}) before "

@@ -57,7 +57,10 @@ _namespace: dict[str, Any] = {}
 exec(compile(PREFIX_CACHE_SOURCE, __file__ + ":PREFIX_CACHE_SOURCE", "exec"), _namespace)  # noqa: S102 - our own text
 
 
-class SharedPrefixCache(_namespace["SharedPrefixCache"]):  # type: ignore[misc]
+_PrintedCache: Any = _namespace["SharedPrefixCache"]
+
+
+class SharedPrefixCache(_PrintedCache):
     """:data:`PREFIX_CACHE_SOURCE`'s class, importable by workers (see the module docstring)."""
 
     def __len__(self) -> int:

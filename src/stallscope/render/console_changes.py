@@ -19,8 +19,10 @@ def render_code_changes(data: dict[str, Any], console: Console) -> None:
         return
     table = Table(title="Code changes, applied and measured against the best knob config"
                   + (f" ({facts.pick_label})" if facts.pick_label else ""), title_justify="left")
-    for column, justify in [("change", "left"), ("vs best knobs", "right"), ("rounds", "right"), ("side effect", "left")]:
-        table.add_column(column, justify=justify)
+    table.add_column("change")
+    table.add_column("vs best knobs", justify="right")
+    table.add_column("rounds", justify="right")
+    table.add_column("side effect")
     for row in facts.rows:
         ratio = "failed" if row.error else (fmt_ratio(row.speedup) if row.speedup is not None else "–")
         table.add_row(escape(row.title), ratio, str(row.rounds), escape(row.side_effect),

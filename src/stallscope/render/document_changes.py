@@ -18,7 +18,7 @@ def code_changes_section(facts: CodeChangeFacts, r: dict):
                                     f", on the same {rf.fmt_count(facts.items)} items in "
                                     f"{dm.plural(facts.rounds, 'interleaved round')}."]))
     if facts.rows:
-        rows = [[row.title, _speedup(row), str(row.rounds), rf.fmt_rate(row.samples_per_s),
+        rows: list[list[dm.Cell]] = [[row.title, _speedup(row), str(row.rounds), rf.fmt_rate(row.samples_per_s),
                  "yes" if row.alters_output else ("no" if row.alters_output is False else rf.DASH)]
                 for row in facts.rows]
         blocks.append(dm.Table(["Change", "vs best knobs", "rounds", "samples/s", "alters samples"], rows, "lrrrl"))
