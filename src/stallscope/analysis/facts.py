@@ -346,4 +346,5 @@ class ReportFacts:
     checklist: list[CheckRow]
     findings: FindingFacts | None
     recommendations: list[Recommendation]
+    code_changes: Any = None  # code_changes.CodeChangeFacts (kept apart: a section of its own)
 

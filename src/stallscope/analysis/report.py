@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .checklist_rules import checklist
+from .code_changes import code_change_facts
 from .costs import cpu_use, epoch_estimate, memory_facts
 from .facts import ReportFacts
 from .finding_rules import finding_facts
@@ -46,6 +47,7 @@ SECTIONS: dict[str, Callable[[dict], Any]] = {
     "checklist": checklist,
     "findings": finding_facts,
     "recommendations": recommendations,
+    "code_changes": code_change_facts,
 }
 
 

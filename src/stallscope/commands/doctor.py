@@ -22,7 +22,7 @@ from ..target import Pipeline, load_target, preflight
 from . import _common as common
 
 DEMO_TARGET = "stallscope.demo:pipeline"
-STEPS = ("check", "bench", "stages", "tune", "profile")
+STEPS = ("check", "bench", "stages", "tune", "changes", "profile")
 
 
 def build_parser() -> common.ArgumentParser:
@@ -33,6 +33,10 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument("--out", type=Path, default=Path("stallscope-report"), metavar="DIR",
                         help="folder for report.json, report.md, report.html and plots (default ./stallscope-report)")
     parser.add_argument("--budget", type=float, default=45.0, metavar="SECONDS", help="time budget of the tuner (default 45)")
+    parser.add_argument("--changes-budget", type=float, default=None, metavar="SECONDS",
+                        help="time budget of the code-change step: changes applied in the probes and raced against the "
+                             "tuner's pick (default 30)")
+    parser.add_argument("--no-changes", action="store_true", help="skip the code-change step (same as --skip changes)")
     parser.add_argument("--skip", default="", metavar="STEP,...", help=f"steps to skip: {', '.join(STEPS)}")
     parser.add_argument("--timeout", type=float, default=10.0, help="per-sample timeout of the checks (default 10 s)")
     parser.add_argument("--repeats", type=int, default=2, help="repeats per config in the sweep (default 2)")
@@ -47,6 +51,10 @@ def _run(ctx: common.CommandContext) -> int:
     unknown = skip - set(STEPS)
     if unknown:
         raise UsageError(f"--skip takes {', '.join(STEPS)}; {', '.join(sorted(unknown))} is not a step.")
+    if args.no_changes:
+        skip.add("changes")
+    if args.changes_budget is not None and args.changes_budget <= 0:
+        raise UsageError(f"--changes-budget must be positive, not {args.changes_budget:g}.")
     out: Path = args.out
     # The report folder is written by execute() through these paths, on Ctrl-C too.
     args.json = args.json or out / "report.json"
@@ -218,6 +226,17 @@ def _step_tune(pipeline: Pipeline, args: Any, report: Report, record: RunRecord)
     return tune(pipeline, budget_s=args.budget, on_trial=on_trial, seeds=seeds).to_dict()
 
 
+def _step_changes(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
+    from ..changes import DEFAULT_BUDGET_S, code_changes
+
+    # The best knob config is the tuner's pick; without a tune, the sweep's best, else the user's own.
+    best = (record.sections.get("best") or {}).get("config")
+    pick = LoaderConfig.from_dict(best) if best else sweep_best(record.sections)
+    budget = args.changes_budget or DEFAULT_BUDGET_S
+    result = code_changes(pipeline, pick, budget_s=budget, progress=report)
+    return result.to_dict()
+
+
 def _step_profile(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..training.runner import run_profile
 
@@ -233,6 +252,7 @@ RUNNERS: dict[str, Callable[[Pipeline, Any, Report, RunRecord], dict[str, Any]]]
     "bench": _step_bench,
     "stages": _step_stages,
     "tune": _step_tune,
+    "changes": _step_changes,
     "profile": _step_profile,
 }
 

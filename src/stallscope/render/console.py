@@ -18,6 +18,7 @@ from rich.console import Console
 
 from ..analysis.readers import as_record_dict
 from .console_bench import render_bench
+from .console_changes import render_code_changes
 from .console_check import render_check
 from .console_compare import render_compare
 from .console_profile import render_profile
@@ -83,6 +84,9 @@ def _print_everything(data: dict[str, Any], console: Console) -> None:
         if command != "check":
             console.print()
         section(data, console)
+    if "code_changes" in data or "code_changes_run" in data:
+        console.print()
+        render_code_changes(data, console)
     render_what_to_set(data, console)
     for failure in data.get("step_failures", []):
         console.print(f"[red]{failure['step']} failed:[/] {failure['message']}")

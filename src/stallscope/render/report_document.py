@@ -17,6 +17,7 @@ from ..analysis import ReportFacts, Verdict, report_facts
 from ..analysis.readers import as_record_dict, number
 from . import document_model as dm
 from . import report_format as rf
+from .document_changes import code_changes_section
 from .document_checks import (
     checklist_section,
     findings_section,
@@ -40,6 +41,7 @@ SECTION_BUILDERS = (
     ("tuning", tuning_section),
     ("best", best_section),
     ("stages", stage_section),
+    ("code_changes", code_changes_section),
     ("training", training_section),
     ("epoch", epoch_section),
     ("memory", memory_section),

@@ -110,6 +110,7 @@ def measure(
     sample_resources: bool = False,
     seed: int = 0,
     settle_s: float = 0.0,
+    main_step: Callable[[Any], Any] | None = None,
 ) -> Measurement:
     """Measure ``config``'s steady-state rate on ``pipeline`` (see the module docstring).
 
@@ -117,6 +118,9 @@ def measure(
     builds or compiles its model: the prefetch buffer fills up meanwhile, and
     the warm-up must drain it before the window opens. ``seed`` orders a shuffle
     only where the user gave neither a sampler nor a generator.
+
+    ``main_step`` runs on every batch in this process, inside the timing, as a training loop would
+    (the code-change probes move per-batch work here: NOTE [applied code changes]).
 
     Raises :class:`PipelineError` when the pipeline itself fails (the dataset
     raises in a worker, a worker dies, no batch within ``timeout``).
@@ -126,7 +130,7 @@ def measure(
         return _measure(
             pipeline, config, min_window_s=min_window_s, max_window_s=max_window_s, min_batches=min_batches,
             warmup_batches=warmup_batches, timeout=timeout, sample_resources=sample_resources, seed=seed,
-            settle_s=settle_s, dead=dead,
+            settle_s=settle_s, dead=dead, main_step=main_step,
         )
     except PipelineError:
         raise
@@ -148,6 +152,7 @@ def _measure(
     seed: int,
     settle_s: float,
     dead: list[tuple[int, int]],
+    main_step: Callable[[Any], Any] | None = None,
 ) -> Measurement:
     result = Measurement(config=config)
     warmup = warmup_batches_for(config) if warmup_batches is None else warmup_batches
@@ -174,8 +179,12 @@ def _measure(
         stamps = [first]
         _count(sizes, None)
         for _ in range(warmup):
-            if _next(iterator) is _END:
+            warm = _next(iterator)
+            if warm is _END:
                 break
+            if main_step is not None:
+                main_step(warm)
+            del warm
             _count(sizes, None)
             stamps.append(time.perf_counter())
         if sample_resources:
@@ -187,6 +196,8 @@ def _measure(
         waits: list[float] = []
         while True:
             batch = _next(iterator)
+            if main_step is not None and batch is not _END:
+                batch = main_step(batch)
             now = time.perf_counter()
             if batch is _END:
                 result.exhausted = True

@@ -1,0 +1,177 @@
+"""The shape of one code change, and the checks every change shares.
+
+A change is a small object: ``applies(anatomy, pipeline)`` (None, or one sentence on why not),
+``apply`` (the changed dataset and, where part of the work moves to the main process, the step
+that runs on each batch there), ``side_effect`` (measured: what it costs or alters) and ``patch``
+(the change as a diff against the user's file, run for two batches before it is shown).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import describe_exception
+from ..pipeline.structure import describe_structure
+from ..pipeline.verify import skeleton
+from .anatomy import Anatomy, StagesCompose, as_array, get_slot, seeded, set_slot
+
+MainStep = Callable[[Any], Any]
+
+
+@dataclass
+class Applied:
+    dataset: Any  # the user's dataset with the change, inside the probe
+    main_step: MainStep | None = None  # per batch, in the main process
+    fill: bool = False  # the cache needs a first pass before the race
+    cleanup: Callable[[], None] | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Patch:
+    diff: str | None  # a unified diff, only when it ran for two batches
+    description: str  # the change in words (always)
+    verified: bool
+    reason: str | None = None  # why no diff is shown
+    apply: str | None = None  # the command that applies the diff (``patch -p0 -d FOLDER < change.diff``)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verified": self.verified, "reason": self.reason, "description": self.description}
+
+
+class Change:
+    id = "change"
+    title = "a code change"
+
+    def applies(self, anatomy: Anatomy, pipeline: Any) -> str | None:
+        raise NotImplementedError
+
+    def apply(self, anatomy: Anatomy, pipeline: Any) -> Applied:
+        raise NotImplementedError
+
+    def side_effect(self, anatomy: Anatomy, pipeline: Any, applied: Applied) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def patch(self, anatomy: Anatomy, pipeline: Any) -> Patch:
+        raise NotImplementedError
+
+
+def batches(dataset: Any, pipeline: Any, *, main_step: MainStep | None = None, count: int = 2, seed: int = 0) -> list[Any]:
+    """``count`` batches of the first items, fetched in this process under fixed seeds."""
+    size = pipeline.batch_size
+    length = len(dataset)
+    out = []
+    with seeded(seed):
+        for b in range(count):
+            items = [dataset[i % length] for i in range(b * size, (b + 1) * size)]
+            batch = pipeline.collate(items)
+            out.append(main_step(batch) if main_step is not None else batch)
+    return out
+
+
+def reference_batches(anatomy: Anatomy, pipeline: Any) -> list[Any]:
+    """The user's own two batches under the fixed seeds (taken once per anatomy)."""
+    key = ("batches", pipeline.batch_size)
+    if key not in anatomy.memo:
+        anatomy.memo[key] = batches(anatomy.dataset, pipeline)
+    return anatomy.memo[key]
+
+
+def max_difference(ours: Sequence[Any], theirs: Sequence[Any], slot: tuple[Any, ...]) -> float | None:
+    """Largest absolute difference at ``slot`` between two lists of batches (None: not comparable)."""
+    worst = 0.0
+    for a, b in zip(ours, theirs):
+        x, y = as_array(get_slot(a, slot)), as_array(get_slot(b, slot))
+        if x is None or y is None or x.shape != y.shape:
+            return None
+        worst = max(worst, float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if x.size else 0.0)
+    return worst
+
+
+def same_structure(ours: Sequence[Any], theirs: Sequence[Any]) -> str | None:
+    """None when the batches look alike (types, keys, dtypes, shapes), else what differs."""
+    for a, b in zip(ours, theirs):
+        sa, sb = describe_structure(a), describe_structure(b)
+        if skeleton(sa) != skeleton(sb) or sa != sb:
+            return f"its batches look like {sa}, yours like {sb}"
+    return None
+
+
+def run_two_batches(make: Callable[[], tuple[Any, MainStep | None]], anatomy: Anatomy, pipeline: Any,
+                    *, tolerance: float | None) -> str | None:
+    """Build the patched pipeline with ``make`` and take two batches; None when they match the user's
+    in structure (and within ``tolerance`` at the image slot, when given), else why not."""
+    try:
+        dataset, step = make()
+        ours = batches(dataset, pipeline, main_step=step)
+    except Exception as exc:
+        return f"running the patched code raised {describe_exception(exc, 160)}"
+    theirs = reference_batches(anatomy, pipeline)
+    differs = same_structure(ours, theirs)
+    if differs:
+        return differs
+    if tolerance is not None and anatomy.item_slot is not None:
+        diff = max_difference(ours, theirs, anatomy.item_slot)
+        if diff is None or diff > tolerance:
+            return f"its batches differ from yours by {diff} (more than {tolerance:g})"
+    return None
+
+
+def fastest_seconds(fn: Callable[[], Any], *, repeats: int = 7, threads: int | None = None) -> float:
+    """The fastest of ``repeats`` calls: CPU cost, without the time slices a busy machine takes away.
+    ``threads=1`` times work as a DataLoader worker runs it (torch sets one intra-op thread there)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(previous)
+    return min(times)
+
+
+def nbytes_at(batch: Any, slot: tuple[Any, ...]) -> int:
+    value = get_slot(batch, slot)
+    return int(value.numel() * value.element_size()) if hasattr(value, "element_size") else int(getattr(value, "nbytes", 0))
+
+
+def copy_batch(batch: Any) -> Any:
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(copy_batch(b) for b in batch)
+    if isinstance(batch, dict):
+        return {k: copy_batch(v) for k, v in batch.items()}
+    return batch.clone() if hasattr(batch, "clone") else batch
+
+
+def rebuilt_compose(module: Any, function: str | None, anatomy: Anatomy, start: int, replacement: Any) -> Any:
+    """The Compose the patched function builds (when it takes no required argument), else the
+    user's stages up to ``start`` followed by the patched module's ``replacement``."""
+    import inspect
+
+    func = getattr(module, function, None) if function else None
+    if func is not None:
+        try:
+            inspect.signature(func).bind()
+        except TypeError:
+            func = None
+    if func is not None:
+        compose = func()
+        if hasattr(compose, "transforms"):
+            return compose
+    return StagesCompose([*anatomy.stages[:start], replacement])
+
+
+def slot_step(anatomy: Anatomy, fn: Any) -> Any:
+    slot = anatomy.item_slot or ()
+    return lambda batch: set_slot(batch, slot, fn(get_slot(batch, slot)))
