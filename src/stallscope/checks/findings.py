@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..errors import UsageError
 
 ERROR = "error"
 WARNING = "warning"
@@ -65,3 +68,37 @@ class Finding:
 def sort_findings(findings: list[Finding]) -> list[Finding]:
     """Errors first, then warnings, then info; spec order within a severity."""
     return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), CODES.index(f.code)))
+
+
+# which probes each finding code needs
+PROBES_FOR = {
+    "unpicklable": {"pickling"},
+    "duplicate-rng": {"rng"},
+    "memory-growth": {"memory"},
+    "iterable-duplicates": {"sharding"},
+    "copy-on-write": {"memory"},
+    "slow-samples": {"health"},
+    "hang": {"health"},
+    "getitem-error": {"health"},
+    "collate-error": {"health"},
+    "shm-too-small": {"health"},
+    "oversubscription": {"health", "memory"},
+}
+
+
+def codes_of_probe(probe: str) -> list[str]:
+    """The finding codes that rely on ``probe`` (what a skipped probe leaves unchecked)."""
+    if probe == "shm":
+        return ["shm-too-small"]
+    if probe == "threads":
+        return ["oversubscription"]
+    return [code for code, needs in PROBES_FOR.items() if probe in needs]
+
+
+def select_codes(only: Iterable[str] | None, skip: Iterable[str] | None) -> list[str]:
+    chosen = list(CODES) if not only else list(dict.fromkeys(only))
+    unknown = sorted({*chosen, *(skip or ())} - set(CODES))
+    if unknown:
+        raise UsageError(f"unknown check code {unknown[0]!r}; choose from {', '.join(CODES)}.")
+    skipped = set(skip or ())
+    return [c for c in chosen if c not in skipped]

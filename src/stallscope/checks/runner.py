@@ -32,7 +32,7 @@ from typing import Any
 
 from ..errors import UsageError, describe_exception
 from ..runtime.processes import default_start_method, no_orphans
-from .findings import CODES
+from .findings import PROBES_FOR, codes_of_probe, select_codes
 from .result import CheckResult
 from .rules import analyse, slow_candidates
 from .sampling import memory_pool, pilot_order, plan_order
@@ -57,40 +57,6 @@ RNG_OTHER_INDICES = 4
 RNG_MAX_REPEATS = 6
 # Seconds a fresh worker may take before its first fetch (spawn re-imports torch).
 STARTUP_S = {"fork": 5.0, "spawn": 30.0, "forkserver": 30.0}
-
-# which probes each finding code needs
-_PROBES_FOR = {
-    "unpicklable": {"pickling"},
-    "duplicate-rng": {"rng"},
-    "memory-growth": {"memory"},
-    "iterable-duplicates": {"sharding"},
-    "copy-on-write": {"memory"},
-    "slow-samples": {"health"},
-    "hang": {"health"},
-    "getitem-error": {"health"},
-    "collate-error": {"health"},
-    "shm-too-small": {"health"},
-    "oversubscription": {"health", "memory"},
-}
-
-
-def codes_of_probe(probe: str) -> list[str]:
-    """The finding codes that rely on ``probe`` (what a skipped probe leaves unchecked)."""
-    if probe == "shm":
-        return ["shm-too-small"]
-    if probe == "threads":
-        return ["oversubscription"]
-    return [code for code, needs in _PROBES_FOR.items() if probe in needs]
-
-
-def select_codes(only: Iterable[str] | None, skip: Iterable[str] | None) -> list[str]:
-    chosen = list(CODES) if not only else list(dict.fromkeys(only))
-    unknown = sorted({*chosen, *(skip or ())} - set(CODES))
-    if unknown:
-        raise UsageError(f"unknown check code {unknown[0]!r}; choose from {', '.join(CODES)}.")
-    skipped = set(skip or ())
-    return [c for c in chosen if c not in skipped]
-
 
 class _Run:
     def __init__(
@@ -123,7 +89,7 @@ class _Run:
         self.on_update = on_update
         self.started = time.monotonic()
         self.deadline = self.started + budget
-        self.needed = set().union(*(_PROBES_FOR[c] for c in codes)) if codes else set()
+        self.needed = set().union(*(PROBES_FOR[c] for c in codes)) if codes else set()
         self.length = pipeline.length()
         self.batch_size = pipeline.batch_size if not self.length else min(pipeline.batch_size, self.length)
         self.notes: list[str] = []
