@@ -346,4 +346,5 @@ class ReportFacts:
     checklist: list[CheckRow]
     findings: FindingFacts | None
     recommendations: list[Recommendation]
+    ceiling: Any = None  # ceiling.CeilingFacts: the machine's ceiling, the cores needed (issue 18)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .ceiling import ceiling_facts
 from .checklist_rules import checklist
 from .costs import cpu_use, epoch_estimate, memory_facts
 from .facts import ReportFacts
@@ -46,6 +47,7 @@ SECTIONS: dict[str, Callable[[dict], Any]] = {
     "checklist": checklist,
     "findings": finding_facts,
     "recommendations": recommendations,
+    "ceiling": ceiling_facts,
 }
 
 

@@ -34,6 +34,7 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument("--skip", default="", metavar="STEP,...", help=f"steps to skip: {', '.join(STEPS)}")
     parser.add_argument("--timeout", type=float, default=10.0, help="per-sample timeout of the checks (default 10 s)")
     parser.add_argument("--repeats", type=int, default=2, help="repeats per config in the sweep (default 2)")
+    common.add_target_rate_argument(parser)
     common.add_output_arguments(parser, help={"json": "also write the record here", "md": "also write Markdown here",
                                        "html": "also write HTML here"})
     return parser
@@ -45,6 +46,7 @@ def _run(ctx: common.CommandContext) -> int:
     unknown = skip - set(STEPS)
     if unknown:
         raise UsageError(f"--skip takes {', '.join(STEPS)}; {', '.join(sorted(unknown))} is not a step.")
+    target_rate = common.positive_target_rate(args)
     out: Path = args.out
     # The report folder is written by execute() through these paths, on Ctrl-C too.
     args.json = args.json or out / "report.json"
@@ -102,6 +104,8 @@ def _run(ctx: common.CommandContext) -> int:
     if failures:
         record.add(step_failures=failures)
     common.add_verified_advice(record, pipeline)
+    if not skip >= {"bench", "tune"}:
+        common.add_ceiling(record, pipeline, target_rate)
     common.print_summary(ctx, record)
     data = record.to_dict()
     has_errors = any(f.get("severity") == "error" for f in data.get("findings", []))

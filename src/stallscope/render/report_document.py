@@ -17,6 +17,7 @@ from ..analysis import ReportFacts, Verdict, report_facts
 from ..analysis.readers import as_record_dict, number
 from . import document_model as dm
 from . import report_format as rf
+from .document_ceiling import ceiling_section
 from .document_checks import (
     checklist_section,
     findings_section,
@@ -39,6 +40,7 @@ SECTION_BUILDERS = (
     ("bench", bench_section),
     ("tuning", tuning_section),
     ("best", best_section),
+    ("ceiling", ceiling_section),
     ("stages", stage_section),
     ("training", training_section),
     ("epoch", epoch_section),

@@ -72,6 +72,9 @@ class Measurement:
     exhausted: bool = False  # an iterable dataset ended before the window was full
     resources: ResourceSummary | None = None
     error: str | None = None
+    # CPU seconds the main process's receiving threads (the main thread, and the pin-memory thread
+    # where there is one) spent over the window: receiving and deserialising (NOTE [receive cost]).
+    main_cpu_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +91,7 @@ class Measurement:
             "exhausted": self.exhausted,
             "resources": self.resources.to_dict() if self.resources else None,
             "error": self.error,
+            "main_cpu_s": self.main_cpu_s,
         }
 
 
@@ -181,6 +185,8 @@ def _measure(
         if sample_resources:
             pids = worker_pids(iterator)
             resources = ResourceSampler(0.2, worker_pids=(lambda: pids) if pids else None).start()
+        receive_cpu = receiving_cpu_clock(iterator)
+        cpu_start = receive_cpu()
         window_start = time.perf_counter()
         last = window_start
         samples = tokens = 0
@@ -201,6 +207,7 @@ def _measure(
             if (elapsed >= min_window_s and len(waits) >= min_batches) or elapsed >= max_window_s:
                 break
         result.window_s = last - window_start
+        result.main_cpu_s = max(0.0, receive_cpu() - cpu_start)
         result.batches = len(waits)
         result.samples = samples
         result.tokens = tokens if count_tokens is not None else None
@@ -228,6 +235,35 @@ def _measure(
 
 
 _END = object()
+
+
+def receiving_cpu_clock(iterator: Any) -> Callable[[], float]:
+    """A clock of the CPU seconds the main process spends receiving batches.
+
+    NOTE [receive cost]
+    With workers, the main process receives every batch: it unpickles it (rebuilding tensors
+    from shared memory), reorders and frees it. That work runs in the main thread, or in the
+    pin-memory thread where ``pin_memory`` is on; its CPU time per batch bounds what the main
+    process can receive (the "main-process" ceiling of ``analysis/ceiling.py``). Process CPU
+    time would count the resource sampler's thread too, so only these threads are clocked.
+    """
+    thread = getattr(iterator, "_pin_memory_thread", None)
+    clock_id = None
+    if thread is not None and getattr(thread, "ident", None) and hasattr(time, "pthread_getcpuclockid"):
+        try:
+            clock_id = time.pthread_getcpuclockid(thread.ident)
+        except (OSError, ValueError):
+            clock_id = None
+    if clock_id is None:
+        return time.thread_time
+
+    def clock() -> float:
+        try:
+            return time.thread_time() + time.clock_gettime(clock_id)
+        except OSError:  # the pin thread ended
+            return time.thread_time()
+
+    return clock
 
 
 def _cycles_itself(pipeline: Pipeline) -> bool:

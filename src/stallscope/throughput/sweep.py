@@ -76,7 +76,16 @@ class ConfigResult:
             "resources": _merge_resources(resources),
             "duplicates": self.duplicates,
             "error": None,
+            "main_ms_per_batch": main_ms_per_batch(self.measurements),
         }
+
+
+def main_ms_per_batch(measurements: Sequence[Measurement]) -> float | None:
+    """Median over repeats of the main process's CPU ms per batch received from workers
+    (NOTE [receive cost] in measure.py); None at 0 workers, where the main process does everything."""
+    per_batch = [1000.0 * m.main_cpu_s / m.batches for m in measurements
+                 if m.config.num_workers > 0 and m.main_cpu_s is not None and m.batches > 0]
+    return round(spread(per_batch)["median"], 4) if per_batch else None
 
 
 def _tokens_per_s(measurements: list[Any]) -> dict[str, float] | None:

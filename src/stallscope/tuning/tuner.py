@@ -286,6 +286,7 @@ class LoaderEvaluator(InterleavingEvaluator):
 
     def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial:
         from ..throughput.measure import latency_stats, measure
+        from ..throughput.sweep import main_ms_per_batch
 
         # One worker trial samples memory (needs a window long enough for a USS reading).
         sample = config.num_workers > 0 and not self._memory_sampled
@@ -327,6 +328,7 @@ class LoaderEvaluator(InterleavingEvaluator):
             worker_bytes=worker_bytes,
             cost_s=cost,
             error=m.error,
+            main_ms_per_batch=main_ms_per_batch([m]),
         )
         return trial
 
