@@ -42,6 +42,7 @@ class Pick:
     samples_per_s: float
     efficiency: float | None  # as the sweep measured it, when it did
     main_ms_per_batch: float | None
+    source: str = "tune"  # tune | bench | profile (the loader the training loop ran)
 
 
 @dataclass
@@ -68,11 +69,11 @@ def pick_of(r: Record) -> Pick | None:
     if best is not None and best.samples_per_s and best.samples_per_s > 0:
         result = best.result or result_for_config(r, best.config) or {}
         return Pick(best.label, best.config, best.samples_per_s, number(result.get("efficiency")),
-                    number(result.get("main_ms_per_batch")))
+                    number(result.get("main_ms_per_batch")), best.source)
     loader = r.get("loader_rate")
     if isinstance(loader, dict) and (rate_of(loader.get("samples_per_s")) or 0.0) > 0:
         return Pick(config_label(loader.get("config"), loader.get("label")), loader.get("config") or {},
-                    rate_of(loader["samples_per_s"]), None, number(loader.get("main_ms_per_batch")))
+                    rate_of(loader["samples_per_s"]), None, number(loader.get("main_ms_per_batch")), "profile")
     return None
 
 
@@ -130,6 +131,7 @@ def ceiling_section(r: Record) -> dict[str, Any] | None:
         "basis": basis,
         "pick_fraction": round(pick.samples_per_s / rate, 4),
         "pick_label": pick.label,
+        "pick_source": pick.source,
         "pick_samples_per_s": round(pick.samples_per_s, 2),
         "usable_cores": cores,
         "cpu_ms_per_sample": round(cpu_s * 1000.0, 4),
@@ -208,6 +210,10 @@ def _rate(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
 
 
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:.1f}%"
+
+
 def ceiling_sentence(c: dict) -> str:
     """"The pick reaches 94% of this machine's ceiling of 800 samples/s (...): more workers cannot help; ..."."""
     fraction = c["pick_fraction"]
@@ -217,7 +223,8 @@ def ceiling_sentence(c: dict) -> str:
     else:
         cores = c.get("usable_cores")
         how = f"{cores} usable core{'s' if cores != 1 else ''} ÷ {c['cpu_ms_per_sample']:.2f} ms of CPU per sample"
-    text = (f"The pick ({c.get('pick_label') or 'the best configuration'}, {_rate(c['pick_samples_per_s'])} samples/s) reaches {fraction:.0%} of this "
+    who = "Your loader" if c.get("pick_source") == "profile" else "The pick"
+    text = (f"{who} ({c.get('pick_label') or 'the best configuration'}, {_rate(c['pick_samples_per_s'])} samples/s) reaches {_pct(fraction)} of this "
             f"machine's ceiling of {_rate(c['samples_per_s'])} samples/s ({how})")
     if fraction >= AT_CEILING:
         if c.get("basis") != "main-process":
@@ -225,14 +232,14 @@ def ceiling_sentence(c: dict) -> str:
                           "on the accelerator, caching the deterministic part) or more cores can."
         return text + ": more workers cannot help; larger batches or less to deserialise per sample (uint8 " \
                       "instead of float) can."
-    return text + f": {1 - fraction:.0%} of it is lost to the loader's own overheads (hand-off between " \
+    return text + f": {_pct(1 - fraction)} of it is lost to the loader's own overheads (hand-off between " \
                   "processes, waits), not to the cores."
 
 
 def cores_sentence(n: dict) -> str:
     """"At 5,000 samples/s this pipeline needs 14.1 cores (...): short by 12.1 cores: ..."."""
     how = (f"{_rate(n['target_rate'])} samples/s × {n['cpu_ms_per_sample']:.2f} ms of CPU per sample ÷ "
-           f"{n['efficiency_used']:.0%} parallel efficiency of {n.get('efficiency_of') or 'the pick'}")
+           f"{_pct(n['efficiency_used'])} parallel efficiency of {n.get('efficiency_of') or 'the pick'}")
     source = " (the training step's rate with free data)" if n.get("target_source") == "train_step with free data" else ""
     text = f"At {_rate(n['target_rate'])} samples/s{source} this pipeline needs {n['cores']:,.1f} cores ({how})"
     usable = n.get("usable_cores")
