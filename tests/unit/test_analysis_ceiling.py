@@ -123,6 +123,22 @@ def test_the_sentences_state_the_ceiling_the_fraction_and_what_follows():
     assert facts.cores_sentence.endswith("the 2 usable cores are enough: the loader's settings decide whether it gets there.")
 
 
+@pytest.mark.parametrize(("busy", "others", "says"), [
+    (1.9, 0.1, "kept 1.90 of the 2 usable cores busy, so 50.0% of it is the CPU the hand-off between processes costs"),
+    (1.0, 0.1, "kept only 1.00 of the 2 usable cores busy: 50.0% of it is lost to waits"),
+    (1.0, 1.2, "other processes kept 1.20 of the 2 usable cores busy while the CPU cost was measured: 50.0% of it may be theirs"),
+    (None, None, "50.0% of it is lost to the loader's own overheads"),
+])
+def test_below_the_ceiling_the_report_says_where_the_rest_went(busy, others, says):
+    r = bench_record(rate=400.0, efficiency=0.5)
+    if busy is not None:
+        r["results"][1]["resources"] = {"main_cpu_percent": 10.0, "workers_cpu_percent": busy * 100 - 10.0}
+    r["cpu_cost"]["others_busy_cores"] = others
+    r.update(ceiling_sections(r))
+    assert r["ceiling"]["pick_cpu_cores"] == busy
+    assert says in ceiling_facts(r).ceiling_sentence
+
+
 def test_replay_times_the_step_after_warm_up_with_a_fake_clock():
     now = [0.0]
     calls = []

@@ -43,6 +43,7 @@ class Pick:
     efficiency: float | None  # as the sweep measured it, when it did
     main_ms_per_batch: float | None
     source: str = "tune"  # tune | bench | profile (the loader the training loop ran)
+    cpu_cores: float | None = None  # cores the loader's processes kept busy at the pick, where the sweep sampled them
 
 
 @dataclass
@@ -69,12 +70,19 @@ def pick_of(r: Record) -> Pick | None:
     if best is not None and best.samples_per_s and best.samples_per_s > 0:
         result = best.result or result_for_config(r, best.config) or {}
         return Pick(best.label, best.config, best.samples_per_s, number(result.get("efficiency")),
-                    number(result.get("main_ms_per_batch")), best.source)
+                    number(result.get("main_ms_per_batch")), best.source, _busy_cores(result.get("resources")))
     loader = r.get("loader_rate")
     if isinstance(loader, dict) and (rate_of(loader.get("samples_per_s")) or 0.0) > 0:
         return Pick(config_label(loader.get("config"), loader.get("label")), loader.get("config") or {},
                     rate_of(loader["samples_per_s"]), None, number(loader.get("main_ms_per_batch")), "profile")
     return None
+
+
+def _busy_cores(resources: Any) -> float | None:
+    """Cores the main process and the workers kept busy (CPU % of one core, summed, over 100)."""
+    if not isinstance(resources, dict) or number(resources.get("main_cpu_percent")) is None:
+        return None
+    return round((resources["main_cpu_percent"] + (number(resources.get("workers_cpu_percent")) or 0.0)) / 100.0, 2)
 
 
 def _measured_receive_costs(r: Record) -> list[tuple[dict, float]]:
@@ -139,6 +147,8 @@ def ceiling_section(r: Record) -> dict[str, Any] | None:
         "main_ms_per_batch": None if main_ms is None else round(main_ms, 4),
         "batch_size": batch,
         "main_process_samples_per_s": None if main_rate is None else round(main_rate, 2),
+        "pick_cpu_cores": None if pick.cpu_cores is None else min(pick.cpu_cores, float(cores)),
+        "others_busy_cores": number(cost.get("others_busy_cores")),
     }
 
 
@@ -232,8 +242,29 @@ def ceiling_sentence(c: dict) -> str:
                           "on the accelerator, caching the deterministic part) or more cores can."
         return text + ": more workers cannot help; larger batches or less to deserialise per sample (uint8 " \
                       "instead of float) can."
-    return text + f": {_pct(1 - fraction)} of it is lost to the loader's own overheads (hand-off between " \
-                  "processes, waits), not to the cores."
+    return text + ": " + _why_below(c)
+
+
+# Busy cores at the pick from this share of the usable cores count as "the cores were busy".
+BUSY_SHARE = 0.8
+# Other processes busy on this share of the usable cores: the machine was shared.
+OTHERS_SHARE = 0.25
+
+
+def _why_below(c: dict) -> str:
+    """Where the rest of the ceiling went, from what was measured beside the rate."""
+    lost = f"{_pct(1 - c['pick_fraction'])} of it"
+    cores, busy, others = c.get("usable_cores"), number(c.get("pick_cpu_cores")), number(c.get("others_busy_cores"))
+    if isinstance(cores, int) and others is not None and others >= OTHERS_SHARE * cores:
+        return (f"other processes kept {others:.2f} of the {cores} usable cores busy while the CPU cost was measured: "
+                f"{lost} may be theirs; measure on a quiet machine for the loader's own share.")
+    if isinstance(cores, int) and busy is not None and busy >= BUSY_SHARE * cores:
+        return (f"the loader's processes kept {busy:.2f} of the {cores} usable cores busy, so {lost} is the CPU "
+                "the hand-off between processes costs (serialising, the main process receiving), not waiting.")
+    if isinstance(cores, int) and busy is not None:
+        return (f"the loader's processes kept only {busy:.2f} of the {cores} usable cores busy: {lost} is lost "
+                "to waits (workers blocked, too few workers or too small a prefetch), not to the cores.")
+    return f"{lost} is lost to the loader's own overheads (hand-off between processes, waits), not to the cores."
 
 
 def cores_sentence(n: dict) -> str:

@@ -15,6 +15,7 @@ ran, for ``profile``), with the main process's receive cost (NOTE [receive cost]
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
@@ -43,6 +44,9 @@ class CpuCost:
     torch_threads: int = 1
     config_label: str = ""
     usable_cores: int = 0  # runtime/host.py: affinity and cgroup quota
+    # Cores other processes kept busy during the window (on the CPUs this process may use): a
+    # machine shared with other work gives the loader fewer cores than the ceiling counts.
+    others_busy_cores: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,6 +80,7 @@ def measure_cpu_cost(
             if _next(iterator) is _END:
                 return None
             _count(sizes, None)
+        busy0 = _busy_cpu_seconds()
         cpu0, wall0 = time.process_time(), time.perf_counter()
         samples = batches = 0
         while True:
@@ -89,6 +94,7 @@ def measure_cpu_cost(
             if (elapsed >= min_window_s and batches >= min_batches) or elapsed >= max_window_s:
                 break
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        busy1 = _busy_cpu_seconds()
     finally:
         if not pipeline.kind.rebuilds_from_parts:
             close_trial(loader, iterator)
@@ -105,7 +111,24 @@ def measure_cpu_cost(
         batch_size=config.batch_size,
         config_label=config.label(),
         usable_cores=usable_cores(),
+        others_busy_cores=None if busy0 is None or busy1 is None else round(max(0.0, (busy1 - busy0 - cpu) / wall), 3),
     )
+
+
+def _busy_cpu_seconds() -> float | None:
+    """CPU seconds the CPUs this process may use have spent busy (all processes), or None."""
+    try:
+        import psutil
+
+        allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        per_cpu = psutil.cpu_times(percpu=True)
+    except Exception:
+        return None
+    busy = 0.0
+    for index, times in enumerate(per_cpu):
+        if allowed is None or index in allowed:
+            busy += sum(times) - times.idle - getattr(times, "iowait", 0.0)
+    return busy
 
 
 def measure_loader_rate(pipeline: Pipeline, config: LoaderConfig, *, min_window_s: float = 1.0,
