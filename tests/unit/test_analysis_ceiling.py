@@ -59,13 +59,25 @@ def test_cores_needed_is_target_times_cpu_per_sample_over_the_picks_efficiency()
     n = cores_needed_section(bench_record(), 5000.0)
     assert n["cores"] == pytest.approx(5000 * 0.0025 / 0.9375, abs=0.01)  # 13.33
     assert n["usable_cores"] == 2 and n["short_by"] == pytest.approx(13.33 - 2, abs=0.01)
-    assert n["efficiency"] == 0.9375 and n["efficiency_from"] == "the sweep" and n["efficiency_of"] == "w=2 bs=32"
+    # 750/s against 2 × 1 / 2.5 ms: the probe's single-process time at one intra-op thread
+    assert n["efficiency"] == pytest.approx(0.9375) and n["efficiency_of"] == "w=2 bs=32"
+    assert n["efficiency_from"] == "single process at one intra-op thread" and n["sweep_efficiency"] == 0.9375
     assert n["target_source"] == "--target-rate"
 
 
 def test_an_efficiency_above_one_saves_waits_not_cpu():
-    n = cores_needed_section(bench_record(efficiency=3.0), 1000.0)
+    # A latency-bound pick: 2 workers deliver 3× what 2 processes of 2.5 ms wall per sample could.
+    n = cores_needed_section(bench_record(rate=2400.0), 1000.0)
+    assert n["efficiency"] == pytest.approx(3.0)
     assert n["efficiency_used"] == 1.0 and n["cores"] == pytest.approx(2.5)
+
+
+def test_the_sweeps_efficiency_where_no_single_process_time_was_probed():
+    r = bench_record(efficiency=0.8)
+    del r["cpu_cost"]["wall_s_per_sample"]
+    n = cores_needed_section(r, 1000.0)
+    assert n["efficiency"] == 0.8 and n["efficiency_from"] == "the sweep"
+    assert n["cores"] == pytest.approx(1000 * 0.0025 / 0.8, abs=0.01)
 
 
 def test_without_a_sweep_the_efficiency_comes_from_the_probes_single_process_time():
@@ -82,7 +94,7 @@ def test_without_a_sweep_the_efficiency_comes_from_the_probes_single_process_tim
     assert c["main_ms_per_batch"] == pytest.approx(0.5)  # the pick's trials, median
     n = cores_needed_section(r, 5000.0)
     # ideal at 4 workers on 2 cores: 2 / 2.5 ms = 800/s; 700 / 800 = 87.5%
-    assert n["efficiency"] == pytest.approx(0.875) and n["efficiency_from"] == "the single-process probe"
+    assert n["efficiency"] == pytest.approx(0.875) and n["efficiency_from"] == "single process at one intra-op thread"
     assert n["cores"] == pytest.approx(5000 * 0.0025 / 0.875, abs=0.01)
 
 

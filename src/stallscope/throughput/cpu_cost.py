@@ -62,7 +62,7 @@ def measure_cpu_cost(
     *,
     min_window_s: float = 1.0,
     max_window_s: float = 10.0,
-    min_batches: int = 4,
+    min_batches: int = 2,
     timeout: float = 60.0,
 ) -> CpuCost | None:
     """The pipeline's CPU seconds per sample over a window of at least ``min_window_s`` seconds;
