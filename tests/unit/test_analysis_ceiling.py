@@ -165,3 +165,15 @@ def test_replay_times_the_step_after_warm_up_with_a_fake_clock():
     fixed = replay_free_data(step, ["a"], clock=lambda: now[0], fixed_steps=3)
     assert fixed["free_data_steps"] == 3
     assert replay_free_data(step, []) is None
+
+
+def test_a_persistent_pick_reads_the_sweeps_row_of_the_same_steady_state():
+    r = bench_record()
+    r["results"][1]["resources"] = {"main_cpu_percent": 10.0, "workers_cpu_percent": 180.0}
+    persistent = dict(config(2), persistent_workers=True)
+    r.update({"baseline": {"config": config(0), "samples_per_s": 400.0},
+              "best": {"config": persistent, "samples_per_s": 760.0, "speedup": 1.9,
+                       "head_to_head": [{"config": config(2), "samples_per_s": 750.0, "role": "sweep-best"}]}})
+    c = ceiling_section(r)
+    assert c["pick_samples_per_s"] == 760.0 and c["pick_cpu_cores"] == 1.9
+    assert cores_needed_section(r, 1000.0)["sweep_efficiency"] == 0.9375

@@ -72,7 +72,9 @@ def pick_of(r: Record) -> Pick | None:
     """The report's one winner, else the loader the training loop ran (``loader_rate``, profile)."""
     best = best_configuration(r)
     if best is not None and best.samples_per_s and best.samples_per_s > 0:
-        result = best.result or result_for_config(r, best.config) or {}
+        # persistent_workers changes epoch boundaries only: the sweep's row without it measured the same steady state
+        result = best.result or result_for_config(r, best.config) or next(
+            (res for res in ok_results(r) if _steady(res.get("config")) == _steady(best.config)), {})
         return Pick(best.label, best.config, best.samples_per_s, number(result.get("efficiency")),
                     number(result.get("main_ms_per_batch")), best.source, _busy_cores(result.get("resources")))
     loader = r.get("loader_rate")
