@@ -146,9 +146,11 @@ def test_below_the_ceiling_the_report_says_where_the_rest_went(busy, others, say
     if busy is not None:
         r["results"][1]["resources"] = {"main_cpu_percent": 10.0, "workers_cpu_percent": busy * 100 - 10.0}
     r["cpu_cost"]["others_busy_cores"] = others
-    r.update(ceiling_sections(r))
+    r.update(ceiling_sections(r, 1000.0))
     assert r["ceiling"]["pick_cpu_cores"] == busy
     assert says in ceiling_facts(r).ceiling_sentence
+    shared = "other processes kept 1.20 of the 2 usable cores busy meanwhile: the efficiency reads low"
+    assert (shared in ceiling_facts(r).cores_sentence) == (others == 1.2)
 
 
 def test_replay_times_the_step_after_warm_up_with_a_fake_clock():

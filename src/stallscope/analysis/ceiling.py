@@ -205,6 +205,7 @@ def cores_needed_section(r: Record, target_rate: float | None = None) -> dict[st
         "efficiency_of": pick.label,
         "efficiency_from": of,
         "sweep_efficiency": pick.efficiency,
+        "others_busy_cores": number((r.get("cpu_cost") or {}).get("others_busy_cores")),
         "short_by": round(max(0.0, needed - cores), 2),
     }
 
@@ -282,6 +283,10 @@ def cores_sentence(n: dict) -> str:
     source = " (the training step's rate with free data)" if n.get("target_source") == "train_step with free data" else ""
     text = f"At {_rate(n['target_rate'])} samples/s{source} this pipeline needs {n['cores']:,.1f} cores ({how})"
     usable = n.get("usable_cores")
+    others = number(n.get("others_busy_cores"))
+    if isinstance(usable, int) and others is not None and others >= OTHERS_SHARE * usable:
+        text += (f" (other processes kept {others:.2f} of the {usable} usable cores busy meanwhile: the efficiency "
+                 "reads low and the cores high; measure on a quiet machine)")
     if isinstance(usable, int) and n["cores"] > usable:
         return text + (f"; this machine has {usable} usable: short by {n['short_by']:,.1f} cores: decode on the "
                        "accelerator, a cheaper decode, or more CPU per accelerator.")
