@@ -61,8 +61,23 @@ def test_cores_needed_is_target_times_cpu_per_sample_over_the_picks_efficiency()
     assert n["usable_cores"] == 2 and n["short_by"] == pytest.approx(13.33 - 2, abs=0.01)
     # 750/s against 2 × 1 / 2.5 ms: the probe's single-process time at one intra-op thread
     assert n["efficiency"] == pytest.approx(0.9375) and n["efficiency_of"] == "w=2 bs=32"
-    assert n["efficiency_from"] == "single process at one intra-op thread" and n["sweep_efficiency"] == 0.9375
+    assert n["efficiency_from"] == "rate" and n["sweep_efficiency"] == 0.9375
     assert n["target_source"] == "--target-rate"
+
+
+def test_where_the_picks_cpu_was_measured_the_efficiency_is_cpu_in_one_process_over_cpu_at_the_pick():
+    r = bench_record()
+    r["results"][1]["cpu_ms_per_sample"] = 2.8  # main process and workers, per sample, at w=2
+    r["trials"] = [{"config": config(2), "samples_per_s": 700.0, "cpu_ms_per_sample": 3.0},
+                   {"config": config(4), "samples_per_s": 600.0, "cpu_ms_per_sample": 9.0}]
+    n = cores_needed_section(r, 5000.0)
+    assert n["efficiency_from"] == "cpu" and n["pick_cpu_ms_per_sample"] == pytest.approx(2.9)  # median of 2.8, 3.0
+    assert n["efficiency"] == pytest.approx(2.5 / 2.9, abs=1e-4)
+    assert n["cores"] == pytest.approx(5000 * 0.0029, abs=0.01)  # target × the CPU each sample costs at the pick
+    r.update(ceiling_sections(r, 5000.0))
+    assert ceiling_facts(r).cores_sentence.startswith(
+        "At 5,000 samples/s this pipeline needs 14.5 cores (5,000 samples/s × 2.50 ms of CPU per sample in one process "
+        "÷ 86.2% CPU efficiency of w=2 bs=32, whose processes spend 2.90 ms of CPU per sample)")
 
 
 def test_an_efficiency_above_one_saves_waits_not_cpu():
@@ -76,7 +91,7 @@ def test_the_sweeps_efficiency_where_no_single_process_time_was_probed():
     r = bench_record(efficiency=0.8)
     del r["cpu_cost"]["wall_s_per_sample"]
     n = cores_needed_section(r, 1000.0)
-    assert n["efficiency"] == 0.8 and n["efficiency_from"] == "the sweep"
+    assert n["efficiency"] == 0.8 and n["efficiency_from"] == "sweep"
     assert n["cores"] == pytest.approx(1000 * 0.0025 / 0.8, abs=0.01)
 
 
@@ -94,7 +109,7 @@ def test_without_a_sweep_the_efficiency_comes_from_the_probes_single_process_tim
     assert c["main_ms_per_batch"] == pytest.approx(0.5)  # the pick's trials, median
     n = cores_needed_section(r, 5000.0)
     # ideal at 4 workers on 2 cores: 2 / 2.5 ms = 800/s; 700 / 800 = 87.5%
-    assert n["efficiency"] == pytest.approx(0.875) and n["efficiency_from"] == "single process at one intra-op thread"
+    assert n["efficiency"] == pytest.approx(0.875) and n["efficiency_from"] == "rate"
     assert n["cores"] == pytest.approx(5000 * 0.0025 / 0.875, abs=0.01)
 
 
@@ -149,7 +164,7 @@ def test_below_the_ceiling_the_report_says_where_the_rest_went(busy, others, say
     r.update(ceiling_sections(r, 1000.0))
     assert r["ceiling"]["pick_cpu_cores"] == busy
     assert says in ceiling_facts(r).ceiling_sentence
-    shared = "other processes kept 1.20 of the 2 usable cores busy meanwhile: the efficiency reads low"
+    shared = "other processes kept 1.20 of the 2 usable cores busy meanwhile: the efficiency may read low"
     assert (shared in ceiling_facts(r).cores_sentence) == (others == 1.2)
 
 

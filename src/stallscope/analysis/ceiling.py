@@ -16,14 +16,17 @@ The lower of the two is the ceiling, and its ``basis`` says which. ``pick_fracti
 report's one winner (``sections.best_configuration``) over the ceiling: near 1, more workers
 cannot help, only a cheaper pipeline (or more cores) can.
 
-Cores needed at a target rate: ``target × cpu_s_per_sample ÷ efficiency``, with the parallel
-efficiency of the pick (SPEC §3.2: its rate over ``min(cores, workers)`` single-process rates). The
-single-process rate is the probe's: one intra-op thread, as every DataLoader worker runs. The sweep's
-0-worker row runs the user's loader as it is, with torch's default intra-op threads in the main
-process; on a busy 2-core machine that row of the demo ran 2.6 times slower than one thread, and
-the sweep's efficiency of a CPU-bound pick read 2.6, which no number of workers on 2 cores can
-reach. (The sweep's figure stays in the record as ``sweep_efficiency``, and is used where no probe
-ran.) An efficiency above 1 (workers overlapping waits) saves waiting, not CPU, so it counts as 1.
+Cores needed at a target rate: ``target × cpu_s_per_sample ÷ efficiency``. The efficiency is the
+pick's CPU efficiency where its CPU was measured (every steady-state window clocks the CPU of the
+main process and its workers, ``LoaderCpuClock`` in ``throughput/measure.py``): CPU per sample in one
+process over CPU per sample at the pick, so that the cores needed are ``target ×`` the CPU each sample
+costs at the pick. CPU time is what the configuration costs whoever else runs on the machine; a rate
+ratio is not: measured moments apart on a shared machine, the pick's rate and the single-process
+rate each carry whatever load was there then (on a busy 2-core machine, SPEC §3.2's efficiency of
+a CPU-bound pick at one worker read 10, the sweep's 0-worker row running torch's default intra-op
+threads against everything else). Where no CPU was measured at the pick, SPEC §3.2's efficiency
+stands in: the pick's rate over ``min(cores, workers)`` single-process rates at one intra-op thread
+(the probe's), else the sweep's. An efficiency above 1 saves waiting, not CPU, so it counts as 1.
 """
 
 from __future__ import annotations
@@ -91,32 +94,37 @@ def _busy_cores(resources: Any) -> float | None:
     return round((resources["main_cpu_percent"] + (number(resources.get("workers_cpu_percent")) or 0.0)) / 100.0, 2)
 
 
-def _measured_receive_costs(r: Record) -> list[tuple[dict, float]]:
-    """(config, main ms per batch) of every measurement with workers: sweep rows, tuner trials, loader_rate."""
+def _measured(r: Record, key: str, *, with_workers: bool) -> list[tuple[dict, float]]:
+    """(config, figure ``key``) of every measurement: sweep rows, tuner trials, loader_rate."""
     rows = [res for res in ok_results(r)]
     rows += [t for t in r.get("trials") or [] if isinstance(t, dict) and not t.get("error")]
     if isinstance(r.get("loader_rate"), dict):
         rows.append(r["loader_rate"])
     out = []
     for row in rows:
-        ms = number(row.get("main_ms_per_batch"))
-        if ms is not None and ms > 0 and workers_of(row.get("config")) > 0:
-            out.append((row.get("config") or {}, ms))
+        value = number(row.get(key))
+        if value is not None and value > 0 and (workers_of(row.get("config")) > 0 or not with_workers):
+            out.append((row.get("config") or {}, value))
     return out
 
 
 def receive_ms_per_batch(r: Record, pick: Pick) -> float | None:
     """The main process's CPU ms per batch at the pick: its own measurements (median), else the
     median over configurations with workers at the pick's batch size."""
-    costs = _measured_receive_costs(r)
+    costs = _measured(r, "main_ms_per_batch", with_workers=True)
     own = [ms for config, ms in costs if _steady(config) == _steady(pick.config)]
-    if pick.main_ms_per_batch is not None and workers_of(pick.config) > 0:
-        own.append(pick.main_ms_per_batch)
     if own:
         return statistics.median(own)
     bs = batch_size_of(pick.config)
     alike = [ms for config, ms in costs if batch_size_of(config) == bs]
     return statistics.median(alike) if alike else None
+
+
+def loader_cpu_ms_per_sample(r: Record, pick: Pick) -> float | None:
+    """CPU ms per sample the whole loader (main process and workers) spent at the pick, median."""
+    own = [ms for config, ms in _measured(r, "cpu_ms_per_sample", with_workers=False)
+           if _steady(config) == _steady(pick.config)]
+    return statistics.median(own) if own else None
 
 
 def usable_cores_of(r: Record) -> int | None:
@@ -159,14 +167,19 @@ def ceiling_section(r: Record) -> dict[str, Any] | None:
 
 
 def pick_efficiency(r: Record, pick: Pick, cores: int) -> tuple[float | None, str]:
-    """The pick's parallel efficiency (SPEC §3.2) against the probe's single-process time, and where it
-    comes from (NOTE [ceiling]): the sweep's figure only where the probe has none."""
-    wall = number((r.get("cpu_cost") or {}).get("wall_s_per_sample"))
+    """The pick's efficiency and where it comes from (NOTE [ceiling]): CPU per sample in one process
+    over CPU per sample at the pick, where the pick's CPU was measured; else SPEC §3.2's rate ratio
+    against the probe's single-process time; else the sweep's figure."""
+    cost = r.get("cpu_cost") or {}
+    cpu_s, wall = number(cost.get("cpu_s_per_sample")), number(cost.get("wall_s_per_sample"))
+    at_pick = loader_cpu_ms_per_sample(r, pick)
+    if cpu_s and at_pick:
+        return cpu_s * 1000.0 / at_pick, "cpu"
     if wall and wall > 0:
         ideal = min(cores, max(workers_of(pick.config), 1)) / wall
-        return pick.samples_per_s / ideal, "single process at one intra-op thread"
+        return pick.samples_per_s / ideal, "rate"
     if pick.efficiency is not None and pick.efficiency > 0:
-        return pick.efficiency, "the sweep"
+        return pick.efficiency, "sweep"
     return None, ""
 
 
@@ -204,6 +217,7 @@ def cores_needed_section(r: Record, target_rate: float | None = None) -> dict[st
         "efficiency_used": round(used, 4),
         "efficiency_of": pick.label,
         "efficiency_from": of,
+        "pick_cpu_ms_per_sample": loader_cpu_ms_per_sample(r, pick),
         "sweep_efficiency": pick.efficiency,
         "others_busy_cores": number((r.get("cpu_cost") or {}).get("others_busy_cores")),
         "short_by": round(max(0.0, needed - cores), 2),
@@ -278,15 +292,23 @@ def _why_below(c: dict) -> str:
 
 def cores_sentence(n: dict) -> str:
     """"At 5,000 samples/s this pipeline needs 14.1 cores (...): short by 12.1 cores: ..."."""
-    how = (f"{_rate(n['target_rate'])} samples/s × {n['cpu_ms_per_sample']:.2f} ms of CPU per sample ÷ "
-           f"{_pct(n['efficiency_used'])} parallel efficiency of {n.get('efficiency_of') or 'the pick'}")
+    pick = n.get("efficiency_of") or "the pick"
+    at_pick = number(n.get("pick_cpu_ms_per_sample"))
+    if n.get("efficiency_from") == "cpu" and at_pick is not None:
+        how = (f"{_rate(n['target_rate'])} samples/s × {n['cpu_ms_per_sample']:.2f} ms of CPU per sample in one process "
+               f"÷ {_pct(n['efficiency_used'])} CPU efficiency of {pick}, whose processes spend {at_pick:.2f} ms of CPU "
+               "per sample")
+    else:
+        how = (f"{_rate(n['target_rate'])} samples/s × {n['cpu_ms_per_sample']:.2f} ms of CPU per sample ÷ "
+               f"{_pct(n['efficiency_used'])} parallel efficiency of {pick}")
     source = " (the training step's rate with free data)" if n.get("target_source") == "train_step with free data" else ""
     text = f"At {_rate(n['target_rate'])} samples/s{source} this pipeline needs {n['cores']:,.1f} cores ({how})"
     usable = n.get("usable_cores")
     others = number(n.get("others_busy_cores"))
     if isinstance(usable, int) and others is not None and others >= OTHERS_SHARE * usable:
-        text += (f" (other processes kept {others:.2f} of the {usable} usable cores busy meanwhile: the efficiency "
-                 "reads low and the cores high; measure on a quiet machine)")
+        if n.get("efficiency_from") != "cpu":  # a rate ratio carries the load; CPU time does not
+            text += (f" (other processes kept {others:.2f} of the {usable} usable cores busy meanwhile: the efficiency "
+                     "may read low and the cores high; measure on a quiet machine)")
     if isinstance(usable, int) and n["cores"] > usable:
         return text + (f"; this machine has {usable} usable: short by {n['short_by']:,.1f} cores: decode on the "
                        "accelerator, a cheaper decode, or more CPU per accelerator.")

@@ -133,9 +133,10 @@ def _busy_cpu_seconds() -> float | None:
 
 def measure_loader_rate(pipeline: Pipeline, config: LoaderConfig, *, min_window_s: float = 1.0,
                         timeout: float = 60.0) -> dict[str, Any]:
-    """One steady-state measurement of ``config``: ``{config, label, samples_per_s, main_ms_per_batch}``."""
-    from .sweep import main_ms_per_batch
+    """One steady-state measurement of ``config``: ``{config, label, samples_per_s, main_ms_per_batch,
+    cpu_ms_per_sample}``."""
+    from .sweep import loader_cpu_ms_per_sample, main_ms_per_batch
 
     m = measure(pipeline, config, min_window_s=min_window_s, timeout=timeout)
     return {"config": config.to_dict(), "label": config.label(), "samples_per_s": m.samples_per_s,
-            "main_ms_per_batch": main_ms_per_batch([m])}
+            "main_ms_per_batch": main_ms_per_batch([m]), "cpu_ms_per_sample": loader_cpu_ms_per_sample([m])}

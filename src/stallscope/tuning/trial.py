@@ -35,6 +35,7 @@ class Trial:
     cost_s: float = 0.0  # wall time the measurement took, start-up included
     error: str | None = None
     main_ms_per_batch: float | None = None  # main process CPU per batch received (NOTE [receive cost])
+    cpu_ms_per_sample: float | None = None  # CPU of main process and workers per sample
 
     @property
     def ok(self) -> bool:
@@ -55,6 +56,7 @@ class Trial:
             "cost_s": _round(self.cost_s, 3),
             "error": self.error,
             "main_ms_per_batch": _round(self.main_ms_per_batch, 4),
+            "cpu_ms_per_sample": _round(self.cpu_ms_per_sample, 4),
         }
 
 
