@@ -72,6 +72,8 @@ def test_where_the_picks_cpu_was_measured_the_efficiency_is_cpu_in_one_process_o
                    {"config": config(4), "samples_per_s": 600.0, "cpu_ms_per_sample": 9.0}]
     n = cores_needed_section(r, 5000.0)
     assert n["efficiency_from"] == "cpu" and n["pick_cpu_ms_per_sample"] == pytest.approx(2.9)  # median of 2.8, 3.0
+    # busy cores = rate × CPU per sample: 750/s × 2.9 ms = 2.18, never more than the 2 usable
+    assert ceiling_section(r)["pick_cpu_cores"] == 2.0
     assert n["efficiency"] == pytest.approx(2.5 / 2.9, abs=1e-4)
     assert n["cores"] == pytest.approx(5000 * 0.0029, abs=0.01)  # target × the CPU each sample costs at the pick
     r.update(ceiling_sections(r, 5000.0))

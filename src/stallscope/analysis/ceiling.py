@@ -127,6 +127,15 @@ def loader_cpu_ms_per_sample(r: Record, pick: Pick) -> float | None:
     return statistics.median(own) if own else None
 
 
+def busy_cores(r: Record, pick: Pick, cores: int) -> float | None:
+    """Cores the loader's processes kept busy at the pick: its rate × its CPU per sample (both from the
+    pick's own windows); else the sweep's CPU sampling of that configuration, which may come from
+    another moment (another load) than the pick's rate."""
+    at_pick = loader_cpu_ms_per_sample(r, pick)
+    busy = pick.samples_per_s * at_pick / 1000.0 if at_pick else pick.cpu_cores
+    return None if busy is None else round(min(busy, float(cores)), 2)
+
+
 def usable_cores_of(r: Record) -> int | None:
     for value in ((r.get("cpu_cost") or {}).get("usable_cores"), (r.get("host") or {}).get("cores"),
                   (r.get("scaling") or {}).get("cores")):
@@ -161,7 +170,7 @@ def ceiling_section(r: Record) -> dict[str, Any] | None:
         "main_ms_per_batch": None if main_ms is None else round(main_ms, 4),
         "batch_size": batch,
         "main_process_samples_per_s": None if main_rate is None else round(main_rate, 2),
-        "pick_cpu_cores": None if pick.cpu_cores is None else min(pick.cpu_cores, float(cores)),
+        "pick_cpu_cores": busy_cores(r, pick, cores),
         "others_busy_cores": number(cost.get("others_busy_cores")),
     }
 
