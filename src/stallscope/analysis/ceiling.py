@@ -35,7 +35,16 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from .readers import Record, batch_size_of, config_label, number, ok_results, rate_of, result_for_config, workers_of
+from .readers import (
+    Record,
+    batch_size_of,
+    config_label,
+    number,
+    ok_results,
+    rate_of,
+    result_for_config,
+    workers_of,
+)
 from .sections import best_configuration
 
 # The pick is "at the ceiling" from this fraction on: more workers cannot help.
@@ -81,9 +90,10 @@ def pick_of(r: Record) -> Pick | None:
         return Pick(best.label, best.config, best.samples_per_s, number(result.get("efficiency")),
                     number(result.get("main_ms_per_batch")), best.source, _busy_cores(result.get("resources")))
     loader = r.get("loader_rate")
-    if isinstance(loader, dict) and (rate_of(loader.get("samples_per_s")) or 0.0) > 0:
+    rate = rate_of(loader.get("samples_per_s")) if isinstance(loader, dict) else None
+    if isinstance(loader, dict) and rate is not None and rate > 0:
         return Pick(config_label(loader.get("config"), loader.get("label")), loader.get("config") or {},
-                    rate_of(loader["samples_per_s"]), None, number(loader.get("main_ms_per_batch")), "profile")
+                    rate, None, number(loader.get("main_ms_per_batch")), "profile")
     return None
 
 
@@ -137,16 +147,21 @@ def busy_cores(r: Record, pick: Pick, cores: int) -> float | None:
 
 
 def usable_cores_of(r: Record) -> int | None:
-    for value in ((r.get("cpu_cost") or {}).get("usable_cores"), (r.get("host") or {}).get("cores"),
+    for value in (_cost(r).get("usable_cores"), (r.get("host") or {}).get("cores"),
                   (r.get("scaling") or {}).get("cores")):
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
 
 
+def _cost(r: Record) -> dict:
+    cost = r.get("cpu_cost")
+    return cost if isinstance(cost, dict) else {}
+
+
 def ceiling_section(r: Record) -> dict[str, Any] | None:
     """The record's ``ceiling`` key (NOTE [ceiling]); None without a measured CPU cost and a pick."""
-    cost = r.get("cpu_cost") if isinstance(r.get("cpu_cost"), dict) else {}
+    cost = _cost(r)
     cpu_s = number(cost.get("cpu_s_per_sample"))
     cores = usable_cores_of(r)
     pick = pick_of(r)
@@ -179,7 +194,7 @@ def pick_efficiency(r: Record, pick: Pick, cores: int) -> tuple[float | None, st
     """The pick's efficiency and where it comes from (NOTE [ceiling]): CPU per sample in one process
     over CPU per sample at the pick, where the pick's CPU was measured; else SPEC §3.2's rate ratio
     against the probe's single-process time; else the sweep's figure."""
-    cost = r.get("cpu_cost") or {}
+    cost = _cost(r)
     cpu_s, wall = number(cost.get("cpu_s_per_sample")), number(cost.get("wall_s_per_sample"))
     at_pick = loader_cpu_ms_per_sample(r, pick)
     if cpu_s and at_pick:
@@ -206,7 +221,7 @@ def target_rate_of(r: Record, given: float | None = None) -> tuple[float | None,
 def cores_needed_section(r: Record, target_rate: float | None = None) -> dict[str, Any] | None:
     """The record's ``cores_needed`` key: cores this pipeline needs at the target rate (NOTE [ceiling])."""
     target, source = target_rate_of(r, target_rate)
-    cpu_s = number((r.get("cpu_cost") or {}).get("cpu_s_per_sample"))
+    cpu_s = number(_cost(r).get("cpu_s_per_sample"))
     cores = usable_cores_of(r)
     pick = pick_of(r)
     if target is None or not cpu_s or cores is None or pick is None:
@@ -228,7 +243,7 @@ def cores_needed_section(r: Record, target_rate: float | None = None) -> dict[st
         "efficiency_from": of,
         "pick_cpu_ms_per_sample": loader_cpu_ms_per_sample(r, pick),
         "sweep_efficiency": pick.efficiency,
-        "others_busy_cores": number((r.get("cpu_cost") or {}).get("others_busy_cores")),
+        "others_busy_cores": number(_cost(r).get("others_busy_cores")),
         "short_by": round(max(0.0, needed - cores), 2),
     }
 
@@ -344,11 +359,11 @@ def free_data_sentence(r: Record) -> str | None:
 def ceiling_facts(r: Record) -> CeilingFacts | None:
     """The ``ceiling`` and ``cores_needed`` keys of the record with their sentences, and the free-data
     step; None when the record has none of them."""
-    ceiling = r.get("ceiling") if isinstance(r.get("ceiling"), dict) else None
-    cores = r.get("cores_needed") if isinstance(r.get("cores_needed"), dict) else None
-    ceiling_ok = ceiling is not None and all(number(ceiling.get(k)) is not None for k in
+    ceiling: dict = r["ceiling"] if isinstance(r.get("ceiling"), dict) else {}
+    cores: dict = r["cores_needed"] if isinstance(r.get("cores_needed"), dict) else {}
+    ceiling_ok = bool(ceiling) and all(number(ceiling.get(k)) is not None for k in
                                              ("samples_per_s", "pick_fraction", "pick_samples_per_s", "cpu_ms_per_sample"))
-    cores_ok = cores is not None and all(number(cores.get(k)) is not None for k in
+    cores_ok = bool(cores) and all(number(cores.get(k)) is not None for k in
                                          ("target_rate", "cores", "cpu_ms_per_sample", "efficiency_used", "short_by"))
     free = free_data_sentence(r)
     if not ceiling_ok and not cores_ok and free is None:

@@ -30,7 +30,8 @@ from ..errors import PipelineError, UsageError, describe_exception
 from ..runtime.processes import shutdown_iterator
 from ..target import Pipeline
 from ..throughput.measure import warmup_batches_for
-from .replay import CACHED_BATCHES, MIN_STEPS as REPLAY_STEPS, replay_free_data
+from .replay import CACHED_BATCHES, replay_free_data
+from .replay import MIN_STEPS as REPLAY_STEPS
 from .watch import SyncSpec, Watch, resolve_sync
 
 DEFAULT_STEPS = 50
