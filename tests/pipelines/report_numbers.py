@@ -234,6 +234,13 @@ def _derive(r: dict, pools: Pools) -> None:
         cores = _num(evidence.get("cores")) or _num(host.get("cores"))
         if w and t and cores:
             pools.add("any", w * t, w * t / cores)
+    # the ceiling: the share of it the pick leaves; the training step with free data against the loop's
+    fraction = _num((r.get("ceiling") or {}).get("pick_fraction")) if isinstance(r.get("ceiling"), dict) else None
+    if fraction is not None:
+        pools.add("any", 1.0 - fraction)
+    free = _num(r.get("free_data_step_s"))
+    if free and len(means) == 2:
+        pools.add("any", max(1.0, (means["data_ms"] + means["compute_ms"]) / (free * 1000.0)))
     # the run's date
     started = _num(r.get("started_at"))
     if started:

@@ -73,10 +73,10 @@ def test_every_renderer_renders_every_record(name, fmt):
 def test_a_bench_record_renders_a_bench_report_and_a_doctor_record_everything():
     bench = MarkdownRenderer().render(load("bench"))
     headings = re.findall(r"^## (.+)$", bench, flags=re.M)
-    assert headings == ["Executive summary", "Benchmark", "Best configuration", "Estimated epoch time",
+    assert headings == ["Executive summary", "Benchmark", "Best configuration", "This machine's ceiling", "Estimated epoch time",
                         "Memory budget of in-flight batches", "CPU use", "Checklist", "Recommendations"]
     doctor = re.findall(r"^## (.+)$", MarkdownRenderer().render(load("doctor")), flags=re.M)
-    assert doctor == ["Executive summary", "Benchmark", "Tuning", "Best configuration", "Stage breakdown",
+    assert doctor == ["Executive summary", "Benchmark", "Tuning", "Best configuration", "This machine's ceiling", "Stage breakdown",
                       "Training loop", "Estimated epoch time", "Memory budget of in-flight batches", "CPU use",
                       "Checklist", "Check findings", "Recommendations", "Troubleshooting"]
 

@@ -347,4 +347,5 @@ class ReportFacts:
     findings: FindingFacts | None
     recommendations: list[Recommendation]
     code_changes: Any = None  # code_changes.CodeChangeFacts (kept apart: a section of its own)
+    ceiling: Any = None  # ceiling.CeilingFacts: the machine's ceiling, the cores needed (issue 18)
 

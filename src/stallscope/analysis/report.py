@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .ceiling import ceiling_facts
 from .checklist_rules import checklist
 from .code_changes import code_change_facts
 from .costs import cpu_use, epoch_estimate, memory_facts
@@ -48,6 +49,7 @@ SECTIONS: dict[str, Callable[[dict], Any]] = {
     "findings": finding_facts,
     "recommendations": recommendations,
     "code_changes": code_change_facts,
+    "ceiling": ceiling_facts,
 }
 
 

@@ -74,6 +74,20 @@ def add_start_method_argument(parser: argparse.ArgumentParser, help: str) -> Non
     parser.add_argument("--start-method", choices=multiprocessing.get_all_start_methods(), default=None, help=help)
 
 
+def add_target_rate_argument(parser: argparse.ArgumentParser) -> None:
+    """``--target-rate N``: the samples/s the training step consumes, for the cores-needed estimate."""
+    parser.add_argument("--target-rate", type=float, default=None, metavar="N",
+                        help="samples/s your training step consumes: the report states the cores this pipeline "
+                             "needs at that rate (measured CPU per sample ÷ parallel efficiency)")
+
+
+def positive_target_rate(args: argparse.Namespace) -> float | None:
+    rate = getattr(args, "target_rate", None)
+    if rate is not None and not rate > 0:
+        raise UsageError(f"--target-rate must be a positive number of samples/s, not {rate:g}.")
+    return rate
+
+
 def int_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -271,6 +285,36 @@ def print_summary(ctx: CommandContext, record: RunRecord, console: Console | Non
     from ..render.console import ConsoleRenderer
 
     ConsoleRenderer().print(record, console or ctx.console)
+
+
+# -- the ceiling and the cores needed (issue 18) -------------------------------------------------
+
+
+def measure_cpu_cost(record: RunRecord, pipeline: Any) -> float:
+    """Add the pipeline's measured CPU cost per sample (``cpu_cost``) to the record unless it holds
+    one; returns the seconds it took."""
+    from ..throughput.cpu_cost import measure_cpu_cost as probe
+
+    if "cpu_cost" in record.sections:
+        return 0.0
+    started = time.perf_counter()
+    try:
+        cost = probe(pipeline)
+    except Exception as exc:  # the pipeline's own failure is the measuring steps' to report
+        record.add(cpu_cost={"error": f"{type(exc).__name__}: {exc}"})
+    else:
+        if cost is not None:
+            record.add(cpu_cost=cost)
+    return time.perf_counter() - started
+
+
+def add_ceiling(record: RunRecord, pipeline: Any, target_rate: float | None = None) -> None:
+    """The record's ``ceiling`` and ``cores_needed`` (NOTE [ceiling] in analysis/ceiling.py), the
+    CPU cost per sample measured first where the record has none."""
+    from ..analysis.ceiling import ceiling_sections
+
+    measure_cpu_cost(record, pipeline)
+    record.add(**ceiling_sections(record.to_dict(), target_rate))
 
 
 # -- loader kinds and verified advice ------------------------------------------------------------

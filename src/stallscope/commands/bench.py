@@ -27,6 +27,7 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument("--window", type=float, default=1.0, help="seconds of steady state per repeat (default 1)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for any one batch")
     parser.add_argument("--plot", type=Path, default=None, metavar="PATH", help="PNG: throughput vs num_workers")
+    common.add_target_rate_argument(parser)
     common.add_output_arguments(parser)
     return parser
 
@@ -37,6 +38,7 @@ def _run(ctx: common.CommandContext) -> int:
         common.fail("--repeats must be at least 1.")
     if args.worker_threads and min(args.worker_threads) < 0:
         common.fail("--worker-threads must be 0 (off) or more threads.")
+    target_rate = common.positive_target_rate(args)
     pipeline = common.run_target_loader(args)
     record = ctx.new_record("bench", pipeline.target, pipeline)
     workers = args.num_workers or default_worker_counts(usable_cores())
@@ -64,6 +66,7 @@ def _run(ctx: common.CommandContext) -> int:
             raise
     record.add(**result.to_dict())
     common.add_verified_advice(record, pipeline)
+    common.add_ceiling(record, pipeline, target_rate)
     common.print_summary(ctx, record)
     if args.plot is not None:
         from ..render.plots import plot_scaling

@@ -40,6 +40,7 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument("--skip", default="", metavar="STEP,...", help=f"steps to skip: {', '.join(STEPS)}")
     parser.add_argument("--timeout", type=float, default=10.0, help="per-sample timeout of the checks (default 10 s)")
     parser.add_argument("--repeats", type=int, default=2, help="repeats per config in the sweep (default 2)")
+    common.add_target_rate_argument(parser)
     common.add_output_arguments(parser, help={"json": "also write the record here", "md": "also write Markdown here",
                                        "html": "also write HTML here"})
     return parser
@@ -55,6 +56,7 @@ def _run(ctx: common.CommandContext) -> int:
         skip.add("changes")
     if args.changes_budget is not None and args.changes_budget <= 0:
         raise UsageError(f"--changes-budget must be positive, not {args.changes_budget:g}.")
+    target_rate = common.positive_target_rate(args)
     out: Path = args.out
     # The report folder is written by execute() through these paths, on Ctrl-C too.
     args.json = args.json or out / "report.json"
@@ -112,6 +114,8 @@ def _run(ctx: common.CommandContext) -> int:
     if failures:
         record.add(step_failures=failures)
     common.add_verified_advice(record, pipeline)
+    if not skip >= {"bench", "tune"}:
+        common.add_ceiling(record, pipeline, target_rate)
     common.print_summary(ctx, record)
     if failures:
         # A step that could not measure the pipeline is exit 2, as the step's own command would

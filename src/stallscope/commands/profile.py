@@ -8,8 +8,9 @@ writes the report.
 from __future__ import annotations
 
 import argparse
+import contextlib
 
-from ..errors import UsageError
+from ..errors import PipelineError, UsageError
 from ..training.runner import (
     DEFAULT_STEPS,
     MIN_WARMUP,
@@ -45,6 +46,7 @@ def build_parser() -> common.ArgumentParser:
                              f"(default {DEFAULT_WINDOW_S:g})")
     parser.add_argument("--windows-jsonl", default=None, metavar="PATH",
                         help="append each closed time window to this JSON-lines file as the run goes")
+    common.add_target_rate_argument(parser)
     common.add_output_arguments(parser)
     return parser
 
@@ -56,6 +58,7 @@ def _run(ctx: common.CommandContext) -> int:
     args = ctx.args
     if not args.window_s > 0:
         raise UsageError(f"--window must be a positive number of seconds, not {args.window_s:g}.")
+    target_rate = common.positive_target_rate(args)
     if args.num_workers is not None and args.num_workers < 0:
         raise UsageError(f"--num-workers must be at least 0, not {args.num_workers}.")
     device = resolve_device(args.device)
@@ -80,6 +83,18 @@ def _run(ctx: common.CommandContext) -> int:
                 watch_options={"window_s": args.window_s, "windows_jsonl": args.windows_jsonl},
             )
         record.add(**profile)
+        if info.world_size == 1:
+            # The loader on its own (no training step) and the CPU per sample: the ceiling, and the
+            # cores needed at the step's rate with free data (or --target-rate).
+            from ..throughput.cpu_cost import measure_loader_rate
+
+            status = ctx.console.status("measuring the loader alone and its CPU cost per sample")
+            with contextlib.nullcontext() if quiet else status:
+                try:
+                    record.add(loader_rate=measure_loader_rate(pipeline, config, timeout=args.timeout))
+                except PipelineError:
+                    pass  # the loop ran this loader; a failure on its own leaves the report without a ceiling
+                common.add_ceiling(record, pipeline, target_rate)
         if not info.is_main:
             ctx.record = None  # rank 0 writes the report for the whole job
             return 0

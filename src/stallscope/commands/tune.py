@@ -33,6 +33,7 @@ def build_parser() -> common.ArgumentParser:
                         help="also time worker start-up under forkserver (a one-time cost with persistent workers; "
                              "its workers import the pipeline afresh, which can take seconds)")
     parser.add_argument("--seed", type=int, default=0, help="seed for samplers and the bootstrap")
+    common.add_target_rate_argument(parser)
     common.add_output_arguments(parser)
     return parser
 
@@ -45,8 +46,11 @@ def _run(ctx: common.CommandContext) -> int:
     args = ctx.args
     if args.budget <= 0:
         raise UsageError(f"--budget must be positive, not {args.budget:g}.")
+    target_rate = common.positive_target_rate(args)
     pipeline = common.run_target_loader(args)
     record = ctx.new_record("tune", pipeline.target, pipeline)
+    # The CPU cost per sample (the ceiling's) is measured inside the budget, before the search.
+    budget = args.budget - min(common.measure_cpu_cost(record, pipeline), 0.5 * args.budget)
     # With --emit, stdout carries only the emitted config (pipe-able); the summary goes to stderr.
     console = Console(stderr=True, highlight=False) if args.emit else ctx.console
     started = time.perf_counter()
@@ -74,7 +78,7 @@ def _run(ctx: common.CommandContext) -> int:
 
         result = tune(
             pipeline,
-            budget_s=args.budget,
+            budget_s=budget,
             tune_batch_size=args.tune_batch_size,
             max_workers=args.max_workers,
             memory_budget_mb=args.memory_budget,
@@ -86,6 +90,7 @@ def _run(ctx: common.CommandContext) -> int:
         )
     record.add(**result.to_dict())
     common.add_verified_advice(record, pipeline)
+    common.add_ceiling(record, pipeline, target_rate)
     common.print_summary(ctx, record, console)
     if args.emit:
         data = record.to_dict()

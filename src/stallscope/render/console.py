@@ -19,6 +19,7 @@ from rich.console import Console
 from ..analysis.readers import as_record_dict
 from .console_bench import render_bench
 from .console_changes import render_code_changes
+from .console_ceiling import render_ceiling
 from .console_check import render_check
 from .console_compare import render_compare
 from .console_profile import render_profile
@@ -61,6 +62,7 @@ class ConsoleRenderer:
             console.print(Markdown(MarkdownRenderer().render(data)))
         elif data.get("command") in SECTIONS:
             SECTIONS[data["command"]](data, console)
+            render_ceiling(data, console)
         else:
             _print_everything(data, console)
 
@@ -87,6 +89,7 @@ def _print_everything(data: dict[str, Any], console: Console) -> None:
     if "code_changes" in data or "code_changes_run" in data:
         console.print()
         render_code_changes(data, console)
+    render_ceiling(data, console)
     render_what_to_set(data, console)
     for failure in data.get("step_failures", []):
         console.print(f"[red]{failure['step']} failed:[/] {failure['message']}")

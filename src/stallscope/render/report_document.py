@@ -18,6 +18,7 @@ from ..analysis.readers import as_record_dict, number
 from . import document_model as dm
 from . import report_format as rf
 from .document_changes import code_changes_section
+from .document_ceiling import ceiling_section
 from .document_checks import (
     checklist_section,
     findings_section,
@@ -40,6 +41,7 @@ SECTION_BUILDERS = (
     ("bench", bench_section),
     ("tuning", tuning_section),
     ("best", best_section),
+    ("ceiling", ceiling_section),
     ("stages", stage_section),
     ("code_changes", code_changes_section),
     ("training", training_section),

@@ -72,6 +72,12 @@ class Measurement:
     exhausted: bool = False  # an iterable dataset ended before the window was full
     resources: ResourceSummary | None = None
     error: str | None = None
+    # CPU seconds the main process's receiving threads (the main thread, and the pin-memory thread
+    # where there is one) spent over the window: receiving and deserialising (NOTE [receive cost]).
+    main_cpu_s: float | None = None
+    # CPU seconds the whole loader spent over the window: this process (all threads) and its
+    # children (the workers); None where a child ended within the window (NOTE [receive cost]).
+    loader_cpu_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +94,8 @@ class Measurement:
             "exhausted": self.exhausted,
             "resources": self.resources.to_dict() if self.resources else None,
             "error": self.error,
+            "main_cpu_s": self.main_cpu_s,
+            "loader_cpu_s": self.loader_cpu_s,
         }
 
 
@@ -190,6 +198,10 @@ def _measure(
         if sample_resources:
             pids = worker_pids(iterator)
             resources = ResourceSampler(0.2, worker_pids=(lambda: pids) if pids else None).start()
+        receive_cpu = receiving_cpu_clock(iterator)
+        # The resource sampler's thread is ours, not the loader's: its CPU is left out.
+        loader_cpu = LoaderCpuClock(exclude=[getattr(resources, "_thread", None)])
+        cpu_start = receive_cpu()
         window_start = time.perf_counter()
         last = window_start
         samples = tokens = 0
@@ -212,6 +224,8 @@ def _measure(
             if (elapsed >= min_window_s and len(waits) >= min_batches) or elapsed >= max_window_s:
                 break
         result.window_s = last - window_start
+        result.main_cpu_s = max(0.0, receive_cpu() - cpu_start)
+        result.loader_cpu_s = loader_cpu.elapsed()
         result.batches = len(waits)
         result.samples = samples
         result.tokens = tokens if count_tokens is not None else None
@@ -239,6 +253,90 @@ def _measure(
 
 
 _END = object()
+
+
+class LoaderCpuClock:
+    """CPU seconds this process and its children (the loader's workers) spend from now on.
+
+    The children are those alive when the clock starts; one that ends before ``elapsed()`` makes the
+    figure unknown (None) rather than short. CPU time, unlike wall time, does not count the time other
+    processes on the machine held the cores: it is what the loader's configuration costs.
+    """
+
+    def __init__(self, exclude: Sequence[Any] = ()) -> None:
+        import psutil
+
+        self._children: list[Any] = []
+        self._excluded = [clock for clock in (_thread_clock(t) for t in exclude) if clock is not None]
+        try:
+            self._children = psutil.Process().children(recursive=True)
+            self._start: float | None = self._now()
+        except Exception:  # psutil.Error: a child ended meanwhile
+            self._start = None
+
+    def _now(self) -> float:
+        own = time.process_time() - sum(_clock_seconds(c) for c in self._excluded)
+        return own + sum(self._cpu(c) for c in self._children)
+
+    @staticmethod
+    def _cpu(proc: Any) -> float:
+        times = proc.cpu_times()
+        return times.user + times.system
+
+    def elapsed(self) -> float | None:
+        if self._start is None:
+            return None
+        try:
+            return max(0.0, self._now() - self._start)
+        except Exception:  # psutil.Error: a child ended within the window
+            return None
+
+
+def _thread_clock(thread: Any) -> int | None:
+    """The CPU clock id of a live thread (Linux), else None."""
+    ident = getattr(thread, "ident", None)
+    if not ident or not hasattr(time, "pthread_getcpuclockid"):
+        return None
+    try:
+        return time.pthread_getcpuclockid(ident)
+    except (OSError, ValueError):
+        return None
+
+
+def _clock_seconds(clock_id: int) -> float:
+    try:
+        return time.clock_gettime(clock_id)
+    except OSError:  # the thread ended
+        return 0.0
+
+
+def receiving_cpu_clock(iterator: Any) -> Callable[[], float]:
+    """A clock of the CPU seconds the main process spends receiving batches.
+
+    NOTE [receive cost]
+    With workers, the main process receives every batch: it unpickles it (rebuilding tensors
+    from shared memory), reorders and frees it. That work runs in the main thread, or in the
+    pin-memory thread where ``pin_memory`` is on; its CPU time per batch bounds what the main
+    process can receive (the "main-process" ceiling of ``analysis/ceiling.py``). Process CPU
+    time would count the resource sampler's thread too, so only these threads are clocked.
+    """
+    thread = getattr(iterator, "_pin_memory_thread", None)
+    clock_id = None
+    if thread is not None and getattr(thread, "ident", None) and hasattr(time, "pthread_getcpuclockid"):
+        try:
+            clock_id = time.pthread_getcpuclockid(thread.ident)
+        except (OSError, ValueError):
+            clock_id = None
+    if clock_id is None:
+        return time.thread_time
+
+    def clock() -> float:
+        try:
+            return time.thread_time() + time.clock_gettime(clock_id)
+        except OSError:  # the pin thread ended
+            return time.thread_time()
+
+    return clock
 
 
 def _cycles_itself(pipeline: Pipeline) -> bool:

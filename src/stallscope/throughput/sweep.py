@@ -78,7 +78,23 @@ class ConfigResult:
             "resources": _merge_resources(resources),
             "duplicates": self.duplicates,
             "error": None,
+            "main_ms_per_batch": main_ms_per_batch(self.measurements),
+            "cpu_ms_per_sample": loader_cpu_ms_per_sample(self.measurements),
         }
+
+
+def main_ms_per_batch(measurements: Sequence[Measurement]) -> float | None:
+    """Median over repeats of the main process's CPU ms per batch received from workers
+    (NOTE [receive cost] in measure.py); None at 0 workers, where the main process does everything."""
+    per_batch = [1000.0 * m.main_cpu_s / m.batches for m in measurements
+                 if m.config.num_workers > 0 and m.main_cpu_s is not None and m.batches > 0]
+    return round(spread(per_batch)["median"], 4) if per_batch else None
+
+
+def loader_cpu_ms_per_sample(measurements: Sequence[Measurement]) -> float | None:
+    """Median over repeats of the CPU ms the whole loader (main process and workers) spent per sample."""
+    per_sample = [1000.0 * m.loader_cpu_s / m.samples for m in measurements if m.loader_cpu_s is not None and m.samples > 0]
+    return round(spread(per_sample)["median"], 4) if per_sample else None
 
 
 def _tokens_per_s(measurements: list[Any]) -> dict[str, float] | None:

@@ -30,7 +30,9 @@ from ..errors import PipelineError, UsageError, describe_exception
 from ..runtime.processes import shutdown_iterator
 from ..target import Pipeline
 from ..throughput.measure import warmup_batches_for
-from .watch import SyncSpec, Watch
+from .replay import CACHED_BATCHES, replay_free_data
+from .replay import MIN_STEPS as REPLAY_STEPS
+from .watch import SyncSpec, Watch, resolve_sync
 
 DEFAULT_STEPS = 50
 # Warm-up is never shorter than this (allocator, lazy initialisation, autotuning), even at num_workers=0.
@@ -177,12 +179,15 @@ def run_profile(
     sample_interval: float = 0.05,
     on_step: Callable[[int, int], None] | None = None,
     watch_options: dict[str, Any] | None = None,
+    free_data: bool = True,
 ) -> dict[str, Any]:
     """Run ``warmup + steps`` real training steps and return the ``profile`` section.
 
     ``warmup=None``: :func:`default_warmup` of the loader config used.
     ``sync`` is passed to :class:`Watch` (``"cuda"`` or a callable; tests pass
     a fake device's synchronise). ``on_step(done, total)`` reports progress.
+    ``free_data``: then replay the first batches through ``train_step`` with the
+    loader shut down (``training/replay.py``): ``free_data_step_s``.
     """
     from ..pipeline.loaders import build_loader
     from ..runtime.distributed import rank_info
@@ -220,6 +225,7 @@ def run_profile(
     options.update(watch_options or {})
     watch = Watch(loader, **options)
     done = 0
+    cached: list[Any] = []  # the first batches, replayed with free data
     try:
         with watch:
             while done < total:
@@ -233,6 +239,8 @@ def run_profile(
                     except Exception as exc:
                         raise PipelineError(f"the loader raised {describe_exception(exc)} at step {done}.") from exc
                     progressed = True
+                    if free_data and len(cached) < CACHED_BATCHES:
+                        cached.append(batch)
                     try:
                         call(move_to_device(batch, device) if move else batch)
                     except Exception as exc:
@@ -246,6 +254,12 @@ def run_profile(
                     break
     finally:
         shutdown_iterator(watch.current_iterator)
+    replay = None
+    if free_data and cached:
+        sync_fn, _ = resolve_sync(sync)
+        replay = replay_free_data(lambda b: call(move_to_device(b, device) if move else b), cached, sync=sync_fn,
+                                  fixed_steps=2 * REPLAY_STEPS if info.world_size > 1 else None)
+        cached.clear()
     context = {
         "epoch_steps": _epoch_steps(length, config.batch_size, info.world_size, pipeline.drop_last),
         "target": pipeline.target,
@@ -268,6 +282,8 @@ def run_profile(
             "world_size": info.world_size,
         }
     )
+    if replay is not None:
+        profile.update(replay)
     if done < total:
         profile["note"] = f"the loader ran out after {done} of {total} steps"
     return profile

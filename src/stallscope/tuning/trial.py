@@ -34,6 +34,8 @@ class Trial:
     worker_bytes: int | None = None  # measured private memory per worker
     cost_s: float = 0.0  # wall time the measurement took, start-up included
     error: str | None = None
+    main_ms_per_batch: float | None = None  # main process CPU per batch received (NOTE [receive cost])
+    cpu_ms_per_sample: float | None = None  # CPU of main process and workers per sample
 
     @property
     def ok(self) -> bool:
@@ -53,6 +55,8 @@ class Trial:
             "worker_mb": None if self.worker_bytes is None else round(self.worker_bytes / MB, 1),
             "cost_s": _round(self.cost_s, 3),
             "error": self.error,
+            "main_ms_per_batch": _round(self.main_ms_per_batch, 4),
+            "cpu_ms_per_sample": _round(self.cpu_ms_per_sample, 4),
         }
 
 

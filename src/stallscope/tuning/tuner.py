@@ -287,6 +287,7 @@ class LoaderEvaluator(InterleavingEvaluator):
 
     def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial:
         from ..throughput.measure import latency_stats, measure
+        from ..throughput.sweep import loader_cpu_ms_per_sample, main_ms_per_batch
 
         # One worker trial samples memory (needs a window long enough for a USS reading).
         sample = config.num_workers > 0 and not self._memory_sampled
@@ -328,6 +329,8 @@ class LoaderEvaluator(InterleavingEvaluator):
             worker_bytes=worker_bytes,
             cost_s=cost,
             error=m.error,
+            main_ms_per_batch=main_ms_per_batch([m]),
+            cpu_ms_per_sample=loader_cpu_ms_per_sample([m]),
         )
         return trial
 
