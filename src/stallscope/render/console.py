@@ -18,8 +18,8 @@ from rich.console import Console
 
 from ..analysis.readers import as_record_dict
 from .console_bench import render_bench
-from .console_changes import render_code_changes
 from .console_ceiling import render_ceiling
+from .console_changes import render_code_changes
 from .console_check import render_check
 from .console_compare import render_compare
 from .console_profile import render_profile

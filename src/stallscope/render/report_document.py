@@ -17,8 +17,8 @@ from ..analysis import ReportFacts, Verdict, report_facts
 from ..analysis.readers import as_record_dict, number
 from . import document_model as dm
 from . import report_format as rf
-from .document_changes import code_changes_section
 from .document_ceiling import ceiling_section
+from .document_changes import code_changes_section
 from .document_checks import (
     checklist_section,
     findings_section,
