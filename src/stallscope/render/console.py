@@ -17,6 +17,7 @@ from typing import Any
 from rich.console import Console
 
 from ..analysis.readers import as_record_dict
+from .console_advice import render_recommendations
 from .console_bench import render_bench
 from .console_ceiling import render_ceiling
 from .console_changes import render_code_changes
@@ -63,6 +64,10 @@ class ConsoleRenderer:
         elif data.get("command") in SECTIONS:
             SECTIONS[data["command"]](data, console)
             render_ceiling(data, console)
+            if data["command"] == "tune":
+                render_what_to_set(data, console)
+            elif data["command"] == "bench":
+                render_recommendations(data, console)
         else:
             _print_everything(data, console)
 

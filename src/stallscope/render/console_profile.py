@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .console_advice import render_recommendations
 from .document_windows import long_run_lines
 
 _VERDICT_STYLE = {"input-bound": "bold red", "balanced": "bold yellow", "compute-bound": "bold green"}
@@ -138,9 +139,6 @@ def render_profile(data: dict[str, Any], console: Console) -> None:
         if line.lstrip().startswith("advice:"):
             continue
         console.print(line, highlight=False, markup=False)
-    for rec in data.get("recommendations") or []:
-        console.print(f"[bold]→ {escape(rec['title'])}[/]")
-        console.print(f"  {rec['detail']}", highlight=False, markup=False)
-        console.print(f"  measured: {rec['measured']}; expected gain: {rec['expected_gain']}", highlight=False, markup=False)
+    render_recommendations(data, console, bullet="→")
     if data.get("advice"):
         console.print(f"[bold]Advice:[/] {escape(data['advice'])}", highlight=False)

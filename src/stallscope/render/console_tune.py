@@ -8,8 +8,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis import trials_by_config
+from ..analysis import best_configuration, recommendations, trials_by_config
 from ..analysis.readers import config_label
+from .console_advice import inline_markup, render_recommendations
+from .document_results import best_section
 from .report_format import fmt_fixed
 
 
@@ -50,8 +52,11 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     console.print(table)
     speedup = best.get("speedup")
     confidence = best.get("confidence")
+    winner = best_configuration(data)
+    overruled = winner is not None and winner.overruled is not None
     console.print(
-        f"Pick: [bold]{escape(pick_label)}[/] at {best['samples_per_s']:,.1f} samples/s"
+        ("Tuner's pick (set aside: see What to set)" if overruled else "Pick")
+        + f": [bold]{escape(pick_label)}[/] at {best['samples_per_s']:,.1f} samples/s"
         + (f", {speedup:.2f}× the baseline ({escape(base_label)}, {base_rate:,.1f}/s)" if speedup else "")
         + "."
     )
@@ -83,9 +88,6 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
         )
     for note in search.get("notes") or []:
         console.print(f"  · {escape(note)}", style="dim")
-    for rec in data.get("recommendations") or []:
-        console.print(f"[bold]→ {escape(str(rec.get('title', '')))}[/] ({escape(str(rec.get('expected_gain', '')))})")
-        console.print(f"    measured: {escape(str(rec.get('measured', '')))}", style="dim")
 
 
 def _render_head_to_head(rows: list[dict[str, Any]], console: Console) -> None:
@@ -107,33 +109,25 @@ def _same_knobs(label: str, pick_label: str | None) -> bool:
     return strip(label) == strip(pick_label)
 
 
-def render_what_to_set(data: dict[str, Any], console: Console, *, recommendations: bool = True) -> None:
-    """The user's own loader call with the pick's knobs (the one snippet builder), then the
-    recommendations with what was measured."""
-    best, baseline = data.get("best"), data.get("baseline")
-    keep = bool(best and best.get("keep_baseline") and baseline)
-    # Within noise of the user's own settings: the verdict is to keep them.
+def render_what_to_set(data: dict[str, Any], console: Console, *, with_recommendations: bool = True) -> None:
+    """The one winner in the reports' own sentence (``document_results.best_section``), the user's
+    loader call with its knobs as run first (``loader_code``, NOTE [verified snippets]) or the change
+    in words, then the analysed recommendations: what the Markdown and HTML reports say."""
+    best = best_configuration(data)
     advice = data.get("loader_code") or {}
     code = advice.get("python") if advice.get("verified") else None
-    recs = (data.get("recommendations") or []) if recommendations else []
-    if not best and not recs:
+    if best is None and not (with_recommendations and recommendations(data)):
         return
     console.print()
     console.rule("[bold]What to set and why")
-    if keep:
-        from ..analysis.tune_rules import keep_yours_sentence
+    if best is not None:
+        section, _ = best_section(best, data)
+        console.print(inline_markup(section.blocks[0].parts))
+        if code:
+            console.print(escape(code))
+        else:
+            from ..analysis.tune_rules import advice_in_words
 
-        console.print(f"[bold]Keep yours:[/] {escape(keep_yours_sentence(best, baseline))}.")
-    if code:
-        console.print(escape(code))
-    elif best:
-        from ..analysis.tune_rules import advice_in_words
-
-        console.print(escape(advice_in_words(advice or {"config": best.get("config"), "reason": "not run"})))
-    for rec in recs:
-        line = f"• [bold]{escape(rec.get('title', ''))}[/]"
-        if rec.get("measured"):
-            line += f" — measured: {escape(str(rec['measured']))}"
-        if rec.get("expected_gain"):
-            line += f"; expected gain: {escape(str(rec['expected_gain']))}"
-        console.print(line)
+            console.print(escape(advice_in_words(advice or {"config": best.config, "reason": "not run"})))
+    if with_recommendations:
+        render_recommendations(data, console)

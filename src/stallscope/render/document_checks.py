@@ -49,14 +49,15 @@ def findings_section(found: FindingFacts, r: dict):
 
 # -- recommendations --------------------------------------------------------------------------------
 def recommendations_section(recommendations: list[Recommendation], r: dict):
-    items = [_recommendation_item(rec) for rec in recommendations]
+    items = [recommendation_parts(rec) for rec in recommendations]
     items = [i for i in items if i]
     if not items:
         return None, None
     return dm.Section("recommendations", "Recommendations", [dm.Bullets(items)]), None
 
 
-def _recommendation_item(rec: Recommendation) -> list:
+def recommendation_parts(rec: Recommendation) -> list:
+    """One recommendation as inline parts (the console prints the same, ``console_advice``)."""
     if rec.source == "record":
         parts: list = [dm.Strong(rf.fmt_value(rec.title or rec.id).replace("`", ""))]
         if rec.detail:

@@ -1,0 +1,81 @@
+"""One run, one answer: the console, Markdown, HTML and JSON of a ``bench``, ``tune`` and ``doctor``
+name the same winner, the same sentence about it and the same recommendations (all of them read
+the record through ``analysis``; NOTE in ``render/console_advice.py``)."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stallscope.analysis import best_configuration, recommendations
+from stallscope.render import document_model as dm
+from stallscope.render.document_checks import recommendation_parts
+from stallscope.render.document_results import best_section
+
+PIPELINES = Path(__file__).parent.parent / "pipelines"
+TARGET = "tune_pipelines.py:waiting_loader"
+
+
+class _Plain(dm.DocumentWriter):
+    def text(self, text):
+        return str(text)
+
+    def code(self, text):
+        return text
+
+    def strong(self, text):
+        return text
+
+    def status(self, value):
+        return value
+
+
+def _words(text: str) -> str:
+    """Text without markup or line breaks, for comparing what each surface says."""
+    text = re.sub(r"</?(code|strong|b|em|span|a)\b[^>]*>", "", text)  # inline HTML tags
+    text = re.sub(r"<[^>]+>", " ", text)  # block HTML tags
+    text = html.unescape(text).replace("**", "").replace("`", "")
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["bench", "--num-workers", "0,2", "--repeats", "1", "--window", "0.4"],
+        ["tune", "--budget", "10"],
+        ["doctor", "--budget", "10", "--skip", "check,stages,changes", "--repeats", "1"],
+    ],
+    ids=["bench", "tune", "doctor"],
+)
+def test_every_surface_names_the_same_winner_and_advice(command, tmp_path):
+    out = {ext: tmp_path / f"run.{ext}" for ext in ("json", "md", "html")}
+    args = [*command[:1], TARGET, *command[1:], "--json", str(out["json"]), "--md", str(out["md"]),
+            "--html", str(out["html"])]
+    if command[0] == "doctor":
+        args += ["--out", str(tmp_path / "report")]
+    done = subprocess.run([sys.executable, "-m", "stallscope", *args], cwd=PIPELINES, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads(out["json"].read_text())
+    surfaces = {"console": _words(done.stdout), "md": _words(out["md"].read_text()),
+                "html": _words(out["html"].read_text())}
+
+    winner = best_configuration(record)
+    assert winner is not None
+    for name, text in surfaces.items():
+        assert winner.label in text, name
+    if command[0] != "bench":
+        sentence = _words(_Plain().inline(best_section(winner, record)[0].blocks[0].parts))
+        for name, text in surfaces.items():
+            assert sentence in text, (name, sentence)
+        assert record["loader_code"]["config"] == winner.config  # the printed code is the winner's
+    advice = [_words(_Plain().inline(recommendation_parts(rec))) for rec in recommendations(record)]
+    for line in advice:
+        for name, text in surfaces.items():
+            assert line in text, (name, line)
