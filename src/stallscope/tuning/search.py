@@ -41,12 +41,13 @@ of the time budget:
    within a few percent), the seeds and the baseline race in interleaved
    rounds (A B … B A). Configs far behind after one round, or clearly slower
    (paired by round, beyond the noise) after two, drop out; the race stops
-   when the pick is clear (:func:`~.confidence.decide`: a bootstrap over
-   rounds, NOTE [paired rounds]), on the round limit, or the budget. Below two
-   rounds there is no confidence: the pick is "not confirmed", and what was
-   left out is listed. Within ``tolerance`` of the leader the cheaper config
-   wins (fewer workers, shallower prefetch): a plateau is not worth extra
-   processes. When the best is within noise of the baseline, the verdict is
+   when the pick is clear (:func:`~.confidence.decide`: 95% sure after at
+   least four rounds, NOTE [what the confidence states]), on the round limit,
+   or the budget. Below two rounds there is no confidence: the pick is "not
+   confirmed", and what was left out is listed. Within the tie margin (3%,
+   paired by round) of the leader the cheaper config wins (fewer workers,
+   shallower prefetch) and the record says it was a tie: a plateau is not
+   worth extra processes. When the best is within noise of the baseline, the verdict is
    "keep yours" (:func:`~.confidence.keeps_baseline`).
 6. *startup* — with budget left, the start-up time of other start methods.
 7. *epoch boundary* — the gap between epochs with and without persistent
@@ -78,6 +79,7 @@ from .space import (
     SearchSettings,
     SearchSpace,
     budget_plan,
+    confirm_window,
     cost_key,
     revise_plan,
 )
@@ -445,7 +447,7 @@ class Search:
         return chosen
 
     def _round_cost(self, configs: Sequence[LoaderConfig]) -> float:
-        return 2 * sum(self.estimate_cost(c, self.settings.confirm_window_s) for c in configs)
+        return 2 * sum(self.estimate_cost(c, confirm_window(c, self.settings)) for c in configs)
 
     def _race_affordable(self, seconds: float) -> bool:
         """Two rounds come first; rounds beyond them leave room for the epoch-boundary measurement."""
@@ -548,6 +550,8 @@ class Search:
             runner_up=decision.runner_up,
             margin=decision.margin,
             margin_interval=decision.margin_interval,
+            tie=decision.tie,
+            tie_margin=decision.tie_margin,
             finalists={c.label(): m for c, m in sorted(decision.medians.items(), key=lambda p: -p[1])},
             rounds=self.race.rounds,
             noise=noise,
