@@ -5,7 +5,7 @@ For each of at least 20 tunes over the pipelines of ``tuner_pipelines.py`` (CPU-
 latency-bound, jittery, tiny in-memory, collate-heavy; kinds interleaved so the machine's
 load drifts over all of them alike):
 
-1. ``ss.tune`` with a modest budget (default 30 s) states a pick, its runner-up in the
+1. ``ss.tune`` with a modest budget (default 40 s) states a pick, its runner-up in the
    final race, its confidence and whether it was a tie;
 2. an independent re-race, started afresh after the tune: the pick, the runner-up and the
    user's baseline, ``--rounds`` rounds (default 10) of one measurement each, the order
@@ -24,7 +24,7 @@ picks stated ≥ 95% confident (ties apart) hold. For comparison, each row also 
 previous confidence (a percentile bootstrap of the paired median ratio ≥ 0.97 over the rounds,
 which said 100% after 2 rounds) would have stated on the first two rounds of the same race.
 
-    python benchmarks/confidence_calibration.py                          # 20 tunes, ~25 min on 2 busy cores
+    python benchmarks/confidence_calibration.py                          # 20 tunes, ~35 min on 2 busy cores
     python benchmarks/confidence_calibration.py --per-kind 1 --budget 15 # a quick check of the script
     python benchmarks/confidence_calibration.py --json benchmarks/results/confidence_calibration.json
 """
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kind", default=",".join(KINDS), help=f"comma-separated kinds ({', '.join(KINDS)})")
     parser.add_argument("--per-kind", type=int, default=4, help="tunes per kind (default 4: 20 tunes)")
-    parser.add_argument("--budget", type=float, default=30.0, help="tune budget in seconds (default 30)")
+    parser.add_argument("--budget", type=float, default=40.0, help="tune budget in seconds (default 40)")
     parser.add_argument("--rounds", type=int, default=10, help="re-race rounds (default 10)")
     parser.add_argument("--window", type=float, default=1.0, help="re-race window in seconds (default 1.0)")
     parser.add_argument("--json", type=Path, default=None, help="write rows, table and host as JSON")

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from stallscope.config import LoaderConfig
 from stallscope.render.console_tune import render_tune
+from stallscope.render.html import HTMLRenderer
 from stallscope.render.markdown import MarkdownRenderer
 from stallscope.schema import record_schema
 from stallscope.tuning.confidence import (
@@ -184,5 +185,6 @@ def test_the_tuner_record_says_tie_and_the_renderers_print_the_tie_sentence():
     assert "more than 3% faster" in console
     md = MarkdownRenderer().render(record)
     assert "A tie within noise; the cheaper config was kept" in md
+    assert "A tie within noise; the cheaper config was kept" in HTMLRenderer(plots=False).render(record)
     record["best"]["tie"] = False
     assert "tie within noise" not in MarkdownRenderer().render(record)

@@ -436,9 +436,10 @@ class Search:
         top = ranked[0][0]
         limit = max(2, self.settings.max_finalists)
         chosen = [c for r, c in ranked if r >= top * 0.9][:limit]
-        # Single measurements can mislead on a busy machine: the runner-up races too (it also gives
-        # the noise estimate behind the confidence), unless it is not even half as fast.
-        if len(chosen) == 1 and len(ranked) > 1 and ranked[1][0] >= 0.5 * top:
+        # Single measurements can mislead on a busy machine: the runner-up races too, however far behind
+        # the scan put it: without a rival in the rounds there is no confidence (the race keeps it only
+        # until the pick has raced enough rounds for one).
+        if len(chosen) == 1 and len(ranked) > 1:
             chosen.append(ranked[1][1])
         # A plateau: the cheapest config within noise of the best may be worth fewer processes.
         cheapest = min((c for r, c in ranked if r >= top * (1 - 2 * self.settings.min_gain)), key=cost_key)
