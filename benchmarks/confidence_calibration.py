@@ -258,29 +258,42 @@ def main(argv: list[str] | None = None) -> int:
             log(f"[{len(rows):2d}] {kind:8s} seed {seed}: {row['pick']} conf {conf} tie {row['tie']} rounds "
                 f"{row['rounds']} (legacy {row['legacy_confidence_first_2_rounds']}) re-race ratios {ratios} "
                 f"held {row['held']} ({row['tune_seconds']} s + {rr.get('seconds')} s)")
+            if args.json:  # after every tune: an interrupted run keeps what it measured
+                write_json(args, host, load_start, kinds, started, rows)
+    summary = write_json(args, host, load_start, kinds, started, rows)
+    print(markdown(summary))
+    return 0 if summary["criterion"]["pass"] else 1
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     claims = [r for r in rows if r["held"] is not None and not r["tie"] and (r["confidence"] or 0) >= 0.95]
     held = sum(1 for r in claims if r["held"])
     all_high = [r for r in rows if r["held"] is not None and (r["confidence"] or 0) >= 0.95]
-    summary = {
+    return {
         "table": table(rows),
         "legacy": legacy_table(rows),
         "criterion": {"picks": len(claims), "held": held, "held_share": round(held / len(claims), 3) if claims else None,
                       "pass": bool(claims) and held >= 0.95 * len(claims)},
         "all_at_least_95_including_ties": {"picks": len(all_high), "held": sum(1 for r in all_high if r["held"])},
     }
-    print(markdown(summary))
-    load_end = os.getloadavg() if hasattr(os, "getloadavg") else None
+
+
+def write_json(args: argparse.Namespace, host: dict[str, Any], load_start: Any, kinds: list[str], started: float,
+               rows: list[dict[str, Any]]) -> dict[str, Any]:
+    summary = summarise(rows)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
             "script": "benchmarks/confidence_calibration.py",
-            "host": host, "load_average_at_start": load_start, "load_average_at_end": load_end,
+            "host": host, "load_average_at_start": load_start,
+            "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
             "settings": {"kinds": kinds, "per_kind": args.per_kind, "budget_s": args.budget, "rounds": args.rounds,
                          "window_s": args.window},
+            "tunes": len(rows),
             "seconds": round(time.perf_counter() - started, 1),
             "summary": summary, "rows": rows,
         }, indent=2))
-    return 0 if summary["criterion"]["pass"] else 1
+    return summary
 
 
 if __name__ == "__main__":
