@@ -212,8 +212,9 @@ def test_no_confidence_below_two_rounds():
     one = _log({_cfg(2): [50.0], _cfg(4): [80.0]})
     decision = decide(one)
     assert decision.pick == _cfg(4) and decision.confidence is None and decision.margin_interval is None
+    # Two rounds give a number, never a 95% one (test_tuning_confidence.py has the details).
     two = _log({_cfg(2): [50.0, 51.0], _cfg(4): [80.0, 81.0]})
-    assert decide(two).confidence == pytest.approx(1.0)
+    assert 0.5 < decide(two).confidence < 0.95
 
 
 def test_bootstrap_pairs_the_rates_of_one_round():
@@ -223,9 +224,9 @@ def test_bootstrap_pairs_the_rates_of_one_round():
     samples = {_cfg(2): [100 * f for f in load], _cfg(4): [105 * f for f in load]}
     decision = decide(_log(samples))
     assert decision.pick == _cfg(4)
-    assert decision.confidence == pytest.approx(1.0)
+    assert decision.confidence > 0.99
     lo, hi = decision.margin_interval
-    assert lo == pytest.approx(1.05) and hi == pytest.approx(1.05)
+    assert lo < 1.05 < hi and lo > 1.0
     # The same load with the winner flipping between rounds (10% either way): not sure at all.
     flipped = {_cfg(2): [100 * f for f in load], _cfg(4): [100 * f * (1.1 if i % 2 else 1 / 1.1) for i, f in enumerate(load)]}
     assert decide(_log(flipped)).confidence < 0.9

@@ -121,7 +121,9 @@ class TuningFacts:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (label, why)
     keep_baseline: bool = False  # the best found is within noise of the user's own config
     within_pct: float | None = None
-    plan: str | None = None  # what the budget fit, said up front
+    plan: str | None = None
+    tie: bool = False  # another raced config was within tie_margin of the best; the cheaper was kept
+    tie_margin: float | None = None  # what the budget fit, said up front
     persistent: PersistentGap | None = None
 
 

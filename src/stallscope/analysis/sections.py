@@ -143,6 +143,8 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
         within_pct=number(best.get("within_pct")),
         plan=(search.get("plan") or {}).get("summary") if isinstance(search.get("plan"), dict) else None,
         persistent=_persistent_gap(search.get("persistent_workers")),
+        tie=best.get("tie") is True,
+        tie_margin=number(best.get("tie_margin")),
     )
 
 

@@ -36,13 +36,26 @@ _KNOB_ADVICE = {
 }
 
 
+def tie_pct(best: dict[str, Any]) -> str:
+    """The tie margin as a percentage (3% in records from before it was stored)."""
+    margin = best.get("tie_margin")
+    return f"{(margin if isinstance(margin, (int, float)) else 0.03):.0%}"
+
+
+TIE_SENTENCE = "a tie within noise; the cheaper config was kept"
+
+
 def how_sure(best: dict[str, Any]) -> str:
-    """The confidence behind a pick, or why there is none ("not confirmed")."""
+    """The confidence behind a pick, or why there is none ("not confirmed"); a tie says so."""
     rounds = best.get("rounds") or 0
     confidence = best.get("confidence")
+    tie = f"; {TIE_SENTENCE} (within {tie_pct(best)})" if best.get("tie") else ""
     if confidence is None:
-        return f"not confirmed: the budget ran out after {rounds} interleaved round(s)"
-    return f"confidence {confidence:.0%} that no other finalist is more than 3% faster ({rounds} interleaved rounds)"
+        return f"not confirmed: the budget ran out after {rounds} interleaved round(s)" + tie
+    return (
+        f"confidence {confidence:.0%} that no other finalist is more than {tie_pct(best)} faster "
+        f"({rounds} interleaved rounds){tie}"
+    )
 
 
 def keep_yours_sentence(best: dict[str, Any], baseline: dict[str, Any]) -> str:

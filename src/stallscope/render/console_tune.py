@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..analysis import best_configuration, recommendations, trials_by_config
 from ..analysis.readers import config_label
+from ..analysis.tune_rules import TIE_SENTENCE, tie_pct
 from .console_advice import inline_markup, render_recommendations
 from .document_results import best_section
 from .report_format import fmt_fixed
@@ -66,11 +67,13 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
         margin = best.get("margin")
         extra = f"; runner-up {escape(runner)} at {1 / margin:.1%} of it" if runner and margin else ""
         console.print(
-            f"Confidence {confidence:.0%} that no other finalist is more than 3% faster "
+            f"Confidence {confidence:.0%} that no other finalist is more than {tie_pct(best)} faster "
             f"({rounds} interleaved round(s){extra})."
         )
     elif "rounds" in best:
         console.print(f"[bold yellow]Not confirmed: the budget ran out[/] after {rounds} interleaved round(s); no confidence.")
+    if best.get("tie"):
+        console.print(f"{TIE_SENTENCE[0].upper() + TIE_SENTENCE[1:]} (rates within {tie_pct(best)}, paired by round).")
     if best.get("keep_baseline"):
         console.print(
             f"[bold]Keep yours:[/] your loader ({escape(baseline['label'])}) is within {best.get('within_pct') or 0:.1f}% "

@@ -110,6 +110,10 @@ def tuning_section(tuning: TuningFacts, r: dict):
     blocks: list = [dm.Paragraph(parts)]
     if tuning.plan:
         blocks.append(dm.Paragraph(["Budget plan: ", *dm.record_text(tuning.plan.removeprefix("plan: ")), "."]))
+    if tuning.tie:
+        within = rf.fmt_percent(100 * (tuning.tie_margin if tuning.tie_margin is not None else 0.03))
+        blocks.append(dm.Paragraph([dm.Strong("A tie within noise; the cheaper config was kept"),
+                                    f": another raced config was within {within} of the fastest, paired by round."]))
     if tuning.confirmed is False:
         blocks.append(dm.Paragraph([dm.Strong("Not confirmed: the budget ran out"),
                                     f" after {dm.plural(tuning.rounds or 0, 'interleaved round')}, so there is no confidence."]))

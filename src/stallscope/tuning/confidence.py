@@ -4,28 +4,136 @@ NOTE [paired rounds]
 Finalists race in interleaved rounds (A B … B A): within one round every
 config meets the same machine state (other processes, thermal state, page
 cache), so the rates of one round belong together. A busy minute slows all of
-them alike; it says nothing about which is faster. The bootstrap therefore
-resamples *rounds*, never individual rates, and compares configs by the ratio
-of their rates within a round. One round gives one ratio per rival, which no
-resampling can turn into a confidence: below ``MIN_ROUNDS`` rounds the
-confidence is None ("not confirmed"), never a number.
+them alike; it says nothing about which is faster. Configs are therefore
+compared by the ratio of their rates within a round, never by rates pooled
+across rounds. One round gives one ratio per rival, which no statistic can turn
+into a confidence: below ``MIN_ROUNDS`` rounds the confidence is None ("not
+confirmed"), never a number.
+
+NOTE [what the confidence states]
+The confidence is the probability that the pick is at least as fast as every
+other raced config within the tie margin ``MARGIN`` (3%, the noise floor the
+search uses for a gain, ``space.MIN_GAIN``): that pick ≥ (1 − MARGIN) × rival
+for each rival. Per rival it comes from the paired per-round log-ratios
+log(pick / rival): a one-sided Student-t probability that their mean is at
+least log(1 − MARGIN), with the spread estimated from the rounds but never
+below ``NOISE_FLOOR`` (two or three rounds can agree by chance). The rivals are
+combined by the Bonferroni bound 1 − Σ(1 − p), which needs no assumption about
+how they are correlated. Below ``CONFIDENT_ROUNDS`` rounds the confidence is
+capped at ``FEW_ROUNDS_CAP``: a percentile bootstrap over two rounds used to
+say 100% for picks an independent re-race put behind (issue 18).
+``benchmarks/confidence_calibration.py`` checks that picks stated ≥ 95% sure
+hold in an independent re-race; docs/tuner-confidence.md has its table.
+
+Within the margin the cheaper config wins: every raced config whose paired
+median ratio to the leader is at least 1 − MARGIN is tied with it, the
+cheapest of them (:func:`~.space.cost_key`: fewer processes, fewer threads,
+shallower prefetch) is the pick, and the decision says it was a tie.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..config import LoaderConfig
-from .space import MIN_GAIN, PLATEAU_TOLERANCE, cost_key
+from .space import MIN_GAIN, PLATEAU_TOLERANCE, TIE_MARGIN, cost_key
 from .trial import Trial
 
-# Confidence is the probability that the pick reaches BAR × every rival's rate.
-BAR = 0.97
+# The tie margin: the pick is claimed at least as fast as each rival within this fraction.
+MARGIN = TIE_MARGIN
 # Fewer interleaved rounds than this give no confidence at all (NOTE [paired rounds]).
 MIN_ROUNDS = 2
+# Fewer rounds than this never give a confidence above FEW_ROUNDS_CAP (NOTE [what the confidence states]).
+CONFIDENT_ROUNDS = 4
+FEW_ROUNDS_CAP = 0.9
+# The per-round spread of a paired log-ratio assumed at least (a few agreeing rounds prove no less noise).
+NOISE_FLOOR = 0.02
+# A rival that raced one round with the pick (dropped as far behind): its ratio's per-round spread,
+# assumed, as wide as the largest noise threshold the search allows (search.MAX_SIG).
+ONE_ROUND_NOISE = 0.10
+# The race stops once the pick is this sure (and has raced CONFIDENT_ROUNDS rounds).
+STOP_CONFIDENCE = 0.95
+
+
+# -- Student's t, for integer degrees of freedom (no SciPy dependency) -----------------------------
+
+
+def t_cdf(t: float, df: int) -> float:
+    """P(T ≤ t) for Student's t with ``df`` ≥ 1 degrees of freedom (Abramowitz & Stegun 26.7.3–4)."""
+    if df < 1:
+        raise ValueError("t_cdf needs at least 1 degree of freedom")
+    if math.isinf(t):
+        return 1.0 if t > 0 else 0.0
+    theta = math.atan(abs(t) / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    if df % 2 == 1:
+        series, term = 0.0, 1.0
+        if df > 1:
+            series = 1.0
+            for k in range(3, df, 2):  # (2·4···(k−1)) / (1·3···k) cos^(k−1)
+                term *= (k - 1) / k * c2
+                series += term
+        a = 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * series)
+    else:
+        series, term = 1.0, 1.0
+        for k in range(2, df, 2):  # (1·3···(k−1)) / (2·4···k) cos^k
+            term *= (k - 1) / k * c2
+            series += term
+        a = math.sin(theta) * series
+    a = min(1.0, max(0.0, a))
+    return 0.5 + a / 2 if t >= 0 else 0.5 - a / 2
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (bisection on :func:`t_cdf`)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError("t_quantile needs 0 < p < 1")
+    lo, hi = -1e6, 1e6
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-9:
+            break
+    return (lo + hi) / 2
+
+
+def _spread(values: Sequence[float]) -> float:
+    own = statistics.stdev(values) if len(values) >= 2 else 0.0
+    return max(own, NOISE_FLOOR)
+
+
+def at_least_probability(log_ratios: Sequence[float], margin: float = MARGIN) -> float | None:
+    """How sure paired per-round log-ratios log(a / b) make it that a ≥ (1 − margin) × b.
+
+    One-sided Student-t probability that the ratios' mean is at least
+    log(1 − margin), spread floored at ``NOISE_FLOOR``; with one ratio, a normal
+    with the spread ``ONE_ROUND_NOISE``. None without a ratio.
+    """
+    n = len(log_ratios)
+    if n == 0:
+        return None
+    gap = statistics.fmean(log_ratios) - math.log(1 - margin)
+    if n == 1:
+        return 0.5 * (1 + math.erf(gap / (ONE_ROUND_NOISE * math.sqrt(2))))
+    return t_cdf(gap / (_spread(log_ratios) / math.sqrt(n)), n - 1)
+
+
+def ratio_interval(log_ratios: Sequence[float], level: float = 0.9) -> tuple[float, float] | None:
+    """The two-sided ``level`` t-interval of the paired ratio a / b (spread floored as above);
+    None below two ratios."""
+    n = len(log_ratios)
+    if n < 2:
+        return None
+    mean = statistics.fmean(log_ratios)
+    half = t_quantile(0.5 + level / 2, n - 1) * _spread(log_ratios) / math.sqrt(n)
+    return math.exp(mean - half), math.exp(mean + half)
 
 
 @dataclass
@@ -62,12 +170,15 @@ class RaceLog:
 
     def ratios(self, a: LoaderConfig, b: LoaderConfig) -> list[float]:
         """``a``'s rate over ``b``'s, one per round both raced."""
-        return [r[a] / r[b] for r in self.rounds if a in r and b in r and r[b] > 0]
+        return [r[a] / r[b] for r in self.rounds if a in r and b in r and r[a] > 0 and r[b] > 0]
+
+    def log_ratios(self, a: LoaderConfig, b: LoaderConfig) -> list[float]:
+        return [math.log(x) for x in self.ratios(a, b)]
 
 
 @dataclass
 class Decision:
-    """The pick among raced configs and how sure it is."""
+    """The pick among raced configs and how sure it is (NOTE [what the confidence states])."""
 
     pick: LoaderConfig
     leader: LoaderConfig
@@ -75,59 +186,60 @@ class Decision:
     confidence: float | None  # None: fewer than MIN_ROUNDS rounds raced (not confirmed)
     runner_up: LoaderConfig | None = None
     margin: float | None = None  # pick median / runner-up median
-    margin_interval: tuple[float, float] | None = None  # 90% bootstrap interval of the paired ratio
-
-
-def _median_ratio(log: RaceLog, pick: LoaderConfig, rival: LoaderConfig, rounds: Sequence[int]) -> float | None:
-    values = [log.rounds[i][pick] / log.rounds[i][rival] for i in rounds if rival in log.rounds[i] and log.rounds[i][rival] > 0]
-    return statistics.median(values) if values else None
+    margin_interval: tuple[float, float] | None = None  # 90% t-interval of the paired ratio pick / runner-up
+    tie: bool = False  # another raced config was within tie_margin of the leader; the cheapest was kept
+    tie_margin: float = MARGIN
 
 
 def decide(
     log: RaceLog,
     *,
-    tolerance: float = PLATEAU_TOLERANCE,
-    bar: float = BAR,
-    seed: int = 0,
-    resamples: int = 1000,
+    margin: float = MARGIN,
     min_rounds: int = MIN_ROUNDS,
+    confident_rounds: int = CONFIDENT_ROUNDS,
 ) -> Decision:
-    """Pick among raced configs: the leader by median, or a cheaper one within ``tolerance`` of it.
+    """Pick among raced configs: the cheapest of those tied with the leader, and how sure that is.
 
-    Confidence is the bootstrap probability, resampling whole rounds (NOTE
-    [paired rounds]), that the pick's median rate within a round reaches
-    ``bar`` × every rival's. None when the pick raced fewer than ``min_rounds``.
+    The leader has the highest median rate. A config is tied with it when its
+    paired median ratio to the leader is at least 1 − ``margin``; the cheapest
+    tied config is the pick (``tie`` when there was more than one). The
+    confidence is NOTE [what the confidence states]'s: None when the pick raced
+    fewer than ``min_rounds`` rounds, at most ``FEW_ROUNDS_CAP`` below
+    ``confident_rounds``.
     """
     medians = {c: m for c in log.configs() if (m := log.median(c)) is not None}
     if not medians:
         raise ValueError("decide() needs at least one raced config")
     leader = max(medians, key=lambda c: medians[c])
-    top = medians[leader]
-    pick = min((c for c in medians if medians[c] >= top * (1 - tolerance)), key=cost_key)
+
+    def to_leader(config: LoaderConfig) -> float:
+        paired = log.ratios(config, leader)
+        if paired:
+            return statistics.median(paired)
+        return medians[config] / medians[leader] if medians[leader] > 0 else 0.0
+
+    tied = [c for c in medians if c == leader or to_leader(c) >= 1 - margin]
+    pick = min(tied, key=cost_key)
+    tie = len(tied) > 1
     rivals = [c for c in medians if c != pick]
-    mine = [i for i, rates in enumerate(log.rounds) if pick in rates]
+    mine = log.rounds_of(pick)
     if not rivals:
-        return Decision(pick=pick, leader=leader, medians=medians, confidence=1.0 if len(mine) >= min_rounds else None)
+        confidence = None if mine < min_rounds else (1.0 if mine >= confident_rounds else FEW_ROUNDS_CAP)
+        return Decision(pick, leader, medians, confidence, tie=False, tie_margin=margin)
     runner_up = max(rivals, key=lambda c: medians[c])
-    margin = medians[pick] / medians[runner_up] if medians[runner_up] > 0 else None
-    if len(mine) < min_rounds:
-        return Decision(pick, leader, medians, None, runner_up=runner_up, margin=margin)
-    rng = random.Random(seed)
-    overall = {c: _median_ratio(log, pick, c, mine) for c in rivals}
-    wins = 0
-    margins: list[float] = []
-    for _ in range(resamples):
-        sample = rng.choices(mine, k=len(mine))
-        ratios = {c: _median_ratio(log, pick, c, sample) for c in rivals}
-        # A rival absent from every drawn round (it dropped out early) keeps its overall paired ratio.
-        ratios = {c: overall[c] if r is None else r for c, r in ratios.items()}
-        if all(r is None or r >= bar for r in ratios.values()):
-            wins += 1
-        if ratios[runner_up] is not None:
-            margins.append(ratios[runner_up])
-    margins.sort()
-    interval = (margins[int(0.05 * len(margins))], margins[int(0.95 * len(margins)) - 1]) if margins else None
-    return Decision(pick, leader, medians, wins / resamples, runner_up=runner_up, margin=margin, margin_interval=interval)
+    margin_ratio = medians[pick] / medians[runner_up] if medians[runner_up] > 0 else None
+    interval = ratio_interval(log.log_ratios(pick, runner_up))
+    if mine < min_rounds:
+        return Decision(pick, leader, medians, None, runner_up=runner_up, margin=margin_ratio, tie=tie, tie_margin=margin)
+    doubt = 0.0
+    for rival in rivals:
+        p = at_least_probability(log.log_ratios(pick, rival), margin)
+        doubt += 1.0 - (p if p is not None else 0.0)
+    confidence = max(0.0, 1.0 - doubt)
+    if mine < confident_rounds:
+        confidence = min(confidence, FEW_ROUNDS_CAP)
+    return Decision(pick, leader, medians, confidence, runner_up=runner_up, margin=margin_ratio,
+                    margin_interval=interval, tie=tie, tie_margin=margin)
 
 
 def decide_from_scan(
@@ -139,7 +251,8 @@ def decide_from_scan(
         return Decision(pick=baseline, leader=baseline, medians={}, confidence=None)
     leader = max(ok, key=lambda c: ok[c].samples_per_s)
     top = ok[leader].samples_per_s
-    pick = min((c for c in ok if ok[c].samples_per_s >= top * (1 - tolerance)), key=cost_key)
+    tied = [c for c in ok if ok[c].samples_per_s >= top * (1 - tolerance)]
+    pick = min(tied, key=cost_key)
     rivals = [t for c, t in ok.items() if c != pick]
     runner = max(rivals, key=lambda t: t.samples_per_s) if rivals else None
     return Decision(
@@ -149,18 +262,20 @@ def decide_from_scan(
         confidence=None,
         runner_up=runner.config if runner else None,
         margin=ok[pick].samples_per_s / runner.samples_per_s if runner else None,
+        tie=len(tied) > 1,
+        tie_margin=tolerance,
     )
 
 
-def clearly_slower(ratios: Sequence[float], *, tolerance: float, seed: int = 0, resamples: int = 400) -> bool:
+def clearly_slower(ratios: Sequence[float], *, tolerance: float, level: float = 0.95) -> bool:
     """Whether a config is slower than the leader beyond the noise, from its paired per-round ratios
-    (its rate / the leader's): the 90% bootstrap upper bound of the median ratio stays below 1 − tolerance."""
-    if not ratios:
+    (its rate / the leader's): the one-sided ``level`` t upper bound of the ratio stays below
+    1 − tolerance (spread floored at ``NOISE_FLOOR``; never from fewer than two rounds)."""
+    logs = [math.log(r) for r in ratios if r > 0]
+    if len(logs) < 2:
         return False
-    rng = random.Random(seed)
-    values = list(ratios)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
-    return medians[int(0.95 * len(medians)) - 1] < 1 - tolerance
+    upper = statistics.fmean(logs) + t_quantile(level, len(logs) - 1) * _spread(logs) / math.sqrt(len(logs))
+    return upper < math.log(1 - tolerance)
 
 
 def keeps_baseline(

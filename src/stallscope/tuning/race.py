@@ -15,8 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import LoaderConfig
-from .confidence import MIN_ROUNDS, Decision, RaceLog, clearly_slower, decide
-from .space import SearchSettings
+from .confidence import (
+    CONFIDENT_ROUNDS,
+    MIN_ROUNDS,
+    STOP_CONFIDENCE,
+    Decision,
+    RaceLog,
+    clearly_slower,
+    decide,
+)
+from .space import SearchSettings, confirm_window
 from .trial import Effect, Evaluator, Trial
 
 # After one round, a config below this fraction of the leader's rate is out: two maximal noise
@@ -100,7 +108,8 @@ class Race:
             alive = self._fit_budget(alive)
             if len(alive) < 2:
                 break
-            results = self.ev.interleaved(alive, repeats=1, window_s=settings.confirm_window_s, phase="confirm")
+            windows = [confirm_window(c, settings) for c in alive]
+            results = self.ev.interleaved(alive, repeats=1, window_s=windows, phase="confirm")
             rates: dict[LoaderConfig, list[float]] = {}
             for config, trials in zip(alive, results):
                 for trial in trials:
@@ -116,13 +125,15 @@ class Race:
             alive = self._drop_losers(alive)
             if self.rounds < settings.min_rounds:
                 continue
-            decision = decide(self.log, tolerance=settings.tolerance, seed=settings.seed + self.rounds)
-            if (decision.confidence or 0.0) >= 0.9 or self.rounds >= settings.max_rounds:
+            # Sure enough only after CONFIDENT_ROUNDS rounds (NOTE [what the confidence states]).
+            decision = decide(self.log, margin=settings.tie_margin)
+            sure = self.rounds >= CONFIDENT_ROUNDS and (decision.confidence or 0.0) >= STOP_CONFIDENCE
+            if sure or self.rounds >= settings.max_rounds:
                 break
         self._skip_unconfirmed()
         if not self.log.rounds:
             return None
-        return decide(self.log, tolerance=settings.tolerance, seed=settings.seed)
+        return decide(self.log, margin=settings.tie_margin)
 
     def _fit_budget(self, alive: list[LoaderConfig]) -> list[LoaderConfig]:
         """Leave out entrants until a round fits: the slowest first, then the baseline; never a seed
@@ -162,10 +173,16 @@ class Race:
             if medians[config] < FAR_BEHIND * medians[leader]:
                 continue
             if self.rounds >= self.settings.min_rounds and clearly_slower(
-                self.log.ratios(config, leader), tolerance=self.settings.tolerance, seed=self.settings.seed
+                self.log.ratios(config, leader), tolerance=self.settings.tolerance
             ):
                 continue
             keep.append(config)
+        # A confidence needs a rival in the rounds (NOTE [what the confidence states]): the best of the
+        # dropped stays until the pick has raced enough rounds for one, as the budget allows.
+        if len(keep) < 2 <= len(alive) and self.rounds < CONFIDENT_ROUNDS:
+            dropped = [c for c in alive if c not in keep]
+            if dropped:
+                keep.append(max(dropped, key=lambda c: medians[c]))
         return keep
 
     def _skip_unconfirmed(self) -> None:

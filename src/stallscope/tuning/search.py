@@ -41,12 +41,13 @@ of the time budget:
    within a few percent), the seeds and the baseline race in interleaved
    rounds (A B … B A). Configs far behind after one round, or clearly slower
    (paired by round, beyond the noise) after two, drop out; the race stops
-   when the pick is clear (:func:`~.confidence.decide`: a bootstrap over
-   rounds, NOTE [paired rounds]), on the round limit, or the budget. Below two
-   rounds there is no confidence: the pick is "not confirmed", and what was
-   left out is listed. Within ``tolerance`` of the leader the cheaper config
-   wins (fewer workers, shallower prefetch): a plateau is not worth extra
-   processes. When the best is within noise of the baseline, the verdict is
+   when the pick is clear (:func:`~.confidence.decide`: 95% sure after at
+   least four rounds, NOTE [what the confidence states]), on the round limit,
+   or the budget. Below two rounds there is no confidence: the pick is "not
+   confirmed", and what was left out is listed. Within the tie margin (3%,
+   paired by round) of the leader the cheaper config wins (fewer workers,
+   shallower prefetch) and the record says it was a tie: a plateau is not
+   worth extra processes. When the best is within noise of the baseline, the verdict is
    "keep yours" (:func:`~.confidence.keeps_baseline`).
 6. *startup* — with budget left, the start-up time of other start methods.
 7. *epoch boundary* — the gap between epochs with and without persistent
@@ -78,6 +79,7 @@ from .space import (
     SearchSettings,
     SearchSpace,
     budget_plan,
+    confirm_window,
     cost_key,
     revise_plan,
 )
@@ -434,9 +436,10 @@ class Search:
         top = ranked[0][0]
         limit = max(2, self.settings.max_finalists)
         chosen = [c for r, c in ranked if r >= top * 0.9][:limit]
-        # Single measurements can mislead on a busy machine: the runner-up races too (it also gives
-        # the noise estimate behind the confidence), unless it is not even half as fast.
-        if len(chosen) == 1 and len(ranked) > 1 and ranked[1][0] >= 0.5 * top:
+        # Single measurements can mislead on a busy machine: the runner-up races too, however far behind
+        # the scan put it: without a rival in the rounds there is no confidence (the race keeps it only
+        # until the pick has raced enough rounds for one).
+        if len(chosen) == 1 and len(ranked) > 1:
             chosen.append(ranked[1][1])
         # A plateau: the cheapest config within noise of the best may be worth fewer processes.
         cheapest = min((c for r, c in ranked if r >= top * (1 - 2 * self.settings.min_gain)), key=cost_key)
@@ -445,7 +448,7 @@ class Search:
         return chosen
 
     def _round_cost(self, configs: Sequence[LoaderConfig]) -> float:
-        return 2 * sum(self.estimate_cost(c, self.settings.confirm_window_s) for c in configs)
+        return 2 * sum(self.estimate_cost(c, confirm_window(c, self.settings)) for c in configs)
 
     def _race_affordable(self, seconds: float) -> bool:
         """Two rounds come first; rounds beyond them leave room for the epoch-boundary measurement."""
@@ -548,6 +551,8 @@ class Search:
             runner_up=decision.runner_up,
             margin=decision.margin,
             margin_interval=decision.margin_interval,
+            tie=decision.tie,
+            tie_margin=decision.tie_margin,
             finalists={c.label(): m for c, m in sorted(decision.medians.items(), key=lambda p: -p[1])},
             rounds=self.race.rounds,
             noise=noise,

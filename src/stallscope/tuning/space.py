@@ -16,8 +16,12 @@ MB = 1024 * 1024
 
 # A climb step must beat the best so far by this much (or by the measured noise) to count.
 MIN_GAIN = 0.03
-# Within this fraction of the leader, the cheaper config is preferred (a plateau).
+# Within this fraction of the leader, the cheaper config is preferred (a plateau) among single scan measurements.
 PLATEAU_TOLERANCE = 0.01
+# In the final race: within this fraction of the leader (paired by round) a config is tied with it, the cheapest
+# tied config is the pick, and the confidence is that the pick is no slower than any rival beyond it. The noise
+# floor of a gain (NOTE [what the confidence states] in confidence.py).
+TIE_MARGIN = MIN_GAIN
 # Per-worker private memory assumed until one worker has been measured.
 DEFAULT_WORKER_BYTES = 256 * MB
 # Memory allowed per fetch thread (worker_threads) on top of its process.
@@ -153,18 +157,30 @@ class SearchSettings:
     budget_s: float = 60.0
     scan_window_s: float = 0.5
     confirm_window_s: float = 0.75
+    # A single-process config's race window: every preemption of the main process on a busy machine stops
+    # its loading outright (no workers' prefetch buffer absorbs it), so a short window is mostly scheduler
+    # noise. Worker configs pay start-up and warm-up around their window anyway.
+    single_process_window_s: float = 1.0
     min_batches: int = 8  # a window holds at least this many batches, however long they take
-    min_rounds: int = 2
-    max_rounds: int = 6
+    min_rounds: int = 2  # rounds before a config can be dropped as clearly slower
+    max_rounds: int = 8  # the race stops earlier once the pick is STOP_CONFIDENCE sure (confidence.py)
     rounds: int | None = None  # a fixed number of confirm rounds (--repeats)
     min_gain: float = MIN_GAIN
     tolerance: float = PLATEAU_TOLERANCE
+    tie_margin: float = TIE_MARGIN
     max_finalists: int = 3
     seed: int = 0
     # shares of the budget the phases may run up to
     scan_share: float = 0.5
     knobs_share: float = 0.65
     epoch_gap_epochs: int = 2  # short epochs per persistent_workers run (one boundary each)
+
+
+def confirm_window(config: LoaderConfig, settings: SearchSettings) -> float:
+    """The race window of ``config``: longer for single-process configs (``single_process_window_s``)."""
+    if config.num_workers == 0:
+        return max(settings.confirm_window_s, settings.single_process_window_s)
+    return settings.confirm_window_s
 
 
 def cost_key(config: LoaderConfig) -> tuple:

@@ -74,9 +74,10 @@ class Evaluator(Protocol):
     def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial: ...
 
     def interleaved(
-        self, configs: Sequence[LoaderConfig], *, repeats: int, window_s: float, phase: str
+        self, configs: Sequence[LoaderConfig], *, repeats: int, window_s: float | Sequence[float], phase: str
     ) -> list[list[Trial]]:
-        """``repeats`` rounds of A B … B A; the trials per config, in ``configs`` order."""
+        """``repeats`` rounds of A B … B A; the trials per config, in ``configs`` order (``window_s``:
+        one window for all, or one per config)."""
         ...
 
     def epoch_gap(self, config: LoaderConfig, *, epochs: int) -> EpochGap:
@@ -94,14 +95,15 @@ class InterleavingEvaluator:
         raise NotImplementedError
 
     def interleaved(
-        self, configs: Sequence[LoaderConfig], *, repeats: int, window_s: float, phase: str
+        self, configs: Sequence[LoaderConfig], *, repeats: int, window_s: float | Sequence[float], phase: str
     ) -> list[list[Trial]]:
         """``repeats`` rounds of A B … B A, so drift and order effects hit every config alike."""
+        windows = [float(window_s)] * len(configs) if isinstance(window_s, (int, float)) else list(window_s)
         out: list[list[Trial]] = [[] for _ in configs]
         order = list(range(len(configs)))
         for _ in range(repeats):
             for index in order + order[::-1]:
-                out[index].append(self.measure(configs[index], window_s=window_s, phase=phase))
+                out[index].append(self.measure(configs[index], window_s=windows[index], phase=phase))
         return out
 
 
@@ -147,6 +149,8 @@ class SearchResult:
     runner_up: LoaderConfig | None = None
     margin: float | None = None
     margin_interval: tuple[float, float] | None = None
+    tie: bool = False  # the pick was within tie_margin of another raced config; the cheaper config was kept
+    tie_margin: float | None = None
     finalists: dict[str, float] = field(default_factory=dict)  # label -> median rate in the race
     rounds: int = 0
     noise: float | None = None  # median relative spread of raced configs
@@ -183,6 +187,8 @@ class SearchResult:
             "runner_up": None if self.runner_up is None else self.runner_up.label(),
             "margin": _round(self.margin, 4),
             "margin_interval": None if self.margin_interval is None else [round(v, 4) for v in self.margin_interval],
+            "tie": self.tie,
+            "tie_margin": _round(self.tie_margin, 4),
             "finalists": {k: round(v, 2) for k, v in self.finalists.items()},
             "rounds": self.rounds,
             "noise": _round(self.noise, 4),

@@ -473,6 +473,8 @@ class TuneResult:
                 "runner_up": search["runner_up"],
                 "margin": search["margin"],
                 "margin_interval": search["margin_interval"],
+                "tie": search["tie"],
+                "tie_margin": search["tie_margin"],
             },
             "trials": search["trials"],
             "tuning_seconds": round(self.tuning_seconds, 3),
