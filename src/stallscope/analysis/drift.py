@@ -124,9 +124,11 @@ def _worker_value(window: dict[str, Any], k: int, key: str) -> float | None:
 
 
 def _worst(judged: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    """The channel to headline: a growing one first, then the largest rate per hour."""
+    """The channel to headline: a growing one first, RSS before USS (RSS holds the private pages too,
+    so the two grow alike and the headline would otherwise flip between them), then the largest rate
+    per hour."""
     order = {GROWING: 0, PLATEAUED: 1, FLAT: 2}
-    name, ch = min(judged, key=lambda c: (order[c[1]["verdict"]], -(c[1]["mb_per_hour"] or 0.0)))
+    name, ch = min(judged, key=lambda c: (order[c[1]["verdict"]], c[0].endswith(" USS"), -(c[1]["mb_per_hour"] or 0.0)))
     return {"process": name, **ch}
 
 
