@@ -20,12 +20,17 @@ def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     )
 
 
+# Stop the loader's threads and workers before the script exits, as a training script's end would: a
+# torchdata graph whose mapper threads are still running when the interpreter exits can abort it.
+STOP = "from stallscope.pipeline.kinds import close_trial\nclose_trial(loader, it)\n"
+
+
 def _two_batches(code: str) -> str:
     """Run printed code from the target's folder, as a user would, and describe two batches."""
     script = code + (
         "\nfrom stallscope.pipeline.structure import describe_structure\n"
         "it = iter(loader)\nfirst = next(it)\nnext(it)\nprint('STRUCTURE', describe_structure(first))\n"
-        "del it\n"
+        + STOP
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=PIPELINES, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -142,12 +147,12 @@ def test_a_wrapper_is_tuned_where_its_loader_really_runs_and_the_code_puts_it_ba
     code = record["loader_code"]
     assert code["verified"], code["reason"]
     assert f"yours{path} = DataLoader(" in done.stdout and "loader = yours" in done.stdout
-    workers = record["best"]["config"]["num_workers"]
+    workers = code["config"]["num_workers"]  # the winner's (yours, where the report says to keep them)
     printed = _run_printed(done.stdout, (
         "it = iter(loader)\nfirst = next(it)\nnext(it)\n"
-        f"print(type(first).__name__, loader{path}.num_workers)\ndel it\n"
+        f"print(type(first).__name__, loader{path}.num_workers)\n" + STOP
     ))
-    assert printed.split() == [batch_type, str(workers)]  # the wrapper's own batches, with the pick's workers
+    assert printed.split() == [batch_type, str(workers)]  # the wrapper's own batches, with the code's workers
 
 
 def test_a_wrapper_that_cannot_take_another_loader_is_measured_and_says_why(tmp_path):
@@ -205,7 +210,7 @@ def test_a_loader_its_constructor_cannot_rebuild_gets_its_knobs_set_after_buildi
     code = _advice_for("real_lm_stream.py:make_loader", num_workers=3, prefetch_factor=4)
     assert code["verified"], code["reason"]
     assert "yours.num_workers = 3  # was 2" in code["python"] and "yours.prefetch_factor = 4" in code["python"]
-    printed = _run_printed(code["python"], "it = iter(loader)\nnext(it)\nnext(it)\nprint(loader.num_workers)\ndel it\n")
+    printed = _run_printed(code["python"], "it = iter(loader)\nnext(it)\nnext(it)\nprint(loader.num_workers)\n" + STOP)
     assert printed.split() == ["3"]
 
 

@@ -82,8 +82,11 @@ def drift_line(drift: dict[str, Any] | None) -> str | None:
 
 
 def long_run_lines(profile: dict[str, Any]) -> list[str]:
-    """Console lines (indented like the rest of the profile summary); none for a run that fitted in one window."""
-    if len([w for w in profile.get("windows") or [] if isinstance(w, dict)]) < 2:
+    """Console lines (indented like the rest of the profile summary); none for a run that fitted in one window
+    (under torchrun: the job's windows, as the slowest rank saw them, not only this rank's)."""
+    own = len([w for w in profile.get("windows") or [] if isinstance(w, dict)])
+    job = len((profile.get("distributed") or {}).get("windows") or [])
+    if max(own, job) < 2:
         return []
     lines = []
     windows = windows_line(profile)
