@@ -420,8 +420,8 @@ def _from_wrapper(obj: Any, loaders: list[tuple[Path, Any]], label: str, modules
     first = loaders[0][0] if path is None else path
     where = path_text(first)
     what = f"a {type(obj).__qualname__} holding a DataLoader at {where.lstrip('.')}"
-    if len(loaders) > 1:
-        what += f" (the first of the {len(loaders)} it holds whose knobs take effect)" if path else ""
+    if len(loaders) > 1 and path is not None:
+        what += f" (the first of the {len(loaders)} it holds whose knobs take effect)"
     pipeline = _from_loader(inner, label, modules)
     if path is None:
         # Trials would all run the wrapper's own loader: measured as it is, said so.

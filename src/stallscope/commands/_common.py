@@ -356,11 +356,14 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
     candidates = [s for s in (snippet, snippet_for_record(data, chosen, form="attributes")) if s is not None]
     if not candidates:
         advice.update(verified=False, reason=f"stallscope cannot write {pipeline.kind.description} as a call to change")
+    references: dict[bool, str | None] = {}  # each takes a batch from the user's pipeline: once per form
     for i, candidate in enumerate(candidates):
         code = render_python(candidate)
         factory_form = candidate.form == "factory"
         whole = factory_form or bool(candidate.loader_path) or candidate.form == "attributes"
-        run = run_snippet(code, reference=_reference_structure(pipeline, whole),
+        if whole not in references:
+            references[whole] = _reference_structure(pipeline, whole)
+        run = run_snippet(code, reference=references[whole],
                           config=None if factory_form else config, loader_path=candidate.loader_path)
         if run.ok or i == 0:
             advice.update(python=code if run.ok else None, tried=None if run.ok else code, **run.to_dict())

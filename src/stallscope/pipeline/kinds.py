@@ -138,9 +138,6 @@ class CopiedLoaderKind(LoaderKind):
         return reconfigured_copy(self.loader, config, **options)
 
 
-_INDEXED_ONLY = "its dataset is an IterableDataset"
-
-
 def reconfigured_copy(
     loader: Any,
     config: LoaderConfig,

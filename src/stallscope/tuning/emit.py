@@ -265,7 +265,7 @@ def attribute_snippet(config: LoaderConfig, call: LoaderCall, baseline: LoaderCo
     was, now = _effective(baseline), _effective(config)
     arguments: list[tuple[str | None, str]] = []
     changes = [Change("torch_threads", None, str(config.torch_threads))] if "torch_threads" in changed else []
-    for name in SETTABLE_AFTER_BUILD[:-1]:
+    for name in (f for f in SETTABLE_AFTER_BUILD if f != "torch_threads"):  # that one is a statement above
         before, after = was.get(name, getattr(baseline, name)), now.get(name, getattr(config, name))
         if before != after:
             arguments.append((name, repr(after)))
