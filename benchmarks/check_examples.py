@@ -32,12 +32,18 @@ CASES: dict[str, tuple[Any, dict[str, Any]]] = {
     "duplicate-rng": (cd.shared_generator, {"only": ["duplicate-rng"]}),
     "memory-growth": (cd.leaky_cache, {"only": ["memory-growth"]}),
     "iterable-duplicates": (real_streams.unsharded, {"only": ["iterable-duplicates"]}),
-    "copy-on-write": (cd.annotations, {"only": ["copy-on-write", "memory-growth"], "start_method": "fork"}),
+    "copy-on-write": (
+        cd.annotations,
+        {"only": ["copy-on-write", "memory-growth"], "start_method": "fork"},
+    ),
     "slow-samples": (cd.slow_samples, {"only": ["slow-samples"]}),
     "hang": (cd.hanging, {"only": ["hang", "getitem-error"], "timeout": 1.5}),
     "getitem-error": (cd.raising, {"only": ["getitem-error", "hang"]}),
     "collate-error": (cd.ragged, {"only": ["collate-error"]}),
-    "shm-too-small": (cd.big_batches, {"only": ["shm-too-small"], "shm_free_bytes": 8 * 1024 * 1024}),
+    "shm-too-small": (
+        cd.big_batches,
+        {"only": ["shm-too-small"], "shm_free_bytes": 8 * 1024 * 1024},
+    ),
     "oversubscription": (cd.thread_hungry, {"only": ["oversubscription"]}),
 }
 
@@ -45,7 +51,9 @@ CASES: dict[str, tuple[Any, dict[str, Any]]] = {
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=HERE / "results" / "check_examples.json")
-    parser.add_argument("--codes", default=",".join(CASES), help="comma-separated codes (default: all)")
+    parser.add_argument(
+        "--codes", default=",".join(CASES), help="comma-separated codes (default: all)"
+    )
     args = parser.parse_args()
     examples: dict[str, Any] = {}
     for code in [c for c in args.codes.split(",") if c]:
@@ -61,8 +69,14 @@ def main() -> int:
         }
         print(f"{code}: {found[0]['message'] if found else 'NOT FOUND'}", flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"host": host_info().to_dict(), "tool_version": ss.__version__,
-                                     "examples": examples}, indent=2, default=str) + "\n")
+    args.json.write_text(
+        json.dumps(
+            {"host": host_info().to_dict(), "tool_version": ss.__version__, "examples": examples},
+            indent=2,
+            default=str,
+        )
+        + "\n"
+    )
     print(f"wrote {args.json}")
     return 0 if all(e["finding"] for e in examples.values()) else 1
 

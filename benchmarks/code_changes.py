@@ -48,40 +48,64 @@ def run_one(name: str, target: str, args: argparse.Namespace) -> dict[str, Any]:
     started_at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     started = time.perf_counter()
     tuned = tune(pipeline, budget_s=args.tune_budget)
-    print(f"[{name}] pick {tuned.config.label()} at {tuned.samples_per_s:,.1f} samples/s "
-          f"({time.perf_counter() - started:.0f} s)", flush=True)
-    result = code_changes(pipeline, tuned.config, budget_s=args.budget, max_rounds=args.rounds, window_s=args.window)
+    print(
+        f"[{name}] pick {tuned.config.label()} at {tuned.samples_per_s:,.1f} samples/s "
+        f"({time.perf_counter() - started:.0f} s)",
+        flush=True,
+    )
+    result = code_changes(
+        pipeline, tuned.config, budget_s=args.budget, max_rounds=args.rounds, window_s=args.window
+    )
     data = result.to_dict()
     changes = []
     for change in data["code_changes"]:
-        changes.append({
-            "id": change["id"],
-            "title": change["title"],
-            "speedup": change["speedup"],
-            "rounds": change["rounds"],
-            "samples_per_s": change["samples_per_s"],
-            "pick_samples_per_s": change["pick_samples_per_s"],
-            "verified_diff": change["verified"],
-            "side_effect": change["side_effect"],
-            "error": change["error"],
-        })
-        print(f"[{name}]   {change['title']}: {change['speedup']}× over {change['rounds']} round(s); "
-              f"{change['side_effect']['summary']}", flush=True)
+        changes.append(
+            {
+                "id": change["id"],
+                "title": change["title"],
+                "speedup": change["speedup"],
+                "rounds": change["rounds"],
+                "samples_per_s": change["samples_per_s"],
+                "pick_samples_per_s": change["pick_samples_per_s"],
+                "verified_diff": change["verified"],
+                "side_effect": change["side_effect"],
+                "error": change["error"],
+            }
+        )
+        print(
+            f"[{name}]   {change['title']}: {change['speedup']}× over {change['rounds']} round(s); "
+            f"{change['side_effect']['summary']}",
+            flush=True,
+        )
     for item in data["code_changes_run"]["not_applied"]:
         print(f"[{name}]   not applied: {item['title']}: {item['why']}", flush=True)
-    winners = [c for c in changes if (c["speedup"] or 0) >= BAR and c["verified_diff"] and c["side_effect"].get("summary")]
+    winners = [
+        c
+        for c in changes
+        if (c["speedup"] or 0) >= BAR and c["verified_diff"] and c["side_effect"].get("summary")
+    ]
     return {
         "target": target,
         "started_at": started_at,
         "load_average": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
-        "pick": {"label": tuned.config.label(), "config": tuned.config.to_dict(),
-                 "tune_samples_per_s": round(tuned.samples_per_s, 2)},
-        "race": {k: data["code_changes_run"][k] for k in ("items", "rounds", "seconds", "notes", "not_applied")},
+        "pick": {
+            "label": tuned.config.label(),
+            "config": tuned.config.to_dict(),
+            "tune_samples_per_s": round(tuned.samples_per_s, 2),
+        },
+        "race": {
+            k: data["code_changes_run"][k]
+            for k in ("items", "rounds", "seconds", "notes", "not_applied")
+        },
         "changes": changes,
         "passes": bool(winners),
         "args": " ".join(sys.argv[1:]),
-        "settings": {"tune_budget_s": args.tune_budget, "budget_s": args.budget, "max_rounds": args.rounds,
-                     "window_s": args.window},
+        "settings": {
+            "tune_budget_s": args.tune_budget,
+            "budget_s": args.budget,
+            "max_rounds": args.rounds,
+            "window_s": args.window,
+        },
         "best": max(changes, key=lambda c: c["speedup"] or 0)["id"] if changes else None,
     }
 
@@ -89,29 +113,54 @@ def run_one(name: str, target: str, args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tune-budget", type=float, default=30.0)
-    parser.add_argument("--budget", type=float, default=120.0, help="seconds for the code-change step per pipeline")
+    parser.add_argument(
+        "--budget", type=float, default=120.0, help="seconds for the code-change step per pipeline"
+    )
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds (at most)")
     parser.add_argument("--window", type=float, default=1.0, help="measurement window, seconds")
     parser.add_argument("--only", choices=sorted(PIPELINES), default=None)
-    parser.add_argument("--quick", action="store_true", help="short budgets: checks that the script works")
-    parser.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "code_changes.json")
+    parser.add_argument(
+        "--quick", action="store_true", help="short budgets: checks that the script works"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=ROOT / "benchmarks" / "results" / "code_changes.json"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.tune_budget, args.budget, args.rounds, args.window = 10.0, 20.0, 1, 0.5
-    results = {name: run_one(name, target, args) for name, target in PIPELINES.items() if args.only in (None, name)}
-    if args.only and args.json.exists():  # one pipeline again: keep the other's figures from their own run
+    results = {
+        name: run_one(name, target, args)
+        for name, target in PIPELINES.items()
+        if args.only in (None, name)
+    }
+    if (
+        args.only and args.json.exists()
+    ):  # one pipeline again: keep the other's figures from their own run
         results = {**json.loads(args.json.read_text()).get("pipelines", {}), **results}
     passes = all(r["passes"] for r in results.values())
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({
-        "script": "benchmarks/code_changes.py",
-        "commands": sorted({f"python benchmarks/code_changes.py {r['args']}" for r in results.values() if "args" in r}),
-        "bar": f"at least one applied change >= {BAR}x the best knob config, same interleaved rounds",
-        "host": host_info().to_dict(),
-        # Per pipeline: its settings, when it ran, and the 1-minute load average (other jobs) around it.
-        "pipelines": results,
-        "passes": passes,
-    }, indent=2, default=str) + "\n")
+    args.json.write_text(
+        json.dumps(
+            {
+                "script": "benchmarks/code_changes.py",
+                "commands": sorted(
+                    {
+                        f"python benchmarks/code_changes.py {r['args']}"
+                        for r in results.values()
+                        if "args" in r
+                    }
+                ),
+                "bar": f"at least one applied change >= {BAR}x the best knob config, same interleaved rounds",
+                "host": host_info().to_dict(),
+                # Per pipeline: its settings, when it ran, and the 1-minute load average (other jobs) around it.
+                "pipelines": results,
+                "passes": passes,
+            },
+            indent=2,
+            default=str,
+        )
+        + "\n"
+    )
     print(f"wrote {args.json}; {'PASS' if passes else 'FAIL'}")
     return 0 if passes else 1
 

@@ -54,8 +54,14 @@ from stallscope.tuning import race as race_module  # noqa: E402
 from stallscope.tuning.confidence import RaceLog  # noqa: E402
 from stallscope.tuning.tuner import tune  # noqa: E402
 
-BUCKETS = [(None, "not confirmed (null)"), (0.0, "< 50%"), (0.5, "50–80%"), (0.8, "80–90%"), (0.9, "90–95%"),
-           (0.95, "≥ 95%")]
+BUCKETS = [
+    (None, "not confirmed (null)"),
+    (0.0, "< 50%"),
+    (0.5, "50–80%"),
+    (0.8, "80–90%"),
+    (0.9, "90–95%"),
+    (0.95, "≥ 95%"),
+]
 
 # The race log of the last tune (a benchmark-only hook: the record keeps medians, not rounds).
 _LAST_LOG: list[RaceLog] = []
@@ -72,7 +78,9 @@ def _run_and_keep_log(self: Any, entrants: Any) -> Any:
 race_module.Race.run = _run_and_keep_log  # type: ignore[method-assign]
 
 
-def legacy_confidence(log: RaceLog, pick: Any, rounds: int = 2, bar: float = 0.97, resamples: int = 1000) -> float | None:
+def legacy_confidence(
+    log: RaceLog, pick: Any, rounds: int = 2, bar: float = 0.97, resamples: int = 1000
+) -> float | None:
     """What the previous confidence said on the first ``rounds`` rounds: the share of bootstrap resamples
     of those rounds in which the pick's paired median ratio reached ``bar`` × every rival's."""
     first = [r for r in log.rounds[:rounds] if pick in r]
@@ -101,8 +109,14 @@ def rerace(pipeline: Any, configs: list[Any], *, rounds: int, window: float) -> 
     for i in range(rounds):
         for index in order if i % 2 == 0 else order[::-1]:
             try:
-                m = measure(pipeline, configs[index], min_window_s=window, max_window_s=max(10.0, 4 * window),
-                            min_batches=8, timeout=60.0)
+                m = measure(
+                    pipeline,
+                    configs[index],
+                    min_window_s=window,
+                    max_window_s=max(10.0, 4 * window),
+                    min_batches=8,
+                    timeout=60.0,
+                )
                 rates[index].append(m.samples_per_s)
             except Exception as exc:  # a failed re-race measurement: recorded, never a crash
                 log(f"  re-race measurement of {configs[index].label()} failed: {exc}")
@@ -138,7 +152,11 @@ def run_one(kind: str, pipeline: Any, seed: int, args: argparse.Namespace) -> di
         rivals.append(("baseline", tuned.baseline))
     race_log = _LAST_LOG[-1] if _LAST_LOG else None
     decided = _decision_pick(race_log, search) if race_log else None
-    legacy = legacy_confidence(race_log, decided) if race_log is not None and decided is not None else None
+    legacy = (
+        legacy_confidence(race_log, decided)
+        if race_log is not None and decided is not None
+        else None
+    )
     row: dict[str, Any] = {
         "kind": kind,
         "seed": seed,
@@ -152,19 +170,24 @@ def run_one(kind: str, pipeline: Any, seed: int, args: argparse.Namespace) -> di
         "keep_baseline": best["keep_baseline"],
         "tune_seconds": round(tune_s, 1),
         "legacy_confidence_first_2_rounds": legacy,
-        "race_rounds": None if race_log is None else [
-            {c.label(): round(v, 2) for c, v in r.items()} for r in race_log.rounds],
+        "race_rounds": None
+        if race_log is None
+        else [{c.label(): round(v, 2) for c, v in r.items()} for r in race_log.rounds],
     }
     if not rivals:
         row.update(rerace=None, held=None, bucket=bucket_of(best["confidence"]))
         return row
     t1 = time.perf_counter()
     with no_orphans():
-        rates = rerace(pipeline, [pick] + [c for _, c in rivals], rounds=args.rounds, window=args.window)
+        rates = rerace(
+            pipeline, [pick] + [c for _, c in rivals], rounds=args.rounds, window=args.window
+        )
     mine = rates[0]
     checks = {}
     for (role, config), theirs in zip(rivals, rates[1:]):
-        paired = [a / b for a, b in zip(mine, theirs) if b > 0 and not math.isnan(a) and not math.isnan(b)]
+        paired = [
+            a / b for a, b in zip(mine, theirs) if b > 0 and not math.isnan(a) and not math.isnan(b)
+        ]
         median_ratio = statistics.median(paired) if paired else None
         checks[role] = {
             "config": config.label(),
@@ -173,8 +196,11 @@ def run_one(kind: str, pipeline: Any, seed: int, args: argparse.Namespace) -> di
             "rates": [round(r, 1) for r in theirs],
         }
     row.update(
-        rerace={"pick_rates": [round(r, 1) for r in mine], "rivals": checks,
-                "seconds": round(time.perf_counter() - t1, 1)},
+        rerace={
+            "pick_rates": [round(r, 1) for r in mine],
+            "rivals": checks,
+            "seconds": round(time.perf_counter() - t1, 1),
+        },
         held=all(c["held"] for c in checks.values()),
         bucket=bucket_of(best["confidence"]),
     )
@@ -187,8 +213,12 @@ def _decision_pick(log: RaceLog, search: Any) -> Any:
     for config in configs:
         if config == search.pick:
             return config
-    same = [c for c in configs if c.replace(persistent_workers=False, multiprocessing_context=None)
-            == search.pick.replace(persistent_workers=False, multiprocessing_context=None)]
+    same = [
+        c
+        for c in configs
+        if c.replace(persistent_workers=False, multiprocessing_context=None)
+        == search.pick.replace(persistent_workers=False, multiprocessing_context=None)
+    ]
     return same[0] if same else None
 
 
@@ -196,32 +226,59 @@ def table(rows: list[dict[str, Any]], key: str = "confidence") -> list[dict[str,
     out = []
     for _, name in BUCKETS:
         for tie in (False, True):
-            got = [r for r in rows if r["bucket"] == name and r["tie"] == tie and r["held"] is not None]
+            got = [
+                r for r in rows if r["bucket"] == name and r["tie"] == tie and r["held"] is not None
+            ]
             if got:
                 held = sum(1 for r in got if r["held"])
-                out.append({"bucket": name, "tie": tie, "picks": len(got), "held": held,
-                            "held_share": round(held / len(got), 3)})
+                out.append(
+                    {
+                        "bucket": name,
+                        "tie": tie,
+                        "picks": len(got),
+                        "held": held,
+                        "held_share": round(held / len(got), 3),
+                    }
+                )
     return out
 
 
 def legacy_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    got = [r for r in rows if r["held"] is not None and (r["legacy_confidence_first_2_rounds"] or 0) >= 0.95]
+    got = [
+        r
+        for r in rows
+        if r["held"] is not None and (r["legacy_confidence_first_2_rounds"] or 0) >= 0.95
+    ]
     held = sum(1 for r in got if r["held"])
-    return [{"bucket": "previous bootstrap, first 2 rounds, ≥ 95%", "picks": len(got), "held": held,
-             "held_share": round(held / len(got), 3) if got else None}]
+    return [
+        {
+            "bucket": "previous bootstrap, first 2 rounds, ≥ 95%",
+            "picks": len(got),
+            "held": held,
+            "held_share": round(held / len(got), 3) if got else None,
+        }
+    ]
 
 
 def markdown(summary: dict[str, Any]) -> str:
-    lines = ["| stated confidence | tie | picks | held in the re-race | share |", "| --- | --- | ---: | ---: | ---: |"]
+    lines = [
+        "| stated confidence | tie | picks | held in the re-race | share |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
     for t in summary["table"]:
-        lines.append(f"| {t['bucket']} | {'yes' if t['tie'] else 'no'} | {t['picks']} | {t['held']} | {t['held_share']:.0%} |")
+        lines.append(
+            f"| {t['bucket']} | {'yes' if t['tie'] else 'no'} | {t['picks']} | {t['held']} | {t['held_share']:.0%} |"
+        )
     for t in summary["legacy"]:
         share = "–" if t["held_share"] is None else f"{t['held_share']:.0%}"
         lines.append(f"| {t['bucket']} | – | {t['picks']} | {t['held']} | {share} |")
     c = summary["criterion"]
     share = "–" if c["held_share"] is None else f"{c['held_share']:.0%}"
-    lines += ["", f"Picks stated ≥ 95% confident (ties apart): {c['held']} of {c['picks']} held ({share}); "
-              f"bar ≥ 95%: {'pass' if c['pass'] else 'FAIL'}."]
+    lines += [
+        "",
+        f"Picks stated ≥ 95% confident (ties apart): {c['held']} of {c['picks']} held ({share}); "
+        f"bar ≥ 95%: {'pass' if c['pass'] else 'FAIL'}.",
+    ]
     return "\n".join(lines)
 
 
@@ -230,13 +287,25 @@ def log(text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kind", default=",".join(KINDS), help=f"comma-separated kinds ({', '.join(KINDS)})")
-    parser.add_argument("--per-kind", type=int, default=4, help="tunes per kind (default 4: 20 tunes)")
-    parser.add_argument("--budget", type=float, default=40.0, help="tune budget in seconds (default 40)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--kind", default=",".join(KINDS), help=f"comma-separated kinds ({', '.join(KINDS)})"
+    )
+    parser.add_argument(
+        "--per-kind", type=int, default=4, help="tunes per kind (default 4: 20 tunes)"
+    )
+    parser.add_argument(
+        "--budget", type=float, default=40.0, help="tune budget in seconds (default 40)"
+    )
     parser.add_argument("--rounds", type=int, default=10, help="re-race rounds (default 10)")
-    parser.add_argument("--window", type=float, default=1.0, help="re-race window in seconds (default 1.0)")
-    parser.add_argument("--json", type=Path, default=None, help="write rows, table and host as JSON")
+    parser.add_argument(
+        "--window", type=float, default=1.0, help="re-race window in seconds (default 1.0)"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, help="write rows, table and host as JSON"
+    )
     args = parser.parse_args(argv)
     kinds = [k.strip() for k in args.kind.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in KINDS]
@@ -255,9 +324,11 @@ def main(argv: list[str] | None = None) -> int:
             conf = "null" if row["confidence"] is None else f"{row['confidence']:.3f}"
             rr = row["rerace"] or {}
             ratios = {k: v["median_ratio"] for k, v in (rr.get("rivals") or {}).items()}
-            log(f"[{len(rows):2d}] {kind:8s} seed {seed}: {row['pick']} conf {conf} tie {row['tie']} rounds "
+            log(
+                f"[{len(rows):2d}] {kind:8s} seed {seed}: {row['pick']} conf {conf} tie {row['tie']} rounds "
                 f"{row['rounds']} (legacy {row['legacy_confidence_first_2_rounds']}) re-race ratios {ratios} "
-                f"held {row['held']} ({row['tune_seconds']} s + {rr.get('seconds')} s)")
+                f"held {row['held']} ({row['tune_seconds']} s + {rr.get('seconds')} s)"
+            )
             if args.json:  # after every tune: an interrupted run keeps what it measured
                 write_json(args, host, load_start, kinds, started, rows)
     summary = write_json(args, host, load_start, kinds, started, rows)
@@ -266,33 +337,60 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    claims = [r for r in rows if r["held"] is not None and not r["tie"] and (r["confidence"] or 0) >= 0.95]
+    claims = [
+        r for r in rows if r["held"] is not None and not r["tie"] and (r["confidence"] or 0) >= 0.95
+    ]
     held = sum(1 for r in claims if r["held"])
     all_high = [r for r in rows if r["held"] is not None and (r["confidence"] or 0) >= 0.95]
     return {
         "table": table(rows),
         "legacy": legacy_table(rows),
-        "criterion": {"picks": len(claims), "held": held, "held_share": round(held / len(claims), 3) if claims else None,
-                      "pass": bool(claims) and held >= 0.95 * len(claims)},
-        "all_at_least_95_including_ties": {"picks": len(all_high), "held": sum(1 for r in all_high if r["held"])},
+        "criterion": {
+            "picks": len(claims),
+            "held": held,
+            "held_share": round(held / len(claims), 3) if claims else None,
+            "pass": bool(claims) and held >= 0.95 * len(claims),
+        },
+        "all_at_least_95_including_ties": {
+            "picks": len(all_high),
+            "held": sum(1 for r in all_high if r["held"]),
+        },
     }
 
 
-def write_json(args: argparse.Namespace, host: dict[str, Any], load_start: Any, kinds: list[str], started: float,
-               rows: list[dict[str, Any]]) -> dict[str, Any]:
+def write_json(
+    args: argparse.Namespace,
+    host: dict[str, Any],
+    load_start: Any,
+    kinds: list[str],
+    started: float,
+    rows: list[dict[str, Any]],
+) -> dict[str, Any]:
     summary = summarise(rows)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "script": "benchmarks/confidence_calibration.py",
-            "host": host, "load_average_at_start": load_start,
-            "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
-            "settings": {"kinds": kinds, "per_kind": args.per_kind, "budget_s": args.budget, "rounds": args.rounds,
-                         "window_s": args.window},
-            "tunes": len(rows),
-            "seconds": round(time.perf_counter() - started, 1),
-            "summary": summary, "rows": rows,
-        }, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "script": "benchmarks/confidence_calibration.py",
+                    "host": host,
+                    "load_average_at_start": load_start,
+                    "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
+                    "settings": {
+                        "kinds": kinds,
+                        "per_kind": args.per_kind,
+                        "budget_s": args.budget,
+                        "rounds": args.rounds,
+                        "window_s": args.window,
+                    },
+                    "tunes": len(rows),
+                    "seconds": round(time.perf_counter() - started, 1),
+                    "summary": summary,
+                    "rows": rows,
+                },
+                indent=2,
+            )
+        )
     return summary
 
 

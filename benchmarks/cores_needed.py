@@ -72,8 +72,11 @@ PARTS = {"demo": demo_parts, "jpeg-lookalike": lookalike_parts}
 
 def busy_cpu_seconds() -> float:
     allowed = os.sched_getaffinity(0)
-    return sum(sum(t) - t.idle - getattr(t, "iowait", 0.0)
-               for i, t in enumerate(psutil.cpu_times(percpu=True)) if i in allowed)
+    return sum(
+        sum(t) - t.idle - getattr(t, "iowait", 0.0)
+        for i, t in enumerate(psutil.cpu_times(percpu=True))
+        if i in allowed
+    )
 
 
 def endless(dataset) -> RandomSampler:
@@ -97,8 +100,13 @@ def cpu_per_sample(dataset, batch_size: int, window_s: float) -> dict:
         others = (busy_cpu_seconds() - busy0 - cpu) / wall
     finally:
         torch.set_num_threads(previous)
-    return {"cpu_s_per_sample": cpu / samples, "wall_s_per_sample": wall / samples, "samples": samples,
-            "window_s": wall, "others_busy_cores": round(max(0.0, others), 3)}
+    return {
+        "cpu_s_per_sample": cpu / samples,
+        "wall_s_per_sample": wall / samples,
+        "samples": samples,
+        "window_s": wall,
+        "others_busy_cores": round(max(0.0, others), 3),
+    }
 
 
 def loader_cpu_seconds() -> float:
@@ -113,8 +121,14 @@ def loader_cpu_seconds() -> float:
     return total
 
 
-def steady_rate(dataset, batch_size: int, workers: int, prefetch: int | None, window_s: float,
-                one_thread: bool = True) -> tuple[float, float]:
+def steady_rate(
+    dataset,
+    batch_size: int,
+    workers: int,
+    prefetch: int | None,
+    window_s: float,
+    one_thread: bool = True,
+) -> tuple[float, float]:
     """(samples/s, CPU seconds per sample of main process and workers) after the prefetch buffer and
     one round per worker are drained; single-process with one intra-op thread unless not ``one_thread``."""
     previous = torch.get_num_threads()
@@ -141,8 +155,24 @@ def steady_rate(dataset, batch_size: int, workers: int, prefetch: int | None, wi
 def run_doctor(target: str, budget: float, target_rate: float) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "report.json"
-        cmd = [sys.executable, "-m", "stallscope", "doctor", target, "--budget", str(budget),
-               "--target-rate", str(target_rate), "--skip", "check,stages", "--out", folder, "--json", str(out), "--quiet"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "stallscope",
+            "doctor",
+            target,
+            "--budget",
+            str(budget),
+            "--target-rate",
+            str(target_rate),
+            "--skip",
+            "check,stages",
+            "--out",
+            folder,
+            "--json",
+            str(out),
+            "--quiet",
+        ]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
         if proc.returncode not in (0, 1):
             raise SystemExit(f"doctor failed: {proc.stderr}")
@@ -156,7 +186,9 @@ def main() -> None:
     parser.add_argument("--window-s", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default=None, help="one of: " + ", ".join(PIPELINES))
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "cores_needed.json")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "cores_needed.json"
+    )
     args = parser.parse_args()
     from stallscope.runtime.host import usable_cores
 
@@ -168,10 +200,16 @@ def main() -> None:
         started = time.perf_counter()
         record = run_doctor(target, args.budget, args.target_rate)
         doctor_s = time.perf_counter() - started
-        print(f"{name}: doctor in {doctor_s:.0f} s: {json.dumps(record.get('ceiling'))} {json.dumps(record.get('cores_needed'))}", flush=True)
+        print(
+            f"{name}: doctor in {doctor_s:.0f} s: {json.dumps(record.get('ceiling'))} {json.dumps(record.get('cores_needed'))}",
+            flush=True,
+        )
         ceiling, needed = record.get("ceiling") or {}, record.get("cores_needed") or {}
         measured = (record.get("results") or []) + (record.get("trials") or [])
-        pick = next((res["config"] for res in measured if res.get("label") == needed.get("efficiency_of")), None)
+        pick = next(
+            (res["config"] for res in measured if res.get("label") == needed.get("efficiency_of")),
+            None,
+        )
         pick = pick or (record.get("best") or {}).get("config") or {}
         dataset, batch_size = PARTS[name]()
         batch_size = pick.get("batch_size", batch_size)
@@ -190,9 +228,13 @@ def main() -> None:
         single_rate = statistics.median(single)
         pick_rate = statistics.median(multi) if workers else single_rate
         rate_efficiency = pick_rate / (min(cores, max(workers, 1)) * single_rate)
-        if not workers:  # the pick is the user's single process, with torch's default intra-op threads
-            multi_cpu = [steady_rate(dataset, batch_size, 0, None, args.window_s, one_thread=False)[1]
-                         for _ in range(args.rounds)]
+        if (
+            not workers
+        ):  # the pick is the user's single process, with torch's default intra-op threads
+            multi_cpu = [
+                steady_rate(dataset, batch_size, 0, None, args.window_s, one_thread=False)[1]
+                for _ in range(args.rounds)
+            ]
         pick_cpu = statistics.median(multi_cpu)
         cpu_efficiency = cost["cpu_s_per_sample"] / pick_cpu
         efficiency = cpu_efficiency if needed.get("efficiency_from") == "cpu" else rate_efficiency
@@ -218,16 +260,30 @@ def main() -> None:
                 "cores_needed": round(by_hand, 2),
                 "cpu_ceiling_samples_per_s": round(cores / cost["cpu_s_per_sample"], 1),
             },
-            "ratio_doctor_over_hand": round(needed["cores"] / by_hand, 4) if needed.get("cores") else None,
+            "ratio_doctor_over_hand": round(needed["cores"] / by_hand, 4)
+            if needed.get("cores")
+            else None,
         }
-        row["within_25pct"] = row["ratio_doctor_over_hand"] is not None and abs(row["ratio_doctor_over_hand"] - 1) <= 0.25
+        row["within_25pct"] = (
+            row["ratio_doctor_over_hand"] is not None
+            and abs(row["ratio_doctor_over_hand"] - 1) <= 0.25
+        )
         rows.append(row)
-        print(json.dumps({k: row[k] for k in ("pipeline", "ratio_doctor_over_hand", "within_25pct")}), flush=True)
-        print(f"  doctor: ceiling {ceiling.get('samples_per_s')} ({ceiling.get('basis')}), pick fraction "
-              f"{ceiling.get('pick_fraction')}, cores needed {needed.get('cores')} (cpu {needed.get('cpu_ms_per_sample')} ms, "
-              f"efficiency {needed.get('efficiency')} of {needed.get('efficiency_of')})", flush=True)
-        print(f"  by hand: cpu {row['by_hand']['cpu_ms_per_sample']} ms, efficiency {row['by_hand']['efficiency']}, "
-              f"cores needed {row['by_hand']['cores_needed']}, others busy {cost['others_busy_cores']} cores", flush=True)
+        print(
+            json.dumps({k: row[k] for k in ("pipeline", "ratio_doctor_over_hand", "within_25pct")}),
+            flush=True,
+        )
+        print(
+            f"  doctor: ceiling {ceiling.get('samples_per_s')} ({ceiling.get('basis')}), pick fraction "
+            f"{ceiling.get('pick_fraction')}, cores needed {needed.get('cores')} (cpu {needed.get('cpu_ms_per_sample')} ms, "
+            f"efficiency {needed.get('efficiency')} of {needed.get('efficiency_of')})",
+            flush=True,
+        )
+        print(
+            f"  by hand: cpu {row['by_hand']['cpu_ms_per_sample']} ms, efficiency {row['by_hand']['efficiency']}, "
+            f"cores needed {row['by_hand']['cores_needed']}, others busy {cost['others_busy_cores']} cores",
+            flush=True,
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     previous = json.loads(args.out.read_text()) if args.out.exists() and args.only else {}
     merged = {r["pipeline"]: r for r in previous.get("pipelines", [])}

@@ -60,7 +60,9 @@ def run(workers: int, item_ms: float, warmup_s: float, window_s: float) -> dict:
         "workers_cpu_percent_from_birth": round(from_birth, 1),
         "workers_cpu_percent": round(summary.workers_cpu_percent, 1),
         "main_cpu_percent": round(summary.main_cpu_percent, 1),
-        "main_plus_workers_percent": round(summary.main_cpu_percent + summary.workers_cpu_percent, 1),
+        "main_plus_workers_percent": round(
+            summary.main_cpu_percent + summary.workers_cpu_percent, 1
+        ),
         "cores_percent": usable_cores() * 100,
     }
 
@@ -73,11 +75,17 @@ def main() -> None:
     parser.add_argument("--window-s", type=float, default=2.0)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    rows = [run(int(w), args.item_ms, args.warmup_s, args.window_s) for w in args.workers.split(",")]
-    print(f"{'workers':>7} {'from birth':>11} {'from window start':>18} {'main+workers':>13} {'cores×100':>10}")
+    rows = [
+        run(int(w), args.item_ms, args.warmup_s, args.window_s) for w in args.workers.split(",")
+    ]
+    print(
+        f"{'workers':>7} {'from birth':>11} {'from window start':>18} {'main+workers':>13} {'cores×100':>10}"
+    )
     for r in rows:
-        print(f"{r['workers']:>7} {r['workers_cpu_percent_from_birth']:>10.0f}% {r['workers_cpu_percent']:>17.0f}% "
-              f"{r['main_plus_workers_percent']:>12.0f}% {r['cores_percent']:>9}%")
+        print(
+            f"{r['workers']:>7} {r['workers_cpu_percent_from_birth']:>10.0f}% {r['workers_cpu_percent']:>17.0f}% "
+            f"{r['main_plus_workers_percent']:>12.0f}% {r['cores_percent']:>9}%"
+        )
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -32,29 +32,42 @@ from stallscope.target import load_target  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=8, help="adjacent A/B pairs per pipeline (default 8)")
+    parser.add_argument(
+        "--pairs", type=int, default=8, help="adjacent A/B pairs per pipeline (default 8)"
+    )
     parser.add_argument("--window", type=float, default=1.0, help="seconds per timing (default 1)")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads for both (default: leave)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch intra-op threads for both (default: leave)"
+    )
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    print("| loader | independent (samples/s) | bench (samples/s) | bench ÷ independent (median of pairs) | bench batches/s |")
+    print(
+        "| loader | independent (samples/s) | bench (samples/s) | bench ÷ independent (median of pairs) | bench batches/s |"
+    )
     print("| --- | ---: | ---: | ---: | ---: |")
     for module in (real_translation, real_detection, real_audio):
         pipeline = load_target(module.make_loader)
         independent, benched, batches = [], [], []
         for pair in range(args.pairs):
-            for which in ("AB" if pair % 2 == 0 else "BA"):
+            for which in "AB" if pair % 2 == 0 else "BA":
                 if which == "A":
                     independent.append(independent_rate(module, args.window))
                 else:
-                    row = ss.bench(pipeline, num_workers=[0], repeats=1, min_window_s=args.window,
-                                   sample_resources=False).results[0]
+                    row = ss.bench(
+                        pipeline,
+                        num_workers=[0],
+                        repeats=1,
+                        min_window_s=args.window,
+                        sample_resources=False,
+                    ).results[0]
                     benched.append(row.median_rate)
                     batches.append(row.measurements[0].batches_per_s)
         ratio = statistics.median(b / a for a, b in zip(independent, benched))
-        print(f"| {module.__name__} | {statistics.median(independent):,.1f} | {statistics.median(benched):,.1f} "
-              f"| {ratio:.3f} | {statistics.median(batches):,.1f} |")
+        print(
+            f"| {module.__name__} | {statistics.median(independent):,.1f} | {statistics.median(benched):,.1f} "
+            f"| {ratio:.3f} | {statistics.median(batches):,.1f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -75,9 +75,13 @@ def main() -> None:
     parser.add_argument("--period", type=float, default=0.01)
     args = parser.parse_args()
     n = 250 * 64
-    loader = DataLoader(TensorDataset(torch.randn(n, 32), torch.randint(0, 10, (n,))), batch_size=64)
+    loader = DataLoader(
+        TensorDataset(torch.randn(n, 32), torch.randint(0, 10, (n,))), batch_size=64
+    )
     epoch_seconds(loader)
-    print(f"loop: 250-step epochs over an in-memory DataLoader; a thread wakes every {args.period * 1e3:.0f} ms")
+    print(
+        f"loop: 250-step epochs over an in-memory DataLoader; a thread wakes every {args.period * 1e3:.0f} ms"
+    )
     for name, work in works().items():
         ratios, per_wake = [], []
         for _ in range(args.blocks):

@@ -44,10 +44,18 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "pipelines"))
 
 KINDS = [
-    "real_loader_kinds:nodes_graph", "real_loader_kinds:wrapped_loader", "real_loader_kinds:mapping_batches",
-    "real_loader_kinds:threaded_stream", "real_loader_kinds:sharded_text", "real_loader_kinds:stateful_text",
-    "real_lm_stream:make_loader", "real_streaming_lib:make_loader", "real_adapters:proxy_loader",
-    "real_adapters:multitask_loader", "real_adapters:accelerate_loader", "real_adapters:lightning_combined",
+    "real_loader_kinds:nodes_graph",
+    "real_loader_kinds:wrapped_loader",
+    "real_loader_kinds:mapping_batches",
+    "real_loader_kinds:threaded_stream",
+    "real_loader_kinds:sharded_text",
+    "real_loader_kinds:stateful_text",
+    "real_lm_stream:make_loader",
+    "real_streaming_lib:make_loader",
+    "real_adapters:proxy_loader",
+    "real_adapters:multitask_loader",
+    "real_adapters:accelerate_loader",
+    "real_adapters:lightning_combined",
 ]
 
 
@@ -100,11 +108,30 @@ def tune_pick(name: str, budget: float) -> dict:
         out = Path(tmp) / "tune.json"
         env = dict(os.environ, PYTHONPATH=str(HERE.parent / "tests" / "pipelines"))
         subprocess.run(
-            [sys.executable, "-m", "stallscope", "tune", name, "--budget", str(budget),
-             "--quiet", "--json", str(out)], check=True, env=env, cwd=HERE.parent, timeout=budget * 4 + 120)
+            [
+                sys.executable,
+                "-m",
+                "stallscope",
+                "tune",
+                name,
+                "--budget",
+                str(budget),
+                "--quiet",
+                "--json",
+                str(out),
+            ],
+            check=True,
+            env=env,
+            cwd=HERE.parent,
+            timeout=budget * 4 + 120,
+        )
         record = json.loads(out.read_text())
     code = (record.get("loader_code") or {}).get("python")
-    return {"config": record["best"]["config"], "code": code, "tuning_seconds": record.get("tuning_seconds")}
+    return {
+        "config": record["best"]["config"],
+        "code": code,
+        "tuning_seconds": record.get("tuning_seconds"),
+    }
 
 
 def doctor_summary(name: str, budget: float) -> dict:
@@ -113,17 +140,37 @@ def doctor_summary(name: str, budget: float) -> dict:
         out = Path(tmp) / "doctor.json"
         env = dict(os.environ, PYTHONPATH=str(HERE.parent / "tests" / "pipelines"))
         done = subprocess.run(
-            [sys.executable, "-m", "stallscope", "doctor", name, "--budget", str(budget),
-             "--quiet", "--out", str(Path(tmp) / "report"), "--json", str(out)],
-            env=env, cwd=HERE.parent, timeout=budget * 6 + 300, capture_output=True, text=True)
+            [
+                sys.executable,
+                "-m",
+                "stallscope",
+                "doctor",
+                name,
+                "--budget",
+                str(budget),
+                "--quiet",
+                "--out",
+                str(Path(tmp) / "report"),
+                "--json",
+                str(out),
+            ],
+            env=env,
+            cwd=HERE.parent,
+            timeout=budget * 6 + 300,
+            capture_output=True,
+            text=True,
+        )
         record = json.loads(out.read_text()) if out.exists() else {}
     findings = record.get("findings") or []
     code = record.get("loader_code") or {}
     return {
         "exit_code": done.returncode,
-        "error_findings": [f"{f['code']}: {f['message']}" for f in findings if f.get("severity") == "error"],
+        "error_findings": [
+            f"{f['code']}: {f['message']}" for f in findings if f.get("severity") == "error"
+        ],
         "not_run": record.get("not_run") or [],
-        "code_printed": bool(code.get("python")), "code_verified": code.get("verified"),
+        "code_printed": bool(code.get("python")),
+        "code_verified": code.get("verified"),
         "code_reason": code.get("reason"),
         "stderr_tail": done.stderr[-400:] if done.returncode else "",
     }
@@ -131,10 +178,12 @@ def doctor_summary(name: str, budget: float) -> dict:
 
 def snippet_factory(code: str):
     """A factory that runs the printed snippet and returns the ``loader`` it defines."""
+
     def build():
         scope: dict = {"__name__": "__snippet__"}
         exec(compile(code, "<tune --emit python>", "exec"), scope)
         return scope["loader"]
+
     return build
 
 
@@ -154,8 +203,14 @@ def tune_versus_grid(name: str, factory, pipeline, args) -> dict:
     from stallscope.pipeline.loaders import build_loader
 
     picked = tune_pick(name, args.budget)
-    pick = LoaderConfig.from_dict({k: v for k, v in picked["config"].items() if k in LoaderConfig.__dataclass_fields__})
-    arms = {"pick": snippet_factory(picked["code"]) if picked["code"] else (lambda c=pick: build_loader(pipeline, c))}
+    pick = LoaderConfig.from_dict(
+        {k: v for k, v in picked["config"].items() if k in LoaderConfig.__dataclass_fields__}
+    )
+    arms = {
+        "pick": snippet_factory(picked["code"])
+        if picked["code"]
+        else (lambda c=pick: build_loader(pipeline, c))
+    }
     for config in grid_configs(pipeline):
         if config.label() != pick.label():
             arms[config.label()] = lambda c=config: build_loader(pipeline, c)
@@ -169,8 +224,10 @@ def tune_versus_grid(name: str, factory, pipeline, args) -> dict:
     medians = {arm: statistics.median(v) for arm, v in rates.items()}
     best = max(medians, key=medians.get)
     return {
-        "pick": pick.label(), "pick_built_from": "printed code" if picked["code"] else "adapter",
-        "tuning_seconds": picked["tuning_seconds"], "best_timed": "pick" if best == "pick" else best,
+        "pick": pick.label(),
+        "pick_built_from": "printed code" if picked["code"] else "adapter",
+        "tuning_seconds": picked["tuning_seconds"],
+        "best_timed": "pick" if best == "pick" else best,
         "medians": {arm: round(v, 1) for arm, v in medians.items()},
         "pick_fraction": round(medians["pick"] / medians[best], 3),
     }
@@ -183,8 +240,12 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=30.0, help="tune's --budget per kind")
     parser.add_argument("--skip-tune", action="store_true", help="no tune-versus-grid step")
     parser.add_argument("--skip-doctor", action="store_true", help="no doctor step")
-    parser.add_argument("--kinds", nargs="*", help="module:function targets (default: all of KINDS)")
-    parser.add_argument("--json", type=Path, default=HERE / "results" / "loader_kinds_agreement.json")
+    parser.add_argument(
+        "--kinds", nargs="*", help="module:function targets (default: all of KINDS)"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=HERE / "results" / "loader_kinds_agreement.json"
+    )
     args = parser.parse_args()
 
     from stallscope.runtime.processes import no_orphans
@@ -202,33 +263,54 @@ def main() -> None:
                 got = {}
                 for arm in order:
                     if arm == "ours":
-                        got[arm] = measure(pipeline, pipeline.baseline, min_window_s=args.window).samples_per_s
+                        got[arm] = measure(
+                            pipeline, pipeline.baseline, min_window_s=args.window
+                        ).samples_per_s
                     else:
                         got[arm] = independent(factory, args.window)
                 ours.append(got["ours"])
                 theirs.append(got["theirs"])
                 ratios.append(got["ours"] / got["theirs"])
         row = {
-            "kind": pipeline.kind.name, "target": name, "config": pipeline.baseline.label(),
+            "kind": pipeline.kind.name,
+            "target": name,
+            "config": pipeline.baseline.label(),
             "stallscope_samples_per_s": [round(v, 1) for v in ours],
             "independent_samples_per_s": [round(v, 1) for v in theirs],
             "ratio_median": round(statistics.median(ratios), 3),
         }
-        print(f"{name:34s} {row['kind']:20s} {row['config']:24s} ratio {row['ratio_median']:.3f}  "
-              f"(ours {statistics.median(ours):,.0f}/s, independent {statistics.median(theirs):,.0f}/s)")
+        print(
+            f"{name:34s} {row['kind']:20s} {row['config']:24s} ratio {row['ratio_median']:.3f}  "
+            f"(ours {statistics.median(ours):,.0f}/s, independent {statistics.median(theirs):,.0f}/s)"
+        )
         if pipeline.kind.tunable and not args.skip_tune:
             with no_orphans():
                 row["tune"] = tune_versus_grid(name, factory, pipeline, args)
-            print(f"{'':34s} tune picked {row['tune']['pick']} ({row['tune']['pick_built_from']}): "
-                  f"{row['tune']['pick_fraction']:.3f} of the best timed ({row['tune']['best_timed']})")
+            print(
+                f"{'':34s} tune picked {row['tune']['pick']} ({row['tune']['pick_built_from']}): "
+                f"{row['tune']['pick_fraction']:.3f} of the best timed ({row['tune']['best_timed']})"
+            )
         if not args.skip_doctor:
             row["doctor"] = doctor_summary(name, args.budget)
-            print(f"{'':34s} doctor exit {row['doctor']['exit_code']}, error findings "
-                  f"{row['doctor']['error_findings'] or 'none'}, code printed {row['doctor']['code_printed']}")
+            print(
+                f"{'':34s} doctor exit {row['doctor']['exit_code']}, error findings "
+                f"{row['doctor']['error_findings'] or 'none'}, code printed {row['doctor']['code_printed']}"
+            )
         rows.append(row)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"rounds": args.rounds, "window_s": args.window, "tune_budget_s": args.budget,
-                                     "host": {"cores": os.cpu_count()}, "rows": rows}, indent=2) + "\n")
+    args.json.write_text(
+        json.dumps(
+            {
+                "rounds": args.rounds,
+                "window_s": args.window,
+                "tune_budget_s": args.budget,
+                "host": {"cores": os.cpu_count()},
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {args.json}")
 
 

@@ -32,15 +32,24 @@ def main() -> int:
     for shape, target in SHAPES.items():
         for callees in (False, True):
             result = ss.stages(
-                target, num_workers=args.workers, samples=args.samples, hotspots=0, differential=False, callees=callees
+                target,
+                num_workers=args.workers,
+                samples=args.samples,
+                hotspots=0,
+                differential=False,
+                callees=callees,
             )
             other = result.stage(OTHER)
             named = ", ".join(
-                f"{s.name} {100 * s.share:.1f}%" for s in result.stages if s.kind in ("read", "decode", "call")
+                f"{s.name} {100 * s.share:.1f}%"
+                for s in result.stages
+                if s.kind in ("read", "decode", "call")
             )
             label = "calls broken out" if callees else "libraries only  "
-            print(f"{shape:9} {label}: other {100 * other.share:5.1f}% ({other.ms_per_sample:.2f} ms of "
-                  f"{result.total_ms_per_sample:.2f} ms/sample); {named}")
+            print(
+                f"{shape:9} {label}: other {100 * other.share:5.1f}% ({other.ms_per_sample:.2f} ms of "
+                f"{result.total_ms_per_sample:.2f} ms/sample); {named}"
+            )
     return 0
 
 

@@ -59,7 +59,9 @@ def memory(m: Measurement) -> dict[str, float | None]:
     return {"workers": res.n_workers, "rss_mb": res.workers_rss_mb, "uss_mb": uss}
 
 
-def summarise(config: LoaderConfig, runs: list[Measurement], memory_run: Measurement) -> dict[str, Any]:
+def summarise(
+    config: LoaderConfig, runs: list[Measurement], memory_run: Measurement
+) -> dict[str, Any]:
     mem = memory(memory_run)
     return {
         "config": config.to_dict(),
@@ -73,38 +75,76 @@ def summarise(config: LoaderConfig, runs: list[Measurement], memory_run: Measure
     }
 
 
-def head_to_head(pipeline: Any, configs: list[LoaderConfig], rounds: int, window: float) -> list[list[Measurement]]:
+def head_to_head(
+    pipeline: Any, configs: list[LoaderConfig], rounds: int, window: float
+) -> list[list[Measurement]]:
     """A B B A per round: drift on a shared machine hits both alike."""
     out: list[list[Measurement]] = [[] for _ in configs]
     order = list(range(len(configs)))
     for r in range(rounds):
         for index in order + order[::-1]:
-            m = measure(pipeline, configs[index], min_window_s=window, max_window_s=4 * window + 2, timeout=60)
+            m = measure(
+                pipeline,
+                configs[index],
+                min_window_s=window,
+                max_window_s=4 * window + 2,
+                timeout=60,
+            )
             out[index].append(m)
-            log(f"  round {r + 1}: {configs[index].label()}: {m.samples_per_s:,.0f} samples/s "
-                f"(start-up {m.startup_s:.2f} s)")
+            log(
+                f"  round {r + 1}: {configs[index].label()}: {m.samples_per_s:,.0f} samples/s "
+                f"(start-up {m.startup_s:.2f} s)"
+            )
     return out
 
 
 def memory_run(pipeline: Any, config: LoaderConfig, window: float) -> Measurement:
     """A steady-state run that samples the workers' RSS and USS (USS is read every fourth 0.2 s tick)."""
-    m = measure(pipeline, config, min_window_s=window, max_window_s=window + 2, sample_resources=True, timeout=60)
+    m = measure(
+        pipeline,
+        config,
+        min_window_s=window,
+        max_window_s=window + 2,
+        sample_resources=True,
+        timeout=60,
+    )
     mem = memory(m)
-    log(f"  memory: {config.label()}: {mem['workers']} workers, RSS {mem['rss_mb'] or 0:,.0f} MB, "
-        f"USS {mem['uss_mb'] or 0:,.0f} MB (summed)")
+    log(
+        f"  memory: {config.label()}: {mem['workers']} workers, RSS {mem['rss_mb'] or 0:,.0f} MB, "
+        f"USS {mem['uss_mb'] or 0:,.0f} MB (summed)"
+    )
     return m
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="20 s tune, 1 s windows, one A B B A round")
-    parser.add_argument("--wait-ms", type=float, default=6.0, help="GIL-free wait per item (default 6 ms)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="20 s tune, 1 s windows, one A B B A round"
+    )
+    parser.add_argument(
+        "--wait-ms", type=float, default=6.0, help="GIL-free wait per item (default 6 ms)"
+    )
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--memory-budget", type=float, default=1500.0, help="MB for tune (default 1500)")
-    parser.add_argument("--budget", type=float, default=None, help="tune budget s (default 60; quick 20)")
-    parser.add_argument("--rounds", type=int, default=None, help="A B B A rounds (default 3; quick 1)")
-    parser.add_argument("--window", type=float, default=None, help="measurement window s (default 2; quick 1)")
-    parser.add_argument("--memory-window", type=float, default=2.0, help="s of memory sampling per config (default 2)")
+    parser.add_argument(
+        "--memory-budget", type=float, default=1500.0, help="MB for tune (default 1500)"
+    )
+    parser.add_argument(
+        "--budget", type=float, default=None, help="tune budget s (default 60; quick 20)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="A B B A rounds (default 3; quick 1)"
+    )
+    parser.add_argument(
+        "--window", type=float, default=None, help="measurement window s (default 2; quick 1)"
+    )
+    parser.add_argument(
+        "--memory-window",
+        type=float,
+        default=2.0,
+        help="s of memory sampling per config (default 2)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -123,8 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         tuned = tune(pipeline, budget_s=budget, memory_budget_mb=args.memory_budget, seed=args.seed)
         tune_s = time.perf_counter() - t0
     pick = tuned.config
-    log(f"tune ({budget:.0f} s budget, {args.memory_budget:.0f} MB): {pick.label()} at "
-        f"{tuned.samples_per_s:,.0f}/s in {tune_s:.1f} s; region {tuned.search.region.name}")
+    log(
+        f"tune ({budget:.0f} s budget, {args.memory_budget:.0f} MB): {pick.label()} at "
+        f"{tuned.samples_per_s:,.0f}/s in {tune_s:.1f} s; region {tuned.search.region.name}"
+    )
     for note in tuned.search.notes:
         log(f"  note: {note}")
 
@@ -148,28 +190,59 @@ def main(argv: list[str] | None = None) -> int:
     for row, role in ((a, "tuned pick"), (b, f"{PLAIN_WORKERS} plain workers")):
         rss = "–" if row["workers_rss_mb"] is None else f"{row['workers_rss_mb']:,.0f}"
         uss = "–" if row["workers_uss_mb"] is None else f"{row['workers_uss_mb']:,.0f}"
-        print(f"| {role}: `{row['label']}` | {row['samples_per_s']:,.0f} | {rss} | {uss} | {row['startup_s']:.2f} |")
+        print(
+            f"| {role}: `{row['label']}` | {row['samples_per_s']:,.0f} | {rss} | {uss} | {row['startup_s']:.2f} |"
+        )
     print()
-    print(f"throughput ratio (pick / {PLAIN_WORKERS} workers): {rate_ratio:.3f} (bar ≥ {MIN_RATE_RATIO})")
+    print(
+        f"throughput ratio (pick / {PLAIN_WORKERS} workers): {rate_ratio:.3f} (bar ≥ {MIN_RATE_RATIO})"
+    )
     if mem_ratio is not None:
-        print(f"memory ratio, USS summed over workers: {mem_ratio:.3f} (bar ≤ {MAX_MEMORY_RATIO}); "
-              f"RSS: {rss_ratio:.3f}")
-    print(f"pick uses {pick.num_workers} worker process(es) (bar ≤ {MAX_PICK_WORKERS}); "
-          f"{'PASS' if passed else 'FAIL'}")
-    print(f"Mode: {'quick' if args.quick else 'full'}; {args.wait_ms:g} ms wait per item, batch {args.batch_size}, "
-          f"tune budget {budget:.0f} s, {rounds} A B B A round(s) of {window:g} s windows; load average {load}.")
+        print(
+            f"memory ratio, USS summed over workers: {mem_ratio:.3f} (bar ≤ {MAX_MEMORY_RATIO}); "
+            f"RSS: {rss_ratio:.3f}"
+        )
+    print(
+        f"pick uses {pick.num_workers} worker process(es) (bar ≤ {MAX_PICK_WORKERS}); "
+        f"{'PASS' if passed else 'FAIL'}"
+    )
+    print(
+        f"Mode: {'quick' if args.quick else 'full'}; {args.wait_ms:g} ms wait per item, batch {args.batch_size}, "
+        f"tune budget {budget:.0f} s, {rounds} A B B A round(s) of {window:g} s windows; load average {load}."
+    )
     if args.json:
-        args.json.write_text(json.dumps({
-            "host": host, "load_average_at_start": load, "quick": args.quick, "wait_ms": args.wait_ms,
-            "batch_size": args.batch_size, "memory_budget_mb": args.memory_budget, "tune_budget_s": budget,
-            "tuning_seconds": round(tune_s, 1), "region": tuned.search.region.name, "notes": tuned.search.notes,
-            "tune_trials": [{"phase": t.phase, "label": t.config.label(), "samples_per_s": round(t.samples_per_s, 1)}
-                            for t in tuned.trials],
-            "worker_threads_check": tuned.space.to_dict()["worker_threads_check"],
-            "pick": a, "plain": b, "rate_ratio": round(rate_ratio, 3),
-            "uss_ratio": None if mem_ratio is None else round(mem_ratio, 3),
-            "rss_ratio": None if rss_ratio is None else round(rss_ratio, 3), "passed": passed,
-        }, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "host": host,
+                    "load_average_at_start": load,
+                    "quick": args.quick,
+                    "wait_ms": args.wait_ms,
+                    "batch_size": args.batch_size,
+                    "memory_budget_mb": args.memory_budget,
+                    "tune_budget_s": budget,
+                    "tuning_seconds": round(tune_s, 1),
+                    "region": tuned.search.region.name,
+                    "notes": tuned.search.notes,
+                    "tune_trials": [
+                        {
+                            "phase": t.phase,
+                            "label": t.config.label(),
+                            "samples_per_s": round(t.samples_per_s, 1),
+                        }
+                        for t in tuned.trials
+                    ],
+                    "worker_threads_check": tuned.space.to_dict()["worker_threads_check"],
+                    "pick": a,
+                    "plain": b,
+                    "rate_ratio": round(rate_ratio, 3),
+                    "uss_ratio": None if mem_ratio is None else round(mem_ratio, 3),
+                    "rss_ratio": None if rss_ratio is None else round(rss_ratio, 3),
+                    "passed": passed,
+                },
+                indent=2,
+            )
+        )
     return 0 if passed else 1
 
 

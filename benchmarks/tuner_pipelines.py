@@ -39,14 +39,18 @@ def _photo(rng: np.random.Generator, size: int) -> np.ndarray:
 class JpegDataset(Dataset):
     """Decode + augment from in-memory JPEG bytes (no disk: the CPU cost is the point)."""
 
-    def __init__(self, n: int = 1024, size: int = 192, crop: int = 160, unique: int = 96, seed: int = 0) -> None:
+    def __init__(
+        self, n: int = 1024, size: int = 192, crop: int = 160, unique: int = 96, seed: int = 0
+    ) -> None:
         from PIL import Image
 
         rng = np.random.default_rng(seed)
         self.n = n
         self.crop = crop
         self.blobs = []
-        for _ in range(unique):  # items cycle over these: decoding costs the same, building is quicker
+        for _ in range(
+            unique
+        ):  # items cycle over these: decoding costs the same, building is quicker
             buffer = io.BytesIO()
             Image.fromarray(_photo(rng, size)).save(buffer, format="JPEG", quality=90)
             self.blobs.append(buffer.getvalue())
@@ -94,7 +98,9 @@ def _busy(seconds: float) -> None:
 class JitteryDataset(Dataset):
     """~``cpu_s`` of CPU per item; a fixed ``spike_p`` share of indices stalls ``spike_s`` (waiting)."""
 
-    def __init__(self, n: int = 2048, cpu_s: float = 0.001, spike_s: float = 0.1, spike_p: float = 0.05) -> None:
+    def __init__(
+        self, n: int = 2048, cpu_s: float = 0.001, spike_s: float = 0.1, spike_p: float = 0.05
+    ) -> None:
         self.n = n
         self.cpu_s = cpu_s
         self.spike_s = spike_s
@@ -136,8 +142,13 @@ def pad_collate(batch: list[tuple[torch.Tensor, int]]) -> dict[str, torch.Tensor
     lengths = torch.tensor([len(seq) for seq, _ in batch])
     mask = torch.arange(tokens.shape[1])[None, :] < lengths[:, None]
     positions = torch.cumsum(mask, dim=1) * mask
-    return {"tokens": tokens, "mask": mask, "positions": positions, "lengths": lengths,
-            "labels": torch.tensor([label for _, label in batch])}
+    return {
+        "tokens": tokens,
+        "mask": mask,
+        "positions": positions,
+        "lengths": lengths,
+        "labels": torch.tensor([label for _, label in batch]),
+    }
 
 
 def cpu() -> dict:
@@ -153,7 +164,10 @@ def jittery() -> dict:
 
 
 def tiny() -> dict:
-    return {"dataset": TensorDataset(torch.randn(65_536, 32), torch.randint(0, 10, (65_536,))), "batch_size": 256}
+    return {
+        "dataset": TensorDataset(torch.randn(65_536, 32), torch.randint(0, 10, (65_536,))),
+        "batch_size": 256,
+    }
 
 
 def collate() -> dict:

@@ -64,19 +64,27 @@ def run_kind(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         grid = bench(pipeline, repeats=args.grid_repeats, min_window_s=args.window, **grid_axes)
         grid_s = time.perf_counter() - t0
     grid_best = grid.best
-    log(f"[{kind}] grid: {len(grid.results)} configs × {args.grid_repeats} in {grid_s:.0f} s; "
-        f"best {grid_best.config.label()} at {grid_best.median_rate:,.0f}/s")
+    log(
+        f"[{kind}] grid: {len(grid.results)} configs × {args.grid_repeats} in {grid_s:.0f} s; "
+        f"best {grid_best.config.label()} at {grid_best.median_rate:,.0f}/s"
+    )
 
     with no_orphans():
         t0 = time.perf_counter()
         tuned = tune(pipeline, budget_s=args.budget, seed=args.seed)
         tune_s = time.perf_counter() - t0
     sure = "not confirmed" if tuned.confidence is None else f"confidence {tuned.confidence:.0%}"
-    log(f"[{kind}] tune: {tuned.config.label()} at {tuned.samples_per_s:,.0f}/s in {tune_s:.1f} s ({sure})")
+    log(
+        f"[{kind}] tune: {tuned.config.label()} at {tuned.samples_per_s:,.0f}/s in {tune_s:.1f} s ({sure})"
+    )
 
     with no_orphans():
-        runs = measure_interleaved(pipeline, [grid_best.config, tuned.config], repeats=args.h2h_repeats,
-                                   min_window_s=args.window)
+        runs = measure_interleaved(
+            pipeline,
+            [grid_best.config, tuned.config],
+            repeats=args.h2h_repeats,
+            min_window_s=args.window,
+        )
     grid_rates = [m.samples_per_s for m in runs[0]]
     tune_rates = [m.samples_per_s for m in runs[1]]
     ratio = statistics.median(tune_rates) / statistics.median(grid_rates)
@@ -91,7 +99,10 @@ def run_kind(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         "region": tuned.search.region.name,
         "grid_best_samples_per_s": round(statistics.median(grid_rates), 1),
         "tuner_samples_per_s": round(statistics.median(tune_rates), 1),
-        "head_to_head": {"grid": [round(r, 1) for r in grid_rates], "tuner": [round(r, 1) for r in tune_rates]},
+        "head_to_head": {
+            "grid": [round(r, 1) for r in grid_rates],
+            "tuner": [round(r, 1) for r in tune_rates],
+        },
         "ratio": round(ratio, 3),
         "tuning_seconds": round(tune_s, 1),
         "tuning_share_of_grid": round(tune_s / grid_s, 3),
@@ -121,19 +132,41 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         )
     mode = "quick (reduced grid)" if args.quick else "full grid"
     lines.append("")
-    lines.append(f"Mode: {mode}; grid repeats {args.grid_repeats}, window {args.window} s, "
-                 f"tune budget {args.budget:.0f} s, head-to-head {args.h2h_repeats} interleaved runs per config.")
+    lines.append(
+        f"Mode: {mode}; grid repeats {args.grid_repeats}, window {args.window} s, "
+        f"tune budget {args.budget:.0f} s, head-to-head {args.h2h_repeats} interleaved runs per config."
+    )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kind", default=",".join(KINDS), help=f"comma-separated kinds ({', '.join(KINDS)})")
-    parser.add_argument("--quick", action="store_true", help="reduced grid, 1 grid repeat, 0.5 s windows")
-    parser.add_argument("--budget", type=float, default=60.0, help="tuner budget in seconds (default 60)")
-    parser.add_argument("--grid-repeats", type=int, default=None, help="repeats per grid config (default 3; quick 1)")
-    parser.add_argument("--h2h-repeats", type=int, default=None, help="head-to-head runs per config (default 6; quick 4)")
-    parser.add_argument("--window", type=float, default=None, help="measurement window s (default 1.0; quick 0.5)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--kind", default=",".join(KINDS), help=f"comma-separated kinds ({', '.join(KINDS)})"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="reduced grid, 1 grid repeat, 0.5 s windows"
+    )
+    parser.add_argument(
+        "--budget", type=float, default=60.0, help="tuner budget in seconds (default 60)"
+    )
+    parser.add_argument(
+        "--grid-repeats",
+        type=int,
+        default=None,
+        help="repeats per grid config (default 3; quick 1)",
+    )
+    parser.add_argument(
+        "--h2h-repeats",
+        type=int,
+        default=None,
+        help="head-to-head runs per config (default 6; quick 4)",
+    )
+    parser.add_argument(
+        "--window", type=float, default=None, help="measurement window s (default 1.0; quick 0.5)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="write the rows and host as JSON")
     args = parser.parse_args(argv)
@@ -152,8 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = [run_kind(kind, args) for kind in kinds]
     print(markdown(rows, args))
     if args.json:
-        args.json.write_text(json.dumps({"host": host, "load_average_at_start": load, "quick": args.quick,
-                                         "rows": rows}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {"host": host, "load_average_at_start": load, "quick": args.quick, "rows": rows},
+                indent=2,
+            )
+        )
     return 0 if all(r["pass_quality"] and r["pass_cost"] for r in rows) else 1
 
 

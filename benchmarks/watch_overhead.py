@@ -116,7 +116,10 @@ def step_interleaved(
         "timed_calls_per_arm": len(a_steps),
         "bare_us_per_step_median": median * 1e6,
         "clip_us": bound * 1e6,
-        "clipped_calls": {"bare": sum(t > bound for t in a_steps), "watched": sum(t > bound for t in b_steps)},
+        "clipped_calls": {
+            "bare": sum(t > bound for t in a_steps),
+            "watched": sum(t > bound for t in b_steps),
+        },
         "overhead_percent": (sum(b_clipped) / sum(a_clipped) - 1) * 100,
         "overhead_90ci": [low, high],
         "overhead_percent_unclipped": (sum(b_steps) / sum(a_steps) - 1) * 100,
@@ -127,7 +130,9 @@ def step_interleaved(
     }
 
 
-def _interleave_epoch(bare: DataLoader, watched: Any, a_steps: list[float], b_steps: list[float]) -> None:
+def _interleave_epoch(
+    bare: DataLoader, watched: Any, a_steps: list[float], b_steps: list[float]
+) -> None:
     """One epoch of each arm, consumed A B B A; every iter()/next() call timed into its arm."""
     clock = time.perf_counter
     times = (a_steps, b_steps)
@@ -154,7 +159,9 @@ def _chunk_sums(a: list[float], b: list[float], size: int) -> list[tuple[float, 
     return [(sum(a[i : i + size]), sum(b[i : i + size])) for i in range(0, n, size)]
 
 
-def _bootstrap_ratio(chunks: list[tuple[float, float]], rng: random.Random, rounds: int = 2000) -> tuple[float, float]:
+def _bootstrap_ratio(
+    chunks: list[tuple[float, float]], rng: random.Random, rounds: int = 2000
+) -> tuple[float, float]:
     """90% interval of (Σ watched ÷ Σ bare − 1) × 100, resampling whole chunks."""
     ratios = []
     for _ in range(rounds):
@@ -164,7 +171,9 @@ def _bootstrap_ratio(chunks: list[tuple[float, float]], rng: random.Random, roun
     return ratios[int(0.05 * rounds)], ratios[int(0.95 * rounds)]
 
 
-def in_fresh_processes(processes: int, epochs: int, batches: int, batch_size: int) -> dict[str, Any]:
+def in_fresh_processes(
+    processes: int, epochs: int, batches: int, batch_size: int
+) -> dict[str, Any]:
     """:func:`step_interleaved` (watch, then the A/A control, or the other way round) in fresh processes.
 
     Within one process the interval is tight, but two processes of the same
@@ -177,7 +186,15 @@ def in_fresh_processes(processes: int, epochs: int, batches: int, batch_size: in
     for index in range(processes):
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "run.json"
-            command = [sys.executable, __file__, "--child", "--epochs", str(epochs), "--batches", str(batches)]
+            command = [
+                sys.executable,
+                __file__,
+                "--child",
+                "--epochs",
+                str(epochs),
+                "--batches",
+                str(batches),
+            ]
             command += ["--batch-size", str(batch_size), "--json", str(out)]
             if index % 2:
                 command.append("--control-first")
@@ -197,7 +214,18 @@ def in_fresh_processes(processes: int, epochs: int, batches: int, batch_size: in
 
 
 # Student's t, 95th percentile, by degrees of freedom (two-sided 90% interval).
-_T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833, 10: 1.812}
+_T95 = {
+    1: 6.314,
+    2: 2.920,
+    3: 2.353,
+    4: 2.132,
+    5: 2.015,
+    6: 1.943,
+    7: 1.895,
+    8: 1.860,
+    9: 1.833,
+    10: 1.812,
+}
 
 
 def _t_interval(values: list[float]) -> list[float]:
@@ -267,7 +295,9 @@ def _quantile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _bootstrap_median(values: list[float], rng: random.Random, rounds: int = 2000) -> tuple[float, float]:
+def _bootstrap_median(
+    values: list[float], rng: random.Random, rounds: int = 2000
+) -> tuple[float, float]:
     medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(rounds))
     return medians[int(0.05 * rounds)], medians[int(0.95 * rounds)]
 
@@ -318,14 +348,29 @@ def print_hot_path(figure: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--processes", type=int, default=None, help="fresh processes (default 6; --quick 2)")
-    parser.add_argument("--epochs", type=int, default=8, help="step-interleaved: epochs per arm per process")
-    parser.add_argument("--blocks", type=int, default=None, help="epoch-interleaved: A B B A blocks (default 24; --quick 6)")
+    parser.add_argument(
+        "--processes", type=int, default=None, help="fresh processes (default 6; --quick 2)"
+    )
+    parser.add_argument(
+        "--epochs", type=int, default=8, help="step-interleaved: epochs per arm per process"
+    )
+    parser.add_argument(
+        "--blocks",
+        type=int,
+        default=None,
+        help="epoch-interleaved: A B B A blocks (default 24; --quick 6)",
+    )
     parser.add_argument("--batches", type=int, default=3000, help="steps per epoch")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--quick", action="store_true", help="a reduced run of about a minute and a half")
-    parser.add_argument("--hot-path", action="store_true", help="only the per-step cost on a Python list")
-    parser.add_argument("--repeats", type=int, default=5, help="bare/watched pairs for the per-step cost")
+    parser.add_argument(
+        "--quick", action="store_true", help="a reduced run of about a minute and a half"
+    )
+    parser.add_argument(
+        "--hot-path", action="store_true", help="only the per-step cost on a Python list"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="bare/watched pairs for the per-step cost"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the numbers as JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--control-first", action="store_true", help=argparse.SUPPRESS)
@@ -333,13 +378,22 @@ def main() -> None:
     if args.child:  # one process of in_fresh_processes
         arms = ("control", "watch") if args.control_first else ("watch", "control")
         result = {
-            arm: step_interleaved(args.epochs, args.batches, args.batch_size, control=arm == "control") for arm in arms
+            arm: step_interleaved(
+                args.epochs, args.batches, args.batch_size, control=arm == "control"
+            )
+            for arm in arms
         }
-        args.json.write_text(json.dumps({"step_interleaved": result["watch"], "step_interleaved_control": result["control"]}))
+        args.json.write_text(
+            json.dumps(
+                {"step_interleaved": result["watch"], "step_interleaved_control": result["control"]}
+            )
+        )
         return
     if args.hot_path:
         figure = hot_path_figure(repeats=args.repeats)
-        print(f"ss.watch hot path (torch {torch.__version__}, stallscope from {Path(ss.__file__).parent})")
+        print(
+            f"ss.watch hot path (torch {torch.__version__}, stallscope from {Path(ss.__file__).parent})"
+        )
         print_hot_path(figure)
         if args.json:
             args.json.write_text(json.dumps({"hot_path": figure}, indent=2) + "\n")
@@ -375,8 +429,14 @@ def main() -> None:
             f"unclipped {w['overhead_percent_unclipped']:+.2f}%), A/A control {c['overhead_percent']:+.2f}%"
         )
     clow, chigh = steps["control_90ci"]
-    print(f"  A/A control (a second bare loader in place of the watch): {steps['control_percent']:+.2f}% (90% CI {clow:+.2f}% … {chigh:+.2f}%)")
-    for clock, title in (("wall", "wall-clock"), ("cpu", "process CPU"), ("step_median", "typical step")):
+    print(
+        f"  A/A control (a second bare loader in place of the watch): {steps['control_percent']:+.2f}% (90% CI {clow:+.2f}% … {chigh:+.2f}%)"
+    )
+    for clock, title in (
+        ("wall", "wall-clock"),
+        ("cpu", "process CPU"),
+        ("step_median", "typical step"),
+    ):
         o = epochs_e2e[clock]
         print(
             f"  epoch-interleaved, {blocks} blocks, {title:<12} {o['overhead_percent_median']:+.2f}% median "
@@ -389,7 +449,9 @@ def main() -> None:
         verdict = "NOT met (the whole 90% interval is above it)"
     else:
         verdict = "not resolved: the 90% interval straddles it"
-    print(f"SPEC §7 ≤ {SPEC_BUDGET_PERCENT:.0f}% (step-interleaved): {steps['overhead_percent']:+.2f}% → {verdict}")
+    print(
+        f"SPEC §7 ≤ {SPEC_BUDGET_PERCENT:.0f}% (step-interleaved): {steps['overhead_percent']:+.2f}% → {verdict}"
+    )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -36,7 +36,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
-        print(f"stallscope: unknown command {name!r}; choose one of {', '.join(COMMANDS)}.", file=sys.stderr)
+        print(
+            f"stallscope: unknown command {name!r}; choose one of {', '.join(COMMANDS)}.",
+            file=sys.stderr,
+        )
         return 2
     module = import_module(f"stallscope.commands.{name}")
     return int(module.main(rest))

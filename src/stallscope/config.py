@@ -155,7 +155,11 @@ class LoaderConfig:
         if self.torch_threads is not None and "torch_threads" in shown:
             parts.append(f"torch_threads={self.torch_threads}")
         if self.worker_method and workers != 0 and "worker_method" in shown:
-            parts.append(f"{self.worker_method}es" if self.worker_method == "process" else f"{self.worker_method}s")
+            parts.append(
+                f"{self.worker_method}es"
+                if self.worker_method == "process"
+                else f"{self.worker_method}s"
+            )
         if self.snapshot_every_n_steps is not None and "snapshot_every_n_steps" in shown:
             parts.append(f"snapshot/{self.snapshot_every_n_steps}")
         return " ".join(parts) or "as built"
@@ -174,7 +178,9 @@ def config_from_loader(loader: Any) -> LoaderConfig:
     """The user's baseline: the knobs of an existing DataLoader."""
     num_workers = int(getattr(loader, "num_workers", 0) or 0)
     ctx = getattr(loader, "multiprocessing_context", None)
-    ctx_name = ctx.get_start_method() if ctx is not None and hasattr(ctx, "get_start_method") else None
+    ctx_name = (
+        ctx.get_start_method() if ctx is not None and hasattr(ctx, "get_start_method") else None
+    )
     batch_size = getattr(loader, "batch_size", None)
     if batch_size is None:
         batch_sampler = getattr(loader, "batch_sampler", None)

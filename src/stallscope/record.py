@@ -76,8 +76,19 @@ class RunRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:
         if data.get("schema") != SCHEMA_VERSION:
-            raise ValueError(f"unsupported record schema {data.get('schema')!r} (this stallscope reads {SCHEMA_VERSION})")
-        fixed = {"schema", "tool_version", "command", "target", "host", "started_at", "duration_s", "partial"}
+            raise ValueError(
+                f"unsupported record schema {data.get('schema')!r} (this stallscope reads {SCHEMA_VERSION})"
+            )
+        fixed = {
+            "schema",
+            "tool_version",
+            "command",
+            "target",
+            "host",
+            "started_at",
+            "duration_s",
+            "partial",
+        }
         return cls(
             command=data["command"],
             target=data["target"],
@@ -103,9 +114,13 @@ class RunRecord:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise UsageError(f"{path} is not JSON ({exc.msg} at line {exc.lineno}); pass a file written by --json.") from None
+            raise UsageError(
+                f"{path} is not JSON ({exc.msg} at line {exc.lineno}); pass a file written by --json."
+            ) from None
         if not isinstance(data, dict) or "command" not in data:
-            raise UsageError(f"{path} is not a stallscope run record; pass a file written by --json.")
+            raise UsageError(
+                f"{path} is not a stallscope run record; pass a file written by --json."
+            )
         try:
             return cls.from_dict(data)
         except (KeyError, ValueError) as exc:

@@ -110,7 +110,9 @@ def _split_spec(spec: str) -> tuple[str, str]:
         )
     where, _, name = spec.rpartition(":")
     if not where or not name:
-        raise UsageError(f"target {spec!r} must look like 'path/to/file.py:fn' or 'package.module:fn'.")
+        raise UsageError(
+            f"target {spec!r} must look like 'path/to/file.py:fn' or 'package.module:fn'."
+        )
     return where, name
 
 
@@ -151,7 +153,9 @@ def _import_module(name: str) -> Any:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name and name.startswith(exc.name):
-            raise UsageError(f"module {name!r} cannot be imported: no module named {exc.name!r}.") from exc
+            raise UsageError(
+                f"module {name!r} cannot be imported: no module named {exc.name!r}."
+            ) from exc
         raise UsageError(f"importing {name} raised {describe_exception(exc)}.") from exc
     except Exception as exc:
         raise UsageError(f"importing {name} raised {describe_exception(exc)}.") from exc
@@ -185,7 +189,11 @@ def load_target(
     Dataset, DataLoader or dict. ``batch_size`` and ``collate`` override what
     the target says (the CLI's ``--batch-size`` and ``--collate``).
     """
-    label = target if isinstance(target, str) else getattr(target, "__qualname__", type(target).__name__)
+    label = (
+        target
+        if isinstance(target, str)
+        else getattr(target, "__qualname__", type(target).__name__)
+    )
     obj: Any = target
     modules: tuple[str, ...] = ()
     factory: Callable[..., Any] | None = None
@@ -221,7 +229,11 @@ def load_target(
 
 def _is_loader_object(obj: Any) -> bool:
     """Already what a factory would return (a Dataset, DataLoader, dict or loader), not a factory."""
-    return isinstance(obj, (Dataset, DataLoader, dict)) or is_nodes_graph(obj) or hasattr(obj, "__iter__")
+    return (
+        isinstance(obj, (Dataset, DataLoader, dict))
+        or is_nodes_graph(obj)
+        or hasattr(obj, "__iter__")
+    )
 
 
 def factory_origin(factory: Callable[..., Any], spec: str | None) -> tuple[list[str], str] | None:
@@ -231,7 +243,9 @@ def factory_origin(factory: Callable[..., Any], spec: str | None) -> tuple[list[
 
     if spec is not None:
         where, name = _split_spec(spec)
-        module = Path(where).stem if where.endswith(".py") or "/" in where or "\\" in where else where
+        module = (
+            Path(where).stem if where.endswith(".py") or "/" in where or "\\" in where else where
+        )
         top = name.split(".")[0]
         return [f"from {module} import {top}"], f"{name}()"
     qualname = getattr(factory, "__qualname__", None)
@@ -239,17 +253,23 @@ def factory_origin(factory: Callable[..., Any], spec: str | None) -> tuple[list[
     return ([line], f"{qualname}()") if line and qualname else None
 
 
-def _adopt_factory(pipeline: Pipeline, factory: Callable[..., Any], spec: str | None, product: Any) -> None:
+def _adopt_factory(
+    pipeline: Pipeline, factory: Callable[..., Any], spec: str | None, product: Any
+) -> None:
     """Record how the user's factory is called again (snippets), and make its knob parameters the
     trials' knobs where no adapter can reconfigure what it built (NOTE [loader kinds])."""
     parameters = knob_parameters(factory)
     origin = factory_origin(factory, spec)
     if pipeline.call is None and origin is not None:
-        pipeline.call = LoaderCall(callable="", imports=[], arguments=[], knobs=pipeline.baseline.to_dict())
+        pipeline.call = LoaderCall(
+            callable="", imports=[], arguments=[], knobs=pipeline.baseline.to_dict()
+        )
     if pipeline.call is not None:
         if origin is not None:
             pipeline.call.origin_imports, pipeline.call.origin = origin
-        pipeline.call.factory_parameters = {name: field_name for name, (field_name, _) in parameters.items()}
+        pipeline.call.factory_parameters = {
+            name: field_name for name, (field_name, _) in parameters.items()
+        }
     if isinstance(pipeline.kind, IterableKind):
         pipeline.kind.factory = factory  # a generator is made anew for each pass
     if not parameters or pipeline.kind.tunable:
@@ -257,9 +277,14 @@ def _adopt_factory(pipeline: Pipeline, factory: Callable[..., Any], spec: str | 
     baseline = factory_baseline(parameters, product)
     what = pipeline.kind.description
     pipeline.kind = FactoryKind(
-        "factory", f"{what}, built by {getattr(factory, '__qualname__', 'the target')}() with knob parameters",
-        knobs=tuple(sorted({f for f, _ in parameters.values()})), limits=dict(pipeline.kind.limits),
-        counts_indices=False, factory=factory, parameters=parameters, baseline=baseline,
+        "factory",
+        f"{what}, built by {getattr(factory, '__qualname__', 'the target')}() with knob parameters",
+        knobs=tuple(sorted({f for f, _ in parameters.values()})),
+        limits=dict(pipeline.kind.limits),
+        counts_indices=False,
+        factory=factory,
+        parameters=parameters,
+        baseline=baseline,
     )
     pipeline.kind.limits.pop("tune", None)
     pipeline.baseline = baseline
@@ -289,12 +314,16 @@ def _call_factory(factory: Callable[..., Any], label: str) -> Any:
     except UsageError:
         raise
     except TypeError as exc:
-        raise UsageError(f"{label} must take no arguments; calling it raised {describe_exception(exc)}.") from exc
+        raise UsageError(
+            f"{label} must take no arguments; calling it raised {describe_exception(exc)}."
+        ) from exc
     except Exception as exc:
         raise UsageError(f"{label} raised {describe_exception(exc)} when called.") from exc
 
 
-def pipeline_from_object(obj: Any, *, label: str = "<object>", modules: tuple[str, ...] = ()) -> Pipeline:
+def pipeline_from_object(
+    obj: Any, *, label: str = "<object>", modules: tuple[str, ...] = ()
+) -> Pipeline:
     """A Pipeline from what the target returned; ``modules`` may hold the user's objects as globals."""
     if is_dataloader(obj):
         return _from_loader(obj, label, modules)
@@ -309,7 +338,9 @@ def pipeline_from_object(obj: Any, *, label: str = "<object>", modules: tuple[st
         else:
             _require_dataset(inner, label)
             bs = int(obj.get("batch_size") or DEFAULT_BATCH_SIZE)
-            pipeline = Pipeline(dataset=inner, batch_size=bs, baseline=LoaderConfig(batch_size=bs), target=label)
+            pipeline = Pipeline(
+                dataset=inner, batch_size=bs, baseline=LoaderConfig(batch_size=bs), target=label
+            )
         pipeline.source = "dict"
         if obj.get("batch_size"):
             pipeline.batch_size = int(obj["batch_size"])
@@ -318,9 +349,15 @@ def pipeline_from_object(obj: Any, *, label: str = "<object>", modules: tuple[st
             pipeline.collate_fn = obj["collate_fn"]
         pipeline.model = obj.get("model")
         pipeline.train_step = obj.get("train_step")
-        pipeline.extras = {k: v for k, v in obj.items() if k not in {"dataset", "batch_size", "collate_fn", "model", "train_step"}}
+        pipeline.extras = {
+            k: v
+            for k, v in obj.items()
+            if k not in {"dataset", "batch_size", "collate_fn", "model", "train_step"}
+        }
         if not is_dataloader(inner):
-            pipeline.call = describe_dataset_call(inner, pipeline.batch_size, pipeline.collate_fn, modules=modules)
+            pipeline.call = describe_dataset_call(
+                inner, pipeline.batch_size, pipeline.collate_fn, modules=modules
+            )
             pipeline.call.role_paths = {"dataset": '["dataset"]', "collate_fn": '["collate_fn"]'}
         elif pipeline.call is not None:
             pipeline.call.prefix_paths('["dataset"]')
@@ -328,7 +365,10 @@ def pipeline_from_object(obj: Any, *, label: str = "<object>", modules: tuple[st
     if not _looks_like_dataset(obj):
         return _from_other(obj, label, modules)
     return Pipeline(
-        dataset=obj, batch_size=DEFAULT_BATCH_SIZE, baseline=LoaderConfig(batch_size=DEFAULT_BATCH_SIZE), target=label,
+        dataset=obj,
+        batch_size=DEFAULT_BATCH_SIZE,
+        baseline=LoaderConfig(batch_size=DEFAULT_BATCH_SIZE),
+        target=label,
         call=describe_dataset_call(obj, DEFAULT_BATCH_SIZE, modules=modules),
     )
 
@@ -379,13 +419,26 @@ def _from_nodes(graph: Any, label: str) -> Pipeline:
         knobs = ()
     kind: LoaderKind
     if knobs:
-        kind = NodesKind("torchdata-nodes", what, knobs, limits, counts_indices=False,
-                         choices={"worker_method": other_method(graph)}, graph=graph)
+        kind = NodesKind(
+            "torchdata-nodes",
+            what,
+            knobs,
+            limits,
+            counts_indices=False,
+            choices={"worker_method": other_method(graph)},
+            graph=graph,
+        )
     else:
         limits.setdefault("tune", UNTUNABLE.format(what=what))
         kind = IterableKind("iterable", what, (), limits, counts_indices=False, loader=graph)
-    return Pipeline(dataset=None, batch_size=baseline.batch_size, baseline=baseline, target=label,
-                    source="loader", kind=kind)
+    return Pipeline(
+        dataset=None,
+        batch_size=baseline.batch_size,
+        baseline=baseline,
+        target=label,
+        source="loader",
+        kind=kind,
+    )
 
 
 def _from_other(obj: Any, label: str, modules: tuple[str, ...]) -> Pipeline:
@@ -396,19 +449,32 @@ def _from_other(obj: Any, label: str, modules: tuple[str, ...]) -> Pipeline:
             "or a dict with 'dataset'."
         )
     if isinstance(obj, IterableDataset):
-        return Pipeline(dataset=obj, batch_size=DEFAULT_BATCH_SIZE, baseline=LoaderConfig(batch_size=DEFAULT_BATCH_SIZE),
-                        target=label, call=describe_dataset_call(obj, DEFAULT_BATCH_SIZE, modules=modules))
+        return Pipeline(
+            dataset=obj,
+            batch_size=DEFAULT_BATCH_SIZE,
+            baseline=LoaderConfig(batch_size=DEFAULT_BATCH_SIZE),
+            target=label,
+            call=describe_dataset_call(obj, DEFAULT_BATCH_SIZE, modules=modules),
+        )
     loaders = find_all(obj, is_dataloader)
     if loaders:
         return _from_wrapper(obj, loaders, label, modules)
     what = f"an iterable of batches ({_qualified(obj)})"
     limits = dataset_limits(what)
     limits["tune"] = UNTUNABLE.format(what=what)
-    return Pipeline(dataset=None, batch_size=1, baseline=LoaderConfig(batch_size=1), target=label, source="loader",
-                    kind=IterableKind("iterable", what, (), limits, counts_indices=False, loader=obj))
+    return Pipeline(
+        dataset=None,
+        batch_size=1,
+        baseline=LoaderConfig(batch_size=1),
+        target=label,
+        source="loader",
+        kind=IterableKind("iterable", what, (), limits, counts_indices=False, loader=obj),
+    )
 
 
-def _from_wrapper(obj: Any, loaders: list[tuple[Path, Any]], label: str, modules: tuple[str, ...]) -> Pipeline:
+def _from_wrapper(
+    obj: Any, loaders: list[tuple[Path, Any]], label: str, modules: tuple[str, ...]
+) -> Pipeline:
     """An object that holds DataLoaders: the first one whose replacement changes what the object
     iterates is tuned inside it (NOTE [loader kinds]); when none does, it is measured as it is."""
     for _, inner in loaders:
@@ -425,14 +491,29 @@ def _from_wrapper(obj: Any, loaders: list[tuple[Path, Any]], label: str, modules
     pipeline = _from_loader(inner, label, modules)
     if path is None:
         # Trials would all run the wrapper's own loader: measured as it is, said so.
-        limits = dataset_limits(what) | {"tune": (
-            f"{what} keeps iterating its own DataLoader when the one at {where.lstrip('.')} is replaced, so its "
-            "knobs cannot be changed from outside; it is measured as it is. To tune it, give the TARGET function "
-            "keyword parameters such as num_workers=… and pass them on")}
-        return Pipeline(dataset=None, batch_size=pipeline.batch_size, baseline=pipeline.baseline, target=label,
-                        source="loader", kind=IterableKind("iterable", what, (), limits, counts_indices=False, loader=obj))
+        limits = dataset_limits(what) | {
+            "tune": (
+                f"{what} keeps iterating its own DataLoader when the one at {where.lstrip('.')} is replaced, so its "
+                "knobs cannot be changed from outside; it is measured as it is. To tune it, give the TARGET function "
+                "keyword parameters such as num_workers=… and pass them on"
+            )
+        }
+        return Pipeline(
+            dataset=None,
+            batch_size=pipeline.batch_size,
+            baseline=pipeline.baseline,
+            target=label,
+            source="loader",
+            kind=IterableKind("iterable", what, (), limits, counts_indices=False, loader=obj),
+        )
     pipeline.kind = WrappedLoaderKind(
-        "wrapped-dataloader", what, _copy_knobs(inner), counts_indices=False, wrapper=obj, path=path, inner=inner,
+        "wrapped-dataloader",
+        what,
+        _copy_knobs(inner),
+        counts_indices=False,
+        wrapper=obj,
+        path=path,
+        inner=inner,
     )
     pipeline.source = "wrapper"
     if pipeline.call is not None:
@@ -448,7 +529,9 @@ def _require_dataset(obj: Any, label: str) -> None:
         return  # duck-typed map-style dataset (a list, a NumPy array...)
     if hasattr(obj, "__iter__") and not isinstance(obj, (str, bytes)):
         return
-    raise UsageError(f"{label} returned a {type(obj).__name__}; expected a Dataset, a DataLoader or a dict with 'dataset'.")
+    raise UsageError(
+        f"{label} returned a {type(obj).__name__}; expected a Dataset, a DataLoader or a dict with 'dataset'."
+    )
 
 
 def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) -> Pipeline:
@@ -459,7 +542,9 @@ def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) 
     holds_iterator = _stop_live_iterators(loader)
     call = describe_loader(loader, modules=modules)
     baseline = config_from_loader(loader)
-    collate = loader.collate_fn if loader.collate_fn not in (default_collate, default_convert) else None
+    collate = (
+        loader.collate_fn if loader.collate_fn not in (default_collate, default_convert) else None
+    )
     sampler = getattr(loader, "sampler", None)
     batch_sampler = loader.batch_sampler if call.batching == "batch_sampler" else None
     if batch_sampler is not None and call.batch_sizes:
@@ -472,19 +557,28 @@ def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) 
         dataset = dataset.dataset
     call.knobs = baseline.to_dict()
     shuffle = isinstance(sampler, RandomSampler)
-    own_sampler = sampler if batch_sampler is None and type(sampler) is not SequentialSampler else None
+    own_sampler = (
+        sampler if batch_sampler is None and type(sampler) is not SequentialSampler else None
+    )
     kind = parts_kind("dataloader")
     if type(loader) is not DataLoader and holds_iterator:
         # Its iterator was started by the class itself and is shared by any copy: trials are
         # DataLoaders over its parts (sampler, collate, worker_init_fn), said so.
-        kind = replace(parts_kind("dataloader"), description=(
-            f"a DataLoader subclass ({_qualified(loader)}) that starts its own iterator ({holds_iterator}), "
-            "timed as a torch DataLoader over its parts"))
+        kind = replace(
+            parts_kind("dataloader"),
+            description=(
+                f"a DataLoader subclass ({_qualified(loader)}) that starts its own iterator ({holds_iterator}), "
+                "timed as a torch DataLoader over its parts"
+            ),
+        )
     elif type(loader) is not DataLoader:
         # Trials run the user's own class and iterator (NOTE [loader kinds]).
         kind = CopiedLoaderKind(
-            "dataloader-subclass", f"a DataLoader subclass ({_qualified(loader)})", _copy_knobs(loader),
-            choices=_copy_choices(loader), loader=loader,
+            "dataloader-subclass",
+            f"a DataLoader subclass ({_qualified(loader)})",
+            _copy_knobs(loader),
+            choices=_copy_choices(loader),
+            loader=loader,
         )
     return Pipeline(
         kind=kind,

@@ -33,9 +33,20 @@ def test_bench_json_is_valid_and_complete(tmp_path, start_method):
     out = tmp_path / "bench.json"
     plot = tmp_path / "scaling.png"
     proc = run_cli(
-        "bench", f"{PIPELINES}/bench_sleepy.py:sleepy_dict",
-        "--num-workers", "0,2", "--repeats", "2", "--window", "0.5",
-        "--start-method", start_method, "--json", str(out), "--plot", str(plot),
+        "bench",
+        f"{PIPELINES}/bench_sleepy.py:sleepy_dict",
+        "--num-workers",
+        "0,2",
+        "--repeats",
+        "2",
+        "--window",
+        "0.5",
+        "--start-method",
+        start_method,
+        "--json",
+        str(out),
+        "--plot",
+        str(plot),
     )
     assert proc.returncode == 0, proc.stderr
     record = json.loads(out.read_text())
@@ -62,8 +73,19 @@ def test_bench_json_is_valid_and_complete(tmp_path, start_method):
 
 def test_bench_takes_dataloader_baseline(tmp_path):
     out = tmp_path / "b.json"
-    proc = run_cli("bench", f"{PIPELINES}/bench_sleepy.py:sleepy_loader", "--num-workers", "2",
-                   "--repeats", "1", "--window", "0.3", "--json", str(out), "--quiet")
+    proc = run_cli(
+        "bench",
+        f"{PIPELINES}/bench_sleepy.py:sleepy_loader",
+        "--num-workers",
+        "2",
+        "--repeats",
+        "1",
+        "--window",
+        "0.3",
+        "--json",
+        str(out),
+        "--quiet",
+    )
     assert proc.returncode == 0, proc.stderr
     cfg = json.loads(out.read_text())["results"][0]["config"]
     # batch size and prefetch factor come from the user's DataLoader.
@@ -72,8 +94,21 @@ def test_bench_takes_dataloader_baseline(tmp_path):
 
 def test_module_target_and_python_m(tmp_path):
     out = tmp_path / "b.json"
-    proc = run_cli("bench", "stallscope.demo:pipeline", "--num-workers", "0", "--repeats", "1",
-                   "--window", "0.3", "--batch-size", "4", "--json", str(out), "--quiet")
+    proc = run_cli(
+        "bench",
+        "stallscope.demo:pipeline",
+        "--num-workers",
+        "0",
+        "--repeats",
+        "1",
+        "--window",
+        "0.3",
+        "--batch-size",
+        "4",
+        "--json",
+        str(out),
+        "--quiet",
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text())["results"][0]["config"]["batch_size"] == 4
 
@@ -97,8 +132,19 @@ def test_module_target_and_python_m(tmp_path):
     ],
 )
 def test_errors_are_one_sentence_and_exit_2(target, expected):
-    proc = run_cli("bench", target.format(p=PIPELINES), "--num-workers", "2", "--repeats", "1",
-                   "--window", "0.3", "--timeout", "20", timeout=120)
+    proc = run_cli(
+        "bench",
+        target.format(p=PIPELINES),
+        "--num-workers",
+        "2",
+        "--repeats",
+        "1",
+        "--window",
+        "0.3",
+        "--timeout",
+        "20",
+        timeout=120,
+    )
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert expected in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr

@@ -20,8 +20,14 @@ VISION = f"{PIPELINES}/ceiling_vision.py:small_loader"
 
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "stallscope", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=PIPELINES.parent.parent)
+    return subprocess.run(
+        [sys.executable, "-m", "stallscope", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=PIPELINES.parent.parent,
+    )
 
 
 def check_consistent(record: dict, pick_rate: float, pick_workers: int) -> None:
@@ -32,7 +38,9 @@ def check_consistent(record: dict, pick_rate: float, pick_workers: int) -> None:
     main_rate = ceiling["main_process_samples_per_s"]
     assert ceiling["cpu_samples_per_s"] == pytest.approx(cpu_rate, rel=1e-3)
     assert ceiling["samples_per_s"] == pytest.approx(min(cpu_rate, main_rate or cpu_rate), rel=1e-3)
-    assert ceiling["basis"] == ("main-process" if main_rate is not None and main_rate < cpu_rate else "cpu")
+    assert ceiling["basis"] == (
+        "main-process" if main_rate is not None and main_rate < cpu_rate else "cpu"
+    )
     assert ceiling["pick_fraction"] == pytest.approx(pick_rate / ceiling["samples_per_s"], rel=1e-3)
     # JPEG decode + augment: the cores bind, not the main process.
     assert ceiling["basis"] == "cpu"
@@ -43,14 +51,32 @@ def check_consistent(record: dict, pick_rate: float, pick_workers: int) -> None:
     else:  # SPEC §3.2 against the probe's single-process time (one intra-op thread, as in a worker)
         efficiency = pick_rate * cost["wall_s_per_sample"] / min(cores, max(pick_workers, 1))
     assert needed["efficiency"] == pytest.approx(efficiency, rel=1e-3)
-    assert needed["cores"] == pytest.approx(5000 * cost["cpu_s_per_sample"] / min(1.0, efficiency), rel=1e-3)
-    assert needed["cores"] > cores  # a few ms of CPU per sample: 5,000/s needs far more than this machine has
+    assert needed["cores"] == pytest.approx(
+        5000 * cost["cpu_s_per_sample"] / min(1.0, efficiency), rel=1e-3
+    )
+    assert (
+        needed["cores"] > cores
+    )  # a few ms of CPU per sample: 5,000/s needs far more than this machine has
 
 
 def test_bench_states_the_ceiling_and_the_cores_needed(tmp_path):
     out, md = tmp_path / "bench.json", tmp_path / "bench.md"
-    proc = run_cli("bench", VISION, "--num-workers", "0,2", "--repeats", "1", "--window", "0.5",
-                   "--target-rate", "5000", "--json", str(out), "--md", str(md))
+    proc = run_cli(
+        "bench",
+        VISION,
+        "--num-workers",
+        "0,2",
+        "--repeats",
+        "1",
+        "--window",
+        "0.5",
+        "--target-rate",
+        "5000",
+        "--json",
+        str(out),
+        "--md",
+        str(md),
+    )
     assert proc.returncode == 0, proc.stderr
     record = json.loads(out.read_text())
     jsonschema.validate(record, record_schema())
@@ -59,7 +85,9 @@ def test_bench_states_the_ceiling_and_the_cores_needed(tmp_path):
     assert record["cores_needed"]["sweep_efficiency"] == best["efficiency"]
     # every window clocked the loader's CPU: the efficiency is the CPU one, at the sweep's best row
     assert record["cores_needed"]["efficiency_from"] == "cpu"
-    assert record["cores_needed"]["pick_cpu_ms_per_sample"] == pytest.approx(best["cpu_ms_per_sample"], rel=1e-3)
+    assert record["cores_needed"]["pick_cpu_ms_per_sample"] == pytest.approx(
+        best["cpu_ms_per_sample"], rel=1e-3
+    )
     # the loader at the pick spends at least the CPU one process spends per sample (within the noise)
     assert best["cpu_ms_per_sample"] > 0.8 * record["cpu_cost"]["cpu_s_per_sample"] * 1000
     workers = [r for r in record["results"] if r["config"]["num_workers"] > 0]
@@ -77,7 +105,9 @@ def test_tune_states_the_ceiling_and_the_cores_needed(tmp_path):
     assert proc.returncode == 0, proc.stderr
     record = json.loads(out.read_text())
     jsonschema.validate(record, record_schema())
-    check_consistent(record, record["best"]["samples_per_s"], record["best"]["config"]["num_workers"])
+    check_consistent(
+        record, record["best"]["samples_per_s"], record["best"]["config"]["num_workers"]
+    )
     assert "Ceiling:" in proc.stdout and "Cores needed:" in proc.stdout
 
 
@@ -88,8 +118,21 @@ def test_a_target_rate_must_be_positive():
 
 def test_profile_replays_cached_batches_for_the_step_time_with_free_data(tmp_path):
     out = tmp_path / "profile.json"
-    target = f"{PIPELINES}/profile_synthetic.py:compute_bound"  # train_step sleeps 40 ms, batches of 4
-    proc = run_cli("profile", target, "--steps", "10", "--warmup", "1", "--num-workers", "0", "--json", str(out))
+    target = (
+        f"{PIPELINES}/profile_synthetic.py:compute_bound"  # train_step sleeps 40 ms, batches of 4
+    )
+    proc = run_cli(
+        "profile",
+        target,
+        "--steps",
+        "10",
+        "--warmup",
+        "1",
+        "--num-workers",
+        "0",
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     record = json.loads(out.read_text())
     jsonschema.validate(record, record_schema())

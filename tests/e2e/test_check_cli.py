@@ -19,7 +19,9 @@ from stallscope.commands.check import main
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGETS = ROOT / "tests" / "pipelines" / "check_datasets.py"
-HANG_LINE = next(n for n, line in enumerate(TARGETS.read_text().splitlines(), 1) if "# HANG-LINE" in line)
+HANG_LINE = next(
+    n for n, line in enumerate(TARGETS.read_text().splitlines(), 1) if "# HANG-LINE" in line
+)
 
 
 def _tagged_processes(tag: str) -> list[psutil.Process]:
@@ -27,7 +29,10 @@ def _tagged_processes(tag: str) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["pid"]):
         try:
-            if proc.environ().get("STALLSCOPE_TEST_TAG") == tag and proc.status() != psutil.STATUS_ZOMBIE:
+            if (
+                proc.environ().get("STALLSCOPE_TEST_TAG") == tag
+                and proc.status() != psutil.STATUS_ZOMBIE
+            ):
                 found.append(proc)
         except (psutil.Error, OSError):
             continue
@@ -109,7 +114,15 @@ def test_cli_ctrl_c_leaves_a_partial_report_and_no_workers(tmp_path):
 
 def test_cli_json_codes_and_exit_1_for_errors(tmp_path, capsys):
     out = tmp_path / "bugs.json"
-    code = main([f"{TARGETS}:many_bugs", "--json", str(out), "--skip", "memory-growth,copy-on-write,oversubscription"])
+    code = main(
+        [
+            f"{TARGETS}:many_bugs",
+            "--json",
+            str(out),
+            "--skip",
+            "memory-growth,copy-on-write,oversubscription",
+        ]
+    )
     assert code == 1
     record = json.loads(out.read_text())
     assert record["schema"] == 1 and record["command"] == "check"
@@ -117,7 +130,11 @@ def test_cli_json_codes_and_exit_1_for_errors(tmp_path, capsys):
     assert {"unpicklable", "getitem-error", "duplicate-rng"} <= set(codes)
     for finding in record["findings"]:
         assert set(finding) == {"code", "severity", "message", "evidence", "fix"}
-        assert finding["severity"] in {"error", "warning", "info"} and finding["message"] and finding["fix"]
+        assert (
+            finding["severity"] in {"error", "warning", "info"}
+            and finding["message"]
+            and finding["fix"]
+        )
     assert codes["unpicklable"]["evidence"]["attribute"] == "dataset.transform.fn"
     assert codes["getitem-error"]["evidence"]["index"] == 9
     assert codes["duplicate-rng"]["evidence"]["attributes"][0]["path"] == "dataset.rng"
@@ -128,12 +145,22 @@ def test_cli_json_codes_and_exit_1_for_errors(tmp_path, capsys):
 
 def test_cli_clean_exit_0_and_states_its_coverage(tmp_path, capsys):
     out = tmp_path / "clean.json"
-    code = main([f"{TARGETS}:clean", "--only", "getitem-error,collate-error,hang,slow-samples", "--json", str(out)])
+    code = main(
+        [
+            f"{TARGETS}:clean",
+            "--only",
+            "getitem-error,collate-error,hang,slow-samples",
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 0
     record = json.loads(out.read_text())
     assert record["findings"] == []
     assert record["coverage"]["codes"] == ["getitem-error", "collate-error", "hang", "slow-samples"]
-    assert "no problems found in 96 of 96 indices (100.0%)" in " ".join(capsys.readouterr().out.split())
+    assert "no problems found in 96 of 96 indices (100.0%)" in " ".join(
+        capsys.readouterr().out.split()
+    )
 
 
 def test_cli_three_slow_samples_among_2000_are_caught_at_default_settings(tmp_path):
@@ -146,12 +173,26 @@ def test_cli_three_slow_samples_among_2000_are_caught_at_default_settings(tmp_pa
     record = json.loads(out.read_text())
     [finding] = [f for f in record["findings"] if f["code"] == "slow-samples"]
     assert sorted(finding["evidence"]["indices"]) == [137, 1021, 1874]
-    assert record["coverage"]["indices_checked"] == 2000 and record["coverage"]["fraction_checked"] == 1.0
+    assert (
+        record["coverage"]["indices_checked"] == 2000
+        and record["coverage"]["fraction_checked"] == 1.0
+    )
 
 
 def test_cli_shm_free_judges_a_smaller_container(tmp_path):
     out = tmp_path / "shm.json"
-    code = main([f"{TARGETS}:big_batches", "--only", "shm-too-small", "--shm-free", "8", "--json", str(out), "--quiet"])
+    code = main(
+        [
+            f"{TARGETS}:big_batches",
+            "--only",
+            "shm-too-small",
+            "--shm-free",
+            "8",
+            "--json",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 1
     [finding] = json.loads(out.read_text())["findings"]
     assert finding["code"] == "shm-too-small"

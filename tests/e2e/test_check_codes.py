@@ -13,7 +13,9 @@ from stallscope.checks import CheckResult
 from stallscope.checks.rng import duplicated_streams
 
 PIPELINES = Path(cd.__file__)
-HANG_LINE = next(n for n, line in enumerate(PIPELINES.read_text().splitlines(), 1) if "# HANG-LINE" in line)
+HANG_LINE = next(
+    n for n, line in enumerate(PIPELINES.read_text().splitlines(), 1) if "# HANG-LINE" in line
+)
 
 
 def only(result: CheckResult, code: str):
@@ -39,7 +41,9 @@ def test_clean_dataset_gets_no_finding():
     # Every probe ran, but the stream probe, which has nothing to do on a map-style dataset.
     assert coverage["probes"].pop("sharding") == "not an IterableDataset"
     assert all(status == "done" for status in coverage["probes"].values()), coverage["probes"]
-    assert result.probes["pickling"]["roots"][0]["load_checked"] is True  # loaded in a fresh interpreter
+    assert (
+        result.probes["pickling"]["roots"][0]["load_checked"] is True
+    )  # loaded in a fresh interpreter
     # Observed, not assumed: the pipeline is random, and DataLoader gave every worker its own
     # random / NumPy legacy / torch global stream (this torch seeds all three per worker).
     verdict = duplicated_streams(result.probes["rng"])
@@ -48,7 +52,9 @@ def test_clean_dataset_gets_no_finding():
 
 
 def test_unpicklable_names_attribute_path_and_type_and_probes_fall_back_to_fork():
-    result = ss.check(cd.lambda_transform, only=["unpicklable", "getitem-error"], start_method="spawn")
+    result = ss.check(
+        cd.lambda_transform, only=["unpicklable", "getitem-error"], start_method="spawn"
+    )
     finding = only(result, "unpicklable")
     assert finding.severity == "error"
     assert finding.evidence["attribute"] == "dataset.transform.fn"
@@ -83,7 +89,10 @@ def test_unpicklable_when_a_fresh_interpreter_cannot_import_the_class(tmp_path):
         del sys.modules["ghost_pipeline"]
     finding = only(result, "unpicklable")
     assert finding.evidence["attribute_type"] == "import"
-    assert "ModuleNotFoundError" in finding.evidence["error"] and "ghost_pipeline" in finding.evidence["error"]
+    assert (
+        "ModuleNotFoundError" in finding.evidence["error"]
+        and "ghost_pipeline" in finding.evidence["error"]
+    )
 
 
 def test_duplicate_rng_names_the_generator_and_seed_worker_fixes_it():
@@ -91,7 +100,9 @@ def test_duplicate_rng_names_the_generator_and_seed_worker_fixes_it():
     finding = only(result, "duplicate-rng")
     evidence = finding.evidence
     assert evidence["identical_across_workers"] is True
-    assert evidence["identical_across_epochs"] is True  # re-forked from the same parent state each epoch
+    assert (
+        evidence["identical_across_epochs"] is True
+    )  # re-forked from the same parent state each epoch
     assert [a["path"] for a in evidence["attributes"]] == ["dataset.rng"]
     assert evidence["attributes"][0]["type"] == "numpy.random.Generator"
     assert evidence["fixed_by_seed_worker"] is True
@@ -108,11 +119,15 @@ def test_duplicate_rng_from_the_samples_when_no_attribute_holds_the_generator():
     finding = only(result, "duplicate-rng")
     assert finding.evidence["identical_across_workers"] is True
     assert finding.evidence["attributes"] == []
-    assert finding.evidence["fixed_by_seed_worker"] is False  # out of seed_worker's reach, and the fix says so
+    assert (
+        finding.evidence["fixed_by_seed_worker"] is False
+    )  # out of seed_worker's reach, and the fix says so
     assert "module level" in finding.message
 
 
-LEAK_LINE = next(n for n, line in enumerate(PIPELINES.read_text().splitlines(), 1) if "# LEAK-LINE" in line)
+LEAK_LINE = next(
+    n for n, line in enumerate(PIPELINES.read_text().splitlines(), 1) if "# LEAK-LINE" in line
+)
 
 
 def test_memory_growth_names_the_leaking_list_and_its_heap_growth():
@@ -183,7 +198,9 @@ def test_slow_samples_indices_and_times():
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
 def test_hang_names_index_and_line_and_finishes(start_method):
     started = time.monotonic()
-    result = ss.check(cd.hanging, only=["hang", "getitem-error"], timeout=1.5, start_method=start_method)
+    result = ss.check(
+        cd.hanging, only=["hang", "getitem-error"], timeout=1.5, start_method=start_method
+    )
     elapsed = time.monotonic() - started
     finding = only(result, "hang")
     assert finding.evidence["index"] == 3
@@ -211,7 +228,9 @@ def test_worker_crash_names_the_index_and_signal():
     finding = only(result, "getitem-error")
     assert finding.evidence["index"] == 4 and finding.evidence["type"] == "WorkerCrash"
     assert "SIGSEGV" in finding.message
-    assert "check_datasets.py" in finding.evidence["where"]  # faulthandler's dump of the dying worker
+    assert (
+        "check_datasets.py" in finding.evidence["where"]
+    )  # faulthandler's dump of the dying worker
     assert result.coverage["indices_checked"] == 16  # a fresh worker took over the rest
 
 
@@ -220,7 +239,11 @@ def test_collate_error_names_the_shapes():
     finding = only(result, "collate-error")
     structures = {s["structure"] for s in finding.evidence["item_structures"]}
     assert len(structures) >= 2, structures  # items of different lengths in one batch
-    assert structures <= {"tuple(Tensor[3] float32, int)", "tuple(Tensor[4] float32, int)", "tuple(Tensor[5] float32, int)"}
+    assert structures <= {
+        "tuple(Tensor[3] float32, int)",
+        "tuple(Tensor[4] float32, int)",
+        "tuple(Tensor[5] float32, int)",
+    }
     assert "default_collate" in finding.evidence["collate_fn"]
 
 
@@ -228,7 +251,9 @@ def test_shm_too_small_with_a_small_dev_shm():
     result = ss.check(cd.big_batches, only=["shm-too-small"], shm_free_bytes=8 * 1024 * 1024)
     finding = only(result, "shm-too-small")
     assert finding.severity == "error"
-    assert finding.evidence["batch_mb"] == 4.0  # 16 items × 256 KiB, measured on real batches in workers
+    assert (
+        finding.evidence["batch_mb"] == 4.0
+    )  # 16 items × 256 KiB, measured on real batches in workers
     assert finding.evidence["in_flight_mb"] == 16.0
     roomy = ss.check(cd.big_batches, only=["shm-too-small"], shm_free_bytes=1024 * 1024 * 1024)
     assert roomy.codes == []

@@ -22,9 +22,20 @@ PIPELINES = ROOT / "tests" / "pipelines"
 
 def run_cli(*args: str, timeout: float = 240) -> tuple[subprocess.CompletedProcess, dict]:
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"stallscope-real-{os.getpid()}-{args[0]}.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(PIPELINES), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run([sys.executable, "-m", "stallscope", *args, "--json", str(out)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(PIPELINES), os.environ.get("PYTHONPATH")) if p
+        ),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "stallscope", *args, "--json", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     try:
         record = json.loads(out.read_text())
     finally:
@@ -56,7 +67,9 @@ def test_streaming_lib_per_epoch_buffer_is_not_memory_growth():
     assert not [f for f in record["findings"] if f["severity"] == "error"], record["findings"]
     # the probe saw the stream end and start again, and judged it at the epoch ends
     workers = record["check_probes"]["memory"]["workers_memory"]
-    assert workers and all(len([b for b in w.get("epoch_boundaries") or [] if b[5] >= 1]) >= 2 for w in workers)
+    assert workers and all(
+        len([b for b in w.get("epoch_boundaries") or [] if b[5] >= 1]) >= 2 for w in workers
+    )
     # the batches (a UserDict, not a dict) have their bytes counted
     assert record["check_probes"]["shm"]["batch_bytes"] > 8 * 64 * 1024
 
@@ -76,12 +89,18 @@ class _WrappedLoaderStream(sl.ShardedRecordStream):
     def __iter__(self):
         from torch.utils.data import DataLoader
 
-        inner = DataLoader(sl.ShardedRecordStream(records=16, record_kb=1), batch_size=None, num_workers=1)
+        inner = DataLoader(
+            sl.ShardedRecordStream(records=16, record_kb=1), batch_size=None, num_workers=1
+        )
         yield from inner
 
 
 def wrapped_loader_stream():
-    return {"dataset": _WrappedLoaderStream(records=16, record_kb=1), "batch_size": 4, "collate_fn": sl.PadCollate()}
+    return {
+        "dataset": _WrappedLoaderStream(records=16, record_kb=1),
+        "batch_size": 4,
+        "collate_fn": sl.PadCollate(),
+    }
 
 
 def test_a_probe_that_cannot_run_is_not_checked_instead_of_a_finding():
@@ -95,7 +114,9 @@ def test_a_probe_that_cannot_run_is_not_checked_instead_of_a_finding():
 
 
 def test_lm_stream_stage_times_fit_the_measured_time_per_batch():
-    done, record = run_cli("stages", "tests/pipelines/real_lm_stream.py:make_loader", "--samples", "96")
+    done, record = run_cli(
+        "stages", "tests/pipelines/real_lm_stream.py:make_loader", "--samples", "96"
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     run = record["stage_run"]
     interval = run["batch_interval_ms"]

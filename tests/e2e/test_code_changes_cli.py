@@ -28,9 +28,26 @@ def test_doctor_reports_applied_code_changes_with_verified_diffs(tmp_path):
     before = target.read_text()
     out = tmp_path / "report"
     proc = subprocess.run(
-        [sys.executable, "-m", "stallscope", "doctor", f"{target}:small_pipeline", "--out", str(out),
-         "--skip", "check,bench,stages", "--budget", "8", "--changes-budget", "12"],
-        capture_output=True, text=True, timeout=400, env=_env(), cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "stallscope",
+            "doctor",
+            f"{target}:small_pipeline",
+            "--out",
+            str(out),
+            "--skip",
+            "check,bench,stages",
+            "--budget",
+            "8",
+            "--changes-budget",
+            "12",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=_env(),
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert target.read_text() == before  # the user's file is never touched
@@ -51,7 +68,12 @@ def test_doctor_reports_applied_code_changes_with_verified_diffs(tmp_path):
     for change in changes.values():
         diff = tmp_path / f"{change['id']}.diff"
         diff.write_text(change["diff"])
-        done = subprocess.run(["patch", "--dry-run", "-p0", "-i", str(diff)], cwd=tmp_path, capture_output=True, text=True)
+        done = subprocess.run(
+            ["patch", "--dry-run", "-p0", "-i", str(diff)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
     md = (out / "report.md").read_text()
     assert "Code changes, applied and measured" in md and "```diff" in md
@@ -75,10 +97,19 @@ change = PrefixCache()
 assert change.applies(anatomy, pipeline) is None
 print(change.patch(anatomy, pipeline).diff)
 """
-    made = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=300)
+    made = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env(),
+        timeout=300,
+    )
     assert made.returncode == 0, made.stderr
     (tmp_path / "cache.diff").write_text(made.stdout)
-    applied = subprocess.run(["patch", "-p0", "-i", "cache.diff"], cwd=tmp_path, capture_output=True, text=True)
+    applied = subprocess.run(
+        ["patch", "-p0", "-i", "cache.diff"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert applied.returncode == 0, applied.stdout + applied.stderr
     run = f"""
 import sys, shutil, tempfile, random, torch
@@ -98,6 +129,13 @@ workers = [b[0] for b in DataLoader(ds, batch_size=2, num_workers=2)]  # workers
 print(v.decode_calls == calls, all(torch.equal(a, b) for a, b in zip(*epochs)), len(workers))
 shutil.rmtree(v._PREFIX_CACHE.folder)
 """
-    ran = subprocess.run([sys.executable, "-c", run], capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=300)
+    ran = subprocess.run(
+        [sys.executable, "-c", run],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env(),
+        timeout=300,
+    )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split() == ["True", "True", "2"], ran.stdout

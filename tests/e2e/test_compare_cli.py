@@ -14,8 +14,21 @@ A = f"{PIPELINES}/compare_pipelines.py:base"
 
 def test_a_20_percent_dearer_sample_fails_the_gate(tmp_path):
     out, html = tmp_path / "compare.json", tmp_path / "compare.html"
-    proc = run_cli("compare", A, f"{PIPELINES}/compare_pipelines.py:plus20", "--window", "0.3", "--budget", "25",
-                   "--fail-if-slower", "10", "--json", str(out), "--html", str(html))
+    proc = run_cli(
+        "compare",
+        A,
+        f"{PIPELINES}/compare_pipelines.py:plus20",
+        "--window",
+        "0.3",
+        "--budget",
+        "25",
+        "--fail-if-slower",
+        "10",
+        "--json",
+        str(out),
+        "--html",
+        str(html),
+    )
     assert proc.returncode == 1, proc.stderr
     record = json.loads(out.read_text())
     jsonschema.validate(record, record_schema())
@@ -34,8 +47,20 @@ def test_a_20_percent_dearer_sample_fails_the_gate(tmp_path):
 
 def test_a_to_a_passes_the_gate(tmp_path):
     out = tmp_path / "aa.json"
-    proc = run_cli("compare", A, f"{PIPELINES}/compare_pipelines.py:base_again", "--window", "0.2", "--budget", "8",
-                   "--fail-if-slower", "10", "--no-stages", "--json", str(out))
+    proc = run_cli(
+        "compare",
+        A,
+        f"{PIPELINES}/compare_pipelines.py:base_again",
+        "--window",
+        "0.2",
+        "--budget",
+        "8",
+        "--fail-if-slower",
+        "10",
+        "--no-stages",
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     record = json.loads(out.read_text())
     jsonschema.validate(record, record_schema())

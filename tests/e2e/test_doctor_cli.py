@@ -27,16 +27,39 @@ def _env() -> dict[str, str]:
 def test_doctor_writes_one_complete_report(tmp_path):
     out = tmp_path / "report"
     proc = subprocess.run(
-        [sys.executable, "-m", "stallscope", "doctor", f"{PIPELINES}/bench_sleepy.py:sleepy_dict",
-         "--out", str(out), "--budget", "20", "--repeats", "1"],
-        capture_output=True, text=True, timeout=400, env=_env(),
+        [
+            sys.executable,
+            "-m",
+            "stallscope",
+            "doctor",
+            f"{PIPELINES}/bench_sleepy.py:sleepy_dict",
+            "--out",
+            str(out),
+            "--budget",
+            "20",
+            "--repeats",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=_env(),
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     record = json.loads((out / "report.json").read_text())
     jsonschema.validate(record, record_schema())
     assert record["command"] == "doctor"
     # Every step contributed its section.
-    for key in ("findings", "results", "scaling", "stages", "best", "baseline", "trials", "dataset"):
+    for key in (
+        "findings",
+        "results",
+        "scaling",
+        "stages",
+        "best",
+        "baseline",
+        "trials",
+        "dataset",
+    ):
         assert key in record, key
     assert not any(f["severity"] == "error" for f in record["findings"])
     # One winner: the sweep's best raced the tuner's finalists in the same interleaved rounds.
@@ -45,8 +68,15 @@ def test_doctor_writes_one_complete_report(tmp_path):
     raced = {row["label"]: row for row in best["head_to_head"]}
     assert best["rounds"] >= 1 and raced, best
     assert any(row["config"] == sweep_best for row in raced.values()), (sweep_best, list(raced))
-    assert {row["role"] for row in raced.values() if row["config"] == sweep_best} <= {"sweep-best", "baseline"}
-    pick = dict(best["config"], persistent_workers=False, multiprocessing_context=sweep_best["multiprocessing_context"])
+    assert {row["role"] for row in raced.values() if row["config"] == sweep_best} <= {
+        "sweep-best",
+        "baseline",
+    }
+    pick = dict(
+        best["config"],
+        persistent_workers=False,
+        multiprocessing_context=sweep_best["multiprocessing_context"],
+    )
     assert any(dict(row["config"], persistent_workers=False) == pick for row in raced.values())
     if best["rounds"] < 2:
         assert best["confidence"] is None
@@ -60,9 +90,22 @@ def test_doctor_writes_one_complete_report(tmp_path):
 def test_doctor_exit_1_on_error_findings(tmp_path):
     out = tmp_path / "report"
     proc = subprocess.run(
-        [sys.executable, "-m", "stallscope", "doctor", f"{PIPELINES}/check_datasets.py:lambda_transform",
-         "--out", str(out), "--skip", "bench,stages,tune", "--quiet"],
-        capture_output=True, text=True, timeout=300, env=_env(),
+        [
+            sys.executable,
+            "-m",
+            "stallscope",
+            "doctor",
+            f"{PIPELINES}/check_datasets.py:lambda_transform",
+            "--out",
+            str(out),
+            "--skip",
+            "bench,stages,tune",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(),
     )
     assert proc.returncode == 1, proc.stderr
     codes = {f["code"] for f in json.loads((out / "report.json").read_text())["findings"]}
@@ -72,7 +115,10 @@ def test_doctor_exit_1_on_error_findings(tmp_path):
 def test_doctor_bad_skip_is_usage_error(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "stallscope", "doctor", "--skip", "lunch", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=60, env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(),
     )
     assert proc.returncode == 2
     assert "not a step" in proc.stderr and "Traceback" not in proc.stderr
@@ -81,13 +127,27 @@ def test_doctor_bad_skip_is_usage_error(tmp_path):
 @pytest.mark.parametrize("command", ["bench", "doctor"])
 def test_ctrl_c_leaves_partial_report_and_no_orphans(tmp_path, command):
     out = tmp_path / "r.json"
-    args = [sys.executable, "-m", "stallscope", command, f"{PIPELINES}/bench_sleepy.py:sleepy_dict", "--json", str(out)]
+    args = [
+        sys.executable,
+        "-m",
+        "stallscope",
+        command,
+        f"{PIPELINES}/bench_sleepy.py:sleepy_dict",
+        "--json",
+        str(out),
+    ]
     if command == "bench":
         args += ["--num-workers", "2,4", "--repeats", "50"]
     else:
         args += ["--out", str(tmp_path / "report"), "--skip", "check,stages,tune"]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
-                            preexec_fn=default_sigint)
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        preexec_fn=default_sigint,
+    )
     try:
         # Wait until workers are running, then interrupt as a terminal's Ctrl-C would.
         parent = psutil.Process(proc.pid)

@@ -42,8 +42,14 @@ def _args(command: str, target: str, tmp_path: Path) -> list[str]:
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "stallscope", *args], capture_output=True, text=True,
-                          timeout=240, env=env, cwd=PIPELINES.parent.parent)
+    return subprocess.run(
+        [sys.executable, "-m", "stallscope", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=PIPELINES.parent.parent,
+    )
 
 
 def _one_sentence(stderr: str, *words: str) -> None:
@@ -85,17 +91,30 @@ def test_check_reports_an_always_raising_dataset_as_an_error_finding(tmp_path):
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr + done.stdout
     findings = json.loads((tmp_path / "check.json").read_text())["findings"]
-    assert any(f["code"] == "getitem-error" and f["severity"] == "error" for f in findings), findings
+    assert any(f["code"] == "getitem-error" and f["severity"] == "error" for f in findings), (
+        findings
+    )
 
 
 def test_doctor_exits_2_when_a_step_cannot_measure_the_pipeline(tmp_path):
     # dataset[200] raises: the checks report it (an error finding) and the sweep cannot measure the
     # pipeline; the pipeline failure decides the code, and the report keeps what was measured.
     out = tmp_path / "report"
-    done = _run(["doctor", f"{PIPELINES}/bench_errors.py:raises_later", "--skip", "stages,tune",
-                 "--out", str(out), "--quiet"])
+    done = _run(
+        [
+            "doctor",
+            f"{PIPELINES}/bench_errors.py:raises_later",
+            "--skip",
+            "stages,tune",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert done.returncode == 2, done.stderr
-    _one_sentence(done.stderr, "bench could not measure the pipeline", "ValueError: corrupt record 200")
+    _one_sentence(
+        done.stderr, "bench could not measure the pipeline", "ValueError: corrupt record 200"
+    )
     record = json.loads((out / "report.json").read_text())
     assert [f["step"] for f in record["step_failures"]] == ["bench"]
     assert "getitem-error" in {f["code"] for f in record["findings"]}

@@ -40,7 +40,10 @@ def _consume(loader, batches: int) -> list:
 def test_translation_batches_are_the_users_token_buckets_epoch_after_epoch(config):
     pipeline = load_target(real_translation.make_loader)
     buckets = pipeline.batch_sampler
-    assert isinstance(buckets, real_translation.TokenBuckets) and pipeline.call.batching == "batch_sampler"
+    assert (
+        isinstance(buckets, real_translation.TokenBuckets)
+        and pipeline.call.batching == "batch_sampler"
+    )
     per_epoch = len(buckets.batches)
     config = config.replace(batch_size=pipeline.batch_size)
     sizes: deque[int] = deque()
@@ -49,7 +52,9 @@ def test_translation_batches_are_the_users_token_buckets_epoch_after_epoch(confi
     assert got == list(sizes)  # the count a probe uses is what each batch really holds
     want = Counter(len(b) for b in buckets.batches)
     assert Counter(got[:per_epoch]) == want and Counter(got[per_epoch:]) == want
-    assert got[:per_epoch] != got[per_epoch:]  # the second epoch re-iterated their sampler: a new order
+    assert (
+        got[:per_epoch] != got[per_epoch:]
+    )  # the second epoch re-iterated their sampler: a new order
     assert min(got) < max(got)
 
 
@@ -65,8 +70,12 @@ def test_audio_keeps_shuffle_and_drop_last_per_epoch():
     pipeline = load_target(real_audio.make_loader)
     assert pipeline.shuffle and pipeline.drop_last and pipeline.batch_size == 6
     epoch = len(pipeline.dataset) // 6
-    batches = _consume(build_loader(pipeline, pipeline.baseline.replace(num_workers=0), cycle=2 * epoch), 2 * epoch)
-    assert all(b[0].shape[0] == 6 for b in batches)  # the last, short batch of each epoch is dropped
+    batches = _consume(
+        build_loader(pipeline, pipeline.baseline.replace(num_workers=0), cycle=2 * epoch), 2 * epoch
+    )
+    assert all(
+        b[0].shape[0] == 6 for b in batches
+    )  # the last, short batch of each epoch is dropped
     specs, lengths, texts = batches[0]
     assert specs.shape[1] == real_audio.N_MELS and lengths.dtype == texts.dtype
 
@@ -89,7 +98,9 @@ def test_a_loader_subclass_that_starts_workers_leaves_none_behind():
 
 
 def _bench_rate(pipeline, window_s: float) -> float:
-    result = ss.bench(pipeline, num_workers=[0], repeats=1, min_window_s=window_s, sample_resources=False)
+    result = ss.bench(
+        pipeline, num_workers=[0], repeats=1, min_window_s=window_s, sample_resources=False
+    )
     return result.results[0].median_rate
 
 
@@ -108,16 +119,20 @@ def test_bench_at_zero_workers_agrees_with_an_independent_timing(name, capsys, o
     module = importlib.import_module(name)  # imported here: real_detection loads OpenCV
     pipeline = load_target(module.make_loader)
     independent, benched = [], []
-    for pair in range(6):  # adjacent pairs, alternating A B / B A: drift on a shared machine hits both alike
-        for which in ("AB" if pair % 2 == 0 else "BA"):
+    for pair in range(
+        6
+    ):  # adjacent pairs, alternating A B / B A: drift on a shared machine hits both alike
+        for which in "AB" if pair % 2 == 0 else "BA":
             if which == "A":
                 independent.append(independent_rate(module, 0.8))
             else:
                 benched.append(_bench_rate(pipeline, 0.8))
     ratio = statistics.median(b / a for a, b in zip(independent, benched))
     with capsys.disabled():
-        print(f"\n{module.__name__}: bench {statistics.median(benched):,.1f}/s, "
-              f"independent {statistics.median(independent):,.1f}/s, median paired ratio {ratio:.3f}")
+        print(
+            f"\n{module.__name__}: bench {statistics.median(benched):,.1f}/s, "
+            f"independent {statistics.median(independent):,.1f}/s, median paired ratio {ratio:.3f}"
+        )
     assert 0.8 <= ratio <= 1.25
 
 
@@ -135,13 +150,23 @@ class IndexEcho(torch.utils.data.Dataset):
 def test_a_custom_sampler_is_the_one_measured_and_emitted(workers):
     subset = list(range(0, 100, 3))
     loader = torch.utils.data.DataLoader(
-        IndexEcho(), batch_size=5, sampler=torch.utils.data.SubsetRandomSampler(subset), num_workers=workers
+        IndexEcho(),
+        batch_size=5,
+        sampler=torch.utils.data.SubsetRandomSampler(subset),
+        num_workers=workers,
     )
     pipeline = load_target(loader)
     assert pipeline.sampler is loader.sampler
-    assert pipeline.call.argument("sampler").source.startswith("<your sampler: torch.utils.data.sampler.SubsetRandomSampler")
+    assert pipeline.call.argument("sampler").source.startswith(
+        "<your sampler: torch.utils.data.sampler.SubsetRandomSampler"
+    )
     batches = _consume(build_loader(pipeline, pipeline.baseline, cycle=20, timeout=60), 20)
     seen = {int(i) for b in batches for i in b["index"]}
-    assert seen == set(subset)  # only their sampler's indices, over two epochs (drop_last off: 7 batches each)
+    assert seen == set(
+        subset
+    )  # only their sampler's indices, over two epochs (drop_last off: 7 batches each)
     assert [len(b["index"]) for b in batches[:7]] == [5] * 6 + [4]
-    assert batches[0]["nested"]["value"].shape == (5, 1)  # nested dict batches come through as collated
+    assert batches[0]["nested"]["value"].shape == (
+        5,
+        1,
+    )  # nested dict batches come through as collated

@@ -18,22 +18,42 @@ from stallscope.pipeline.batching import same_batch
 from stallscope.runtime.processes import shutdown_iterator
 from stallscope.tuning.emit import PLACEHOLDER, render_diff, snippet_for_record
 
-PIPELINES = ("real_translation", "real_detection", "real_audio")  # imported in the tests: detection loads OpenCV
+PIPELINES = (
+    "real_translation",
+    "real_detection",
+    "real_audio",
+)  # imported in the tests: detection loads OpenCV
 # The tuned knobs, DataLoader arguments and beyond (threads in the main process or in each worker, batched fetch).
-KNOBS = {"num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "in_order", "multiprocessing_context",
-         "torch_threads", "worker_threads", "batched_fetch"}
+KNOBS = {
+    "num_workers",
+    "prefetch_factor",
+    "persistent_workers",
+    "pin_memory",
+    "in_order",
+    "multiprocessing_context",
+    "torch_threads",
+    "worker_threads",
+    "batched_fetch",
+}
 # What each emitted call must keep, as the user wrote it: objects that have no importable name are
 # taken from the user's own loader, built by the target factory (``yours = make_loader()``).
 KEPT = {
     "real_translation": ["batch_sampler=yours.batch_sampler", "collate_fn=yours.collate_fn"],
-    "real_detection": ["batch_size=8", "shuffle=True", "collate_fn=collate_fn", "worker_init_fn=seed_worker",
-                       "generator=yours.generator"],
+    "real_detection": [
+        "batch_size=8",
+        "shuffle=True",
+        "collate_fn=collate_fn",
+        "worker_init_fn=seed_worker",
+        "generator=yours.generator",
+    ],
     "real_audio": ["batch_size=6", "shuffle=True", "drop_last=True", "collate_fn=yours.collate_fn"],
 }
 
 
 def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stallscope", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "stallscope", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _target(pipelines_dir, name: str) -> str:
@@ -41,15 +61,32 @@ def _target(pipelines_dir, name: str) -> str:
 
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
-def test_bench_measures_the_token_buckets_and_reports_batches_per_second(tmp_path, pipelines_dir, start_method):
+def test_bench_measures_the_token_buckets_and_reports_batches_per_second(
+    tmp_path, pipelines_dir, start_method
+):
     out = tmp_path / "bench.json"
-    proc = _cli("bench", _target(pipelines_dir, "real_translation"), "--num-workers", "0,1", "--repeats", "1",
-                "--window", "0.5", "--start-method", start_method, "--json", str(out))
+    proc = _cli(
+        "bench",
+        _target(pipelines_dir, "real_translation"),
+        "--num-workers",
+        "0,1",
+        "--repeats",
+        "1",
+        "--window",
+        "0.5",
+        "--start-method",
+        start_method,
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "batches/s" in proc.stdout and "Batches come from your batch_sampler" in proc.stdout
     record = json.loads(out.read_text())
     sizes = record["loader"]["batch_sizes"]
-    assert record["loader"]["batching"] == "batch_sampler" and record["dataset"]["batching"] == "batch_sampler"
+    assert (
+        record["loader"]["batching"] == "batch_sampler"
+        and record["dataset"]["batching"] == "batch_sampler"
+    )
     assert sizes["min"] < sizes["max"]
     for row in record["results"]:
         per_batch = row["samples_measured"] / row["batches_measured"]
@@ -60,8 +97,11 @@ def test_bench_measures_the_token_buckets_and_reports_batches_per_second(tmp_pat
 
 def test_batch_size_flags_cannot_override_a_batch_sampler(pipelines_dir):
     target = _target(pipelines_dir, "real_translation")
-    for args in (["bench", target, "--batch-size", "8"], ["tune", target, "--tune-batch-size", "--budget", "5"],
-                 ["bench", target, "--batch-sizes", "8,16"]):
+    for args in (
+        ["bench", target, "--batch-size", "8"],
+        ["tune", target, "--tune-batch-size", "--budget", "5"],
+        ["bench", target, "--batch-sizes", "8,16"],
+    ):
         proc = _cli(*args, "--quiet")
         assert proc.returncode == 2, (args, proc.stderr[-1000:])
         assert "batch_sampler" in proc.stderr and "Traceback" not in proc.stderr
@@ -75,12 +115,16 @@ def _two_batches(loader) -> list:
         if hasattr(loader, "iterator"):
             shutdown_iterator(loader.iterator)
             loader.iterator = DataLoader.__iter__(loader)
-    if hasattr(loader, "iterator"):  # real_detection's InfiniteDataLoader: its iterator started in __init__
+    if hasattr(
+        loader, "iterator"
+    ):  # real_detection's InfiniteDataLoader: its iterator started in __init__
         try:
             return [next(loader.iterator) for _ in range(2)]
         finally:
             shutdown_iterator(loader.iterator)
-    torch.manual_seed(0)  # an unseeded shuffle draws from the global RNG: same draw for both loaders
+    torch.manual_seed(
+        0
+    )  # an unseeded shuffle draws from the global RNG: same draw for both loaders
     iterator = iter(loader)
     try:
         return [next(iterator) for _ in range(2)]
@@ -99,10 +143,21 @@ def _structure(batch):
 
 
 @pytest.mark.parametrize("name", PIPELINES)
-def test_emitted_python_keeps_the_users_arguments_and_yields_their_batches(tmp_path, pipelines_dir, name):
+def test_emitted_python_keeps_the_users_arguments_and_yields_their_batches(
+    tmp_path, pipelines_dir, name
+):
     module = importlib.import_module(name)
     out = tmp_path / "tune.json"
-    proc = _cli("tune", _target(pipelines_dir, name), "--budget", "6", "--emit", "python", "--json", str(out))
+    proc = _cli(
+        "tune",
+        _target(pipelines_dir, name),
+        "--budget",
+        "6",
+        "--emit",
+        "python",
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     code = proc.stdout
     for argument in KEPT[name]:
@@ -112,15 +167,24 @@ def test_emitted_python_keeps_the_users_arguments_and_yields_their_batches(tmp_p
         assert "batch_size=" not in code  # their batch sampler decides: never a batch size
     else:
         assert record["best"]["config"]["batch_size"] == record["baseline"]["config"]["batch_size"]
-    chosen, _ = emitted_config(_target(pipelines_dir, name), record)  # the pick, or yours when within noise
+    chosen, _ = emitted_config(
+        _target(pipelines_dir, name), record
+    )  # the pick, or yours when within noise
     snippet = snippet_for_record(record, chosen.to_dict())
-    assert set(snippet.changed) <= KNOBS | {"worker_init_fn"}  # only tuned knobs (and seeding) change
+    assert set(snippet.changed) <= KNOBS | {
+        "worker_init_fn"
+    }  # only tuned knobs (and seeding) change
 
-    assert re.search(rf"^from {name} import .*\bmake_loader\b", code, re.M) and "yours = make_loader()\n" in code
+    assert (
+        re.search(rf"^from {name} import .*\bmake_loader\b", code, re.M)
+        and "yours = make_loader()\n" in code
+    )
     assert not PLACEHOLDER.search(code)  # executable as it stands, from the target's folder
     namespace: dict = {}
     exec(compile(code, f"<emitted for {name}>", "exec"), namespace)
-    if hasattr(namespace["yours"], "iterator"):  # their InfiniteDataLoader started workers in __init__
+    if hasattr(
+        namespace["yours"], "iterator"
+    ):  # their InfiniteDataLoader started workers in __init__
         shutdown_iterator(namespace["yours"].iterator)
     emitted = namespace["loader"]
     assert emitted.num_workers == chosen.num_workers
@@ -130,22 +194,46 @@ def test_emitted_python_keeps_the_users_arguments_and_yields_their_batches(tmp_p
     if name == "real_detection":
         # Their shuffle draws from their generator (``yours.generator``), which their own loader
         # advanced when it started its iterator in __init__: other images, from the same dataset.
-        assert {p.rsplit("/", 1)[0] for b in got for p in b[2]} == {p.rsplit("/", 1)[0] for b in want for p in b[2]}
+        assert {p.rsplit("/", 1)[0] for b in got for p in b[2]} == {
+            p.rsplit("/", 1)[0] for b in want for p in b[2]
+        }
         assert [b[0].shape for b in got] == [b[0].shape for b in want]
     else:
-        assert all(same_batch(a, b) for a, b in zip(got, want))  # deterministic samples: identical batches
+        assert all(
+            same_batch(a, b) for a, b in zip(got, want)
+        )  # deterministic samples: identical batches
 
 
 def test_emit_diff_lists_only_the_keyword_arguments_to_change(tmp_path, pipelines_dir):
     out = tmp_path / "tune.json"
-    proc = _cli("tune", _target(pipelines_dir, "real_audio"), "--budget", "5", "--emit", "diff", "--json", str(out))
+    proc = _cli(
+        "tune",
+        _target(pipelines_dir, "real_audio"),
+        "--budget",
+        "5",
+        "--emit",
+        "diff",
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(out.read_text())
-    emitted, comment = emitted_config(_target(pipelines_dir, "real_audio"), record)  # the pick, or yours
+    emitted, comment = emitted_config(
+        _target(pipelines_dir, "real_audio"), record
+    )  # the pick, or yours
     snippet = snippet_for_record(record, emitted.to_dict())
-    assert proc.stdout == render_diff(snippet, comment=comment)  # the same builder as every other view
+    assert proc.stdout == render_diff(
+        snippet, comment=comment
+    )  # the same builder as every other view
     changed = [line for line in proc.stdout.splitlines() if line[:1] in "+-" and "=" in line]
     names = {line[1:].strip().split("=")[0] for line in changed if not line.startswith("+import")}
     assert names == set(snippet.changed)
     assert names <= KNOBS | {"worker_init_fn"}
-    assert not names & {"collate_fn", "batch_size", "shuffle", "drop_last", "batch_sampler", "sampler"}
+    assert not names & {
+        "collate_fn",
+        "batch_size",
+        "shuffle",
+        "drop_last",
+        "batch_sampler",
+        "sampler",
+    }

@@ -56,8 +56,19 @@ class BusyCallback(transformers.TrainerCallback):
         time.sleep(0.01)
 
 
-def train(tmp_path, *, accumulate=1, epochs=1, max_steps=-1, busy=False, save_steps=None, resume=None, items=None,
-          eval_every=None, evaluations=None):
+def train(
+    tmp_path,
+    *,
+    accumulate=1,
+    epochs=1,
+    max_steps=-1,
+    busy=False,
+    save_steps=None,
+    resume=None,
+    items=None,
+    eval_every=None,
+    evaluations=None,
+):
     items = items or TimedItems(ITEMS, FETCH_S, as_dict=True)
     cb, ends = StallscopeTrainerCallback(print_summary=False, sample_resources=False), EpochEnds()
     args = transformers.TrainingArguments(
@@ -80,9 +91,15 @@ def train(tmp_path, *, accumulate=1, epochs=1, max_steps=-1, busy=False, save_st
     callbacks = [cb, ends] + ([BusyCallback()] if busy else [])
     evaluation = TimedItems(3, 0.001, as_dict=True) if eval_every else None
     trainer = transformers.Trainer(
-        model=SleepModel(), args=args, train_dataset=items, eval_dataset=evaluation, callbacks=callbacks
+        model=SleepModel(),
+        args=args,
+        train_dataset=items,
+        eval_dataset=evaluation,
+        callbacks=callbacks,
     )
-    if evaluations is not None:  # the test's own wrap, on the instance as a user might: kept after training
+    if (
+        evaluations is not None
+    ):  # the test's own wrap, on the instance as a user might: kept after training
         evaluate = trainer.evaluate
 
         def timed_evaluate(*a, **k):
@@ -100,7 +117,10 @@ def train(tmp_path, *, accumulate=1, epochs=1, max_steps=-1, busy=False, save_st
 
 def truth_of(items: TimedItems, ends: list[float], per_epoch: int = ITEMS) -> float:
     first = 1 + LOOKAHEAD
-    epochs = [(e * per_epoch + first, min((e + 1) * per_epoch, len(items.fetches)), end) for e, end in enumerate(ends)]
+    epochs = [
+        (e * per_epoch + first, min((e + 1) * per_epoch, len(items.fetches)), end)
+        for e, end in enumerate(ends)
+    ]
     return true_stall(items.fetches, epochs)
 
 
@@ -134,7 +154,9 @@ def test_evaluation_inside_training_is_neither_data_nor_compute(tmp_path):
     cb, ends, items = train(tmp_path, eval_every=5, busy=True, evaluations=evaluations)
     assert len(evaluations) >= 3
     first = 1 + LOOKAHEAD
-    d = check(cb, true_stall(items.fetches, [(first, ITEMS, ends[0])], evaluations), steps=ITEMS - 1)
+    d = check(
+        cb, true_stall(items.fetches, [(first, ITEMS, ends[0])], evaluations), steps=ITEMS - 1
+    )
     assert d["data_ms"]["max"] < 100  # no evaluation counted as a wait
 
 
@@ -152,11 +174,20 @@ def test_resumed_from_a_checkpoint(tmp_path):
 def test_occupancy_is_sampled_through_accelerates_lookahead(tmp_path):
     cb = StallscopeTrainerCallback(print_summary=False, sample_interval=0.02)
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=1, num_train_epochs=1, save_strategy="no",
-        report_to=[], use_cpu=True, dataloader_num_workers=2, disable_tqdm=True, logging_steps=10_000,
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=1,
+        num_train_epochs=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        dataloader_num_workers=2,
+        disable_tqdm=True,
+        logging_steps=10_000,
     )
     items = TimedItems(24, FETCH_S, as_dict=True)
-    trainer = transformers.Trainer(model=SleepModel(), args=args, train_dataset=items, callbacks=[cb])
+    trainer = transformers.Trainer(
+        model=SleepModel(), args=args, train_dataset=items, callbacks=[cb]
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.train()

@@ -66,7 +66,9 @@ class BusyCallback(L.Callback):
         time.sleep(0.01)
 
 
-def fit(callbacks, *, epochs=1, val_every=None, accumulate=1, ckpt_path=None, module=None, items=None):
+def fit(
+    callbacks, *, epochs=1, val_every=None, accumulate=1, ckpt_path=None, module=None, items=None
+):
     items = items or TimedItems(ITEMS, FETCH_S)
     module = module or SleepModule()
     trainer = L.Trainer(
@@ -92,7 +94,9 @@ def fit(callbacks, *, epochs=1, val_every=None, accumulate=1, ckpt_path=None, mo
 
 def truth_of(module: SleepModule, items: TimedItems, *, per_epoch: int = ITEMS) -> float:
     # No lookahead in Lightning's fetcher for a sized loader: the second step starts with item 1's fetch.
-    epochs = [(e * per_epoch + 1, (e + 1) * per_epoch, end) for e, end in enumerate(module.epoch_ends)]
+    epochs = [
+        (e * per_epoch + 1, (e + 1) * per_epoch, end) for e, end in enumerate(module.epoch_ends)
+    ]
     return true_stall(items.fetches, epochs, module.validations)
 
 
@@ -108,9 +112,13 @@ def test_another_busy_callback_is_compute_in_either_order(order):
     callbacks = [cb, BusyCallback()] if order == "busy-after" else [BusyCallback(), cb]
     _, module, items = fit(callbacks)
     truth = truth_of(module, items)
-    assert truth == pytest.approx(FETCH_S / (FETCH_S + STEP_S + 0.01), abs=0.08)  # the scenario is what we think
+    assert truth == pytest.approx(
+        FETCH_S / (FETCH_S + STEP_S + 0.01), abs=0.08
+    )  # the scenario is what we think
     d = check(cb, truth, steps=ITEMS - 1)
-    assert d["compute_ms"]["mean"] >= (STEP_S + 0.01) * 1000  # the busy callback's 10 ms is in compute
+    assert (
+        d["compute_ms"]["mean"] >= (STEP_S + 0.01) * 1000
+    )  # the busy callback's 10 ms is in compute
 
 
 def test_validation_inside_the_epoch_is_neither_data_nor_compute():
@@ -142,7 +150,9 @@ def test_resumed_mid_epoch_from_a_checkpoint(tmp_path):
     module, items = SleepModule(), TimedItems(ITEMS, FETCH_S)
     fit([cb, BusyCallback()], ckpt_path=str(path), module=module, items=items)
     fetched = len(items.fetches)
-    assert 0 < fetched < ITEMS and module.epoch_ends  # resumed inside the epoch (no on_train_epoch_start)
+    assert (
+        0 < fetched < ITEMS and module.epoch_ends
+    )  # resumed inside the epoch (no on_train_epoch_start)
     truth = true_stall(items.fetches, [(1, fetched, module.epoch_ends[0])], module.validations)
     check(cb, truth, steps=fetched - 1)
 
@@ -161,8 +171,16 @@ class Stream(IterableDataset):
 def test_unsized_stream_where_lightning_prefetches_one_batch_ahead():
     cb = StallscopeCallback(print_summary=False, sample_resources=False)
     items, module = TimedItems(ITEMS, FETCH_S), SleepModule()
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, callbacks=[cb, BusyCallback()])
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[cb, BusyCallback()],
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.fit(module, DataLoader(Stream(items), batch_size=1))
@@ -171,18 +189,31 @@ def test_unsized_stream_where_lightning_prefetches_one_batch_ahead():
     d = cb.to_dict()
     assert d["epochs"] == 2
     # Every batch is one step: the prefetch joins the first step's wait, the stream's end closes the last one's.
-    assert_stall_near_truth(d, true_stall(items.fetches, epochs), steps=2 * (ITEMS - 1), framework="lightning (stream)")
+    assert_stall_near_truth(
+        d, true_stall(items.fetches, epochs), steps=2 * (ITEMS - 1), framework="lightning (stream)"
+    )
     assert d["total_steps"] == 2 * ITEMS
 
 
 def test_occupancy_is_sampled_from_lightnings_loader_iterator():
     cb = StallscopeCallback(print_summary=False, sample_interval=0.02)
     items = TimedItems(24, FETCH_S)
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, callbacks=[cb])
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[cb],
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trainer.fit(SleepModule(), DataLoader(items, batch_size=1, num_workers=2, multiprocessing_context="fork"))
+        trainer.fit(
+            SleepModule(),
+            DataLoader(items, batch_size=1, num_workers=2, multiprocessing_context="fork"),
+        )
     d = cb.to_dict()
     assert d["occupancy"] is not None and d["occupancy"]["capacity"] == 4
     assert d["resources"]["n_workers"] == 2

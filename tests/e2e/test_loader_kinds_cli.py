@@ -16,7 +16,11 @@ KINDS = "real_loader_kinds.py"
 
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "stallscope", *args], cwd=PIPELINES, capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "stallscope", *args],
+        cwd=PIPELINES,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -32,7 +36,9 @@ def _two_batches(code: str) -> str:
         "it = iter(loader)\nfirst = next(it)\nnext(it)\nprint('STRUCTURE', describe_structure(first))\n"
         + STOP
     )
-    done = subprocess.run([sys.executable, "-c", script], cwd=PIPELINES, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=PIPELINES, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.split("STRUCTURE", 1)[1].strip()
 
@@ -50,7 +56,17 @@ def _two_batches(code: str) -> str:
 )
 def test_tune_prints_only_code_that_runs(factory, kind, tmp_path):
     out = tmp_path / "tune.json"
-    done = run_cli("tune", f"{KINDS}:{factory}", "--budget", "8", "--emit", "python", "--json", str(out), "--quiet")
+    done = run_cli(
+        "tune",
+        f"{KINDS}:{factory}",
+        "--budget",
+        "8",
+        "--emit",
+        "python",
+        "--json",
+        str(out),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads(out.read_text())
     assert record["loader_kind"]["name"] == kind
@@ -68,14 +84,20 @@ def test_tune_prints_only_code_that_runs(factory, kind, tmp_path):
 def test_a_subclass_with_required_keyword_only_arguments_is_written_with_them():
     done = run_cli("tune", f"{KINDS}:sharded_text", "--budget", "8", "--emit", "python", "--quiet")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "ShardedTextLoader(" in done.stdout and "corpus_size=512" in done.stdout and "rank=0" in done.stdout
+    assert (
+        "ShardedTextLoader(" in done.stdout
+        and "corpus_size=512" in done.stdout
+        and "rank=0" in done.stdout
+    )
     assert "collate_fn" not in done.stdout  # its constructor builds its own
     _two_batches(done.stdout)
 
 
 def test_an_iterable_of_batches_is_measured_but_not_tuned(tmp_path):
     out = tmp_path / "bench.json"
-    done = run_cli("bench", f"{KINDS}:batch_stream", "--repeats", "1", "--window", "0.4", "--json", str(out))
+    done = run_cli(
+        "bench", f"{KINDS}:batch_stream", "--repeats", "1", "--window", "0.4", "--json", str(out)
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads(out.read_text())
     assert [r["config"]["num_workers"] for r in record["results"]] == [0]  # measured as it is
@@ -95,7 +117,9 @@ def test_per_sample_probes_say_why_they_cannot_run_on_a_graph(command):
 
 
 def test_doctor_on_a_graph_runs_what_it_can_and_names_the_rest(tmp_path):
-    done = run_cli("doctor", f"{KINDS}:nodes_graph", "--budget", "8", "--out", str(tmp_path / "r"), timeout=300)
+    done = run_cli(
+        "doctor", f"{KINDS}:nodes_graph", "--budget", "8", "--out", str(tmp_path / "r"), timeout=300
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     record = json.loads((tmp_path / "r" / "report.json").read_text())
     assert {item["step"] for item in record["not_run"]} >= {"check", "stages"}
@@ -106,8 +130,18 @@ def test_doctor_on_a_graph_runs_what_it_can_and_names_the_rest(tmp_path):
 
 def test_token_batches_report_tokens_per_second(tmp_path):
     out = tmp_path / "bench.json"
-    done = run_cli("bench", f"{KINDS}:mapping_batches", "--num-workers", "0", "--repeats", "1", "--window", "0.4",
-                   "--json", str(out))
+    done = run_cli(
+        "bench",
+        f"{KINDS}:mapping_batches",
+        "--num-workers",
+        "0",
+        "--repeats",
+        "1",
+        "--window",
+        "0.4",
+        "--json",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     row = json.loads(out.read_text())["results"][0]
     # a UserDict batch of padded token ids with an attention mask: tokens counted, padding not
@@ -122,8 +156,13 @@ ADAPTERS = "real_adapters.py"
 
 def _run_printed(code: str, check: str) -> str:
     """Run printed code as a user would, then ``check`` (Python using ``loader``); its output."""
-    done = subprocess.run([sys.executable, "-c", code + "\n" + check], cwd=PIPELINES, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code + "\n" + check],
+        cwd=PIPELINES,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -133,13 +172,21 @@ def _run_printed(code: str, check: str) -> str:
     [
         (f"{ADAPTERS}:proxy_loader", ".inner_loader", "FeatureBatch"),  # passes for a DataLoader
         (f"{ADAPTERS}:multitask_loader", "._flat[0]", "dict"),  # holds it twice, iterates the list
-        (f"{ADAPTERS}:accelerate_loader", ".base_dataloader", "list"),  # accelerate's prepared loader
+        (
+            f"{ADAPTERS}:accelerate_loader",
+            ".base_dataloader",
+            "list",
+        ),  # accelerate's prepared loader
         (f"{ADAPTERS}:lightning_combined", "._flattened[0]", "tuple"),  # Lightning's CombinedLoader
     ],
 )
-def test_a_wrapper_is_tuned_where_its_loader_really_runs_and_the_code_puts_it_back(target, path, batch_type, tmp_path):
+def test_a_wrapper_is_tuned_where_its_loader_really_runs_and_the_code_puts_it_back(
+    target, path, batch_type, tmp_path
+):
     out = tmp_path / "tune.json"
-    done = run_cli("tune", target, "--budget", "8", "--emit", "python", "--json", str(out), "--quiet")
+    done = run_cli(
+        "tune", target, "--budget", "8", "--emit", "python", "--json", str(out), "--quiet"
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads(out.read_text())
     assert record["loader_kind"]["name"] == "wrapped-dataloader"
@@ -147,17 +194,34 @@ def test_a_wrapper_is_tuned_where_its_loader_really_runs_and_the_code_puts_it_ba
     code = record["loader_code"]
     assert code["verified"], code["reason"]
     assert f"yours{path} = DataLoader(" in done.stdout and "loader = yours" in done.stdout
-    workers = code["config"]["num_workers"]  # the winner's (yours, where the report says to keep them)
-    printed = _run_printed(done.stdout, (
-        "it = iter(loader)\nfirst = next(it)\nnext(it)\n"
-        f"print(type(first).__name__, loader{path}.num_workers)\n" + STOP
-    ))
-    assert printed.split() == [batch_type, str(workers)]  # the wrapper's own batches, with the code's workers
+    workers = code["config"][
+        "num_workers"
+    ]  # the winner's (yours, where the report says to keep them)
+    printed = _run_printed(
+        done.stdout,
+        (
+            "it = iter(loader)\nfirst = next(it)\nnext(it)\n"
+            f"print(type(first).__name__, loader{path}.num_workers)\n" + STOP
+        ),
+    )
+    assert printed.split() == [
+        batch_type,
+        str(workers),
+    ]  # the wrapper's own batches, with the code's workers
 
 
 def test_a_wrapper_that_cannot_take_another_loader_is_measured_and_says_why(tmp_path):
     out = tmp_path / "bench.json"
-    done = run_cli("bench", f"{ADAPTERS}:frozen_copy_loader", "--repeats", "1", "--window", "0.4", "--json", str(out))
+    done = run_cli(
+        "bench",
+        f"{ADAPTERS}:frozen_copy_loader",
+        "--repeats",
+        "1",
+        "--window",
+        "0.4",
+        "--json",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     row = json.loads(out.read_text())["results"][0]
     assert row["label"] == "as built" and row["samples_per_s"]["median"] > 0
@@ -168,24 +232,40 @@ def test_a_wrapper_that_cannot_take_another_loader_is_measured_and_says_why(tmp_
 
 def test_a_generator_of_batches_is_made_anew_for_each_measurement(tmp_path):
     out = tmp_path / "bench.json"
-    done = run_cli("bench", f"{ADAPTERS}:wave_batches", "--repeats", "2", "--window", "0.4", "--json", str(out))
+    done = run_cli(
+        "bench", f"{ADAPTERS}:wave_batches", "--repeats", "2", "--window", "0.4", "--json", str(out)
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(out.read_text())["results"]
     assert len(rows) == 1 and rows[0]["label"] == "as built"
-    assert rows[0]["samples_per_s"]["min"] > 0  # both repeats saw batches: the generator was made again
-    assert rows[0]["speedup"] is None and rows[0]["efficiency"] is None  # no single-process config to compare
+    assert (
+        rows[0]["samples_per_s"]["min"] > 0
+    )  # both repeats saw batches: the generator was made again
+    assert (
+        rows[0]["speedup"] is None and rows[0]["efficiency"] is None
+    )  # no single-process config to compare
     assert "Single-process cost" not in done.stdout
 
 
 def test_doctor_on_an_adapter_runs_every_step_on_the_loader_inside(tmp_path):
-    done = run_cli("doctor", f"{ADAPTERS}:proxy_loader", "--budget", "8", "--out", str(tmp_path / "r"), timeout=300)
+    done = run_cli(
+        "doctor",
+        f"{ADAPTERS}:proxy_loader",
+        "--budget",
+        "8",
+        "--out",
+        str(tmp_path / "r"),
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     record = json.loads((tmp_path / "r" / "report.json").read_text())
     assert not record.get("not_run")  # check and stages run on the DataLoader the adapter holds
     assert not [f for f in record.get("findings", []) if f.get("severity") == "error"]
     assert any(row["name"] == "collate" for row in record["stages"])
     assert record["loader_code"]["verified"], record["loader_code"]["reason"]
-    assert record["loader_code"]["structure"].startswith("FeatureBatch")  # the adapter's own batches
+    assert record["loader_code"]["structure"].startswith(
+        "FeatureBatch"
+    )  # the adapter's own batches
 
 
 def _advice_for(spec: str, **knobs):
@@ -197,9 +277,18 @@ def _advice_for(spec: str, **knobs):
     pipeline = load_target(str(PIPELINES / spec))
     record = RunRecord(command="tune", target=spec, host={})
     pick = pipeline.baseline.replace(**knobs)
-    record.add(loader=pipeline.call.to_dict(), loader_kind=pipeline.kind.to_dict(),
-               baseline={"config": pipeline.baseline.to_dict(), "samples_per_s": 100.0},
-               best={"config": pick.to_dict(), "samples_per_s": 150.0, "speedup": 1.5, "rounds": 4, "confidence": 0.97})
+    record.add(
+        loader=pipeline.call.to_dict(),
+        loader_kind=pipeline.kind.to_dict(),
+        baseline={"config": pipeline.baseline.to_dict(), "samples_per_s": 100.0},
+        best={
+            "config": pick.to_dict(),
+            "samples_per_s": 150.0,
+            "speedup": 1.5,
+            "rounds": 4,
+            "confidence": 0.97,
+        },
+    )
     add_verified_advice(record, pipeline)
     return record.sections["loader_code"]
 
@@ -209,8 +298,13 @@ def test_a_loader_its_constructor_cannot_rebuild_gets_its_knobs_set_after_buildi
     # written, so the advice sets the knobs on the object the user's factory returns, as trials do.
     code = _advice_for("real_lm_stream.py:make_loader", num_workers=3, prefetch_factor=4)
     assert code["verified"], code["reason"]
-    assert "yours.num_workers = 3  # was 2" in code["python"] and "yours.prefetch_factor = 4" in code["python"]
-    printed = _run_printed(code["python"], "it = iter(loader)\nnext(it)\nnext(it)\nprint(loader.num_workers)\n" + STOP)
+    assert (
+        "yours.num_workers = 3  # was 2" in code["python"]
+        and "yours.prefetch_factor = 4" in code["python"]
+    )
+    printed = _run_printed(
+        code["python"], "it = iter(loader)\nnext(it)\nnext(it)\nprint(loader.num_workers)\n" + STOP
+    )
     assert printed.split() == ["3"]
 
 

@@ -35,7 +35,9 @@ BATCH = 2
 def watched_run(leak: bool, num_workers: int, tmp_path: Path) -> dict:
     dataset = leaking.KeepingDataset(cost_s=0.0005, leak=leak)
     context = "fork" if num_workers else None
-    loader = DataLoader(dataset, batch_size=BATCH, num_workers=num_workers, multiprocessing_context=context)
+    loader = DataLoader(
+        dataset, batch_size=BATCH, num_workers=num_workers, multiprocessing_context=context
+    )
     w = ss.watch(loader, window_s=0.15, windows_jsonl=tmp_path / "windows.jsonl", gpu=False)
     try:
         for step, _batch in enumerate(w):
@@ -53,7 +55,10 @@ def test_a_leaking_dataset_in_workers_shows_a_growing_slope(tmp_path):
     profile = watched_run(True, 2, tmp_path)
     drift = profile["memory_drift"]
     assert drift["verdict"] == "growing", drift
-    assert {"worker 0 RSS", "worker 1 RSS"} <= set(drift["growing"]), (drift, [w["workers"] for w in profile["windows"]])
+    assert {"worker 0 RSS", "worker 1 RSS"} <= set(drift["growing"]), (
+        drift,
+        [w["workers"] for w in profile["windows"]],
+    )
     assert drift["main"]["verdict"] == "flat"  # the leak is in the workers only
     for worker in drift["workers"]:
         rss = worker["rss"]
@@ -61,7 +66,9 @@ def test_a_leaking_dataset_in_workers_shows_a_growing_slope(tmp_path):
         assert 150 < rss["mb_per_1000"] < 400, rss
         assert rss["mb_per_hour"] > 0 and rss["plateaued_after"] is None
     windows = profile["windows"]
-    assert len(windows) >= 5 and all(len(w["workers"]) == 2 for w in windows if w["main_rss_mb"] is not None)
+    assert len(windows) >= 5 and all(
+        len(w["workers"]) == 2 for w in windows if w["main_rss_mb"] is not None
+    )
     assert read_windows(tmp_path / "windows.jsonl")[-1]["end_step"] == windows[-1]["end_step"]
     console = ss.stall_summary(profile)
     assert re.search(r"memory drift: growing: worker \d RSS", console), console
@@ -85,8 +92,25 @@ def test_in_process_loading_judges_the_main_process(leak, tmp_path):
 
 def test_profile_cli_reports_windows_drift_and_the_plot_over_time(tmp_path, capsys):
     out, html, windows = tmp_path / "run.json", tmp_path / "run.html", tmp_path / "windows.jsonl"
-    code = profile_main([f"{PIPELINES / 'leaking.py'}:leaking", "--steps", "240", "--warmup", "4", "--num-workers", "2",
-                         "--window", "0.15", "--windows-jsonl", str(windows), "--json", str(out), "--html", str(html)])
+    code = profile_main(
+        [
+            f"{PIPELINES / 'leaking.py'}:leaking",
+            "--steps",
+            "240",
+            "--warmup",
+            "4",
+            "--num-workers",
+            "2",
+            "--window",
+            "0.15",
+            "--windows-jsonl",
+            str(windows),
+            "--json",
+            str(out),
+            "--html",
+            str(html),
+        ]
+    )
     assert code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "memory drift: growing" in text
@@ -94,10 +118,16 @@ def test_profile_cli_reports_windows_drift_and_the_plot_over_time(tmp_path, caps
     jsonschema.validate(record, record_schema())
     assert record["memory_drift"]["verdict"] == "growing" and record["window_s"] == 0.15
     # samples per step known (the config's batch size): rates per samples, not steps
-    assert record["memory_drift"]["per"] == "samples" and record["windows"][0]["end_samples"] is not None
+    assert (
+        record["memory_drift"]["per"] == "samples"
+        and record["windows"][0]["end_samples"] is not None
+    )
     assert [w["index"] for w in read_windows(windows)] == [w["index"] for w in record["windows"]]
     page = html.read_text()
-    assert '<img src="data:image/png;base64,' in page and 'alt="Stall fraction and memory per time window"' in page
+    assert (
+        '<img src="data:image/png;base64,' in page
+        and 'alt="Stall fraction and memory per time window"' in page
+    )
     assert "Memory drift: growing" in page
     # the windows file alone is enough to read the run back and render it
     md = tmp_path / "windows.md"

@@ -55,16 +55,33 @@ def _words(text: str) -> str:
 )
 def test_every_surface_names_the_same_winner_and_advice(command, tmp_path):
     out = {ext: tmp_path / f"run.{ext}" for ext in ("json", "md", "html")}
-    args = [*command[:1], TARGET, *command[1:], "--json", str(out["json"]), "--md", str(out["md"]),
-            "--html", str(out["html"])]
+    args = [
+        *command[:1],
+        TARGET,
+        *command[1:],
+        "--json",
+        str(out["json"]),
+        "--md",
+        str(out["md"]),
+        "--html",
+        str(out["html"]),
+    ]
     if command[0] == "doctor":
         args += ["--out", str(tmp_path / "report")]
-    done = subprocess.run([sys.executable, "-m", "stallscope", *args], cwd=PIPELINES, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "stallscope", *args],
+        cwd=PIPELINES,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads(out["json"].read_text())
-    surfaces = {"console": _words(done.stdout), "md": _words(out["md"].read_text()),
-                "html": _words(out["html"].read_text())}
+    surfaces = {
+        "console": _words(done.stdout),
+        "md": _words(out["md"].read_text()),
+        "html": _words(out["html"].read_text()),
+    }
 
     winner = best_configuration(record)
     assert winner is not None

@@ -17,19 +17,53 @@ TARGET = str(PIPELINES / "profile_synthetic.py")
 def test_profile_cli_writes_the_profile_record(tmp_path):
     out = tmp_path / "run.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "stallscope", "profile", f"{TARGET}:input_bound", "--steps", "15", "--warmup", "2",
-         "--num-workers", "0", "--json", str(out)],
-        capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="200"),
+        [
+            sys.executable,
+            "-m",
+            "stallscope",
+            "profile",
+            f"{TARGET}:input_bound",
+            "--steps",
+            "15",
+            "--warmup",
+            "2",
+            "--num-workers",
+            "0",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, COLUMNS="200"),
     )
     assert proc.returncode == 0, proc.stderr
     record = json.loads(out.read_text())
     assert record["schema"] == 1 and record["command"] == "profile"
-    for key in ("stall_fraction", "verdict", "steps", "gpu_util", "what_if_speedup", "step_timeline", "first_batch_s",
-                "occupancy", "resources", "ranks", "advice", "recommendations"):
+    for key in (
+        "stall_fraction",
+        "verdict",
+        "steps",
+        "gpu_util",
+        "what_if_speedup",
+        "step_timeline",
+        "first_batch_s",
+        "occupancy",
+        "resources",
+        "ranks",
+        "advice",
+        "recommendations",
+    ):
         assert key in record, key
-    assert record["verdict"] == "input-bound" and record["steps"] == 15 and record["total_steps"] == 17
+    assert (
+        record["verdict"] == "input-bound" and record["steps"] == 15 and record["total_steps"] == 17
+    )
     assert len(record["step_timeline"]["data_ms"]) == 17
-    assert record["device"] == "cpu" and record["sync"] is None and record["config"]["num_workers"] == 0
+    assert (
+        record["device"] == "cpu"
+        and record["sync"] is None
+        and record["config"]["num_workers"] == 0
+    )
     assert record["recommendations"][0]["handoff"] == f"stallscope tune {TARGET}:input_bound"
     for rec in record["recommendations"]:
         assert rec["measured"] and rec["expected_gain"]
@@ -38,7 +72,20 @@ def test_profile_cli_writes_the_profile_record(tmp_path):
 
 def test_profile_compute_bound_with_workers(tmp_path, capsys):
     out = tmp_path / "run.json"
-    code = main([f"{TARGET}:compute_bound", "--steps", "10", "--warmup", "1", "--num-workers", "1", "--json", str(out), "--quiet"])
+    code = main(
+        [
+            f"{TARGET}:compute_bound",
+            "--steps",
+            "10",
+            "--warmup",
+            "1",
+            "--num-workers",
+            "1",
+            "--json",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 0
     record = json.loads(out.read_text())
     assert record["config"]["num_workers"] == 1

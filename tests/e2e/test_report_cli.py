@@ -22,11 +22,23 @@ DOCTOR = FIXTURES / "record_doctor.json"
 
 
 def test_report_writes_markdown_html_and_plots(tmp_path, capsys):
-    md, page, folder = tmp_path / "r" / "report.md", tmp_path / "r" / "report.html", tmp_path / "r" / "plots"
-    assert report.main([str(DOCTOR), "--md", str(md), "--html", str(page), "--plots", str(folder)]) == 0
+    md, page, folder = (
+        tmp_path / "r" / "report.md",
+        tmp_path / "r" / "report.html",
+        tmp_path / "r" / "plots",
+    )
+    assert (
+        report.main([str(DOCTOR), "--md", str(md), "--html", str(page), "--plots", str(folder)])
+        == 0
+    )
     out = capsys.readouterr().out
     assert f"wrote {md}" in out and f"wrote {page}" in out
-    assert sorted(p.name for p in folder.iterdir()) == ["latency.png", "scaling.png", "stages.png", "timeline.png"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "latency.png",
+        "scaling.png",
+        "stages.png",
+        "timeline.png",
+    ]
     assert "](plots/scaling.png)" in md.read_text()
     assert page.read_text().count("data:image/png;base64,") == 4
 
@@ -43,7 +55,10 @@ def test_report_of_a_record_keeps_its_own_duration(tmp_path):
         (None, "cannot read"),
         ("{not json", "is not JSON"),
         ('{"schema": 1}', "is not a stallscope run record"),
-        ('{"schema": 7, "command": "bench", "target": "t", "host": {}}', "unsupported record schema 7"),
+        (
+            '{"schema": 7, "command": "bench", "target": "t", "host": {}}',
+            "unsupported record schema 7",
+        ),
     ],
 )
 def test_report_rejects_bad_records_with_one_sentence(tmp_path, capsys, content, message):
@@ -57,8 +72,13 @@ def test_report_rejects_bad_records_with_one_sentence(tmp_path, capsys, content,
 
 
 def test_report_prints_the_report_to_the_console():
-    proc = subprocess.run([sys.executable, "-m", "stallscope", "report", str(FIXTURES / "record_bench.json")],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "140"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "stallscope", "report", str(FIXTURES / "record_bench.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "140"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Executive summary" in proc.stdout and "Verdict: loader-limited." in proc.stdout
     assert "w=8 bs=64 pf=4" in proc.stdout
@@ -70,9 +90,24 @@ def test_reports_of_a_real_bench_run_contain_only_its_numbers(tmp_path, pipeline
 
     out = tmp_path / "run"
     target = f"{pipelines_dir / 'bench_sleepy.py'}:sleepy"
-    code = bench.main([target, "--num-workers", "0,2", "--repeats", "1", "--window", "0.25", "--quiet",
-                       "--json", str(out / "report.json"), "--md", str(out / "report.md"),
-                       "--html", str(out / "report.html")])
+    code = bench.main(
+        [
+            target,
+            "--num-workers",
+            "0,2",
+            "--repeats",
+            "1",
+            "--window",
+            "0.25",
+            "--quiet",
+            "--json",
+            str(out / "report.json"),
+            "--md",
+            str(out / "report.md"),
+            "--html",
+            str(out / "report.html"),
+        ]
+    )
     assert code == 0
     record = json.loads((out / "report.json").read_text())
     md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
@@ -88,8 +123,11 @@ def test_reports_of_a_real_bench_run_contain_only_its_numbers(tmp_path, pipeline
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install -y chromium); "
-                    "CI installs it to screenshot the HTML report")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="Debian's chromium is not installed (apt-get install -y chromium); "
+    "CI installs it to screenshot the HTML report",
+)
 def test_html_report_renders_in_headless_chromium(tmp_path):
     page = tmp_path / "report.html"
     assert report.main([str(DOCTOR), "--html", str(page), "--quiet"]) == 0
@@ -97,10 +135,24 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
     profile = tempfile.mkdtemp(prefix="stallscope-chromium-")
     try:
         proc = subprocess.run(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1200,2000", page.as_uri()],
-            capture_output=True, text=True, timeout=120,
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                f"--screenshot={shot}",
+                "--window-size=1200,2000",
+                page.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     finally:
         shutil.rmtree(profile, ignore_errors=True)
@@ -118,6 +170,9 @@ def test_html_report_renders_in_headless_chromium(tmp_path):
     assert r + g + b < 200
     assert sum(background) > 600
     # Tables and figures were laid out: many distinct rows carry drawn pixels.
-    rows_with_ink = sum(1 for y in range(0, height, 10)
-                        if len({image.getpixel((x, y)) for x in range(0, width, 25)}) > 1)
+    rows_with_ink = sum(
+        1
+        for y in range(0, height, 10)
+        if len({image.getpixel((x, y)) for x in range(0, width, 25)}) > 1
+    )
     assert rows_with_ink > 100

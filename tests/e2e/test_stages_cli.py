@@ -14,7 +14,12 @@ PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     # Keep the caller's PYTHONPATH (the worktree's src) after the pipelines folder.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(PIPELINES), os.environ.get("PYTHONPATH")) if p)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(PIPELINES), os.environ.get("PYTHONPATH")) if p
+        ),
+    }
     return subprocess.run(
         [sys.executable, "-m", "stallscope", "stages", *args],
         cwd=cwd,

@@ -19,11 +19,31 @@ MAX_OTHER_SHARE = 0.30
 
 
 def _stages(target: str, out: Path, *extra: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PIPELINES), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(PIPELINES), os.environ.get("PYTHONPATH", "")]),
+    }
     done = subprocess.run(
-        [sys.executable, "-m", "stallscope", "stages", f"{PIPELINES / target}", "--json", str(out),
-         "--samples", "96", "--hotspots", "0", "--start-method", "fork", *extra],
-        env=env, capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "stallscope",
+            "stages",
+            f"{PIPELINES / target}",
+            "--json",
+            str(out),
+            "--samples",
+            "96",
+            "--hotspots",
+            "0",
+            "--start-method",
+            "fork",
+            *extra,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(out.read_text())
@@ -44,7 +64,9 @@ def test_other_holds_at_most_30_percent_without_markers(target, named, tmp_path)
     rows = {s["name"]: s for s in record["stages"]}
     assert named <= set(rows), sorted(rows)
     assert all(rows[name]["ms_per_sample"] > 0 for name in named)
-    assert rows[OTHER]["share"] <= MAX_OTHER_SHARE, [(s["name"], round(s["share"], 3)) for s in record["stages"]]
+    assert rows[OTHER]["share"] <= MAX_OTHER_SHARE, [
+        (s["name"], round(s["share"], 3)) for s in record["stages"]
+    ]
     calls = [s for s in record["stages"] if s["kind"] == "call"]
     assert calls and all(s["parent"] == OTHER and s["share"] >= 0.05 for s in calls)
     assert math.fsum(s["share"] for s in record["stages"]) == pytest.approx(1.0)
@@ -52,6 +74,8 @@ def test_other_holds_at_most_30_percent_without_markers(target, named, tmp_path)
 
 
 def test_no_callees_keeps_other_whole(tmp_path):
-    record = _stages("real_audio.py:make_loader", tmp_path / "stages.json", "--no-callees", "--samples", "24")
+    record = _stages(
+        "real_audio.py:make_loader", tmp_path / "stages.json", "--no-callees", "--samples", "24"
+    )
     assert [s for s in record["stages"] if s["kind"] == "call"] == []
     assert {"read", OTHER} <= {s["name"] for s in record["stages"]}

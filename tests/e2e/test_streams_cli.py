@@ -25,7 +25,14 @@ def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 def test_check_flags_the_unsharded_stream_with_exit_1(tmp_path, pipelines_dir):
     out = tmp_path / "check.json"
-    proc = _cli("check", f"{pipelines_dir / 'real_streams.py'}:unsharded", "--budget", "30", "--json", str(out))
+    proc = _cli(
+        "check",
+        f"{pipelines_dir / 'real_streams.py'}:unsharded",
+        "--budget",
+        "30",
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "iterable-duplicates" in proc.stdout
     record = json.loads(out.read_text())
@@ -43,7 +50,14 @@ def test_check_flags_the_unsharded_stream_with_exit_1(tmp_path, pipelines_dir):
 
 def test_check_passes_the_sharded_stream(tmp_path, pipelines_dir):
     out = tmp_path / "check.json"
-    proc = _cli("check", f"{pipelines_dir / 'real_streams.py'}:sharded", "--budget", "30", "--json", str(out))
+    proc = _cli(
+        "check",
+        f"{pipelines_dir / 'real_streams.py'}:sharded",
+        "--budget",
+        "30",
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     record = json.loads(out.read_text())
     assert "iterable-duplicates" not in [f["code"] for f in record["findings"]]
@@ -53,7 +67,9 @@ def test_check_passes_the_sharded_stream(tmp_path, pipelines_dir):
 
 @pytest.mark.parametrize("shape", ["strided", "init_sharded", "random_stream"])
 def test_other_sharded_or_random_streams_are_never_flagged(shape):
-    result = ss.check(getattr(real_streams, shape), only=["iterable-duplicates"], start_method="fork")
+    result = ss.check(
+        getattr(real_streams, shape), only=["iterable-duplicates"], start_method="fork"
+    )
     assert result.codes == [], [f.message for f in result.findings]
     verdict = duplication_verdict(result.probes["sharding"])
     assert verdict["duplicated"] is False and verdict["duplicated_samples"] == 0
@@ -71,8 +87,16 @@ def test_map_style_datasets_skip_the_stream_probe():
 def test_bench_marks_the_rows_whose_workers_replay_the_stream(tmp_path, pipelines_dir):
     out = tmp_path / "bench.json"
     proc = _cli(
-        "bench", f"{pipelines_dir / 'real_streams.py'}:unsharded", "--num-workers", "0,2",
-        "--repeats", "1", "--window", "0.3", "--json", str(out),
+        "bench",
+        f"{pipelines_dir / 'real_streams.py'}:unsharded",
+        "--num-workers",
+        "0,2",
+        "--repeats",
+        "1",
+        "--window",
+        "0.3",
+        "--json",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(out.read_text())
@@ -82,18 +106,32 @@ def test_bench_marks_the_rows_whose_workers_replay_the_stream(tmp_path, pipeline
     assert rows[2]["duplicates"]["duplicate_fraction"] == 1.0
     assert rows[2]["speedup"] is None and rows[2]["efficiency"] is None  # not a speed-up
     assert record["scaling"]["best_label"] == rows[0]["label"]  # copies never win
-    assert "⚠ w=2" in proc.stdout and "copies" in proc.stdout and "iterable-duplicates" in proc.stdout
+    assert (
+        "⚠ w=2" in proc.stdout and "copies" in proc.stdout and "iterable-duplicates" in proc.stdout
+    )
 
 
 def test_bench_leaves_a_sharded_stream_unmarked(pipelines_dir):
-    result = ss.bench(f"{pipelines_dir / 'real_streams.py'}:sharded", num_workers=[0, 2], repeats=1, min_window_s=0.3)
+    result = ss.bench(
+        f"{pipelines_dir / 'real_streams.py'}:sharded",
+        num_workers=[0, 2],
+        repeats=1,
+        min_window_s=0.3,
+    )
     assert all(r.duplicates is None for r in result.results)
     assert all(r.speedup is not None for r in result.results)
 
 
 def test_tune_keeps_zero_workers_for_the_unsharded_stream_and_says_why(tmp_path, pipelines_dir):
     out = tmp_path / "tune.json"
-    proc = _cli("tune", f"{pipelines_dir / 'real_streams.py'}:unsharded", "--budget", "8", "--json", str(out))
+    proc = _cli(
+        "tune",
+        f"{pipelines_dir / 'real_streams.py'}:unsharded",
+        "--budget",
+        "8",
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(out.read_text())
     assert record["best"]["config"]["num_workers"] == 0

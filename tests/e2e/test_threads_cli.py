@@ -20,20 +20,40 @@ TARGET = f"{PIPELINES}/threads_datasets.py"
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="160")
     return subprocess.run(
-        [sys.executable, "-m", "stallscope", *args], capture_output=True, text=True, timeout=timeout, env=env
+        [sys.executable, "-m", "stallscope", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
 
 
 def test_bench_adds_worker_threads_to_the_grid(tmp_path):
     out = tmp_path / "bench.json"
     proc = run_cli(
-        "bench", f"{TARGET}:latency_source", "--batch-size", "16", "--num-workers", "0,2", "--worker-threads", "0,8",
-        "--repeats", "1", "--window", "0.3", "--start-method", "spawn", "--json", str(out),
+        "bench",
+        f"{TARGET}:latency_source",
+        "--batch-size",
+        "16",
+        "--num-workers",
+        "0,2",
+        "--worker-threads",
+        "0,8",
+        "--repeats",
+        "1",
+        "--window",
+        "0.3",
+        "--start-method",
+        "spawn",
+        "--json",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(out.read_text())
     jsonschema.validate(record, record_schema())
-    configs = [(r["config"]["num_workers"], r["config"]["worker_threads"]) for r in record["results"]]
+    configs = [
+        (r["config"]["num_workers"], r["config"]["worker_threads"]) for r in record["results"]
+    ]
     assert sorted(configs) == [(0, 0), (0, 8), (2, 0), (2, 8)]
     labels = {r["label"] for r in record["results"]}
     assert {"w=0 threads×8 bs=16", "w=2 threads×8 bs=16 pf=2 spawn"} <= labels
@@ -51,8 +71,16 @@ def test_bench_worker_threads_usage_errors(capsys):
 def test_tune_picks_threads_in_a_few_processes_on_a_latency_bound_source(tmp_path):
     out = tmp_path / "tune.json"
     proc = run_cli(
-        "tune", f"{TARGET}:latency_loader", "--budget", "15", "--memory-budget", "1500", "--json", str(out),
-        "--emit", "python",
+        "tune",
+        f"{TARGET}:latency_loader",
+        "--budget",
+        "15",
+        "--memory-budget",
+        "1500",
+        "--json",
+        str(out),
+        "--emit",
+        "python",
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(out.read_text())

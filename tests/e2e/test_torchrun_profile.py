@@ -15,10 +15,14 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    path = os.pathsep.join(p for p in (str(PIPELINES), os.environ.get("PYTHONPATH", "")) if p)  # the caller's stallscope
+    path = os.pathsep.join(
+        p for p in (str(PIPELINES), os.environ.get("PYTHONPATH", "")) if p
+    )  # the caller's stallscope
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path)
     try:
-        return subprocess.run(TORCHRUN + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            TORCHRUN + args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+        )
     except subprocess.TimeoutExpired as exc:  # pragma: no cover - a hang is the failure
         pytest.fail(f"torchrun did not finish: {exc}")
 
@@ -26,8 +30,20 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 def test_stallscope_profile_under_torchrun_names_the_slow_rank(tmp_path):
     out = tmp_path / "profile.json"
     proc = _run(
-        ["-m", "stallscope", "profile", f"{PIPELINES / 'profile_synthetic.py'}:slow_rank_one",
-         "--steps", "12", "--warmup", "1", "--window", "0.1", "--json", str(out)],
+        [
+            "-m",
+            "stallscope",
+            "profile",
+            f"{PIPELINES / 'profile_synthetic.py'}:slow_rank_one",
+            "--steps",
+            "12",
+            "--warmup",
+            "1",
+            "--window",
+            "0.1",
+            "--json",
+            str(out),
+        ],
         tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -55,5 +71,7 @@ def test_watch_gather_in_a_users_torchrun_script(tmp_path):
     result = json.loads(out.read_text())
     assert result["distributed"]["slowest_rank"] == 1 and result["distributed"]["world_size"] == 2
     assert result["ranks"][1]["data_wait_ms_per_step"] > result["ranks"][0]["data_wait_ms_per_step"]
-    assert result["ranks"][0]["steps"] == result["ranks"][1]["steps"] == 7  # 8 batches per rank, the first apart
+    assert (
+        result["ranks"][0]["steps"] == result["ranks"][1]["steps"] == 7
+    )  # 8 batches per rank, the first apart
     assert "slowest rank 1" in proc.stdout

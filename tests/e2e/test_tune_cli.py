@@ -19,8 +19,22 @@ def test_tune_cli_json_and_yaml(tmp_path, pipelines_dir):
     out = tmp_path / "tune.json"
     target = f"{pipelines_dir / 'tune_pipelines.py'}:waiting_loader"
     proc = subprocess.run(
-        [sys.executable, "-m", "stallscope", "tune", target, "--budget", str(BUDGET), "--json", str(out), "--emit", "yaml"],
-        capture_output=True, text=True, timeout=BUDGET + 60,
+        [
+            sys.executable,
+            "-m",
+            "stallscope",
+            "tune",
+            target,
+            "--budget",
+            str(BUDGET),
+            "--json",
+            str(out),
+            "--emit",
+            "yaml",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=BUDGET + 60,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(out.read_text())
@@ -43,7 +57,16 @@ def test_tune_cli_json_and_yaml(tmp_path, pipelines_dir):
 
 
 def test_tune_cli_emits_python(capsys, pipelines_dir, monkeypatch):
-    code = tune_command.main([f"{pipelines_dir / 'tune_pipelines.py'}:tensors", "--budget", "3", "--quiet", "--emit", "python"])
+    code = tune_command.main(
+        [
+            f"{pipelines_dir / 'tune_pipelines.py'}:tensors",
+            "--budget",
+            "3",
+            "--quiet",
+            "--emit",
+            "python",
+        ]
+    )
     assert code == 0
     emitted = capsys.readouterr().out
     # The dataset is built inside the target: the code obtains it from the target's own factory.
@@ -59,8 +82,12 @@ def test_tune_cli_emits_python(capsys, pipelines_dir, monkeypatch):
 
 def test_tune_cli_usage_errors(pipelines_dir, capsys):
     assert tune_command.main(["nowhere.py:fn"]) == 2
-    assert tune_command.main([f"{pipelines_dir / 'tune_pipelines.py'}:waiting", "--budget", "0"]) == 2
-    assert tune_command.main([f"{pipelines_dir / 'tune_pipelines.py'}:waiting", "--emit", "toml"]) == 2
+    assert (
+        tune_command.main([f"{pipelines_dir / 'tune_pipelines.py'}:waiting", "--budget", "0"]) == 2
+    )
+    assert (
+        tune_command.main([f"{pipelines_dir / 'tune_pipelines.py'}:waiting", "--emit", "toml"]) == 2
+    )
     err = capsys.readouterr().err
     assert "error:" in err and "Traceback" not in err
 
@@ -71,9 +98,21 @@ def test_slow_loader_reports_rounds_and_no_confidence_without_them(tmp_path, pip
 
     out = tmp_path / "slow.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "stallscope", "tune", f"{pipelines_dir / 'tune_pipelines.py'}:slow_loader",
-         "--budget", "20", "--json", str(out)],
-        capture_output=True, text=True, timeout=120, env=dict(os.environ, COLUMNS="200"),
+        [
+            sys.executable,
+            "-m",
+            "stallscope",
+            "tune",
+            f"{pipelines_dir / 'tune_pipelines.py'}:slow_loader",
+            "--budget",
+            "20",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, COLUMNS="200"),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(out.read_text())
@@ -97,19 +136,34 @@ def test_slow_loader_reports_rounds_and_no_confidence_without_them(tmp_path, pip
 
 def test_persistent_workers_comes_with_its_measured_gap(tmp_path, pipelines_dir):
     out = tmp_path / "start.json"
-    code = tune_command.main([f"{pipelines_dir / 'tune_pipelines.py'}:slow_start_loader", "--budget", "12",
-                              "--max-workers", "2", "--quiet", "--json", str(out)])
+    code = tune_command.main(
+        [
+            f"{pipelines_dir / 'tune_pipelines.py'}:slow_start_loader",
+            "--budget",
+            "12",
+            "--max-workers",
+            "2",
+            "--quiet",
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 0
     record = json.loads(out.read_text())
     gap = record["search"]["persistent_workers"]
     recs = {r["id"]: r for r in record["recommendations"]}
     if gap is None:  # the budget ran out first: then it is not recommended, and the record says why
-        assert not record["best"]["config"]["persistent_workers"] and "persistent-workers" not in recs
+        assert (
+            not record["best"]["config"]["persistent_workers"] and "persistent-workers" not in recs
+        )
         assert any("persistent" in s["label"] for s in record["best"]["skipped"])
         return
     # Each new worker sleeps 0.3 s in worker_init_fn: restarting them shows at the boundary.
     assert gap["gap_without_s"] >= 0.3 > gap["gap_with_s"]
-    assert gap["recommended"] and f"{gap['gap_without_s']:.2f} s without" in recs["persistent-workers"]["measured"]
+    assert (
+        gap["recommended"]
+        and f"{gap['gap_without_s']:.2f} s without" in recs["persistent-workers"]["measured"]
+    )
     if record["best"]["keep_baseline"]:  # measured on the user's own config, which stays as it is
         assert gap["measured_on"] == record["baseline"]["label"] and "keep-yours" in recs
     else:

@@ -24,8 +24,20 @@ def test_bench_worker_death_exits_2_every_time(pipelines_dir, capsys, target):
     runs = RUNS if target == "dies_in_worker" else 5
     codes = []
     for _ in range(runs):
-        code = bench.main([f"{pipelines_dir}/bench_errors.py:{target}", "--num-workers", "2", "--repeats", "1",
-                           "--window", "0.2", "--timeout", "20", "--quiet"])
+        code = bench.main(
+            [
+                f"{pipelines_dir}/bench_errors.py:{target}",
+                "--num-workers",
+                "2",
+                "--repeats",
+                "1",
+                "--window",
+                "0.2",
+                "--timeout",
+                "20",
+                "--quiet",
+            ]
+        )
         err = capsys.readouterr().err
         codes.append(code)
         assert code == 2, err
@@ -46,7 +58,15 @@ def test_stages_worker_death_exits_2_with_one_sentence(pipelines_dir, capsys):
 def test_check_reports_a_dying_worker_as_a_finding_not_a_traceback(pipelines_dir, capsys):
     from stallscope.commands import check
 
-    code = check.main([f"{pipelines_dir}/bench_errors.py:dies_in_worker", "--budget", "6", "--only", "getitem-error"])
+    code = check.main(
+        [
+            f"{pipelines_dir}/bench_errors.py:dies_in_worker",
+            "--budget",
+            "6",
+            "--only",
+            "getitem-error",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 1, captured.err  # an error finding, not a crash of the command
     assert "Traceback" not in captured.err + captured.out

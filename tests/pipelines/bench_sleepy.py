@@ -15,7 +15,11 @@ class SleepyDataset(Dataset):
     """Each item costs ``cost_s`` of sleep (releases the CPU, like waiting on storage)."""
 
     def __init__(
-        self, n: int = 512, cost_s: float = COST_S, shape: tuple[int, ...] = (16,), log_dir: str | None = None
+        self,
+        n: int = 512,
+        cost_s: float = COST_S,
+        shape: tuple[int, ...] = (16,),
+        log_dir: str | None = None,
     ) -> None:
         self.n = n
         self.cost_s = cost_s
@@ -37,7 +41,9 @@ class SleepyDataset(Dataset):
 
 def real_item_seconds(log_dir: str) -> float:
     """Mean real duration of the items a SleepyDataset logged, across all processes."""
-    values = [float(line) for path in os.listdir(log_dir) for line in open(os.path.join(log_dir, path))]
+    values = [
+        float(line) for path in os.listdir(log_dir) for line in open(os.path.join(log_dir, path))
+    ]
     return sum(values) / len(values)
 
 
@@ -46,7 +52,9 @@ def sleepy() -> SleepyDataset:
 
 
 def sleepy_loader() -> torch.utils.data.DataLoader:
-    return torch.utils.data.DataLoader(SleepyDataset(), batch_size=8, num_workers=2, prefetch_factor=4)
+    return torch.utils.data.DataLoader(
+        SleepyDataset(), batch_size=8, num_workers=2, prefetch_factor=4
+    )
 
 
 def sleepy_dict() -> dict:

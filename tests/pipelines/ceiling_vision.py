@@ -38,7 +38,9 @@ def make_jpegs(count: int, size: tuple[int, int] = SOURCE_SIZE, seed: int = 0) -
             image += mask[..., None] * rng.uniform(-90, 90, 3).astype(np.float32)
         image += rng.normal(0, 12, image.shape).astype(np.float32)
         buffer = io.BytesIO()
-        Image.fromarray(np.clip(image, 0, 255).astype(np.uint8)).save(buffer, format="JPEG", quality=90)
+        Image.fromarray(np.clip(image, 0, 255).astype(np.uint8)).save(
+            buffer, format="JPEG", quality=90
+        )
         out.append(buffer.getvalue())
     return out
 
@@ -69,7 +71,9 @@ class RandomResizedCrop:
         else:
             cw = ch = min(w, h)
             left, top = (w - cw) // 2, (h - ch) // 2
-        return image.resize((self.size, self.size), Image.BILINEAR, box=(left, top, left + cw, top + ch))
+        return image.resize(
+            (self.size, self.size), Image.BILINEAR, box=(left, top, left + cw, top + ch)
+        )
 
 
 class RandomHorizontalFlip:
@@ -82,8 +86,11 @@ class RandomHorizontalFlip:
 
 class ColorJitter:
     def __init__(self, brightness: float = 0.4, contrast: float = 0.4, saturation: float = 0.4):
-        self.amounts = [(ImageEnhance.Brightness, brightness), (ImageEnhance.Contrast, contrast),
-                        (ImageEnhance.Color, saturation)]
+        self.amounts = [
+            (ImageEnhance.Brightness, brightness),
+            (ImageEnhance.Contrast, contrast),
+            (ImageEnhance.Color, saturation),
+        ]
 
     def __call__(self, image: Image.Image) -> Image.Image:
         order = list(self.amounts)
@@ -100,7 +107,9 @@ class ToNormalizedTensor:
 
 
 def train_transforms() -> Compose:
-    return Compose([RandomResizedCrop(), RandomHorizontalFlip(), ColorJitter(), ToNormalizedTensor()])
+    return Compose(
+        [RandomResizedCrop(), RandomHorizontalFlip(), ColorJitter(), ToNormalizedTensor()]
+    )
 
 
 class JpegDataset(Dataset):

@@ -90,7 +90,9 @@ class ModuleGeneratorDataset(CleanDataset):
         super().__init__(32)
 
     def __getitem__(self, i: int):
-        return torch.from_numpy(self.x[i] + _MODULE_RNG.normal(size=16).astype(np.float32)), int(self.y[i])
+        return torch.from_numpy(self.x[i] + _MODULE_RNG.normal(size=16).astype(np.float32)), int(
+            self.y[i]
+        )
 
 
 def module_generator():
@@ -118,7 +120,11 @@ class AnnotationsDataset(Dataset):
 
     def __init__(self, n: int = 30_000) -> None:
         self.records = [
-            {"file": f"images/{i:07d}.jpg", "label": i % 91, "boxes": [[i % 640, i % 480, 32, 32], [1, 2, 3, 4], [5, 6, 7, 8]]}
+            {
+                "file": f"images/{i:07d}.jpg",
+                "label": i % 91,
+                "boxes": [[i % 640, i % 480, 32, 32], [1, 2, 3, 4], [5, 6, 7, 8]],
+            }
             for i in range(n)
         ]
 
@@ -311,7 +317,9 @@ class ShapeCacheDataset(Dataset):
     def __getitem__(self, i: int):
         shape = i % self.SHAPES
         if shape not in _SHAPE_WORKSPACES:
-            _SHAPE_WORKSPACES[shape] = torch.ones(256 * 1024 + shape)  # about 1 MiB, written so it is resident
+            _SHAPE_WORKSPACES[shape] = torch.ones(
+                256 * 1024 + shape
+            )  # about 1 MiB, written so it is resident
         return torch.full((16,), float(shape)), i % 10
 
 

@@ -54,7 +54,9 @@ def plus20() -> dict:
 class Leaky(Dataset):
     """Keeps every sample it returns (a cache that never stops growing): ``kb`` KiB per item."""
 
-    def __init__(self, n: int = 100_000, kb: int = 64, keep: bool = True, cost_s: float = 0.0) -> None:
+    def __init__(
+        self, n: int = 100_000, kb: int = 64, keep: bool = True, cost_s: float = 0.0
+    ) -> None:
         self.n, self.kb, self.keep, self.cost_s = n, kb, keep, cost_s
         self.kept: list[np.ndarray] = []
 

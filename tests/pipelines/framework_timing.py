@@ -62,9 +62,13 @@ def true_stall(
     return fetch_s / wall_s
 
 
-def assert_stall_near_truth(profile: dict, truth: float, *, steps: int, framework: str, tolerance: float = 0.05) -> None:
+def assert_stall_near_truth(
+    profile: dict, truth: float, *, steps: int, framework: str, tolerance: float = 0.05
+) -> None:
     """The callback timed the fetch itself, covered ``steps`` steady steps, and its stall is within ``tolerance``."""
-    print(f"{framework}: reported stall {profile['stall_fraction']:.4f}, truth {truth:.4f}")  # shown with pytest -s
+    print(
+        f"{framework}: reported stall {profile['stall_fraction']:.4f}, truth {truth:.4f}"
+    )  # shown with pytest -s
     assert profile["timing"]["method"] == "fetch"
     assert profile["steps"] == steps
     assert abs(profile["stall_fraction"] - truth) <= tolerance, (profile["stall_fraction"], truth)

@@ -20,7 +20,13 @@ KEPT: list[bytes] = []
 class KeepingDataset(Dataset):
     """``length`` items of shape (4,), each costing ``cost_s``; with ``leak``, each fetch keeps ``leak_bytes``."""
 
-    def __init__(self, length: int = 100_000, cost_s: float = 0.001, leak: bool = True, leak_bytes: int = LEAK_BYTES):
+    def __init__(
+        self,
+        length: int = 100_000,
+        cost_s: float = 0.001,
+        leak: bool = True,
+        leak_bytes: int = LEAK_BYTES,
+    ):
         self.length, self.cost_s, self.leak, self.leak_bytes = length, cost_s, leak, leak_bytes
 
     def __len__(self) -> int:
@@ -40,8 +46,18 @@ def step(model: nn.Module, batch) -> float:
 
 
 def leaking() -> dict:
-    return {"dataset": KeepingDataset(leak=True), "model": nn.Linear(4, 2), "train_step": step, "batch_size": 4}
+    return {
+        "dataset": KeepingDataset(leak=True),
+        "model": nn.Linear(4, 2),
+        "train_step": step,
+        "batch_size": 4,
+    }
 
 
 def steady() -> dict:
-    return {"dataset": KeepingDataset(leak=False), "model": nn.Linear(4, 2), "train_step": step, "batch_size": 4}
+    return {
+        "dataset": KeepingDataset(leak=False),
+        "model": nn.Linear(4, 2),
+        "train_step": step,
+        "batch_size": 4,
+    }

@@ -16,7 +16,13 @@ from torch.utils.data import Dataset
 class SleepDataset(Dataset):
     """``length`` items of shape (4,), each costing ``cost_s`` seconds to fetch."""
 
-    def __init__(self, length: int = 64, cost_s: float = 0.001, slow_rank: int | None = None, slow_cost_s: float = 0.0):
+    def __init__(
+        self,
+        length: int = 64,
+        cost_s: float = 0.001,
+        slow_rank: int | None = None,
+        slow_cost_s: float = 0.0,
+    ):
         self.length = length
         self.cost_s = cost_s
         self.slow_rank = slow_rank
@@ -29,7 +35,9 @@ class SleepDataset(Dataset):
         cost = self.cost_s
         if self.slow_rank is not None and int(os.environ.get("RANK", "0")) == self.slow_rank:
             cost = self.slow_cost_s
-        if cost > 0:  # sleep(0) yields the CPU: on a loaded machine that alone can cost milliseconds
+        if (
+            cost > 0
+        ):  # sleep(0) yields the CPU: on a loaded machine that alone can cost milliseconds
             time.sleep(cost)
         return torch.full((4,), float(index)), index % 2
 
@@ -54,7 +62,12 @@ class SleepStep:
 
 def _target(dataset: Dataset, compute_s: float, batch_size: int = 4) -> dict:
     model = nn.Linear(4, 2)
-    return {"dataset": dataset, "model": model, "train_step": SleepStep(compute_s), "batch_size": batch_size}
+    return {
+        "dataset": dataset,
+        "model": model,
+        "train_step": SleepStep(compute_s),
+        "batch_size": batch_size,
+    }
 
 
 def input_bound() -> dict:
@@ -92,4 +105,9 @@ def failing_step() -> dict:
     def step(model, batch):
         raise ValueError("loss is NaN")
 
-    return {"dataset": SleepDataset(32, 0.0), "model": nn.Linear(4, 2), "train_step": step, "batch_size": 4}
+    return {
+        "dataset": SleepDataset(32, 0.0),
+        "model": nn.Linear(4, 2),
+        "train_step": step,
+        "batch_size": 4,
+    }

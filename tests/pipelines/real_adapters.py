@@ -100,10 +100,12 @@ class MultiTaskLoader:
 
 
 def multitask_loader() -> MultiTaskLoader:
-    return MultiTaskLoader({
-        "chirps": DataLoader(Chirps(), batch_size=8, num_workers=0),
-        "short": DataLoader(Chirps(64, samples=4000), batch_size=8, num_workers=0),
-    })
+    return MultiTaskLoader(
+        {
+            "chirps": DataLoader(Chirps(), batch_size=8, num_workers=0),
+            "short": DataLoader(Chirps(64, samples=4000), batch_size=8, num_workers=0),
+        }
+    )
 
 
 class FrozenCopyLoader:
@@ -135,7 +137,9 @@ def accelerate_loader():
     DataLoader and iterates the one it built inside (``base_dataloader``)."""
     from accelerate import Accelerator
 
-    return Accelerator(cpu=True).prepare(DataLoader(Chirps(), batch_size=12, shuffle=True, num_workers=0))
+    return Accelerator(cpu=True).prepare(
+        DataLoader(Chirps(), batch_size=12, shuffle=True, num_workers=0)
+    )
 
 
 def lightning_combined():
@@ -143,6 +147,9 @@ def lightning_combined():
     from lightning.pytorch.utilities import CombinedLoader
 
     return CombinedLoader(
-        {"chirps": DataLoader(Chirps(), batch_size=8), "short": DataLoader(Chirps(64, samples=4000), batch_size=8)},
+        {
+            "chirps": DataLoader(Chirps(), batch_size=8),
+            "short": DataLoader(Chirps(64, samples=4000), batch_size=8),
+        },
         mode="max_size_cycle",
     )

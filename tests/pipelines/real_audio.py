@@ -22,7 +22,20 @@ RATE = 22050
 CLIPS = 64
 N_FFT, HOP, WIN, N_MELS = 1024, 256, 1024, 80
 ALPHABET = "_ abcdefghijklmnopqrstuvwxyz.,?"
-WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "speech", "sounds", "clear")
+WORDS = (
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "speech",
+    "sounds",
+    "clear",
+)
 
 
 def _generate(folder: Path) -> None:
@@ -32,7 +45,9 @@ def _generate(folder: Path) -> None:
         seconds = float(rng.uniform(0.5, 2.5))
         t = np.arange(int(seconds * RATE)) / RATE
         pitch = rng.uniform(90, 260)
-        signal = sum(np.sin(2 * np.pi * pitch * k * t) / k for k in range(1, 5)) * np.hanning(len(t))
+        signal = sum(np.sin(2 * np.pi * pitch * k * t) / k for k in range(1, 5)) * np.hanning(
+            len(t)
+        )
         signal = 0.3 * signal + 0.01 * rng.standard_normal(len(t))
         pcm = (np.clip(signal, -1, 1) * 32767).astype("<i2")
         with wave.open(str(folder / f"clip{i:03d}.wav"), "wb") as out:
@@ -65,7 +80,11 @@ class TextMelDataset(Dataset):
 
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
-        rows = [line.split("|", 1) for line in (self.folder / "metadata.txt").read_text().splitlines() if line]
+        rows = [
+            line.split("|", 1)
+            for line in (self.folder / "metadata.txt").read_text().splitlines()
+            if line
+        ]
         self.items = [(self.folder / name, text) for name, text in rows]
         self.mel_basis = torch.from_numpy(mel_filterbank(N_FFT, N_MELS, RATE))
         self.window = torch.hann_window(WIN)
@@ -74,7 +93,9 @@ class TextMelDataset(Dataset):
         return len(self.items)
 
     def text_ids(self, text: str) -> torch.Tensor:
-        return torch.tensor([ALPHABET.index(c) for c in text.lower() if c in ALPHABET], dtype=torch.int64)
+        return torch.tensor(
+            [ALPHABET.index(c) for c in text.lower() if c in ALPHABET], dtype=torch.int64
+        )
 
     def mel(self, path: Path) -> torch.Tensor:
         with wave.open(str(path), "rb") as clip:
@@ -82,7 +103,9 @@ class TextMelDataset(Dataset):
                 raise ValueError(f"{path}: {clip.getframerate()} Hz, expected {RATE}")
             pcm = np.frombuffer(clip.readframes(clip.getnframes()), dtype="<i2")
         audio = torch.from_numpy(pcm.astype(np.float32) / 32768.0)
-        spec = torch.stft(audio, N_FFT, hop_length=HOP, win_length=WIN, window=self.window, return_complex=True)
+        spec = torch.stft(
+            audio, N_FFT, hop_length=HOP, win_length=WIN, window=self.window, return_complex=True
+        )
         return torch.log(torch.clamp(self.mel_basis @ spec.abs(), min=1e-5))
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,7 +116,9 @@ class TextMelDataset(Dataset):
 class TextMelCollate:
     """Pads texts and spectrograms to the longest of the batch, longest text first."""
 
-    def __call__(self, batch: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, batch: list[tuple[torch.Tensor, torch.Tensor]]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         batch = sorted(batch, key=lambda pair: len(pair[0]), reverse=True)
         texts = torch.zeros(len(batch), max(len(t) for t, _ in batch), dtype=torch.int64)
         frames = max(m.shape[1] for _, m in batch)
@@ -113,6 +138,10 @@ def make_dataset() -> TextMelDataset:
 def make_loader(num_workers: int = 2) -> DataLoader:
     """The user's loader (``num_workers`` only for tests that time it at other settings)."""
     return DataLoader(
-        make_dataset(), batch_size=6, shuffle=True, drop_last=True, collate_fn=TextMelCollate(),
+        make_dataset(),
+        batch_size=6,
+        shuffle=True,
+        drop_last=True,
+        collate_fn=TextMelCollate(),
         num_workers=num_workers,
     )

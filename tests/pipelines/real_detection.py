@@ -40,7 +40,9 @@ def _generate(folder: Path) -> None:
             color = tuple(int(c) for c in rng.integers(0, 255, 3))
             cv2.rectangle(image, (x0, y0), (x0 + bw, y0 + bh), color, -1)
             cls = int(rng.integers(0, 5))
-            lines.append(f"{cls} {(x0 + bw / 2) / w:.6f} {(y0 + bh / 2) / h:.6f} {bw / w:.6f} {bh / h:.6f}")
+            lines.append(
+                f"{cls} {(x0 + bw / 2) / w:.6f} {(y0 + bh / 2) / h:.6f} {bw / w:.6f} {bh / h:.6f}"
+            )
         suffix = ".png" if i % 4 == 0 else ".jpg"
         cv2.imwrite(str(folder / f"{i:04d}{suffix}"), image)
         (folder / f"{i:04d}.txt").write_text("\n".join(lines) + ("\n" if lines else ""))
@@ -96,7 +98,11 @@ class MosaicDataset(Dataset):
             raise FileNotFoundError(self.files[index])
         h, w = image.shape[:2]
         scale = self.img_size / max(h, w)
-        return cv2.resize(image, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_LINEAR)
+        return cv2.resize(
+            image,
+            (max(1, round(w * scale)), max(1, round(h * scale))),
+            interpolation=cv2.INTER_LINEAR,
+        )
 
     def _mosaic(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         s = self.img_size
@@ -138,7 +144,9 @@ class MosaicDataset(Dataset):
         return torch.from_numpy(chw), labels, str(self.files[index]), (self.img_size, self.img_size)
 
 
-def collate_fn(batch: list[tuple[Any, ...]]) -> tuple[torch.Tensor, torch.Tensor, tuple[str, ...], tuple[Any, ...]]:
+def collate_fn(
+    batch: list[tuple[Any, ...]],
+) -> tuple[torch.Tensor, torch.Tensor, tuple[str, ...], tuple[Any, ...]]:
     images, labels, paths, shapes = zip(*batch)
     for i, boxes in enumerate(labels):
         boxes[:, 0] = i  # which image of the batch each box belongs to

@@ -25,7 +25,26 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-_SYLLABLES = ["ka", "to", "ri", "mo", "ne", "sa", "lu", "pe", "di", "vo", "an", "el", "or", "is", "um", "ex", "qu", "th"]
+_SYLLABLES = [
+    "ka",
+    "to",
+    "ri",
+    "mo",
+    "ne",
+    "sa",
+    "lu",
+    "pe",
+    "di",
+    "vo",
+    "an",
+    "el",
+    "or",
+    "is",
+    "um",
+    "ex",
+    "qu",
+    "th",
+]
 
 
 def _word(rng: random.Random) -> str:
@@ -77,7 +96,9 @@ class MergeTokenizer:
         for word in unicodedata.normalize("NFKC", text).lower().split():
             ids = list(word.encode())
             while len(ids) > 1:
-                best = min(range(len(ids) - 1), key=lambda i: merge_of.get((ids[i], ids[i + 1]), 1 << 30))
+                best = min(
+                    range(len(ids) - 1), key=lambda i: merge_of.get((ids[i], ids[i + 1]), 1 << 30)
+                )
                 merged = merge_of.get((ids[best], ids[best + 1]))
                 if merged is None:
                     break
@@ -91,8 +112,16 @@ class MergeTokenizer:
 class PackedTextStream(IterableDataset):
     """Documents ``rank, rank + world_size, ...`` split again by worker, tokenized and packed."""
 
-    def __init__(self, tokenizer: MergeTokenizer, *, seq_len: int, rank: int, world_size: int, documents: int = 480,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        tokenizer: MergeTokenizer,
+        *,
+        seq_len: int,
+        rank: int,
+        world_size: int,
+        documents: int = 480,
+        seed: int = 0,
+    ) -> None:
         self.tokenizer = tokenizer
         self.seq_len = seq_len
         self.rank = rank
@@ -131,8 +160,17 @@ class PackedTextStream(IterableDataset):
 class PretrainLoader(StatefulDataLoader):
     """The project's loader: built from a tokenizer and the rank layout, never from a dataset."""
 
-    def __init__(self, *, tokenizer: MergeTokenizer, seq_len: int, rank: int, world_size: int, batch_size: int = 8,
-                 num_workers: int = 2, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        tokenizer: MergeTokenizer,
+        seq_len: int,
+        rank: int,
+        world_size: int,
+        batch_size: int = 8,
+        num_workers: int = 2,
+        **kwargs: Any,
+    ) -> None:
         self.seq_len = seq_len
         self.rank = rank
         self.world_size = world_size
@@ -141,5 +179,6 @@ class PretrainLoader(StatefulDataLoader):
 
 
 def make_loader() -> PretrainLoader:
-    return PretrainLoader(tokenizer=MergeTokenizer(), seq_len=1024, rank=0, world_size=1, batch_size=8, num_workers=2)
-
+    return PretrainLoader(
+        tokenizer=MergeTokenizer(), seq_len=1024, rank=0, world_size=1, batch_size=8, num_workers=2
+    )

@@ -78,7 +78,9 @@ def nodes_graph(num_workers: int = 2, method: str = "thread", batch_size: int = 
 
     dataset = JpegDataset()
     node = tn.SamplerWrapper(SequentialSampler(dataset))
-    node = tn.ParallelMapper(node, map_fn=dataset.__getitem__, num_workers=num_workers, method=method)
+    node = tn.ParallelMapper(
+        node, map_fn=dataset.__getitem__, num_workers=num_workers, method=method
+    )
     node = tn.Batcher(node, batch_size=batch_size, drop_last=True)
     node = tn.Mapper(node, _collate)
     node = tn.Prefetcher(node, prefetch_factor=2)
@@ -123,7 +125,9 @@ class Sentences(Dataset):
     def __init__(self, size: int = 256) -> None:
         rng = random.Random(0)
         words = [f"w{i}" for i in range(500)]
-        self.texts = [" ".join(rng.choice(words) for _ in range(rng.randint(8, 40))) for _ in range(size)]
+        self.texts = [
+            " ".join(rng.choice(words) for _ in range(rng.randint(8, 40))) for _ in range(size)
+        ]
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -183,14 +187,24 @@ class ShardedTextLoader(DataLoader):
     """A DataLoader subclass whose constructor takes required keyword-only arguments and builds
     its own dataset (as LLM pre-training loaders do): it cannot be called with DataLoader's."""
 
-    def __init__(self, *, corpus_size: int, rank: int, world_size: int, batch_size: int = 16, num_workers: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        corpus_size: int,
+        rank: int,
+        world_size: int,
+        batch_size: int = 16,
+        num_workers: int = 0,
+    ) -> None:
         self.corpus_size = corpus_size
         self.rank = rank
         self.world_size = world_size
         dataset = Sentences(corpus_size)
         indices = list(range(rank, corpus_size, world_size))
         super().__init__(
-            torch.utils.data.Subset(dataset, indices), batch_size=batch_size, num_workers=num_workers,
+            torch.utils.data.Subset(dataset, indices),
+            batch_size=batch_size,
+            num_workers=num_workers,
             collate_fn=pad_tokens,
         )
 

@@ -29,13 +29,23 @@ class Features(collections.UserDict):
     """A batch of named tensors (a Mapping, not a dict), with a ``to()`` like BatchEncoding's."""
 
     def to(self, device: Any) -> Features:
-        return Features({k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in self.items()})
+        return Features(
+            {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in self.items()}
+        )
 
 
 class ShardedRecordStream(IterableDataset):
     """Records ``rank, rank + world_size, ...``, split again by worker, shuffled through a buffer."""
 
-    def __init__(self, records: int = 800, *, rank: int = 0, world_size: int = 1, record_kb: int = 96, seed: int = 0) -> None:
+    def __init__(
+        self,
+        records: int = 800,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        record_kb: int = 96,
+        seed: int = 0,
+    ) -> None:
         self.records = records
         self.rank = rank
         self.world_size = world_size
@@ -51,7 +61,9 @@ class ShardedRecordStream(IterableDataset):
 
     def _record(self, index: int) -> dict[str, Any]:
         rng = np.random.default_rng(self.seed * 1_000_003 + index)
-        length = int(rng.integers(self.record_kb * 128, self.record_kb * 256))  # int32 tokens: record_kb/2 .. record_kb
+        length = int(
+            rng.integers(self.record_kb * 128, self.record_kb * 256)
+        )  # int32 tokens: record_kb/2 .. record_kb
         return {"id": index, "tokens": rng.integers(0, 50_000, size=length, dtype=np.int32)}
 
     def _keep(self, record: dict[str, Any]) -> None:
@@ -94,13 +106,21 @@ class PadCollate:
             n = len(record["tokens"])
             ids[row, :n] = torch.from_numpy(record["tokens"].astype(np.int64))
             mask[row, :n] = 1
-        return Features({"input_ids": ids, "attention_mask": mask, "ids": torch.tensor([r["id"] for r in records])})
+        return Features(
+            {
+                "input_ids": ids,
+                "attention_mask": mask,
+                "ids": torch.tensor([r["id"] for r in records]),
+            }
+        )
 
 
 class StreamingLoader(DataLoader):
     """The library's loader: its own collate, its dataset's sharding."""
 
-    def __init__(self, dataset: ShardedRecordStream, batch_size: int = 8, num_workers: int = 2, **kwargs: Any) -> None:
+    def __init__(
+        self, dataset: ShardedRecordStream, batch_size: int = 8, num_workers: int = 2, **kwargs: Any
+    ) -> None:
         kwargs.setdefault("collate_fn", PadCollate())
         super().__init__(dataset, batch_size=batch_size, num_workers=num_workers, **kwargs)
 

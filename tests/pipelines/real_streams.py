@@ -35,7 +35,10 @@ WORDS = ("stream", "shard", "token", "worker", "epoch", "batch", "corpus", "line
 
 def _data_dir() -> Path:
     """The shards, written once (seeded) under a temporary name and renamed into place."""
-    root = Path(os.environ.get("STALLSCOPE_TEST_DATA") or Path(tempfile.gettempdir()) / "stallscope-test-data")
+    root = Path(
+        os.environ.get("STALLSCOPE_TEST_DATA")
+        or Path(tempfile.gettempdir()) / "stallscope-test-data"
+    )
     final = root / "streams-v1"
     if (final / "DONE").exists():
         return final
@@ -47,7 +50,9 @@ def _data_dir() -> Path:
             with open(scratch / f"part-{shard:02d}.jsonl", "w") as out:
                 for line in range(LINES_PER_SHARD):
                     words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9)))
-                    out.write(json.dumps({"id": shard * LINES_PER_SHARD + line, "text": words}) + "\n")
+                    out.write(
+                        json.dumps({"id": shard * LINES_PER_SHARD + line, "text": words}) + "\n"
+                    )
         (scratch / "DONE").write_text("ok\n")
         try:
             os.rename(scratch, final)

@@ -53,7 +53,8 @@ class PairDataset(Dataset):
     def _open(self) -> dict[str, np.ndarray]:
         if self._tokens is None:
             self._tokens = {
-                side: np.load(self.folder / f"{side}.tokens.npy", mmap_mode="r") for side in ("src", "tgt")
+                side: np.load(self.folder / f"{side}.tokens.npy", mmap_mode="r")
+                for side in ("src", "tgt")
             }
         return self._tokens
 
@@ -82,7 +83,9 @@ class TokenBuckets(Sampler[list[int]]):
     a new seeded order, as fairseq's epoch iterator does.
     """
 
-    def __init__(self, sizes: np.ndarray, max_tokens: int, *, seed: int = 1, shuffle: bool = True) -> None:
+    def __init__(
+        self, sizes: np.ndarray, max_tokens: int, *, seed: int = 1, shuffle: bool = True
+    ) -> None:
         self.seed = seed
         self.shuffle = shuffle
         self.epoch = 0
@@ -136,7 +139,9 @@ class Collater:
         samples = sorted(samples, key=lambda s: len(s["source"]), reverse=True)
         src = [s["source"] for s in samples]
         tgt = [s["target"] for s in samples]
-        prev = [torch.cat([tgt_row[-1:], tgt_row[:-1]]) for tgt_row in tgt]  # eos moved to the front
+        prev = [
+            torch.cat([tgt_row[-1:], tgt_row[:-1]]) for tgt_row in tgt
+        ]  # eos moved to the front
         return {
             "id": torch.tensor([s["id"] for s in samples], dtype=torch.int64),
             "nsentences": len(samples),
@@ -159,4 +164,6 @@ def make_loader(num_workers: int = 1) -> DataLoader:
     dataset = make_dataset()
     sizes = np.maximum(dataset.src_sizes, dataset.tgt_sizes) + 1
     buckets = TokenBuckets(sizes, MAX_TOKENS, seed=1)
-    return DataLoader(dataset, batch_sampler=buckets, collate_fn=Collater(), num_workers=num_workers)
+    return DataLoader(
+        dataset, batch_sampler=buckets, collate_fn=Collater(), num_workers=num_workers
+    )

@@ -70,7 +70,9 @@ def _kind(path: tuple[str, ...]) -> str:
     last = path[-1] if path else ""
     if last.endswith("bytes"):
         return "bytes"
-    if last.endswith("_mb") or "_mb_" in last or last.startswith("mb_"):  # mb_per_1000, mb_per_hour: MiB rates
+    if (
+        last.endswith("_mb") or "_mb_" in last or last.startswith("mb_")
+    ):  # mb_per_1000, mb_per_hour: MiB rates
         return "mib"
     if last.endswith("_s") or last.endswith("seconds"):
         return "s"
@@ -83,7 +85,13 @@ class Pools:
     """Candidate values by unit kind."""
 
     def __init__(self) -> None:
-        self.kinds: dict[str, set[float]] = {"any": set(), "s": set(), "ms": set(), "bytes": set(), "mib": set()}
+        self.kinds: dict[str, set[float]] = {
+            "any": set(),
+            "s": set(),
+            "ms": set(),
+            "bytes": set(),
+            "mib": set(),
+        }
         self.texts: set[str] = set()
 
     def add(self, kind: str, *values: float | None) -> None:
@@ -114,7 +122,9 @@ def _walk(value: Any, path: tuple[str, ...], pools: Pools) -> None:
 
 def _configs(r: dict, *, trials: bool = True) -> list[tuple[dict, dict | None]]:
     """(config, bench result or None) for the configurations the record names."""
-    out = [(res.get("config") or {}, res) for res in r.get("results") or [] if isinstance(res, dict)]
+    out = [
+        (res.get("config") or {}, res) for res in r.get("results") or [] if isinstance(res, dict)
+    ]
     for key in ("best", "baseline"):
         if isinstance(r.get(key), dict):
             out.append((r[key].get("config") or {}, None))
@@ -141,19 +151,37 @@ def _derive(r: dict, pools: Pools) -> None:
     pools.add("any", len(ok), len(results) - len(ok))
     pools.add("any", sum(res.get("batches_measured") or 0 for res in ok))
     pools.add("s", sum(_num(res.get("window_s")) or 0.0 for res in ok))
-    trials = [t for t in r.get("trials") or [] if isinstance(t, dict) and _rate(t.get("samples_per_s"))]
+    trials = [
+        t for t in r.get("trials") or [] if isinstance(t, dict) and _rate(t.get("samples_per_s"))
+    ]
     pools.add("any", min(len(trials), 10), min(len(r.get("hotspots") or []), 8))
-    pools.add("any", sum(1 for t in r.get("trials") or [] if isinstance(t, dict) and t.get("error")))
+    pools.add(
+        "any", sum(1 for t in r.get("trials") or [] if isinstance(t, dict) and t.get("error"))
+    )
     # speed-ups: tuned best and each trial against the tuner's baseline; a result against num_workers=0
-    baseline = _rate((r.get("baseline") or {}).get("samples_per_s")) if isinstance(r.get("baseline"), dict) else None
-    best = _rate((r.get("best") or {}).get("samples_per_s")) if isinstance(r.get("best"), dict) else None
+    baseline = (
+        _rate((r.get("baseline") or {}).get("samples_per_s"))
+        if isinstance(r.get("baseline"), dict)
+        else None
+    )
+    best = (
+        _rate((r.get("best") or {}).get("samples_per_s"))
+        if isinstance(r.get("best"), dict)
+        else None
+    )
     margin = _num((r.get("best") or {}).get("margin")) if isinstance(r.get("best"), dict) else None
     if margin is not None:
         pools.add("any", margin - 1.0)  # how much faster than the runner-up
     if baseline:
-        pools.add("any", *[(x or 0.0) / baseline for x in [best] + [_rate(t["samples_per_s"]) for t in trials]])
-    zero = {res["config"].get("batch_size"): _rate(res["samples_per_s"]) for res in ok
-            if not res["config"].get("num_workers")}
+        pools.add(
+            "any",
+            *[(x or 0.0) / baseline for x in [best] + [_rate(t["samples_per_s"]) for t in trials]],
+        )
+    zero = {
+        res["config"].get("batch_size"): _rate(res["samples_per_s"])
+        for res in ok
+        if not res["config"].get("num_workers")
+    }
     for res in ok:
         single = zero.get(res["config"].get("batch_size"))
         if single:
@@ -166,12 +194,19 @@ def _derive(r: dict, pools: Pools) -> None:
         pools.add("s", *epochs)
         pools.add("s", *[a - b for a in epochs for b in epochs])
         pools.add("any", *[s / e for s in startups for e in epochs])
-        pools.add("any", *[math.ceil(length / c["batch_size"]) for c, _ in _configs(r) if c.get("batch_size")])
+        pools.add(
+            "any",
+            *[math.ceil(length / c["batch_size"]) for c, _ in _configs(r) if c.get("batch_size")],
+        )
     # in-flight memory: batch bytes scaled to the batch size × prefetch × workers, against /dev/shm and RAM
     ref_bytes, ref_bs = _num(dataset.get("batch_bytes")), _num(dataset.get("batch_size"))
     shm, ram = _num(host.get("shm_free_bytes")), _num(host.get("memory_available_bytes"))
     for config, res in _configs(r, trials=False):
-        w, pf, bs = config.get("num_workers") or 0, config.get("prefetch_factor") or 2, config.get("batch_size")
+        w, pf, bs = (
+            config.get("num_workers") or 0,
+            config.get("prefetch_factor") or 2,
+            config.get("batch_size"),
+        )
         pools.add("any", w * pf)
         if ref_bytes:
             per_batch = ref_bytes * bs / ref_bs if bs and ref_bs else ref_bytes
@@ -235,7 +270,11 @@ def _derive(r: dict, pools: Pools) -> None:
         if w and t and cores:
             pools.add("any", w * t, w * t / cores)
     # the ceiling: the share of it the pick leaves; the training step with free data against the loop's
-    fraction = _num((r.get("ceiling") or {}).get("pick_fraction")) if isinstance(r.get("ceiling"), dict) else None
+    fraction = (
+        _num((r.get("ceiling") or {}).get("pick_fraction"))
+        if isinstance(r.get("ceiling"), dict)
+        else None
+    )
     if fraction is not None:
         pools.add("any", 1.0 - fraction)
     free = _num(r.get("free_data_step_s"))

@@ -99,11 +99,15 @@ class RawArrays(Dataset):
 
     def __getitem__(self, index: int) -> torch.Tensor:
         if self.how == "fromfile":
-            row = np.fromfile(self.path, dtype=np.float32, count=self.width, offset=index * self.width * 4)
+            row = np.fromfile(
+                self.path, dtype=np.float32, count=self.width, offset=index * self.width * 4
+            )
         elif self.how == "np.load":
             row = np.array(np.load(self.path, mmap_mode="r")[index])
         else:
-            data = np.memmap(self.path, dtype=np.float32, mode="r", shape=(self.records, self.width))
+            data = np.memmap(
+                self.path, dtype=np.float32, mode="r", shape=(self.records, self.width)
+            )
             row = np.array(data[index])
         return torch.from_numpy(row)
 

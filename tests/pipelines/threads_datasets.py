@@ -24,7 +24,13 @@ class LatencyItems(Dataset):
     also name the thread that fetched them (which makes them differ between threads).
     """
 
-    def __init__(self, n: int = 256, wait_s: float = 0.006, fail_at: int | None = None, report_thread: bool = False) -> None:
+    def __init__(
+        self,
+        n: int = 256,
+        wait_s: float = 0.006,
+        fail_at: int | None = None,
+        report_thread: bool = False,
+    ) -> None:
         self.n = n
         self.report_thread = report_thread
         self.wait_s = wait_s
@@ -69,7 +75,8 @@ class BatchedQuery(LatencyItems):
     def __getitems__(self, indices: list[int]) -> list[dict]:
         time.sleep(self.wait_s)
         return [
-            {"x": torch.full((4,), float(i)), "index": i, "thread": threading.current_thread().name} for i in indices
+            {"x": torch.full((4,), float(i)), "index": i, "thread": threading.current_thread().name}
+            for i in indices
         ]
 
 

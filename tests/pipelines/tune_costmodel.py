@@ -89,7 +89,9 @@ class CostModel:
     # -- what the cheap in-process probe would see -------------------------------
     def profile(self) -> Profile:
         per_item = (self.cpu_ms + self.wait_ms + self.item_overhead_ms) / 1000
-        cpu_share = (self.cpu_ms + self.item_overhead_ms) / max(1e-9, self.cpu_ms + self.wait_ms + self.item_overhead_ms)
+        cpu_share = (self.cpu_ms + self.item_overhead_ms) / max(
+            1e-9, self.cpu_ms + self.wait_ms + self.item_overhead_ms
+        )
         jitter = 1.0 + (self.spike_ms / max(1e-9, per_item * 1000) if self.spike_p >= 0.05 else 0.0)
         spike = 1.0 + (self.spike_ms / max(1e-9, per_item * 1000) if self.spike_p > 0 else 0.0)
         return Profile(
@@ -100,7 +102,12 @@ class CostModel:
             jitter=jitter,
             spike=spike,
             batched_fetch="tensor-index" if self.batched else None,
-            batched_speedup=(self.rate(LoaderConfig(batch_size=self.batch_size, batched_fetch=True)) / self.rate(LoaderConfig(batch_size=self.batch_size))) if self.batched else None,
+            batched_speedup=(
+                self.rate(LoaderConfig(batch_size=self.batch_size, batched_fetch=True))
+                / self.rate(LoaderConfig(batch_size=self.batch_size))
+            )
+            if self.batched
+            else None,
             items=64,
         )
 
@@ -110,17 +117,24 @@ class CostModel:
 
 
 def _smooth_min(values: list[float], p: float = 6.0) -> float:
-    return sum(v ** -p for v in values) ** (-1 / p)
+    return sum(v**-p for v in values) ** (-1 / p)
 
 
 def dense_space(
-    model: CostModel, *, max_workers: int = 128, batched: bool = False, threads: bool = False,
+    model: CostModel,
+    *,
+    max_workers: int = 128,
+    batched: bool = False,
+    threads: bool = False,
     worker_threads: tuple[int, ...] = (),
 ) -> list[LoaderConfig]:
     """Every config the search could reach, for the true optimum."""
     configs = [LoaderConfig(num_workers=0, batch_size=model.batch_size)]
     for k in worker_threads:
-        configs += [LoaderConfig(num_workers=w, batch_size=model.batch_size, worker_threads=k) for w in range(max_workers + 1)]
+        configs += [
+            LoaderConfig(num_workers=w, batch_size=model.batch_size, worker_threads=k)
+            for w in range(max_workers + 1)
+        ]
     if batched:
         configs.append(LoaderConfig(num_workers=0, batch_size=model.batch_size, batched_fetch=True))
     if threads:
@@ -128,9 +142,15 @@ def dense_space(
     for w in range(1, max_workers + 1):
         for pf in (2, 4, 8):
             for ordered in (True, False):
-                for b in ((False, True) if batched else (False,)):
+                for b in (False, True) if batched else (False,):
                     configs.append(
-                        LoaderConfig(num_workers=w, batch_size=model.batch_size, prefetch_factor=pf, in_order=ordered, batched_fetch=b)
+                        LoaderConfig(
+                            num_workers=w,
+                            batch_size=model.batch_size,
+                            prefetch_factor=pf,
+                            in_order=ordered,
+                            batched_fetch=b,
+                        )
                     )
     return configs
 
@@ -138,5 +158,7 @@ def dense_space(
 # Pipelines the tests and docs refer to.
 CPU_BOUND = CostModel(cpu_ms=2.0, collate_ms=1.0, batch_size=32)
 LATENCY_BOUND = CostModel(cpu_ms=0.5, wait_ms=10.0, batch_size=16, ipc_ms=0.4)
-TINY_IN_MEMORY = CostModel(cpu_ms=0.002, item_overhead_ms=0.01, collate_ms=0.4, ipc_ms=0.8, batch_size=64, batched=True)
+TINY_IN_MEMORY = CostModel(
+    cpu_ms=0.002, item_overhead_ms=0.01, collate_ms=0.4, ipc_ms=0.8, batch_size=64, batched=True
+)
 JITTERY = CostModel(cpu_ms=1.0, spike_ms=100.0, spike_p=0.05, batch_size=16)

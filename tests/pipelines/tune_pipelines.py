@@ -79,4 +79,9 @@ def sleepy_worker_init(worker_id: int) -> None:
 
 def slow_start_loader() -> DataLoader:
     """Two workers, each 0.3 s to start: what persistent_workers saves at every epoch boundary."""
-    return DataLoader(WaitingDataset(n=64, wait_s=0.002), batch_size=8, num_workers=2, worker_init_fn=sleepy_worker_init)
+    return DataLoader(
+        WaitingDataset(n=64, wait_s=0.002),
+        batch_size=8,
+        num_workers=2,
+        worker_init_fn=sleepy_worker_init,
+    )

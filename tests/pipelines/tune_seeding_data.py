@@ -38,7 +38,9 @@ class RngHoldingDataset(Dataset):
                 -1 if info is None else info.id,
                 self.gen.random(),
                 self.transform.rng.random(),
-                torch.rand(1, generator=self.torch_gen).item() if self.torch_gen is not None else float(index),
+                torch.rand(1, generator=self.torch_gen).item()
+                if self.torch_gen is not None
+                else float(index),
                 random.random(),
                 np.random.rand(),
                 torch.rand(1).item(),

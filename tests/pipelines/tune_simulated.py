@@ -80,9 +80,14 @@ class SimulatedEvaluator(InterleavingEvaluator):
         workers = max(1, config.num_workers)
         batch_s = config.batch_size * workers / true if true > 0 else 1.0  # one worker's batch
         startup = self.startup_fn(config)
-        restart = 0.0 if config.persistent_workers else 1.5 * startup  # shutdown (half a start-up) + start-up
+        restart = (
+            0.0 if config.persistent_workers else 1.5 * startup
+        )  # shutdown (half a start-up) + start-up
         batches = epoch_batches(config)
-        gaps = [(restart + batch_s) * math.exp(self.rng.gauss(0.0, self.noise)) for _ in range(epochs - 1)]
+        gaps = [
+            (restart + batch_s) * math.exp(self.rng.gauss(0.0, self.noise))
+            for _ in range(epochs - 1)
+        ]
         cost = 1.5 * startup + epochs * batches * batch_s / workers + sum(gaps)
         self.clock += cost
         self.epoch_gaps.append(config)

@@ -79,7 +79,12 @@ class RandomResizedCrop:
                 break
         else:
             side = min(width, height)
-            box = ((width - side) // 2, (height - side) // 2, (width + side) // 2, (height + side) // 2)
+            box = (
+                (width - side) // 2,
+                (height - side) // 2,
+                (width + side) // 2,
+                (height + side) // 2,
+            )
         return image.resize((self.size, self.size), Image.Resampling.BILINEAR, box=box)
 
 
@@ -88,15 +93,21 @@ class RandomHorizontalFlip:
         self.p = p
 
     def __call__(self, image: Image.Image) -> Image.Image:
-        return image.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if random.random() < self.p else image
+        return (
+            image.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if random.random() < self.p else image
+        )
 
 
 class ColorJitter:
-    def __init__(self, brightness: float = 0.4, contrast: float = 0.4, saturation: float = 0.4) -> None:
+    def __init__(
+        self, brightness: float = 0.4, contrast: float = 0.4, saturation: float = 0.4
+    ) -> None:
         self.amounts = (brightness, contrast, saturation)
 
     def __call__(self, image: Image.Image) -> Image.Image:
-        for enhancer, amount in zip((ImageEnhance.Brightness, ImageEnhance.Contrast, ImageEnhance.Color), self.amounts):
+        for enhancer, amount in zip(
+            (ImageEnhance.Brightness, ImageEnhance.Contrast, ImageEnhance.Color), self.amounts
+        ):
             image = enhancer(image).enhance(random.uniform(1 - amount, 1 + amount))
         return image
 

@@ -16,24 +16,49 @@ from stallscope.training.replay import replay_free_data
 
 
 def config(workers: int, bs: int = 32) -> dict:
-    return {"num_workers": workers, "batch_size": bs, "prefetch_factor": 2 if workers else None,
-            "persistent_workers": False, "pin_memory": False, "in_order": True, "multiprocessing_context": None}
+    return {
+        "num_workers": workers,
+        "batch_size": bs,
+        "prefetch_factor": 2 if workers else None,
+        "persistent_workers": False,
+        "pin_memory": False,
+        "in_order": True,
+        "multiprocessing_context": None,
+    }
 
 
-def result(workers: int, rate: float, efficiency: float | None, main_ms: float | None, bs: int = 32) -> dict:
-    return {"config": config(workers, bs), "label": f"w={workers} bs={bs}",
-            "samples_per_s": {"median": rate, "min": rate, "max": rate}, "efficiency": efficiency,
-            "main_ms_per_batch": main_ms, "noise": 0.01}
+def result(
+    workers: int, rate: float, efficiency: float | None, main_ms: float | None, bs: int = 32
+) -> dict:
+    return {
+        "config": config(workers, bs),
+        "label": f"w={workers} bs={bs}",
+        "samples_per_s": {"median": rate, "min": rate, "max": rate},
+        "efficiency": efficiency,
+        "main_ms_per_batch": main_ms,
+        "noise": 0.01,
+    }
 
 
-def bench_record(cpu_s: float = 0.0025, wall_s: float = 0.0025, main_ms: float = 0.5, rate: float = 750.0,
-                 efficiency: float = 0.9375) -> dict:
+def bench_record(
+    cpu_s: float = 0.0025,
+    wall_s: float = 0.0025,
+    main_ms: float = 0.5,
+    rate: float = 750.0,
+    efficiency: float = 0.9375,
+) -> dict:
     """2 usable cores; single process 400/s; the pick w=2 at ``rate``."""
     return {
-        "command": "bench", "host": {"cores": 2},
+        "command": "bench",
+        "host": {"cores": 2},
         "results": [result(0, 400.0, 1.0, None), result(2, rate, efficiency, main_ms)],
         "scaling": {"cores": 2, "best_index": 1, "single_process_ms_per_sample": 2.5},
-        "cpu_cost": {"cpu_s_per_sample": cpu_s, "wall_s_per_sample": wall_s, "batch_size": 32, "usable_cores": 2},
+        "cpu_cost": {
+            "cpu_s_per_sample": cpu_s,
+            "wall_s_per_sample": wall_s,
+            "batch_size": 32,
+            "usable_cores": 2,
+        },
     }
 
 
@@ -68,18 +93,25 @@ def test_cores_needed_is_target_times_cpu_per_sample_over_the_picks_efficiency()
 def test_where_the_picks_cpu_was_measured_the_efficiency_is_cpu_in_one_process_over_cpu_at_the_pick():
     r = bench_record()
     r["results"][1]["cpu_ms_per_sample"] = 2.8  # main process and workers, per sample, at w=2
-    r["trials"] = [{"config": config(2), "samples_per_s": 700.0, "cpu_ms_per_sample": 3.0},
-                   {"config": config(4), "samples_per_s": 600.0, "cpu_ms_per_sample": 9.0}]
+    r["trials"] = [
+        {"config": config(2), "samples_per_s": 700.0, "cpu_ms_per_sample": 3.0},
+        {"config": config(4), "samples_per_s": 600.0, "cpu_ms_per_sample": 9.0},
+    ]
     n = cores_needed_section(r, 5000.0)
-    assert n["efficiency_from"] == "cpu" and n["pick_cpu_ms_per_sample"] == pytest.approx(2.9)  # median of 2.8, 3.0
+    assert n["efficiency_from"] == "cpu" and n["pick_cpu_ms_per_sample"] == pytest.approx(
+        2.9
+    )  # median of 2.8, 3.0
     # busy cores = rate × CPU per sample: 750/s × 2.9 ms = 2.18, never more than the 2 usable
     assert ceiling_section(r)["pick_cpu_cores"] == 2.0
     assert n["efficiency"] == pytest.approx(2.5 / 2.9, abs=1e-4)
-    assert n["cores"] == pytest.approx(5000 * 0.0029, abs=0.01)  # target × the CPU each sample costs at the pick
+    assert n["cores"] == pytest.approx(
+        5000 * 0.0029, abs=0.01
+    )  # target × the CPU each sample costs at the pick
     r.update(ceiling_sections(r, 5000.0))
     assert ceiling_facts(r).cores_sentence.startswith(
         "At 5,000 samples/s this pipeline needs 14.5 cores (5,000 samples/s × 2.50 ms of CPU per sample in one process "
-        "÷ 86.2% CPU efficiency of w=2 bs=32, whose processes spend 2.90 ms of CPU per sample)")
+        "÷ 86.2% CPU efficiency of w=2 bs=32, whose processes spend 2.90 ms of CPU per sample)"
+    )
 
 
 def test_an_efficiency_above_one_saves_waits_not_cpu():
@@ -99,12 +131,15 @@ def test_the_sweeps_efficiency_where_no_single_process_time_was_probed():
 
 def test_without_a_sweep_the_efficiency_comes_from_the_probes_single_process_time():
     r = {
-        "command": "tune", "host": {"cores": 2},
+        "command": "tune",
+        "host": {"cores": 2},
         "baseline": {"config": config(0), "samples_per_s": 400.0},
         "best": {"config": config(4), "samples_per_s": 700.0, "speedup": 1.75},
-        "trials": [{"config": config(4), "samples_per_s": 690.0, "main_ms_per_batch": 0.4},
-                   {"config": config(4), "samples_per_s": 700.0, "main_ms_per_batch": 0.6},
-                   {"config": config(0), "samples_per_s": 400.0, "main_ms_per_batch": None}],
+        "trials": [
+            {"config": config(4), "samples_per_s": 690.0, "main_ms_per_batch": 0.4},
+            {"config": config(4), "samples_per_s": 700.0, "main_ms_per_batch": 0.6},
+            {"config": config(0), "samples_per_s": 400.0, "main_ms_per_batch": None},
+        ],
         "cpu_cost": {"cpu_s_per_sample": 0.0025, "wall_s_per_sample": 0.0025},
     }
     c = ceiling_section(r)
@@ -127,7 +162,12 @@ def test_nothing_is_stated_without_a_measured_cpu_cost_or_a_pick():
     r = bench_record()
     r["cpu_cost"] = {"error": "ValueError: boom"}
     assert ceiling_sections(r, 5000.0) == {}
-    assert ceiling_sections({"command": "bench", "host": {"cores": 2}, "cpu_cost": {"cpu_s_per_sample": 0.001}}) == {}
+    assert (
+        ceiling_sections(
+            {"command": "bench", "host": {"cores": 2}, "cpu_cost": {"cpu_s_per_sample": 0.001}}
+        )
+        == {}
+    )
     assert ceiling_facts({"command": "bench"}) is None
 
 
@@ -148,20 +188,39 @@ def test_the_sentences_state_the_ceiling_the_fraction_and_what_follows():
     low = bench_record(rate=400.0, efficiency=0.5)
     low.update(ceiling_sections(low, 100.0))
     facts = ceiling_facts(low)
-    assert "reaches 50.0% of" in facts.ceiling_sentence and "50.0% of it is lost to the loader's own overheads" in facts.ceiling_sentence
-    assert facts.cores_sentence.endswith("the 2 usable cores are enough: the loader's settings decide whether it gets there.")
+    assert (
+        "reaches 50.0% of" in facts.ceiling_sentence
+        and "50.0% of it is lost to the loader's own overheads" in facts.ceiling_sentence
+    )
+    assert facts.cores_sentence.endswith(
+        "the 2 usable cores are enough: the loader's settings decide whether it gets there."
+    )
 
 
-@pytest.mark.parametrize(("busy", "others", "says"), [
-    (1.9, 0.1, "kept 1.90 of the 2 usable cores busy, so 50.0% of it is the CPU the hand-off between processes costs"),
-    (1.0, 0.1, "kept only 1.00 of the 2 usable cores busy: 50.0% of it is lost to waits"),
-    (1.0, 1.2, "other processes kept 1.20 of the 2 usable cores busy while the CPU cost was measured: 50.0% of it may be theirs"),
-    (None, None, "50.0% of it is lost to the loader's own overheads"),
-])
+@pytest.mark.parametrize(
+    ("busy", "others", "says"),
+    [
+        (
+            1.9,
+            0.1,
+            "kept 1.90 of the 2 usable cores busy, so 50.0% of it is the CPU the hand-off between processes costs",
+        ),
+        (1.0, 0.1, "kept only 1.00 of the 2 usable cores busy: 50.0% of it is lost to waits"),
+        (
+            1.0,
+            1.2,
+            "other processes kept 1.20 of the 2 usable cores busy while the CPU cost was measured: 50.0% of it may be theirs",
+        ),
+        (None, None, "50.0% of it is lost to the loader's own overheads"),
+    ],
+)
 def test_below_the_ceiling_the_report_says_where_the_rest_went(busy, others, says):
     r = bench_record(rate=400.0, efficiency=0.5)
     if busy is not None:
-        r["results"][1]["resources"] = {"main_cpu_percent": 10.0, "workers_cpu_percent": busy * 100 - 10.0}
+        r["results"][1]["resources"] = {
+            "main_cpu_percent": 10.0,
+            "workers_cpu_percent": busy * 100 - 10.0,
+        }
     r["cpu_cost"]["others_busy_cores"] = others
     r.update(ceiling_sections(r, 1000.0))
     assert r["ceiling"]["pick_cpu_cores"] == busy
@@ -179,7 +238,9 @@ def test_replay_times_the_step_after_warm_up_with_a_fake_clock():
         now[0] += 1.0 if len(calls) <= 2 else 0.25  # the first two steps pay warm-up
 
     out = replay_free_data(step, ["a", "b", "c"], clock=lambda: now[0])
-    assert out["free_data_step_s"] == 0.25 and out["free_data_steps"] == 5  # 5 × 0.25 s ≥ the 1 s window
+    assert (
+        out["free_data_step_s"] == 0.25 and out["free_data_steps"] == 5
+    )  # 5 × 0.25 s ≥ the 1 s window
     assert out["free_data_batches"] == 3 and calls[:4] == ["a", "b", "c", "a"]
     fixed = replay_free_data(step, ["a"], clock=lambda: now[0], fixed_steps=3)
     assert fixed["free_data_steps"] == 3
@@ -190,9 +251,19 @@ def test_a_persistent_pick_reads_the_sweeps_row_of_the_same_steady_state():
     r = bench_record()
     r["results"][1]["resources"] = {"main_cpu_percent": 10.0, "workers_cpu_percent": 180.0}
     persistent = dict(config(2), persistent_workers=True)
-    r.update({"baseline": {"config": config(0), "samples_per_s": 400.0},
-              "best": {"config": persistent, "samples_per_s": 760.0, "speedup": 1.9,
-                       "head_to_head": [{"config": config(2), "samples_per_s": 750.0, "role": "sweep-best"}]}})
+    r.update(
+        {
+            "baseline": {"config": config(0), "samples_per_s": 400.0},
+            "best": {
+                "config": persistent,
+                "samples_per_s": 760.0,
+                "speedup": 1.9,
+                "head_to_head": [
+                    {"config": config(2), "samples_per_s": 750.0, "role": "sweep-best"}
+                ],
+            },
+        }
+    )
     c = ceiling_section(r)
     assert c["pick_samples_per_s"] == 760.0 and c["pick_cpu_cores"] == 1.9
     assert cores_needed_section(r, 1000.0)["sweep_efficiency"] == 0.9375

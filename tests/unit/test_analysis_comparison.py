@@ -11,8 +11,14 @@ from stallscope.analysis import comparison as cmp
 
 def rounds_from(pairs: list[tuple[float, float]], **extra: float) -> list[dict]:
     """Rounds whose two A windows rate ``a`` and two B windows rate ``b``."""
-    return [{"order": cmp_order(i), "a": [{"samples_per_s": a, **extra}] * 2, "b": [{"samples_per_s": b, **extra}] * 2}
-            for i, (a, b) in enumerate(pairs)]
+    return [
+        {
+            "order": cmp_order(i),
+            "a": [{"samples_per_s": a, **extra}] * 2,
+            "b": [{"samples_per_s": b, **extra}] * 2,
+        }
+        for i, (a, b) in enumerate(pairs)
+    ]
 
 
 def cmp_order(i: int) -> str:
@@ -45,8 +51,13 @@ def test_the_ratio_interval_is_a_t_interval_over_round_log_ratios():
 
 
 def test_windows_of_a_round_are_averaged_before_the_ratio():
-    rounds = [{"order": "ABBA", "a": [{"samples_per_s": 90}, {"samples_per_s": 110}],
-               "b": [{"samples_per_s": 100}, {"samples_per_s": 100}]}]
+    rounds = [
+        {
+            "order": "ABBA",
+            "a": [{"samples_per_s": 90}, {"samples_per_s": 110}],
+            "b": [{"samples_per_s": 100}, {"samples_per_s": 100}],
+        }
+    ]
     assert cmp.log_ratios(rounds) == pytest.approx([0.0])
 
 
@@ -60,12 +71,16 @@ def test_below_three_rounds_there_is_no_interval_and_no_gate():
 
 
 def test_a_clear_slowdown_fails_the_gate_and_a_noisy_one_does_not():
-    slow = cmp.compare_facts(rounds_from([(100, 83), (100, 84), (100, 82), (100, 83)]), fail_if_slower_pct=10)
+    slow = cmp.compare_facts(
+        rounds_from([(100, 83), (100, 84), (100, 82), (100, 83)]), fail_if_slower_pct=10
+    )
     assert slow["verdict"] == "slower"
     assert slow["ratio"]["high"] < 0.9 and slow["gate"]["failed"] is True
     assert slow["change"]["estimate"] == pytest.approx(slow["ratio"]["estimate"] - 1)
     # the same mean slowdown, but rounds all over the place: the interval reaches above 0.9
-    noisy = cmp.compare_facts(rounds_from([(100, 60), (100, 105), (100, 70), (100, 98)]), fail_if_slower_pct=10)
+    noisy = cmp.compare_facts(
+        rounds_from([(100, 60), (100, 105), (100, 70), (100, 98)]), fail_if_slower_pct=10
+    )
     assert noisy["ratio"]["estimate"] < 0.9
     assert noisy["ratio"]["high"] > 0.9 and noisy["gate"]["failed"] is False
 
@@ -78,10 +93,16 @@ def test_the_gate_reads_the_interval_not_the_point_estimate():
     assert cmp.gate_fails(interval, None) is False
 
 
-@pytest.mark.parametrize("low,high,rate,expected", [
-    (1.02, 1.08, True, "faster"), (0.9, 0.98, True, "slower"), (0.97, 1.03, True, "within noise"),
-    (1.02, 1.08, False, "higher"), (0.9, 0.98, False, "lower"),
-])
+@pytest.mark.parametrize(
+    "low,high,rate,expected",
+    [
+        (1.02, 1.08, True, "faster"),
+        (0.9, 0.98, True, "slower"),
+        (0.97, 1.03, True, "within noise"),
+        (1.02, 1.08, False, "higher"),
+        (0.9, 0.98, False, "lower"),
+    ],
+)
 def test_verdicts(low, high, rate, expected):
     assert cmp.verdict({"low": low, "high": high}, rate=rate) == expected
     assert cmp.verdict({"low": None, "high": None}) == "undecided"
@@ -113,9 +134,17 @@ def test_every_figure_gets_its_sides_and_a_paired_ratio():
 def test_stage_differences_put_the_largest_change_first():
     rows = cmp.stage_differences(
         [{"name": "decode", "ms_per_sample": 2.0}, {"name": "collate", "ms_per_sample": 0.1}],
-        [{"name": "decode", "ms_per_sample": 2.1}, {"name": "collate", "ms_per_sample": 0.1},
-         {"name": "blur", "ms_per_sample": 0.5}],
+        [
+            {"name": "decode", "ms_per_sample": 2.1},
+            {"name": "collate", "ms_per_sample": 0.1},
+            {"name": "blur", "ms_per_sample": 0.5},
+        ],
     )
     assert [r["name"] for r in rows] == ["blur", "decode", "collate"]
-    assert rows[0] == {"name": "blur", "a_ms_per_sample": None, "b_ms_per_sample": 0.5, "delta_ms_per_sample": 0.5}
+    assert rows[0] == {
+        "name": "blur",
+        "a_ms_per_sample": None,
+        "b_ms_per_sample": 0.5,
+        "delta_ms_per_sample": 0.5,
+    }
     assert rows[1]["delta_ms_per_sample"] == pytest.approx(0.1)

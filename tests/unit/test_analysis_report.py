@@ -19,27 +19,52 @@ def fixture(name: str) -> dict:
 
 
 def cfg(w: int, bs: int = 10, pf: int | None = 2, **extra) -> dict:
-    return {"num_workers": w, "batch_size": bs, "prefetch_factor": pf if w else None, "persistent_workers": False,
-            "pin_memory": False, "in_order": True, "multiprocessing_context": None, "batched_fetch": False,
-            "torch_threads": None, **extra}
+    return {
+        "num_workers": w,
+        "batch_size": bs,
+        "prefetch_factor": pf if w else None,
+        "persistent_workers": False,
+        "pin_memory": False,
+        "in_order": True,
+        "multiprocessing_context": None,
+        "batched_fetch": False,
+        "torch_threads": None,
+        **extra,
+    }
 
 
 def result(config: dict, rate: float, **extra) -> dict:
-    base = {"config": config, "samples_per_s": {"median": rate, "min": rate * 0.98, "max": rate * 1.01},
-            "startup_s": 0.5, "batch_ms": {"p50": 40.0, "p95": 60.0}, "noise": 0.03, "error": None}
+    base = {
+        "config": config,
+        "samples_per_s": {"median": rate, "min": rate * 0.98, "max": rate * 1.01},
+        "startup_s": 0.5,
+        "batch_ms": {"p50": 40.0, "p95": 60.0},
+        "noise": 0.03,
+        "error": None,
+    }
     base.update(extra)
     return base
 
 
 def bench_record(**extra) -> dict:
     record = {
-        "command": "bench", "target": "t.py:f",
+        "command": "bench",
+        "target": "t.py:f",
         "host": {"cores": 4, "memory_available_bytes": 8_000_000, "shm_free_bytes": 1_000_000},
         "dataset": {"length": 1000, "batch_bytes": 1000, "batch_size": 10},
         "results": [
             result(cfg(0), 100.0, speedup=1.0, efficiency=1.0),
-            result(cfg(2), 250.0, speedup=2.5, efficiency=1.25,
-                   resources={"main_cpu_percent": 20.0, "workers_cpu_percent": 180.0, "workers_rss_mb": 2.0}),
+            result(
+                cfg(2),
+                250.0,
+                speedup=2.5,
+                efficiency=1.25,
+                resources={
+                    "main_cpu_percent": 20.0,
+                    "workers_cpu_percent": 180.0,
+                    "workers_rss_mb": 2.0,
+                },
+            ),
         ],
         "scaling": {"cores": 4, "best_index": 1, "plateau_workers": 2},
     }
@@ -57,8 +82,11 @@ def test_best_configuration_from_the_sweep_is_measured_against_single_process():
 
 
 def test_best_configuration_prefers_the_tuner_and_computes_missing_speedup():
-    record = bench_record(baseline={"config": cfg(1), "samples_per_s": 80.0},
-                          best={"config": cfg(2), "samples_per_s": 240.0}, trials=[])
+    record = bench_record(
+        baseline={"config": cfg(1), "samples_per_s": 80.0},
+        best={"config": cfg(2), "samples_per_s": 240.0},
+        trials=[],
+    )
     best = an.best_configuration(record)
     assert best.source == "tune"
     assert best.speedup == pytest.approx(3.0)
@@ -165,30 +193,66 @@ def test_derived_recommendations_yield_to_the_records_own():
     record = bench_record()
     # A start-up time is no measurement of persistent_workers: only the epoch-boundary gap is.
     assert [r.id for r in an.recommendations(record)] == ["use-best-config"]
-    record["search"] = {"persistent_workers": {"measured_on": "w=2 bs=10 pf=2", "gap_without_s": 0.6,
-                                               "gap_with_s": 0.1, "saved_s": 0.5, "recommended": True}}
+    record["search"] = {
+        "persistent_workers": {
+            "measured_on": "w=2 bs=10 pf=2",
+            "gap_without_s": 0.6,
+            "gap_with_s": 0.1,
+            "saved_s": 0.5,
+            "recommended": True,
+        }
+    }
     record["best"] = {"config": cfg(2), "samples_per_s": 250.0}
     record["baseline"] = {"config": cfg(0), "samples_per_s": 100.0}
     ids = [r.id for r in an.recommendations(record)]
     assert ids == ["use-best-config", "persistent-workers"]
     rec = an.recommendations(record)[1]
-    assert (rec.values["gap_without_s"], rec.values["gap_with_s"], rec.values["saved_s"]) == (0.6, 0.1, 0.5)
+    assert (rec.values["gap_without_s"], rec.values["gap_with_s"], rec.values["saved_s"]) == (
+        0.6,
+        0.1,
+        0.5,
+    )
     assert rec.values["epoch_s"] == pytest.approx(4.0)
     del record["search"], record["best"], record["baseline"]
-    record["recommendations"] = [{"id": "persistent-workers", "title": "keep workers", "detail": "d",
-                                  "measured": "m", "expected_gain": 1.1}]
+    record["recommendations"] = [
+        {
+            "id": "persistent-workers",
+            "title": "keep workers",
+            "detail": "d",
+            "measured": "m",
+            "expected_gain": 1.1,
+        }
+    ]
     recs = an.recommendations(record)
-    assert [(r.id, r.source) for r in recs] == [("persistent-workers", "record"), ("use-best-config", "analysis")]
-    record["recommendations"].append({"id": "loader-config", "title": "Use the tuned DataLoader settings"})
+    assert [(r.id, r.source) for r in recs] == [
+        ("persistent-workers", "record"),
+        ("use-best-config", "analysis"),
+    ]
+    record["recommendations"].append(
+        {"id": "loader-config", "title": "Use the tuned DataLoader settings"}
+    )
     assert [r.id for r in an.recommendations(record)] == ["persistent-workers", "loader-config"]
 
 
 def test_memory_growth_is_projected_over_an_epoch_and_the_workers():
-    record = bench_record(findings=[{"code": "memory-growth", "severity": "warning", "message": "grows",
-                                     "evidence": {"mb_per_1000_samples": 4.0}}])
+    record = bench_record(
+        findings=[
+            {
+                "code": "memory-growth",
+                "severity": "warning",
+                "message": "grows",
+                "evidence": {"mb_per_1000_samples": 4.0},
+            }
+        ]
+    )
     view = an.finding_facts(record).findings[0]
-    assert view.derived == {"mb_per_1000": 4.0, "epoch_samples": 1000.0, "epoch_mb_per_worker": 4.0,
-                            "workers": 2.0, "epoch_mb_all_workers": 8.0}
+    assert view.derived == {
+        "mb_per_1000": 4.0,
+        "epoch_samples": 1000.0,
+        "epoch_mb_per_worker": 4.0,
+        "workers": 2.0,
+        "epoch_mb_all_workers": 8.0,
+    }
 
 
 def test_findings_sorted_by_severity_and_counted():
@@ -199,8 +263,12 @@ def test_findings_sorted_by_severity_and_counted():
 
 
 def test_stage_shares_accept_percentages():
-    record = {"stages": [{"name": "decode", "ms_per_sample": 3.0, "share": 75.0},
-                         {"name": "collate", "ms_per_sample": 1.0, "share": 25.0}]}
+    record = {
+        "stages": [
+            {"name": "decode", "ms_per_sample": 3.0, "share": 75.0},
+            {"name": "collate", "ms_per_sample": 1.0, "share": 25.0},
+        ]
+    }
     facts = an.stage_facts(record)
     assert [r.share for r in facts.rows] == [0.75, 0.25]
     assert facts.total_ms == 4.0 and facts.top.name == "decode"
@@ -209,12 +277,22 @@ def test_stage_shares_accept_percentages():
 def test_best_configuration_snippet_is_the_code_that_ran():
     """NOTE [verified snippets]: reports print the advice's code only where it ran, for that config."""
     pick = cfg(4, in_order=False, persistent_workers=True)
-    code = "from m import pad\nloader = DataLoader(d, batch_size=10, collate_fn=pad, num_workers=4)\n"
-    record = {"best": {"config": pick}, "baseline": {"config": cfg(1)},
-              "loader_code": {"config": pick, "python": code, "verified": True}}
+    code = (
+        "from m import pad\nloader = DataLoader(d, batch_size=10, collate_fn=pad, num_workers=4)\n"
+    )
+    record = {
+        "best": {"config": pick},
+        "baseline": {"config": cfg(1)},
+        "loader_code": {"config": pick, "python": code, "verified": True},
+    }
     assert an.loader_snippet(record, pick) == code
     assert an.loader_snippet(record, cfg(1)) == ""  # code for another config is not this one's
-    record["loader_code"] = {"config": pick, "python": None, "verified": False, "reason": "running it raised TypeError"}
+    record["loader_code"] = {
+        "config": pick,
+        "python": None,
+        "verified": False,
+        "reason": "running it raised TypeError",
+    }
     assert an.loader_snippet(record, pick) == ""
     assert an.loader_snippet({}, {}) == ""
 
@@ -232,7 +310,9 @@ def test_training_facts_prefer_steady_state_means():
 
 def test_a_record_without_sections_has_no_facts():
     facts = an.report_facts({"command": "bench", "target": "t", "host": {"cores": 2}})
-    assert facts.verdict is None and facts.bench is None and facts.best is None and facts.cpu is None
+    assert (
+        facts.verdict is None and facts.bench is None and facts.best is None and facts.cpu is None
+    )
     assert facts.checklist == [] and facts.recommendations == [] and facts.findings is None
 
 
@@ -246,8 +326,20 @@ def test_analysis_is_pure(name):
 
 def test_trials_by_config_takes_the_median_of_each_configs_runs():
     trials = [
-        {"label": "w=2", "phase": "profile", "samples_per_s": 100.0, "startup_s": 0.5, "error": None},
-        {"label": "w=4", "phase": "coarse", "samples_per_s": 300.0, "startup_s": 1.0, "error": None},
+        {
+            "label": "w=2",
+            "phase": "profile",
+            "samples_per_s": 100.0,
+            "startup_s": 0.5,
+            "error": None,
+        },
+        {
+            "label": "w=4",
+            "phase": "coarse",
+            "samples_per_s": 300.0,
+            "startup_s": 1.0,
+            "error": None,
+        },
         {"label": "w=4", "phase": "final", "samples_per_s": 200.0, "startup_s": 2.0, "error": None},
         {"label": "w=4", "phase": "final", "samples_per_s": 260.0, "startup_s": 3.0, "error": None},
         {"label": "w=8", "phase": "coarse", "samples_per_s": None, "error": "worker died"},
@@ -263,30 +355,48 @@ def test_trials_by_config_takes_the_median_of_each_configs_runs():
 # -- one winner, keep yours (issue 10) --------------------------------------------------------------
 
 
-def _doctor_record(tune_rate: float, raced: list[dict], keep: bool = False, within: float | None = None) -> dict:
+def _doctor_record(
+    tune_rate: float, raced: list[dict], keep: bool = False, within: float | None = None
+) -> dict:
     """A sweep whose best is w=2 at 250/s, and a tune section whose pick is w=3 at ``tune_rate``."""
     return bench_record(
         baseline={"config": cfg(0), "label": "w=0 bs=10", "samples_per_s": 100.0},
-        best={"config": cfg(3), "label": "w=3 bs=10 pf=2", "samples_per_s": tune_rate, "speedup": tune_rate / 100,
-              "rounds": 3, "confidence": 0.95, "head_to_head": raced, "keep_baseline": keep, "within_pct": within},
-        trials=[], search={"noise": 0.02},
+        best={
+            "config": cfg(3),
+            "label": "w=3 bs=10 pf=2",
+            "samples_per_s": tune_rate,
+            "speedup": tune_rate / 100,
+            "rounds": 3,
+            "confidence": 0.95,
+            "head_to_head": raced,
+            "keep_baseline": keep,
+            "within_pct": within,
+        },
+        trials=[],
+        search={"noise": 0.02},
         recommendations=[{"id": "loader-config", "title": "Use the tuned DataLoader settings"}],
     )
 
 
 def test_the_tuner_pick_stands_when_it_raced_the_sweeps_best():
-    raced = [{"config": cfg(3), "samples_per_s": 231.0, "rounds": 3, "role": "tuner"},
-             {"config": cfg(2), "samples_per_s": 225.0, "rounds": 3, "role": "sweep-best"}]
+    raced = [
+        {"config": cfg(3), "samples_per_s": 231.0, "rounds": 3, "role": "tuner"},
+        {"config": cfg(2), "samples_per_s": 225.0, "rounds": 3, "role": "sweep-best"},
+    ]
     best = an.best_configuration(_doctor_record(231.0, raced))
     assert best.source == "tune" and best.label == "w=3 bs=10 pf=2" and best.overruled is None
     facts = an.tuning_facts(_doctor_record(231.0, raced))
     assert [(r.label, r.role, r.rounds) for r in facts.head_to_head] == [
-        ("w=3 bs=10 pf=2", "tuner", 3), ("w=2 bs=10 pf=2", "sweep-best", 3)]
+        ("w=3 bs=10 pf=2", "tuner", 3),
+        ("w=2 bs=10 pf=2", "sweep-best", 3),
+    ]
 
 
 def test_an_unraced_faster_sweep_best_overrules_the_tuner_pick():
     # 250/s in the sweep vs 200/s for the pick, and they never met: the report names the sweep's best.
-    record = _doctor_record(200.0, [{"config": cfg(3), "samples_per_s": 200.0, "rounds": 2, "role": "tuner"}])
+    record = _doctor_record(
+        200.0, [{"config": cfg(3), "samples_per_s": 200.0, "rounds": 2, "role": "tuner"}]
+    )
     best = an.best_configuration(record)
     assert best.source == "bench" and best.label == "w=2 bs=10 pf=2"
     assert best.overruled.label == "w=3 bs=10 pf=2"
@@ -297,9 +407,15 @@ def test_an_unraced_faster_sweep_best_overrules_the_tuner_pick():
 
 
 def test_keep_yours_recommends_the_users_own_config():
-    record = _doctor_record(101.0, [{"config": cfg(3), "samples_per_s": 101.0, "rounds": 3, "role": "tuner"},
-                                    {"config": cfg(0), "samples_per_s": 100.0, "rounds": 3, "role": "baseline"}],
-                            keep=True, within=1.0)
+    record = _doctor_record(
+        101.0,
+        [
+            {"config": cfg(3), "samples_per_s": 101.0, "rounds": 3, "role": "tuner"},
+            {"config": cfg(0), "samples_per_s": 100.0, "rounds": 3, "role": "baseline"},
+        ],
+        keep=True,
+        within=1.0,
+    )
     record["results"] = record["results"][:1]  # a sweep that found nothing faster either
     record["scaling"]["best_index"] = 0
     record["recommendations"] = [{"id": "keep-yours", "title": "Keep your DataLoader settings"}]

@@ -7,8 +7,19 @@ import pytest
 from stallscope.analysis import training as analysis
 
 
-def profile(stall: float, *, occupancy: float | None = None, data_ms: float = 10.0, compute_ms: float = 10.0, **extra):
-    occ = None if occupancy is None else {"capacity": 4, "mean_ready": occupancy * 4, "mean_fraction": occupancy}
+def profile(
+    stall: float,
+    *,
+    occupancy: float | None = None,
+    data_ms: float = 10.0,
+    compute_ms: float = 10.0,
+    **extra,
+):
+    occ = (
+        None
+        if occupancy is None
+        else {"capacity": 4, "mean_ready": occupancy * 4, "mean_fraction": occupancy}
+    )
     base = {
         "stall_fraction": stall,
         "verdict": analysis.verdict_for(stall),
@@ -26,15 +37,24 @@ def ids(recs):
 
 
 def test_input_bound_with_an_empty_buffer_hands_off_to_tune_with_numbers():
-    recs = analysis.advise(profile(0.6, occupancy=0.05, data_ms=15, compute_ms=10), {"target": "p.py:make", "config": {"num_workers": 2}, "config_label": "w=2 bs=32 pf=2"})
+    recs = analysis.advise(
+        profile(0.6, occupancy=0.05, data_ms=15, compute_ms=10),
+        {"target": "p.py:make", "config": {"num_workers": 2}, "config_label": "w=2 bs=32 pf=2"},
+    )
     assert ids(recs) == ["profile-input-bound"]
     rec = recs[0]
     assert rec["handoff"] == "stallscope tune p.py:make"
-    assert "60%" in rec["detail"] and "w=2 bs=32 pf=2" in rec["detail"] and "prefetch buffer" in rec["detail"]
+    assert (
+        "60%" in rec["detail"]
+        and "w=2 bs=32 pf=2" in rec["detail"]
+        and "prefetch buffer" in rec["detail"]
+    )
     assert "15.00 ms vs compute 10.00 ms" in rec["measured"] and "0.2/4" in rec["measured"]
     assert rec["expected_gain"] == "up to 2.50x faster steps if the loader kept up"
     sentence = analysis.next_knob(profile(0.6, occupancy=0.05, data_ms=15, compute_ms=10), recs)
-    assert sentence.startswith("input-bound: 60% of each step waits for data (15.00 ms data wait vs 10.00 ms compute)")
+    assert sentence.startswith(
+        "input-bound: 60% of each step waits for data (15.00 ms data wait vs 10.00 ms compute)"
+    )
     assert sentence.endswith("run `stallscope tune p.py:make`.")
 
 
@@ -53,18 +73,34 @@ def test_compute_bound_with_a_full_buffer_has_spare_loader_capacity():
     recs = analysis.advise(profile(0.01, occupancy=0.95), {"config": {"num_workers": 8}})
     assert ids(recs) == ["profile-spare-loader-capacity"]
     assert "fewer than 8 workers" in recs[0]["detail"]
-    assert analysis.next_knob(profile(0.01), []).endswith("The loader keeps up; speed up the model step instead.")
+    assert analysis.next_knob(profile(0.01), []).endswith(
+        "The loader keeps up; speed up the model step instead."
+    )
 
 
 def test_startup_rule_uses_the_share_of_a_real_epoch():
-    quiet = analysis.advise(profile(0.01, first_batch_s=2.0, startup_share=0.5, startup_share_per_epoch=0.01, epoch_steps=1000), {})
+    quiet = analysis.advise(
+        profile(
+            0.01,
+            first_batch_s=2.0,
+            startup_share=0.5,
+            startup_share_per_epoch=0.01,
+            epoch_steps=1000,
+        ),
+        {},
+    )
     assert quiet == []
     loud = analysis.advise(
-        profile(0.01, first_batch_s=2.0, startup_share=0.5, startup_share_per_epoch=0.2, epoch_steps=40),
+        profile(
+            0.01, first_batch_s=2.0, startup_share=0.5, startup_share_per_epoch=0.2, epoch_steps=40
+        ),
         {"config": {"num_workers": 4, "persistent_workers": False}},
     )
     assert ids(loud) == ["profile-epoch-startup"]
-    assert "persistent_workers=True" in loud[0]["detail"] and "an epoch of 40 steps" in loud[0]["detail"]
+    assert (
+        "persistent_workers=True" in loud[0]["detail"]
+        and "an epoch of 40 steps" in loud[0]["detail"]
+    )
 
 
 def test_gpu_underused_while_compute_bound():
@@ -88,28 +124,48 @@ def test_ranks_name_the_slowest_and_the_maximum_exposed_wait():
     assert analysis.rank_report([{"rank": 0, "data_wait_ms_per_step": None}]) is None
 
 
-@pytest.mark.parametrize(("cores", "local", "workers"), [(16, 4, 3), (2, 2, 1), (8, 1, 7), (64, 8, 7), (1, 4, 1)])
+@pytest.mark.parametrize(
+    ("cores", "local", "workers"), [(16, 4, 3), (2, 2, 1), (8, 1, 7), (64, 8, 7), (1, 4, 1)]
+)
 def test_workers_per_rank(cores, local, workers):
     assert analysis.workers_per_rank(cores, local) == workers
 
 
 def test_workers_per_rank_advice_when_local_ranks_oversubscribe():
-    recs = analysis.advise(profile(0.01), {"cores": 16, "local_world_size": 4, "config": {"num_workers": 8}})
+    recs = analysis.advise(
+        profile(0.01), {"cores": 16, "local_world_size": 4, "config": {"num_workers": 8}}
+    )
     assert ids(recs) == ["profile-workers-per-rank"]
-    assert "at most 3 loader workers per rank" in recs[0]["title"] and "36 busy processes" in recs[0]["detail"]
-    assert analysis.advise(profile(0.01), {"cores": 16, "local_world_size": 4, "config": {"num_workers": 3}}) == []
+    assert (
+        "at most 3 loader workers per rank" in recs[0]["title"]
+        and "36 busy processes" in recs[0]["detail"]
+    )
+    assert (
+        analysis.advise(
+            profile(0.01), {"cores": 16, "local_world_size": 4, "config": {"num_workers": 3}}
+        )
+        == []
+    )
 
 
 def test_timeline_buckets_long_runs():
     short = analysis.timeline([0.001, 0.002], [0.003, float("nan")])
     assert short == {"data_ms": [1.0, 2.0], "compute_ms": [3.0, None], "stride": 1}
     long = analysis.timeline([0.001] * 5000, [0.002] * 5000, points=1000)
-    assert long["stride"] == 5 and len(long["data_ms"]) == 1000 and long["compute_ms"][0] == pytest.approx(2.0)
+    assert (
+        long["stride"] == 5
+        and len(long["data_ms"]) == 1000
+        and long["compute_ms"][0] == pytest.approx(2.0)
+    )
 
 
 def test_distribution_and_what_if():
     d = analysis.distribution_ms([0.001, 0.002, 0.003, float("nan")])
-    assert d.mean == pytest.approx(2.0) and d.max == pytest.approx(3.0) and d.total_s == pytest.approx(0.006)
+    assert (
+        d.mean == pytest.approx(2.0)
+        and d.max == pytest.approx(3.0)
+        and d.total_s == pytest.approx(0.006)
+    )
     assert analysis.distribution_ms([]) is None
     assert analysis.what_if_speedup(10.0, 4.0) == 2.5 and analysis.what_if_speedup(1.0, 0.0) is None
 

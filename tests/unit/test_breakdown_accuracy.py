@@ -39,7 +39,9 @@ def test_each_stage_within_ten_percent_of_the_injected_cost(start_method, tmp_pa
         assert measured == pytest.approx(injected, rel=0.10), (
             f"{name}: measured {measured:.3f} ms, injected {injected:.3f} ms"
         )
-        assert injected >= INJECTED_MS[name] * 0.99  # the truth is read back: sleeps never return early
+        assert (
+            injected >= INJECTED_MS[name] * 0.99
+        )  # the truth is read back: sleeps never return early
     assert math.fsum(s.share for s in result.stages) == pytest.approx(1.0)
     # the unmarked 2 ms sleep is named, a row of its own under "other"
     sleep = result.stage("time.sleep()")

@@ -23,7 +23,9 @@ def test_compose_elements_are_found_in_order_with_the_random_one_marked():
 
 
 def test_stages_times_each_albumentations_transform_inside_the_workers():
-    result = ss.stages(TARGET, num_workers=1, samples=48, batch_size=8, start_method="fork", hotspots=0)
+    result = ss.stages(
+        TARGET, num_workers=1, samples=48, batch_size=8, start_method="fork", hotspots=0
+    )
     d = result.to_dict()
     ms = {s["name"]: s["ms_per_sample"] for s in d["stages"]}
     assert {"HorizontalFlip", "SleepyShift", "Normalize"} <= set(ms)

@@ -44,7 +44,11 @@ def test_calls_of_getitem_become_rows_in_a_worker(start_method):
     assert rows["time.sleep()"].ms_per_sample >= 2.0 * 0.75
     assert rows["load()"].ms_per_sample > rows["time.sleep()"].ms_per_sample
     for name in ("load()", "spectrum()", "time.sleep()"):
-        assert rows[name].kind == "call" and rows[name].parent == OTHER and rows[name].where == "worker"
+        assert (
+            rows[name].kind == "call"
+            and rows[name].parent == OTHER
+            and rows[name].where == "worker"
+        )
     assert "torch.zeros()" not in rows  # far below 5%: folded back into other
     assert rows[OTHER].share < 0.3
     assert math.fsum(s.share for s in result.stages) == pytest.approx(1.0)
@@ -86,7 +90,12 @@ def test_break_out_splits_all_of_other_in_the_traced_proportions():
     assert "len()" not in table  # 0.25 ms: below 5%, back into other
     assert table[OTHER].ms_per_sample == pytest.approx(10.0 - 7.5 - 1.0)
     assert sum(s.ms_per_sample for s in table.values()) == pytest.approx(20.0)
-    assert [s.name for s in build_stage_table(raw, [])] == ["decode", OTHER, "mosaic()", "cv2.resize()"]
+    assert [s.name for s in build_stage_table(raw, [])] == [
+        "decode",
+        OTHER,
+        "mosaic()",
+        "cv2.resize()",
+    ]
 
 
 def test_one_stall_in_a_traced_fetch_does_not_take_the_split_over():
@@ -112,10 +121,16 @@ def test_names_a_user_would_write():
     assert c_function_name(len) == "len()"
     assert c_function_name(torch.zeros(1).abs) == "torch.Tensor.abs()"
     stft = torch.stft.__code__
-    assert python_function_name(stft, torch.stft.__module__, sl.Helpers.__getitem__.__code__) == "torch.stft()"
+    assert (
+        python_function_name(stft, torch.stft.__module__, sl.Helpers.__getitem__.__code__)
+        == "torch.stft()"
+    )
     load = sl.Helpers.load.__code__
     assert python_function_name(load, sl.__name__, sl.Helpers.__getitem__.__code__) == "load()"
-    assert python_function_name(sl.spectrum.__code__, sl.__name__, sl.Helpers.__getitem__.__code__) == "spectrum()"
+    assert (
+        python_function_name(sl.spectrum.__code__, sl.__name__, sl.Helpers.__getitem__.__code__)
+        == "spectrum()"
+    )
 
 
 def test_the_tracer_restores_the_profile_function_and_breaks_out_in_process():

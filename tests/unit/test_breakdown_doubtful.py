@@ -27,9 +27,15 @@ def _table(deserialise_ms_per_sample):
 
 def test_a_main_side_stage_longer_than_the_time_per_batch_is_doubtful():
     # 8 samples per batch: deserialise 29 ms per batch while a batch arrived every 14.3 ms
-    rows = mark_doubtful(_table(29.0 / 8), batch_interval_ms=14.3, num_workers=2, samples_per_batch=8)
+    rows = mark_doubtful(
+        _table(29.0 / 8), batch_interval_ms=14.3, num_workers=2, samples_per_batch=8
+    )
     deserialise = rows[-1]
-    assert deserialise.doubtful and "29.0 ms per batch" in deserialise.doubtful and "14.3 ms" in deserialise.doubtful
+    assert (
+        deserialise.doubtful
+        and "29.0 ms per batch" in deserialise.doubtful
+        and "14.3 ms" in deserialise.doubtful
+    )
     assert deserialise.share == 0.0
     assert abs(sum(r.share for r in rows) - 1.0) < 1e-9
     assert not any(r.doubtful for r in rows[:-1])

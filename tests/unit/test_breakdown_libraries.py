@@ -43,10 +43,18 @@ CASES = {
     "wave": (lambda f: sl.WaveClips(f["wavs"]), {"read"}, {"decode"}),
     "numpy.fromfile": (lambda f: sl.RawArrays(f["bin"], 16, 1024), {"read"}, {"decode"}),
     "numpy.memmap": (lambda f: sl.RawArrays(f["bin"], 16, 1024, "memmap"), {"read"}, {"decode"}),
-    "np.load(mmap_mode)": (lambda f: sl.RawArrays(f["npy"], 16, 1024, "np.load"), {"read"}, {"decode"}),
+    "np.load(mmap_mode)": (
+        lambda f: sl.RawArrays(f["npy"], 16, 1024, "np.load"),
+        {"read"},
+        {"decode"},
+    ),
 }
 if HAS_SCIPY:
-    CASES["scipy.io.wavfile.read"] = (lambda f: sl.WaveClips(f["wavs"], reader="scipy"), {"read", "decode"}, set())
+    CASES["scipy.io.wavfile.read"] = (
+        lambda f: sl.WaveClips(f["wavs"], reader="scipy"),
+        {"read", "decode"},
+        set(),
+    )
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -83,7 +91,13 @@ def test_timed_calls_return_what_the_library_returns(case, files):
 
 
 def test_the_wrappers_are_removed_after_an_in_process_run(files):
-    originals = (cv2.imread, cv2.imdecode, np.fromfile, np.memmap.__dict__["__getitem__"], wave.open)
+    originals = (
+        cv2.imread,
+        cv2.imdecode,
+        np.fromfile,
+        np.memmap.__dict__["__getitem__"],
+        wave.open,
+    )
     result = ss.stages(
         {"dataset": sl.OpenCVImages(files["images"]), "batch_size": 4},
         num_workers=0,

@@ -66,8 +66,16 @@ def test_machinery_errors_are_told_from_the_pipeline_s_own():
     assert machinery_error("RuntimeError: Could not infer dtype of _ArrayStandIn")
     assert machinery_error("OSError: truncated shard") is None
     assert machinery_error(None) is None
-    record = {"errors": [{"type": "AssertionError", "message": "daemonic processes are not allowed to have children"}],
-              "init_error": None, "collate": {"errors": []}}
+    record = {
+        "errors": [
+            {
+                "type": "AssertionError",
+                "message": "daemonic processes are not allowed to have children",
+            }
+        ],
+        "init_error": None,
+        "collate": {"errors": []},
+    }
     assert any(machinery_error(t) for t in probe_error_texts(record))
 
 
@@ -84,17 +92,37 @@ class _Pipeline:
 
 
 def _run(tmp_path, codes):
-    return _Run(_Pipeline(), codes=codes, timeout=1.0, budget=10.0, full=False, num_workers=2, start_method="fork",
-                seed=0, shm_free_bytes=None, workdir=tmp_path, progress=None, on_update=None)
+    return _Run(
+        _Pipeline(),
+        codes=codes,
+        timeout=1.0,
+        budget=10.0,
+        full=False,
+        num_workers=2,
+        start_method="fork",
+        seed=0,
+        shm_free_bytes=None,
+        workdir=tmp_path,
+        progress=None,
+        on_update=None,
+    )
 
 
 def test_a_probe_whose_record_holds_a_machinery_error_is_not_checked(tmp_path):
     run = _run(tmp_path, ["getitem-error", "slow-samples"])
 
     def health():
-        run.probes["health"] = {"errors": [{"index": 0, "type": "AssertionError",
-                                            "message": "daemonic processes are not allowed to have children"}],
-                                "errors_total": 1, "fetched": 0}
+        run.probes["health"] = {
+            "errors": [
+                {
+                    "index": 0,
+                    "type": "AssertionError",
+                    "message": "daemonic processes are not allowed to have children",
+                }
+            ],
+            "errors_total": 1,
+            "fetched": 0,
+        }
         run.probe_status["health"] = "done"
 
     run._guarded("health", health)
@@ -121,10 +149,26 @@ def test_a_probe_that_fails_is_not_checked_with_its_reason(tmp_path):
 
 
 def _stream_memory(boundaries_per_worker, points_per_worker):
-    return {"memory": {"workers": 2, "pass_samples": None, "dataset_length": 800, "iterable": True,
-                       "workers_memory": [{"worker": w, "points": points_per_worker[w], "epoch_boundaries": boundaries_per_worker[w],
-                                           "containers_start": {}, "containers_end": {}, "sites": []} for w in range(2)]},
-            "host": {"memory_available_bytes": 8 << 30}}
+    return {
+        "memory": {
+            "workers": 2,
+            "pass_samples": None,
+            "dataset_length": 800,
+            "iterable": True,
+            "workers_memory": [
+                {
+                    "worker": w,
+                    "points": points_per_worker[w],
+                    "epoch_boundaries": boundaries_per_worker[w],
+                    "containers_start": {},
+                    "containers_end": {},
+                    "sites": [],
+                }
+                for w in range(2)
+            ],
+        },
+        "host": {"memory_available_bytes": 8 << 30},
+    }
 
 
 def _sawtooth(amplitude: float, leak_per_epoch: float):
@@ -135,8 +179,16 @@ def _sawtooth(amplitude: float, leak_per_epoch: float):
             count = epoch * 400 + k * 40
             heap = epoch * leak_per_epoch + amplitude * k / 10
             points.append([count, heap, 100.0 + heap + 30.0, 0.0, 0.1])
-        boundaries.append([(epoch + 1) * 400, (epoch + 1) * leak_per_epoch, 130.0 + (epoch + 1) * leak_per_epoch, 0.0, 0.1,
-                           epoch + 1])
+        boundaries.append(
+            [
+                (epoch + 1) * 400,
+                (epoch + 1) * leak_per_epoch,
+                130.0 + (epoch + 1) * leak_per_epoch,
+                0.0,
+                0.1,
+                epoch + 1,
+            ]
+        )
     return points, boundaries
 
 
@@ -149,13 +201,21 @@ def test_memory_that_does_not_return_at_epoch_ends_is_growth():
     points, boundaries = _sawtooth(amplitude=40.0, leak_per_epoch=30.0)
     [finding] = detect_memory_growth(_stream_memory([boundaries] * 2, [points] * 2))
     assert finding.code == "memory-growth"
-    assert finding.evidence["judged_at"] == "epoch ends" and finding.evidence["epoch_ends_seen"] == 3
+    assert (
+        finding.evidence["judged_at"] == "epoch ends" and finding.evidence["epoch_ends_seen"] == 3
+    )
     assert "end of each of 3 epochs" in finding.message
 
 
 def _cow(points):
-    return {"memory": {"start_method": "fork", "dataset_length": 30_000, "python_heap": {"bytes": 19 << 20, "objects": 212_000},
-                       "series": [{"pid": 1, "points": p} for p in points]}}
+    return {
+        "memory": {
+            "start_method": "fork",
+            "dataset_length": 30_000,
+            "python_heap": {"bytes": 19 << 20, "objects": 212_000},
+            "series": [{"pid": 1, "points": p} for p in points],
+        }
+    }
 
 
 def test_copy_on_write_is_not_hidden_by_lazily_mapped_library_pages():

@@ -22,16 +22,39 @@ def test_linear_fit_exact_line():
     assert (slope, intercept, r2) == (pytest.approx(2.0), pytest.approx(1.0), pytest.approx(1.0))
 
 
-def _worker(heap, native, *, samples: int = 3 * PASS, step: int = 8, containers: tuple = ({}, {}), sites=None) -> dict:
+def _worker(
+    heap,
+    native,
+    *,
+    samples: int = 3 * PASS,
+    step: int = 8,
+    containers: tuple = ({}, {}),
+    sites=None,
+) -> dict:
     """Readings ``[samples, heap MB, RSS MB, t, tracemalloc MB]`` with RSS = 150 + heap + native + tracemalloc."""
-    points = [[x, heap(x), 150.0 + heap(x) + native(x) + 0.5, x / 100, 0.5] for x in range(step, samples + 1, step)]
-    return {"worker": 0, "pid": 1, "points": points, "containers_start": containers[0], "containers_end": containers[1],
-            "sites": sites or []}
+    points = [
+        [x, heap(x), 150.0 + heap(x) + native(x) + 0.5, x / 100, 0.5]
+        for x in range(step, samples + 1, step)
+    ]
+    return {
+        "worker": 0,
+        "pid": 1,
+        "points": points,
+        "containers_start": containers[0],
+        "containers_end": containers[1],
+        "sites": sites or [],
+    }
 
 
 def _memory(*workers: dict, length: int = 1000) -> dict:
-    return {"memory": {"workers": len(workers), "dataset_length": length, "pass_samples": PASS * len(workers),
-                       "workers_memory": list(workers)}}
+    return {
+        "memory": {
+            "workers": len(workers),
+            "dataset_length": length,
+            "pass_samples": PASS * len(workers),
+            "workers_memory": list(workers),
+        }
+    }
 
 
 def _flat(x: float) -> float:
@@ -39,10 +62,18 @@ def _flat(x: float) -> float:
 
 
 def test_a_list_that_keeps_every_sample_is_named_with_its_heap_growth():
-    cache = ({"dataset.cache": [0, 56], "dataset.labels": [1000, 8056]}, {"dataset.cache": [384, 3256], "dataset.labels": [1000, 8056]})
-    sites = [["/site-packages/numpy/_core/numeric.py:385", 38.4, 400, "/data/ds.py:12"], ["<frozen abc>:123", 0.01, 50, None]]
+    cache = (
+        {"dataset.cache": [0, 56], "dataset.labels": [1000, 8056]},
+        {"dataset.cache": [384, 3256], "dataset.labels": [1000, 8056]},
+    )
+    sites = [
+        ["/site-packages/numpy/_core/numeric.py:385", 38.4, 400, "/data/ds.py:12"],
+        ["<frozen abc>:123", 0.01, 50, None],
+    ]
     worker = _worker(lambda x: 0.1 * x, _flat, containers=cache, sites=sites)
-    [finding] = detect_memory_growth({**_memory(worker, worker), "host": {"memory_available_bytes": 64 * 1024 * MB}})
+    [finding] = detect_memory_growth(
+        {**_memory(worker, worker), "host": {"memory_available_bytes": 64 * 1024 * MB}}
+    )
     evidence = finding.evidence
     assert finding.severity == "warning"
     assert evidence["cause"] == "python-heap"
@@ -50,19 +81,30 @@ def test_a_list_that_keeps_every_sample_is_named_with_its_heap_growth():
     assert evidence["native_mb_per_1000_samples"] == pytest.approx(0.0, abs=1e-6)
     assert evidence["plateaued_after_samples"] is None
     assert evidence["growing_attribute"] == "dataset.cache"
-    assert [c["attribute"] for c in evidence["containers"]] == ["dataset.cache"]  # the labels did not grow
-    assert evidence["allocation_sites"] == [{"where": sites[0][0], "called_from": "/data/ds.py:12", "mb": 38.4, "blocks": 400}]
+    assert [c["attribute"] for c in evidence["containers"]] == [
+        "dataset.cache"
+    ]  # the labels did not grow
+    assert evidence["allocation_sites"] == [
+        {"where": sites[0][0], "called_from": "/data/ds.py:12", "mb": 38.4, "blocks": 400}
+    ]
     # an epoch of 1,000 samples across the workers: 100 MB
     assert evidence["projected_mb_per_epoch"] == pytest.approx(100.0)
-    assert "dataset.cache grows from 0 to 384 entries" in finding.message and "/data/ds.py:12" in finding.message
+    assert (
+        "dataset.cache grows from 0 to 384 entries" in finding.message
+        and "/data/ds.py:12" in finding.message
+    )
     assert finding.fix.startswith("Bound dataset.cache")
     # an epoch that would not fit in memory: error
-    [finding] = detect_memory_growth({**_memory(worker), "host": {"memory_available_bytes": 64 * MB}})
+    [finding] = detect_memory_growth(
+        {**_memory(worker), "host": {"memory_available_bytes": 64 * MB}}
+    )
     assert finding.severity == "error"
 
 
 def test_native_growth_that_stops_after_the_first_pass_is_budgeted_not_called_a_leak():
-    worker = _worker(_flat, lambda x: 0.5 * min(x, 96))  # 48 MB over the first 96 samples, then flat
+    worker = _worker(
+        _flat, lambda x: 0.5 * min(x, 96)
+    )  # 48 MB over the first 96 samples, then flat
     [finding] = detect_memory_growth(_memory(worker, worker))
     evidence = finding.evidence
     assert finding.severity == "info"
@@ -83,7 +125,9 @@ def test_native_memory_that_keeps_growing_is_a_native_leak():
     assert evidence["cause"] == "native" and evidence["plateaued_after_samples"] is None
     assert evidence["native_mb_per_1000_samples"] == pytest.approx(200.0)
     assert evidence["growing_attribute"] is None and evidence["allocation_sites"] == []
-    assert "does not level off over 3.0 passes" in finding.message and "native leak" in finding.message
+    assert (
+        "does not level off over 3.0 passes" in finding.message and "native leak" in finding.message
+    )
     # with less than two passes measured, it cannot tell a leak from a cache still filling
     [finding] = detect_memory_growth(_memory(_worker(_flat, lambda x: 0.5 * x, samples=PASS)))
     assert "fewer than two passes" in finding.message
@@ -99,7 +143,9 @@ def test_a_per_sample_cache_that_fills_in_the_first_pass_is_named():
 
 
 def test_a_leak_outranks_first_pass_growth_in_another_channel():
-    worker = _worker(lambda x: 0.25 * min(x, PASS), lambda x: 0.2 * x)  # heap plateaus, native leaks
+    worker = _worker(
+        lambda x: 0.25 * min(x, PASS), lambda x: 0.2 * x
+    )  # heap plateaus, native leaks
     [finding] = detect_memory_growth(_memory(worker))
     assert finding.evidence["cause"] == "native"
 
@@ -107,9 +153,31 @@ def test_a_leak_outranks_first_pass_growth_in_another_channel():
 def test_allocator_steps_in_a_clean_image_pipeline_are_not_growth():
     # RSS of a demo (JPEG decode + augment) worker over 3.7 passes of a 200-image set, as
     # measured here: malloc arenas step up a few MB now and then; nothing is kept per sample.
-    rss = [201.6, 201.9, 202.8, 203.7, 205.4, 207.3, 207.3, 208.1, 208.1, 208.1, 208.1, 208.2, 208.8, 210.4, 210.4, 210.4]
+    rss = [
+        201.6,
+        201.9,
+        202.8,
+        203.7,
+        205.4,
+        207.3,
+        207.3,
+        208.1,
+        208.1,
+        208.1,
+        208.1,
+        208.2,
+        208.8,
+        210.4,
+        210.4,
+        210.4,
+    ]
     points = [[16.0 + 48.0 * k, 0.2, value, 0.1 * k, 0.1] for k, value in enumerate(rss)]
-    memory = {"workers": 1, "dataset_length": 200, "pass_samples": 200, "workers_memory": [{"worker": 0, "points": points}]}
+    memory = {
+        "workers": 1,
+        "dataset_length": 200,
+        "pass_samples": 200,
+        "workers_memory": [{"worker": 0, "points": points}],
+    }
     assert detect_memory_growth({"memory": memory}) == []
     assert analyse({"memory": memory}, codes={"memory-growth"}) == []
 
@@ -117,21 +185,30 @@ def test_allocator_steps_in_a_clean_image_pipeline_are_not_growth():
 def test_channel_growth_needs_half_a_pass_after_the_first_to_judge_a_plateau():
     xs = [float(x) for x in range(8, PASS + 40, 8)]
     ys = [min(x, 64.0) for x in xs]
-    assert channel_growth(xs, ys, PASS, 16.0)["plateaued_after"] is None  # too little after the first pass
+    assert (
+        channel_growth(xs, ys, PASS, 16.0)["plateaued_after"] is None
+    )  # too little after the first pass
     xs = [float(x) for x in range(8, 2 * PASS + 1, 8)]
     ys = [min(x, 64.0) for x in xs]
     assert channel_growth(xs, ys, PASS, 16.0)["plateaued_after"] == 64.0
 
 
 def _series(rss_per_sample: float, uss_per_sample: float, n: int = 20, step: float = 100.0) -> dict:
-    points = [[k * step, 200.0 + rss_per_sample * k * step, 10.0 + uss_per_sample * k * step, k * 0.1] for k in range(n)]
+    points = [
+        [k * step, 200.0 + rss_per_sample * k * step, 10.0 + uss_per_sample * k * step, k * 0.1]
+        for k in range(n)
+    ]
     return {"pid": 1, "points": points, "cpu_percent": 90.0}
 
 
 def test_copy_on_write_needs_private_growth_with_flat_rss_and_a_python_heap():
-    memory = {"start_method": "fork", "workers": 2, "dataset_length": 10_000,
-              "python_heap": {"bytes": 50 * MB, "objects": 400_000, "complete": True},
-              "series": [_series(0.0, 0.01), _series(0.0, 0.01)]}  # +19 MB private, RSS flat
+    memory = {
+        "start_method": "fork",
+        "workers": 2,
+        "dataset_length": 10_000,
+        "python_heap": {"bytes": 50 * MB, "objects": 400_000, "complete": True},
+        "series": [_series(0.0, 0.01), _series(0.0, 0.01)],
+    }  # +19 MB private, RSS flat
     [finding] = detect_copy_on_write({"memory": memory})
     assert finding.evidence["mb_per_worker"] == pytest.approx(19.0)
     assert finding.evidence["parent_python_heap_mb"] == pytest.approx(50.0)
@@ -146,7 +223,6 @@ def test_copy_on_write_needs_private_growth_with_flat_rss_and_a_python_heap():
     # no Python objects to speak of: allocator noise, not copy-on-write
     memory.update(start_method="fork", python_heap={"bytes": 1 * MB, "objects": 10})
     assert detect_copy_on_write({"memory": memory}) == []
-
 
 
 # -- which indices check fetches ----------------------------------------------------------------------
@@ -184,7 +260,14 @@ def test_the_record_schema_requires_the_memory_growth_split():
     worker = _worker(_flat, lambda x: 0.2 * x)
     [finding] = detect_memory_growth(_memory(worker))
     host = {"cores": 2, "memory_bytes": 2**33, "torch": "2.13.0", "cuda": None, "gpu": None}
-    record = {"schema": 1, "tool_version": "0", "command": "check", "target": "t", "host": host, "findings": [finding.to_dict()]}
+    record = {
+        "schema": 1,
+        "tool_version": "0",
+        "command": "check",
+        "target": "t",
+        "host": host,
+        "findings": [finding.to_dict()],
+    }
     schema = record_schema()
     jsonschema.validate(record, schema)
     del record["findings"][0]["evidence"]["plateaued_after_samples"]

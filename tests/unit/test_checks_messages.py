@@ -36,7 +36,12 @@ EXAMPLES = [
     Fetched(7, 0.0125),
     FetchFailed(9, 0.5, "ValueError", "ValueError: bad sample 9", "data.py:12 in __getitem__"),
     Collated([0, 1], 0.001, 4096, "tuple(Tensor[2, 3] float32, Tensor[2] int64)"),
-    CollateFailed([0, 1], "RuntimeError: stack expects equal size", None, [["Tensor[3]", [0]], ["Tensor[4]", [1]]]),
+    CollateFailed(
+        [0, 1],
+        "RuntimeError: stack expects equal size",
+        None,
+        [["Tensor[3]", [0]], ["Tensor[4]", [1]]],
+    ),
     Exhausted(),
     Done(),
     ThreadReport({"torch_threads": 1, "pools": []}),
@@ -45,7 +50,11 @@ EXAMPLES = [
 
 
 def test_every_message_kind_has_an_example():
-    kinds = {obj for obj in vars(messages).values() if dataclasses.is_dataclass(obj) and isinstance(obj, type)}
+    kinds = {
+        obj
+        for obj in vars(messages).values()
+        if dataclasses.is_dataclass(obj) and isinstance(obj, type)
+    }
     assert kinds == {type(m) for m in EXAMPLES}
 
 

@@ -50,11 +50,28 @@ def test_finding_rejects_unknown_code_and_severity():
 def test_analyse_orders_errors_first_and_filters_codes():
     probes = {
         "health": {
-            "kind": "map", "fetched": 10, "errors_total": 1, "timeout_s": 2.0,
-            "errors": [{"index": 4, "type": "KeyError", "message": "KeyError: 'x'", "where": "d.py:3 in f", "seconds": 0.0}],
-            "hangs": [], "timing": {"count": 3},
+            "kind": "map",
+            "fetched": 10,
+            "errors_total": 1,
+            "timeout_s": 2.0,
+            "errors": [
+                {
+                    "index": 4,
+                    "type": "KeyError",
+                    "message": "KeyError: 'x'",
+                    "where": "d.py:3 in f",
+                    "seconds": 0.0,
+                }
+            ],
+            "hangs": [],
+            "timing": {"count": 3},
         },
-        "shm": {"free_bytes": 100 * MB, "batch_bytes": 20 * MB, "prefetch_factor": 2, "num_workers": 2},
+        "shm": {
+            "free_bytes": 100 * MB,
+            "batch_bytes": 20 * MB,
+            "prefetch_factor": 2,
+            "num_workers": 2,
+        },
     }
     found = analyse(probes)
     assert [f.code for f in found] == ["getitem-error", "shm-too-small"]
@@ -85,11 +102,16 @@ def test_slow_candidates_picks_only_outliers_slowest_first():
 
 def _health(**overrides):
     base = {
-        "kind": "map", "fetched": 64, "errors_total": 0, "timeout_s": 10.0,
+        "kind": "map",
+        "fetched": 64,
+        "errors_total": 0,
+        "timeout_s": 10.0,
         "timing": timing_summary(sorted([0.01] * 62 + [0.4, 0.3])),
         "slowest": [[5, 0.4], [17, 0.3], [2, 0.01]],
         "retimed": [[5, 0.41], [17, 0.012]],
-        "errors": [], "hangs": [], "crashes": [],
+        "errors": [],
+        "hangs": [],
+        "crashes": [],
         "collate": {"batches": 8, "errors_total": 0, "errors": [], "collate_fn": "default_collate"},
     }
     base.update(overrides)
@@ -110,8 +132,12 @@ def test_slow_samples_requires_a_confirmed_retime():
 def test_slow_samples_also_from_the_memory_probe_fetched_twice():
     # The memory probe reached index 900, which the sample-health probe did not; it fetched it
     # in two passes, slow both times. Index 31 was slow once only.
-    fetches = {"timing": timing_summary(sorted([0.01] * 200 + [0.5, 0.3])), "slowest": [[900, 0.5, 0.48], [31, 0.3, 0.01], [4, 0.01]],
-               "distinct_indices": 202, "new_indices": 150}
+    fetches = {
+        "timing": timing_summary(sorted([0.01] * 200 + [0.5, 0.3])),
+        "slowest": [[900, 0.5, 0.48], [31, 0.3, 0.01], [4, 0.01]],
+        "distinct_indices": 202,
+        "new_indices": 150,
+    }
     [finding] = detect_slow_samples({"health": _health(), "memory": {"fetch_times": fetches}})
     assert finding.evidence["indices"] == [5, 900]
     assert finding.evidence["found_by_memory_probe"] == [900]
@@ -134,18 +160,41 @@ def test_timing_summary_median_and_mad():
 
 
 def test_hang_names_index_and_line():
-    hang = {"index": 3, "worker": 0, "pid": 11, "waited_s": 2.1, "where": "/d/ds.py:42 in __getitem__",
-            "stack": ["/usr/lib/python3.11/threading.py:327 in wait", "/d/ds.py:42 in __getitem__"]}
+    hang = {
+        "index": 3,
+        "worker": 0,
+        "pid": 11,
+        "waited_s": 2.1,
+        "where": "/d/ds.py:42 in __getitem__",
+        "stack": ["/usr/lib/python3.11/threading.py:327 in wait", "/d/ds.py:42 in __getitem__"],
+    }
     [finding] = detect_hang({"health": _health(hangs=[hang], timeout_s=2.0)})
     assert finding.severity == "error"
-    assert finding.evidence["index"] == 3 and finding.evidence["where"] == "/d/ds.py:42 in __getitem__"
-    assert finding.message == "dataset[3] did not return within 2 s; the worker was stuck at /d/ds.py:42 in __getitem__."
+    assert (
+        finding.evidence["index"] == 3 and finding.evidence["where"] == "/d/ds.py:42 in __getitem__"
+    )
+    assert (
+        finding.message
+        == "dataset[3] did not return within 2 s; the worker was stuck at /d/ds.py:42 in __getitem__."
+    )
 
 
 def test_getitem_error_counts_and_groups():
     errors = [
-        {"index": 6, "type": "KeyError", "message": "KeyError: 6", "where": "/d/ds.py:9 in __getitem__", "seconds": 0.0},
-        {"index": 8, "type": "OSError", "message": "OSError: truncated", "where": "/d/ds.py:7 in __getitem__", "seconds": 0.0},
+        {
+            "index": 6,
+            "type": "KeyError",
+            "message": "KeyError: 6",
+            "where": "/d/ds.py:9 in __getitem__",
+            "seconds": 0.0,
+        },
+        {
+            "index": 8,
+            "type": "OSError",
+            "message": "OSError: truncated",
+            "where": "/d/ds.py:7 in __getitem__",
+            "seconds": 0.0,
+        },
     ]
     [finding] = detect_getitem_error({"health": _health(errors=errors, errors_total=2, fetched=30)})
     assert finding.message == "dataset[6] raised KeyError: 6; 2 of 32 fetched samples fail."
@@ -154,15 +203,41 @@ def test_getitem_error_counts_and_groups():
 
 
 def test_worker_crash_is_reported_as_getitem_error():
-    errors = [{"index": 4, "type": "WorkerCrash", "message": "the worker process died while fetching it (killed by SIGSEGV)", "where": None, "seconds": None}]
+    errors = [
+        {
+            "index": 4,
+            "type": "WorkerCrash",
+            "message": "the worker process died while fetching it (killed by SIGSEGV)",
+            "where": None,
+            "seconds": None,
+        }
+    ]
     [finding] = detect_getitem_error({"health": _health(errors=errors, errors_total=1)})
     assert "died while fetching dataset[4]" in finding.message and "SIGSEGV" in finding.message
 
 
 def test_collate_error_names_the_mixed_shapes():
-    error = {"indices": [0, 1], "error": "RuntimeError: stack expects each tensor to be equal size", "where": "collate.py:1 in f",
-             "item_structures": [{"structure": "Tensor[3] float32", "indices": [0]}, {"structure": "Tensor[4] float32", "indices": [1]}]}
-    [finding] = detect_collate_error({"health": _health(collate={"batches": 4, "errors_total": 1, "errors": [error], "collate_fn": "default_collate"})})
+    error = {
+        "indices": [0, 1],
+        "error": "RuntimeError: stack expects each tensor to be equal size",
+        "where": "collate.py:1 in f",
+        "item_structures": [
+            {"structure": "Tensor[3] float32", "indices": [0]},
+            {"structure": "Tensor[4] float32", "indices": [1]},
+        ],
+    }
+    [finding] = detect_collate_error(
+        {
+            "health": _health(
+                collate={
+                    "batches": 4,
+                    "errors_total": 1,
+                    "errors": [error],
+                    "collate_fn": "default_collate",
+                }
+            )
+        }
+    )
     assert "Tensor[3] float32 and Tensor[4] float32" in finding.message
     assert "pad" in finding.fix
 
@@ -175,7 +250,14 @@ def test_collate_error_names_the_mixed_shapes():
     [(8, "error"), (24, "warning"), (64, None)],
 )
 def test_shm_in_flight_vs_free(free_mb, severity):
-    probes = {"shm": {"free_bytes": free_mb * MB, "batch_bytes": 4 * MB, "prefetch_factor": 2, "num_workers": 2}}
+    probes = {
+        "shm": {
+            "free_bytes": free_mb * MB,
+            "batch_bytes": 4 * MB,
+            "prefetch_factor": 2,
+            "num_workers": 2,
+        }
+    }
     found = detect_shm_too_small(probes)
     if severity is None:
         assert found == []
@@ -186,13 +268,22 @@ def test_shm_in_flight_vs_free(free_mb, severity):
 
 def test_oversubscription_counts_blas_only_when_workers_ran_parallel():
     report = {"torch": 1, "cv2": None, "openblas": 8, "openmp": 1, "env": {}}
-    probes = {"threads": {"report": report, "num_workers": 4, "cores": 8, "worker_cpu_percent": [95.0, 97.0]}}
+    probes = {
+        "threads": {
+            "report": report,
+            "num_workers": 4,
+            "cores": 8,
+            "worker_cpu_percent": [95.0, 97.0],
+        }
+    }
     assert detect_oversubscription(probes) == []  # idle BLAS pool in single-threaded workers
     probes["threads"]["worker_cpu_percent"] = [380.0, 390.0]
     [finding] = detect_oversubscription(probes)
     assert finding.evidence["threads_per_worker"] == 8 and finding.evidence["demand"] == 32
     report2 = {"torch": 1, "cv2": 8, "env": {}}
-    [finding] = detect_oversubscription({"threads": {"report": report2, "num_workers": 2, "cores": 4, "worker_cpu_percent": []}})
+    [finding] = detect_oversubscription(
+        {"threads": {"report": report2, "num_workers": 2, "cores": 4, "worker_cpu_percent": []}}
+    )
     assert finding.evidence["pools"] == {"torch": 1, "cv2": 8}
 
 
@@ -234,7 +325,9 @@ def test_find_culprits_file_db_partial_and_long_lists(tmp_path):
     db = sqlite3.connect(":memory:")
     try:
         items = list(range(500)) + [lambda: 0] + list(range(500))
-        dataset = _Holder(fh=handle, db=db, steps=[abs, functools.partial(max, lambda: 1)], items=items)
+        dataset = _Holder(
+            fh=handle, db=db, steps=[abs, functools.partial(max, lambda: 1)], items=items
+        )
         culprits = {c.path: c.kind for c in find_culprits(dataset, "dataset")}
         assert culprits == {
             "dataset.fh": "open file",
@@ -257,15 +350,39 @@ def test_try_pickle_replaces_arrays_with_stand_ins():
 
 
 def test_detect_unpicklable_message_and_severity():
-    root = {"name": "dataset", "type": "m.DS", "ok": False, "culprits": [
-        {"path": "dataset.transform.fn", "kind": "lambda", "description": "lambda defined at ds.py:12", "error": "PicklingError: x"}]}
-    [finding] = detect_unpicklable({"pickling": {"roots": [root]}, "settings": {"pinned_start_method": None}})
+    root = {
+        "name": "dataset",
+        "type": "m.DS",
+        "ok": False,
+        "culprits": [
+            {
+                "path": "dataset.transform.fn",
+                "kind": "lambda",
+                "description": "lambda defined at ds.py:12",
+                "error": "PicklingError: x",
+            }
+        ],
+    }
+    [finding] = detect_unpicklable(
+        {"pickling": {"roots": [root]}, "settings": {"pinned_start_method": None}}
+    )
     assert finding.severity == "error"
     assert finding.message.startswith("dataset.transform.fn is a lambda defined at ds.py:12")
-    assert finding.evidence["attribute"] == "dataset.transform.fn" and finding.evidence["attribute_type"] == "lambda"
-    [pinned] = detect_unpicklable({"pickling": {"roots": [root]}, "settings": {"pinned_start_method": "fork"}})
+    assert (
+        finding.evidence["attribute"] == "dataset.transform.fn"
+        and finding.evidence["attribute_type"] == "lambda"
+    )
+    [pinned] = detect_unpicklable(
+        {"pickling": {"roots": [root]}, "settings": {"pinned_start_method": "fork"}}
+    )
     assert pinned.severity == "warning"
-    loaded = {"name": "dataset", "type": "nb.DS", "ok": True, "culprits": [], "load_error": "ModuleNotFoundError: No module named 'nb'"}
+    loaded = {
+        "name": "dataset",
+        "type": "nb.DS",
+        "ok": True,
+        "culprits": [],
+        "load_error": "ModuleNotFoundError: No module named 'nb'",
+    }
     [finding] = detect_unpicklable({"pickling": {"roots": [loaded]}})
     assert "freshly spawned worker cannot load it" in finding.message
 
@@ -309,22 +426,39 @@ def test_sample_digest_is_content_based():
 
 
 def _report(worker, digests, rng_state="s1", globals_=None):
-    return {"worker": worker, "digests": digests, "globals": globals_ or {"random": f"r{worker}", "numpy": f"n{worker}", "torch": f"t{worker}"},
-            "attributes": {"dataset.rng": rng_state}}
+    return {
+        "worker": worker,
+        "digests": digests,
+        "globals": globals_
+        or {"random": f"r{worker}", "numpy": f"n{worker}", "torch": f"t{worker}"},
+        "attributes": {"dataset.rng": rng_state},
+    }
 
 
 def test_duplicated_streams_and_the_rule():
     record = {
-        "kind": "map", "repeats": 3, "workers": 2, "start_method": "fork", "indices": [0, 0, 0, 5],
-        "attributes": [{"path": "dataset.rng", "type": "numpy.random.Generator", "parent_fingerprint": "s0"}],
-        "epochs": [[_report(0, ["a", "b", "c", "d"]), _report(1, ["a", "b", "c", "d"])],
-                   [_report(0, ["a", "b", "c", "d"]), _report(1, ["a", "b", "c", "d"])]],
-        "with_seed_worker": [[_report(0, ["a", "b", "c", "d"], "x"), _report(1, ["e", "f", "g", "h"], "y")],
-                             [_report(0, ["i", "j", "k", "l"], "z"), _report(1, ["m", "n", "o", "p"], "w")]],
+        "kind": "map",
+        "repeats": 3,
+        "workers": 2,
+        "start_method": "fork",
+        "indices": [0, 0, 0, 5],
+        "attributes": [
+            {"path": "dataset.rng", "type": "numpy.random.Generator", "parent_fingerprint": "s0"}
+        ],
+        "epochs": [
+            [_report(0, ["a", "b", "c", "d"]), _report(1, ["a", "b", "c", "d"])],
+            [_report(0, ["a", "b", "c", "d"]), _report(1, ["a", "b", "c", "d"])],
+        ],
+        "with_seed_worker": [
+            [_report(0, ["a", "b", "c", "d"], "x"), _report(1, ["e", "f", "g", "h"], "y")],
+            [_report(0, ["i", "j", "k", "l"], "z"), _report(1, ["m", "n", "o", "p"], "w")],
+        ],
     }
     verdict = duplicated_streams(record)
     assert verdict["random"] and verdict["across_workers"] and verdict["across_epochs"]
-    assert verdict["attributes"] == [{"path": "dataset.rng", "across_workers": True, "across_epochs": True}]
+    assert verdict["attributes"] == [
+        {"path": "dataset.rng", "across_workers": True, "across_epochs": True}
+    ]
     [finding] = detect_duplicate_rng({"rng": record})
     assert finding.evidence["attributes"][0]["path"] == "dataset.rng"
     assert finding.evidence["fixed_by_seed_worker"] is True
@@ -333,8 +467,12 @@ def test_duplicated_streams_and_the_rule():
 
 def test_deterministic_pipeline_is_not_duplicate_rng():
     # the same samples everywhere, but the pipeline is not random at all
-    record = {"kind": "map", "repeats": 3, "attributes": [],
-              "epochs": [[_report(0, ["a", "a", "a", "d"]), _report(1, ["a", "a", "a", "d"])]]}
+    record = {
+        "kind": "map",
+        "repeats": 3,
+        "attributes": [],
+        "epochs": [[_report(0, ["a", "a", "a", "d"]), _report(1, ["a", "a", "a", "d"])]],
+    }
     assert duplicated_streams(record)["random"] is False
     assert detect_duplicate_rng({"rng": record}) == []
     # random pipeline with distinct streams
@@ -362,8 +500,17 @@ def test_parse_stack_takes_the_main_thread_and_the_user_frame():
 
 def test_codes_are_the_spec_list():
     assert CODES == (
-        "unpicklable", "duplicate-rng", "memory-growth", "iterable-duplicates", "copy-on-write", "slow-samples",
-        "hang", "getitem-error", "collate-error", "shm-too-small", "oversubscription",
+        "unpicklable",
+        "duplicate-rng",
+        "memory-growth",
+        "iterable-duplicates",
+        "copy-on-write",
+        "slow-samples",
+        "hang",
+        "getitem-error",
+        "collate-error",
+        "shm-too-small",
+        "oversubscription",
     )
 
 
@@ -379,4 +526,7 @@ def test_opencv_threads_count_only_where_the_pipeline_uses_opencv():
     assert uses_module([real_detection.MosaicDataset.__new__(real_detection.MosaicDataset)], cv2)
     assert not uses_module([Clean.__new__(Clean)], cv2)
     assert thread_report(Clean.__new__(Clean))["cv2"] is None
-    assert thread_report(real_detection.MosaicDataset.__new__(real_detection.MosaicDataset))["cv2"] == cv2.getNumThreads()
+    assert (
+        thread_report(real_detection.MosaicDataset.__new__(real_detection.MosaicDataset))["cv2"]
+        == cv2.getNumThreads()
+    )

@@ -6,7 +6,13 @@ from stallscope.checks.sharding import detect_iterable_duplicates, duplication_v
 
 
 def _record(**streams: list[str]) -> dict:
-    return {"digests": streams, "workers": len(streams), "prefix": 256, "start_method": "fork", "error": None}
+    return {
+        "digests": streams,
+        "workers": len(streams),
+        "prefix": 256,
+        "start_method": "fork",
+        "error": None,
+    }
 
 
 def test_a_replayed_stream_is_duplicated_in_the_same_order():
@@ -18,12 +24,21 @@ def test_a_replayed_stream_is_duplicated_in_the_same_order():
 
 
 def test_disjoint_shards_are_clean_and_a_partial_overlap_counts_from_a_fifth():
-    assert duplication_verdict(_record(**{"0": ["a", "b", "c", "d"], "1": ["e", "f", "g", "h"]}))["duplicated"] is False
+    assert (
+        duplication_verdict(_record(**{"0": ["a", "b", "c", "d"], "1": ["e", "f", "g", "h"]}))[
+            "duplicated"
+        ]
+        is False
+    )
     # 2 of 10 items in each worker overlap: 4 of 20 hashed samples = 20%
     zero = [f"a{i}" for i in range(8)] + ["x", "y"]
     one = [f"b{i}" for i in range(8)] + ["y", "x"]
     verdict = duplication_verdict(_record(**{"0": zero, "1": one}))
-    assert verdict["duplicated"] is True and verdict["duplicate_fraction"] == 0.2 and verdict["same_order"] is False
+    assert (
+        verdict["duplicated"] is True
+        and verdict["duplicate_fraction"] == 0.2
+        and verdict["same_order"] is False
+    )
     one[-1] = "z"  # 1 shared item: 2 of 20 samples, 10%
     assert duplication_verdict(_record(**{"0": zero, "1": one}))["duplicated"] is False
 
@@ -32,7 +47,9 @@ def test_data_that_repeats_within_a_worker_cannot_tell_and_is_never_flagged():
     labels = ["cat", "dog"] * 4  # a sharded stream of class labels repeats by nature
     verdict = duplication_verdict(_record(**{"0": labels, "1": list(labels)}))
     assert verdict["duplicated"] is None and "repeat" in verdict["reason"]
-    assert detect_iterable_duplicates({"sharding": _record(**{"0": labels, "1": list(labels)})}) == []
+    assert (
+        detect_iterable_duplicates({"sharding": _record(**{"0": labels, "1": list(labels)})}) == []
+    )
 
 
 def test_too_few_items_or_one_worker_cannot_tell():
@@ -43,9 +60,13 @@ def test_too_few_items_or_one_worker_cannot_tell():
 
 def test_the_finding_carries_the_counts_and_the_fix():
     stream = [f"s{i}" for i in range(6)]
-    (finding,) = detect_iterable_duplicates({"sharding": _record(**{"0": stream, "1": list(stream)})})
+    (finding,) = detect_iterable_duplicates(
+        {"sharding": _record(**{"0": stream, "1": list(stream)})}
+    )
     assert finding.code == "iterable-duplicates" and finding.severity == "error"
-    assert finding.message.startswith("Every worker yields the same samples: 12 of the 12 samples hashed from 2 workers")
+    assert finding.message.startswith(
+        "Every worker yields the same samples: 12 of the 12 samples hashed from 2 workers"
+    )
     assert finding.evidence["items_per_worker"] == {"0": 6, "1": 6}
     assert finding.fix.count("\n") >= 3 and "get_worker_info()" in finding.fix
 
@@ -78,7 +99,12 @@ def test_a_worker_that_dies_mid_stream_is_reported_as_its_death():
             return iter(_DyingStream())
 
     pipeline = types.SimpleNamespace(dataset=Dataset(), worker_init_fn=None)
-    record = probe_sharding(pipeline, workers=2, start_method="fork", deadline=time.monotonic() + 30, timeout=5.0)
-    assert record["error"] is not None and "a DataLoader worker died while reading the stream" in record["error"]
+    record = probe_sharding(
+        pipeline, workers=2, start_method="fork", deadline=time.monotonic() + 30, timeout=5.0
+    )
+    assert (
+        record["error"] is not None
+        and "a DataLoader worker died while reading the stream" in record["error"]
+    )
     assert "exit code 3" in record["error"] or "exited unexpectedly" in record["error"]
     assert detect_iterable_duplicates({"sharding": record}) == []

@@ -9,7 +9,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _test_command(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines() if re.search(r"pip install .* && python -m pytest", line)]
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if re.search(r"pip install .* && python -m pytest", line)
+    ]
 
 
 def test_ci_runs_the_readme_test_command_verbatim():

@@ -173,8 +173,12 @@ def test_every_diff_is_verified_and_applies_to_the_file(jpegs, change, tmp_path)
     assert patch.verified, patch.reason
     assert patch.diff and patch.diff.startswith("--- ")
     (tmp_path / "change.diff").write_text(patch.diff)
-    done = subprocess.run(["patch", "--dry-run", "-p0", "-i", str(tmp_path / "change.diff")],
-                          cwd=Path.cwd(), capture_output=True, text=True)
+    done = subprocess.run(
+        ["patch", "--dry-run", "-p0", "-i", str(tmp_path / "change.diff")],
+        cwd=Path.cwd(),
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -223,7 +227,10 @@ def test_the_cache_keeps_the_deterministic_stages_and_its_diff_runs_the_rest():
         assert cached.shape == (4, 4) and cached[0, 0] == 0.0  # halved and scaled, before Offset
         patch = change.patch(anatomy, pipeline)
         assert patch.verified, patch.reason
-        assert "_PREFIX_CACHE.put(index, _run_stages(self.transform.transforms[:2], image))" in patch.diff
+        assert (
+            "_PREFIX_CACHE.put(index, _run_stages(self.transform.transforms[:2], image))"
+            in patch.diff
+        )
         assert "image = _run_stages(self.transform.transforms[2:], image)" in patch.diff
     finally:
         applied.cleanup()

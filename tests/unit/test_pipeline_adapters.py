@@ -65,7 +65,9 @@ def test_a_one_shot_generator_is_made_anew_for_each_pass():
     pipeline = load_target(ra.wave_batches)
     first = list(pipeline.kind.build(pipeline.baseline))
     second = list(pipeline.kind.build(pipeline.baseline))
-    assert len(first) == len(second) == 12  # the second pass is a fresh generator, not the used-up one
+    assert (
+        len(first) == len(second) == 12
+    )  # the second pass is a fresh generator, not the used-up one
 
 
 def test_a_generator_given_as_an_object_says_it_can_be_iterated_once():
@@ -79,4 +81,6 @@ def test_labels_show_only_the_knobs_a_kind_has():
     assert config.label() == "w=4 threads×4 bs=32 pf=2"
     assert config.label(("worker_threads",)) == "threads×4"
     assert config.label(()) == "as built"
-    assert LoaderConfig(num_workers=0, batch_size=8).label(("num_workers", "prefetch_factor")) == "w=0"
+    assert (
+        LoaderConfig(num_workers=0, batch_size=8).label(("num_workers", "prefetch_factor")) == "w=0"
+    )

@@ -39,8 +39,14 @@ class HasGetitems(TensorDataset):
 
 
 def test_kinds_found_and_refused():
-    assert vectorised_fetcher(TensorDataset(torch.randn(50, 2), torch.arange(50))).kind == "tensor-index"
-    assert vectorised_fetcher(Subset(TensorDataset(torch.randn(50, 2)), range(10, 40))).kind == "subset/tensor-index"
+    assert (
+        vectorised_fetcher(TensorDataset(torch.randn(50, 2), torch.arange(50))).kind
+        == "tensor-index"
+    )
+    assert (
+        vectorised_fetcher(Subset(TensorDataset(torch.randn(50, 2)), range(10, 40))).kind
+        == "subset/tensor-index"
+    )
     assert vectorised_fetcher(ArrayDataset(n=100)).kind == "array-index"
     assert vectorised_fetcher(HasGetitems(torch.randn(10))).kind == "getitems"
     for refused in (RandomItems(), SliceOnly(), list(range(30)), WaitingDataset(n=8, wait_s=0.0)):
@@ -49,8 +55,11 @@ def test_kinds_found_and_refused():
 
 
 def test_batched_loader_yields_the_same_batches_as_the_per_item_loader():
-    for dataset in (TensorDataset(torch.randn(100, 3), torch.arange(100)), ArrayDataset(n=100),
-                    Subset(TensorDataset(torch.arange(200.0)), range(50, 150))):
+    for dataset in (
+        TensorDataset(torch.randn(100, 3), torch.arange(100)),
+        ArrayDataset(n=100),
+        Subset(TensorDataset(torch.arange(200.0)), range(50, 150)),
+    ):
         pipeline = pipeline_from_object(dataset)
         pipeline.batch_size = 16
         plain = list(build_loader(pipeline, LoaderConfig(batch_size=16)))
@@ -62,8 +71,12 @@ def test_batched_loader_yields_the_same_batches_as_the_per_item_loader():
 def test_batched_loader_with_workers_and_a_cycling_sampler():
     pipeline = pipeline_from_object(TensorDataset(torch.arange(64.0)))
     pipeline.batch_size = 8
-    loader = build_loader(pipeline, LoaderConfig(num_workers=2, batch_size=8, batched_fetch=True),
-                          sampler=CyclingSampler(64, 160), timeout=20)
+    loader = build_loader(
+        pipeline,
+        LoaderConfig(num_workers=2, batch_size=8, batched_fetch=True),
+        sampler=CyclingSampler(64, 160),
+        timeout=20,
+    )
     values = torch.cat([b[0] for b in loader])
     assert values.tolist() == [float(i % 64) for i in range(160)]
 

@@ -15,10 +15,16 @@ from stallscope.pipeline.seeding import find_rngs
 COLUMNS = ["numpy Generator", "random.Random", "torch.Generator", "random", "numpy legacy", "torch"]
 
 
-def _streams(seed: int, *, ctx: str, init=ss.seed_worker, torch_generator: bool = True) -> dict[int, torch.Tensor]:
+def _streams(
+    seed: int, *, ctx: str, init=ss.seed_worker, torch_generator: bool = True
+) -> dict[int, torch.Tensor]:
     loader = DataLoader(
-        RngHoldingDataset(torch_generator=torch_generator), batch_size=2, num_workers=2, worker_init_fn=init,
-        generator=torch.Generator().manual_seed(seed), multiprocessing_context=ctx,
+        RngHoldingDataset(torch_generator=torch_generator),
+        batch_size=2,
+        num_workers=2,
+        worker_init_fn=init,
+        generator=torch.Generator().manual_seed(seed),
+        multiprocessing_context=ctx,
     )
     rows = torch.cat(list(loader))
     return {w: rows[rows[:, 0] == w][:, 1:] for w in (0, 1)}
@@ -29,10 +35,16 @@ def test_same_generator_seed_same_streams_and_workers_differ():
     again = _streams(7, ctx="fork")
     other = _streams(8, ctx="fork")
     for w in (0, 1):
-        assert torch.equal(first[w], again[w]), "same loader seed must reproduce every worker's stream"
+        assert torch.equal(first[w], again[w]), (
+            "same loader seed must reproduce every worker's stream"
+        )
     for col, name in enumerate(COLUMNS):
-        assert not torch.equal(first[0][:, col], first[1][:, col]), f"{name}: workers 0 and 1 draw the same stream"
-        assert not torch.equal(first[0][:, col], other[0][:, col]), f"{name}: another loader seed gives the same stream"
+        assert not torch.equal(first[0][:, col], first[1][:, col]), (
+            f"{name}: workers 0 and 1 draw the same stream"
+        )
+        assert not torch.equal(first[0][:, col], other[0][:, col]), (
+            f"{name}: another loader seed gives the same stream"
+        )
 
 
 def test_spawned_workers_get_the_same_streams_as_forked_ones():
@@ -58,7 +70,12 @@ def test_find_rngs_walks_attributes_and_reports_paths():
     ds = RngHoldingDataset()
     ds.extra = {"aug": [random.Random(0)]}
     found = dict(find_rngs(ds, "dataset"))
-    assert set(found) == {"dataset.gen", "dataset.transform.rng", "dataset.torch_gen", "dataset.extra['aug'][0]"}
+    assert set(found) == {
+        "dataset.gen",
+        "dataset.transform.rng",
+        "dataset.torch_gen",
+        "dataset.extra['aug'][0]",
+    }
     assert "dataset.transform.rng" not in dict(find_rngs(ds, "dataset", depth=1))
 
 

@@ -41,7 +41,9 @@ def test_batch_length_finds_the_samples_in_any_container():
     assert batch_length(Encoding({"input_ids": ids})) == 8
     assert batch_length(Batch(torch.zeros(4, 3), [1, 2, 3, 4])) == 4
     assert batch_length(Pair(np.zeros((6, 2)), b"")) == 6
-    assert batch_length([torch.zeros(3), torch.zeros(5), torch.zeros(2)]) == 3  # one tensor per sample... of one field
+    assert (
+        batch_length([torch.zeros(3), torch.zeros(5), torch.zeros(2)]) == 3
+    )  # one tensor per sample... of one field
     assert batch_length((torch.zeros(5, 2), torch.zeros(5))) == 5
     assert batch_length(["a", "b"]) == 2
     assert batch_length(torch.tensor(3.0)) == 1
@@ -49,7 +51,12 @@ def test_batch_length_finds_the_samples_in_any_container():
 
 def test_describe_structure_names_the_container():
     ids = torch.zeros(2, 4, dtype=torch.int64)
-    assert describe_structure(Encoding({"input_ids": ids})) == "Encoding{input_ids: Tensor[2,4] int64}"
+    assert (
+        describe_structure(Encoding({"input_ids": ids})) == "Encoding{input_ids: Tensor[2,4] int64}"
+    )
     assert describe_structure({"x": ids}) == "{x: Tensor[2,4] int64}"
-    assert describe_structure(Pair(np.zeros(3, dtype=np.int32), b"")) == "Pair{tokens: ndarray[3] int32, raw: bytes}"
+    assert (
+        describe_structure(Pair(np.zeros(3, dtype=np.int32), b""))
+        == "Pair{tokens: ndarray[3] int32, raw: bytes}"
+    )
     assert describe_structure((ids, 1)) == "tuple(Tensor[2,4] int64, int)"

@@ -88,7 +88,9 @@ def test_an_exception_names_the_index_in_the_main_process():
 @pytest.mark.parametrize("context", ["fork"])
 def test_an_exception_names_the_index_from_a_worker(context):
     wrapped = ss.threaded_dataset(LatencyItems(n=32, wait_s=0.001, fail_at=13), threads=4)
-    loader = DataLoader(wrapped, batch_size=8, num_workers=2, multiprocessing_context=context, timeout=60)
+    loader = DataLoader(
+        wrapped, batch_size=8, num_workers=2, multiprocessing_context=context, timeout=60
+    )
     iterator = iter(loader)
     try:
         with pytest.raises(KeyError) as info:
@@ -96,15 +98,26 @@ def test_an_exception_names_the_index_from_a_worker(context):
     finally:
         iterator._shutdown_workers()  # the traceback keeps the iterator alive: stop its workers now
     assert "while fetching dataset[13]" in str(info.value)
-    assert all(not w.is_alive() for w in iterator._workers)  # workers with fetch threads exit cleanly
+    assert all(
+        not w.is_alive() for w in iterator._workers
+    )  # workers with fetch threads exit cleanly
 
 
 def test_measure_names_the_index_that_raised():
-    pipeline = Pipeline(dataset=LatencyItems(n=32, wait_s=0.0, fail_at=5), batch_size=8, baseline=LoaderConfig(batch_size=8))
+    pipeline = Pipeline(
+        dataset=LatencyItems(n=32, wait_s=0.0, fail_at=5),
+        batch_size=8,
+        baseline=LoaderConfig(batch_size=8),
+    )
     with pytest.raises(PipelineError, match=r"dataset\[5\] raised KeyError"):
         measure(pipeline, LoaderConfig(batch_size=8, worker_threads=4), min_window_s=0.05)
     with pytest.raises(PipelineError, match=r"raised KeyError: 5.*the index was 5"):
-        measure(pipeline, LoaderConfig(num_workers=1, batch_size=8, worker_threads=4), min_window_s=0.05, timeout=60)
+        measure(
+            pipeline,
+            LoaderConfig(num_workers=1, batch_size=8, worker_threads=4),
+            min_window_s=0.05,
+            timeout=60,
+        )
 
 
 def test_pickles_without_its_pool_and_works_after():
@@ -130,10 +143,15 @@ def test_main_process_with_a_batch_sampler_and_a_custom_collate():
     batches = BatchSampler(SequentialSampler(range(40)), batch_size=7, drop_last=False)
 
     def collate(items):
-        return {"index": torch.tensor([it["index"] for it in items]), "sum": sum(it["x"].sum() for it in items)}
+        return {
+            "index": torch.tensor([it["index"] for it in items]),
+            "sum": sum(it["x"].sum() for it in items),
+        }
 
     plain = list(DataLoader(data, batch_sampler=batches, collate_fn=collate))
-    threaded = list(DataLoader(ss.threaded_dataset(data, threads=4), batch_sampler=batches, collate_fn=collate))
+    threaded = list(
+        DataLoader(ss.threaded_dataset(data, threads=4), batch_sampler=batches, collate_fn=collate)
+    )
     assert [b["index"].tolist() for b in threaded] == [b["index"].tolist() for b in plain]
     assert [float(b["sum"]) for b in threaded] == [float(b["sum"]) for b in plain]
     assert _wait_no_fetch_threads() == []
@@ -148,12 +166,19 @@ def test_real_workers_with_a_shuffling_sampler(context):
     def loader(dataset, workers):
         gen = torch.Generator().manual_seed(7)
         return DataLoader(
-            dataset, batch_size=12, shuffle=True, generator=gen, num_workers=workers,
-            multiprocessing_context=context if workers else None, timeout=60 if workers else 0,
+            dataset,
+            batch_size=12,
+            shuffle=True,
+            generator=gen,
+            num_workers=workers,
+            multiprocessing_context=context if workers else None,
+            timeout=60 if workers else 0,
         )
 
     batches = list(loader(wrapped, 2))
-    assert _indices(batches) == _indices(loader(data, 0))  # the same shuffled order as the plain loader
+    assert _indices(batches) == _indices(
+        loader(data, 0)
+    )  # the same shuffled order as the plain loader
     assert sorted(_indices(batches)) == list(range(96))
     threads = {name for b in batches for name in b["thread"]}
     assert threads and all(name.startswith("stallscope-fetch") for name in threads)
@@ -185,7 +210,10 @@ def test_an_iterable_dataset_is_refused():
     pipeline = load_target(Stream())
     with pytest.raises(UsageError, match="IterableDataset"):
         build_loader(pipeline, LoaderConfig(batch_size=2, worker_threads=2))
-    assert isinstance(build_loader(load_target(CpuItems(n=4)), LoaderConfig(worker_threads=2)).dataset, ThreadedDataset)
+    assert isinstance(
+        build_loader(load_target(CpuItems(n=4)), LoaderConfig(worker_threads=2)).dataset,
+        ThreadedDataset,
+    )
 
 
 # -- config, make_loader, the user's own wrapper --------------------------------------------------
@@ -202,7 +230,9 @@ def test_config_round_trip_and_unambiguous_labels(tmp_path):
     intra = LoaderConfig(batch_size=16, torch_threads=2).label()
     assert "torch_threads=2" in intra and "threads×" not in intra
     assert LoaderConfig(batch_size=16, worker_threads=0).label() == "w=0 bs=16"
-    assert LoaderConfig.from_dict({"num_workers": 2, "batch_size": 4}).worker_threads == 0  # older records
+    assert (
+        LoaderConfig.from_dict({"num_workers": 2, "batch_size": 4}).worker_threads == 0
+    )  # older records
     with pytest.raises(ValueError):
         LoaderConfig(worker_threads=-1)
     with pytest.raises(ValueError, match="alternatives"):
@@ -223,7 +253,9 @@ def test_make_loader_applies_worker_threads_from_a_config(tmp_path):
 
 
 def test_the_users_own_wrapper_becomes_the_baseline():
-    loader = DataLoader(ss.threaded_dataset(LatencyItems(n=16, wait_s=0.0), threads=6), batch_size=4)
+    loader = DataLoader(
+        ss.threaded_dataset(LatencyItems(n=16, wait_s=0.0), threads=6), batch_size=4
+    )
     pipeline = load_target(loader)
     assert pipeline.baseline.worker_threads == 6
     assert isinstance(pipeline.dataset, LatencyItems)
@@ -281,14 +313,22 @@ def test_check_flags_a_dataset_that_raises_only_under_concurrency():
 
     result = check_thread_safety(Remote(), threads=8)
     assert not result.safe
-    assert "raised RuntimeError when 16 threads fetched at once" in result.reason  # twice the threads asked for
+    assert (
+        "raised RuntimeError when 16 threads fetched at once" in result.reason
+    )  # twice the threads asked for
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_workers_with_fetch_threads_exit_cleanly(context):
     wrapped = ss.threaded_dataset(LatencyItems(n=48, wait_s=0.002), threads=8)
-    loader = DataLoader(wrapped, batch_size=8, num_workers=2, persistent_workers=True,
-                        multiprocessing_context=context, timeout=60)
+    loader = DataLoader(
+        wrapped,
+        batch_size=8,
+        num_workers=2,
+        persistent_workers=True,
+        multiprocessing_context=context,
+        timeout=60,
+    )
     for _ in range(2):  # two epochs on the same persistent workers (and their pools)
         assert sorted(_indices(loader)) == list(range(48))
     iterator = loader._iterator

@@ -11,7 +11,17 @@ import pytest
 
 import stallscope as ss
 
-PUBLIC_CALLABLES = ["bench", "tune", "check", "stages", "stage", "watch", "make_loader", "seed_worker", "load_target"]
+PUBLIC_CALLABLES = [
+    "bench",
+    "tune",
+    "check",
+    "stages",
+    "stage",
+    "watch",
+    "make_loader",
+    "seed_worker",
+    "load_target",
+]
 
 
 @pytest.mark.parametrize("name", PUBLIC_CALLABLES)
@@ -29,13 +39,21 @@ def test_loader_config_round_trips():
     assert ss.LoaderConfig.from_dict(cfg.to_dict()) == cfg
     assert ss.LoaderConfig.from_yaml(cfg.to_yaml()) == cfg
     kwargs = cfg.to_kwargs()
-    assert kwargs["num_workers"] == 4 and kwargs["prefetch_factor"] == 4 and kwargs["persistent_workers"]
+    assert (
+        kwargs["num_workers"] == 4
+        and kwargs["prefetch_factor"] == 4
+        and kwargs["persistent_workers"]
+    )
     # Knobs that need workers are dropped at num_workers=0, so torch accepts the kwargs.
     assert "prefetch_factor" not in ss.LoaderConfig(num_workers=0, batch_size=8).to_kwargs()
 
 
 def test_help_is_fast_to_import():
     # `stallscope --help` must not import torch.
-    code = "import sys, stallscope.cli; stallscope.cli.main(['--help']); print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    code = (
+        "import sys, stallscope.cli; stallscope.cli.main(['--help']); print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip().endswith("False")

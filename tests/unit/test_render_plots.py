@@ -52,8 +52,12 @@ def test_render_plots_writes_exactly_the_supported_plots(name, tmp_path):
 
 @pytest.mark.parametrize(
     ("function", "plot"),
-    [(plots.plot_scaling, "scaling"), (plots.plot_latency, "latency"), (plots.plot_stages, "stages"),
-     (plots.plot_timeline, "timeline")],
+    [
+        (plots.plot_scaling, "scaling"),
+        (plots.plot_latency, "latency"),
+        (plots.plot_stages, "stages"),
+        (plots.plot_timeline, "timeline"),
+    ],
 )
 def test_each_plot_function_returns_its_path_or_none(function, plot, tmp_path):
     for name, supported in EXPECTED.items():

@@ -42,7 +42,9 @@ def html_with_plots(name: str) -> str:
 
 
 def test_every_fixture_is_a_loadable_record():
-    assert sorted(p.stem for p in FIXTURES.glob("record_*.json")) == sorted(f"record_{n}" for n in NAMES)
+    assert sorted(p.stem for p in FIXTURES.glob("record_*.json")) == sorted(
+        f"record_{n}" for n in NAMES
+    )
     for name in NAMES:
         record = RunRecord.load(FIXTURES / f"record_{name}.json")
         assert record.command == name
@@ -65,7 +67,9 @@ def test_every_renderer_renders_every_record(name, fmt):
     assert "Executive summary" in text and "Verdict:" in text
     for heading, key in SECTION_KEYS.items():
         present = key in load(name)
-        assert (heading in text) == present, f"{heading!r} {'missing' if present else 'unexpected'} in {name}"
+        assert (heading in text) == present, (
+            f"{heading!r} {'missing' if present else 'unexpected'} in {name}"
+        )
     assert ("Troubleshooting" in text) == bool(load(name).get("findings"))
     assert ("Estimated epoch time" in text) == (an.epoch_estimate(load(name)) is not None)
 
@@ -73,12 +77,34 @@ def test_every_renderer_renders_every_record(name, fmt):
 def test_a_bench_record_renders_a_bench_report_and_a_doctor_record_everything():
     bench = MarkdownRenderer().render(load("bench"))
     headings = re.findall(r"^## (.+)$", bench, flags=re.M)
-    assert headings == ["Executive summary", "Benchmark", "Best configuration", "This machine's ceiling", "Estimated epoch time",
-                        "Memory budget of in-flight batches", "CPU use", "Checklist", "Recommendations"]
+    assert headings == [
+        "Executive summary",
+        "Benchmark",
+        "Best configuration",
+        "This machine's ceiling",
+        "Estimated epoch time",
+        "Memory budget of in-flight batches",
+        "CPU use",
+        "Checklist",
+        "Recommendations",
+    ]
     doctor = re.findall(r"^## (.+)$", MarkdownRenderer().render(load("doctor")), flags=re.M)
-    assert doctor == ["Executive summary", "Benchmark", "Tuning", "Best configuration", "This machine's ceiling", "Stage breakdown",
-                      "Training loop", "Estimated epoch time", "Memory budget of in-flight batches", "CPU use",
-                      "Checklist", "Check findings", "Recommendations", "Troubleshooting"]
+    assert doctor == [
+        "Executive summary",
+        "Benchmark",
+        "Tuning",
+        "Best configuration",
+        "This machine's ceiling",
+        "Stage breakdown",
+        "Training loop",
+        "Estimated epoch time",
+        "Memory budget of in-flight batches",
+        "CPU use",
+        "Checklist",
+        "Check findings",
+        "Recommendations",
+        "Troubleshooting",
+    ]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -111,7 +137,11 @@ def test_the_number_check_catches_a_wrong_derivation(monkeypatch):
     bad = unexplained_numbers(markdown_text(MarkdownRenderer().render(record)), record)
     assert any(b.endswith("min") for b in bad)
     assert unexplained_numbers("took 37.3 ms at 1,234 samples/s, 13.7% and 2.38×", record) == [
-        "37.3 ms", "1,234", "13.7 %", "2.38 ×"]
+        "37.3 ms",
+        "1,234",
+        "13.7 %",
+        "2.38 ×",
+    ]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -159,7 +189,12 @@ def test_markdown_write_links_the_plots_it_writes(tmp_path):
     expected = sorted(f"{n}.png" for n in PLOTS if n != "over_time")
     assert written[0] == path and sorted(p.name for p in written[1:]) == expected
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", path.read_text())
-    assert links == ["../plots/scaling.png", "../plots/latency.png", "../plots/stages.png", "../plots/timeline.png"]
+    assert links == [
+        "../plots/scaling.png",
+        "../plots/latency.png",
+        "../plots/stages.png",
+        "../plots/timeline.png",
+    ]
     assert all((path.parent / link).is_file() for link in links)
 
 
@@ -193,8 +228,14 @@ def test_a_partial_record_says_so():
 
 
 def _degenerate_records() -> dict[str, dict]:
-    base = {"schema": 1, "tool_version": "0.1.0", "target": "t.py:f", "started_at": 0, "duration_s": None,
-            "partial": True}
+    base = {
+        "schema": 1,
+        "tool_version": "0.1.0",
+        "target": "t.py:f",
+        "started_at": 0,
+        "duration_s": None,
+        "partial": True,
+    }
     failed = load("bench")
     for res in failed["results"]:
         res.update(samples_per_s=None, error="RuntimeError: worker died")
@@ -202,12 +243,37 @@ def _degenerate_records() -> dict[str, dict]:
     return {
         "no host, no sections": {**base, "command": "bench", "host": {}},
         "every config failed": failed,
-        "empty sweep": {**base, "command": "bench", "host": {"cores": 2}, "results": [], "scaling": {}},
-        "clean check": {**base, "command": "check", "host": {"cores": 2}, "findings": [], "coverage": {}},
-        "profile without steps": {**base, "command": "profile", "host": {}, "stall_fraction": None, "verdict": None,
-                                  "steps": 0, "step_timeline": {"data_ms": [], "compute_ms": []}, "advice": ""},
-        "augmentation only": {**base, "command": "stages", "host": {}, "stages": [],
-                              "augmentation_overhead": {"ms_per_sample": 1.5, "percent": 12.0, "transforms": []}},
+        "empty sweep": {
+            **base,
+            "command": "bench",
+            "host": {"cores": 2},
+            "results": [],
+            "scaling": {},
+        },
+        "clean check": {
+            **base,
+            "command": "check",
+            "host": {"cores": 2},
+            "findings": [],
+            "coverage": {},
+        },
+        "profile without steps": {
+            **base,
+            "command": "profile",
+            "host": {},
+            "stall_fraction": None,
+            "verdict": None,
+            "steps": 0,
+            "step_timeline": {"data_ms": [], "compute_ms": []},
+            "advice": "",
+        },
+        "augmentation only": {
+            **base,
+            "command": "stages",
+            "host": {},
+            "stages": [],
+            "augmentation_overhead": {"ms_per_sample": 1.5, "percent": 12.0, "transforms": []},
+        },
     }
 
 
@@ -236,8 +302,12 @@ def test_every_renderer_writes_what_it_renders_and_returns_the_files(fmt, tmp_pa
     written = renderer.write(record, path)
     assert written and all(p.is_file() for p in written)
     if fmt == "plots":
-        expected = [n for n in PLOTS if n != "over_time"]  # the doctor run fitted in one time window
-        assert sorted(rendered) == sorted(expected) and all(png.startswith(b"\x89PNG") for png in rendered.values())
+        expected = [
+            n for n in PLOTS if n != "over_time"
+        ]  # the doctor run fitted in one time window
+        assert sorted(rendered) == sorted(expected) and all(
+            png.startswith(b"\x89PNG") for png in rendered.values()
+        )
         assert sorted(p.stem for p in written) == sorted(rendered)
     else:
         assert written[0] == path and isinstance(rendered, str) and rendered
@@ -251,12 +321,15 @@ def test_json_written_loads_back_as_the_same_record(tmp_path):
     assert RunRecord.load(path).to_dict() == record.to_dict()
 
 
-@pytest.mark.parametrize("content,message", [
-    (None, "cannot read"),
-    ("{not json", "is not JSON"),
-    ('["a list"]', "is not a stallscope run record"),
-    ('{"command": "bench", "schema": 99}', "unsupported record schema"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (None, "cannot read"),
+        ("{not json", "is not JSON"),
+        ('["a list"]', "is not a stallscope run record"),
+        ('{"command": "bench", "schema": 99}', "unsupported record schema"),
+    ],
+)
 def test_loading_a_bad_record_is_one_usage_error(tmp_path, content, message):
     from stallscope.errors import UsageError
 
@@ -283,18 +356,29 @@ def test_the_console_summary_is_the_commands_own_section():
 
 def test_a_doctor_console_summary_has_every_section_it_measured_then_what_to_set():
     text = _console("doctor")
-    order = ["DataLoader throughput", "Configs measured", "Per step (steady state)", "What to set and why"]
+    order = [
+        "DataLoader throughput",
+        "Configs measured",
+        "Per step (steady state)",
+        "What to set and why",
+    ]
     positions = [text.index(heading) for heading in order]
     assert positions == sorted(positions)
     # NOTE [verified snippets]: a record without code that ran says the change in words, not code.
-    assert "DataLoader(" not in text[positions[-1]:] and "no code is shown" in text[positions[-1]:]
+    assert (
+        "DataLoader(" not in text[positions[-1] :] and "no code is shown" in text[positions[-1] :]
+    )
 
 
 def test_what_to_set_prints_the_code_that_ran():
     from stallscope.render.console import ConsoleRenderer
 
     record = load("doctor")
-    config = record["best"]["config"] if not record["best"].get("keep_baseline") else record["baseline"]["config"]
+    config = (
+        record["best"]["config"]
+        if not record["best"].get("keep_baseline")
+        else record["baseline"]["config"]
+    )
     code = "loader = DataLoader(dataset, batch_size=32, num_workers=4)\n"
     record["loader_code"] = {"config": config, "python": code, "verified": True}
     assert code.strip() in ConsoleRenderer().render(record)

@@ -27,26 +27,67 @@ def _record(**best) -> dict:
 
 
 def _unconfirmed() -> dict:
-    record = _record(rounds=1, confidence=None, confirmed=False,
-                     skipped=[{"label": "w=16 bs=64 pf=2", "why": "not measured: the time budget ran out in the climb phase"}],
-                     head_to_head=[])
-    record["search"]["plan"] = {"summary": "plan: 0.303 s per batch in one process; the 19 s left fit about 6 measurements"}
+    record = _record(
+        rounds=1,
+        confidence=None,
+        confirmed=False,
+        skipped=[
+            {
+                "label": "w=16 bs=64 pf=2",
+                "why": "not measured: the time budget ran out in the climb phase",
+            }
+        ],
+        head_to_head=[],
+    )
+    record["search"]["plan"] = {
+        "summary": "plan: 0.303 s per batch in one process; the 19 s left fit about 6 measurements"
+    }
     return record
 
 
 def _keep_yours() -> dict:
     base = copy.deepcopy(_record()["baseline"])
-    record = _record(samples_per_s=205.4, speedup=1.0098, rounds=4, confidence=0.55, confirmed=True, keep_baseline=True,
-                     within_pct=0.97, head_to_head=[
-                         {"config": _record()["best"]["config"], "label": "w=8 bs=64 pf=4", "samples_per_s": 205.4,
-                          "rounds": 4, "role": "tuner"},
-                         {"config": base["config"], "label": "w=2 bs=64 pf=2", "samples_per_s": 203.4, "rounds": 4,
-                          "role": "baseline"}])
-    record["recommendations"] = [{"id": "keep-yours", "title": "Keep your DataLoader settings",
-                                  "detail": "Your loader is within 0.97% of the best found.", "measured": "m",
-                                  "expected_gain": "none beyond the noise"}]
-    record["search"]["persistent_workers"] = {"measured_on": "w=2 bs=64 pf=2", "gap_without_s": 0.61, "gap_with_s": 0.12,
-                                              "saved_s": 0.49, "recommended": True}
+    record = _record(
+        samples_per_s=205.4,
+        speedup=1.0098,
+        rounds=4,
+        confidence=0.55,
+        confirmed=True,
+        keep_baseline=True,
+        within_pct=0.97,
+        head_to_head=[
+            {
+                "config": _record()["best"]["config"],
+                "label": "w=8 bs=64 pf=4",
+                "samples_per_s": 205.4,
+                "rounds": 4,
+                "role": "tuner",
+            },
+            {
+                "config": base["config"],
+                "label": "w=2 bs=64 pf=2",
+                "samples_per_s": 203.4,
+                "rounds": 4,
+                "role": "baseline",
+            },
+        ],
+    )
+    record["recommendations"] = [
+        {
+            "id": "keep-yours",
+            "title": "Keep your DataLoader settings",
+            "detail": "Your loader is within 0.97% of the best found.",
+            "measured": "m",
+            "expected_gain": "none beyond the noise",
+        }
+    ]
+    record["search"]["persistent_workers"] = {
+        "measured_on": "w=2 bs=64 pf=2",
+        "gap_without_s": 0.61,
+        "gap_with_s": 0.12,
+        "saved_s": 0.49,
+        "recommended": True,
+    }
     return record
 
 
@@ -59,18 +100,27 @@ def _console(record: dict) -> str:
 @pytest.mark.parametrize("render", ["md", "html", "console"])
 def test_no_confidence_below_two_rounds_says_not_confirmed_and_what_was_skipped(render):
     record = _unconfirmed()
-    text = {"md": lambda r: MarkdownRenderer().render(r), "html": lambda r: HTMLRenderer(plots=False).render(r),
-            "console": _console}[render](record)
+    text = {
+        "md": lambda r: MarkdownRenderer().render(r),
+        "html": lambda r: HTMLRenderer(plots=False).render(r),
+        "console": _console,
+    }[render](record)
     assert "Not confirmed: the budget ran out" in text
-    assert "w=16 bs=64 pf=2" in text and "not measured: the time budget ran out in the climb phase" in text
+    assert (
+        "w=16 bs=64 pf=2" in text
+        and "not measured: the time budget ran out in the climb phase" in text
+    )
     assert "Confidence" not in text and "confidence:" not in text
 
 
 @pytest.mark.parametrize("render", ["md", "html", "console"])
 def test_keep_yours_is_the_verdict_with_the_head_to_head(render):
     record = _keep_yours()
-    text = {"md": lambda r: MarkdownRenderer().render(r), "html": lambda r: HTMLRenderer(plots=False).render(r),
-            "console": _console}[render](record)
+    text = {
+        "md": lambda r: MarkdownRenderer().render(r),
+        "html": lambda r: HTMLRenderer(plots=False).render(r),
+        "console": _console,
+    }[render](record)
     assert "within 0.97" in text or "within 1.0%" in text
     assert "no change is recommended" in text
     assert "baseline" in text and "tuner" in text  # the head-to-head roles

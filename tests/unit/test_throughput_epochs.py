@@ -13,7 +13,9 @@ from stallscope.throughput.epochs import epoch_gap
 def test_gap_holds_the_worker_start_up_only_without_persistent_workers(context):
     pipeline = load_target(slow_start_loader)
     # One worker: the boundary behaves the same with more, and spawned workers import torch afresh.
-    config = pipeline.baseline.replace(batch_size=pipeline.batch_size, num_workers=1, multiprocessing_context=context)
+    config = pipeline.baseline.replace(
+        batch_size=pipeline.batch_size, num_workers=1, multiprocessing_context=context
+    )
     without = epoch_gap(pipeline, config, epochs=2)
     with_ = epoch_gap(pipeline, config.replace(persistent_workers=True), epochs=2)
     assert without.error is None and with_.error is None

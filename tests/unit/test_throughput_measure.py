@@ -61,7 +61,9 @@ def test_prefetch_buffer_does_not_inflate_rate(tmp_path):
 
 def test_startup_reported_separately_from_rate(tmp_path):
     pipeline = load_target(SleepyDataset(400, COST, log_dir=str(tmp_path)), batch_size=4)
-    m = measure(pipeline, LoaderConfig(num_workers=2, batch_size=4, multiprocessing_context="spawn"))
+    m = measure(
+        pipeline, LoaderConfig(num_workers=2, batch_size=4, multiprocessing_context="spawn")
+    )
     # Spawning two interpreters that import torch costs far more than one batch (40 ms)...
     assert m.startup_s > 0.04
     # ...but the steady-state rate is unaffected by it.

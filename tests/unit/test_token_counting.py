@@ -28,7 +28,9 @@ def test_a_mask_counts_only_real_tokens():
 
 def test_streams_pairs_dataclasses_named_tuples_and_ragged_lists():
     assert _count(torch.zeros(4, 16, dtype=torch.int64)) == 64  # one matrix of token ids
-    assert _count((torch.zeros(4, 16, dtype=torch.int32), torch.zeros(4, 16, dtype=torch.int64))) == 64  # inputs only
+    assert (
+        _count((torch.zeros(4, 16, dtype=torch.int32), torch.zeros(4, 16, dtype=torch.int64))) == 64
+    )  # inputs only
 
     @dataclass
     class Batch:
@@ -45,7 +47,10 @@ def test_streams_pairs_dataclasses_named_tuples_and_ragged_lists():
 def test_images_labels_and_pixels_are_not_tokens():
     assert _count((torch.zeros(4, 3, 8, 8), torch.zeros(4, dtype=torch.int64))) is None
     assert _count(torch.zeros(4, 64, dtype=torch.uint8)) is None  # a uint8 matrix is pixels
-    assert _count({"image": torch.zeros(2, 3, 4, 4), "label": torch.zeros(2, dtype=torch.int64)}) is None
+    assert (
+        _count({"image": torch.zeros(2, 3, 4, 4), "label": torch.zeros(2, dtype=torch.int64)})
+        is None
+    )
     assert _count(["a photo", "another"]) is None
 
 
@@ -72,7 +77,9 @@ def test_measure_reports_tokens_per_second_of_real_tokens():
 
 
 def test_image_batches_have_no_token_rate():
-    data = torch.utils.data.TensorDataset(torch.zeros(64, 3, 4, 4), torch.zeros(64, dtype=torch.int64))
+    data = torch.utils.data.TensorDataset(
+        torch.zeros(64, 3, 4, 4), torch.zeros(64, dtype=torch.int64)
+    )
     pipeline = pipeline_from_object(DataLoader(data, batch_size=8))
     m = measure(pipeline, pipeline.baseline, min_window_s=0.05, min_batches=4)
     assert m.tokens is None and m.tokens_per_s is None and m.samples > 0

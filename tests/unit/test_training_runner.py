@@ -101,7 +101,11 @@ def test_move_to_device_reaches_nested_tensors():
     batch = {"a": [torch.zeros(2), (torch.ones(1), 3)], "b": Pair(torch.zeros(1), "label")}
     moved = move_to_device(batch, "meta")
     assert moved["a"][0].device.type == "meta" and moved["a"][1][0].device.type == "meta"
-    assert moved["a"][1][1] == 3 and isinstance(moved["b"], Pair) and moved["b"].x.device.type == "meta"
+    assert (
+        moved["a"][1][1] == 3
+        and isinstance(moved["b"], Pair)
+        and moved["b"].x.device.type == "meta"
+    )
     assert moved["b"].y == "label"
 
 
@@ -131,7 +135,9 @@ def test_known_costs_give_the_true_stall_fraction():
     ("workers", "prefetch", "expected"),
     [(0, None, MIN_WARMUP), (1, 2, MIN_WARMUP), (2, 2, 7), (4, 4, 21), (8, 2, 25)],
 )
-def test_default_warmup_drains_the_prefetch_buffer_and_a_round_per_worker(workers, prefetch, expected):
+def test_default_warmup_drains_the_prefetch_buffer_and_a_round_per_worker(
+    workers, prefetch, expected
+):
     config = LoaderConfig(batch_size=4, num_workers=workers, prefetch_factor=prefetch)
     warmup = default_warmup(config)
     assert warmup == expected
@@ -139,14 +145,18 @@ def test_default_warmup_drains_the_prefetch_buffer_and_a_round_per_worker(worker
 
 
 def test_profile_warms_up_for_the_loaders_prefetch_by_default():
-    config = LoaderConfig(batch_size=4, num_workers=2, prefetch_factor=3, multiprocessing_context="fork")
+    config = LoaderConfig(
+        batch_size=4, num_workers=2, prefetch_factor=3, multiprocessing_context="fork"
+    )
     profile = run_profile(load_target(input_bound), steps=4, config=config)
     assert profile["warmup_steps"] == 2 * 3 + 2 + 1
     assert profile["total_steps"] == profile["warmup_steps"] + 4 and profile["steps"] == 4
 
 
 def test_compute_dominated_target_is_compute_bound():
-    profile = run_profile(load_target(compute_bound), steps=12, warmup=1, config=LoaderConfig(batch_size=4))
+    profile = run_profile(
+        load_target(compute_bound), steps=12, warmup=1, config=LoaderConfig(batch_size=4)
+    )
     assert profile["verdict"] == "compute-bound", profile["stall_fraction"]
     assert profile["what_if_speedup"] < 1.06
 
@@ -168,15 +178,26 @@ class FakeDevice:
 
 
 def _async_target(device: FakeDevice) -> dict:
-    return {"dataset": SleepDataset(64, 0.0), "model": nn.Linear(4, 2), "train_step": lambda m, b: device.launch(), "batch_size": 2}
+    return {
+        "dataset": SleepDataset(64, 0.0),
+        "model": nn.Linear(4, 2),
+        "train_step": lambda m, b: device.launch(),
+        "batch_size": 2,
+    }
 
 
 def test_sync_makes_device_time_count_as_compute():
     device = FakeDevice(work_s=0.025)
-    unsynced = run_profile(load_target(_async_target(device)), steps=10, warmup=1, config=LoaderConfig(batch_size=2))
+    unsynced = run_profile(
+        load_target(_async_target(device)), steps=10, warmup=1, config=LoaderConfig(batch_size=2)
+    )
     device.synchronize()
     synced = run_profile(
-        load_target(_async_target(device)), steps=10, warmup=1, config=LoaderConfig(batch_size=2), sync=device.synchronize
+        load_target(_async_target(device)),
+        steps=10,
+        warmup=1,
+        config=LoaderConfig(batch_size=2),
+        sync=device.synchronize,
     )
     # Without a synchronise the queued device work is invisible: the loop looks input-bound.
     assert unsynced["verdict"] == "input-bound"
@@ -204,9 +225,18 @@ def test_a_target_without_train_step_is_a_usage_error():
 def test_batch_only_train_step_and_workers():
     from profile_synthetic import batch_only_step
 
-    profile = run_profile(load_target(batch_only_step), steps=8, warmup=1, config=LoaderConfig(batch_size=4, num_workers=1))
+    profile = run_profile(
+        load_target(batch_only_step),
+        steps=8,
+        warmup=1,
+        config=LoaderConfig(batch_size=4, num_workers=1),
+    )
     assert profile["train_step_call"] == "train_step(batch)"
-    assert profile["total_steps"] == 9 and profile["steps"] == 8 and profile["config"]["num_workers"] == 1
+    assert (
+        profile["total_steps"] == 9
+        and profile["steps"] == 8
+        and profile["config"]["num_workers"] == 1
+    )
     assert profile["epoch_steps"] == 8
 
 
@@ -218,8 +248,14 @@ def test_iterable_dataset_runs_as_many_epochs_as_needed():
             return iter(torch.zeros(5, 4))
 
     seen = []
-    target = {"dataset": Five(), "train_step": lambda batch: seen.append(batch.shape[0]), "batch_size": 2}
+    target = {
+        "dataset": Five(),
+        "train_step": lambda batch: seen.append(batch.shape[0]),
+        "batch_size": 2,
+    }
     # The loop's own steps only (the free-data replay calls train_step again, on its cached batches).
-    profile = run_profile(load_target(target), steps=5, warmup=0, config=LoaderConfig(batch_size=2), free_data=False)
+    profile = run_profile(
+        load_target(target), steps=5, warmup=0, config=LoaderConfig(batch_size=2), free_data=False
+    )
     assert profile["total_steps"] == 5 and profile["epochs"] == 2
     assert seen == [2, 2, 1, 2, 2]

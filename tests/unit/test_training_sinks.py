@@ -76,15 +76,27 @@ def test_tensorboard_sink_writes_event_files_tensorboard_reads_back(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     clock = FakeClock()
-    w = Watch(Steps(clock, 20), clock=clock, sample_resources=False, gpu=False, tensorboard=tmp_path / "tb",
-              log_every=5, log=lambda line: None, name="demo")
+    w = Watch(
+        Steps(clock, 20),
+        clock=clock,
+        sample_resources=False,
+        gpu=False,
+        tensorboard=tmp_path / "tb",
+        log_every=5,
+        log=lambda line: None,
+        name="demo",
+    )
     with w:
         for _ in w:
             clock.t += 0.03
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     tags = set(events.Tags()["scalars"])
-    assert {"stallscope/demo/data_ms", "stallscope/demo/compute_ms", "stallscope/demo/stall_fraction"} <= tags
+    assert {
+        "stallscope/demo/data_ms",
+        "stallscope/demo/compute_ms",
+        "stallscope/demo/stall_fraction",
+    } <= tags
     stall = events.Scalars("stallscope/demo/stall_fraction")
     assert [e.step for e in stall] == [4, 9, 14, 19]
     assert stall[-1].value == pytest.approx(0.25, abs=1e-6)

@@ -47,10 +47,18 @@ def test_the_hot_path_stores_two_clock_readings_per_step_and_derives_the_rest():
     for i in w:
         clock.advance(compute[i])
     steps = w._steps
-    assert list(steps.requested) == [100.0, 101.5, 103.75]  # asked: start of the epoch, then each return
+    assert list(steps.requested) == [
+        100.0,
+        101.5,
+        103.75,
+    ]  # asked: start of the epoch, then each return
     assert list(steps.delivered) == [100.5, 101.75, 103.875]
     assert list(steps.data()) == [0.5, 0.25, 0.125]
-    assert list(steps.compute()) == [1.0, 2.0, 4.0]  # the last ends at the request that found no batch
+    assert list(steps.compute()) == [
+        1.0,
+        2.0,
+        4.0,
+    ]  # the last ends at the request that found no batch
     assert steps.closed == 3 and not steps.last_open()
 
 
@@ -143,8 +151,15 @@ def test_rows_and_windows_read_the_derived_steps():
     for _ in w:
         clock.advance(1.0)
     rows = w.step_rows()
-    assert [r["data_ms"] for r in rows] == [500.0] * 4 and [r["compute_ms"] for r in rows] == [1000.0] * 4
-    assert [r["t_s"] for r in rows] == [0.0, 1.5, 3.0, 4.5] and [r["first"] for r in rows] == [True, False, False, False]
+    assert [r["data_ms"] for r in rows] == [500.0] * 4 and [r["compute_ms"] for r in rows] == [
+        1000.0
+    ] * 4
+    assert [r["t_s"] for r in rows] == [0.0, 1.5, 3.0, 4.5] and [r["first"] for r in rows] == [
+        True,
+        False,
+        False,
+        False,
+    ]
     assert w.window(1, 3) == (1.0, 2.0)
     windows = w.closed_windows(0, final=True)
     assert len(windows) == 1 and windows[0]["total_steps"] == 4 and windows[0]["steps"] == 3

@@ -45,9 +45,13 @@ class TimedSource:
             yield i
 
 
-def run_fake_loop(data: list[float], compute: list[float], *, startup: float = 0.0, **options) -> Watch:
+def run_fake_loop(
+    data: list[float], compute: list[float], *, startup: float = 0.0, **options
+) -> Watch:
     clock = FakeClock()
-    w = Watch(TimedSource(clock, data, startup), clock=clock, sample_resources=False, gpu=False, **options)
+    w = Watch(
+        TimedSource(clock, data, startup), clock=clock, sample_resources=False, gpu=False, **options
+    )
     for i in w:
         clock.advance(compute[i])
     return w
@@ -63,7 +67,9 @@ def test_fake_clock_figures_are_exact():
     assert d["stall_fraction"] == pytest.approx(0.25)
     assert d["verdict"] == "input-bound"
     assert d["what_if_speedup"] == pytest.approx(40 / 30, abs=1e-3)
-    assert d["first_batch_s"] == pytest.approx(0.51)  # start-up + first fetch, kept out of steady state
+    assert d["first_batch_s"] == pytest.approx(
+        0.51
+    )  # start-up + first fetch, kept out of steady state
     assert d["data_ms"]["mean"] == pytest.approx(10.0)
     assert d["compute_ms"]["mean"] == pytest.approx(30.0)
     assert d["step_timeline"]["data_ms"][0] == pytest.approx(510.0)
@@ -79,7 +85,14 @@ def test_warmup_steps_are_kept_out_of_steady_state():
 
 @pytest.mark.parametrize(
     ("stall", "verdict"),
-    [(0.0, "compute-bound"), (0.0499, "compute-bound"), (0.05, "balanced"), (0.149, "balanced"), (0.15, "input-bound"), (0.9, "input-bound")],
+    [
+        (0.0, "compute-bound"),
+        (0.0499, "compute-bound"),
+        (0.05, "balanced"),
+        (0.149, "balanced"),
+        (0.15, "input-bound"),
+        (0.9, "input-bound"),
+    ],
 )
 def test_verdict_thresholds(stall, verdict):
     from stallscope.analysis.training import verdict_for
@@ -118,7 +131,11 @@ def test_summarize_steps_handles_an_open_step_and_no_steps():
     d = summarize_steps(data_s=[0.1, 0.01, 0.01], compute_s=[0.01, 0.03], epoch_starts=[0])
     assert d["steps"] == 1 and d["stall_fraction"] == pytest.approx(0.25)
     empty = summarize_steps(data_s=[], compute_s=[], epoch_starts=[])
-    assert empty["verdict"] is None and empty["stall_fraction"] is None and empty["what_if_speedup"] is None
+    assert (
+        empty["verdict"] is None
+        and empty["stall_fraction"] is None
+        and empty["what_if_speedup"] is None
+    )
 
 
 # -- accuracy against known sleep costs --------------------------------------------------------
@@ -130,7 +147,9 @@ class SleepSource:
 
     def __iter__(self):
         for i in range(self.n):
-            if self.cost_s > 0:  # sleep(0) yields the CPU, which costs milliseconds on a loaded machine
+            if (
+                self.cost_s > 0
+            ):  # sleep(0) yields the CPU, which costs milliseconds on a loaded machine
                 time.sleep(self.cost_s)
             yield i
 
@@ -159,7 +178,9 @@ def test_compute_dominated_loop_is_compute_bound():
 # -- prefetch-buffer occupancy -----------------------------------------------------------------
 
 
-def _occupancy_run(cost_s: float, compute_s: float, steps: int, context: str, workers: int = 2) -> dict:
+def _occupancy_run(
+    cost_s: float, compute_s: float, steps: int, context: str, workers: int = 2
+) -> dict:
     loader = DataLoader(
         SleepDataset(steps * 2, cost_s),
         batch_size=2,
@@ -182,7 +203,9 @@ def test_occupancy_is_near_zero_when_the_loader_is_the_bottleneck():
     assert d["verdict"] == "input-bound"
 
 
-@pytest.mark.parametrize(("context", "workers"), [("fork", 2), ("spawn", 1)])  # one spawned worker: its start-up is slow
+@pytest.mark.parametrize(
+    ("context", "workers"), [("fork", 2), ("spawn", 1)]
+)  # one spawned worker: its start-up is slow
 def test_occupancy_is_near_full_when_compute_is_the_bottleneck(context, workers):
     d = _occupancy_run(cost_s=0.0, compute_s=0.02, steps=30, context=context, workers=workers)
     occ = d["occupancy"]
@@ -242,7 +265,14 @@ def test_prefetch_occupancy_on_a_real_torch_iterator():
 
 def test_occupancy_summary_numbers():
     occ = occupancy_summary([0, 0, 2, 4], 4)
-    assert occ == {"capacity": 4, "mean_ready": 1.5, "mean_fraction": 0.375, "empty_fraction": 0.5, "full_fraction": 0.25, "samples": 4}
+    assert occ == {
+        "capacity": 4,
+        "mean_ready": 1.5,
+        "mean_fraction": 0.375,
+        "empty_fraction": 0.5,
+        "full_fraction": 0.25,
+        "samples": 4,
+    }
     assert occupancy_summary([], 4) is None
 
 
@@ -257,7 +287,13 @@ def test_sync_time_counts_as_compute_and_is_reported():
         calls.append(clock())
         clock.advance(0.008)
 
-    w = Watch(TimedSource(clock, [0.002] * 6), clock=clock, sync=fake_device_sync, sample_resources=False, gpu=False)
+    w = Watch(
+        TimedSource(clock, [0.002] * 6),
+        clock=clock,
+        sync=fake_device_sync,
+        sample_resources=False,
+        gpu=False,
+    )
     for _ in w:
         clock.advance(0.001)  # CPU-side launch time only
     d = w.to_dict()
@@ -265,7 +301,10 @@ def test_sync_time_counts_as_compute_and_is_reported():
     assert d["compute_ms"]["mean"] == pytest.approx(9.0)
     assert d["stall_fraction"] == pytest.approx(2 / 11, abs=1e-3)
     assert d["sync"]["calls"] == 6 and d["sync"]["mean_ms"] == pytest.approx(8.0)
-    assert d["sync"]["mode"] == "test_sync_time_counts_as_compute_and_is_reported.<locals>.fake_device_sync"
+    assert (
+        d["sync"]["mode"]
+        == "test_sync_time_counts_as_compute_and_is_reported.<locals>.fake_device_sync"
+    )
 
 
 def test_resolve_sync(monkeypatch):
@@ -294,7 +333,9 @@ class FakeGpu:
     def sample(self):
         from stallscope.runtime.gpu import GpuSample
 
-        return GpuSample(util_percent=next(self.values), memory_used_mb=1000.0, memory_total_mb=8000.0)
+        return GpuSample(
+            util_percent=next(self.values), memory_used_mb=1000.0, memory_total_mb=8000.0
+        )
 
     def close(self) -> None:
         pass
@@ -342,14 +383,26 @@ def test_live_lines_files_and_tensorboard(tmp_path):
     with w:
         for _ in w:
             clock.advance(0.03)
-    assert len(lines) == 2 and lines[0].startswith("[stallscope demo] step 4") and "stall 25%" in lines[1]
+    assert (
+        len(lines) == 2
+        and lines[0].startswith("[stallscope demo] step 4")
+        and "stall 25%" in lines[1]
+    )
     rows = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(12))
-    assert rows[0]["first"] is True and rows[1]["data_ms"] == pytest.approx(10.0) and rows[1]["compute_ms"] == pytest.approx(30.0)
+    assert (
+        rows[0]["first"] is True
+        and rows[1]["data_ms"] == pytest.approx(10.0)
+        and rows[1]["compute_ms"] == pytest.approx(30.0)
+    )
     csv_lines = (tmp_path / "steps.csv").read_text().splitlines()
     assert csv_lines[0] == "step,epoch,t_s,data_ms,compute_ms,first" and len(csv_lines) == 13
     tags = {tag for tag, _, _ in writer.scalars}
-    assert {"stallscope/demo/data_ms", "stallscope/demo/compute_ms", "stallscope/demo/stall_fraction"} <= tags
+    assert {
+        "stallscope/demo/data_ms",
+        "stallscope/demo/compute_ms",
+        "stallscope/demo/stall_fraction",
+    } <= tags
     stall = [v for tag, v, _ in writer.scalars if tag.endswith("stall_fraction")]
     assert stall[-1] == pytest.approx(0.25)
 
@@ -374,8 +427,20 @@ def test_summary_text_and_record_keys():
     text = ss.stall_summary(w)
     assert "input-bound" in text and "stall fraction 66.7%" in text and "advice:" in text
     d = w.to_dict()
-    for key in ("stall_fraction", "verdict", "steps", "gpu_util", "what_if_speedup", "step_timeline", "first_batch_s",
-                "occupancy", "resources", "ranks", "advice", "recommendations"):
+    for key in (
+        "stall_fraction",
+        "verdict",
+        "steps",
+        "gpu_util",
+        "what_if_speedup",
+        "step_timeline",
+        "first_batch_s",
+        "occupancy",
+        "resources",
+        "ranks",
+        "advice",
+        "recommendations",
+    ):
         assert key in d
     assert any(r["id"] == "profile-input-bound" for r in d["recommendations"])
 
@@ -448,7 +513,9 @@ def test_pause_keeps_validation_out_of_steps_and_samples():
     w.pause()
     d = w.to_dict()
     assert d["steps"] == 3 and d["stall_fraction"] == pytest.approx(0.25)
-    assert d["compute_ms"]["max"] == pytest.approx(30.0) and d["data_ms"]["max"] == pytest.approx(10.0)
+    assert d["compute_ms"]["max"] == pytest.approx(30.0) and d["data_ms"]["max"] == pytest.approx(
+        10.0
+    )
 
 
 def test_timed_iterator_for_a_consumer_that_fetches_one_batch_ahead():
@@ -471,14 +538,18 @@ def test_timed_iterator_for_a_consumer_that_fetches_one_batch_ahead():
     assert d["total_steps"] == 4 and d["steps"] == 3
     assert d["first_batch_s"] == pytest.approx(0.021)
     assert d["compute_ms"]["max"] == pytest.approx(30.0)
-    assert d["stall_fraction"] == pytest.approx(0.02 / 0.11, abs=1e-4)  # two refills of 10 ms, the last one ends the stream
+    assert d["stall_fraction"] == pytest.approx(
+        0.02 / 0.11, abs=1e-4
+    )  # two refills of 10 ms, the last one ends the stream
 
 
 def test_summary_method_is_the_stall_summary_text():
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    w = ss.watch(DataLoader(TensorDataset(torch.zeros(64, 2)), batch_size=8), sample_resources=False)
+    w = ss.watch(
+        DataLoader(TensorDataset(torch.zeros(64, 2)), batch_size=8), sample_resources=False
+    )
     for _ in w:
         pass
     assert w.summary() == ss.stall_summary(w) and "stall" in w.summary().lower()

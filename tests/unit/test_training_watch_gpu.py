@@ -9,7 +9,9 @@ import pytest
 from stallscope.runtime.gpu import NullGpuMonitor, NvmlGpuMonitor, open_gpu_monitor
 
 
-def fake_nvml(*, init_fails: bool = False, util: int = 73, used: int = 3 * 2**30, total: int = 16 * 2**30):
+def fake_nvml(
+    *, init_fails: bool = False, util: int = 73, used: int = 3 * 2**30, total: int = 16 * 2**30
+):
     calls: list[tuple] = []
 
     class NVMLError(Exception):
@@ -28,7 +30,9 @@ def fake_nvml(*, init_fails: bool = False, util: int = 73, used: int = 3 * 2**30
         nvmlDeviceGetHandleByUUID=lambda u: calls.append(("uuid", u)) or f"handle-{u}",
         nvmlDeviceGetName=lambda h: b"Fake H100",
         nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=util, memory=10),
-        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=used, total=total, free=total - used),
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(
+            used=used, total=total, free=total - used
+        ),
     )
     module.calls = calls
     return module
@@ -47,7 +51,11 @@ def test_nvml_monitor_reads_utilisation_and_memory():
     monitor = open_gpu_monitor(1, nvml=nvml)
     assert isinstance(monitor, NvmlGpuMonitor) and monitor.available and monitor.name == "Fake H100"
     sample = monitor.sample()
-    assert sample.util_percent == 73.0 and sample.memory_used_mb == 3072.0 and sample.memory_total_mb == 16384.0
+    assert (
+        sample.util_percent == 73.0
+        and sample.memory_used_mb == 3072.0
+        and sample.memory_total_mb == 16384.0
+    )
     assert ("index", 1) in nvml.calls
     monitor.close()
     monitor.close()

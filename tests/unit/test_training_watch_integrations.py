@@ -34,7 +34,9 @@ class FakeModule:
         self.logged.append((name, value))
 
 
-def drive_lightning(cb, clock, *, epochs=2, batches=5, fetch=0.01, step=0.03, first=0.2, validate_after=None):
+def drive_lightning(
+    cb, clock, *, epochs=2, batches=5, fetch=0.01, step=0.03, first=0.2, validate_after=None
+):
     """Call hooks in the order Lightning's fit loop does, advancing a fake clock."""
     trainer = types.SimpleNamespace(world_size=1, is_global_zero=True)
     module = FakeModule()
@@ -60,23 +62,36 @@ def drive_lightning(cb, clock, *, epochs=2, batches=5, fetch=0.01, step=0.03, fi
 
 def test_lightning_callback_measures_data_wait_between_batches():
     clock = FakeClock()
-    cb = StallscopeCallback(clock=clock, sample_resources=False, gpu=False, print_summary=False, log_metrics=True)
+    cb = StallscopeCallback(
+        clock=clock, sample_resources=False, gpu=False, print_summary=False, log_metrics=True
+    )
     module = drive_lightning(cb, clock, validate_after=2)
     d = cb.to_dict()
     assert d["total_steps"] == 10 and d["epochs"] == 2 and d["steps"] == 8
     assert d["stall_fraction"] == pytest.approx(0.25)
     assert d["first_batch_s"] == pytest.approx(0.2)
-    assert d["data_ms"]["max"] == pytest.approx(10.0)  # validation and epoch ends never count as data wait
+    assert d["data_ms"]["max"] == pytest.approx(
+        10.0
+    )  # validation and epoch ends never count as data wait
     assert d["compute_ms"]["max"] == pytest.approx(30.0)
     assert module.logged == [("stallscope/stall_fraction", pytest.approx(0.25))] * 2
     assert d["timing"]["method"] == "hook-gaps"
-    assert "input-bound" in cb.summary() and "other callbacks' per-batch work counts as data wait" in cb.summary()
+    assert (
+        "input-bound" in cb.summary()
+        and "other callbacks' per-batch work counts as data wait" in cb.summary()
+    )
 
 
 def test_lightning_callback_sync_runs_at_each_batch_end():
     clock = FakeClock()
     syncs = []
-    cb = StallscopeCallback(clock=clock, sync=lambda: syncs.append(clock()), sample_resources=False, gpu=False, print_summary=False)
+    cb = StallscopeCallback(
+        clock=clock,
+        sync=lambda: syncs.append(clock()),
+        sample_resources=False,
+        gpu=False,
+        print_summary=False,
+    )
     drive_lightning(cb, clock, epochs=1, batches=4)
     assert len(syncs) == 4
     assert cb.to_dict()["sync"]["calls"] == 4
@@ -91,8 +106,14 @@ def test_lightning_callback_prints_summary_on_global_zero(capsys):
 
 def test_huggingface_callback_counts_optimizer_steps_and_skips_logging():
     clock = FakeClock()
-    cb = StallscopeTrainerCallback(clock=clock, sample_resources=False, gpu=False, print_summary=False)
-    args, state, control = types.SimpleNamespace(world_size=1), types.SimpleNamespace(is_world_process_zero=True), object()
+    cb = StallscopeTrainerCallback(
+        clock=clock, sample_resources=False, gpu=False, print_summary=False
+    )
+    args, state, control = (
+        types.SimpleNamespace(world_size=1),
+        types.SimpleNamespace(is_world_process_zero=True),
+        object(),
+    )
     cb.on_init_end(args, state, control)  # any other Trainer event is a no-op
     cb.on_train_begin(args, state, control)
     cb.on_epoch_begin(args, state, control)

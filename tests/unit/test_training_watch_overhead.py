@@ -194,7 +194,9 @@ def test_step_interleaved_benchmark_times_every_call_of_both_arms():
     assert result["watched_steps_recorded"] == 3 * 100  # the warm-up epoch and the two timed ones
     assert result["resources_seconds"] > 0  # the inline readings ran
     low, high = result["overhead_90ci"]
-    assert low <= result["overhead_percent"] <= high and math.isfinite(result["overhead_percent_unclipped"])
+    assert low <= result["overhead_percent"] <= high and math.isfinite(
+        result["overhead_percent_unclipped"]
+    )
     control = module.step_interleaved(epochs=1, batches=50, control=True)
     assert control["timed_calls_per_arm"] == 52 and control["watched_steps_recorded"] is None
 
@@ -221,10 +223,16 @@ def test_interleaving_alternates_a_b_b_a_and_finishes_both_epochs():
 
 def test_end_to_end_benchmark_produces_the_interleaved_figure():
     result = _benchmark_module().end_to_end(blocks=2, batches=100)
-    assert result["blocks"] == 2 and result["steps_per_epoch"] == 100 and result["bare_us_per_step_median"] > 0
+    assert (
+        result["blocks"] == 2
+        and result["steps_per_epoch"] == 100
+        and result["bare_us_per_step_median"] > 0
+    )
     for clock in ("wall", "cpu", "step_median"):
         figure = result[clock]
-        assert len(figure["blocks_percent"]) == 2 and math.isfinite(figure["overhead_percent_median"])
+        assert len(figure["blocks_percent"]) == 2 and math.isfinite(
+            figure["overhead_percent_median"]
+        )
         low, high = figure["median_90ci"]
         assert low <= figure["overhead_percent_median"] <= high
 
@@ -291,7 +299,11 @@ def test_settle_mid_epoch_returns_at_once():
 def test_the_benchmark_reports_the_per_step_cost_on_a_python_list(capsys):
     module = _benchmark_module()
     figure = module.hot_path_figure(steps=2000, repeats=3)
-    assert len(figure["pairs_ns"]) == 3 and figure["steps"] == 2000 and figure["budget_ns"] == 1000.0
-    assert figure["min_ns"] <= figure["median_ns"] and all(math.isfinite(p) for p in figure["pairs_ns"])
+    assert (
+        len(figure["pairs_ns"]) == 3 and figure["steps"] == 2000 and figure["budget_ns"] == 1000.0
+    )
+    assert figure["min_ns"] <= figure["median_ns"] and all(
+        math.isfinite(p) for p in figure["pairs_ns"]
+    )
     module.print_hot_path(figure)
     assert "per-step cost on a Python list" in capsys.readouterr().out

@@ -54,14 +54,18 @@ def fake_run(data: list[float], compute: list[float], *, on_step=None, **options
 
 
 def two_phases(n_fast: int, n_slow: int) -> tuple[list[float], list[float]]:
-    return [FAST_DATA] * n_fast + [SLOW_DATA] * n_slow, [SLOW_COMPUTE] * n_fast + [FAST_COMPUTE] * n_slow
+    return [FAST_DATA] * n_fast + [SLOW_DATA] * n_slow, [SLOW_COMPUTE] * n_fast + [
+        FAST_COMPUTE
+    ] * n_slow
 
 
 # -- windows of steps --------------------------------------------------------------------------
 
 
 def test_windows_hold_exact_stall_and_step_time_per_window():
-    data, compute = two_phases(6, 7)  # 13 steps of 0.25 s; windows of 0.5 s hold two each, the last one
+    data, compute = two_phases(
+        6, 7
+    )  # 13 steps of 0.25 s; windows of 0.5 s hold two each, the last one
     d = fake_run(data, compute, window_s=0.5).to_dict()
     windows = d["windows"]
     assert d["window_s"] == 0.5
@@ -77,40 +81,67 @@ def test_windows_hold_exact_stall_and_step_time_per_window():
     assert windows[3]["data_ms_mean"] == pytest.approx(187.5)
     assert windows[3]["steps_per_s"] == pytest.approx(4.0)
     assert [w["start_s"] for w in windows] == [0.5 * k for k in range(7)]
-    assert [w["partial"] for w in windows] == [False] * 6 + [True]  # the run ended 0.25 s into the last
+    assert [w["partial"] for w in windows] == [False] * 6 + [
+        True
+    ]  # the run ended 0.25 s into the last
     assert windows[0]["end_samples"] is None  # the source has no batch size
-    assert windows[0]["main_rss_mb"] is None and windows[0]["workers"] == []  # resources not sampled
+    assert (
+        windows[0]["main_rss_mb"] is None and windows[0]["workers"] == []
+    )  # resources not sampled
 
 
 def test_windows_skip_a_pause_and_count_warmup_out():
     t_req = [0.0, 0.25, 0.5, 5.0, 5.25]  # a pause (validation) between 0.75 s and 5 s
     data = [0.0625] * 5
     compute = [0.1875] * 5
-    windows = step_windows(t_req, data, compute, epoch_starts=[0], warmup=2, origin=0.0, window_s=1.0, batch_size=8)
+    windows = step_windows(
+        t_req, data, compute, epoch_starts=[0], warmup=2, origin=0.0, window_s=1.0, batch_size=8
+    )
     assert [w["index"] for w in windows] == [0, 5]
     assert [w["steps"] for w in windows] == [1, 2]  # steps 0 and 1 are the first batch and warm-up
     assert [w["end_samples"] for w in windows] == [24, 40]
     # only the steps of the range are read: the watch asks for the windows that closed since its last write
-    assert [w["index"] for w in step_windows(t_req, data, compute, epoch_starts=[0], warmup=0, origin=0.0,
-                                             window_s=1.0, start=3)] == [5]
+    assert [
+        w["index"]
+        for w in step_windows(
+            t_req, data, compute, epoch_starts=[0], warmup=0, origin=0.0, window_s=1.0, start=3
+        )
+    ] == [5]
 
 
 def test_resource_readings_fold_into_their_window():
     rw = ResourceWindows(10.0)
-    tick = SimpleNamespace(main_cpu_percent=50.0, workers_cpu_percent=100.0, main_rss_mb=300.0, workers_rss_mb=400.0,
-                           worker_rss_mb=[200.0, 200.0], worker_uss_each=None)
+    tick = SimpleNamespace(
+        main_cpu_percent=50.0,
+        workers_cpu_percent=100.0,
+        main_rss_mb=300.0,
+        workers_rss_mb=400.0,
+        worker_rss_mb=[200.0, 200.0],
+        worker_uss_each=None,
+    )
     rw.add(5.0, tick)  # before the first batch request: no origin yet, dropped
     rw.origin = 1000.0
     rw.add(1001.0, tick)
-    rw.add(1002.0, SimpleNamespace(**{**vars(tick), "main_cpu_percent": 70.0, "main_rss_mb": 310.0,
-                                      "worker_uss_each": [90.0, 110.0]}))
+    rw.add(
+        1002.0,
+        SimpleNamespace(
+            **{
+                **vars(tick),
+                "main_cpu_percent": 70.0,
+                "main_rss_mb": 310.0,
+                "worker_uss_each": [90.0, 110.0],
+            }
+        ),
+    )
     rw.add(1012.0, SimpleNamespace(**{**vars(tick), "main_rss_mb": 320.0}))
     first = rw.figures(0)
     assert first["main_cpu_percent"] == 60.0  # mean of the readings in the window
     assert first["main_rss_mb"] == 310.0  # memory at the window's end: its latest reading
     assert first["worker_uss_mb"] == 100.0
-    assert first["workers"] == [{"worker": 0, "rss_mb": 200.0, "uss_mb": 90.0},
-                                {"worker": 1, "rss_mb": 200.0, "uss_mb": 110.0}]
+    assert first["workers"] == [
+        {"worker": 0, "rss_mb": 200.0, "uss_mb": 90.0},
+        {"worker": 1, "rss_mb": 200.0, "uss_mb": 110.0},
+    ]
     assert rw.figures(1)["main_rss_mb"] == 320.0 and rw.figures(1)["worker_uss_mb"] is None
     assert rw.figures(7)["main_rss_mb"] is None
 
@@ -118,19 +149,36 @@ def test_resource_readings_fold_into_their_window():
 # -- memory drift: check's growth rule over windows ---------------------------------------------
 
 
-def memory_windows(rss: list[float], *, worker_rss: list[float] | None = None, window_s: float = 60.0,
-                   samples_per_window: int = 1000) -> list[dict]:
+def memory_windows(
+    rss: list[float],
+    *,
+    worker_rss: list[float] | None = None,
+    window_s: float = 60.0,
+    samples_per_window: int = 1000,
+) -> list[dict]:
     out = []
     for k, main in enumerate(rss):
-        workers = [] if worker_rss is None else [{"worker": 0, "rss_mb": worker_rss[k], "uss_mb": None}]
-        out.append({"index": k, "end_s": (k + 1) * window_s, "end_step": (k + 1) * 10,
-                    "end_samples": (k + 1) * samples_per_window, "main_rss_mb": main, "workers": workers})
+        workers = (
+            [] if worker_rss is None else [{"worker": 0, "rss_mb": worker_rss[k], "uss_mb": None}]
+        )
+        out.append(
+            {
+                "index": k,
+                "end_s": (k + 1) * window_s,
+                "end_step": (k + 1) * 10,
+                "end_samples": (k + 1) * samples_per_window,
+                "main_rss_mb": main,
+                "workers": workers,
+            }
+        )
     return out
 
 
 def test_a_steady_leak_is_growing_with_its_slope_per_hour_and_per_thousand_samples():
     flat = [500.0 + (k % 2) for k in range(12)]
-    leak = [200.0 + 10.0 * k for k in range(12)]  # 10 MB per window of 60 s and 1,000 samples (one worker)
+    leak = [
+        200.0 + 10.0 * k for k in range(12)
+    ]  # 10 MB per window of 60 s and 1,000 samples (one worker)
     drift = memory_drift(memory_windows(flat, worker_rss=leak), pass_samples=3000)
     assert drift["verdict"] == "growing" and drift["growing"] == ["worker 0 RSS"]
     worker = drift["workers"][0]["rss"]
@@ -142,7 +190,9 @@ def test_a_steady_leak_is_growing_with_its_slope_per_hour_and_per_thousand_sampl
 
 
 def test_growth_that_levels_off_is_plateaued_and_small_noise_is_flat():
-    cache = [300.0 + min(k, 4) * 20.0 for k in range(15)]  # +80 MB over the first 4 windows, then flat
+    cache = [
+        300.0 + min(k, 4) * 20.0 for k in range(15)
+    ]  # +80 MB over the first 4 windows, then flat
     drift = memory_drift(memory_windows(cache), pass_samples=4000)
     assert drift["verdict"] == "plateaued" and drift["main"]["verdict"] == "plateaued"
     assert drift["main"]["plateaued_after"] == 5000  # the end of window 4, 5,000 samples in
@@ -157,13 +207,26 @@ def test_growth_that_levels_off_is_plateaued_and_small_noise_is_flat():
 
 def test_the_slowest_rank_is_named_per_window():
     ranks = [
-        {"rank": 0, "windows": [{"index": 0, "data_wait_s": 1.0, "stall_fraction": 0.1},
-                                {"index": 1, "data_wait_s": 5.0, "stall_fraction": 0.5}]},
-        {"rank": 1, "windows": [{"index": 0, "data_wait_s": 3.0, "stall_fraction": 0.3},
-                                {"index": 1, "data_wait_s": 2.0, "stall_fraction": 0.2}]},
+        {
+            "rank": 0,
+            "windows": [
+                {"index": 0, "data_wait_s": 1.0, "stall_fraction": 0.1},
+                {"index": 1, "data_wait_s": 5.0, "stall_fraction": 0.5},
+            ],
+        },
+        {
+            "rank": 1,
+            "windows": [
+                {"index": 0, "data_wait_s": 3.0, "stall_fraction": 0.3},
+                {"index": 1, "data_wait_s": 2.0, "stall_fraction": 0.2},
+            ],
+        },
     ]
     rows = slowest_rank_per_window(ranks)
-    assert [(r["index"], r["slowest_rank"], r["max_stall_fraction"]) for r in rows] == [(0, 1, 0.3), (1, 0, 0.5)]
+    assert [(r["index"], r["slowest_rank"], r["max_stall_fraction"]) for r in rows] == [
+        (0, 1, 0.3),
+        (1, 0, 0.5),
+    ]
     assert rows[0]["max_data_wait_s"] == 3.0 and rows[0]["ranks"] == 2
 
 
@@ -199,7 +262,12 @@ def test_the_per_step_jsonl_gets_its_windows_next_to_it(tmp_path):
     fake_run(data, compute, window_s=0.5, jsonl=tmp_path / "steps.jsonl")
     rows = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and "kind" not in rows[0]  # the per-step file stays as it was
-    assert [w["index"] for w in read_windows(tmp_path / "steps.windows.jsonl", name="train")] == [0, 1, 2, 3]
+    assert [w["index"] for w in read_windows(tmp_path / "steps.windows.jsonl", name="train")] == [
+        0,
+        1,
+        2,
+        3,
+    ]
 
 
 def test_tensorboard_gets_scalars_per_window():
@@ -213,8 +281,15 @@ def test_tensorboard_gets_scalars_per_window():
     writer = Writer()
     data, compute = two_phases(4, 4)
     fake_run(data, compute, window_s=0.5, tensorboard=writer)
-    stall = [(v, s) for tag, v, s in writer.scalars if tag == "stallscope/train/window/stall_fraction"]
-    assert stall == [(0.25, 2), (0.25, 4), (0.75, 6), (0.75, 8)]  # at the step count of each window's end
+    stall = [
+        (v, s) for tag, v, s in writer.scalars if tag == "stallscope/train/window/stall_fraction"
+    ]
+    assert stall == [
+        (0.25, 2),
+        (0.25, 4),
+        (0.75, 6),
+        (0.75, 8),
+    ]  # at the step count of each window's end
 
 
 # -- the record -----------------------------------------------------------------------------------
@@ -223,9 +298,17 @@ def test_tensorboard_gets_scalars_per_window():
 def test_the_schema_describes_windows_and_memory_drift():
     data, compute = two_phases(6, 7)
     profile = fake_run(data, compute, window_s=0.5).to_dict()
-    profile["memory_drift"] = memory_drift(memory_windows([100.0 + 10 * k for k in range(8)],
-                                                          worker_rss=[50.0] * 8))
-    record = {"schema": 1, "tool_version": "0", "command": "profile", "target": "t", "host": HOST, **profile}
+    profile["memory_drift"] = memory_drift(
+        memory_windows([100.0 + 10 * k for k in range(8)], worker_rss=[50.0] * 8)
+    )
+    record = {
+        "schema": 1,
+        "tool_version": "0",
+        "command": "profile",
+        "target": "t",
+        "host": HOST,
+        **profile,
+    }
     schema = record_schema()
     jsonschema.validate(record, schema)
     record["windows"][0]["stall_fraction"] = 1.5
@@ -249,8 +332,13 @@ def test_the_sampler_hands_every_reading_on_and_keeps_none_without_keep_ticks():
     from stallscope.runtime.resources import ResourceSampler
 
     heard = []
-    sampler = ResourceSampler(0.01, uss_every=2, worker_pids=list, keep_ticks=False,
-                              on_tick=lambda at, tick: heard.append((at, tick)))
+    sampler = ResourceSampler(
+        0.01,
+        uss_every=2,
+        worker_pids=list,
+        keep_ticks=False,
+        on_tick=lambda at, tick: heard.append((at, tick)),
+    )
     sampler.begin()
     for _ in range(5):
         sampler.sample()

@@ -34,7 +34,14 @@ class ShardedStream(IterableDataset):
 
 @pytest.mark.parametrize(
     "cores, length, batch, workers",
-    [(2, 10_000, 32, 2), (4, 10_000, 32, 4), (8, 10_000, 32, 7), (16, 10_000, 32, 15), (8, 160, 32, 5), (8, 96, 32, 0)],
+    [
+        (2, 10_000, 32, 2),
+        (4, 10_000, 32, 4),
+        (8, 10_000, 32, 7),
+        (16, 10_000, 32, 15),
+        (8, 160, 32, 5),
+        (8, 96, 32, 0),
+    ],
 )
 def test_auto_rule_for_map_style_datasets(cores, length, batch, workers):
     decision = auto_config(WaitingDataset(n=length), batch, cores=cores, cuda=False)
@@ -87,14 +94,23 @@ def test_make_loader_with_a_config_a_yaml_file_and_overrides(tmp_path):
     path = tmp_path / "loader.yaml"
     config.save(path)
     from_file = ss.make_loader(ArrayDataset(n=64), config=path)
-    assert from_file.stallscope_source == "file" and from_file.prefetch_factor == 3 and from_file.batch_size == 16
+    assert (
+        from_file.stallscope_source == "file"
+        and from_file.prefetch_factor == 3
+        and from_file.batch_size == 16
+    )
     given = ss.make_loader(ArrayDataset(n=64), 8, config, num_workers=0, timeout=0)
     assert given.stallscope_source == "given" and given.num_workers == 0 and given.batch_size == 8
     assert sum(len(b[1]) for b in given) == 64
 
 
 def test_make_loader_chains_the_users_worker_init_after_seeding():
-    loader = ss.make_loader(WaitingDataset(n=8, wait_s=0.0), 4, LoaderConfig(num_workers=1, batch_size=4), worker_init_fn=print)
+    loader = ss.make_loader(
+        WaitingDataset(n=8, wait_s=0.0),
+        4,
+        LoaderConfig(num_workers=1, batch_size=4),
+        worker_init_fn=print,
+    )
     assert isinstance(loader.worker_init_fn, autoconfig.ChainedWorkerInit)
     assert loader.worker_init_fn.fns == (ss.seed_worker, print)
 
@@ -111,7 +127,13 @@ def _fake_tune(calls: list):
     def fake(dataset, batch_size, **kwargs):
         calls.append(batch_size)
         config = LoaderConfig(num_workers=0, batch_size=batch_size, batched_fetch=True)
-        return SimpleNamespace(config=config, samples_per_s=1e5, baseline_samples_per_s=1e4, confidence=0.95, tuning_seconds=1.0)
+        return SimpleNamespace(
+            config=config,
+            samples_per_s=1e5,
+            baseline_samples_per_s=1e4,
+            confidence=0.95,
+            tuning_seconds=1.0,
+        )
 
     return fake
 

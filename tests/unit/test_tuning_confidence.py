@@ -44,9 +44,17 @@ def _log(samples: dict[LoaderConfig, list[float]]) -> RaceLog:
 # -- Student's t ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("p", "df", "expected"), [
-    (0.975, 1, 12.706), (0.975, 2, 4.303), (0.975, 3, 3.182), (0.95, 4, 2.132), (0.95, 9, 1.833), (0.99, 7, 2.998),
-])
+@pytest.mark.parametrize(
+    ("p", "df", "expected"),
+    [
+        (0.975, 1, 12.706),
+        (0.975, 2, 4.303),
+        (0.975, 3, 3.182),
+        (0.95, 4, 2.132),
+        (0.95, 9, 1.833),
+        (0.99, 7, 2.998),
+    ],
+)
 def test_t_quantiles_match_the_tables(p, df, expected):
     assert t_quantile(p, df) == pytest.approx(expected, abs=2e-3)
     assert t_cdf(expected, df) == pytest.approx(p, abs=1e-4)
@@ -64,7 +72,11 @@ def test_t_cdf_is_the_cauchy_at_one_degree_and_symmetric():
 
 def test_one_round_gives_no_confidence():
     decision = decide(_log({_cfg(2): [50.0], _cfg(4): [80.0]}))
-    assert decision.pick == _cfg(4) and decision.confidence is None and decision.margin_interval is None
+    assert (
+        decision.pick == _cfg(4)
+        and decision.confidence is None
+        and decision.margin_interval is None
+    )
 
 
 def test_two_rounds_never_claim_95_percent():
@@ -105,7 +117,10 @@ def test_overlapping_rates_are_a_tie_and_the_cheaper_config_is_kept():
 
 
 def test_the_cheaper_config_leads_a_tie_with_fewer_threads():
-    samples = {_cfg(2, worker_threads=8): [100, 101, 99, 100], _cfg(2, worker_threads=4): [99.5, 100.5, 99, 100]}
+    samples = {
+        _cfg(2, worker_threads=8): [100, 101, 99, 100],
+        _cfg(2, worker_threads=4): [99.5, 100.5, 99, 100],
+    }
     decision = decide(_log(samples))
     assert decision.pick == _cfg(2, worker_threads=4) and decision.tie
 
@@ -123,7 +138,10 @@ def test_paired_rounds_see_through_load_swings():
     decision = decide(_log(samples))
     assert decision.pick == _cfg(4) and decision.confidence >= 0.99
     # The winner flipping between rounds (10% either way): not sure at all.
-    flipped = {_cfg(2): [100 * f for f in load], _cfg(4): [100 * f * (1.1 if i % 2 else 1 / 1.1) for i, f in enumerate(load)]}
+    flipped = {
+        _cfg(2): [100 * f for f in load],
+        _cfg(4): [100 * f * (1.1 if i % 2 else 1 / 1.1) for i, f in enumerate(load)],
+    }
     assert decide(_log(flipped)).confidence < 0.9
 
 
@@ -167,15 +185,25 @@ def test_the_tuner_record_says_tie_and_the_renderers_print_the_tie_sentence():
 
     profile = CPU_BOUND.profile()
     space = SearchSpace(cores=2, batch_size=CPU_BOUND.batch_size, max_workers=16)
-    result = run_search(SimulatedEvaluator(rate, noise=0.01, seed=3), space, profile,
-                        baseline=LoaderConfig(batch_size=CPU_BOUND.batch_size),
-                        memory=MemoryBudget(budget_bytes=16_000 * MB, batch_bytes=profile.batch_bytes),
-                        settings=SearchSettings(budget_s=60.0, seed=3))
+    result = run_search(
+        SimulatedEvaluator(rate, noise=0.01, seed=3),
+        space,
+        profile,
+        baseline=LoaderConfig(batch_size=CPU_BOUND.batch_size),
+        memory=MemoryBudget(budget_bytes=16_000 * MB, batch_bytes=profile.batch_bytes),
+        settings=SearchSettings(budget_s=60.0, seed=3),
+    )
     assert result.tie and result.pick.num_workers == 2
     data = result.to_dict()
     assert data["tie"] is True and data["tie_margin"] == MARGIN
 
-    record = json.loads((__import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "record_tune.json").read_text())
+    record = json.loads(
+        (
+            __import__("pathlib").Path(__file__).resolve().parents[1]
+            / "fixtures"
+            / "record_tune.json"
+        ).read_text()
+    )
     record["best"].update(tie=True, tie_margin=0.03, rounds=5, confidence=0.62, confirmed=True)
     jsonschema.validate(record, record_schema())
     out = io.StringIO()
@@ -185,7 +213,9 @@ def test_the_tuner_record_says_tie_and_the_renderers_print_the_tie_sentence():
     assert "more than 3% faster" in console
     md = MarkdownRenderer().render(record)
     assert "A tie within noise; the cheaper config was kept" in md
-    assert "A tie within noise; the cheaper config was kept" in HTMLRenderer(plots=False).render(record)
+    assert "A tie within noise; the cheaper config was kept" in HTMLRenderer(plots=False).render(
+        record
+    )
     record["best"]["tie"] = False
     assert "tie within noise" not in MarkdownRenderer().render(record)
 
@@ -198,11 +228,23 @@ def test_a_far_behind_rival_stays_in_the_race_until_the_pick_can_be_sure():
 
     fast, slow = _cfg(4), _cfg(0)
     ev = SimulatedEvaluator(lambda c: 1000.0 if c.num_workers else 100.0, noise=0.03, seed=1)
-    race = Race(ev, SearchSettings(), round_cost=lambda configs: 0.0, affordable=lambda seconds: True,
-                record=lambda trial: None, note=lambda text: None, skip=lambda config, why: None)
+    race = Race(
+        ev,
+        SearchSettings(),
+        round_cost=lambda configs: 0.0,
+        affordable=lambda seconds: True,
+        record=lambda trial: None,
+        note=lambda text: None,
+        skip=lambda config, why: None,
+    )
     decision = race.run([Entrant(fast, "tuner", 1000.0), Entrant(slow, "baseline", 100.0)])
     # 10x behind after one round, yet it races on: a confidence needs a rival in the rounds.
     assert race.rounds == CONFIDENT_ROUNDS
     assert decision.pick == fast and decision.confidence >= 0.95
     # Single-process configs race with longer windows (every preemption stops their loading).
-    assert confirm_window(slow, SearchSettings()) == 1.0 > confirm_window(fast, SearchSettings()) == 0.75
+    assert (
+        confirm_window(slow, SearchSettings())
+        == 1.0
+        > confirm_window(fast, SearchSettings())
+        == 0.75
+    )

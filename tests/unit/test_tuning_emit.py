@@ -13,7 +13,9 @@ from stallscope.tuning.emit import to_python, to_yaml
 
 CONFIGS = [
     LoaderConfig(batch_size=32),
-    LoaderConfig(num_workers=8, batch_size=16, prefetch_factor=4, persistent_workers=True, in_order=False),
+    LoaderConfig(
+        num_workers=8, batch_size=16, prefetch_factor=4, persistent_workers=True, in_order=False
+    ),
     LoaderConfig(num_workers=2, batch_size=64, multiprocessing_context="spawn", torch_threads=1),
     LoaderConfig(batch_size=128, batched_fetch=True),
 ]
@@ -55,7 +57,9 @@ def test_python_emitter_builds_the_dataloader(config):
         if loader_supports("in_order"):
             assert loader.in_order == config.in_order
         if config.multiprocessing_context:
-            assert loader.multiprocessing_context.get_start_method() == config.multiprocessing_context
+            assert (
+                loader.multiprocessing_context.get_start_method() == config.multiprocessing_context
+            )
 
 
 def test_python_emitter_for_batched_fetch_uses_make_loader_and_yields_batches():
@@ -70,5 +74,10 @@ def test_python_emitter_for_batched_fetch_uses_make_loader_and_yields_batches():
 
 
 def test_python_emitter_names_the_collate_and_shuffle():
-    code = to_python(LoaderConfig(num_workers=2, batch_size=8), shuffle=True, collate_fn="collate_fn", dataset="train_set")
+    code = to_python(
+        LoaderConfig(num_workers=2, batch_size=8),
+        shuffle=True,
+        collate_fn="collate_fn",
+        dataset="train_set",
+    )
     assert "    train_set,\n" in code and "shuffle=True" in code and "collate_fn=collate_fn" in code

@@ -55,18 +55,24 @@ def _kwargs(snippet) -> dict[str, str]:
 
 
 def test_functions_are_imported_by_module_and_name_instances_are_placeholders():
-    assert reference("collate_fn", detection().collate_fn).imports == ["from real_detection import collate_fn"]
+    assert reference("collate_fn", detection().collate_fn).imports == [
+        "from real_detection import collate_fn"
+    ]
     arg = reference("collate_fn", real_translation.Collater())
     assert arg.placeholder and arg.source == "<your collate_fn: real_translation.Collater instance>"
     lam = reference("collate_fn", lambda batch: batch)
     assert lam.placeholder and lam.source.count("<") == 1 and lam.source.endswith(">")
-    assert placeholder("generator", torch.Generator()) == "<your generator: torch.Generator instance>"
+    assert (
+        placeholder("generator", torch.Generator()) == "<your generator: torch.Generator instance>"
+    )
     assert reference("timeout", 5.0).source == "5.0"
 
 
 def test_a_module_level_instance_is_referred_to_by_its_global_name():
     arg = reference("collate_fn", SHARED_COLLATE, modules=[__name__])
-    assert arg.source == "SHARED_COLLATE" and arg.imports == [f"from {__name__} import SHARED_COLLATE"]
+    assert arg.source == "SHARED_COLLATE" and arg.imports == [
+        f"from {__name__} import SHARED_COLLATE"
+    ]
 
 
 def test_bound_method_of_the_dataset_is_written_on_the_dataset():
@@ -77,11 +83,28 @@ def test_bound_method_of_the_dataset_is_written_on_the_dataset():
 
 def test_describe_keeps_every_argument_the_user_set():
     gen = torch.Generator().manual_seed(3)
-    loader = DataLoader(Squares(), batch_size=4, shuffle=True, drop_last=True, collate_fn=detection().collate_fn,
-                        worker_init_fn=my_init, generator=gen, timeout=7.0)
+    loader = DataLoader(
+        Squares(),
+        batch_size=4,
+        shuffle=True,
+        drop_last=True,
+        collate_fn=detection().collate_fn,
+        worker_init_fn=my_init,
+        generator=gen,
+        timeout=7.0,
+    )
     call = describe_loader(loader)
     names = [a.name for a in call.arguments]
-    assert names == ["dataset", "batch_size", "shuffle", "drop_last", "collate_fn", "worker_init_fn", "generator", "timeout"]
+    assert names == [
+        "dataset",
+        "batch_size",
+        "shuffle",
+        "drop_last",
+        "collate_fn",
+        "worker_init_fn",
+        "generator",
+        "timeout",
+    ]
     assert call.argument("worker_init_fn").source == "my_init"
     assert LoaderCall.from_dict(call.to_dict()) == call  # survives the JSON record
 
@@ -90,7 +113,9 @@ def test_describe_a_batch_sampler_loader_has_no_batch_size_and_reports_its_sizes
     loader = real_translation.make_loader(num_workers=0)
     call = describe_loader(loader)
     assert call.batching == "batch_sampler" and call.argument("batch_size") is None
-    assert call.argument("batch_sampler").source.startswith("<your batch_sampler: real_translation.TokenBuckets")
+    assert call.argument("batch_sampler").source.startswith(
+        "<your batch_sampler: real_translation.TokenBuckets"
+    )
     sizes = call.batch_sizes
     assert sizes["batches"] == len(loader.batch_sampler.batches) and sizes["min"] < sizes["max"]
 
@@ -100,7 +125,11 @@ def test_python_keeps_the_users_arguments_and_marks_changed_knobs():
     pick = pipeline.baseline.replace(num_workers=4, prefetch_factor=3)
     snippet = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline)
     kwargs = _kwargs(snippet)
-    assert kwargs["batch_size"] == "6" and kwargs["shuffle"] == "True" and kwargs["drop_last"] == "True"
+    assert (
+        kwargs["batch_size"] == "6"
+        and kwargs["shuffle"] == "True"
+        and kwargs["drop_last"] == "True"
+    )
     # An object that cannot be imported is read from what the user's factory returns (runnable as printed).
     assert kwargs["collate_fn"] == "yours.collate_fn" and "yours = make_loader()" in snippet.prelude
     assert "from real_audio import make_loader" in snippet.imports
@@ -112,7 +141,9 @@ def test_python_keeps_the_users_arguments_and_marks_changed_knobs():
 
 def test_diff_lists_only_the_changed_keyword_arguments():
     pipeline = load_target(real_audio.make_loader)
-    snippet = build_snippet(pipeline.baseline.replace(num_workers=4), call=pipeline.call, baseline=pipeline.baseline)
+    snippet = build_snippet(
+        pipeline.baseline.replace(num_workers=4), call=pipeline.call, baseline=pipeline.baseline
+    )
     lines = [line for line in render_diff(snippet).splitlines() if line[:1] in "+-"]
     assert lines == ["-    num_workers=2,", "+    num_workers=4,"]
     unchanged = build_snippet(pipeline.baseline, call=pipeline.call, baseline=pipeline.baseline)
@@ -132,18 +163,26 @@ def test_the_users_worker_init_fn_is_kept_and_chained_only_where_seeding_is_miss
     pick = pipeline.baseline.replace(num_workers=3)
     kept = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline)
     assert _kwargs(kept)["worker_init_fn"] == "seed_worker" and "worker_init_fn" not in kept.changed
-    chained = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline, seeding_missing=True)
+    chained = build_snippet(
+        pick, call=pipeline.call, baseline=pipeline.baseline, seeding_missing=True
+    )
     assert _kwargs(chained)["worker_init_fn"] == "ss.chain_worker_init(seed_worker, ss.seed_worker)"
     assert "import stallscope as ss" in chained.imports
-    record = {"best": {"config": pick.to_dict()}, "baseline": {"config": pipeline.baseline.to_dict()},
-              "loader": pipeline.call.to_dict(), "findings": [{"code": "duplicate-rng"}]}
+    record = {
+        "best": {"config": pick.to_dict()},
+        "baseline": {"config": pipeline.baseline.to_dict()},
+        "loader": pipeline.call.to_dict(),
+        "findings": [{"code": "duplicate-rng"}],
+    }
     assert snippet_for_record(record).arguments == chained.arguments
 
 
 def test_seeding_is_added_where_the_dataset_holds_an_rng_and_the_user_has_no_init():
     call = describe_loader(DataLoader(WithRng(), batch_size=4))
     assert call.rng_attributes == ["dataset.rng"] and seeding_missing(call, set()) is True
-    snippet = build_snippet(LoaderConfig(num_workers=2, batch_size=4), call=call, seeding_missing=True)
+    snippet = build_snippet(
+        LoaderConfig(num_workers=2, batch_size=4), call=call, seeding_missing=True
+    )
     assert _kwargs(snippet)["worker_init_fn"] == "ss.seed_worker"
     assert seeding_missing(describe_loader(DataLoader(Squares(), batch_size=4)), set()) is None
 
@@ -163,14 +202,20 @@ def test_worker_threads_render_as_a_threaded_dataset_line_that_runs():
     got = next(iter(namespace["loader"]))
     torch.manual_seed(0)
     want = next(iter(user))
-    assert all(torch.equal(a, b) for a, b in zip(got, want))  # threads fetch the same items, same batch
+    assert all(
+        torch.equal(a, b) for a, b in zip(got, want)
+    )  # threads fetch the same items, same batch
 
 
 def test_batch_size_changes_only_when_the_pick_asks_for_it():
     pipeline = load_target(real_audio.make_loader)
-    same = build_snippet(pipeline.baseline.replace(num_workers=1), call=pipeline.call, baseline=pipeline.baseline)
+    same = build_snippet(
+        pipeline.baseline.replace(num_workers=1), call=pipeline.call, baseline=pipeline.baseline
+    )
     assert "batch_size" not in same.changed and _kwargs(same)["batch_size"] == "6"
-    bigger = build_snippet(pipeline.baseline.replace(batch_size=12), call=pipeline.call, baseline=pipeline.baseline)
+    bigger = build_snippet(
+        pipeline.baseline.replace(batch_size=12), call=pipeline.call, baseline=pipeline.baseline
+    )
     assert ("batch_size", "6", "12") in [(c.name, c.before, c.after) for c in bigger.changes]
 
 
@@ -179,14 +224,18 @@ def test_subclass_is_called_by_its_own_name_and_import():
     snippet = build_snippet(pipeline.baseline, call=pipeline.call, baseline=pipeline.baseline)
     assert snippet.callable == "InfiniteDataLoader"
     line = next(i for i in snippet.imports if i.startswith("from real_detection import "))
-    assert {"InfiniteDataLoader", "collate_fn", "seed_worker"} <= set(line.split(" import ")[1].split(", "))
+    assert {"InfiniteDataLoader", "collate_fn", "seed_worker"} <= set(
+        line.split(" import ")[1].split(", ")
+    )
 
 
 @pytest.mark.parametrize("batched", [False, True])
 def test_yaml_reads_back_as_the_config_and_names_what_it_keeps(batched):
     pipeline = load_target(real_audio.make_loader)
     pick = pipeline.baseline.replace(num_workers=3, batched_fetch=batched)
-    text = render_yaml(build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline), pick, comment="tuned")
+    text = render_yaml(
+        build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline), pick, comment="tuned"
+    )
     assert LoaderConfig.from_yaml(text) == pick
     assert "keeps:" in text and "collate_fn:" in text and "drop_last:" in text
 

@@ -16,17 +16,44 @@ from stallscope.tuning.space import MB, MemoryBudget, Profile, SearchSettings, S
 from stallscope.tuning.trial import Trial
 
 
-def _search(model: CostModel, *, seed: int = 0, noise: float = 0.03, budget_s: float = 60.0,
-            memory_mb: float = 16_000, max_workers: int = 128, baseline: LoaderConfig | None = None,
-            seeds=(), startup=None, **settings):
+def _search(
+    model: CostModel,
+    *,
+    seed: int = 0,
+    noise: float = 0.03,
+    budget_s: float = 60.0,
+    memory_mb: float = 16_000,
+    max_workers: int = 128,
+    baseline: LoaderConfig | None = None,
+    seeds=(),
+    startup=None,
+    **settings,
+):
     profile = model.profile()
-    space = SearchSpace(cores=model.cores, batch_size=model.batch_size, max_workers=max_workers,
-                        batched_fetch=model.batched, threads=(1,) if model.threads_gain != 1.0 else ())
+    space = SearchSpace(
+        cores=model.cores,
+        batch_size=model.batch_size,
+        max_workers=max_workers,
+        batched_fetch=model.batched,
+        threads=(1,) if model.threads_gain != 1.0 else (),
+    )
     memory = MemoryBudget(budget_bytes=int(memory_mb * MB), batch_bytes=profile.batch_bytes)
-    ev = SimulatedEvaluator(model.rate, noise=noise, seed=seed, startup_fn=startup or model.startup,
-                            worker_bytes_fn=model.worker_bytes)
-    result = run_search(ev, space, profile, baseline=baseline or LoaderConfig(batch_size=model.batch_size), memory=memory,
-                        settings=SearchSettings(budget_s=budget_s, seed=seed, **settings), seeds=seeds)
+    ev = SimulatedEvaluator(
+        model.rate,
+        noise=noise,
+        seed=seed,
+        startup_fn=startup or model.startup,
+        worker_bytes_fn=model.worker_bytes,
+    )
+    result = run_search(
+        ev,
+        space,
+        profile,
+        baseline=baseline or LoaderConfig(batch_size=model.batch_size),
+        memory=memory,
+        settings=SearchSettings(budget_s=budget_s, seed=seed, **settings),
+        seeds=seeds,
+    )
     return result, ev
 
 
@@ -138,7 +165,9 @@ def test_quality_holds_without_and_with_heavy_noise(noise):
 def test_deterministic_for_a_seed():
     a, _ = _search(CPU_BOUND, seed=3)
     b, _ = _search(CPU_BOUND, seed=3)
-    assert a.pick == b.pick and [t.samples_per_s for t in a.trials] == [t.samples_per_s for t in b.trials]
+    assert a.pick == b.pick and [t.samples_per_s for t in a.trials] == [
+        t.samples_per_s for t in b.trials
+    ]
 
 
 def test_persistent_workers_recommended_on_the_measured_epoch_gap():
@@ -211,7 +240,11 @@ def test_decide_is_unsure_when_the_rates_overlap():
 def test_no_confidence_below_two_rounds():
     one = _log({_cfg(2): [50.0], _cfg(4): [80.0]})
     decision = decide(one)
-    assert decision.pick == _cfg(4) and decision.confidence is None and decision.margin_interval is None
+    assert (
+        decision.pick == _cfg(4)
+        and decision.confidence is None
+        and decision.margin_interval is None
+    )
     # Two rounds give a number, never a 95% one (test_tuning_confidence.py has the details).
     two = _log({_cfg(2): [50.0, 51.0], _cfg(4): [80.0, 81.0]})
     assert 0.5 < decide(two).confidence < 0.95
@@ -228,7 +261,10 @@ def test_bootstrap_pairs_the_rates_of_one_round():
     lo, hi = decision.margin_interval
     assert lo < 1.05 < hi and lo > 1.0
     # The same load with the winner flipping between rounds (10% either way): not sure at all.
-    flipped = {_cfg(2): [100 * f for f in load], _cfg(4): [100 * f * (1.1 if i % 2 else 1 / 1.1) for i, f in enumerate(load)]}
+    flipped = {
+        _cfg(2): [100 * f for f in load],
+        _cfg(4): [100 * f * (1.1 if i % 2 else 1 / 1.1) for i, f in enumerate(load)],
+    }
     assert decide(_log(flipped)).confidence < 0.9
 
 
@@ -268,8 +304,13 @@ def test_failed_trials_stop_the_climb_and_are_noted():
     profile = model.profile()
     space = SearchSpace(cores=2, batch_size=model.batch_size, max_workers=128)
     memory = MemoryBudget(budget_bytes=16_000 * MB, batch_bytes=profile.batch_bytes)
-    result = run_search(SimulatedEvaluator(rate, seed=1), space, profile,
-                        baseline=LoaderConfig(batch_size=model.batch_size), memory=memory)
+    result = run_search(
+        SimulatedEvaluator(rate, seed=1),
+        space,
+        profile,
+        baseline=LoaderConfig(batch_size=model.batch_size),
+        memory=memory,
+    )
     assert result.pick.num_workers <= 10
     assert any("failed" in note for note in result.notes)
     assert any(not t.ok for t in result.trials)
@@ -304,7 +345,9 @@ def test_keep_yours_when_the_baseline_is_as_good_as_the_best():
     assert result.keep_baseline
     assert result.within_pct is not None and result.within_pct < 5
     data = result.to_dict()
-    assert data["keep_baseline"] is True and data["within_pct"] == pytest.approx(result.within_pct, abs=0.01)
+    assert data["keep_baseline"] is True and data["within_pct"] == pytest.approx(
+        result.within_pct, abs=0.01
+    )
 
 
 def test_no_keep_yours_when_the_best_is_far_ahead():
@@ -340,7 +383,14 @@ def test_the_plan_is_revised_when_real_measurements_disagree():
     from stallscope.tuning.space import revise_plan
 
     plan = {"measurement_s": 35.0}
-    note = revise_plan(plan, [5.0, 21.0, 4.0], left_s=20.0)  # the median: one slow baseline does not count
+    note = revise_plan(
+        plan, [5.0, 21.0, 4.0], left_s=20.0
+    )  # the median: one slow baseline does not count
     assert plan["measured_measurement_s"] == 5.0
-    assert note.startswith("plan revised: the first measurements took 5.0 s each, not 35.0 s") and "about 4 more" in note
-    assert revise_plan({"measurement_s": 4.0}, [5.0], left_s=20.0) is None  # within 2x: the plan stands
+    assert (
+        note.startswith("plan revised: the first measurements took 5.0 s each, not 35.0 s")
+        and "about 4 more" in note
+    )
+    assert (
+        revise_plan({"measurement_s": 4.0}, [5.0], left_s=20.0) is None
+    )  # within 2x: the plan stands

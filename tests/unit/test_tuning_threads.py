@@ -19,19 +19,47 @@ from stallscope.tuning.threads import thread_counts, thread_eligibility
 from stallscope.tuning.tuner import profile_pipeline
 
 # The 6 ms GIL-free source of the issue, with 0.3 ms of Python per item and 60 MB per worker.
-SIX_MS = CostModel(cpu_ms=0.3, wait_ms=6.0, batch_size=16, ipc_ms=0.15, worker_mb=60.0, batch_mb=0.01)
+SIX_MS = CostModel(
+    cpu_ms=0.3, wait_ms=6.0, batch_size=16, ipc_ms=0.15, worker_mb=60.0, batch_mb=0.01
+)
 # Threads help, but each item holds the GIL for 1 ms of Python: one process tops out near 1,000/s.
-GIL_HEAVY = CostModel(cpu_ms=1.0, wait_ms=5.0, batch_size=16, ipc_ms=0.1, cores=8, batch_mb=0.01, worker_mb=300.0)
+GIL_HEAVY = CostModel(
+    cpu_ms=1.0, wait_ms=5.0, batch_size=16, ipc_ms=0.1, cores=8, batch_mb=0.01, worker_mb=300.0
+)
 
 
-def _search(model: CostModel, *, threads: bool, seed: int = 0, memory_mb: float = 16_000, budget_s: float = 60.0):
+def _search(
+    model: CostModel,
+    *,
+    threads: bool,
+    seed: int = 0,
+    memory_mb: float = 16_000,
+    budget_s: float = 60.0,
+):
     profile = model.profile()
-    space = SearchSpace(cores=model.cores, batch_size=model.batch_size, max_workers=128, batched_fetch=model.batched,
-                        worker_threads=thread_counts(model.batch_size) if threads else ())
+    space = SearchSpace(
+        cores=model.cores,
+        batch_size=model.batch_size,
+        max_workers=128,
+        batched_fetch=model.batched,
+        worker_threads=thread_counts(model.batch_size) if threads else (),
+    )
     memory = MemoryBudget(budget_bytes=int(memory_mb * MB), batch_bytes=profile.batch_bytes)
-    ev = SimulatedEvaluator(model.rate, noise=0.03, seed=seed, startup_fn=model.startup, worker_bytes_fn=model.worker_bytes)
-    result = run_search(ev, space, profile, baseline=LoaderConfig(batch_size=model.batch_size), memory=memory,
-                        settings=SearchSettings(budget_s=budget_s, seed=seed))
+    ev = SimulatedEvaluator(
+        model.rate,
+        noise=0.03,
+        seed=seed,
+        startup_fn=model.startup,
+        worker_bytes_fn=model.worker_bytes,
+    )
+    result = run_search(
+        ev,
+        space,
+        profile,
+        baseline=LoaderConfig(batch_size=model.batch_size),
+        memory=memory,
+        settings=SearchSettings(budget_s=budget_s, seed=seed),
+    )
     return result, ev
 
 
@@ -41,7 +69,9 @@ def test_latency_bound_under_a_memory_budget_picks_threads_in_a_few_processes(se
     assert result.region.name == "latency-bound"
     assert result.pick.worker_threads > 0
     assert 1 <= result.pick.num_workers <= 8
-    optimum = SIX_MS.best_over(dense_space(SIX_MS, max_workers=25, worker_threads=thread_counts(16)))[1]
+    optimum = SIX_MS.best_over(
+        dense_space(SIX_MS, max_workers=25, worker_threads=thread_counts(16))
+    )[1]
     assert SIX_MS.rate(result.pick) >= 0.97 * optimum
     # Far more than the plain workers the budget allows (1500 MB / 60 MB).
     plain = SIX_MS.best_over(dense_space(SIX_MS, max_workers=24))[1]
@@ -143,9 +173,18 @@ def test_recommendation_compares_with_the_best_plain_worker_count():
     section = {
         "best": {"config": pick, "label": "w=4 threads×16 bs=16 pf=2", "samples_per_s": 2400.0},
         "trials": [
-            {"config": dataclasses.asdict(LoaderConfig(num_workers=24, batch_size=16)), "label": "w=24 bs=16 pf=2",
-             "samples_per_s": 1600.0, "error": None},
-            {"config": pick, "label": "w=4 threads×16 bs=16 pf=2", "samples_per_s": 2400.0, "error": None},
+            {
+                "config": dataclasses.asdict(LoaderConfig(num_workers=24, batch_size=16)),
+                "label": "w=24 bs=16 pf=2",
+                "samples_per_s": 1600.0,
+                "error": None,
+            },
+            {
+                "config": pick,
+                "label": "w=4 threads×16 bs=16 pf=2",
+                "samples_per_s": 2400.0,
+                "error": None,
+            },
         ],
     }
     (rec,) = _worker_threads(section)

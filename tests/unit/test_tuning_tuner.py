@@ -44,13 +44,17 @@ def test_tune_on_in_memory_tensors_measures_batched_fetching():
     dataset = TensorDataset(torch.randn(4096, 8), torch.arange(4096))
     result = ss.tune(dataset, batch_size=64, budget_s=6.0, compare_start_methods=False)
     assert result.tuning_seconds < 6.0 + 4.0
-    batched = [t for t in result.trials if t.config.batched_fetch and t.config.num_workers == 0 and t.ok]
+    batched = [
+        t for t in result.trials if t.config.batched_fetch and t.config.num_workers == 0 and t.ok
+    ]
     plain = [t for t in result.trials if t.config == result.baseline and t.ok]
     assert batched and plain
     # Indexing once per batch beats 64 __getitem__ calls + collate by far, even on a loaded machine.
     assert max(t.samples_per_s for t in batched) > 2 * max(t.samples_per_s for t in plain)
     section = json.loads(json.dumps(result.to_dict()))
-    assert {"baseline", "best", "trials", "tuning_seconds", "recommendations", "search"} <= set(section)
+    assert {"baseline", "best", "trials", "tuning_seconds", "recommendations", "search"} <= set(
+        section
+    )
     assert section["best"]["config"]["batched_fetch"] is True
     assert any(r["id"] == "batched-fetch" for r in section["recommendations"])
 
@@ -64,30 +68,74 @@ def test_tune_rejects_bad_arguments():
         ss.tune(WaitingDataset(n=8), batch_size=64)  # larger than the dataset
 
 
-_GAP = {"measured_on": "w=4 bs=8 pf=2", "gap_without_s": 0.52, "gap_with_s": 0.04, "saved_s": 0.48, "recommended": True}
+_GAP = {
+    "measured_on": "w=4 bs=8 pf=2",
+    "gap_without_s": 0.52,
+    "gap_with_s": 0.04,
+    "saved_s": 0.48,
+    "recommended": True,
+}
 
 
-def _section(effects=(), noise=0.02, speedup=2.0, region="cpu-bound", workers=4, gap=_GAP, confidence=0.93,
-             rounds=3, keep=False):
+def _section(
+    effects=(),
+    noise=0.02,
+    speedup=2.0,
+    region="cpu-bound",
+    workers=4,
+    gap=_GAP,
+    confidence=0.93,
+    rounds=3,
+    keep=False,
+):
     best_cfg = {"num_workers": workers, "persistent_workers": True}
     return {
-        "baseline": {"config": {"num_workers": 0, "persistent_workers": False}, "label": "w=0 bs=8", "samples_per_s": 100.0},
-        "best": {"config": best_cfg, "label": f"w={workers} bs=8 pf=2 persistent", "samples_per_s": 100.0 * speedup,
-                 "speedup": speedup, "confidence": confidence, "rounds": rounds, "keep_baseline": keep,
-                 "within_pct": (1 - 1 / speedup) * 100},
-        "trials": [{"config": {"num_workers": 2}, "phase": "scale", "error": None, "samples_per_s": 90.0}],
-        "search": {"noise": noise, "effects": list(effects), "region": {"name": region}, "space": {"cores": 2},
-                   "startup_s": 0.4, "profile": {"cpu_per_wall": 0.05}, "persistent_workers": gap},
+        "baseline": {
+            "config": {"num_workers": 0, "persistent_workers": False},
+            "label": "w=0 bs=8",
+            "samples_per_s": 100.0,
+        },
+        "best": {
+            "config": best_cfg,
+            "label": f"w={workers} bs=8 pf=2 persistent",
+            "samples_per_s": 100.0 * speedup,
+            "speedup": speedup,
+            "confidence": confidence,
+            "rounds": rounds,
+            "keep_baseline": keep,
+            "within_pct": (1 - 1 / speedup) * 100,
+        },
+        "trials": [
+            {"config": {"num_workers": 2}, "phase": "scale", "error": None, "samples_per_s": 90.0}
+        ],
+        "search": {
+            "noise": noise,
+            "effects": list(effects),
+            "region": {"name": region},
+            "space": {"cores": 2},
+            "startup_s": 0.4,
+            "profile": {"cpu_per_wall": 0.05},
+            "persistent_workers": gap,
+        },
     }
 
 
 def _effect(knob, gain, source="confirm"):
-    return {"knob": knob, "gain": gain, "source": source, "variant": "v", "parent": "p",
-            "variant_samples_per_s": 100 * (1 + gain), "parent_samples_per_s": 100.0}
+    return {
+        "knob": knob,
+        "gain": gain,
+        "source": source,
+        "variant": "v",
+        "parent": "p",
+        "variant_samples_per_s": 100 * (1 + gain),
+        "parent_samples_per_s": 100.0,
+    }
 
 
 def test_recommendations_carry_their_measured_gain():
-    recs = tune_recommendations(_section([_effect("batched_fetch", 0.8), _effect("in_order", 0.12, "scan")]))
+    recs = tune_recommendations(
+        _section([_effect("batched_fetch", 0.8), _effect("in_order", 0.12, "scan")])
+    )
     ids = [r["id"] for r in recs]
     assert ids == ["loader-config", "batched-fetch", "in-order-false", "persistent-workers"]
     for rec in recs:
@@ -97,8 +145,9 @@ def test_recommendations_carry_their_measured_gain():
 
 
 def test_no_recommendation_within_the_noise():
-    recs = tune_recommendations(_section([_effect("in_order", 0.04, "scan"), _effect("batched_fetch", 0.02)],
-                                         speedup=1.02))
+    recs = tune_recommendations(
+        _section([_effect("in_order", 0.04, "scan"), _effect("batched_fetch", 0.02)], speedup=1.02)
+    )
     assert [r["id"] for r in recs] == ["persistent-workers"]
 
 
@@ -106,16 +155,23 @@ def test_persistent_workers_only_with_its_measured_gap():
     # A start-up time alone is no evidence: without the epoch-boundary measurement, no recommendation.
     assert "persistent-workers" not in [r["id"] for r in tune_recommendations(_section(gap=None))]
     not_worth_it = dict(_GAP, recommended=False, gap_without_s=0.05, saved_s=0.01)
-    assert "persistent-workers" not in [r["id"] for r in tune_recommendations(_section(gap=not_worth_it))]
+    assert "persistent-workers" not in [
+        r["id"] for r in tune_recommendations(_section(gap=not_worth_it))
+    ]
     rec = next(r for r in tune_recommendations(_section()) if r["id"] == "persistent-workers")
     assert "0.52 s without" in rec["measured"] and "0.04 s with" in rec["measured"]
     assert rec["expected_gain"].startswith("0.48 s saved per epoch")
 
 
 def test_keep_yours_recommends_no_change():
-    recs = tune_recommendations(_section([_effect("in_order", 0.3)], speedup=1.01, keep=True, gap=None))
+    recs = tune_recommendations(
+        _section([_effect("in_order", 0.3)], speedup=1.01, keep=True, gap=None)
+    )
     assert [r["id"] for r in recs] == ["keep-yours"]
-    assert "within 1.0% of the best found" in recs[0]["detail"] and "no change is recommended" in recs[0]["detail"]
+    assert (
+        "within 1.0% of the best found" in recs[0]["detail"]
+        and "no change is recommended" in recs[0]["detail"]
+    )
 
 
 def test_unconfirmed_pick_says_so():
@@ -143,9 +199,16 @@ def test_a_replaying_iterable_dataset_is_not_tuned_into_duplicates():
 def test_rate_error_by_batch_means_ignores_steady_bursts():
     from stallscope.tuning.tuner import _relative_se
 
-    bursty_but_steady = [0.1, 0.1, 0.1, 30.0] * 8  # many workers: a burst of ready batches, then a wait
+    bursty_but_steady = [
+        0.1,
+        0.1,
+        0.1,
+        30.0,
+    ] * 8  # many workers: a burst of ready batches, then a wait
     assert _relative_se(bursty_but_steady) == pytest.approx(0.0, abs=1e-9)
-    drifting = [1.0] * 8 + [2.0] * 8 + [1.0] * 8 + [2.0] * 8  # the rate itself changes within the window
+    drifting = (
+        [1.0] * 8 + [2.0] * 8 + [1.0] * 8 + [2.0] * 8
+    )  # the rate itself changes within the window
     assert _relative_se(drifting) > 0.1
     assert _relative_se([1.0] * 15) is None  # too few batches to say
 
@@ -158,8 +221,16 @@ def test_emit_keeps_the_users_config_when_the_best_is_within_noise():
     best = LoaderConfig(num_workers=3, batch_size=8)
     section = {
         "baseline": {"config": base.to_dict(), "label": base.label(), "samples_per_s": 99.0},
-        "best": {"config": best.to_dict(), "label": best.label(), "samples_per_s": 100.0, "speedup": 1.01,
-                 "keep_baseline": True, "within_pct": 1.0, "rounds": 3, "confidence": 0.55},
+        "best": {
+            "config": best.to_dict(),
+            "label": best.label(),
+            "samples_per_s": 100.0,
+            "speedup": 1.01,
+            "keep_baseline": True,
+            "within_pct": 1.0,
+            "rounds": 3,
+            "confidence": 0.55,
+        },
         "recommendations": [],
     }
     config, comment = emitted_config("t.py:fn", section)
@@ -184,5 +255,13 @@ def test_a_search_where_every_trial_failed_is_an_error_not_a_pick(monkeypatch):
         return result
 
     monkeypatch.setattr(search_module.Search, "run", every_trial_failed)
-    with pytest.raises(PipelineError, match="no configuration tried delivered a batch .the first failure: DataLoader"):
-        ss.tune(TensorDataset(torch.randn(256, 4)), batch_size=16, budget_s=2.0, compare_start_methods=False)
+    with pytest.raises(
+        PipelineError,
+        match="no configuration tried delivered a batch .the first failure: DataLoader",
+    ):
+        ss.tune(
+            TensorDataset(torch.randn(256, 4)),
+            batch_size=16,
+            budget_s=2.0,
+            compare_start_methods=False,
+        )

@@ -27,9 +27,13 @@ def _pyproject_version() -> str:
     attr = data["tool"]["setuptools"]["dynamic"]["version"]["attr"]
     module, _, name = attr.rpartition(".")
     path = ROOT / "src" / Path(*module.split("."))
-    source = (path / "__init__.py" if path.is_dir() else path.with_suffix(".py")).read_text(encoding="utf-8")
+    source = (path / "__init__.py" if path.is_dir() else path.with_suffix(".py")).read_text(
+        encoding="utf-8"
+    )
     for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            getattr(t, "id", None) == name for t in node.targets
+        ):
             return ast.literal_eval(node.value)
     raise AssertionError(f"{attr} is not assigned a literal")
 
@@ -39,7 +43,12 @@ def test_version_is_a_release_number():
 
 
 def test_cli_prints_the_pyproject_version():
-    done = subprocess.run([sys.executable, "-m", "stallscope", "--version"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "stallscope", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"stallscope {_pyproject_version()}"
 

@@ -16,14 +16,28 @@ from typing import Any
 
 from .readers import number
 
-INSIDE, BEYOND, UNKNOWN, ONLY_ONE = "inside noise", "beyond noise", "noise not stated", "in one record only"
+INSIDE, BEYOND, UNKNOWN, ONLY_ONE = (
+    "inside noise",
+    "beyond noise",
+    "noise not stated",
+    "in one record only",
+)
 
 # Host facts whose difference makes figures incomparable.
 HOST_KEYS = ("cores", "logical_cpus", "memory_bytes", "gpu", "cuda", "platform", "python")
 
 
-def _figure(key: str, title: str, value: Any, low: Any = None, high: Any = None, unit: str = "") -> dict[str, Any]:
-    return {"key": key, "title": title, "value": number(value), "low": number(low), "high": number(high), "unit": unit}
+def _figure(
+    key: str, title: str, value: Any, low: Any = None, high: Any = None, unit: str = ""
+) -> dict[str, Any]:
+    return {
+        "key": key,
+        "title": title,
+        "value": number(value),
+        "low": number(low),
+        "high": number(high),
+        "unit": unit,
+    }
 
 
 def record_figures(r: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -32,23 +46,45 @@ def record_figures(r: dict[str, Any]) -> Iterator[dict[str, Any]]:
         rate = result.get("samples_per_s")
         if isinstance(rate, dict) and not result.get("error"):
             label = result.get("label") or str(result.get("config"))
-            yield _figure(f"bench:{label}", f"samples/s at {label}", rate.get("median"), rate.get("min"), rate.get("max"),
-                          "samples/s")
+            yield _figure(
+                f"bench:{label}",
+                f"samples/s at {label}",
+                rate.get("median"),
+                rate.get("min"),
+                rate.get("max"),
+                "samples/s",
+            )
             lat = result.get("batch_ms") or {}
             if number(lat.get("p95")) is not None:
-                yield _figure(f"bench-p95:{label}", f"batch wait p95 at {label}", lat["p95"], unit="ms")
+                yield _figure(
+                    f"bench-p95:{label}", f"batch wait p95 at {label}", lat["p95"], unit="ms"
+                )
     for key in ("baseline", "best"):
         section = r.get(key)
         if isinstance(section, dict) and number(section.get("samples_per_s")) is not None:
-            yield _figure(f"tune:{key}", f"tuned {key} samples/s", section["samples_per_s"], unit="samples/s")
+            yield _figure(
+                f"tune:{key}", f"tuned {key} samples/s", section["samples_per_s"], unit="samples/s"
+            )
     for stage in r.get("stages") or []:
         if isinstance(stage, dict) and number(stage.get("ms_per_sample")) is not None:
-            yield _figure(f"stage:{stage.get('name')}", f"stage {stage.get('name')}", stage["ms_per_sample"], unit="ms")
+            yield _figure(
+                f"stage:{stage.get('name')}",
+                f"stage {stage.get('name')}",
+                stage["ms_per_sample"],
+                unit="ms",
+            )
     if number(r.get("stall_fraction")) is not None:
         yield _figure("profile:stall", "data-stall fraction", r["stall_fraction"], unit="fraction")
     ratio = r.get("ratio")
     if isinstance(ratio, dict) and number(ratio.get("estimate")) is not None:
-        yield _figure("compare:ratio", "B/A samples/s", ratio["estimate"], ratio.get("low"), ratio.get("high"), "ratio")
+        yield _figure(
+            "compare:ratio",
+            "B/A samples/s",
+            ratio["estimate"],
+            ratio.get("low"),
+            ratio.get("high"),
+            "ratio",
+        )
 
 
 def judge(new: dict[str, Any] | None, old: dict[str, Any] | None) -> str:
@@ -70,7 +106,9 @@ def record_knobs(r: dict[str, Any]) -> dict[str, Any]:
             knobs[key] = r[key]["config"]
     if isinstance(r.get("baseline"), dict):
         knobs["baseline"] = r["baseline"].get("config")
-    configs = sorted(str(res.get("label")) for res in r.get("results") or [] if isinstance(res, dict))
+    configs = sorted(
+        str(res.get("label")) for res in r.get("results") or [] if isinstance(res, dict)
+    )
     if configs:
         knobs["grid"] = configs
     return knobs
@@ -82,7 +120,11 @@ def warnings(new: dict[str, Any], old: dict[str, Any]) -> list[str]:
     hn, ho = new.get("host") or {}, old.get("host") or {}
     changed = [k for k in HOST_KEYS if k in hn and k in ho and hn[k] != ho[k]]
     if changed:
-        out.append("The hosts differ (" + ", ".join(f"{k}: {ho[k]} then, {hn[k]} now" for k in changed) + ").")
+        out.append(
+            "The hosts differ ("
+            + ", ".join(f"{k}: {ho[k]} then, {hn[k]} now" for k in changed)
+            + ")."
+        )
     if hn.get("torch") != ho.get("torch"):
         out.append(f"The torch versions differ ({ho.get('torch')} then, {hn.get('torch')} now).")
     if new.get("target") != old.get("target"):
@@ -90,7 +132,11 @@ def warnings(new: dict[str, Any], old: dict[str, Any]) -> list[str]:
     kn, ko = record_knobs(new), record_knobs(old)
     differing = sorted(k for k in set(kn) | set(ko) if kn.get(k) != ko.get(k))
     if differing:
-        out.append("The knobs differ (" + ", ".join(differing) + "): a difference may come from the settings.")
+        out.append(
+            "The knobs differ ("
+            + ", ".join(differing)
+            + "): a difference may come from the settings."
+        )
     return out
 
 
@@ -104,9 +150,23 @@ def against_facts(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
         ratio = None
         if n and o and n["value"] is not None and o["value"] and o["value"] > 0:
             ratio = n["value"] / o["value"]
-        rows.append({"key": key, "title": (n or o)["title"], "unit": (n or o)["unit"], "new": n, "old": o,
-                     "ratio": ratio, "judged": judge(n, o)})
+        rows.append(
+            {
+                "key": key,
+                "title": (n or o)["title"],
+                "unit": (n or o)["unit"],
+                "new": n,
+                "old": o,
+                "ratio": ratio,
+                "judged": judge(n, o),
+            }
+        )
     counts: dict[str, int] = {}
     for row in rows:
         counts[row["judged"]] = counts.get(row["judged"], 0) + 1
-    return {"command": new.get("command"), "rows": rows, "warnings": warnings(new, old), "counts": counts}
+    return {
+        "command": new.get("command"),
+        "rows": rows,
+        "warnings": warnings(new, old),
+        "counts": counts,
+    }

@@ -59,7 +59,9 @@ class Pick:
     efficiency: float | None  # as the sweep measured it, when it did
     main_ms_per_batch: float | None
     source: str = "tune"  # tune | bench | profile (the loader the training loop ran)
-    cpu_cores: float | None = None  # cores the loader's processes kept busy at the pick, where the sweep sampled them
+    cpu_cores: float | None = (
+        None  # cores the loader's processes kept busy at the pick, where the sweep sampled them
+    )
 
 
 @dataclass
@@ -85,15 +87,38 @@ def pick_of(r: Record) -> Pick | None:
     best = best_configuration(r)
     if best is not None and best.samples_per_s and best.samples_per_s > 0:
         # persistent_workers changes epoch boundaries only: the sweep's row without it measured the same steady state
-        result = best.result or result_for_config(r, best.config) or next(
-            (res for res in ok_results(r) if _steady(res.get("config")) == _steady(best.config)), {})
-        return Pick(best.label, best.config, best.samples_per_s, number(result.get("efficiency")),
-                    number(result.get("main_ms_per_batch")), best.source, _busy_cores(result.get("resources")))
+        result = (
+            best.result
+            or result_for_config(r, best.config)
+            or next(
+                (
+                    res
+                    for res in ok_results(r)
+                    if _steady(res.get("config")) == _steady(best.config)
+                ),
+                {},
+            )
+        )
+        return Pick(
+            best.label,
+            best.config,
+            best.samples_per_s,
+            number(result.get("efficiency")),
+            number(result.get("main_ms_per_batch")),
+            best.source,
+            _busy_cores(result.get("resources")),
+        )
     loader = r.get("loader_rate")
     rate = rate_of(loader.get("samples_per_s")) if isinstance(loader, dict) else None
     if isinstance(loader, dict) and rate is not None and rate > 0:
-        return Pick(config_label(loader.get("config"), loader.get("label")), loader.get("config") or {},
-                    rate, None, number(loader.get("main_ms_per_batch")), "profile")
+        return Pick(
+            config_label(loader.get("config"), loader.get("label")),
+            loader.get("config") or {},
+            rate,
+            None,
+            number(loader.get("main_ms_per_batch")),
+            "profile",
+        )
     return None
 
 
@@ -101,7 +126,11 @@ def _busy_cores(resources: Any) -> float | None:
     """Cores the main process and the workers kept busy (CPU % of one core, summed, over 100)."""
     if not isinstance(resources, dict) or number(resources.get("main_cpu_percent")) is None:
         return None
-    return round((resources["main_cpu_percent"] + (number(resources.get("workers_cpu_percent")) or 0.0)) / 100.0, 2)
+    return round(
+        (resources["main_cpu_percent"] + (number(resources.get("workers_cpu_percent")) or 0.0))
+        / 100.0,
+        2,
+    )
 
 
 def _measured(r: Record, key: str, *, with_workers: bool) -> list[tuple[dict, float]]:
@@ -113,7 +142,11 @@ def _measured(r: Record, key: str, *, with_workers: bool) -> list[tuple[dict, fl
     out = []
     for row in rows:
         value = number(row.get(key))
-        if value is not None and value > 0 and (workers_of(row.get("config")) > 0 or not with_workers):
+        if (
+            value is not None
+            and value > 0
+            and (workers_of(row.get("config")) > 0 or not with_workers)
+        ):
             out.append((row.get("config") or {}, value))
     return out
 
@@ -132,8 +165,11 @@ def receive_ms_per_batch(r: Record, pick: Pick) -> float | None:
 
 def loader_cpu_ms_per_sample(r: Record, pick: Pick) -> float | None:
     """CPU ms per sample the whole loader (main process and workers) spent at the pick, median."""
-    own = [ms for config, ms in _measured(r, "cpu_ms_per_sample", with_workers=False)
-           if _steady(config) == _steady(pick.config)]
+    own = [
+        ms
+        for config, ms in _measured(r, "cpu_ms_per_sample", with_workers=False)
+        if _steady(config) == _steady(pick.config)
+    ]
     return statistics.median(own) if own else None
 
 
@@ -147,8 +183,11 @@ def busy_cores(r: Record, pick: Pick, cores: int) -> float | None:
 
 
 def usable_cores_of(r: Record) -> int | None:
-    for value in (_cost(r).get("usable_cores"), (r.get("host") or {}).get("cores"),
-                  (r.get("scaling") or {}).get("cores")):
+    for value in (
+        _cost(r).get("usable_cores"),
+        (r.get("host") or {}).get("cores"),
+        (r.get("scaling") or {}).get("cores"),
+    ):
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
@@ -171,7 +210,11 @@ def ceiling_section(r: Record) -> dict[str, Any] | None:
     batch = batch_size_of(pick.config) or number(cost.get("batch_size"))
     main_ms = receive_ms_per_batch(r, pick)
     main_rate = batch / (main_ms / 1000.0) if main_ms and batch else None
-    rate, basis = (main_rate, "main-process") if main_rate is not None and main_rate < cpu_rate else (cpu_rate, "cpu")
+    rate, basis = (
+        (main_rate, "main-process")
+        if main_rate is not None and main_rate < cpu_rate
+        else (cpu_rate, "cpu")
+    )
     return {
         "samples_per_s": round(rate, 2),
         "basis": basis,
@@ -272,7 +315,7 @@ def _pct(fraction: float) -> str:
 
 
 def ceiling_sentence(c: dict) -> str:
-    """"The pick reaches 94% of this machine's ceiling of 800 samples/s (...): more workers cannot help; ..."."""
+    """ "The pick reaches 94% of this machine's ceiling of 800 samples/s (...): more workers cannot help; ..."."""
     fraction = c["pick_fraction"]
     main = number(c.get("main_ms_per_batch"))
     if c.get("basis") == "main-process" and main is not None:
@@ -281,14 +324,22 @@ def ceiling_sentence(c: dict) -> str:
         cores = c.get("usable_cores")
         how = f"{cores} usable core{'s' if cores != 1 else ''} ÷ {c['cpu_ms_per_sample']:.2f} ms of CPU per sample"
     who = "Your loader" if c.get("pick_source") == "profile" else "The pick"
-    text = (f"{who} ({c.get('pick_label') or 'the best configuration'}, {_rate(c['pick_samples_per_s'])} samples/s) reaches {_pct(fraction)} of this "
-            f"machine's ceiling of {_rate(c['samples_per_s'])} samples/s ({how})")
+    text = (
+        f"{who} ({c.get('pick_label') or 'the best configuration'}, {_rate(c['pick_samples_per_s'])} samples/s) reaches {_pct(fraction)} of this "
+        f"machine's ceiling of {_rate(c['samples_per_s'])} samples/s ({how})"
+    )
     if fraction >= AT_CEILING:
         if c.get("basis") != "main-process":
-            return text + ": more workers cannot help; only less CPU per sample (a cheaper decode, augmentation " \
-                          "on the accelerator, caching the deterministic part) or more cores can."
-        return text + ": more workers cannot help; larger batches or less to deserialise per sample (uint8 " \
-                      "instead of float) can."
+            return (
+                text
+                + ": more workers cannot help; only less CPU per sample (a cheaper decode, augmentation "
+                "on the accelerator, caching the deterministic part) or more cores can."
+            )
+        return (
+            text
+            + ": more workers cannot help; larger batches or less to deserialise per sample (uint8 "
+            "instead of float) can."
+        )
     return text + ": " + _why_below(c)
 
 
@@ -301,42 +352,67 @@ OTHERS_SHARE = 0.25
 def _why_below(c: dict) -> str:
     """Where the rest of the ceiling went, from what was measured beside the rate."""
     lost = f"{_pct(1 - c['pick_fraction'])} of it"
-    cores, busy, others = c.get("usable_cores"), number(c.get("pick_cpu_cores")), number(c.get("others_busy_cores"))
+    cores, busy, others = (
+        c.get("usable_cores"),
+        number(c.get("pick_cpu_cores")),
+        number(c.get("others_busy_cores")),
+    )
     if isinstance(cores, int) and others is not None and others >= OTHERS_SHARE * cores:
-        return (f"other processes kept {others:.2f} of the {cores} usable cores busy while the CPU cost was measured: "
-                f"{lost} may be theirs; measure on a quiet machine for the loader's own share.")
+        return (
+            f"other processes kept {others:.2f} of the {cores} usable cores busy while the CPU cost was measured: "
+            f"{lost} may be theirs; measure on a quiet machine for the loader's own share."
+        )
     if isinstance(cores, int) and busy is not None and busy >= BUSY_SHARE * cores:
-        return (f"the loader's processes kept {busy:.2f} of the {cores} usable cores busy, so {lost} is the CPU "
-                "the hand-off between processes costs (serialising, the main process receiving), not waiting.")
+        return (
+            f"the loader's processes kept {busy:.2f} of the {cores} usable cores busy, so {lost} is the CPU "
+            "the hand-off between processes costs (serialising, the main process receiving), not waiting."
+        )
     if isinstance(cores, int) and busy is not None:
-        return (f"the loader's processes kept only {busy:.2f} of the {cores} usable cores busy: {lost} is lost "
-                "to waits (workers blocked, too few workers or too small a prefetch), not to the cores.")
+        return (
+            f"the loader's processes kept only {busy:.2f} of the {cores} usable cores busy: {lost} is lost "
+            "to waits (workers blocked, too few workers or too small a prefetch), not to the cores."
+        )
     return f"{lost} is lost to the loader's own overheads (hand-off between processes, waits), not to the cores."
 
 
 def cores_sentence(n: dict) -> str:
-    """"At 5,000 samples/s this pipeline needs 14.1 cores (...): short by 12.1 cores: ..."."""
+    """ "At 5,000 samples/s this pipeline needs 14.1 cores (...): short by 12.1 cores: ..."."""
     pick = n.get("efficiency_of") or "the pick"
     at_pick = number(n.get("pick_cpu_ms_per_sample"))
     if n.get("efficiency_from") == "cpu" and at_pick is not None:
-        how = (f"{_rate(n['target_rate'])} samples/s × {n['cpu_ms_per_sample']:.2f} ms of CPU per sample in one process "
-               f"÷ {_pct(n['efficiency_used'])} CPU efficiency of {pick}, whose processes spend {at_pick:.2f} ms of CPU "
-               "per sample")
+        how = (
+            f"{_rate(n['target_rate'])} samples/s × {n['cpu_ms_per_sample']:.2f} ms of CPU per sample in one process "
+            f"÷ {_pct(n['efficiency_used'])} CPU efficiency of {pick}, whose processes spend {at_pick:.2f} ms of CPU "
+            "per sample"
+        )
     else:
-        how = (f"{_rate(n['target_rate'])} samples/s × {n['cpu_ms_per_sample']:.2f} ms of CPU per sample ÷ "
-               f"{_pct(n['efficiency_used'])} parallel efficiency of {pick}")
-    source = " (the training step's rate with free data)" if n.get("target_source") == "train_step with free data" else ""
+        how = (
+            f"{_rate(n['target_rate'])} samples/s × {n['cpu_ms_per_sample']:.2f} ms of CPU per sample ÷ "
+            f"{_pct(n['efficiency_used'])} parallel efficiency of {pick}"
+        )
+    source = (
+        " (the training step's rate with free data)"
+        if n.get("target_source") == "train_step with free data"
+        else ""
+    )
     text = f"At {_rate(n['target_rate'])} samples/s{source} this pipeline needs {n['cores']:,.1f} cores ({how})"
     usable = n.get("usable_cores")
     others = number(n.get("others_busy_cores"))
     if isinstance(usable, int) and others is not None and others >= OTHERS_SHARE * usable:
         if n.get("efficiency_from") != "cpu":  # a rate ratio carries the load; CPU time does not
-            text += (f" (other processes kept {others:.2f} of the {usable} usable cores busy meanwhile: the efficiency "
-                     "may read low and the cores high; measure on a quiet machine)")
+            text += (
+                f" (other processes kept {others:.2f} of the {usable} usable cores busy meanwhile: the efficiency "
+                "may read low and the cores high; measure on a quiet machine)"
+            )
     if isinstance(usable, int) and n["cores"] > usable:
-        return text + (f"; this machine has {usable} usable: short by {n['short_by']:,.1f} cores: decode on the "
-                       "accelerator, a cheaper decode, or more CPU per accelerator.")
-    return text + f"; the {usable} usable cores are enough: the loader's settings decide whether it gets there."
+        return text + (
+            f"; this machine has {usable} usable: short by {n['short_by']:,.1f} cores: decode on the "
+            "accelerator, a cheaper decode, or more CPU per accelerator."
+        )
+    return (
+        text
+        + f"; the {usable} usable cores are enough: the loader's settings decide whether it gets there."
+    )
 
 
 def free_data_sentence(r: Record) -> str | None:
@@ -345,15 +421,25 @@ def free_data_sentence(r: Record) -> str | None:
     if not step or step <= 0:
         return None
     batches = r.get("free_data_batches")
-    text = (f"With free data ({batches} cached batches replayed, the loader shut down) train_step takes "
-            f"{step * 1000:,.2f} ms per step")
-    data_ms = number((r.get("data_ms") or {}).get("mean")) if isinstance(r.get("data_ms"), dict) else None
-    compute_ms = number((r.get("compute_ms") or {}).get("mean")) if isinstance(r.get("compute_ms"), dict) else None
+    text = (
+        f"With free data ({batches} cached batches replayed, the loader shut down) train_step takes "
+        f"{step * 1000:,.2f} ms per step"
+    )
+    data_ms = (
+        number((r.get("data_ms") or {}).get("mean")) if isinstance(r.get("data_ms"), dict) else None
+    )
+    compute_ms = (
+        number((r.get("compute_ms") or {}).get("mean"))
+        if isinstance(r.get("compute_ms"), dict)
+        else None
+    )
     if data_ms is None or compute_ms is None:
         return text + "."
     loop_ms = data_ms + compute_ms
-    return text + (f", against {loop_ms:,.2f} ms in the profiled loop: fixing the loader can make the loop at most "
-                   f"{max(1.0, loop_ms / (step * 1000)):.2f}× faster.")
+    return text + (
+        f", against {loop_ms:,.2f} ms in the profiled loop: fixing the loader can make the loop at most "
+        f"{max(1.0, loop_ms / (step * 1000)):.2f}× faster."
+    )
 
 
 def ceiling_facts(r: Record) -> CeilingFacts | None:
@@ -361,10 +447,14 @@ def ceiling_facts(r: Record) -> CeilingFacts | None:
     step; None when the record has none of them."""
     ceiling: dict = r["ceiling"] if isinstance(r.get("ceiling"), dict) else {}
     cores: dict = r["cores_needed"] if isinstance(r.get("cores_needed"), dict) else {}
-    ceiling_ok = bool(ceiling) and all(number(ceiling.get(k)) is not None for k in
-                                             ("samples_per_s", "pick_fraction", "pick_samples_per_s", "cpu_ms_per_sample"))
-    cores_ok = bool(cores) and all(number(cores.get(k)) is not None for k in
-                                         ("target_rate", "cores", "cpu_ms_per_sample", "efficiency_used", "short_by"))
+    ceiling_ok = bool(ceiling) and all(
+        number(ceiling.get(k)) is not None
+        for k in ("samples_per_s", "pick_fraction", "pick_samples_per_s", "cpu_ms_per_sample")
+    )
+    cores_ok = bool(cores) and all(
+        number(cores.get(k)) is not None
+        for k in ("target_rate", "cores", "cpu_ms_per_sample", "efficiency_used", "short_by")
+    )
     free = free_data_sentence(r)
     if not ceiling_ok and not cores_ok and free is None:
         return None

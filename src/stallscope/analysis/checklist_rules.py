@@ -30,14 +30,24 @@ def check_gpu_utilisation(r: Record) -> CheckRow | None:
     training = training_facts(r)
     if training is None or training.gpu_util is None:
         return None
-    return CheckRow("GPU utilisation", training.gpu_util, "percent", target("gpu_util_percent", higher_is_better=True))
+    return CheckRow(
+        "GPU utilisation",
+        training.gpu_util,
+        "percent",
+        target("gpu_util_percent", higher_is_better=True),
+    )
 
 
 def check_augmentation_overhead(r: Record) -> CheckRow | None:
     stages = stage_facts(r)
     if stages is None or stages.augmentation is None or stages.augmentation.percent is None:
         return None
-    return CheckRow("Random-augmentation overhead", stages.augmentation.percent, "percent", target("augmentation_percent"))
+    return CheckRow(
+        "Random-augmentation overhead",
+        stages.augmentation.percent,
+        "percent",
+        target("augmentation_percent"),
+    )
 
 
 def check_batch_time_consistency(r: Record) -> CheckRow | None:
@@ -47,7 +57,13 @@ def check_batch_time_consistency(r: Record) -> CheckRow | None:
     p50, p95 = number(latency.get("p50")), number(latency.get("p95"))
     if not p50 or p95 is None:
         return None
-    return CheckRow("Batch-time consistency (p95/p50)", p95 / p50, "ratio", target("batch_time_ratio"), best.label)
+    return CheckRow(
+        "Batch-time consistency (p95/p50)",
+        p95 / p50,
+        "ratio",
+        target("batch_time_ratio"),
+        best.label,
+    )
 
 
 def check_parallel_efficiency(r: Record) -> CheckRow | None:
@@ -55,7 +71,13 @@ def check_parallel_efficiency(r: Record) -> CheckRow | None:
     eff = number((best.result or {}).get("efficiency")) if best else None
     if eff is None or workers_of(best.config) == 0:
         return None
-    return CheckRow("Parallel efficiency", eff, "fraction", target("parallel_efficiency", higher_is_better=True), best.label)
+    return CheckRow(
+        "Parallel efficiency",
+        eff,
+        "fraction",
+        target("parallel_efficiency", higher_is_better=True),
+        best.label,
+    )
 
 
 def check_measurement_noise(r: Record) -> CheckRow | None:
@@ -63,14 +85,26 @@ def check_measurement_noise(r: Record) -> CheckRow | None:
     noise = number((best.result or {}).get("noise")) if best else None
     if noise is None:
         return None
-    return CheckRow("Measurement noise (max−min)/median", noise, "fraction", target("measurement_noise"), best.label)
+    return CheckRow(
+        "Measurement noise (max−min)/median",
+        noise,
+        "fraction",
+        target("measurement_noise"),
+        best.label,
+    )
 
 
 def check_tuning_headroom(r: Record) -> CheckRow | None:
     best = best_configuration(r)
     if best is None or best.speedup is None or best.baseline is None:
         return None
-    return CheckRow("Headroom over the baseline (best ÷ baseline)", best.speedup, "ratio", target("tuning_headroom"), best.baseline.label)
+    return CheckRow(
+        "Headroom over the baseline (best ÷ baseline)",
+        best.speedup,
+        "ratio",
+        target("tuning_headroom"),
+        best.baseline.label,
+    )
 
 
 def check_shm_headroom(r: Record) -> CheckRow | None:
@@ -96,14 +130,22 @@ def check_startup_share(r: Record) -> CheckRow | None:
     row = epoch.rows[0] if epoch else None
     if row is None or row.startup_s is None or row.persistent or row.seconds <= 0:
         return None
-    return CheckRow("Worker start-up / epoch time", row.startup_s / row.seconds, "fraction", target("startup_fraction"), row.label)
+    return CheckRow(
+        "Worker start-up / epoch time",
+        row.startup_s / row.seconds,
+        "fraction",
+        target("startup_fraction"),
+        row.label,
+    )
 
 
 def check_error_findings(r: Record) -> CheckRow | None:
     facts = finding_facts(r)
     if facts is None:
         return None
-    return CheckRow("Error findings", facts.counts.get("error", 0), "count", target("error_findings"))
+    return CheckRow(
+        "Error findings", facts.counts.get("error", 0), "count", target("error_findings")
+    )
 
 
 CHECKLIST_RULES: list[ChecklistRule] = [
@@ -124,4 +166,3 @@ CHECKLIST_RULES: list[ChecklistRule] = [
 def checklist(r: Record, rules: Sequence[ChecklistRule] | None = None) -> list[CheckRow]:
     rows = (rule(r) for rule in (CHECKLIST_RULES if rules is None else rules))
     return [row for row in rows if row is not None]
-

@@ -51,14 +51,19 @@ class CodeChangeFacts:
 
 def code_change_facts(r: Record) -> CodeChangeFacts | None:
     entries = r.get("code_changes")
-    run: dict[str, Any] = r["code_changes_run"] if isinstance(r.get("code_changes_run"), dict) else {}
+    run: dict[str, Any] = (
+        r["code_changes_run"] if isinstance(r.get("code_changes_run"), dict) else {}
+    )
     if not isinstance(entries, list) and not run:
         return None
     rows = [_row(e) for e in entries or [] if isinstance(e, dict)]
     rows.sort(key=lambda row: -(row.speedup or 0.0))
     pick: dict[str, Any] = run["pick"] if isinstance(run.get("pick"), dict) else {}
-    not_applied = [(str(n.get("title", n.get("id", "?"))), str(n.get("why", "")))
-                   for n in run.get("not_applied") or [] if isinstance(n, dict)]
+    not_applied = [
+        (str(n.get("title", n.get("id", "?"))), str(n.get("why", "")))
+        for n in run.get("not_applied") or []
+        if isinstance(n, dict)
+    ]
     if not rows and not not_applied:
         return None
     return CodeChangeFacts(
@@ -73,7 +78,9 @@ def code_change_facts(r: Record) -> CodeChangeFacts | None:
 
 
 def _row(entry: dict[str, Any]) -> CodeChangeRow:
-    side: dict[str, Any] = entry["side_effect"] if isinstance(entry.get("side_effect"), dict) else {}
+    side: dict[str, Any] = (
+        entry["side_effect"] if isinstance(entry.get("side_effect"), dict) else {}
+    )
     alters = side.get("alters_output")
     return CodeChangeRow(
         id=str(entry.get("id", "?")),
@@ -84,9 +91,13 @@ def _row(entry: dict[str, Any]) -> CodeChangeRow:
         pick_samples_per_s=number(entry.get("pick_samples_per_s")),
         side_effect=str(side.get("summary", "")),
         alters_output=alters if isinstance(alters, bool) else None,
-        diff=entry.get("diff") if isinstance(entry.get("diff"), str) and entry.get("diff") else None,
+        diff=entry.get("diff")
+        if isinstance(entry.get("diff"), str) and entry.get("diff")
+        else None,
         apply=entry.get("apply") if isinstance(entry.get("apply"), str) else None,
         description=str(entry.get("description", "")),
-        unverified_reason=entry.get("unverified_reason") if isinstance(entry.get("unverified_reason"), str) else None,
+        unverified_reason=entry.get("unverified_reason")
+        if isinstance(entry.get("unverified_reason"), str)
+        else None,
         error=entry.get("error") if isinstance(entry.get("error"), str) else None,
     )

@@ -27,15 +27,102 @@ from typing import Any
 
 # Two-sided Student-t quantiles by degrees of freedom, for the levels offered (scipy is not a dependency).
 _T_QUANTILES = {
-    0.95: [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-           2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-           2.045, 2.042],
-    0.90: [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761,
-           1.753, 1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701,
-           1.699, 1.697],
-    0.99: [63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012, 2.977,
-           2.947, 2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763,
-           2.756, 2.750],
+    0.95: [
+        12.706,
+        4.303,
+        3.182,
+        2.776,
+        2.571,
+        2.447,
+        2.365,
+        2.306,
+        2.262,
+        2.228,
+        2.201,
+        2.179,
+        2.160,
+        2.145,
+        2.131,
+        2.120,
+        2.110,
+        2.101,
+        2.093,
+        2.086,
+        2.080,
+        2.074,
+        2.069,
+        2.064,
+        2.060,
+        2.056,
+        2.052,
+        2.048,
+        2.045,
+        2.042,
+    ],
+    0.90: [
+        6.314,
+        2.920,
+        2.353,
+        2.132,
+        2.015,
+        1.943,
+        1.895,
+        1.860,
+        1.833,
+        1.812,
+        1.796,
+        1.782,
+        1.771,
+        1.761,
+        1.753,
+        1.746,
+        1.740,
+        1.734,
+        1.729,
+        1.725,
+        1.721,
+        1.717,
+        1.714,
+        1.711,
+        1.708,
+        1.706,
+        1.703,
+        1.701,
+        1.699,
+        1.697,
+    ],
+    0.99: [
+        63.657,
+        9.925,
+        5.841,
+        4.604,
+        4.032,
+        3.707,
+        3.499,
+        3.355,
+        3.250,
+        3.169,
+        3.106,
+        3.055,
+        3.012,
+        2.977,
+        2.947,
+        2.921,
+        2.898,
+        2.878,
+        2.861,
+        2.845,
+        2.831,
+        2.819,
+        2.807,
+        2.797,
+        2.787,
+        2.779,
+        2.771,
+        2.763,
+        2.756,
+        2.750,
+    ],
 }
 _T_LIMIT = {0.95: 1.960, 0.90: 1.645, 0.99: 2.576}
 LEVELS = tuple(_T_QUANTILES)
@@ -103,14 +190,18 @@ def ratio_interval(logs: Sequence[float], level: float = DEFAULT_LEVEL) -> dict[
     if n >= MIN_ROUNDS:
         sd = statistics.stdev(logs)
         half = t_quantile(n - 1, level) * sd / math.sqrt(n)
-        result.update(low=math.exp(mean - half), high=math.exp(mean + half), half_width=math.exp(half) - 1.0)
+        result.update(
+            low=math.exp(mean - half), high=math.exp(mean + half), half_width=math.exp(half) - 1.0
+        )
     return result
 
 
 def precise_enough(logs: Sequence[float], precision: float, level: float = DEFAULT_LEVEL) -> bool:
     """Whether the rounds so far pin the ratio down to ±``precision`` (the stopping rule)."""
     interval = ratio_interval(logs, level)
-    return bool(interval and interval["half_width"] is not None and interval["half_width"] < precision)
+    return bool(
+        interval and interval["half_width"] is not None and interval["half_width"] < precision
+    )
 
 
 def verdict(interval: dict[str, Any] | None, *, rate: bool = True) -> str:
@@ -178,8 +269,12 @@ def compare_facts(
         "ratio": ratio,
         "change": _change(ratio),
         "verdict": verdict(ratio),
-        "precise": bool(ratio and ratio["half_width"] is not None and ratio["half_width"] < precision),
-        "gate": None if fail_if_slower_pct is None else {
+        "precise": bool(
+            ratio and ratio["half_width"] is not None and ratio["half_width"] < precision
+        ),
+        "gate": None
+        if fail_if_slower_pct is None
+        else {
             "fail_if_slower_pct": fail_if_slower_pct,
             "threshold_ratio": 1.0 - fail_if_slower_pct / 100.0,
             "failed": failed,
@@ -199,7 +294,9 @@ def _change(ratio: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
-def stage_differences(a_stages: Sequence[dict[str, Any]], b_stages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def stage_differences(
+    a_stages: Sequence[dict[str, Any]], b_stages: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """The stage tables side by side: per stage name, ms per sample on A and B and B - A, largest change first."""
     a = {s["name"]: s.get("ms_per_sample") for s in a_stages if s.get("name")}
     b = {s["name"]: s.get("ms_per_sample") for s in b_stages if s.get("name")}
@@ -207,5 +304,12 @@ def stage_differences(a_stages: Sequence[dict[str, Any]], b_stages: Sequence[dic
     for name in list(a) + [n for n in b if n not in a]:
         ms_a, ms_b = a.get(name), b.get(name)
         delta = (ms_b or 0.0) - (ms_a or 0.0) if ms_a is not None or ms_b is not None else None
-        rows.append({"name": name, "a_ms_per_sample": ms_a, "b_ms_per_sample": ms_b, "delta_ms_per_sample": delta})
+        rows.append(
+            {
+                "name": name,
+                "a_ms_per_sample": ms_a,
+                "b_ms_per_sample": ms_b,
+                "delta_ms_per_sample": delta,
+            }
+        )
     return sorted(rows, key=lambda r: -abs(r["delta_ms_per_sample"] or 0.0))

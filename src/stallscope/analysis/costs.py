@@ -23,7 +23,9 @@ from .sections import best_configuration, training_facts
 
 def dataset_length(r: Record) -> int | None:
     length = (r.get("dataset") or {}).get("length")
-    return length if isinstance(length, int) and not isinstance(length, bool) and length > 0 else None
+    return (
+        length if isinstance(length, int) and not isinstance(length, bool) and length > 0 else None
+    )
 
 
 def epoch_estimate(r: Record) -> EpochEstimate | None:
@@ -36,13 +38,24 @@ def epoch_estimate(r: Record) -> EpochEstimate | None:
     # "Keep yours": the best row is the user's own config already.
     if best.baseline is not None and best.baseline.samples_per_s > 0 and not best.keep_baseline:
         base = best.baseline
-        rows.append(_epoch_row(r, "baseline", base.label, base.config, base.samples_per_s, length,
-                               result_for_config(r, base.config)))
+        rows.append(
+            _epoch_row(
+                r,
+                "baseline",
+                base.label,
+                base.config,
+                base.samples_per_s,
+                length,
+                result_for_config(r, base.config),
+            )
+        )
     saving = rows[1].seconds - rows[0].seconds if len(rows) == 2 else None
     return EpochEstimate(length=length, rows=rows, saving_s=saving)
 
 
-def _epoch_row(r: Record, role: str, label: str, config: dict, rate: float, length: int, result: dict | None) -> EpochRow:
+def _epoch_row(
+    r: Record, role: str, label: str, config: dict, rate: float, length: int, result: dict | None
+) -> EpochRow:
     bs = batch_size_of(config)
     startup = number(result.get("startup_s")) if result else None
     return EpochRow(
@@ -85,8 +98,17 @@ def memory_facts(r: Record) -> MemoryFacts | None:
     if measured:
         largest = max(measured, key=lambda res: _in_flight_bytes(r, res.get("config")))
         if best is None or not same_config(largest.get("config"), best.config):
-            rows.append(_memory_row(r, "largest", config_label(largest.get("config"), largest.get("label")),
-                                    largest.get("config") or {}, largest, shm=shm, ram=ram))
+            rows.append(
+                _memory_row(
+                    r,
+                    "largest",
+                    config_label(largest.get("config"), largest.get("label")),
+                    largest.get("config") or {},
+                    largest,
+                    shm=shm,
+                    ram=ram,
+                )
+            )
     if not rows:
         return None
     return MemoryFacts(rows, shm, ram, batch_size_of(r.get("dataset") or {}), reference)
@@ -97,8 +119,16 @@ def _in_flight_bytes(r: Record, config: Any) -> float:
     return per_batch * prefetch_of(config) * workers_of(config)
 
 
-def _memory_row(r: Record, role: str, label: str, config: dict, result: dict | None, *,
-                shm: float | None, ram: float | None) -> MemoryRow:
+def _memory_row(
+    r: Record,
+    role: str,
+    label: str,
+    config: dict,
+    result: dict | None,
+    *,
+    shm: float | None,
+    ram: float | None,
+) -> MemoryRow:
     workers, prefetch = workers_of(config), prefetch_of(config)
     per_batch = batch_bytes_for(r, batch_size_of(config)) or 0.0
     in_flight = per_batch * prefetch * workers
@@ -106,9 +136,17 @@ def _memory_row(r: Record, role: str, label: str, config: dict, result: dict | N
     rss = rss_mb * MIB if rss_mb is not None else None
     needed = in_flight + (rss or 0.0)
     return MemoryRow(
-        role=role, label=label, workers=workers, prefetch_factor=prefetch, batch_size=batch_size_of(config),
-        batch_bytes=per_batch, in_flight_batches=prefetch * workers, in_flight_bytes=in_flight,
-        shm_fraction=in_flight / shm if shm else None, workers_rss_bytes=rss, ram_needed_bytes=needed,
+        role=role,
+        label=label,
+        workers=workers,
+        prefetch_factor=prefetch,
+        batch_size=batch_size_of(config),
+        batch_bytes=per_batch,
+        in_flight_batches=prefetch * workers,
+        in_flight_bytes=in_flight,
+        shm_fraction=in_flight / shm if shm else None,
+        workers_rss_bytes=rss,
+        ram_needed_bytes=needed,
         ram_fraction=needed / ram if ram else None,
     )
 
@@ -120,8 +158,12 @@ def cpu_use(r: Record) -> CpuUse | None:
     focus: CpuRow | None = None
     best = best_configuration(r)
     for res in ok_results(r):
-        row = _cpu_row(config_label(res.get("config"), res.get("label")), workers_of(res.get("config")),
-                       res.get("resources"), cores)
+        row = _cpu_row(
+            config_label(res.get("config"), res.get("label")),
+            workers_of(res.get("config")),
+            res.get("resources"),
+            cores,
+        )
         if row is None:
             continue
         rows.append(row)
@@ -129,7 +171,12 @@ def cpu_use(r: Record) -> CpuUse | None:
             focus = row
     training = training_facts(r)
     if training is not None and training.resources is not None:
-        row = _cpu_row("training loop", int(number(training.resources.get("n_workers")) or 0), training.resources, cores)
+        row = _cpu_row(
+            "training loop",
+            int(number(training.resources.get("n_workers")) or 0),
+            training.resources,
+            cores,
+        )
         if row is not None:
             rows.append(row)
             focus = focus or row
@@ -141,7 +188,10 @@ def cpu_use(r: Record) -> CpuUse | None:
 def _cpu_row(label: str, workers: int, resources: Any, cores: int | None) -> CpuRow | None:
     if not isinstance(resources, dict):
         return None
-    main, work = number(resources.get("main_cpu_percent")), number(resources.get("workers_cpu_percent"))
+    main, work = (
+        number(resources.get("main_cpu_percent")),
+        number(resources.get("workers_cpu_percent")),
+    )
     if main is None or work is None:
         return None
     total = main + work
@@ -156,4 +206,3 @@ def _cpu_row(label: str, workers: int, resources: Any, cores: int | None) -> Cpu
         workers_rss_mb=number(resources.get("workers_rss_mb")),
         worker_uss_mb=number(resources.get("worker_uss_mb")),
     )
-

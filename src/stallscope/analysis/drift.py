@@ -55,9 +55,12 @@ def judge_channel(
         "verdict": verdict,
         "mb_per_hour": None if per_hour is None else round(per_hour, 2),
         "mb_per_1000": round(channel["mb_per_1000"], 3),
-        "after_plateau_mb_per_1000": None if channel["after_plateau_mb_per_1000"] is None
+        "after_plateau_mb_per_1000": None
+        if channel["after_plateau_mb_per_1000"] is None
         else round(channel["after_plateau_mb_per_1000"], 3),
-        "plateaued_after": None if channel["plateaued_after"] is None else round(channel["plateaued_after"]),
+        "plateaued_after": None
+        if channel["plateaued_after"] is None
+        else round(channel["plateaued_after"]),
         "grew_mb": round(channel["grew_mb"], 1),
         "start_mb": round(py[0], 1),
         "end_mb": round(py[-1], 1),
@@ -66,14 +69,20 @@ def judge_channel(
     }
 
 
-def memory_drift(windows: Sequence[dict[str, Any]], *, pass_samples: float | None = None) -> dict[str, Any] | None:
+def memory_drift(
+    windows: Sequence[dict[str, Any]], *, pass_samples: float | None = None
+) -> dict[str, Any] | None:
     """The ``memory_drift`` entry of a profile from its ``windows`` (None without memory readings).
 
     ``pass_samples``: one epoch of the run, in samples (steps without a batch
     size), for the plateau test; unknown (a stream), the run is judged as if
     its first two thirds were one pass, so a plateau needs the last third flat.
     """
-    rows = [w for w in windows if isinstance(w, dict) and w.get("main_rss_mb") is not None and w.get("end_step")]
+    rows = [
+        w
+        for w in windows
+        if isinstance(w, dict) and w.get("main_rss_mb") is not None and w.get("end_step")
+    ]
     if not rows:
         return None
     by_samples = all(w.get("end_samples") is not None for w in rows)
@@ -87,19 +96,30 @@ def memory_drift(windows: Sequence[dict[str, Any]], *, pass_samples: float | Non
         share = [x / n_workers for x in xs]
         rss = [_worker_value(w, k, "rss_mb") for w in rows]
         uss = [_worker_value(w, k, "uss_mb") for w in rows]
-        workers.append({
-            "worker": k,
-            "rss": judge_channel(share, hours, rss, pass_x / n_workers),
-            "uss": judge_channel(share, hours, uss, pass_x / n_workers),
-        })
+        workers.append(
+            {
+                "worker": k,
+                "rss": judge_channel(share, hours, rss, pass_x / n_workers),
+                "uss": judge_channel(share, hours, uss, pass_x / n_workers),
+            }
+        )
     judged = [("main process", main)] + [
-        (f"worker {w['worker']} {kind.upper()}", w[kind]) for w in workers for kind in ("rss", "uss")
+        (f"worker {w['worker']} {kind.upper()}", w[kind])
+        for w in workers
+        for kind in ("rss", "uss")
     ]
     judged = [(name, ch) for name, ch in judged if ch is not None]
     if not judged:
-        return {"verdict": None, "reason": f"fewer than {GROWTH_MIN_POINTS} windows with memory readings",
-                "windows": len(rows), "per": "samples" if by_samples else "steps", "main": None, "workers": workers,
-                "growing": [], "minimum_mb": NATIVE_MIN_MB}
+        return {
+            "verdict": None,
+            "reason": f"fewer than {GROWTH_MIN_POINTS} windows with memory readings",
+            "windows": len(rows),
+            "per": "samples" if by_samples else "steps",
+            "main": None,
+            "workers": workers,
+            "growing": [],
+            "minimum_mb": NATIVE_MIN_MB,
+        }
     growing = [name for name, ch in judged if ch["verdict"] == GROWING]
     plateaued = [name for name, ch in judged if ch["verdict"] == PLATEAUED]
     verdict = GROWING if growing else PLATEAUED if plateaued else FLAT
@@ -128,7 +148,14 @@ def _worst(judged: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     so the two grow alike and the headline would otherwise flip between them), then the largest rate
     per hour."""
     order = {GROWING: 0, PLATEAUED: 1, FLAT: 2}
-    name, ch = min(judged, key=lambda c: (order[c[1]["verdict"]], c[0].endswith(" USS"), -(c[1]["mb_per_hour"] or 0.0)))
+    name, ch = min(
+        judged,
+        key=lambda c: (
+            order[c[1]["verdict"]],
+            c[0].endswith(" USS"),
+            -(c[1]["mb_per_hour"] or 0.0),
+        ),
+    )
     return {"process": name, **ch}
 
 
@@ -150,11 +177,13 @@ def slowest_rank_per_window(per_rank: Sequence[dict[str, Any]]) -> list[dict[str
             continue
         rank, worst = max(ranks, key=lambda rw: rw[1]["data_wait_s"])
         stalls = [w["stall_fraction"] for _, w in ranks if w.get("stall_fraction") is not None]
-        rows.append({
-            "index": index,
-            "slowest_rank": rank,
-            "max_data_wait_s": worst["data_wait_s"],
-            "max_stall_fraction": max(stalls) if stalls else None,
-            "ranks": len(ranks),
-        })
+        rows.append(
+            {
+                "index": index,
+                "slowest_rank": rank,
+                "max_data_wait_s": worst["data_wait_s"],
+                "max_stall_fraction": max(stalls) if stalls else None,
+                "ranks": len(ranks),
+            }
+        )
     return rows

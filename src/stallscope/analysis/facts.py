@@ -65,7 +65,9 @@ class BenchFacts:
     plateau_workers: int | None
     repeats: int | None  # when every configuration had the same number of repeats
     worker_counts: list[int]
-    latency_bound: bool  # the best beats what the cores could do: more speed-up than cores, via more workers
+    latency_bound: (
+        bool  # the best beats what the cores could do: more speed-up than cores, via more workers
+    )
     batches_timed: int | None = None  # steady-state batches timed, all configurations and repeats
     window_s: float | None = None  # steady-state seconds those batches took
 
@@ -122,7 +124,9 @@ class TuningFacts:
     keep_baseline: bool = False  # the best found is within noise of the user's own config
     within_pct: float | None = None
     plan: str | None = None
-    tie: bool = False  # another raced config was within tie_margin of the best; the cheaper was kept
+    tie: bool = (
+        False  # another raced config was within tie_margin of the best; the cheaper was kept
+    )
     tie_margin: float | None = None  # what the budget fit, said up front
     persistent: PersistentGap | None = None
 
@@ -152,7 +156,9 @@ class StageRow:
     kind: str | None
     ms_per_sample: float
     share: float  # fraction of the summed stage time
-    doubtful: str | None = None  # why the row cannot be right (NOTE [stages add up] in breakdown/table.py)
+    doubtful: str | None = (
+        None  # why the row cannot be right (NOTE [stages add up] in breakdown/table.py)
+    )
 
 
 @dataclass
@@ -350,4 +356,3 @@ class ReportFacts:
     recommendations: list[Recommendation]
     code_changes: Any = None  # code_changes.CodeChangeFacts (kept apart: a section of its own)
     ceiling: Any = None  # ceiling.CeilingFacts: the machine's ceiling, the cores needed (issue 18)
-

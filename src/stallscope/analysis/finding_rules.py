@@ -15,12 +15,18 @@ FindingRule = Callable[[dict, Record], dict]
 def project_memory_growth(finding: dict, r: Record) -> dict[str, float]:
     """MB per 1,000 samples × the epoch's samples, per worker and for the best config's workers."""
     evidence = finding.get("evidence") or {}
-    rate = next((number(v) for k, v in evidence.items() if "per_1000" in k and number(v) is not None), None)
+    rate = next(
+        (number(v) for k, v in evidence.items() if "per_1000" in k and number(v) is not None), None
+    )
     length = dataset_length(r)
     if rate is None or length is None:
         return {}
     per_worker = rate * length / 1000.0
-    derived = {"mb_per_1000": rate, "epoch_samples": float(length), "epoch_mb_per_worker": per_worker}
+    derived = {
+        "mb_per_1000": rate,
+        "epoch_samples": float(length),
+        "epoch_mb_per_worker": per_worker,
+    }
     best = best_configuration(r)
     workers = workers_of(best.config) if best else 0
     if workers > 0:
@@ -33,8 +39,11 @@ def relate_shm_to_budget(finding: dict, r: Record) -> dict[str, float]:
     if budget is None or budget.shm_free_bytes is None:
         return {}
     row = max(budget.rows, key=lambda x: x.in_flight_bytes)
-    return {"in_flight_bytes": row.in_flight_bytes, "shm_free_bytes": budget.shm_free_bytes,
-            "in_flight_batches": float(row.in_flight_batches)}
+    return {
+        "in_flight_bytes": row.in_flight_bytes,
+        "shm_free_bytes": budget.shm_free_bytes,
+        "in_flight_batches": float(row.in_flight_batches),
+    }
 
 
 def find_slowest_sample(finding: dict, r: Record) -> dict[str, float]:
@@ -45,8 +54,10 @@ def find_slowest_sample(finding: dict, r: Record) -> dict[str, float]:
     if not times or len(times) != len(indices) or None in times:
         return {}
     slowest = max(range(len(times)), key=lambda i: times[i])
-    derived = {"slowest_index": float(indices[slowest]) if number(indices[slowest]) is not None else -1.0,
-               "slowest_s": times[slowest]}
+    derived = {
+        "slowest_index": float(indices[slowest]) if number(indices[slowest]) is not None else -1.0,
+        "slowest_s": times[slowest],
+    }
     median = number(evidence.get("median_s"))
     if median:
         derived["median_s"] = median
@@ -56,11 +67,19 @@ def find_slowest_sample(finding: dict, r: Record) -> dict[str, float]:
 def count_threads(finding: dict, r: Record) -> dict[str, float]:
     """Workers × threads per worker against the usable cores."""
     evidence = finding.get("evidence") or {}
-    workers, per_worker = number(evidence.get("num_workers")), number(evidence.get("threads_per_worker"))
+    workers, per_worker = (
+        number(evidence.get("num_workers")),
+        number(evidence.get("threads_per_worker")),
+    )
     cores = number(evidence.get("cores")) or number((r.get("host") or {}).get("cores"))
     if not workers or not per_worker or not cores:
         return {}
-    return {"num_workers": workers, "threads_per_worker": per_worker, "threads": workers * per_worker, "cores": cores}
+    return {
+        "num_workers": workers,
+        "threads_per_worker": per_worker,
+        "threads": workers * per_worker,
+        "cores": cores,
+    }
 
 
 FINDING_RULES: dict[str, FindingRule] = {
@@ -96,4 +115,3 @@ def finding_facts(r: Record, rules: dict[str, FindingRule] | None = None) -> Fin
     views.sort(key=lambda v: SEVERITY_ORDER.get(v.severity, 3))
     counts = {sev: sum(1 for v in views if v.severity == sev) for sev in SEVERITY_ORDER}
     return FindingFacts(views, counts)
-

@@ -16,7 +16,9 @@ from typing import Any
 
 # A channel counts when it grew by this much per process.
 HEAP_MIN_MB = 8.0  # tracemalloc is exact: no allocator noise to allow for
-NATIVE_MIN_MB = 32.0  # clean pipelines grow too: allocator arenas (Pillow, glibc) and pages a fork child
+NATIVE_MIN_MB = (
+    32.0  # clean pipelines grow too: allocator arenas (Pillow, glibc) and pages a fork child
+)
 # touches first; the demo grew 13–35 MB per probe worker over three passes, and in one process stays flat
 GROWTH_MIN_MB_PER_1000 = 0.5
 GROWTH_MIN_POINTS = 5
@@ -44,7 +46,9 @@ def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
     return slope, intercept, r2
 
 
-def channel_growth(xs: list[float], ys: list[float], pass_samples: float | None, minimum_mb: float) -> dict[str, Any]:
+def channel_growth(
+    xs: list[float], ys: list[float], pass_samples: float | None, minimum_mb: float
+) -> dict[str, Any]:
     """How one memory channel (MB) grows with samples: rate, total, first-pass growth, plateau.
 
     ``pass_samples`` is one pass over the data, in the same samples as ``xs``.
@@ -74,7 +78,10 @@ def channel_growth(xs: list[float], ys: list[float], pass_samples: float | None,
         return result
     head_rate = (head[-1][1] - ys[0]) / max(1e-9, head[-1][0] - xs[0])
     tail_rate = linear_fit([x for x, _ in tail], [y for _, y in tail])[0]
-    flat = tail_rate <= PLATEAU_RATE_SHARE * max(head_rate, 0.0) and tail[-1][1] - tail[0][1] < minimum_mb / 2
+    flat = (
+        tail_rate <= PLATEAU_RATE_SHARE * max(head_rate, 0.0)
+        and tail[-1][1] - tail[0][1] < minimum_mb / 2
+    )
     if flat and grew >= minimum_mb:
         level = sum(y for _, y in tail) / len(tail)
         tolerance = PLATEAU_LEVEL_SHARE * (level - ys[0])

@@ -57,7 +57,9 @@ def ok_results(r: Record) -> list[dict]:
     return [
         res
         for res in r.get("results") or []
-        if isinstance(res, dict) and not res.get("error") and rate_of(res.get("samples_per_s")) is not None
+        if isinstance(res, dict)
+        and not res.get("error")
+        and rate_of(res.get("samples_per_s")) is not None
     ]
 
 
@@ -67,7 +69,11 @@ def best_result(r: Record) -> dict | None:
     index = (r.get("scaling") or {}).get("best_index")
     if isinstance(index, int) and 0 <= index < len(results):
         chosen = results[index]
-        if isinstance(chosen, dict) and not chosen.get("error") and rate_of(chosen.get("samples_per_s")) is not None:
+        if (
+            isinstance(chosen, dict)
+            and not chosen.get("error")
+            and rate_of(chosen.get("samples_per_s")) is not None
+        ):
             return chosen
     ok = ok_results(r)
     return max(ok, key=lambda res: rate_of(res["samples_per_s"]) or 0.0) if ok else None
@@ -97,7 +103,9 @@ def workers_of(config: Any) -> int:
 
 def batch_size_of(config: Any) -> int | None:
     value = config.get("batch_size") if isinstance(config, dict) else None
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return (
+        int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    )
 
 
 def prefetch_of(config: Any) -> int:
@@ -113,4 +121,3 @@ def single_process_result(r: Record, batch_size: int | None = None) -> dict | No
         if batch_size is None or batch_size_of(res.get("config")) == batch_size:
             return res
     return zero[0] if zero else None
-

@@ -57,4 +57,6 @@ def report_facts(record: Any) -> ReportFacts:
     """All the facts a report states, from a RunRecord or its dict."""
     r = as_record_dict(record)
     sections = {name: facts_of(r) for name, facts_of in SECTIONS.items()}
-    return ReportFacts(command=str(r.get("command", "?")), target=str(r.get("target", "?")), **sections)
+    return ReportFacts(
+        command=str(r.get("command", "?")), target=str(r.get("target", "?")), **sections
+    )

@@ -74,7 +74,9 @@ def bench_facts(r: Record) -> BenchFacts | None:
     cores = cores if isinstance(cores, int) else None
     plateau = scaling.get("plateau_workers")
     ok = ok_results(r)
-    timed = [res.get("batches_measured") for res in ok if isinstance(res.get("batches_measured"), int)]
+    timed = [
+        res.get("batches_measured") for res in ok if isinstance(res.get("batches_measured"), int)
+    ]
     windows = [number(res.get("window_s")) for res in ok if number(res.get("window_s")) is not None]
     return BenchFacts(
         batches_timed=sum(timed) if timed else None,
@@ -104,20 +106,30 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
     best = r.get("best")
     if not isinstance(best, dict) or rate_of(best.get("samples_per_s")) is None:
         return None
-    best_rate = ConfigRate(config_label(best.get("config")), best.get("config") or {}, rate_of(best["samples_per_s"]))
+    best_rate = ConfigRate(
+        config_label(best.get("config")), best.get("config") or {}, rate_of(best["samples_per_s"])
+    )
     baseline = _config_rate(r.get("baseline"))
     speedup = number(best.get("speedup"))
     if speedup is None and baseline and baseline.samples_per_s > 0:
         speedup = best_rate.samples_per_s / baseline.samples_per_s
     trials = [t for t in r.get("trials") or [] if isinstance(t, dict)]
-    measured = [t for t in trials if not t.get("error") and (rate_of(t.get("samples_per_s")) or 0.0) > 0]
+    measured = [
+        t for t in trials if not t.get("error") and (rate_of(t.get("samples_per_s")) or 0.0) > 0
+    ]
     ranked = sorted(measured, key=lambda t: rate_of(t["samples_per_s"]), reverse=True)[:top]
     rows = []
     for t in ranked:
         rate = rate_of(t["samples_per_s"])
         vs = rate / baseline.samples_per_s if baseline and baseline.samples_per_s > 0 else None
-        rows.append(TrialRow(config_label(t.get("config"), t.get("label")), t.get("phase"), rate, vs))
-    failed = [(config_label(t.get("config"), t.get("label")), str(t["error"])) for t in trials if t.get("error")]
+        rows.append(
+            TrialRow(config_label(t.get("config"), t.get("label")), t.get("phase"), rate, vs)
+        )
+    failed = [
+        (config_label(t.get("config"), t.get("label")), str(t["error"]))
+        for t in trials
+        if t.get("error")
+    ]
     search = r.get("search") if isinstance(r.get("search"), dict) else {}
     region = search.get("region") if isinstance(search.get("region"), dict) else {}
     runner_up = best.get("runner_up")
@@ -138,10 +150,16 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
         rounds=int(best["rounds"]) if isinstance(best.get("rounds"), int) else None,
         confirmed=best.get("confirmed") if isinstance(best.get("confirmed"), bool) else None,
         head_to_head=_head_to_head(best.get("head_to_head")),
-        skipped=[(str(s.get("label")), str(s.get("why"))) for s in best.get("skipped") or [] if isinstance(s, dict)],
+        skipped=[
+            (str(s.get("label")), str(s.get("why")))
+            for s in best.get("skipped") or []
+            if isinstance(s, dict)
+        ],
         keep_baseline=best.get("keep_baseline") is True,
         within_pct=number(best.get("within_pct")),
-        plan=(search.get("plan") or {}).get("summary") if isinstance(search.get("plan"), dict) else None,
+        plan=(search.get("plan") or {}).get("summary")
+        if isinstance(search.get("plan"), dict)
+        else None,
         persistent=_persistent_gap(search.get("persistent_workers")),
         tie=best.get("tie") is True,
         tie_margin=number(best.get("tie_margin")),
@@ -153,17 +171,30 @@ def _head_to_head(entries: Any) -> list[HeadToHeadRow]:
     for e in entries or []:
         if isinstance(e, dict) and rate_of(e.get("samples_per_s")) is not None:
             rounds = e.get("rounds")
-            rows.append(HeadToHeadRow(config_label(e.get("config"), e.get("label")), e.get("config") or {},
-                                      rate_of(e["samples_per_s"]), rounds if isinstance(rounds, int) else None,
-                                      str(e.get("role") or "other")))
+            rows.append(
+                HeadToHeadRow(
+                    config_label(e.get("config"), e.get("label")),
+                    e.get("config") or {},
+                    rate_of(e["samples_per_s"]),
+                    rounds if isinstance(rounds, int) else None,
+                    str(e.get("role") or "other"),
+                )
+            )
     return rows
 
 
 def _persistent_gap(entry: Any) -> PersistentGap | None:
     if not isinstance(entry, dict):
         return None
-    return PersistentGap(str(entry.get("measured_on") or ""), number(entry.get("gap_without_s")),
-                         number(entry.get("gap_with_s")), number(entry.get("saved_s")), entry.get("recommended") is True)
+    return PersistentGap(
+        str(entry.get("measured_on") or ""),
+        number(entry.get("gap_without_s")),
+        number(entry.get("gap_with_s")),
+        number(entry.get("saved_s")),
+        entry.get("recommended") is True,
+    )
+
+
 def trials_by_config(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per config of the tuner's trials: the phases it was measured in, its median rate and
     start-up over the runs, the runs; fastest first."""
@@ -172,7 +203,9 @@ def trials_by_config(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not isinstance(t, dict):
             continue
         label = config_label(t.get("config"), t.get("label"))
-        row = rows.setdefault(label, {"label": label, "phases": [], "rates": [], "startup": [], "error": None})
+        row = rows.setdefault(
+            label, {"label": label, "phases": [], "rates": [], "startup": [], "error": None}
+        )
         if t.get("phase") and t["phase"] not in row["phases"]:
             row["phases"].append(t["phase"])
         rate = rate_of(t.get("samples_per_s"))
@@ -194,7 +227,9 @@ def _config_rate(entry: Any) -> ConfigRate | None:
     if not isinstance(entry, dict) or rate_of(entry.get("samples_per_s")) is None:
         return None
     return ConfigRate(
-        config_label(entry.get("config"), entry.get("label")), entry.get("config") or {}, rate_of(entry["samples_per_s"])
+        config_label(entry.get("config"), entry.get("label")),
+        entry.get("config") or {},
+        rate_of(entry["samples_per_s"]),
     )
 
 
@@ -240,7 +275,9 @@ def best_configuration(r: Record) -> BestConfig | None:
     baseline = None
     if single is not None and single is not best:
         baseline = ConfigRate(
-            config_label(single.get("config"), single.get("label")), single.get("config") or {}, rate_of(single["samples_per_s"])
+            config_label(single.get("config"), single.get("label")),
+            single.get("config") or {},
+            rate_of(single["samples_per_s"]),
         )
     speedup = number(best.get("speedup"))
     if speedup is None and baseline is not None and baseline.samples_per_s > 0:
@@ -294,7 +331,11 @@ def loader_snippet(r: Record, config: dict) -> str:
 
 
 def stage_facts(r: Record, *, top_hotspots: int = 8) -> StageFacts | None:
-    stages = [s for s in r.get("stages") or [] if isinstance(s, dict) and number(s.get("ms_per_sample")) is not None]
+    stages = [
+        s
+        for s in r.get("stages") or []
+        if isinstance(s, dict) and number(s.get("ms_per_sample")) is not None
+    ]
     aug = _augmentation(r.get("augmentation_overhead"))
     hotspots = _hotspots(r.get("hotspots"), top_hotspots)
     if not stages and aug is None and not hotspots:
@@ -311,12 +352,24 @@ def stage_facts(r: Record, *, top_hotspots: int = 8) -> StageFacts | None:
         elif as_percent:
             share = share / 100.0
         doubtful = str(s["doubtful"]) if s.get("doubtful") else None
-        rows.append(StageRow(str(s.get("name", "?")), s.get("kind"), ms, 0.0 if doubtful else share, doubtful))
+        rows.append(
+            StageRow(
+                str(s.get("name", "?")), s.get("kind"), ms, 0.0 if doubtful else share, doubtful
+            )
+        )
     trusted = [row for row in rows if not row.doubtful]
     top = max(trusted, key=lambda row: row.ms_per_sample) if trusted else None
     run = r.get("stage_run") if isinstance(r.get("stage_run"), dict) else {}
     notes = [str(n) for n in r.get("stage_notes") or [] if n]
-    return StageFacts(rows=rows, total_ms=total, top=top, augmentation=aug, hotspots=hotspots, run=run, notes=notes)
+    return StageFacts(
+        rows=rows,
+        total_ms=total,
+        top=top,
+        augmentation=aug,
+        hotspots=hotspots,
+        run=run,
+        notes=notes,
+    )
 
 
 def _augmentation(entry: Any) -> AugmentationFacts | None:
@@ -326,8 +379,13 @@ def _augmentation(entry: Any) -> AugmentationFacts | None:
     if ms is None and pct is None:
         return None
     names = [str(n) for n in entry.get("transforms") or []]
-    return AugmentationFacts(ms, pct, names, number(entry.get("with_ms_per_sample")),
-                             number(entry.get("without_ms_per_sample")))
+    return AugmentationFacts(
+        ms,
+        pct,
+        names,
+        number(entry.get("with_ms_per_sample")),
+        number(entry.get("without_ms_per_sample")),
+    )
 
 
 def _hotspots(entries: Any, top: int) -> list[HotspotRow]:
@@ -340,8 +398,13 @@ def _hotspots(entries: Any, top: int) -> list[HotspotRow]:
             where += f":{h['line']}"
         calls = h.get("calls")
         rows.append(
-            HotspotRow(str(h.get("function", "?")), where, calls if isinstance(calls, int) else None,
-                    number(h.get("total_ms")), number(h.get("cumulative_ms")))
+            HotspotRow(
+                str(h.get("function", "?")),
+                where,
+                calls if isinstance(calls, int) else None,
+                number(h.get("total_ms")),
+                number(h.get("cumulative_ms")),
+            )
         )
     rows.sort(key=lambda h: h.cumulative_ms or h.total_ms or 0.0, reverse=True)
     return rows[:top]
@@ -359,8 +422,14 @@ def training_facts(r: Record) -> TrainingFacts | None:
         advice = [advice]
     steps = r.get("steps")
     verdict = r.get("verdict")
-    mean_data = number((r.get("data_ms") or {}).get("mean")) if isinstance(r.get("data_ms"), dict) else None
-    mean_compute = number((r.get("compute_ms") or {}).get("mean")) if isinstance(r.get("compute_ms"), dict) else None
+    mean_data = (
+        number((r.get("data_ms") or {}).get("mean")) if isinstance(r.get("data_ms"), dict) else None
+    )
+    mean_compute = (
+        number((r.get("compute_ms") or {}).get("mean"))
+        if isinstance(r.get("compute_ms"), dict)
+        else None
+    )
     if mean_data is None or mean_compute is None:
         mean_data = sum(data) / len(data) if data else None
         mean_compute = sum(compute) / len(compute) if compute else None
@@ -380,10 +449,11 @@ def training_facts(r: Record) -> TrainingFacts | None:
         ranks=[x for x in r.get("ranks") or [] if isinstance(x, dict)],
         advice=[str(a) for a in advice or [] if a],
         resources=r.get("resources") if isinstance(r.get("resources"), dict) else None,
-        config_label=config_label(config, r.get("config_label")) if isinstance(config, dict) else None,
+        config_label=config_label(config, r.get("config_label"))
+        if isinstance(config, dict)
+        else None,
         epoch_steps=epoch_steps if isinstance(epoch_steps, int) and epoch_steps > 0 else None,
         first_batch_share=number(r.get("startup_share_per_epoch")),
         distributed=r.get("distributed") if isinstance(r.get("distributed"), dict) else None,
         input_bound_at=number(thresholds.get("input_bound_at")),
     )
-

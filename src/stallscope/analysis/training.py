@@ -93,13 +93,17 @@ def distribution_ms(values_s: Sequence[float]) -> Distribution | None:
     )
 
 
-def steady_mask(n_steps: int, epoch_starts: Sequence[int], warmup: int, closed: Sequence[bool]) -> list[bool]:
+def steady_mask(
+    n_steps: int, epoch_starts: Sequence[int], warmup: int, closed: Sequence[bool]
+) -> list[bool]:
     """Steps that count for steady state: closed, past warm-up, not an epoch's first."""
     first = set(epoch_starts)
     return [bool(closed[i]) and i >= warmup and i not in first for i in range(n_steps)]
 
 
-def timeline(data_s: Sequence[float], compute_s: Sequence[float], points: int = TIMELINE_POINTS) -> dict[str, Any]:
+def timeline(
+    data_s: Sequence[float], compute_s: Sequence[float], points: int = TIMELINE_POINTS
+) -> dict[str, Any]:
     """Per-step series in ms for plots, averaged into buckets of ``stride`` steps when long."""
     import numpy as np
 
@@ -220,11 +224,15 @@ def _advise_input_bound(profile: dict[str, Any], context: dict[str, Any]) -> dic
     target = context.get("target") or "TARGET"
     speedup = profile.get("what_if_speedup")
     gain = f"up to {speedup:.2f}x faster steps if the loader kept up" if speedup else "unknown"
-    label = context.get("config_label") or (f"num_workers={workers}" if workers is not None else "your loader settings")
+    label = context.get("config_label") or (
+        f"num_workers={workers}" if workers is not None else "your loader settings"
+    )
     if workers == 0:
         cause = f"with {label} the main process loads every batch itself, between steps"
     elif fraction is not None:
-        cause = f"the prefetch buffer is almost always empty: the workers cannot keep up with {label}"
+        cause = (
+            f"the prefetch buffer is almost always empty: the workers cannot keep up with {label}"
+        )
     else:
         cause = f"the loader cannot keep up with {label}"
     detail = (
@@ -242,13 +250,18 @@ def _advise_input_bound(profile: dict[str, Any], context: dict[str, Any]) -> dic
     }
 
 
-def _advise_main_process_wait(profile: dict[str, Any], context: dict[str, Any]) -> dict[str, Any] | None:
+def _advise_main_process_wait(
+    profile: dict[str, Any], context: dict[str, Any]
+) -> dict[str, Any] | None:
     verdict = profile.get("verdict")
     fraction = _buffer_fraction(profile)
     if fraction is None:
         return None
     # Input-bound with batches waiting, or a visible wait although the buffer is nearly always full.
-    if not ((verdict == "input-bound" and fraction >= BUFFER_STARVED_BELOW) or (verdict == "balanced" and fraction >= BUFFER_FULL_ABOVE)):
+    if not (
+        (verdict == "input-bound" and fraction >= BUFFER_STARVED_BELOW)
+        or (verdict == "balanced" and fraction >= BUFFER_FULL_ABOVE)
+    ):
         return None
     speedup = profile.get("what_if_speedup")
     return {
@@ -273,7 +286,11 @@ def _advise_startup(profile: dict[str, Any], context: dict[str, Any]) -> dict[st
     first = profile.get("first_batch_s")
     if share is None or first is None or share < STARTUP_SHARE_NOTABLE:
         return None
-    where = f"of an epoch of {profile.get('epoch_steps')} steps" if per_epoch else "of the measured time"
+    where = (
+        f"of an epoch of {profile.get('epoch_steps')} steps"
+        if per_epoch
+        else "of the measured time"
+    )
     config = context.get("config") or {}
     fix = (
         "set persistent_workers=True so workers survive between epochs"
@@ -302,7 +319,11 @@ def _advise_spare_loader(profile: dict[str, Any], context: dict[str, Any]) -> di
         "detail": (
             f"The prefetch buffer was {_pct(fraction)} full on average and the loop waited for data only "
             f"{_pct(profile.get('stall_fraction'))} of the time. More loader work will not speed training up; "
-            + (f"fewer than {workers} workers would likely keep up and free CPU cores. " if workers and workers > 1 else "")
+            + (
+                f"fewer than {workers} workers would likely keep up and free CPU cores. "
+                if workers and workers > 1
+                else ""
+            )
             + "Look at the model step (mixed precision, larger batch, torch.compile)."
         ),
         "measured": _measured_line(profile),
@@ -327,7 +348,9 @@ def _advise_gpu_idle(profile: dict[str, Any], context: dict[str, Any]) -> dict[s
     }
 
 
-def _advise_straggler_rank(profile: dict[str, Any], context: dict[str, Any]) -> dict[str, Any] | None:
+def _advise_straggler_rank(
+    profile: dict[str, Any], context: dict[str, Any]
+) -> dict[str, Any] | None:
     dist = profile.get("distributed")
     if not dist or dist.get("world_size", 1) < 2:
         return None
@@ -348,7 +371,9 @@ def _advise_straggler_rank(profile: dict[str, Any], context: dict[str, Any]) -> 
     }
 
 
-def _advise_workers_per_rank(profile: dict[str, Any], context: dict[str, Any]) -> dict[str, Any] | None:
+def _advise_workers_per_rank(
+    profile: dict[str, Any], context: dict[str, Any]
+) -> dict[str, Any] | None:
     local = context.get("local_world_size") or 1
     cores = context.get("cores")
     workers = (context.get("config") or {}).get("num_workers")
@@ -383,7 +408,9 @@ def next_knob(profile: dict[str, Any], recommendations: Sequence[dict[str, Any]]
     )
     if recommendations:
         first = recommendations[0]
-        return f"{head}. Next: {first['title']}" + (f" — run `{first['handoff']}`." if first.get("handoff") else ".")
+        return f"{head}. Next: {first['title']}" + (
+            f" — run `{first['handoff']}`." if first.get("handoff") else "."
+        )
     if verdict == "compute-bound":
         return f"{head}. The loader keeps up; speed up the model step instead."
     return f"{head}. The loader mostly keeps up; tuning it would gain at most {profile.get('what_if_speedup') or 1:.2f}x."

@@ -84,17 +84,23 @@ def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
         return [_keep_yours(best, baseline), *_persistent(section)]
     recs: list[dict[str, Any]] = []
     speedup = best.get("speedup")
-    if speedup is not None and speedup >= 1 + max(0.03, noise) and best["config"] != baseline["config"]:
-        recs.append({
-            "id": "loader-config",
-            "title": "Use the tuned DataLoader settings",
-            "detail": f"{best['label']} instead of {baseline['label']} (`stallscope tune --emit python` prints the call).",
-            "measured": (
-                f"{best['samples_per_s']:.1f} vs {baseline['samples_per_s']:.1f} samples/s in steady state; "
-                + how_sure(best)
-            ),
-            "expected_gain": f"{speedup:.2f}x throughput",
-        })
+    if (
+        speedup is not None
+        and speedup >= 1 + max(0.03, noise)
+        and best["config"] != baseline["config"]
+    ):
+        recs.append(
+            {
+                "id": "loader-config",
+                "title": "Use the tuned DataLoader settings",
+                "detail": f"{best['label']} instead of {baseline['label']} (`stallscope tune --emit python` prints the call).",
+                "measured": (
+                    f"{best['samples_per_s']:.1f} vs {baseline['samples_per_s']:.1f} samples/s in steady state; "
+                    + how_sure(best)
+                ),
+                "expected_gain": f"{speedup:.2f}x throughput",
+            }
+        )
     seen: set[str] = set()
     for effect in sorted(search.get("effects", []), key=lambda e: -e["gain"]):
         advice = _KNOB_ADVICE.get(effect["knob"])
@@ -106,16 +112,18 @@ def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
         seen.add(advice[0])
         rec_id, title, detail = advice
         how = "interleaved medians" if effect["source"] == "confirm" else "single measurements"
-        recs.append({
-            "id": rec_id,
-            "title": title,
-            "detail": detail,
-            "measured": (
-                f"{effect['variant']}: {effect['variant_samples_per_s']:.1f} samples/s vs "
-                f"{effect['parent']}: {effect['parent_samples_per_s']:.1f} samples/s ({how})"
-            ),
-            "expected_gain": f"+{effect['gain']:.0%} throughput",
-        })
+        recs.append(
+            {
+                "id": rec_id,
+                "title": title,
+                "detail": detail,
+                "measured": (
+                    f"{effect['variant']}: {effect['variant_samples_per_s']:.1f} samples/s vs "
+                    f"{effect['parent']}: {effect['parent_samples_per_s']:.1f} samples/s ({how})"
+                ),
+                "expected_gain": f"+{effect['gain']:.0%} throughput",
+            }
+        )
     recs.extend(_beyond_cores(section))
     recs.extend(_persistent(section))
     recs.extend(_worker_threads(section))
@@ -128,7 +136,8 @@ def _keep_yours(best: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any
         "id": "keep-yours",
         "title": "Keep your DataLoader settings",
         "detail": sentence[0].upper() + sentence[1:] + ".",
-        "measured": f"{best['samples_per_s']:.1f} vs {baseline['samples_per_s']:.1f} samples/s; " + how_sure(best),
+        "measured": f"{best['samples_per_s']:.1f} vs {baseline['samples_per_s']:.1f} samples/s; "
+        + how_sure(best),
         "expected_gain": "none beyond the noise",
     }
 
@@ -141,8 +150,11 @@ def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
     if search.get("region", {}).get("name") != "latency-bound" or not cores or workers <= cores:
         return []
     at_cores = [
-        t for t in section.get("trials", [])
-        if t["config"]["num_workers"] == cores and t["error"] is None and t["phase"] in {"scale", "climb"}
+        t
+        for t in section.get("trials", [])
+        if t["config"]["num_workers"] == cores
+        and t["error"] is None
+        and t["phase"] in {"scale", "climb"}
     ]
     if not at_cores:
         return []
@@ -151,39 +163,47 @@ def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
     if gain < 0.05:
         return []
     cpu = search.get("profile", {}).get("cpu_per_wall")
-    return [{
-        "id": "workers-beyond-cores",
-        "title": f"Use more workers than cores ({workers} on {cores} core(s))",
-        "detail": (
-            "The fetch mostly waits (storage, network, sleep) rather than computing, so workers overlap their "
-            "waits; the usual num_workers = cores leaves that idle time on the table."
-        ),
-        "measured": (
-            f"{section['best']['samples_per_s']:.1f} samples/s with {workers} workers vs {rate:.1f} with {cores}"
-            + (f"; the fetch used {cpu:.0%} CPU per wall second" if cpu is not None else "")
-        ),
-        "expected_gain": f"+{gain:.0%} throughput",
-    }]
+    return [
+        {
+            "id": "workers-beyond-cores",
+            "title": f"Use more workers than cores ({workers} on {cores} core(s))",
+            "detail": (
+                "The fetch mostly waits (storage, network, sleep) rather than computing, so workers overlap their "
+                "waits; the usual num_workers = cores leaves that idle time on the table."
+            ),
+            "measured": (
+                f"{section['best']['samples_per_s']:.1f} samples/s with {workers} workers vs {rate:.1f} with {cores}"
+                + (f"; the fetch used {cpu:.0%} CPU per wall second" if cpu is not None else "")
+            ),
+            "expected_gain": f"+{gain:.0%} throughput",
+        }
+    ]
 
 
 def _persistent(section: dict[str, Any]) -> list[dict[str, Any]]:
     """persistent_workers=True only with its measured epoch-boundary gap (search.persistent_workers)."""
     gap = section.get("search", {}).get("persistent_workers")
-    if not gap or not gap.get("recommended") or section["baseline"]["config"].get("persistent_workers"):
+    if (
+        not gap
+        or not gap.get("recommended")
+        or section["baseline"]["config"].get("persistent_workers")
+    ):
         return []
-    return [{
-        "id": "persistent-workers",
-        "title": "Keep workers alive between epochs (persistent_workers=True)",
-        "detail": (
-            "Without it every epoch shuts the workers down, starts new ones and waits for their first batch; "
-            "steady-state throughput is the same either way."
-        ),
-        "measured": (
-            f"gap at an epoch boundary ({gap['measured_on']}): {gap['gap_without_s']:.2f} s without, "
-            f"{gap['gap_with_s']:.2f} s with persistent workers"
-        ),
-        "expected_gain": f"{gap['saved_s']:.2f} s saved per epoch after the first",
-    }]
+    return [
+        {
+            "id": "persistent-workers",
+            "title": "Keep workers alive between epochs (persistent_workers=True)",
+            "detail": (
+                "Without it every epoch shuts the workers down, starts new ones and waits for their first batch; "
+                "steady-state throughput is the same either way."
+            ),
+            "measured": (
+                f"gap at an epoch boundary ({gap['measured_on']}): {gap['gap_without_s']:.2f} s without, "
+                f"{gap['gap_with_s']:.2f} s with persistent workers"
+            ),
+            "expected_gain": f"{gap['saved_s']:.2f} s saved per epoch after the first",
+        }
+    ]
 
 
 def _worker_threads(section: dict[str, Any]) -> list[dict[str, Any]]:
@@ -193,42 +213,58 @@ def _worker_threads(section: dict[str, Any]) -> list[dict[str, Any]]:
     if not threads:
         return []
     plain = [
-        t for t in section.get("trials", [])
-        if t["error"] is None and not t["config"].get("worker_threads") and t["config"]["num_workers"] > 0
+        t
+        for t in section.get("trials", [])
+        if t["error"] is None
+        and not t["config"].get("worker_threads")
+        and t["config"]["num_workers"] > 0
     ]
     measured = f"{best['samples_per_s']:,.1f} samples/s with {best['label']}"
     gain = None
     if plain:
         top = max(plain, key=lambda t: t["samples_per_s"])
-        gain = best["samples_per_s"] / top["samples_per_s"] - 1 if top["samples_per_s"] > 0 else None
+        gain = (
+            best["samples_per_s"] / top["samples_per_s"] - 1 if top["samples_per_s"] > 0 else None
+        )
         measured += (
             f" vs {top['samples_per_s']:,.1f} with the best plain worker count measured ({top['label']}, "
             f"{top['config']['num_workers']} processes)"
         )
     workers = best["config"]["num_workers"]
     where = f"each of the {workers} workers" if workers else "the main process"
-    return [{
-        "id": "worker-threads",
-        "title": f"Fetch each batch's items with {threads} threads per worker",
-        "detail": (
-            f"The fetch mostly waits, and the dataset passed the thread-safety check: {where} fetches a batch's "
-            f"items with {threads} threads, which overlaps the waits like more processes would, for a fraction of "
-            f"their memory. Wrap the dataset: dataset = ss.threaded_dataset(dataset, threads={threads})."
-        ),
-        "measured": measured,
-        "expected_gain": (
-            f"{gain:+.0%} throughput with {workers} processes" if gain is not None
-            else f"{workers} processes instead of more"
-        ),
-    }]
+    return [
+        {
+            "id": "worker-threads",
+            "title": f"Fetch each batch's items with {threads} threads per worker",
+            "detail": (
+                f"The fetch mostly waits, and the dataset passed the thread-safety check: {where} fetches a batch's "
+                f"items with {threads} threads, which overlaps the waits like more processes would, for a fraction of "
+                f"their memory. Wrap the dataset: dataset = ss.threaded_dataset(dataset, threads={threads})."
+            ),
+            "measured": measured,
+            "expected_gain": (
+                f"{gain:+.0%} throughput with {workers} processes"
+                if gain is not None
+                else f"{workers} processes instead of more"
+            ),
+        }
+    ]
 
 
 def advice_in_words(advice: dict[str, Any]) -> str:
     """The recommended knob change as a sentence, for where its code could not be run
     (NOTE [verified snippets] in pipeline/verify.py)."""
     config, baseline = advice.get("config") or {}, advice.get("baseline") or {}
-    changed = [f"{k}={v!r}" for k, v in config.items() if baseline and baseline.get(k) != v and v is not None]
+    changed = [
+        f"{k}={v!r}"
+        for k, v in config.items()
+        if baseline and baseline.get(k) != v and v is not None
+    ]
     where = advice.get("kind_description") or "your loader"
-    what = f"Set {', '.join(changed)} where you build {where}" if changed else f"Keep the settings of {where}"
+    what = (
+        f"Set {', '.join(changed)} where you build {where}"
+        if changed
+        else f"Keep the settings of {where}"
+    )
     reason = advice.get("reason")
     return what + (f" (no code is shown: {reason})." if reason else ".")

@@ -25,8 +25,14 @@ def verdict_from_training(r: Record) -> Verdict | None:
     training = training_facts(r)
     if training is None or training.verdict is None:
         return None
-    return Verdict(training.verdict, {"stall_fraction": training.stall_fraction, "steps": training.steps,
-                                      "what_if_speedup": training.what_if_speedup})
+    return Verdict(
+        training.verdict,
+        {
+            "stall_fraction": training.stall_fraction,
+            "steps": training.steps,
+            "what_if_speedup": training.what_if_speedup,
+        },
+    )
 
 
 def verdict_from_headroom(r: Record) -> Verdict | None:
@@ -35,37 +41,66 @@ def verdict_from_headroom(r: Record) -> Verdict | None:
         return None
     if best.keep_baseline and best.best_found is not None:
         # "Keep yours": the user's loader is within the noise of the best found.
-        return Verdict("near-optimal", {"keep_baseline": True, "within_pct": best.within_pct,
-                                        "best": best.best_found.label, "samples_per_s": best.best_found.samples_per_s,
-                                        "baseline": best.baseline.label,
-                                        "baseline_samples_per_s": best.baseline.samples_per_s})
+        return Verdict(
+            "near-optimal",
+            {
+                "keep_baseline": True,
+                "within_pct": best.within_pct,
+                "best": best.best_found.label,
+                "samples_per_s": best.best_found.samples_per_s,
+                "baseline": best.baseline.label,
+                "baseline_samples_per_s": best.baseline.samples_per_s,
+            },
+        )
     good, _ = TARGETS["tuning_headroom"]
     label = "loader-limited" if best.speedup >= good else "near-optimal"
-    return Verdict(label, {"best": best.label, "samples_per_s": best.samples_per_s, "baseline": best.baseline.label,
-                           "baseline_samples_per_s": best.baseline.samples_per_s, "speedup": best.speedup})
+    return Verdict(
+        label,
+        {
+            "best": best.label,
+            "samples_per_s": best.samples_per_s,
+            "baseline": best.baseline.label,
+            "baseline_samples_per_s": best.baseline.samples_per_s,
+            "speedup": best.speedup,
+        },
+    )
 
 
 def verdict_from_sweep(r: Record) -> Verdict | None:
     bench = bench_facts(r)
     if bench is None or bench.best is None:
         return None
-    return Verdict("measured", {"best": bench.best.label, "samples_per_s": bench.best.samples_per_s,
-                                "configurations": bench.measured})
+    return Verdict(
+        "measured",
+        {
+            "best": bench.best.label,
+            "samples_per_s": bench.best.samples_per_s,
+            "configurations": bench.measured,
+        },
+    )
 
 
 def verdict_from_stages(r: Record) -> Verdict | None:
     stages = stage_facts(r)
     if stages is None or stages.top is None:
         return None
-    return Verdict("stage-bound", {"stage": stages.top.name, "ms_per_sample": stages.top.ms_per_sample,
-                                   "share": stages.top.share})
+    return Verdict(
+        "stage-bound",
+        {
+            "stage": stages.top.name,
+            "ms_per_sample": stages.top.ms_per_sample,
+            "share": stages.top.share,
+        },
+    )
 
 
 def verdict_from_clean_checks(r: Record) -> Verdict | None:
     facts = finding_facts(r)
     if facts is None:
         return None
-    return Verdict("no errors", {"warnings": facts.counts["warning"], "infos": facts.counts["info"]})
+    return Verdict(
+        "no errors", {"warnings": facts.counts["warning"], "infos": facts.counts["info"]}
+    )
 
 
 VERDICT_RULES: list[VerdictRule] = [
@@ -84,4 +119,3 @@ def verdict(r: Record, rules: Sequence[VerdictRule] | None = None) -> Verdict | 
         if found is not None:
             return found
     return None
-

@@ -44,7 +44,11 @@ _DISPATCH = frozenset({"__call__", "_wrapped_call_impl", "_call_impl", "forward"
 _TRANSPARENT = frozenset({"__getitem__", "__getitems__", "__next__"})
 _OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the stallscope package
 _LIBRARY_ROOTS = tuple(
-    {os.path.abspath(p) for key in ("stdlib", "platstdlib", "purelib", "platlib") if (p := sysconfig.get_paths().get(key))}
+    {
+        os.path.abspath(p)
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (p := sysconfig.get_paths().get(key))
+    }
 )
 _C_CALL = object()  # marks an open first-level call of a C function
 
@@ -60,7 +64,9 @@ def callee_label(name: str) -> str:
 class CalleeTracer:
     """Times the first-level calls of one fetch as recorder stages (see module docstring)."""
 
-    _names: dict[tuple[Any, Any], str | None] = {}  # (code, __getitem__'s code) -> row name; None: ours
+    _names: dict[
+        tuple[Any, Any], str | None
+    ] = {}  # (code, __getitem__'s code) -> row name; None: ours
 
     def __init__(self, recorder: Any, root: Any) -> None:
         self.recorder = recorder
@@ -138,7 +144,12 @@ class CalleeTracer:
 
 def _is_library(filename: str) -> bool:
     path = os.path.abspath(filename)
-    return filename.startswith("<") or "site-packages" in path or "dist-packages" in path or path.startswith(_LIBRARY_ROOTS)
+    return (
+        filename.startswith("<")
+        or "site-packages" in path
+        or "dist-packages" in path
+        or path.startswith(_LIBRARY_ROOTS)
+    )
 
 
 def python_function_name(code: Any, module: str, getitem_code: Any) -> str | None:
@@ -159,7 +170,11 @@ def python_function_name(code: Any, module: str, getitem_code: Any) -> str | Non
 
 def c_function_name(func: Any) -> str:
     """``cv2.resize()``, ``torch.conv1d()``, ``torch.Tensor.abs()``, ``len()``."""
-    qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or type(func).__name__
+    qualname = (
+        getattr(func, "__qualname__", None)
+        or getattr(func, "__name__", None)
+        or type(func).__name__
+    )
     module = getattr(func, "__module__", None)
     owner = getattr(func, "__self__", None)
     if module is None and owner is not None:
@@ -181,7 +196,11 @@ def _module_holding(func: Any) -> str | None:
     if key not in _HOLDERS:
         name = getattr(func, "__name__", None)
         # the modules' own dicts: a module-level __getattr__ could warn or import
-        found = [m for m, mod in list(sys.modules.items()) if name and (getattr(mod, "__dict__", None) or {}).get(name) is func]
+        found = [
+            m
+            for m, mod in list(sys.modules.items())
+            if name and (getattr(mod, "__dict__", None) or {}).get(name) is func
+        ]
         _HOLDERS[key] = min(found, key=len) if found else None
     return _HOLDERS[key]
 

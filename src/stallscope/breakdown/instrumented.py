@@ -97,7 +97,9 @@ def _start_getitem(callees: bool) -> tuple[StageRecorder, Any, CalleeTracer | No
     return recorder, token, tracer
 
 
-def _end_getitem(recorder: StageRecorder, token: Any, tracer: CalleeTracer | None, samples: int) -> None:
+def _end_getitem(
+    recorder: StageRecorder, token: Any, tracer: CalleeTracer | None, samples: int
+) -> None:
     if tracer is not None:
         tracer.close_call()
     recorder.pop()

@@ -37,8 +37,20 @@ from .recorder import _ACTIVE, DECODE, READ, StageRecorder
 
 PREFETCH_MAX_BYTES = 64 << 20
 _PAGE = 4096
-_PANDAS_READERS = ("read_csv", "read_table", "read_json", "read_parquet", "read_feather", "read_orc",
-                   "read_pickle", "read_hdf", "read_excel", "read_sas", "read_stata", "read_spss")
+_PANDAS_READERS = (
+    "read_csv",
+    "read_table",
+    "read_json",
+    "read_parquet",
+    "read_feather",
+    "read_orc",
+    "read_pickle",
+    "read_hdf",
+    "read_excel",
+    "read_sas",
+    "read_stata",
+    "read_spss",
+)
 
 
 class _KnownCalls:
@@ -67,7 +79,9 @@ class _KnownCalls:
     def _wrap_new(cls) -> None:
         cls.modules_seen = len(sys.modules)
         for owner, attr, make in _known_call_targets():
-            original = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+            original = (
+                owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+            )
             if original is None or getattr(original, "__stallscope_wrapped__", False):
                 continue
             wrapper = make(original)

@@ -199,7 +199,9 @@ class TransferTimes:
     handoff: float  # end of collate to start of pickling (queue feeder thread wake-up)
     queue: float  # end of pickling in the worker to start of unpickling in the main process
     deserialise: float  # the main thread's CPU time of unpickling (NOTE [deserialise timing])
-    deserialise_wait: float = 0.0  # unpickling's wall time beyond that: waiting for the worker to hand over storages
+    deserialise_wait: float = (
+        0.0  # unpickling's wall time beyond that: waiting for the worker to hand over storages
+    )
 
 
 class StageBatch:

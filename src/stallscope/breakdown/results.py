@@ -131,7 +131,9 @@ class StagesResult:
 
     def inclusive_ms(self, name: str) -> float:
         """ms per sample of stage ``name`` with the rows broken out of it (``other``'s callees)."""
-        return self.stage(name).ms_per_sample + sum(s.ms_per_sample for s in self.stages if s.parent == name)
+        return self.stage(name).ms_per_sample + sum(
+            s.ms_per_sample for s in self.stages if s.parent == name
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The record keys of the ``stages`` section (the record schema)."""

@@ -117,7 +117,11 @@ def build_stage_table(
 
 
 def mark_doubtful(
-    table: Sequence[StageTime], *, batch_interval_ms: float | None, num_workers: int, samples_per_batch: float
+    table: Sequence[StageTime],
+    *,
+    batch_interval_ms: float | None,
+    num_workers: int,
+    samples_per_batch: float,
 ) -> list[StageTime]:
     """The table with the rows that cannot be right marked doubtful and the shares recomputed
     over the rest (NOTE [stages add up]). Unchanged without a measured interval."""
@@ -139,10 +143,18 @@ def mark_doubtful(
             if per_batch <= bound:
                 break
             spent = row.ms_per_sample * samples_per_batch
-            where = "the main process" if side == "main" else f"{parallel} worker{'s' if parallel != 1 else ''}"
+            where = (
+                "the main process"
+                if side == "main"
+                else f"{parallel} worker{'s' if parallel != 1 else ''}"
+            )
             row.doubtful = (
                 f"{spent:.1f} ms per batch, but {where} received a batch every {interval:.1f} ms in the same run"
-                + (f" ({parallel} × {interval:.1f} ms for the workers together)" if side == "worker" else "")
+                + (
+                    f" ({parallel} × {interval:.1f} ms for the workers together)"
+                    if side == "worker"
+                    else ""
+                )
                 + ": its clock spans something else (a wait)"
             )
             per_batch -= spent
@@ -177,7 +189,10 @@ def _break_out_calls(
     scale = whole / weighed if weighed > 0 else 0.0
     estimated = {n: w * scale for n, w in weights.items()}
     total = sum(ms for _, ms, _ in rows) + traced
-    kept = sorted(((n, ms) for n, ms in estimated.items() if ms >= CALLEE_MIN_SHARE * total), key=lambda c: -c[1])
+    kept = sorted(
+        ((n, ms) for n, ms in estimated.items() if ms >= CALLEE_MIN_SHARE * total),
+        key=lambda c: -c[1],
+    )
     rows[at] = (name, whole - sum(ms for _, ms in kept), kind)
     rows[at + 1 : at + 1] = [(n, ms, "call") for n, ms in kept]
 

@@ -80,8 +80,13 @@ def measure_worker_stages(
     )
     warm_batches_total = warmup_batches * max(1, num_workers)
     wanted_batches = warm_batches_total + max(1, math.ceil(samples / bs))
-    loader = build_loader(instrumented, config, cycle=wanted_batches, timeout=timeout if num_workers else 0.0,
-                          inside=True)
+    loader = build_loader(
+        instrumented,
+        config,
+        cycle=wanted_batches,
+        timeout=timeout if num_workers else 0.0,
+        inside=True,
+    )
     cuda = _cuda_device(device)
     raw = RawStageTotals(stage_seconds={}, samples=0, batches=0)
     seen: dict[int, int] = {}
@@ -118,7 +123,9 @@ def measure_worker_stages(
             dead = stop_workers(iterator, exc)  # NOTE [worker death]
             # A worker dying mid-message can surface as a broken connection before its exit code shows.
             if dead or is_worker_death(exc) or isinstance(exc, (ConnectionError, EOFError)):
-                raise PipelineError(describe_worker_death(dead, " while its stages were timed", exc)) from exc
+                raise PipelineError(
+                    describe_worker_death(dead, " while its stages were timed", exc)
+                ) from exc
             raise PipelineError(
                 f"the pipeline failed while its stages were timed: {describe_exception(exc)}."
             ) from exc
@@ -145,7 +152,9 @@ def measure_worker_stages(
     return raw, run
 
 
-def batch_interval_ms(arrivals: Sequence[float], num_workers: int, prefetch_factor: int = 2) -> float | None:
+def batch_interval_ms(
+    arrivals: Sequence[float], num_workers: int, prefetch_factor: int = 2
+) -> float | None:
     """The main process's steady time per batch, from the arrival times of a run's batches.
 
     When the first batch arrives the workers may already hold up to ``num_workers ×

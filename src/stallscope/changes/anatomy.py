@@ -205,7 +205,9 @@ def examine(dataset: Any, *, items: int = 3) -> Anatomy:
         raise NotApplicable("the dataset is empty")
     slots = [s for s in find_transforms(dataset) if len(s.path) >= 2 and s.path[-2] == "transforms"]
     if not slots:
-        raise NotApplicable("no composed transform pipeline (an object with a .transforms list) was found on the dataset")
+        raise NotApplicable(
+            "no composed transform pipeline (an object with a .transforms list) was found on the dataset"
+        )
     compose_path = slots[0].path[:-2]
     mine = [s for s in slots if s.path[:-2] == compose_path]
     compose = get_path(dataset, compose_path)
@@ -231,9 +233,16 @@ def examine(dataset: Any, *, items: int = 3) -> Anatomy:
         if n == 0:
             item_slot = slot
     anatomy = Anatomy(
-        dataset=dataset, compose_path=compose_path, compose=compose, stages=stages,
-        names=[s.name for s in mine], first_random=len(stages), random=[False] * len(stages),
-        item_slot=item_slot, samples=samples, seconds_per_sample=min(walls),
+        dataset=dataset,
+        compose_path=compose_path,
+        compose=compose,
+        stages=stages,
+        names=[s.name for s in mine],
+        first_random=len(stages),
+        random=[False] * len(stages),
+        item_slot=item_slot,
+        samples=samples,
+        seconds_per_sample=min(walls),
     )
     _trace(anatomy)
     return anatomy

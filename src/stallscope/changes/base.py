@@ -38,7 +38,9 @@ class Patch:
     description: str  # the change in words (always)
     verified: bool
     reason: str | None = None  # why no diff is shown
-    apply: str | None = None  # the command that applies the diff (``patch -p0 -d FOLDER < change.diff``)
+    apply: str | None = (
+        None  # the command that applies the diff (``patch -p0 -d FOLDER < change.diff``)
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return {"verified": self.verified, "reason": self.reason, "description": self.description}
@@ -61,7 +63,9 @@ class Change:
         raise NotImplementedError
 
 
-def batches(dataset: Any, pipeline: Any, *, main_step: MainStep | None = None, count: int = 2, seed: int = 0) -> list[Any]:
+def batches(
+    dataset: Any, pipeline: Any, *, main_step: MainStep | None = None, count: int = 2, seed: int = 0
+) -> list[Any]:
     """``count`` batches of the first items, fetched in this process under fixed seeds."""
     size = pipeline.batch_size
     length = len(dataset)
@@ -82,14 +86,19 @@ def reference_batches(anatomy: Anatomy, pipeline: Any) -> list[Any]:
     return anatomy.memo[key]
 
 
-def max_difference(ours: Sequence[Any], theirs: Sequence[Any], slot: tuple[Any, ...]) -> float | None:
+def max_difference(
+    ours: Sequence[Any], theirs: Sequence[Any], slot: tuple[Any, ...]
+) -> float | None:
     """Largest absolute difference at ``slot`` between two lists of batches (None: not comparable)."""
     worst = 0.0
     for a, b in zip(ours, theirs):
         x, y = as_array(get_slot(a, slot)), as_array(get_slot(b, slot))
         if x is None or y is None or x.shape != y.shape:
             return None
-        worst = max(worst, float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if x.size else 0.0)
+        worst = max(
+            worst,
+            float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if x.size else 0.0,
+        )
     return worst
 
 
@@ -102,8 +111,13 @@ def same_structure(ours: Sequence[Any], theirs: Sequence[Any]) -> str | None:
     return None
 
 
-def run_two_batches(make: Callable[[], tuple[Any, MainStep | None]], anatomy: Anatomy, pipeline: Any,
-                    *, tolerance: float | None) -> str | None:
+def run_two_batches(
+    make: Callable[[], tuple[Any, MainStep | None]],
+    anatomy: Anatomy,
+    pipeline: Any,
+    *,
+    tolerance: float | None,
+) -> str | None:
     """Build the patched pipeline with ``make`` and take two batches; None when they match the user's
     in structure (and within ``tolerance`` at the image slot, when given), else why not."""
     try:
@@ -122,7 +136,9 @@ def run_two_batches(make: Callable[[], tuple[Any, MainStep | None]], anatomy: An
     return None
 
 
-def fastest_seconds(fn: Callable[[], Any], *, repeats: int = 7, threads: int | None = None) -> float:
+def fastest_seconds(
+    fn: Callable[[], Any], *, repeats: int = 7, threads: int | None = None
+) -> float:
     """The fastest of ``repeats`` calls: CPU cost, without the time slices a busy machine takes away.
     ``threads=1`` times work as a DataLoader worker runs it (torch sets one intra-op thread there)."""
     import torch
@@ -143,7 +159,11 @@ def fastest_seconds(fn: Callable[[], Any], *, repeats: int = 7, threads: int | N
 
 def nbytes_at(batch: Any, slot: tuple[Any, ...]) -> int:
     value = get_slot(batch, slot)
-    return int(value.numel() * value.element_size()) if hasattr(value, "element_size") else int(getattr(value, "nbytes", 0))
+    return (
+        int(value.numel() * value.element_size())
+        if hasattr(value, "element_size")
+        else int(getattr(value, "nbytes", 0))
+    )
 
 
 def copy_batch(batch: Any) -> Any:
@@ -154,7 +174,9 @@ def copy_batch(batch: Any) -> Any:
     return batch.clone() if hasattr(batch, "clone") else batch
 
 
-def rebuilt_compose(module: Any, function: str | None, anatomy: Anatomy, start: int, replacement: Any) -> Any:
+def rebuilt_compose(
+    module: Any, function: str | None, anatomy: Anatomy, start: int, replacement: Any
+) -> Any:
     """The Compose the patched function builds (when it takes no required argument), else the
     user's stages up to ``start`` followed by the patched module's ``replacement``."""
     import inspect

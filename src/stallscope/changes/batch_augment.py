@@ -75,13 +75,17 @@ class BatchAugmentation(Change):
                 break
             start -= 1
         if start == n:
-            return "no per-sample transform takes a tensor (they run on images before the conversion)"
+            return (
+                "no per-sample transform takes a tensor (they run on images before the conversion)"
+            )
         if len(anatomy.samples) < 2:
             return "too few items to compare a batch with its samples"
         for j in range(start, n):
             inputs = [s.outputs[j - 1] if j else s.input for s in anatomy.samples]
             if len({tuple(v.shape) for v in inputs}) != 1:
-                return f"the inputs of {anatomy.names[j]} differ in shape, so they cannot be stacked"
+                return (
+                    f"the inputs of {anatomy.names[j]} differ in shape, so they cannot be stacked"
+                )
             stacked = torch.stack([fresh(v) for v in inputs])
             try:
                 out = anatomy.stages[j](stacked)
@@ -89,9 +93,17 @@ class BatchAugmentation(Change):
                 return f"{anatomy.names[j]} fails on a batch ({type(exc).__name__})"
             expected = torch.stack([s.outputs[j] for s in anatomy.samples])
             if not is_tensor(out) or tuple(out.shape) != tuple(expected.shape):
-                return f"{anatomy.names[j]} on a batch does not give a batch of its per-sample outputs"
+                return (
+                    f"{anatomy.names[j]} on a batch does not give a batch of its per-sample outputs"
+                )
             if not anatomy.random[j]:
-                diff = float(np.max(np.abs(array_of(out).astype(np.float64) - array_of(expected).astype(np.float64))))
+                diff = float(
+                    np.max(
+                        np.abs(
+                            array_of(out).astype(np.float64) - array_of(expected).astype(np.float64)
+                        )
+                    )
+                )
                 if diff > TOLERANCE:
                     return f"{anatomy.names[j]} on a batch differs from per sample by {diff:.2g}"
         self.start = start
@@ -99,26 +111,38 @@ class BatchAugmentation(Change):
 
     def apply(self, anatomy: Anatomy, pipeline: Any) -> Applied:
         step = BatchStages(anatomy.item_slot or (), anatomy.stages[self.start :])
-        return Applied(anatomy.with_compose(StagesCompose(anatomy.stages[: self.start])), main_step=step)
+        return Applied(
+            anatomy.with_compose(StagesCompose(anatomy.stages[: self.start])), main_step=step
+        )
 
     def side_effect(self, anatomy: Anatomy, pipeline: Any, applied: Applied) -> dict[str, Any]:
         slot = anatomy.item_slot or ()
         moved = anatomy.names[self.start :]
-        randoms = [anatomy.names[j] for j in range(self.start, len(anatomy.stages)) if anatomy.random[j]]
+        randoms = [
+            anatomy.names[j] for j in range(self.start, len(anatomy.stages)) if anatomy.random[j]
+        ]
         raw = batches(applied.dataset, pipeline, count=1)
         ours = [applied.main_step(copy_batch(b)) for b in raw] if applied.main_step else raw
         theirs = reference_batches(anatomy, pipeline)[:1]
         difference = max_difference(ours, theirs, slot)
-        image = anatomy.samples[0].outputs[self.start - 1] if self.start else anatomy.samples[0].input
-        worker = fastest_seconds(lambda: run_stages(anatomy.stages[self.start :], fresh(image)), threads=1)
+        image = (
+            anatomy.samples[0].outputs[self.start - 1] if self.start else anatomy.samples[0].input
+        )
+        worker = fastest_seconds(
+            lambda: run_stages(anatomy.stages[self.start :], fresh(image)), threads=1
+        )
         main_cost = fastest_seconds(lambda: applied.main_step(copy_batch(raw[0])), repeats=5)  # type: ignore[misc]
         if randoms:
-            summary = (f"alters what the model sees: {', '.join(randoms)} draw once per batch of {pipeline.batch_size} "
-                       "instead of once per sample")
+            summary = (
+                f"alters what the model sees: {', '.join(randoms)} draw once per batch of {pipeline.batch_size} "
+                "instead of once per sample"
+            )
         else:
             summary = f"deterministic: batches equal yours within {difference if difference is not None else float('nan'):.1e}"
-        summary += (f"; {', '.join(moved)} leave the workers ({1000 * worker:.2f} ms per sample) and cost the main "
-                    f"process {1000 * main_cost:.2f} ms per batch on this CPU")
+        summary += (
+            f"; {', '.join(moved)} leave the workers ({1000 * worker:.2f} ms per sample) and cost the main "
+            f"process {1000 * main_cost:.2f} ms per batch on this CPU"
+        )
         return {
             "summary": summary,
             "alters_output": bool(randoms) or difference is None or difference > TOLERANCE,
@@ -131,31 +155,50 @@ class BatchAugmentation(Change):
 
     def patch(self, anatomy: Anatomy, pipeline: Any) -> Patch:
         names = [type(s).__name__ for s in anatomy.stages[self.start :]]
-        words = (f"Remove {', '.join(names)} from the per-sample transforms and run them on each batch "
-                 "in the training loop (images = augment_batch(images.to(device))).")
+        words = (
+            f"Remove {', '.join(names)} from the per-sample transforms and run them on each batch "
+            "in the training loop (images = augment_batch(images.to(device)))."
+        )
         files = candidate_files([anatomy.dataset, anatomy.compose, *anatomy.stages])
         found = constructor_block(files, names)
         if found is None:
-            return Patch(None, words, False, f"no list with {', '.join(n + '()' for n in names)} one per line was found")
+            return Patch(
+                None,
+                words,
+                False,
+                f"no list with {', '.join(n + '()' for n in names)} one per line was found",
+            )
         source, first = found
         lines = list(source.lines)
         last = block_end(lines, first, names[-1])
-        expressions = [expression_of(line) for line in lines[first : last + 1] if expression_of(line)]
+        expressions = [
+            expression_of(line) for line in lines[first : last + 1] if expression_of(line)
+        ]
         del lines[first : last + 1]
-        text = "".join(lines) + helper_block("batch-level augmentation", HELPER.format(expressions=", ".join(expressions)))
+        text = "".join(lines) + helper_block(
+            "batch-level augmentation", HELPER.format(expressions=", ".join(expressions))
+        )
         function = enclosing_function(source, first)
         randoms = any(anatomy.random[self.start :])
         try:
             with exec_patched(source, text) as module:
+
                 def make() -> tuple[Any, Any]:
                     compose = rebuilt_compose(module, function, anatomy, self.start, None)
                     if compose.transforms and compose.transforms[-1] is None:
                         compose = StagesCompose(compose.transforms[:-1])
                     return anatomy.with_compose(compose), slot_step(anatomy, module.augment_batch)
 
-                why = run_two_batches(make, anatomy, pipeline, tolerance=None if randoms else TOLERANCE)
+                why = run_two_batches(
+                    make, anatomy, pipeline, tolerance=None if randoms else TOLERANCE
+                )
         except Exception as exc:
             why = f"the patched module failed: {type(exc).__name__}: {exc}"
         if why:
             return Patch(None, words, False, why)
-        return Patch(unified_diff(source.path, source.text, text), words, True, apply=apply_command(source.path))
+        return Patch(
+            unified_diff(source.path, source.text, text),
+            words,
+            True,
+            apply=apply_command(source.path),
+        )

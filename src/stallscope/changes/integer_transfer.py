@@ -86,8 +86,15 @@ class IntegerTransfer(Change):
         if anatomy.item_slot is None:
             return "the dataset does not return its transforms' output as it is"
         first = anatomy.samples[0]
-        start = next((j for j in range(len(anatomy.stages))
-                      if is_uint8_image(first.outputs[j - 1] if j else first.input) and is_float_tensor(first.outputs[j])), None)
+        start = next(
+            (
+                j
+                for j in range(len(anatomy.stages))
+                if is_uint8_image(first.outputs[j - 1] if j else first.input)
+                and is_float_tensor(first.outputs[j])
+            ),
+            None,
+        )
         if start is None:
             return "no transform turns a uint8 image into a float tensor"
         randoms = [anatomy.names[j] for j in range(start, len(anatomy.stages)) if anatomy.random[j]]
@@ -96,7 +103,11 @@ class IntegerTransfer(Change):
         before = array_of(first.outputs[start - 1] if start else first.input)
         after = first.outputs[-1]
         channel: int | None
-        if before.ndim == 3 and tuple(after.shape) == (before.shape[2], before.shape[0], before.shape[1]):
+        if before.ndim == 3 and tuple(after.shape) == (
+            before.shape[2],
+            before.shape[0],
+            before.shape[1],
+        ):
             permute, channel = (2, 0, 1), 0
         elif tuple(after.shape) == before.shape:
             permute, channel = None, (before.ndim - 1 if before.ndim == 3 else None)
@@ -105,25 +116,45 @@ class IntegerTransfer(Change):
         layout = Uint8Layout(permute)
         xs, ys = [], []
         for sample in anatomy.samples:
-            u = layout(sample.outputs[start - 1] if start else sample.input).numpy().astype(np.float64)
+            u = (
+                layout(sample.outputs[start - 1] if start else sample.input)
+                .numpy()
+                .astype(np.float64)
+            )
             xs.append(np.moveaxis(u, channel, 0) if channel is not None else u[None])
             y = array_of(sample.outputs[-1]).astype(np.float64)
             ys.append(np.moveaxis(y, channel, 0) if channel is not None else y[None])
-        x, y = np.concatenate([a.reshape(a.shape[0], -1) for a in xs], 1), np.concatenate([b.reshape(b.shape[0], -1) for b in ys], 1)
+        x, y = (
+            np.concatenate([a.reshape(a.shape[0], -1) for a in xs], 1),
+            np.concatenate([b.reshape(b.shape[0], -1) for b in ys], 1),
+        )
         scale, shift = [], []
         for c in range(x.shape[0]):
             if np.ptp(x[c]) == 0:
                 return "the images are flat: the per-channel map could not be measured"
             a, b = np.polyfit(x[c], y[c], 1)
-            if np.max(np.abs(a * x[c] + b - y[c])) > TOLERANCE * max(1.0, float(np.max(np.abs(y[c])))):
+            if np.max(np.abs(a * x[c] + b - y[c])) > TOLERANCE * max(
+                1.0, float(np.max(np.abs(y[c])))
+            ):
                 return f"{', '.join(anatomy.names[start:])} is not a per-channel scale and shift of the uint8 image"
             scale.append(float(a))
             shift.append(float(b))
-        self.start, self.permute, self.channel, self.scale, self.shift = start, permute, channel, scale, shift
+        self.start, self.permute, self.channel, self.scale, self.shift = (
+            start,
+            permute,
+            channel,
+            scale,
+            shift,
+        )
         return None
 
     def _main_step(self, anatomy: Anatomy) -> AffineBatch:
-        return AffineBatch(anatomy.item_slot or (), self.scale, self.shift, self.channel if self.channel is not None else 0)
+        return AffineBatch(
+            anatomy.item_slot or (),
+            self.scale,
+            self.shift,
+            self.channel if self.channel is not None else 0,
+        )
 
     def apply(self, anatomy: Anatomy, pipeline: Any) -> Applied:
         compose = StagesCompose([*anatomy.stages[: self.start], Uint8Layout(self.permute)])
@@ -136,7 +167,9 @@ class IntegerTransfer(Change):
         ours = [step(copy_batch(b)) for b in ours_raw]
         theirs = reference_batches(anatomy, pipeline)[:1]
         difference = max_difference(ours, theirs, slot)
-        image = anatomy.samples[0].outputs[self.start - 1] if self.start else anatomy.samples[0].input
+        image = (
+            anatomy.samples[0].outputs[self.start - 1] if self.start else anatomy.samples[0].input
+        )
         suffix = anatomy.stages[self.start :]
         worker_before = fastest_seconds(lambda: run_stages(suffix, fresh(image)), threads=1)
         worker_after = fastest_seconds(lambda: Uint8Layout(self.permute)(image), threads=1)
@@ -144,10 +177,12 @@ class IntegerTransfer(Change):
         bytes_before, bytes_after = nbytes_at(theirs[0], slot), nbytes_at(ours_raw[0], slot)
         alters = difference is None or difference > TOLERANCE
         return {
-            "summary": (f"workers send uint8 ({bytes_after / 2**20:,.2f} MB per batch instead of {bytes_before / 2**20:,.2f} MB) "
-                        f"and save {1000 * (worker_before - worker_after):.2f} ms of CPU per sample; the main process adds "
-                        f"{1000 * main_cost:.2f} ms per batch on this CPU (less on an accelerator); batches equal yours "
-                        f"within {difference if difference is not None else float('nan'):.1e}"),
+            "summary": (
+                f"workers send uint8 ({bytes_after / 2**20:,.2f} MB per batch instead of {bytes_before / 2**20:,.2f} MB) "
+                f"and save {1000 * (worker_before - worker_after):.2f} ms of CPU per sample; the main process adds "
+                f"{1000 * main_cost:.2f} ms per batch on this CPU (less on an accelerator); batches equal yours "
+                f"within {difference if difference is not None else float('nan'):.1e}"
+            ),
             "alters_output": alters,
             "max_abs_difference": difference,
             "bytes_per_batch": {"before": bytes_before, "after": bytes_after},
@@ -157,28 +192,52 @@ class IntegerTransfer(Change):
 
     def patch(self, anatomy: Anatomy, pipeline: Any) -> Patch:
         names = [type(s).__name__ for s in anatomy.stages[self.start :]]
-        words = (f"Replace {', '.join(names)} in the transforms by a conversion to a uint8 tensor, and normalise each "
-                 f"batch in the main process or on the accelerator: x.float() * {_fmt(self.scale)} + {_fmt(self.shift)} per channel.")
-        files = candidate_files([anatomy.dataset, anatomy.compose, *anatomy.stages, getattr(pipeline, "target_module", None)])
+        words = (
+            f"Replace {', '.join(names)} in the transforms by a conversion to a uint8 tensor, and normalise each "
+            f"batch in the main process or on the accelerator: x.float() * {_fmt(self.scale)} + {_fmt(self.shift)} per channel."
+        )
+        files = candidate_files(
+            [
+                anatomy.dataset,
+                anatomy.compose,
+                *anatomy.stages,
+                getattr(pipeline, "target_module", None),
+            ]
+        )
         found = constructor_block(files, names)
         if found is None:
-            return Patch(None, words, False, f"no list with {', '.join(n + '()' for n in names)} one per line was found")
+            return Patch(
+                None,
+                words,
+                False,
+                f"no list with {', '.join(n + '()' for n in names)} one per line was found",
+            )
         source, first = found
         lines = list(source.lines)
         last = block_end(lines, first, names[-1])
         indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
-        lines[first : last + 1] = [f"{indent}ToUint8Tensor(),  # normalised per batch: normalize_batch()\n"]
+        lines[first : last + 1] = [
+            f"{indent}ToUint8Tensor(),  # normalised per batch: normalize_batch()\n"
+        ]
         convert = "tensor.permute(2, 0, 1).contiguous()" if self.permute else "tensor"
         layout = "C×H×W" if self.permute else "as it is"
         channel = (self.channel if self.channel is not None else 0) + 1
-        helpers = HELPER.format(layout=layout, convert=convert, scale=[round(v, 9) for v in self.scale],
-                                shift=[round(v, 9) for v in self.shift], channel=channel)
+        helpers = HELPER.format(
+            layout=layout,
+            convert=convert,
+            scale=[round(v, 9) for v in self.scale],
+            shift=[round(v, 9) for v in self.shift],
+            channel=channel,
+        )
         text = "".join(lines) + helper_block("integer transfer", helpers)
         function = enclosing_function(source, first)
         try:
             with exec_patched(source, text) as module:
+
                 def make() -> tuple[Any, Any]:
-                    compose = rebuilt_compose(module, function, anatomy, self.start, module.ToUint8Tensor())
+                    compose = rebuilt_compose(
+                        module, function, anatomy, self.start, module.ToUint8Tensor()
+                    )
                     step = slot_step(anatomy, module.normalize_batch)
                     return anatomy.with_compose(compose), step
 
@@ -187,7 +246,12 @@ class IntegerTransfer(Change):
             why = f"the patched module failed: {type(exc).__name__}: {exc}"
         if why:
             return Patch(None, words, False, why)
-        return Patch(unified_diff(source.path, source.text, text), words, True, apply=apply_command(source.path))
+        return Patch(
+            unified_diff(source.path, source.text, text),
+            words,
+            True,
+            apply=apply_command(source.path),
+        )
 
 
 def _fmt(values: list[float]) -> str:

@@ -43,7 +43,11 @@ SPACE_SHARE = 0.5  # of the free space where the cache goes
 def placement(total_bytes: int) -> tuple[str, str] | None:
     """("shared memory" | "local disk", folder) for a cache of ``total_bytes``, or None when neither fits."""
     budget = MEMORY_SHARE * psutil.virtual_memory().available
-    if os.path.isdir(SHM) and total_bytes <= budget and total_bytes <= SPACE_SHARE * shutil.disk_usage(SHM).free:
+    if (
+        os.path.isdir(SHM)
+        and total_bytes <= budget
+        and total_bytes <= SPACE_SHARE * shutil.disk_usage(SHM).free
+    ):
         return "shared memory", SHM
     folder = tempfile.gettempdir()
     if total_bytes <= SPACE_SHARE * shutil.disk_usage(folder).free:
@@ -83,9 +87,15 @@ class PrefixCache(Change):
         folder = tempfile.mkdtemp(prefix="stallscope-prefix-", dir=self.where[1])
         cache = SharedPrefixCache(folder)
         splitter = PrefixSplit(anatomy.stages[:k], anatomy.stages[k:])
-        dataset = PrefixCachedDataset(anatomy.with_compose(splitter), splitter, anatomy.item_slot or (), cache)
-        return Applied(dataset, fill=True, cleanup=lambda: shutil.rmtree(folder, ignore_errors=True),
-                       notes={"cache": cache})
+        dataset = PrefixCachedDataset(
+            anatomy.with_compose(splitter), splitter, anatomy.item_slot or (), cache
+        )
+        return Applied(
+            dataset,
+            fill=True,
+            cleanup=lambda: shutil.rmtree(folder, ignore_errors=True),
+            notes={"cache": cache},
+        )
 
     def side_effect(self, anatomy: Anatomy, pipeline: Any, applied: Applied) -> dict[str, Any]:
         cache: SharedPrefixCache = applied.notes["cache"]
@@ -99,16 +109,24 @@ class PrefixCache(Change):
         with seeded(3):
             theirs = anatomy.dataset[sample.index]
         slot = anatomy.item_slot or ()
-        unchanged = same(get_slot(first, slot), get_slot(theirs, slot)) and same(get_slot(second, slot), get_slot(theirs, slot))
+        unchanged = same(get_slot(first, slot), get_slot(theirs, slot)) and same(
+            get_slot(second, slot), get_slot(theirs, slot)
+        )
         cached = len(cache)
         measured = cache.nbytes()
         per_item = measured / cached if cached else self.bytes_per_item
         full = per_item * len(anatomy.dataset)
         return {
-            "summary": (f"caches {self.prefix_label(anatomy)} ({per_item / 2**10:,.0f} KB per item, "
-                        f"{full / 2**20:,.0f} MB for all {len(anatomy.dataset):,} items) in {self.where[0]}; "
-                        "the first pass pays the full cost and writes the cache"
-                        + ("; later passes give the same samples" if unchanged else "; CAUTION: a cached item differed from yours")),
+            "summary": (
+                f"caches {self.prefix_label(anatomy)} ({per_item / 2**10:,.0f} KB per item, "
+                f"{full / 2**20:,.0f} MB for all {len(anatomy.dataset):,} items) in {self.where[0]}; "
+                "the first pass pays the full cost and writes the cache"
+                + (
+                    "; later passes give the same samples"
+                    if unchanged
+                    else "; CAUTION: a cached item differed from yours"
+                )
+            ),
             "alters_output": not unchanged,
             "prefix": self.prefix_label(anatomy),
             "placement": self.where[0],
@@ -124,17 +142,26 @@ class PrefixCache(Change):
         owner_path = anatomy.compose_path[:-1]
         attr = anatomy.compose_path[-1]
         owner = get_path(anatomy.dataset, owner_path)
-        words = (f"In {type(owner).__name__}.__getitem__, look the index up in a cache shared by the workers "
-                 f"(files in {self.where[1]}) before reading and decoding; on a miss, compute "
-                 f"{self.prefix_label(anatomy)} and store it; then run only the transforms from "
-                 f"{anatomy.names[k] if k < len(anatomy.names) else 'the end'} on.")
+        words = (
+            f"In {type(owner).__name__}.__getitem__, look the index up in a cache shared by the workers "
+            f"(files in {self.where[1]}) before reading and decoding; on a miss, compute "
+            f"{self.prefix_label(anatomy)} and store it; then run only the transforms from "
+            f"{anatomy.names[k] if k < len(anatomy.names) else 'the end'} on."
+        )
         found = method_lines(type(owner), "__getitem__")
         if found is None or not isinstance(attr, str):
             return Patch(None, words, False, "the source of __getitem__ could not be read")
         source, start, end = found
         lines = source.lines
         call = re.compile(rf"^(\s*)(\w+)\s*=\s*self\.{re.escape(attr)}\((\w+)\)\s*$")
-        at = next((i for i in range(start, end) if (m := call.match(lines[i].rstrip("\n"))) and m.group(2) == m.group(3)), None)
+        at = next(
+            (
+                i
+                for i in range(start, end)
+                if (m := call.match(lines[i].rstrip("\n"))) and m.group(2) == m.group(3)
+            ),
+            None,
+        )
         if at is None:
             return Patch(None, words, False, f"no line `x = self.{attr}(x)` in __getitem__")
         var = call.match(lines[at].rstrip("\n")).group(2)  # type: ignore[union-attr]
@@ -148,7 +175,9 @@ class PrefixCache(Change):
             run.insert(0, run[0] - 1)
         indent = assign.match(lines[run[0]]).group(1)  # type: ignore[union-attr]
         if any(not lines[i].startswith(indent) or lines[i][len(indent)] == " " for i in run):
-            return Patch(None, words, False, "the statements that produce the transforms' input are nested")
+            return Patch(
+                None, words, False, "the statements that produce the transforms' input are nested"
+            )
         index = list(_parameters(type(owner)))[1:2]
         if not index:
             return Patch(None, words, False, "__getitem__ takes no index parameter")
@@ -162,17 +191,34 @@ class PrefixCache(Change):
             ci = call.match(lines[at].rstrip("\n")).group(1)  # type: ignore[union-attr]
             new[at] = f"{ci}{var} = _run_stages(self.{attr}.transforms[{k}:], {var})\n"
         new[run[0] : run[-1] + 1] = body
-        folder = os.path.join(self.where[1], f"{source.module.__name__.replace('.', '-')}-prefix-cache")
-        helpers = PREFIX_CACHE_SOURCE.strip() + (
-            "\n\n\ndef _run_stages(stages, value):\n    for stage in stages:\n        value = stage(value)\n    return value\n"
-            if k else "\n") + f"\n\n_PREFIX_CACHE = SharedPrefixCache({folder!r})\n"
-        text = "".join(new) + helper_block(f"cache of the deterministic prefix ({self.prefix_label(anatomy)})", helpers)
+        folder = os.path.join(
+            self.where[1], f"{source.module.__name__.replace('.', '-')}-prefix-cache"
+        )
+        helpers = (
+            PREFIX_CACHE_SOURCE.strip()
+            + (
+                "\n\n\ndef _run_stages(stages, value):\n    for stage in stages:\n        value = stage(value)\n    return value\n"
+                if k
+                else "\n"
+            )
+            + f"\n\n_PREFIX_CACHE = SharedPrefixCache({folder!r})\n"
+        )
+        text = "".join(new) + helper_block(
+            f"cache of the deterministic prefix ({self.prefix_label(anatomy)})", helpers
+        )
         why = self._verify(anatomy, pipeline, source, text, owner_path)
         if why:
             return Patch(None, words, False, why)
-        return Patch(unified_diff(source.path, source.text, text), words, True, apply=apply_command(source.path))
+        return Patch(
+            unified_diff(source.path, source.text, text),
+            words,
+            True,
+            apply=apply_command(source.path),
+        )
 
-    def _verify(self, anatomy: Anatomy, pipeline: Any, source: Any, text: str, owner_path: tuple) -> str | None:
+    def _verify(
+        self, anatomy: Anatomy, pipeline: Any, source: Any, text: str, owner_path: tuple
+    ) -> str | None:
         owner = get_path(anatomy.dataset, owner_path)
         folder = tempfile.mkdtemp(prefix="stallscope-verify-")
         try:
@@ -184,7 +230,9 @@ class PrefixCache(Change):
 
                 def make() -> tuple[Any, None]:
                     clone = fresh_instance(owner, patched)
-                    return replace_transforms(anatomy.dataset, {owner_path: clone}) if owner_path else clone, None
+                    return replace_transforms(
+                        anatomy.dataset, {owner_path: clone}
+                    ) if owner_path else clone, None
 
                 # First pass fills the cache, second pass reads it: both must give the user's batches.
                 for _ in range(2):
@@ -216,4 +264,3 @@ def _parameters(cls: type) -> list[str]:
         return list(inspect.signature(cls.__getitem__).parameters)  # type: ignore[index]
     except (TypeError, ValueError):
         return []
-

@@ -90,7 +90,9 @@ def code_changes(
     items = max(min(length, 4 * pipeline.batch_size), min(length, items))
     result.items = items
     if items < length:
-        result.notes.append(f"raced on the first {items:,} of {length:,} items (the budget), the same items for every entrant")
+        result.notes.append(
+            f"raced on the first {items:,} of {length:,} items (the budget), the same items for every entrant"
+        )
     applied: list[Prepared] = []
     try:
         with no_orphans():
@@ -103,12 +105,18 @@ def code_changes(
             entrants += [p.entrant for p in applied]
             say("racing the changes against the best knob config", 0.5)
             result.rounds = run_race(
-                entrants, config, deadline=deadline, max_rounds=max_rounds, window_s=window_s,
+                entrants,
+                config,
+                deadline=deadline,
+                max_rounds=max_rounds,
+                window_s=window_s,
                 on_measure=lambda who, r: say(f"round {r}: {who}", None),
             )
         if result.rounds < 2:
-            result.notes.append(f"{result.rounds} interleaved round(s) fitted the budget of {budget_s:g} s; "
-                                "a second round would give the speed-ups a check against noise")
+            result.notes.append(
+                f"{result.rounds} interleaved round(s) fitted the budget of {budget_s:g} s; "
+                "a second round would give the speed-ups a check against noise"
+            )
         pick_entrant = entrants[0]
         pick_section["samples_per_s"] = _median(pick_entrant.rates)
         for prepared in applied:
@@ -120,8 +128,10 @@ def code_changes(
     result.changes.sort(key=lambda c: -(c["speedup"] or 0.0))
     result.seconds = time.perf_counter() - started
     if result.seconds > 1.1 * budget_s:  # one round always runs: a speed-up needs one
-        result.notes.append(f"the step took {result.seconds:.0f} s of its {budget_s:g} s budget: one interleaved "
-                            "round of every applicable change is the least that gives a speed-up")
+        result.notes.append(
+            f"the step took {result.seconds:.0f} s of its {budget_s:g} s budget: one interleaved "
+            "round of every applicable change is the least that gives a speed-up"
+        )
     return result
 
 
@@ -133,7 +143,9 @@ def _anatomy(pipeline: Pipeline) -> Anatomy:
     if not pipeline.kind.rebuilds_from_parts:
         raise NotApplicable(f"{pipeline.kind.description} has no dataset stallscope can wrap")
     if pipeline.batch_sampler is not None:
-        raise NotApplicable("the loader's batch_sampler decides its batches; the race needs plain batches")
+        raise NotApplicable(
+            "the loader's batch_sampler decides its batches; the race needs plain batches"
+        )
     if pipeline.is_iterable:
         raise NotApplicable("the dataset is iterable; the changes need items by index")
     return examine(pipeline.dataset)
@@ -156,8 +168,14 @@ class Prepared:
     entrant: Entrant
 
 
-def _prepare(change: Change, anatomy: Anatomy, pipeline: Pipeline, config: LoaderConfig, items: int,
-             result: ChangesResult) -> Prepared | None:
+def _prepare(
+    change: Change,
+    anatomy: Anatomy,
+    pipeline: Pipeline,
+    config: LoaderConfig,
+    items: int,
+    result: ChangesResult,
+) -> Prepared | None:
     """Apply one change (a cache gets its first pass), measure its side effect and verify its diff;
     None, with the reason in ``result.not_applied``, where it does not apply."""
     done: Applied | None = None
@@ -171,31 +189,49 @@ def _prepare(change: Change, anatomy: Anatomy, pipeline: Pipeline, config: Loade
         first_pass = None
         if done.fill:
             seconds, seen = fill(entrant.pipeline, config, timeout=30.0)
-            first_pass = {"seconds": round(seconds, 3), "items": seen,
-                          "samples_per_s": round(seen / seconds, 2) if seconds > 0 else None}
+            first_pass = {
+                "seconds": round(seconds, 3),
+                "items": seen,
+                "samples_per_s": round(seen / seconds, 2) if seconds > 0 else None,
+            }
         patch = change.patch(anatomy, pipeline)
         try:
             side = change.side_effect(anatomy, pipeline, done)
         except Exception as exc:
-            side = {"summary": f"not measured: {describe_exception(exc, 160)}", "alters_output": None}
+            side = {
+                "summary": f"not measured: {describe_exception(exc, 160)}",
+                "alters_output": None,
+            }
         if first_pass is not None:
             side["first_pass"] = first_pass
     except Exception as exc:  # a probe of ours failed on this pipeline: say so, go on
         if done is not None and done.cleanup is not None:
             done.cleanup()
-        result.not_applied.append({"id": change.id, "title": change.title,
-                                   "why": f"the probe raised {describe_exception(exc, 160)}"})
+        result.not_applied.append(
+            {
+                "id": change.id,
+                "title": change.title,
+                "why": f"the probe raised {describe_exception(exc, 160)}",
+            }
+        )
         return None
     return Prepared(change, done, patch, side, entrant)
 
 
 def _entry(prepared: Prepared, pick: Entrant) -> dict[str, Any]:
-    change, patch, entrant, side = prepared.change, prepared.patch, prepared.entrant, dict(prepared.side_effect)
+    change, patch, entrant, side = (
+        prepared.change,
+        prepared.patch,
+        prepared.entrant,
+        dict(prepared.side_effect),
+    )
     first_pass = side.get("first_pass")
     rate = _median(pick.rates)
     if first_pass and rate and first_pass.get("samples_per_s"):
-        side["summary"] += (f"; the first pass ran at {first_pass['samples_per_s']:,.0f} samples/s "
-                            f"(the pick without the change: {rate:,.0f})")
+        side["summary"] += (
+            f"; the first pass ran at {first_pass['samples_per_s']:,.0f} samples/s "
+            f"(the pick without the change: {rate:,.0f})"
+        )
     ratio = speedup(entrant, pick)
     return {
         "id": change.id,

@@ -36,7 +36,13 @@ def race_pipeline(pipeline: Pipeline, dataset: Any, items: int) -> Pipeline:
     the user's batch size, collate and worker init."""
     from torch.utils.data import Subset
 
-    return replace(pipeline, dataset=Subset(dataset, range(items)), sampler=None, batch_sampler=None, generator=None)
+    return replace(
+        pipeline,
+        dataset=Subset(dataset, range(items)),
+        sampler=None,
+        batch_sampler=None,
+        generator=None,
+    )
 
 
 def fill(pipeline: Pipeline, config: LoaderConfig, *, timeout: float) -> tuple[float, int]:
@@ -99,8 +105,15 @@ def run_race(
             if on_measure is not None:
                 on_measure(entrant.id, rounds + 1)
             try:
-                m = measure(entrant.pipeline, config, min_window_s=window_s, max_window_s=3 * window_s,
-                            min_batches=4, timeout=timeout, main_step=entrant.main_step)
+                m = measure(
+                    entrant.pipeline,
+                    config,
+                    min_window_s=window_s,
+                    max_window_s=3 * window_s,
+                    min_batches=4,
+                    timeout=timeout,
+                    main_step=entrant.main_step,
+                )
             except PipelineError as exc:
                 entrant.error = str(exc)
                 continue
@@ -117,5 +130,9 @@ def run_race(
 
 def speedup(entrant: Entrant, pick: Entrant) -> float | None:
     """Median over rounds of the entrant's rate ÷ the pick's rate in the same round."""
-    pairs = [a / b for a, b in zip(entrant.rates, pick.rates) if math.isfinite(a) and math.isfinite(b) and b > 0]
+    pairs = [
+        a / b
+        for a, b in zip(entrant.rates, pick.rates)
+        if math.isfinite(a) and math.isfinite(b) and b > 0
+    ]
     return statistics.median(pairs) if pairs else None

@@ -90,7 +90,11 @@ class ReducedDecode(Change):
         rng = np.random.default_rng(0)
         values = []
         for sample, small in zip(anatomy.samples, self.reduced):
-            full = sample.input if hasattr(sample.input, "resize") else Image.fromarray(array_of(sample.input))
+            full = (
+                sample.input
+                if hasattr(sample.input, "resize")
+                else Image.fromarray(array_of(sample.input))
+            )
             small = small if hasattr(small, "resize") else Image.fromarray(array_of(small))
             for c in range(CROPS):
                 if c == 0:
@@ -99,19 +103,33 @@ class ReducedDecode(Change):
                     side = math.sqrt(rng.uniform(0.25, 1.0))
                     left, top = rng.uniform(0, 1 - side, 2)
                     box = (left, top, left + side, top + side)
-                crops = [im.resize((out_w, out_h), Image.Resampling.BILINEAR,
-                                   box=(box[0] * im.width, box[1] * im.height, box[2] * im.width, box[3] * im.height))
-                         for im in (full, small)]
-                values.append(psnr(np.asarray(crops[0].convert("RGB")), np.asarray(crops[1].convert("RGB"))))
+                crops = [
+                    im.resize(
+                        (out_w, out_h),
+                        Image.Resampling.BILINEAR,
+                        box=(
+                            box[0] * im.width,
+                            box[1] * im.height,
+                            box[2] * im.width,
+                            box[3] * im.height,
+                        ),
+                    )
+                    for im in (full, small)
+                ]
+                values.append(
+                    psnr(np.asarray(crops[0].convert("RGB")), np.asarray(crops[1].convert("RGB")))
+                )
         finite = [v for v in values if math.isfinite(v)] or [99.0]
         mean, worst = float(np.mean(finite)), float(min(finite))
         full_hw = height_width(anatomy.samples[0].input) or (0, 0)
         small_hw = height_width(self.reduced[0]) or (0, 0)
         return {
-            "summary": (f"alters what the model sees: JPEGs are decoded at 1/{self.factor} size "
-                        f"({full_hw[1]}×{full_hw[0]} → {small_hw[1]}×{small_hw[0]}) before "
-                        f"{anatomy.names[self.geometric]} shrinks them to {out_w}×{out_h}; the same crops differ "
-                        f"from full decode by PSNR {mean:.1f} dB on average (worst {worst:.1f} dB, {len(values)} crops)"),
+            "summary": (
+                f"alters what the model sees: JPEGs are decoded at 1/{self.factor} size "
+                f"({full_hw[1]}×{full_hw[0]} → {small_hw[1]}×{small_hw[0]}) before "
+                f"{anatomy.names[self.geometric]} shrinks them to {out_w}×{out_h}; the same crops differ "
+                f"from full decode by PSNR {mean:.1f} dB on average (worst {worst:.1f} dB, {len(values)} crops)"
+            ),
             "alters_output": True,
             "factor": self.factor,
             "psnr_db": round(mean, 2),
@@ -123,8 +141,10 @@ class ReducedDecode(Change):
         f = self.factor
         owner_path = anatomy.compose_path[:-1]
         owner = get_path(anatomy.dataset, owner_path)
-        words = (f"Right after Image.open(...), call image.draft(\"RGB\", (image.width // {f}, image.height // {f})) "
-                 f"(OpenCV: cv2.imread(path, cv2.IMREAD_REDUCED_COLOR_{f})), so JPEGs decode at 1/{f} size.")
+        words = (
+            f'Right after Image.open(...), call image.draft("RGB", (image.width // {f}, image.height // {f})) '
+            f"(OpenCV: cv2.imread(path, cv2.IMREAD_REDUCED_COLOR_{f})), so JPEGs decode at 1/{f} size."
+        )
         source = source_file(type(owner))
         if source is None:
             return Patch(None, words, False, "the dataset's source file could not be read")
@@ -135,8 +155,10 @@ class ReducedDecode(Change):
             new.append(line)
             m = opened.match(line.rstrip("\n"))
             if m and is_statement(line):
-                new.append(f"{m.group(1)}{m.group(2)}.draft(\"RGB\", ({m.group(2)}.width // {f}, {m.group(2)}.height // {f}))"
-                           f"  # decode JPEGs at 1/{f} size\n")
+                new.append(
+                    f'{m.group(1)}{m.group(2)}.draft("RGB", ({m.group(2)}.width // {f}, {m.group(2)}.height // {f}))'
+                    f"  # decode JPEGs at 1/{f} size\n"
+                )
                 changed += 1
                 continue
             m = imread.match(line.rstrip("\n"))
@@ -144,26 +166,49 @@ class ReducedDecode(Change):
                 new[-1] = f"{m.group(1)}{m.group(2)}, cv2.IMREAD_REDUCED_COLOR_{f}{m.group(3)}\n"
                 changed += 1
         if not changed:
-            return Patch(None, words, False, f"no `x = Image.open(...)` or cv2.imread line in {source.path.name}")
+            return Patch(
+                None,
+                words,
+                False,
+                f"no `x = Image.open(...)` or cv2.imread line in {source.path.name}",
+            )
         text = "".join(new)
         try:
             with exec_patched(source, text) as module:
                 patched = getattr(module, type(owner).__name__, None)
                 if not isinstance(patched, type):
-                    return Patch(None, words, False, f"the patched module has no class {type(owner).__name__}")
+                    return Patch(
+                        None,
+                        words,
+                        False,
+                        f"the patched module has no class {type(owner).__name__}",
+                    )
 
                 def build() -> Any:
                     clone = fresh_instance(owner, patched)
-                    return replace_transforms(anatomy.dataset, {owner_path: clone}) if owner_path else clone
+                    return (
+                        replace_transforms(anatomy.dataset, {owner_path: clone})
+                        if owner_path
+                        else clone
+                    )
 
                 why = run_two_batches(lambda: (build(), None), anatomy, pipeline, tolerance=None)
                 if why:
                     return Patch(None, words, False, why)
                 recorder = Recorder(anatomy.compose)
                 with seeded(0):
-                    replace_transforms(build(), {anatomy.compose_path: recorder})[anatomy.samples[0].index]
+                    replace_transforms(build(), {anatomy.compose_path: recorder})[
+                        anatomy.samples[0].index
+                    ]
                 if height_width(recorder.inputs[0]) == height_width(anatomy.samples[0].input):
                     return Patch(None, words, False, "the patched code still decodes at full size")
         except Exception as exc:
-            return Patch(None, words, False, f"the patched module failed: {type(exc).__name__}: {exc}")
-        return Patch(unified_diff(source.path, source.text, text), words, True, apply=apply_command(source.path))
+            return Patch(
+                None, words, False, f"the patched module failed: {type(exc).__name__}: {exc}"
+            )
+        return Patch(
+            unified_diff(source.path, source.text, text),
+            words,
+            True,
+            apply=apply_command(source.path),
+        )

@@ -36,8 +36,16 @@ class SourceFile:
 
 def source_file(obj: Any) -> SourceFile | None:
     """The file and module an object (class, function, instance) was defined in, if readable."""
-    target = obj if inspect.isclass(obj) or inspect.isfunction(obj) or inspect.ismodule(obj) else type(obj)
-    module = target if inspect.ismodule(target) else sys.modules.get(getattr(target, "__module__", "") or "")
+    target = (
+        obj
+        if inspect.isclass(obj) or inspect.isfunction(obj) or inspect.ismodule(obj)
+        else type(obj)
+    )
+    module = (
+        target
+        if inspect.ismodule(target)
+        else sys.modules.get(getattr(target, "__module__", "") or "")
+    )
     if module is None:
         return None
     try:
@@ -77,7 +85,11 @@ def apply_command(path: Path) -> str:
 
 def unified_diff(path: Path, old: str, new: str) -> str:
     _, name = display_path(path)
-    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), name, name))
+    return "".join(
+        difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), name, name
+        )
+    )
 
 
 def method_lines(cls: type, name: str) -> tuple[SourceFile, int, int] | None:
@@ -104,7 +116,9 @@ def is_statement(text: str) -> bool:
     return True
 
 
-def constructor_block(files: Iterable[SourceFile], names: list[str]) -> tuple[SourceFile, int] | None:
+def constructor_block(
+    files: Iterable[SourceFile], names: list[str]
+) -> tuple[SourceFile, int] | None:
     """Where ``names`` are constructed one per line, in order (``ToTensor(),`` then ``Normalize(),``):
     the file and the index of the first line. Lines between them may only be comments."""
     patterns = [constructor_line(n) for n in names]

@@ -83,7 +83,9 @@ class PrefixCachedDataset:
     a hit needs none of it: the rest of the item (a label, say) is cached with the prefix output.
     """
 
-    def __init__(self, dataset: Any, splitter: PrefixSplit, slot: tuple[Any, ...], cache: SharedPrefixCache) -> None:
+    def __init__(
+        self, dataset: Any, splitter: PrefixSplit, slot: tuple[Any, ...], cache: SharedPrefixCache
+    ) -> None:
         self.dataset = dataset
         self.splitter = splitter
         self.slot = slot
@@ -127,7 +129,11 @@ class PrefixSplit:
 
 # -- reduced-size decode ---------------------------------------------------------------------
 
-_REDUCED_FLAGS = {2: "IMREAD_REDUCED_COLOR_2", 4: "IMREAD_REDUCED_COLOR_4", 8: "IMREAD_REDUCED_COLOR_8"}
+_REDUCED_FLAGS = {
+    2: "IMREAD_REDUCED_COLOR_2",
+    4: "IMREAD_REDUCED_COLOR_4",
+    8: "IMREAD_REDUCED_COLOR_8",
+}
 
 
 @contextlib.contextmanager
@@ -153,7 +159,9 @@ def reduced_decode(factor: int, calls: list[int] | None = None) -> Iterator[None
         for name in ("imread", "imdecode"):
             original = getattr(cv2, name)
 
-            def reduced(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            def reduced(
+                *args: Any, _original: Any = original, _name: str = name, **kwargs: Any
+            ) -> Any:
                 flags = kwargs.get("flags", args[1] if len(args) > 1 else cv2.IMREAD_COLOR)
                 if flags == cv2.IMREAD_COLOR:
                     args = (args[0], flag)
@@ -215,7 +223,13 @@ class Uint8Layout:
 class AffineBatch:
     """Main-process step: ``batch[slot] = uint8 batch × scale + shift`` per channel, in float32."""
 
-    def __init__(self, slot: tuple[Any, ...], scale: Sequence[float], shift: Sequence[float], channel_dim: int) -> None:
+    def __init__(
+        self,
+        slot: tuple[Any, ...],
+        scale: Sequence[float],
+        shift: Sequence[float],
+        channel_dim: int,
+    ) -> None:
         self.slot = slot
         self.scale = list(scale)
         self.shift = list(shift)

@@ -95,7 +95,13 @@ class HealthSettings:
 
 
 class HealthProbe:
-    def __init__(self, pipeline: Any, settings: HealthSettings, workdir: Path, progress: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        pipeline: Any,
+        settings: HealthSettings,
+        workdir: Path,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
         self.pipeline = pipeline
         self.s = settings
         self.workdir = workdir
@@ -103,7 +109,11 @@ class HealthProbe:
         self.ctx = multiprocessing.get_context(settings.start_method)
         import torch
 
-        self.base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=torch.Generator().manual_seed(settings.seed)).item())
+        self.base_seed = int(
+            torch.empty((), dtype=torch.int64)
+            .random_(generator=torch.Generator().manual_seed(settings.seed))
+            .item()
+        )
         self.slots: list[_Slot] = []
         self.times: dict[Any, float] = {}
         self.retimes: dict[Any, float] = {}
@@ -194,8 +204,13 @@ class HealthProbe:
                 self.error_count += 1
                 if len(self.errors) < _MAX_ERRORS_KEPT:
                     self.errors.append(
-                        {"index": index, "type": message.error_type, "message": message.message, "where": message.where,
-                         "seconds": round(message.seconds, 4)}
+                        {
+                            "index": index,
+                            "type": message.error_type,
+                            "message": message.message,
+                            "where": message.where,
+                            "seconds": round(message.seconds, 4),
+                        }
                     )
             if self.progress is not None and not self._retiming:
                 self.progress(len(self.times) + self.error_count)
@@ -213,8 +228,10 @@ class HealthProbe:
                         "indices": [self._label(slot, i) for i in message.indices][:16],
                         "error": message.error,
                         "where": message.where,
-                        "item_structures": [{"structure": kind, "indices": [self._label(slot, i) for i in idx]}
-                                            for kind, idx in message.item_structures],
+                        "item_structures": [
+                            {"structure": kind, "indices": [self._label(slot, i) for i in idx]}
+                            for kind, idx in message.item_structures
+                        ],
                     }
                 )
         elif isinstance(message, Exhausted):
@@ -226,7 +243,11 @@ class HealthProbe:
         elif isinstance(message, ThreadReport):
             self.threads = message.report
         elif isinstance(message, InitFailed):
-            self.init_error = {"message": message.message, "where": message.where, "worker": slot.worker_id}
+            self.init_error = {
+                "message": message.message,
+                "where": message.where,
+                "worker": slot.worker_id,
+            }
 
     def _label(self, slot: _Slot, index: Any) -> Any:
         return f"w{slot.worker_id}#{index}" if self.pipeline.is_iterable else index
@@ -267,7 +288,9 @@ class HealthProbe:
                 "worker": slot.worker_id,
                 "pid": slot.process.pid,
                 "waited_s": round(now - slot.current_since, 2),
-                "where": frame_label(where["file"], where["line"], where["function"]) if where else None,
+                "where": frame_label(where["file"], where["line"], where["function"])
+                if where
+                else None,
                 "stack": [frame_label(f["file"], f["line"], f["function"]) for f in frames[:12]],
             }
         )
@@ -279,7 +302,11 @@ class HealthProbe:
         median = values[len(values) // 2] if values else 0.0
         for slot in self.slots:
             running = now - slot.current_since
-            if slot.current is None or not slot.busy or running < max(UNFINISHED_MIN_S, UNFINISHED_MEDIANS * median):
+            if (
+                slot.current is None
+                or not slot.busy
+                or running < max(UNFINISHED_MIN_S, UNFINISHED_MEDIANS * median)
+            ):
                 continue
             frames = self._dump_stack(slot)
             where = stuck_frame(frames)
@@ -287,8 +314,12 @@ class HealthProbe:
                 {
                     "index": self._label(slot, slot.current),
                     "running_s": round(running, 2),
-                    "where": frame_label(where["file"], where["line"], where["function"]) if where else None,
-                    "stack": [frame_label(f["file"], f["line"], f["function"]) for f in frames[:12]],
+                    "where": frame_label(where["file"], where["line"], where["function"])
+                    if where
+                    else None,
+                    "stack": [
+                        frame_label(f["file"], f["line"], f["function"]) for f in frames[:12]
+                    ],
                 }
             )
 
@@ -304,11 +335,20 @@ class HealthProbe:
             # It died before fetching anything (e.g. a spawned worker could not import or
             # unpickle the dataset): every replacement would do the same.
             how = f"killed by {name}" if name else f"exit code {code}"
-            self.init_error = {"message": f"a probe worker died during start-up ({how})", "where": None, "worker": slot.worker_id}
+            self.init_error = {
+                "message": f"a probe worker died during start-up ({how})",
+                "where": None,
+                "worker": slot.worker_id,
+            }
             self._stop(slot, kill=True)
             return None
         self.crashes.append(
-            {"index": self._label(slot, slot.current) if slot.current is not None else None, "worker": slot.worker_id, "exitcode": code, "signal": name}
+            {
+                "index": self._label(slot, slot.current) if slot.current is not None else None,
+                "worker": slot.worker_id,
+                "exitcode": code,
+                "signal": name,
+            }
         )
         if slot.current is not None:
             self.error_count += 1
@@ -316,9 +356,19 @@ class HealthProbe:
                 how = f"killed by {name}" if name else f"exit code {code}"
                 with contextlib.suppress(OSError):
                     frame = stuck_frame(parse_stack(slot.stack_path.read_text(errors="replace")))
-                    where = frame_label(frame["file"], frame["line"], frame["function"]) if frame else None
+                    where = (
+                        frame_label(frame["file"], frame["line"], frame["function"])
+                        if frame
+                        else None
+                    )
                 self.errors.append(
-                    {"index": self._label(slot, slot.current), "type": "WorkerCrash", "message": f"the worker process died while fetching it ({how})", "where": where, "seconds": None}
+                    {
+                        "index": self._label(slot, slot.current),
+                        "type": "WorkerCrash",
+                        "message": f"the worker process died while fetching it ({how})",
+                        "where": where,
+                        "seconds": None,
+                    }
                 )
         return self._requeue_after(slot, skip=slot.current)
 
@@ -388,7 +438,10 @@ class HealthProbe:
                         self._assign(slot, job)
             if not any(s.busy for s in self.slots) and not self._work_left():
                 return
-            wait([s.conn for s in self.slots] + [s.process.sentinel for s in self.slots], timeout=min(0.1, max(0.0, self.s.deadline - now)))
+            wait(
+                [s.conn for s in self.slots] + [s.process.sentinel for s in self.slots],
+                timeout=min(0.1, max(0.0, self.s.deadline - now)),
+            )
             for slot in list(self.slots):
                 alive = self._drain(slot)
                 now = time.monotonic()
@@ -402,7 +455,9 @@ class HealthProbe:
                         if self.init_error is not None:
                             return
                     else:
-                        self._replace(slot)  # died while idle (e.g. the OOM killer): start a fresh one
+                        self._replace(
+                            slot
+                        )  # died while idle (e.g. the OOM killer): start a fresh one
                     continue
                 if slot.current is not None and now - slot.current_since > self.s.timeout:
                     self._on_hang(slot, now)
@@ -413,17 +468,31 @@ class HealthProbe:
                     self.stopped = "worker start-up hung"
                     return
 
-    def run(self, order: list[int] | None, retime: Callable[[dict[Any, float]], list[Any]] | None, plan: Plan | None = None) -> dict[str, Any]:
+    def run(
+        self,
+        order: list[int] | None,
+        retime: Callable[[dict[Any, float]], list[Any]] | None,
+        plan: Plan | None = None,
+    ) -> dict[str, Any]:
         started = time.perf_counter()
         try:
             self.slots = [self._start(k) for k in range(self.s.workers)]
             bs = self.s.batch_size
 
             def batches(indices: list[int] | None) -> list[list[int]] | None:
-                return None if indices is None else [indices[i : i + bs] for i in range(0, len(indices), bs)]
+                return (
+                    None
+                    if indices is None
+                    else [indices[i : i + bs] for i in range(0, len(indices), bs)]
+                )
 
             self._run(batches(order))
-            if plan is not None and order is not None and self.stopped is None and self._first_start is not None:
+            if (
+                plan is not None
+                and order is not None
+                and self.stopped is None
+                and self._first_start is not None
+            ):
                 # The first indices measured the pool's pace: plan the rest of the budget with it.
                 now = time.monotonic()
                 rate = len(self.checked) / max(1e-3, now - self._first_start)
@@ -432,7 +501,9 @@ class HealthProbe:
                 if extra:
                     order = order + extra
                     self._run(batches(extra))
-            candidates = retime(self.times) if retime is not None and not self.pipeline.is_iterable else []
+            candidates = (
+                retime(self.times) if retime is not None and not self.pipeline.is_iterable else []
+            )
             if candidates and time.monotonic() < self.s.deadline and self.stopped is None:
                 self._retiming = True
                 per = max(1, -(-len(candidates) // max(1, len(self.slots))))
@@ -444,7 +515,9 @@ class HealthProbe:
         return self._record(order, time.perf_counter() - started)
 
     def _ask_threads(self) -> None:
-        slot = next((s for s in self.slots if s.ready and not s.busy and s.process.is_alive()), None)
+        slot = next(
+            (s for s in self.slots if s.ready and not s.busy and s.process.is_alive()), None
+        )
         if slot is None:
             return
         with contextlib.suppress(Exception):
@@ -531,5 +604,3 @@ def probe_health(
     """
     probe = HealthProbe(pipeline, settings, workdir, progress)
     return probe.run(order, retime, plan), probe.checked
-
-

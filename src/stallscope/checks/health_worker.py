@@ -44,7 +44,11 @@ STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
 
 def _where_raised(exc: BaseException) -> str | None:
     """The innermost traceback frame outside this probe: ``file:line in function``."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(THIS_PACKAGE)]
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith(THIS_PACKAGE)
+    ]
     if not frames:
         return None
     last = frames[-1]
@@ -63,7 +67,9 @@ def _watch_parent(parent_pid: int) -> None:
             os._exit(0)
 
 
-def _become_dataloader_worker(worker_id: int, num_workers: int, dataset: Any, base_seed: int, init_fn: Any) -> None:
+def _become_dataloader_worker(
+    worker_id: int, num_workers: int, dataset: Any, base_seed: int, init_fn: Any
+) -> None:
     """Set this process up the way torch's ``_worker_loop`` sets up a DataLoader worker."""
     import random
 
@@ -74,11 +80,17 @@ def _become_dataloader_worker(worker_id: int, num_workers: int, dataset: Any, ba
     seed = base_seed + worker_id
     random.seed(seed)
     torch.manual_seed(seed)
-    np.random.seed(np.random.SeedSequence([worker_id, base_seed & 0xFFFFFFFF, base_seed >> 32]).generate_state(4))
+    np.random.seed(
+        np.random.SeedSequence([worker_id, base_seed & 0xFFFFFFFF, base_seed >> 32]).generate_state(
+            4
+        )
+    )
     with contextlib.suppress(Exception):  # private in torch; get_worker_info() reads it
         from torch.utils.data._utils import worker as torch_worker
 
-        torch_worker._worker_info = torch_worker.WorkerInfo(id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset)
+        torch_worker._worker_info = torch_worker.WorkerInfo(
+            id=worker_id, num_workers=num_workers, seed=seed, dataset=dataset
+        )
     if init_fn is not None:
         init_fn(worker_id)
 
@@ -92,20 +104,44 @@ def _structure_groups(items: list[Any], indices: list[Any]) -> list[list[Any]]:
     return [[kind, idx[:8]] for kind, idx in groups.items()]
 
 
-def _collate(conn: Any, collate: Callable[[list], Any], items: list[Any], indices: list[Any], report_structure: bool) -> None:
+def _collate(
+    conn: Any,
+    collate: Callable[[list], Any],
+    items: list[Any],
+    indices: list[Any],
+    report_structure: bool,
+) -> None:
     from ..pipeline.structure import describe_structure, nbytes
 
     start = time.perf_counter()
     try:
         batch = collate(items)
     except Exception as exc:
-        conn.send(CollateFailed(indices, describe_exception(exc, 300), _where_raised(exc), _structure_groups(items, indices)))
+        conn.send(
+            CollateFailed(
+                indices,
+                describe_exception(exc, 300),
+                _where_raised(exc),
+                _structure_groups(items, indices),
+            )
+        )
         return
     seconds = time.perf_counter() - start
-    conn.send(Collated(indices, seconds, nbytes(batch), describe_structure(batch) if report_structure else None))
+    conn.send(
+        Collated(
+            indices, seconds, nbytes(batch), describe_structure(batch) if report_structure else None
+        )
+    )
 
 
-def _fetch_indices(conn: Any, dataset: Any, collate: Callable[[list], Any], indices: list[int], do_collate: bool, first: bool) -> None:
+def _fetch_indices(
+    conn: Any,
+    dataset: Any,
+    collate: Callable[[list], Any],
+    indices: list[int],
+    do_collate: bool,
+    first: bool,
+) -> None:
     items: list[Any] = []
     fetched: list[int] = []
     for index in indices:
@@ -115,7 +151,15 @@ def _fetch_indices(conn: Any, dataset: Any, collate: Callable[[list], Any], indi
             item = dataset[index]
         except Exception as exc:
             seconds = time.perf_counter() - start
-            conn.send(FetchFailed(index, seconds, type(exc).__name__, describe_exception(exc, 300), _where_raised(exc)))
+            conn.send(
+                FetchFailed(
+                    index,
+                    seconds,
+                    type(exc).__name__,
+                    describe_exception(exc, 300),
+                    _where_raised(exc),
+                )
+            )
             continue
         conn.send(Fetched(index, time.perf_counter() - start))
         if do_collate:
@@ -146,7 +190,9 @@ def health_worker(
         faulthandler.register(STACK_SIGNAL, file=stack_file, all_threads=True)
     # A segfault or abort in native code (a decoder on a corrupt file) leaves its Python stack there too.
     faulthandler.enable(file=stack_file, all_threads=True)
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), name="stallscope-parent-watch", daemon=True).start()
+    threading.Thread(
+        target=_watch_parent, args=(os.getppid(),), name="stallscope-parent-watch", daemon=True
+    ).start()
     try:
         _become_dataloader_worker(worker_id, num_workers, dataset, base_seed, init_fn)
     except Exception as exc:
@@ -188,7 +234,15 @@ def health_worker(
                     exhausted = True
                     break
                 except Exception as exc:
-                    conn.send(FetchFailed(position, time.perf_counter() - start, type(exc).__name__, describe_exception(exc, 300), _where_raised(exc)))
+                    conn.send(
+                        FetchFailed(
+                            position,
+                            time.perf_counter() - start,
+                            type(exc).__name__,
+                            describe_exception(exc, 300),
+                            _where_raised(exc),
+                        )
+                    )
                     exhausted = True  # a generator that raised is finished
                     break
                 conn.send(Fetched(position, time.perf_counter() - start))
@@ -201,4 +255,3 @@ def health_worker(
             if exhausted:
                 conn.send(Exhausted())
             conn.send(Done())
-

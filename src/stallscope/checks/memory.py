@@ -72,7 +72,9 @@ class IndexCycler(Sampler[int]):
         emitted = 0
         epoch = 0
         while emitted < self.total and self.indices:
-            order = torch.randperm(len(self.indices), generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
+            order = torch.randperm(
+                len(self.indices), generator=torch.Generator().manual_seed(self.seed + epoch)
+            ).tolist()
             for k in order:
                 if emitted >= self.total:
                     return
@@ -91,7 +93,14 @@ def python_heap(obj: Any, *, max_objects: int = 3_000_000, seconds: float = 2.0)
     Tensors and arrays count as their header only: their data is never written
     by reading them.
     """
-    skip = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.CodeType, types.MethodType)
+    skip = (
+        types.ModuleType,
+        type,
+        types.FunctionType,
+        types.BuiltinFunctionType,
+        types.CodeType,
+        types.MethodType,
+    )
     array_types: tuple[type, ...] = ()
     with contextlib.suppress(ImportError):
         import numpy as np
@@ -143,8 +152,12 @@ def smaps_rollup_mb(pid: int) -> tuple[float, float] | None:
     """``(Private_Dirty, Anonymous)`` of a process in MB (Linux); None where unreadable."""
     try:
         with open(f"/proc/{pid}/smaps_rollup") as handle:
-            fields = dict(line.split(":", 1) for line in handle if ":" in line and not line[0].isdigit())
-        return int(fields["Private_Dirty"].split()[0]) / 1024, int(fields["Anonymous"].split()[0]) / 1024
+            fields = dict(
+                line.split(":", 1) for line in handle if ":" in line and not line[0].isdigit()
+            )
+        return int(fields["Private_Dirty"].split()[0]) / 1024, int(
+            fields["Anonymous"].split()[0]
+        ) / 1024
     except (OSError, KeyError, ValueError, IndexError):
         return None
 
@@ -170,7 +183,9 @@ class _MemorySampler:
         self._lock = threading.Lock()
         self._last = 0.0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="stallscope-check-memory", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="stallscope-check-memory", daemon=True
+        )
         self._t0 = time.perf_counter()
 
     def start(self) -> _MemorySampler:
@@ -198,7 +213,12 @@ class _MemorySampler:
                 except (psutil.Error, AttributeError):
                     continue
                 t = time.perf_counter() - self._t0
-                point = [round(samples, 1), round(info.rss / MB, 3), round(info.uss / MB, 3), round(t, 3)]
+                point = [
+                    round(samples, 1),
+                    round(info.rss / MB, 3),
+                    round(info.uss / MB, 3),
+                    round(t, 3),
+                ]
                 rollup = smaps_rollup_mb(pid)
                 if rollup is not None:
                     point += [round(rollup[0], 3), round(rollup[1], 3)]
@@ -256,16 +276,27 @@ def probe_memory(
     collate = ProbedCollate(pipeline.collate)
     if pipeline.is_iterable:
         loader = DataLoader(
-            ProbedIterable(pipeline.dataset, every), batch_size=batch_size, num_workers=workers, collate_fn=collate,
-            worker_init_fn=pipeline.worker_init_fn, multiprocessing_context=start_method, timeout=batch_timeout,
+            ProbedIterable(pipeline.dataset, every),
+            batch_size=batch_size,
+            num_workers=workers,
+            collate_fn=collate,
+            worker_init_fn=pipeline.worker_init_fn,
+            multiprocessing_context=start_method,
+            timeout=batch_timeout,
         )
     else:
         import torch
 
         loader = DataLoader(
-            ProbedDataset(pipeline.dataset, every), batch_size=batch_size, sampler=IndexCycler(indices, max_samples, seed=seed),
-            num_workers=workers, collate_fn=collate, worker_init_fn=pipeline.worker_init_fn,
-            multiprocessing_context=start_method, timeout=batch_timeout, generator=torch.Generator().manual_seed(seed),
+            ProbedDataset(pipeline.dataset, every),
+            batch_size=batch_size,
+            sampler=IndexCycler(indices, max_samples, seed=seed),
+            num_workers=workers,
+            collate_fn=collate,
+            worker_init_fn=pipeline.worker_init_fn,
+            multiprocessing_context=start_method,
+            timeout=batch_timeout,
+            generator=torch.Generator().manual_seed(seed),
         )
     inside = _WorkerReports()
     started = time.perf_counter()
@@ -312,7 +343,11 @@ def probe_memory(
         span = points[-1][3] - points[0][3] if len(points) >= 2 else 0.0
         cpu_percent = (cpu[-1] - cpu[0]) / span * 100 if span > 0 else None
         record["series"].append(
-            {"pid": pid, "points": points, "cpu_percent": None if cpu_percent is None else round(cpu_percent, 1)}
+            {
+                "pid": pid,
+                "points": points,
+                "cpu_percent": None if cpu_percent is None else round(cpu_percent, 1),
+            }
         )
     return record
 
@@ -331,11 +366,22 @@ class _WorkerReports:
                 seen.append(meta["s"])
             if "p" not in meta and "b" not in meta:
                 continue
-            worker = self.workers.setdefault(meta["w"], {"worker": meta["w"], "pid": meta["pid"], "points": [],
-                                                         "containers_start": {}, "containers_end": {}, "sites": []})
+            worker = self.workers.setdefault(
+                meta["w"],
+                {
+                    "worker": meta["w"],
+                    "pid": meta["pid"],
+                    "points": [],
+                    "containers_start": {},
+                    "containers_end": {},
+                    "sites": [],
+                },
+            )
             if meta["pid"] != worker["pid"]:
                 continue  # a replacement worker (persistent_workers off never happens here): keep the first
-            if "b" in meta:  # a reading at an epoch boundary of a stream (NOTE [stream epochs] in memory_worker.py)
+            if (
+                "b" in meta
+            ):  # a reading at an epoch boundary of a stream (NOTE [stream epochs] in memory_worker.py)
                 worker.setdefault("epoch_boundaries", []).append(meta["b"])
             if "p" not in meta:
                 continue
@@ -359,5 +405,7 @@ class _WorkerReports:
             "timing": timing_summary(sorted(first.values())),
             "slowest": [[index, *(round(s, 5) for s in seen)] for index, seen in slowest],
             "distinct_indices": len(first),
-            "new_indices": len(set(first) - already_checked) if already_checked is not None else len(first),
+            "new_indices": len(set(first) - already_checked)
+            if already_checked is not None
+            else len(first),
         }

@@ -49,15 +49,25 @@ COW_MIN_HEAP_MB = 8.0
 
 
 def _native(p: list[float]) -> float:
-    return float(p[2]) - float(p[1]) - (float(p[4]) if len(p) > 4 else 0.0)  # minus tracemalloc's own
+    return (
+        float(p[2]) - float(p[1]) - (float(p[4]) if len(p) > 4 else 0.0)
+    )  # minus tracemalloc's own
 
 
 def _unjudged() -> dict[str, Any]:
-    return {"mb_per_1000": 0.0, "r2": 0.0, "grew_mb": 0.0, "first_pass_mb": None, "after_plateau_mb_per_1000": None,
-            "plateaued_after": None}
+    return {
+        "mb_per_1000": 0.0,
+        "r2": 0.0,
+        "grew_mb": 0.0,
+        "first_pass_mb": None,
+        "after_plateau_mb_per_1000": None,
+        "plateaued_after": None,
+    }
 
 
-def _epoch_channels(boundaries: list[list[float]]) -> tuple[dict[str, Any], dict[str, Any], int] | None:
+def _epoch_channels(
+    boundaries: list[list[float]],
+) -> tuple[dict[str, Any], dict[str, Any], int] | None:
     """Heap and native growth read at a stream's epoch ends (NOTE [stream epochs]); None
     when the worker saw no epoch end."""
     ends = [b for b in boundaries if len(b) > 5 and b[5] >= 1]
@@ -69,7 +79,11 @@ def _epoch_channels(boundaries: list[list[float]]) -> tuple[dict[str, Any], dict
         return heap, native, len(ends)
     if len(ends) == 1 and start is not None:
         xs = [float(start[0]), float(ends[0][0])]
-        return channel_growth(xs, [float(start[1]), float(ends[0][1])], None, HEAP_MIN_MB), _unjudged(), 1
+        return (
+            channel_growth(xs, [float(start[1]), float(ends[0][1])], None, HEAP_MIN_MB),
+            _unjudged(),
+            1,
+        )
     return None
 
 
@@ -84,8 +98,12 @@ def _worker_growth(series: dict[str, Any], pass_samples: float | None) -> dict[s
     return {
         "worker": series.get("worker"),
         "samples": xs[-1],
-        "heap": channel_growth(xs, heap, pass_samples, HEAP_MIN_MB) if by_epoch is None else by_epoch[0],
-        "native": channel_growth(xs, native, pass_samples, NATIVE_MIN_MB) if by_epoch is None else by_epoch[1],
+        "heap": channel_growth(xs, heap, pass_samples, HEAP_MIN_MB)
+        if by_epoch is None
+        else by_epoch[0],
+        "native": channel_growth(xs, native, pass_samples, NATIVE_MIN_MB)
+        if by_epoch is None
+        else by_epoch[1],
         "epoch_ends": 0 if by_epoch is None else by_epoch[2],
         "rss_start": float(points[0][2]),
         "rss_end": float(points[-1][2]),
@@ -95,15 +113,31 @@ def _worker_growth(series: dict[str, Any], pass_samples: float | None) -> dict[s
     }
 
 
-def growing_containers(start: dict[str, list[int]], end: dict[str, list[int]]) -> list[dict[str, Any]]:
+def growing_containers(
+    start: dict[str, list[int]], end: dict[str, list[int]]
+) -> list[dict[str, Any]]:
     """The dataset's containers that gained entries or bytes, most entries first."""
     grown = []
     for path, (entries, nbytes) in end.items():
         before = start.get(path, [0, 0])
         if entries > before[0] or nbytes > before[1]:
-            grown.append({"attribute": path, "entries_before": before[0], "entries_after": entries,
-                          "bytes_before": before[1], "bytes_after": nbytes})
-    return sorted(grown, key=lambda g: (g["entries_after"] - g["entries_before"], g["bytes_after"] - g["bytes_before"]), reverse=True)
+            grown.append(
+                {
+                    "attribute": path,
+                    "entries_before": before[0],
+                    "entries_after": entries,
+                    "bytes_before": before[1],
+                    "bytes_after": nbytes,
+                }
+            )
+    return sorted(
+        grown,
+        key=lambda g: (
+            g["entries_after"] - g["entries_before"],
+            g["bytes_after"] - g["bytes_before"],
+        ),
+        reverse=True,
+    )
 
 
 def allocation_sites(sites: list[list[Any]]) -> list[dict[str, Any]]:
@@ -123,7 +157,11 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
     workers = int(memory.get("workers") or 1)
     pass_samples = memory.get("pass_samples")
     per_worker_pass = pass_samples / workers if pass_samples else None
-    fits = [g for g in (_worker_growth(s, per_worker_pass) for s in memory.get("workers_memory") or []) if g is not None]
+    fits = [
+        g
+        for g in (_worker_growth(s, per_worker_pass) for s in memory.get("workers_memory") or [])
+        if g is not None
+    ]
     heap_growing = [g for g in fits if _grows(g["heap"], HEAP_MIN_MB)]
     native_growing = [g for g in fits if _grows(g["native"], NATIVE_MIN_MB)]
     if not heap_growing and not native_growing:
@@ -131,31 +169,51 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
     length = memory.get("dataset_length")
     available = (probes.get("host") or {}).get("memory_available_bytes")
     # A leak (still growing) before first-pass growth; the Python heap (nameable) before native memory.
-    candidates = [("python-heap", g, g["heap"]) for g in heap_growing] + [("native", g, g["native"]) for g in native_growing]
+    candidates = [("python-heap", g, g["heap"]) for g in heap_growing] + [
+        ("native", g, g["native"]) for g in native_growing
+    ]
     cause, worst, channel = min(
-        candidates, key=lambda c: (c[2]["plateaued_after"] is not None, c[0] != "python-heap", -c[2]["grew_mb"])
+        candidates,
+        key=lambda c: (
+            c[2]["plateaued_after"] is not None,
+            c[0] != "python-heap",
+            -c[2]["grew_mb"],
+        ),
     )
     plateau = channel["plateaued_after"]
     containers = growing_containers(worst["containers_start"], worst["containers_end"])
     evidence: dict[str, Any] = {
         # the rate that keeps going: zero-ish after a plateau, the whole slope while growing
-        "mb_per_1000_samples": round(channel["after_plateau_mb_per_1000"] if plateau is not None else channel["mb_per_1000"], 2),
+        "mb_per_1000_samples": round(
+            channel["after_plateau_mb_per_1000"] if plateau is not None else channel["mb_per_1000"],
+            2,
+        ),
         "python_heap_mb_per_1000_samples": round(worst["heap"]["mb_per_1000"], 2),
         "native_mb_per_1000_samples": round(worst["native"]["mb_per_1000"], 2),
         "plateaued_after_samples": None if plateau is None else round(plateau),
         "cause": cause if plateau is None else f"{cause}-first-pass",
         "python_heap_grew_mb": round(worst["heap"]["grew_mb"], 1),
         "native_grew_mb": round(worst["native"]["grew_mb"], 1),
-        "first_pass_mb": None if channel["first_pass_mb"] is None else round(channel["first_pass_mb"], 1),
+        "first_pass_mb": None
+        if channel["first_pass_mb"] is None
+        else round(channel["first_pass_mb"], 1),
         "samples_per_worker": round(worst["samples"]),
         "pass_samples_per_worker": None if per_worker_pass is None else round(per_worker_pass),
         "rss_mb_start": round(worst["rss_start"], 1),
         "rss_mb_end": round(worst["rss_end"], 1),
-        "growing_attribute": containers[0]["attribute"] if containers and cause == "python-heap" else None,
+        "growing_attribute": containers[0]["attribute"]
+        if containers and cause == "python-heap"
+        else None,
         "containers": containers[:5],
         "allocation_sites": allocation_sites(worst["sites"]) if cause == "python-heap" else [],
-        "per_worker": [{"worker": g["worker"], "python_heap_mb_per_1000_samples": round(g["heap"]["mb_per_1000"], 2),
-                        "native_mb_per_1000_samples": round(g["native"]["mb_per_1000"], 2)} for g in fits],
+        "per_worker": [
+            {
+                "worker": g["worker"],
+                "python_heap_mb_per_1000_samples": round(g["heap"]["mb_per_1000"], 2),
+                "native_mb_per_1000_samples": round(g["native"]["mb_per_1000"], 2),
+            }
+            for g in fits
+        ],
         "workers": workers,
         "memory_available_mb": None if not available else round(available / MB, 1),
         "judged_at": "epoch ends" if worst["epoch_ends"] else "samples",
@@ -166,14 +224,22 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
     # One epoch: each worker fetches length / workers samples, so all workers together grow by rate x length.
     projected = channel["mb_per_1000"] * length / 1000 if length else None
     evidence["projected_mb_per_epoch"] = None if projected is None else round(projected, 1)
-    severity = ERROR if projected is not None and available and projected * MB > available else WARNING
-    epoch = f"; over one epoch of {length:,} samples that is {projected:,.0f} MB across {workers} workers" if projected else ""
+    severity = (
+        ERROR if projected is not None and available and projected * MB > available else WARNING
+    )
+    epoch = (
+        f"; over one epoch of {length:,} samples that is {projected:,.0f} MB across {workers} workers"
+        if projected
+        else ""
+    )
     rate = f"{channel['mb_per_1000']:.1f} MB per 1,000 samples (+{channel['grew_mb']:.0f} MB over {worst['samples']:,.0f} samples per worker)"
     if worst["epoch_ends"]:
         rate += f", read at the end of each of {worst['epoch_ends']} epochs of the stream (it does not return when an epoch ends)"
     elif memory.get("iterable"):
-        rate += (" within the stream's first epoch (the probe did not reach its end, so memory a stream frees at the end of "
-                 "each epoch would look the same)")
+        rate += (
+            " within the stream's first epoch (the probe did not reach its end, so memory a stream frees at the end of "
+            "each epoch would look the same)"
+        )
     if cause == "python-heap":
         return [_heap_leak_finding(severity, rate, epoch, evidence, containers)]
     passes = worst["samples"] / per_worker_pass if per_worker_pass else 0.0
@@ -182,8 +248,10 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
     elif passes >= 1.5:
         judged = f"does not level off over {passes:.1f} passes over the same samples: a native leak"
     else:
-        judged = ("keeps growing over the samples measured: a native leak, or a cache still filling (fewer than two "
-                  "passes fit in the budget; a larger --budget shows whether it levels off)")
+        judged = (
+            "keeps growing over the samples measured: a native leak, or a cache still filling (fewer than two "
+            "passes fit in the budget; a larger --budget shows whether it levels off)"
+        )
     message = f"Native memory (outside the Python heap) of each worker grows by {rate} and {judged}{epoch}."
     fix = (
         "Find what keeps native buffers per sample: tensors held in a module-level list or global cache, a C extension or "
@@ -193,9 +261,13 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
     return [Finding("memory-growth", severity, message, evidence, fix)]
 
 
-def _heap_leak_finding(severity: str, rate: str, epoch: str, evidence: dict[str, Any], containers: list[dict[str, Any]]) -> Finding:
+def _heap_leak_finding(
+    severity: str, rate: str, epoch: str, evidence: dict[str, Any], containers: list[dict[str, Any]]
+) -> Finding:
     sites = evidence["allocation_sites"]
-    site = f"; most of it allocated at {sites[0]['called_from'] or sites[0]['where']}" if sites else ""
+    site = (
+        f"; most of it allocated at {sites[0]['called_from'] or sites[0]['where']}" if sites else ""
+    )
     if containers:
         top = containers[0]
         name = top["attribute"]
@@ -212,7 +284,9 @@ def _heap_leak_finding(severity: str, rate: str, epoch: str, evidence: dict[str,
     return Finding("memory-growth", severity, message, evidence, fix)
 
 
-def _first_pass_finding(cause: str, channel: dict[str, Any], evidence: dict[str, Any], workers: int, length: int | None) -> Finding:
+def _first_pass_finding(
+    cause: str, channel: dict[str, Any], evidence: dict[str, Any], workers: int, length: int | None
+) -> Finding:
     grew = channel["first_pass_mb"]
     after = evidence["plateaued_after_samples"]
     if cause == "native":
@@ -287,7 +361,9 @@ def detect_copy_on_write(probes: dict[str, Any]) -> list[Finding]:
         "mb_per_worker": round(mean_copied, 1),
         "per_worker_mb": [round(c, 1) for c in copied],
         "rss_change_mb": [round(r, 1) for r in rss_change],
-        "anonymous_change_mb": [round(a, 1) for a in anon_change] if len(anon_change) == len(copied) else None,
+        "anonymous_change_mb": [round(a, 1) for a in anon_change]
+        if len(anon_change) == len(copied)
+        else None,
         "parent_python_heap_mb": round(heap_mb, 1),
         "python_objects": objects,
         "heap_measured_completely": heap.get("complete"),

@@ -68,7 +68,15 @@ def container_sizes(dataset: Any, *, depth: int = 2) -> dict[str, list[int]]:
     import types
 
     arrays = _array_types()
-    opaque = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, str, bytes)
+    opaque = (
+        type,
+        types.ModuleType,
+        types.FunctionType,
+        types.BuiltinFunctionType,
+        types.MethodType,
+        str,
+        bytes,
+    )
     sizes: dict[str, list[int]] = {}
     stack: list[tuple[str, Any, int]] = [("dataset", dataset, 1)]
     seen: set[int] = set()
@@ -82,7 +90,12 @@ def container_sizes(dataset: Any, *, depth: int = 2) -> dict[str, list[int]]:
             child = f"{path}.{name}"
             if isinstance(value, arrays):
                 entries = int(value.shape[0]) if len(value.shape) else 1
-                sizes[child] = [entries, int(value.element_size() * value.nelement()) if hasattr(value, "element_size") else int(value.nbytes)]
+                sizes[child] = [
+                    entries,
+                    int(value.element_size() * value.nelement())
+                    if hasattr(value, "element_size")
+                    else int(value.nbytes),
+                ]
             elif isinstance(value, _CONTAINERS):
                 sizes[child] = [len(value), sys.getsizeof(value)]
             elif level < depth and not isinstance(value, opaque):
@@ -112,8 +125,13 @@ class _WorkerState:
             rss = self.proc.memory_info().rss
         except Exception:  # psutil.Error: /proc unreadable
             rss = 0
-        return [self.count, round(heap / MB, 3), round(rss / MB, 3), round(time.perf_counter() - self.t0, 3),
-                round(tracemalloc.get_tracemalloc_memory() / MB, 3)]
+        return [
+            self.count,
+            round(heap / MB, 3),
+            round(rss / MB, 3),
+            round(time.perf_counter() - self.t0, 3),
+            round(tracemalloc.get_tracemalloc_memory() / MB, 3),
+        ]
 
     def point(self, dataset: Any) -> dict[str, Any]:
         self.points += 1
@@ -139,13 +157,18 @@ class _WorkerState:
         for stat in snapshot.statistics("traceback"):
             frames = list(stat.traceback)  # oldest first
             where = f"{frames[-1].filename}:{frames[-1].lineno}"
-            user = next((f for f in reversed(frames) if not is_library(f.filename, packages=True)), None)
+            user = next(
+                (f for f in reversed(frames) if not is_library(f.filename, packages=True)), None
+            )
             caller = None if user is None else f"{user.filename}:{user.lineno}"
             entry = grouped.setdefault((where, caller), [0.0, 0])
             entry[0] += stat.size
             entry[1] += stat.count
         top = sorted(grouped.items(), key=lambda kv: kv[1][0], reverse=True)[:TOP_SITES]
-        return [[where, round(size / MB, 3), int(count), caller] for (where, caller), (size, count) in top]
+        return [
+            [where, round(size / MB, 3), int(count), caller]
+            for (where, caller), (size, count) in top
+        ]
 
 
 _STATE: dict[int, _WorkerState] = {}
@@ -213,7 +236,12 @@ class ProbedIterable(IterableDataset):
                     item = next(iterator)
                 except StopIteration:
                     break
-                meta = _record(self.dataset, f"w{_worker_id()}#{position}", time.perf_counter() - start, self.every)
+                meta = _record(
+                    self.dataset,
+                    f"w{_worker_id()}#{position}",
+                    time.perf_counter() - start,
+                    self.every,
+                )
                 if boundary is not None:
                     meta["b"] = boundary
                     boundary = None

@@ -132,4 +132,15 @@ class InitFailed:
 
 
 Request = Union[Fetch, Next, AskThreads, Stop]
-Reply = Union[Ready, Started, Fetched, FetchFailed, Collated, CollateFailed, Exhausted, Done, ThreadReport, InitFailed]
+Reply = Union[
+    Ready,
+    Started,
+    Fetched,
+    FetchFailed,
+    Collated,
+    CollateFailed,
+    Exhausted,
+    Done,
+    ThreadReport,
+    InitFailed,
+]

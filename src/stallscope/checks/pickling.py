@@ -156,7 +156,9 @@ def try_pickle(obj: Any, file: Any = None) -> tuple[BaseException | None, int, i
             pickler.dump(obj)
         except RecursionError as exc:
             return exc, sink.bytes, pickler.array_bytes, spawning.duplicated_fds
-        except Exception as exc:  # pickling raises anything: TypeError, PicklingError, AttributeError...
+        except (
+            Exception
+        ) as exc:  # pickling raises anything: TypeError, PicklingError, AttributeError...
             return exc, sink.bytes, pickler.array_bytes, spawning.duplicated_fds
     return None, sink.bytes, pickler.array_bytes, spawning.duplicated_fds
 
@@ -198,7 +200,18 @@ def _lock_types() -> tuple[type, ...]:
     return tuple(kinds)
 
 
-_HANDLE_MODULES = ("sqlite3", "psycopg", "pymysql", "MySQLdb", "lmdb", "h5py", "redis", "pymongo", "boto", "requests")
+_HANDLE_MODULES = (
+    "sqlite3",
+    "psycopg",
+    "pymysql",
+    "MySQLdb",
+    "lmdb",
+    "h5py",
+    "redis",
+    "pymongo",
+    "boto",
+    "requests",
+)
 
 
 def describe_object(obj: Any) -> tuple[str, str]:
@@ -210,8 +223,14 @@ def describe_object(obj: Any) -> tuple[str, str]:
         if "<locals>" in obj.__qualname__:
             cells = obj.__code__.co_freevars
             closure = f" closing over {', '.join(cells)}" if cells else ""
-            return "local function", f"local function {obj.__qualname__}{closure} defined at {where}"
-        return "function", f"function {obj.__module__}.{obj.__qualname__} defined at {where}, not importable by that name"
+            return (
+                "local function",
+                f"local function {obj.__qualname__}{closure} defined at {where}",
+            )
+        return (
+            "function",
+            f"function {obj.__module__}.{obj.__qualname__} defined at {where}, not importable by that name",
+        )
     if isinstance(obj, types.GeneratorType):
         return "generator", f"generator {obj.__qualname__}"
     if isinstance(obj, io.IOBase):
@@ -229,7 +248,11 @@ def describe_object(obj: Any) -> tuple[str, str]:
         return "module", f"module {obj.__name__!r}"
     module = type(obj).__module__ or ""
     qualname = f"{module}.{type(obj).__qualname__}"
-    if module.split(".")[0] in _HANDLE_MODULES or "connection" in type(obj).__name__.lower() or "cursor" in type(obj).__name__.lower():
+    if (
+        module.split(".")[0] in _HANDLE_MODULES
+        or "connection" in type(obj).__name__.lower()
+        or "cursor" in type(obj).__name__.lower()
+    ):
         return "connection", f"{qualname} (a database or network handle)"
     return "object", qualname
 
@@ -283,7 +306,9 @@ def _children(obj: Any) -> list[tuple[str, Any]]:
         return []
     if isinstance(obj, types.BuiltinMethodType):
         owner = getattr(obj, "__self__", None)
-        return [] if owner is None or isinstance(owner, types.ModuleType) else [(".__self__", owner)]
+        return (
+            [] if owner is None or isinstance(owner, types.ModuleType) else [(".__self__", owner)]
+        )
     try:
         reduced = obj.__reduce_ex__(pickle.DEFAULT_PROTOCOL)
     except Exception:
@@ -296,13 +321,20 @@ def _children(obj: Any) -> list[tuple[str, Any]]:
         if not isinstance(arg, type):
             kids.append((f".<arg {i}>", arg))
     state = reduced[2] if len(reduced) > 2 else None
-    if isinstance(state, tuple) and len(state) == 2 and all(s is None or isinstance(s, dict) for s in state):
+    if (
+        isinstance(state, tuple)
+        and len(state) == 2
+        and all(s is None or isinstance(s, dict) for s in state)
+    ):
         merged: dict[str, Any] = {}
         for part in state:
             merged.update(part or {})
         state = merged
     if isinstance(state, dict):
-        kids += [(f".{k}" if isinstance(k, str) and k.isidentifier() else f"[{k!r}]", v) for k, v in state.items()]
+        kids += [
+            (f".{k}" if isinstance(k, str) and k.isidentifier() else f"[{k!r}]", v)
+            for k, v in state.items()
+        ]
     elif state is not None:
         kids.append((".<state>", state))
     if len(reduced) > 3 and reduced[3] is not None:
@@ -371,7 +403,9 @@ class _Walker:
         return out
 
 
-def find_culprits(obj: Any, root: str, *, limit: int = _MAX_CULPRITS, seconds: float = _WALK_SECONDS) -> list[Culprit]:
+def find_culprits(
+    obj: Any, root: str, *, limit: int = _MAX_CULPRITS, seconds: float = _WALK_SECONDS
+) -> list[Culprit]:
     """Attribute paths (``root.attr[2].fn``) of the objects that keep ``obj`` from pickling."""
     walker = _Walker(limit, seconds)
     walker.walk(obj, root)
@@ -424,7 +458,13 @@ class PicklingProbe:
             error, size, arrays, fds = try_pickle(obj)
             fds_needed += fds
             array_bytes += arrays
-            result = RootResult(name=name, type=_type_name(obj), ok=error is None, pickled_bytes=size, array_bytes=arrays)
+            result = RootResult(
+                name=name,
+                type=_type_name(obj),
+                ok=error is None,
+                pickled_bytes=size,
+                array_bytes=arrays,
+            )
             if error is not None:
                 result.culprits = find_culprits(obj, name)
             else:
@@ -436,8 +476,10 @@ class PicklingProbe:
             self.note = "not checked: loading in a fresh interpreter (the objects carry open file descriptors)"
             return self
         if array_bytes > FRESH_LOAD_MAX_ARRAY_BYTES:
-            self.note = (f"not checked: loading in a fresh interpreter (the objects hold {array_bytes / 2**20:,.0f} MB of "
-                         "arrays, too much to copy for the probe)")
+            self.note = (
+                f"not checked: loading in a fresh interpreter (the objects hold {array_bytes / 2**20:,.0f} MB of "
+                "arrays, too much to copy for the probe)"
+            )
             return self
         # The fresh interpreter loads the real objects, never the stand-ins (NOTE [probes on real objects]).
         blobs: dict[str, bytes] = {}
@@ -445,8 +487,10 @@ class PicklingProbe:
             buffer = io.BytesIO()
             error = pickle_real(obj, buffer)
             if error is not None:
-                self.note = (f"not checked: loading {name} in a fresh interpreter (it pickles only through "
-                             f"multiprocessing's reducers: {describe_exception(error, 120)})")
+                self.note = (
+                    f"not checked: loading {name} in a fresh interpreter (it pickles only through "
+                    f"multiprocessing's reducers: {describe_exception(error, 120)})"
+                )
                 continue
             blobs[name] = buffer.getvalue()
         for name in [n for n, blob in blobs.items() if b"__main__" in blob]:
@@ -466,7 +510,14 @@ class PicklingProbe:
         )
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", code, json.dumps(sys.path), str(in_path), str(self.out_path)],
+                [
+                    sys.executable,
+                    "-c",
+                    code,
+                    json.dumps(sys.path),
+                    str(in_path),
+                    str(self.out_path),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,

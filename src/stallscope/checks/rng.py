@@ -82,7 +82,11 @@ def _feed(h: Any, obj: Any, depth: int = 0) -> None:
     tobytes = getattr(obj, "tobytes", None)  # PIL images and similar
     if callable(tobytes):
         try:
-            h.update(repr((type(obj).__name__, getattr(obj, "size", None), getattr(obj, "mode", None))).encode())
+            h.update(
+                repr(
+                    (type(obj).__name__, getattr(obj, "size", None), getattr(obj, "mode", None))
+                ).encode()
+            )
             h.update(tobytes())
             return
         except Exception:
@@ -148,7 +152,9 @@ def global_fingerprints() -> dict[str, str]:
     h = hashlib.blake2b(digest_size=8)
     _feed(h, np.random.get_state(legacy=False))
     out["numpy"] = h.hexdigest()
-    out["torch"] = hashlib.blake2b(torch.get_rng_state().numpy().tobytes(), digest_size=8).hexdigest()
+    out["torch"] = hashlib.blake2b(
+        torch.get_rng_state().numpy().tobytes(), digest_size=8
+    ).hexdigest()
     return out
 
 
@@ -195,7 +201,11 @@ def find_rng_attributes(dataset: Any, root: str = "dataset") -> list[RngAttribut
         obj, path, steps, depth = queue.pop(0)
         visited += 1
         for step, label, child in _attribute_items(obj):
-            if id(child) in seen or isinstance(child, (str, bytes, int, float, bool)) or child is None:
+            if (
+                id(child) in seen
+                or isinstance(child, (str, bytes, int, float, bool))
+                or child is None
+            ):
                 continue
             seen.add(id(child))
             kind = rng_kind(child)
@@ -234,7 +244,9 @@ class RngProbeCollate:
             "pid": os.getpid(),
             "digests": [sample_digest(item) for item in items],
             "globals": global_fingerprints(),
-            "attributes": {path: rng_fingerprint(resolve(dataset, steps)) for path, steps in self.attributes},
+            "attributes": {
+                path: rng_fingerprint(resolve(dataset, steps)) for path, steps in self.attributes
+            },
         }
 
 
@@ -273,7 +285,9 @@ def _run_workers(
         if pipeline.is_iterable:
             loader = DataLoader(pipeline.dataset, batch_size=len(indices), **common)
         else:
-            loader = DataLoader(pipeline.dataset, batch_sampler=[list(indices) for _ in range(workers)], **common)
+            loader = DataLoader(
+                pipeline.dataset, batch_sampler=[list(indices) for _ in range(workers)], **common
+            )
         by_worker: dict[int, dict[str, Any]] = {}
         iterator = iter(loader)
         failure: BaseException | None = None
@@ -323,7 +337,11 @@ def probe_rng(
         "workers": workers,
         "start_method": start_method,
         "attributes": [
-            {**a.to_dict(), "parent_fingerprint": rng_fingerprint(resolve(pipeline.dataset, a.steps))} for a in attributes
+            {
+                **a.to_dict(),
+                "parent_fingerprint": rng_fingerprint(resolve(pipeline.dataset, a.steps)),
+            }
+            for a in attributes
         ],
         "epochs": [],
         "with_seed_worker": None,
@@ -389,7 +407,14 @@ def duplicated_streams(record: dict[str, Any], epochs_key: str = "epochs") -> di
     across workers.
     """
     epochs = record.get(epochs_key) or []
-    out: dict[str, Any] = {"random": None, "across_workers": False, "across_epochs": False, "attributes": [], "globals": [], "any": False}
+    out: dict[str, Any] = {
+        "random": None,
+        "across_workers": False,
+        "across_epochs": False,
+        "attributes": [],
+        "globals": [],
+        "any": False,
+    }
     if not epochs or not epochs[0]:
         return out
     first = epochs[0]
@@ -415,8 +440,14 @@ def duplicated_streams(record: dict[str, Any], epochs_key: str = "epochs") -> di
             later = {w["worker"]: w["attributes"].get(path) for w in epochs[1]}
             same_epochs = all(later.get(w["worker"]) == w["attributes"].get(path) for w in first)
         if same_workers or same_epochs:
-            out["attributes"].append({"path": path, "across_workers": same_workers, "across_epochs": same_epochs})
+            out["attributes"].append(
+                {"path": path, "across_workers": same_workers, "across_epochs": same_epochs}
+            )
     if len(first) >= 2:
-        out["globals"] = [name for name in ("random", "numpy", "torch") if _all_equal([w["globals"][name] for w in first])]
+        out["globals"] = [
+            name
+            for name in ("random", "numpy", "torch")
+            if _all_equal([w["globals"][name] for w in first])
+        ]
     out["any"] = bool(out["across_workers"] or out["across_epochs"] or out["attributes"])
     return out

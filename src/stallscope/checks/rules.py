@@ -75,7 +75,11 @@ def detect_unpicklable(probes: dict[str, Any]) -> list[Finding]:
             culprits = root.get("culprits") or []
             first = culprits[0] if culprits else None
             if first is not None:
-                more = f" ({len(culprits) - 1} more attribute{'s' if len(culprits) > 2 else ''} fail too)" if len(culprits) > 1 else ""
+                more = (
+                    f" ({len(culprits) - 1} more attribute{'s' if len(culprits) > 2 else ''} fail too)"
+                    if len(culprits) > 1
+                    else ""
+                )
                 message = f"{first['path']} is a {first['description']}, which cannot be pickled for spawn/forkserver workers{more}."
                 fix = PICKLE_FIXES.get(first["kind"], PICKLE_FIXES["object"])
             else:
@@ -144,7 +148,9 @@ def detect_duplicate_rng(probes: dict[str, Any]) -> list[Finding]:
         head = "Each worker draws the same random numbers again every epoch"
     if attributes:
         named = ", ".join(f"{a['path']} ({a['type']})" for a in attributes)
-        cause = f"{named}, created before the workers started, is copied into each with the same state"
+        cause = (
+            f"{named}, created before the workers started, is copied into each with the same state"
+        )
     elif verdict["globals"]:
         cause = f"the global {'/'.join(verdict['globals'])} RNG is seeded identically in every worker (a worker_init_fn that reseeds it with a constant?)"
     else:
@@ -175,7 +181,9 @@ def detect_duplicate_rng(probes: dict[str, Any]) -> list[Finding]:
 
 def outlier_threshold(median_s: float, mad_s: float) -> float:
     """Fetch time above which a sample is an outlier (robust: median and MAD, plus absolute floors)."""
-    return median_s + max(SLOW_K_MAD * 1.4826 * mad_s, SLOW_MIN_GAP_S, (SLOW_MIN_RATIO - 1.0) * median_s)
+    return median_s + max(
+        SLOW_K_MAD * 1.4826 * mad_s, SLOW_MIN_GAP_S, (SLOW_MIN_RATIO - 1.0) * median_s
+    )
 
 
 def slow_candidates(times: dict[Any, float]) -> list[Any]:
@@ -190,7 +198,9 @@ def slow_candidates(times: dict[Any, float]) -> list[Any]:
     return [i for _, i in slow[:SLOW_MAX_RETIMED]]
 
 
-def _confirmed_slow(timing: dict[str, Any], slowest: list[list[Any]], retimed: dict[str, float]) -> tuple[list[tuple[Any, float, float]], list[Any]]:
+def _confirmed_slow(
+    timing: dict[str, Any], slowest: list[list[Any]], retimed: dict[str, float]
+) -> tuple[list[tuple[Any, float, float]], list[Any]]:
     """``(index, first, second)`` of outliers slow on both fetches, and the transient ones."""
     threshold = outlier_threshold(timing["median_s"], timing["mad_s"])
     confirmed, transient = [], []
@@ -228,7 +238,11 @@ def detect_slow_samples(probes: dict[str, Any]) -> list[Finding]:
         median = fetches["timing"]["median_s"] if median is None else median
     if not confirmed or median is None:
         return []
-    threshold = outlier_threshold(median, timing.get("mad_s", 0.0)) if timing.get("count") else outlier_threshold(median, fetches["timing"]["mad_s"])
+    threshold = (
+        outlier_threshold(median, timing.get("mad_s", 0.0))
+        if timing.get("count")
+        else outlier_threshold(median, fetches["timing"]["mad_s"])
+    )
     worst = max(s for _, s, _ in confirmed)
     factor = worst / median if median > 0 else float("inf")
     shown = ", ".join(str(i) for i, _, _ in confirmed[:10]) + (", …" if len(confirmed) > 10 else "")
@@ -278,9 +292,24 @@ def detect_hang(probes: dict[str, Any]) -> list[Finding]:
             f"{subject(first['index'])} was still being fetched after {first['running_s']:g} s when the check's budget ran out "
             f"(before its {timeout:g} s timeout); the worker was at {where}."
         )
-        evidence = {"index": first["index"], "timeout_s": timeout, "running_s": first["running_s"], "where": first.get("where"),
-                    "stack": first.get("stack"), "confirmed": False, "unfinished": unfinished}
-        return [Finding("hang", WARNING, message, evidence, fix + " Re-run with a larger --budget or a smaller --timeout to confirm.")]
+        evidence = {
+            "index": first["index"],
+            "timeout_s": timeout,
+            "running_s": first["running_s"],
+            "where": first.get("where"),
+            "stack": first.get("stack"),
+            "confirmed": False,
+            "unfinished": unfinished,
+        }
+        return [
+            Finding(
+                "hang",
+                WARNING,
+                message,
+                evidence,
+                fix + " Re-run with a larger --budget or a smaller --timeout to confirm.",
+            )
+        ]
     first = hangs[0]
     where = first.get("where") or "an unknown place (no Python stack could be read)"
     if first["index"] == "<worker start-up>":
@@ -288,7 +317,10 @@ def detect_hang(probes: dict[str, Any]) -> list[Finding]:
     else:
         message = f"{subject(first['index'])} did not return within {timeout:g} s; the worker was stuck at {where}."
     if len(hangs) > 1:
-        message = message[:-1] + f" ({len(hangs)} samples hung: {', '.join(str(h['index']) for h in hangs)})."
+        message = (
+            message[:-1]
+            + f" ({len(hangs)} samples hung: {', '.join(str(h['index']) for h in hangs)})."
+        )
     evidence = {
         "index": first["index"],
         "timeout_s": timeout,
@@ -316,7 +348,13 @@ def detect_getitem_error(probes: dict[str, Any]) -> list[Finding]:
                 "getitem-error",
                 ERROR,
                 f"worker_init_fn raised {init['message']} in a worker, so no sample could be fetched.",
-                {"index": None, "stage": "worker_init_fn", "type": init["message"].split(":")[0], "message": init["message"], "where": init.get("where")},
+                {
+                    "index": None,
+                    "stage": "worker_init_fn",
+                    "type": init["message"].split(":")[0],
+                    "message": init["message"],
+                    "where": init.get("where"),
+                },
                 "Fix the worker_init_fn (it runs once in every worker before the first fetch).",
             )
         )
@@ -365,7 +403,11 @@ def detect_collate_error(probes: dict[str, Any]) -> list[Finding]:
     structures = [s["structure"] for s in first.get("item_structures") or []]
     mixed = " and ".join(structures[:3]) + (" …" if len(structures) > 3 else "")
     name = collate.get("collate_fn") or "the collate function"
-    what = f"; the batch mixed {mixed}" if len(structures) > 1 else (f"; items look like {mixed}" if structures else "")
+    what = (
+        f"; the batch mixed {mixed}"
+        if len(structures) > 1
+        else (f"; items look like {mixed}" if structures else "")
+    )
     message = f"{name} cannot batch the items ({first['error']}){what}."
     shaped = [s for s in structures if "Tensor[" in s or "ndarray[" in s]
     if len(structures) > 1 and len(shaped) == len(structures):
@@ -485,7 +527,9 @@ DEFAULT_RULES: list[Rule] = [
 ]
 
 
-def analyse(probes: dict[str, Any], rules: list[Rule] | None = None, codes: set[str] | None = None) -> list[Finding]:
+def analyse(
+    probes: dict[str, Any], rules: list[Rule] | None = None, codes: set[str] | None = None
+) -> list[Finding]:
     """Every rule over the measurements; only ``codes`` when given; errors first."""
     findings: list[Finding] = []
     for rule in rules or DEFAULT_RULES:

@@ -46,17 +46,22 @@ SAMPLE_SIZE = 512  # items of an iterable dataset fetched in sampled mode
 # stratified across the index range (NOTE [check coverage]).
 PILOT_SIZE = 64
 PLAN_SAFETY = 0.8  # plan for this share of the time left (retimes and stragglers need the rest)
-MEMORY_SECONDS = 4.0  # sampled mode: the memory probe's indices are sized to take about this long...
+MEMORY_SECONDS = (
+    4.0  # sampled mode: the memory probe's indices are sized to take about this long...
+)
 MEMORY_MAX_SECONDS = 10.0  # ...and it stops after its passes, or after this on a slower pace
 MEMORY_PASSES = 3  # passes over the memory probe's indices: growth that stops after the first shows
 MEMORY_MIN_POOL = 32
-MEMORY_UNPACED_POOL = 1024  # without the health probe's pace (--only memory-growth); time still bounds it
+MEMORY_UNPACED_POOL = (
+    1024  # without the health probe's pace (--only memory-growth); time still bounds it
+)
 MEMORY_MAX_POOL = 20_000
 MEMORY_ITERABLE_SAMPLES = 2000
 RNG_OTHER_INDICES = 4
 RNG_MAX_REPEATS = 6
 # Seconds a fresh worker may take before its first fetch (spawn re-imports torch).
 STARTUP_S = {"fork": 5.0, "spawn": 30.0, "forkserver": 30.0}
+
 
 class _Run:
     def __init__(
@@ -91,7 +96,9 @@ class _Run:
         self.deadline = self.started + budget
         self.needed = set().union(*(PROBES_FOR[c] for c in codes)) if codes else set()
         self.length = pipeline.length()
-        self.batch_size = pipeline.batch_size if not self.length else min(pipeline.batch_size, self.length)
+        self.batch_size = (
+            pipeline.batch_size if not self.length else min(pipeline.batch_size, self.length)
+        )
         self.notes: list[str] = []
         self.probe_status: dict[str, str] = {}
         self.not_checked: dict[str, str] = {}  # probe -> why it could not judge
@@ -135,7 +142,9 @@ class _Run:
             "batch_size": self.batch_size,
             "codes": self.codes,
         }
-        self.probes["host"] = {k: host.get(k) for k in ("cores", "memory_available_bytes", "shm_free_bytes")}
+        self.probes["host"] = {
+            k: host.get(k) for k in ("cores", "memory_available_bytes", "shm_free_bytes")
+        }
         pickling = None
         try:
             pickling = self._start_pickling()
@@ -154,10 +163,14 @@ class _Run:
                     self.publish()
             if pickling is not None:
                 self.progress("loading the pickle in a fresh interpreter")
-                self.probes["pickling"] = pickling.finish(time.monotonic() + min(max(self.remaining(), 2.0), 120.0))
+                self.probes["pickling"] = pickling.finish(
+                    time.monotonic() + min(max(self.remaining(), 2.0), 120.0)
+                )
                 note = self.probes["pickling"].get("note") or ""
                 if note.startswith("not checked: "):
-                    self.not_checked["pickling (fresh interpreter)"] = note.removeprefix("not checked: ")
+                    self.not_checked["pickling (fresh interpreter)"] = note.removeprefix(
+                        "not checked: "
+                    )
                 pickling = None
             self.publish()
         finally:
@@ -205,7 +218,10 @@ class _Run:
 
         self.progress("pickling the dataset as spawn would")
         probe = PicklingProbe(self._roots(), self.workdir).start()
-        self.probes["pickling"] = {"roots": [r.to_dict() for r in probe.results], "note": "spawned load pending"}
+        self.probes["pickling"] = {
+            "roots": [r.to_dict() for r in probe.results],
+            "note": "spawned load pending",
+        }
         self.probe_status["pickling"] = "done"
         return probe
 
@@ -222,17 +238,25 @@ class _Run:
             return
         if "fork" in multiprocessing.get_all_start_methods():
             self.worker_method = "fork"
-            self.notes.append(f"worker probes ran under fork: the pipeline cannot be pickled for {self.start_method}")
+            self.notes.append(
+                f"worker probes ran under fork: the pipeline cannot be pickled for {self.start_method}"
+            )
         else:
             self.worker_method = ""
-            self.notes.append(f"worker probes skipped: the pipeline cannot be pickled for {self.start_method} and fork is unavailable")
+            self.notes.append(
+                f"worker probes skipped: the pipeline cannot be pickled for {self.start_method} and fork is unavailable"
+            )
 
     # -- sample health --------------------------------------------------------------------------
     def _order(self) -> list[int] | None:
         """The pilot (or every index with ``full``); :meth:`_plan` adds the rest once its pace is known."""
         if self.pipeline.is_iterable or self.length is None:
             return None
-        return list(range(self.length)) if self.full else pilot_order(self.length, PILOT_SIZE, self.seed)
+        return (
+            list(range(self.length))
+            if self.full
+            else pilot_order(self.length, PILOT_SIZE, self.seed)
+        )
 
     def _plan(self, checked: set[Any], items_per_s: float, seconds_left: float) -> list[int]:
         self.health_rate = items_per_s
@@ -248,7 +272,9 @@ class _Run:
         from .health import HealthSettings, probe_health
 
         order = self._order()
-        self.health_total = len(order) if order is not None else (None if self.full else SAMPLE_SIZE)
+        self.health_total = (
+            len(order) if order is not None else (None if self.full else SAMPLE_SIZE)
+        )
         remaining = self.remaining()
         share = max(0.55 * remaining, min(remaining, 2 * self.timeout + self.startup()))
         settings = HealthSettings(
@@ -269,9 +295,15 @@ class _Run:
             workdir=self.workdir,
             retime=slow_candidates,
             plan=None if self.full else self._plan,
-            progress=lambda done: self.progress("fetching samples in worker processes", done, self.health_total),
+            progress=lambda done: self.progress(
+                "fetching samples in worker processes", done, self.health_total
+            ),
         )
-        self.probe_status["health"] = "done" if not self.probes["health"].get("stopped") else f"stopped: {self.probes['health']['stopped']}"
+        self.probe_status["health"] = (
+            "done"
+            if not self.probes["health"].get("stopped")
+            else f"stopped: {self.probes['health']['stopped']}"
+        )
 
     def _bad_indices(self) -> set[Any]:
         health = self.probes.get("health") or {}
@@ -303,7 +335,11 @@ class _Run:
                 return f"the stream hangs at item {stuck[0]['index']}"
             if health.get("errors"):
                 return f"the stream raises at item {health['errors'][0]['index']}"
-        if health and not health.get("fetched") and (health.get("errors_total") or health.get("hangs")):
+        if (
+            health
+            and not health.get("fetched")
+            and (health.get("errors_total") or health.get("hangs"))
+        ):
             return "no sample could be fetched"
         return None
 
@@ -316,7 +352,9 @@ class _Run:
         good = self._good_indices(limit=10_000)
         if not good:
             return [], 0
-        spread = [good[int(k * (len(good) - 1) / RNG_OTHER_INDICES)] for k in range(RNG_OTHER_INDICES + 1)]
+        spread = [
+            good[int(k * (len(good) - 1) / RNG_OTHER_INDICES)] for k in range(RNG_OTHER_INDICES + 1)
+        ]
         others = list(dict.fromkeys(spread[1:]))
         # Fewer repeats when samples are slow: 2 epochs × workers each fetch every item.
         allowance = min(0.25 * self.remaining(), 60.0)
@@ -348,7 +386,8 @@ class _Run:
             workers=max(2, self.workers),
             start_method=self.worker_method,
             timeout=batch_timeout,
-            deadline=time.monotonic() + min(self.remaining(), max(0.4 * self.remaining(), batch_timeout)),
+            deadline=time.monotonic()
+            + min(self.remaining(), max(0.4 * self.remaining(), batch_timeout)),
             seed=self.seed,
         )
         error = self.probes["rng"].get("error")
@@ -357,7 +396,9 @@ class _Run:
     # -- iterable duplicates (NOTE [unsharded streams] in sharding.py) ------------------------------------------------------------
     def _run_sharding(self) -> None:
         blocked = self._health_blocked() or ("" if self.worker_method else "no usable start method")
-        if not self.pipeline.is_iterable:  # the sampler splits a map-style dataset: nothing to probe
+        if (
+            not self.pipeline.is_iterable
+        ):  # the sampler splits a map-style dataset: nothing to probe
             self.probe_status["sharding"] = "not an IterableDataset"
             return
         if blocked or self.remaining() < 1.0:
@@ -366,7 +407,9 @@ class _Run:
         from .sharding import probe_sharding
 
         self.progress("comparing the workers' streams")
-        share = min(self.remaining(), max(0.3 * self.remaining(), self.startup() + 16 * self.timeout))
+        share = min(
+            self.remaining(), max(0.3 * self.remaining(), self.startup() + 16 * self.timeout)
+        )
         record = self.probes["sharding"] = probe_sharding(
             self.pipeline,
             workers=max(2, self.workers),
@@ -376,7 +419,9 @@ class _Run:
             timeout=self.timeout,
             startup=self.startup(),
         )
-        self.probe_status["sharding"] = f"failed: {record['error']}" if record.get("error") else "done"
+        self.probe_status["sharding"] = (
+            f"failed: {record['error']}" if record.get("error") else "done"
+        )
 
     # -- memory -------------------------------------------------------------------------------------------
     def _run_memory(self) -> None:
@@ -385,7 +430,11 @@ class _Run:
             self.probe_status["memory"] = f"skipped: {blocked or 'no usable start method'}"
             return
         reserve = 1.0
-        seconds = (self.remaining() - reserve) if self.full else min(MEMORY_MAX_SECONDS, self.remaining() - reserve)
+        seconds = (
+            (self.remaining() - reserve)
+            if self.full
+            else min(MEMORY_MAX_SECONDS, self.remaining() - reserve)
+        )
         if seconds < 0.5:
             self.probe_status["memory"] = "skipped: budget exhausted"
             return
@@ -398,9 +447,17 @@ class _Run:
         else:
             # Passes over the same indices show whether growth stops after the first (NOTE [check coverage]).
             rate = self.health_rate or 0.0
-            size = n if self.full else int(rate * MEMORY_SECONDS / (MEMORY_PASSES + 1)) if rate else MEMORY_UNPACED_POOL
+            size = (
+                n
+                if self.full
+                else int(rate * MEMORY_SECONDS / (MEMORY_PASSES + 1))
+                if rate
+                else MEMORY_UNPACED_POOL
+            )
             size = max(MEMORY_MIN_POOL, min(n, MEMORY_MAX_POOL, size))
-            indices = memory_pool(self.length or 0, size, self.health_checked, self._bad_indices(), self.seed)
+            indices = memory_pool(
+                self.length or 0, size, self.health_checked, self._bad_indices(), self.seed
+            )
             max_samples = MEMORY_PASSES * len(indices)
         if not self.pipeline.is_iterable and not indices:
             self.probe_status["memory"] = "skipped: no index could be fetched"
@@ -414,7 +471,9 @@ class _Run:
             batch_size=self.batch_size,
             seconds=seconds,
             max_samples=max_samples,
-            batch_timeout=max(1.0, min(self.remaining(), self.timeout * self.batch_size + self.startup())),
+            batch_timeout=max(
+                1.0, min(self.remaining(), self.timeout * self.batch_size + self.startup())
+            ),
             deadline=self.deadline - reserve,
             seed=self.seed,
             already_checked=self.health_checked,
@@ -466,7 +525,9 @@ class _Run:
                 items = [self.pipeline.dataset[i] for i in good]
             return nbytes(self.pipeline.collate(items)) if items else None
         except Exception as exc:
-            self.notes.append(f"could not build a batch to size shared memory: {describe_exception(exc)}")
+            self.notes.append(
+                f"could not build a batch to size shared memory: {describe_exception(exc)}"
+            )
             return None
 
     def _collect_threads(self) -> None:
@@ -482,7 +543,9 @@ class _Run:
             "cores": usable_cores(),
             "worker_cpu_percent": [s.get("cpu_percent") for s in memory.get("series") or []],
         }
-        self.probe_status["threads"] = "done" if health.get("threads") else "no thread report from the workers"
+        self.probe_status["threads"] = (
+            "done" if health.get("threads") else "no thread report from the workers"
+        )
 
     # -- coverage ----------------------------------------------------------------------------------------
     def coverage(self) -> dict[str, Any]:
@@ -511,7 +574,11 @@ class _Run:
             "probes": dict(self.probe_status),
             "notes": list(self.notes),
             "not_checked": [
-                {"probe": probe, "codes": [c for c in codes_of_probe(probe.split(" ")[0]) if c in self.codes], "reason": reason}
+                {
+                    "probe": probe,
+                    "codes": [c for c in codes_of_probe(probe.split(" ")[0]) if c in self.codes],
+                    "reason": reason,
+                }
                 for probe, reason in self.not_checked.items()
             ],
         }
@@ -559,13 +626,19 @@ def check(
     if budget is not None and budget <= 0:
         raise UsageError(f"--budget must be a positive number of seconds, not {budget}.")
     if num_workers is not None and num_workers < 1:
-        raise UsageError(f"--num-workers must be at least 1 for the worker probes, not {num_workers}.")
+        raise UsageError(
+            f"--num-workers must be at least 1 for the worker probes, not {num_workers}."
+        )
     if start_method is not None and start_method not in multiprocessing.get_all_start_methods():
         raise UsageError(
             f"start method {start_method!r} is not available here; choose one of {', '.join(multiprocessing.get_all_start_methods())}."
         )
     codes = select_codes(only, skip)
-    pipeline = target if isinstance(target, Pipeline) else load_target(target, batch_size=batch_size, collate=collate)
+    pipeline = (
+        target
+        if isinstance(target, Pipeline)
+        else load_target(target, batch_size=batch_size, collate=collate)
+    )
     length = pipeline.length()
     if length == 0:
         raise UsageError("the dataset is empty (len(dataset) == 0): there is nothing to check.")

@@ -6,7 +6,9 @@ import random
 from typing import Any
 
 
-def stratified(n: int, k: int, rng: random.Random, *, exclude: set[Any] | frozenset[Any] = frozenset()) -> list[int]:
+def stratified(
+    n: int, k: int, rng: random.Random, *, exclude: set[Any] | frozenset[Any] = frozenset()
+) -> list[int]:
     """About ``k`` indices of ``range(n)``, one drawn at random from each of ``k`` equal strata, none in ``exclude``."""
     chosen = []
     for j in range(max(0, min(k, n))):

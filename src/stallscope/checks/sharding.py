@@ -174,7 +174,9 @@ def duplication_verdict(record: dict[str, Any]) -> dict[str, Any]:
         samples_compared=total,
         duplicate_fraction=round(duplicated / total, 4),
         repeat_fraction_within_worker=round(repeat, 4),
-        same_order=all(o[: min(len(o), len(first))] == first[: min(len(o), len(first))] for o in others),
+        same_order=all(
+            o[: min(len(o), len(first))] == first[: min(len(o), len(first))] for o in others
+        ),
     )
     if repeat > MAX_REPEAT_FRACTION:
         out["reason"] = (
@@ -271,7 +273,11 @@ def detect_iterable_duplicates(probes: dict[str, Any]) -> list[Finding]:
     workers = verdict["workers_seen"]
     counts = ", ".join(f"worker {w}: {n}" for w, n in verdict["items_per_worker"].items())
     every = verdict["duplicate_fraction"] >= 0.999
-    head = "Every worker yields the same samples" if every else "Workers yield some of the same samples"
+    head = (
+        "Every worker yields the same samples"
+        if every
+        else "Workers yield some of the same samples"
+    )
     order = ", in the same order" if verdict["same_order"] else ""
     message = (
         f"{head}: {verdict['duplicated_samples']:,} of the {verdict['samples_compared']:,} samples hashed from {workers} workers "

@@ -36,7 +36,13 @@ def parse_stack(text: str) -> list[dict[str, Any]]:
             continue
         frame = _FRAME.match(line)
         if frame and current is not None:
-            current.append({"file": frame.group(1), "line": int(frame.group(2)), "function": frame.group(3).strip()})
+            current.append(
+                {
+                    "file": frame.group(1),
+                    "line": int(frame.group(2)),
+                    "function": frame.group(3).strip(),
+                }
+            )
     if main_ident is not None and main_ident in threads:
         return threads[main_ident]
     return next(iter(threads.values()), [])
@@ -67,4 +73,3 @@ def stuck_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
         if not is_library(frame["file"]):
             return frame
     return frames[0] if frames else None
-

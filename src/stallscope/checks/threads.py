@@ -15,11 +15,26 @@ import os
 import sys
 from typing import Any
 
-THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+THREAD_ENV = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
 
 # library file name fragment -> (pool name, getter symbols to try)
 _NATIVE_POOLS = (
-    ("openblas", "openblas", ("openblas_get_num_threads", "openblas_get_num_threads64_", "scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads")),
+    (
+        "openblas",
+        "openblas",
+        (
+            "openblas_get_num_threads",
+            "openblas_get_num_threads64_",
+            "scipy_openblas_get_num_threads64_",
+            "scipy_openblas_get_num_threads",
+        ),
+    ),
     ("libgomp", "openmp", ("omp_get_max_threads",)),
     ("libiomp", "openmp", ("omp_get_max_threads",)),
     ("libomp", "openmp", ("omp_get_max_threads",)),
@@ -74,7 +89,11 @@ def _modules_of(objects: Any, depth: int = 2) -> set[str]:
             names.add(module)
         if level >= depth:
             continue
-        children = list(obj) if isinstance(obj, (list, tuple)) else list(getattr(obj, "__dict__", {}).values())
+        children = (
+            list(obj)
+            if isinstance(obj, (list, tuple))
+            else list(getattr(obj, "__dict__", {}).values())
+        )
         todo.extend((child, level + 1) for child in children[:64])
     return names
 

@@ -28,7 +28,9 @@ from ..record import RunRecord
 from ..runtime.processes import describe_worker_death, is_worker_death, reap_children
 
 
-def command_parser(prog: str, description: str, *, target: str | None = "required") -> ArgumentParser:
+def command_parser(
+    prog: str, description: str, *, target: str | None = "required"
+) -> ArgumentParser:
     """A command's parser with the TARGET arguments (``target``: "required", "optional" or None)."""
     parser = ArgumentParser(prog=prog, description=description)
     if target is not None:
@@ -44,8 +46,12 @@ def add_target_arguments(parser: argparse.ArgumentParser, *, required: bool = Tr
         "holding one, a torchdata.nodes graph, any iterable of batches, or a dict; keyword parameters of fn named "
         "like knobs (num_workers=, prefetch_factor=, batch_size=, threads=, ...) are tuned by calling it with other values",
     )
-    parser.add_argument("--batch-size", type=int, default=None, help="override the target's batch size")
-    parser.add_argument("--collate", default=None, metavar="MODULE:FN", help="collate function to use")
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="override the target's batch size"
+    )
+    parser.add_argument(
+        "--collate", default=None, metavar="MODULE:FN", help="collate function to use"
+    )
 
 
 OUTPUT_HELP = {
@@ -71,14 +77,21 @@ def add_output_arguments(
 
 
 def add_start_method_argument(parser: argparse.ArgumentParser, help: str) -> None:
-    parser.add_argument("--start-method", choices=multiprocessing.get_all_start_methods(), default=None, help=help)
+    parser.add_argument(
+        "--start-method", choices=multiprocessing.get_all_start_methods(), default=None, help=help
+    )
 
 
 def add_target_rate_argument(parser: argparse.ArgumentParser) -> None:
     """``--target-rate N``: the samples/s the training step consumes, for the cores-needed estimate."""
-    parser.add_argument("--target-rate", type=float, default=None, metavar="N",
-                        help="samples/s your training step consumes: the report states the cores this pipeline "
-                             "needs at that rate (measured CPU per sample ÷ parallel efficiency)")
+    parser.add_argument(
+        "--target-rate",
+        type=float,
+        default=None,
+        metavar="N",
+        help="samples/s your training step consumes: the report states the cores this pipeline "
+        "needs at that rate (measured CPU per sample ÷ parallel efficiency)",
+    )
 
 
 def positive_target_rate(args: argparse.Namespace) -> float | None:
@@ -92,18 +105,31 @@ def int_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
     if not values:
         raise argparse.ArgumentTypeError("expected at least one value")
     return values
 
 
 def bool_list(text: str) -> list[bool]:
-    mapping = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+    mapping = {
+        "true": True,
+        "1": True,
+        "yes": True,
+        "on": True,
+        "false": False,
+        "0": False,
+        "no": False,
+        "off": False,
+    }
     try:
         return [mapping[v.strip().lower()] for v in text.split(",") if v.strip()]
     except KeyError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated true/false values, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated true/false values, got {text!r}"
+        ) from None
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -166,7 +192,10 @@ def execute(
             raise KeyboardInterrupt
     except KeyboardInterrupt:
         _reap()
-        err.print("interrupted: workers stopped" + ("; writing the partial report." if ctx.record else "."))
+        err.print(
+            "interrupted: workers stopped"
+            + ("; writing the partial report." if ctx.record else ".")
+        )
         if ctx.record is not None:
             ctx.record.partial = True
             _write_outputs(ctx, err)
@@ -185,7 +214,11 @@ def execute(
         # torch's SIGCHLD handler can raise this at any line (NOTE [worker death]).
         if getattr(args, "debug", False):
             err.print_exception()
-        err.print(f"[bold red]error:[/] {_escape(describe_worker_death([], exc=exc))}", markup=True, highlight=False)
+        err.print(
+            f"[bold red]error:[/] {_escape(describe_worker_death([], exc=exc))}",
+            markup=True,
+            highlight=False,
+        )
         return 2
     finally:
         _reap()
@@ -244,7 +277,9 @@ def _write_outputs(ctx: CommandContext, err: Console) -> None:
             try:
                 write_report(record, Path(path), fmt=attr)
             except OSError as exc:
-                err.print(f"[bold red]error:[/] cannot write {path}: {exc.strerror or exc}.", markup=True)
+                err.print(
+                    f"[bold red]error:[/] cannot write {path}: {exc.strerror or exc}.", markup=True
+                )
                 continue
             if not ctx.quiet:
                 err.print(f"wrote {path}")
@@ -274,7 +309,12 @@ def progress_bar(
     By default: description, bar, ``counter`` (None for none), elapsed time; ``columns`` replaces them.
     """
     if columns is None:
-        columns = (TextColumn(description), BarColumn(), *([TextColumn(counter)] if counter else []), TimeElapsedColumn())
+        columns = (
+            TextColumn(description),
+            BarColumn(),
+            *([TextColumn(counter)] if counter else []),
+            TimeElapsedColumn(),
+        )
     return Progress(*columns, console=console, transient=True, disable=disable)
 
 
@@ -347,26 +387,46 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
     if recommended is None or not recommended.config:
         return
     chosen = recommended.config
-    config = LoaderConfig.from_dict({k: v for k, v in chosen.items() if k in LoaderConfig.__dataclass_fields__})
-    advice: dict[str, Any] = {"config": chosen, "baseline": (baseline or {}).get("config") or pipeline.baseline.to_dict(), "kind": pipeline.kind.name,
-                              "kind_description": pipeline.kind.description, "python": None}
+    config = LoaderConfig.from_dict(
+        {k: v for k, v in chosen.items() if k in LoaderConfig.__dataclass_fields__}
+    )
+    advice: dict[str, Any] = {
+        "config": chosen,
+        "baseline": (baseline or {}).get("config") or pipeline.baseline.to_dict(),
+        "kind": pipeline.kind.name,
+        "kind_description": pipeline.kind.description,
+        "python": None,
+    }
     snippet = snippet_for_record(data, chosen)
     # The call to the user's constructor first; where it does not run, the knobs set on the object
     # their factory returns, as trials set them on a copy.
-    candidates = [s for s in (snippet, snippet_for_record(data, chosen, form="attributes")) if s is not None]
+    candidates = [
+        s for s in (snippet, snippet_for_record(data, chosen, form="attributes")) if s is not None
+    ]
     if not candidates:
-        advice.update(verified=False, reason=f"stallscope cannot write {pipeline.kind.description} as a call to change")
-    references: dict[bool, str | None] = {}  # each takes a batch from the user's pipeline: once per form
+        advice.update(
+            verified=False,
+            reason=f"stallscope cannot write {pipeline.kind.description} as a call to change",
+        )
+    references: dict[
+        bool, str | None
+    ] = {}  # each takes a batch from the user's pipeline: once per form
     for i, candidate in enumerate(candidates):
         code = render_python(candidate)
         factory_form = candidate.form == "factory"
         whole = factory_form or bool(candidate.loader_path) or candidate.form == "attributes"
         if whole not in references:
             references[whole] = _reference_structure(pipeline, whole)
-        run = run_snippet(code, reference=references[whole],
-                          config=None if factory_form else config, loader_path=candidate.loader_path)
+        run = run_snippet(
+            code,
+            reference=references[whole],
+            config=None if factory_form else config,
+            loader_path=candidate.loader_path,
+        )
         if run.ok or i == 0:
-            advice.update(python=code if run.ok else None, tried=None if run.ok else code, **run.to_dict())
+            advice.update(
+                python=code if run.ok else None, tried=None if run.ok else code, **run.to_dict()
+            )
         if run.ok:
             break
     record.add(loader_code=advice)

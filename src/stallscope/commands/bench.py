@@ -10,23 +10,54 @@ from . import _common as common
 
 
 def build_parser() -> common.ArgumentParser:
-    parser = common.command_parser("stallscope bench", "Measure DataLoader throughput over a grid of settings.")
-    parser.add_argument("--num-workers", type=common.int_list, default=None, metavar="N,N,...",
-                        help="worker counts (default: 0,1,2,cores,2×cores,4×cores with usable cores)")
+    parser = common.command_parser(
+        "stallscope bench", "Measure DataLoader throughput over a grid of settings."
+    )
+    parser.add_argument(
+        "--num-workers",
+        type=common.int_list,
+        default=None,
+        metavar="N,N,...",
+        help="worker counts (default: 0,1,2,cores,2×cores,4×cores with usable cores)",
+    )
     parser.add_argument("--prefetch-factor", type=common.int_list, default=None, metavar="N,...")
-    parser.add_argument("--batch-sizes", "--batch-size-grid", dest="batch_sizes", type=common.int_list, default=None,
-                        metavar="N,...", help="batch sizes to sweep (SPEC §3.3); --batch-size sets a single one")
-    parser.add_argument("--persistent-workers", type=common.bool_list, default=None, metavar="true,false")
-    parser.add_argument("--pin-memory", type=common.bool_list, default=None, metavar="true,false", help="CUDA only")
+    parser.add_argument(
+        "--batch-sizes",
+        "--batch-size-grid",
+        dest="batch_sizes",
+        type=common.int_list,
+        default=None,
+        metavar="N,...",
+        help="batch sizes to sweep (SPEC §3.3); --batch-size sets a single one",
+    )
+    parser.add_argument(
+        "--persistent-workers", type=common.bool_list, default=None, metavar="true,false"
+    )
+    parser.add_argument(
+        "--pin-memory", type=common.bool_list, default=None, metavar="true,false", help="CUDA only"
+    )
     parser.add_argument("--in-order", type=common.bool_list, default=None, metavar="true,false")
-    parser.add_argument("--worker-threads", type=common.int_list, default=None, metavar="K,...",
-                        help="threads fetching each batch's items inside every worker (0 = off; "
-                             "for latency-bound sources; the dataset must be thread-safe)")
+    parser.add_argument(
+        "--worker-threads",
+        type=common.int_list,
+        default=None,
+        metavar="K,...",
+        help="threads fetching each batch's items inside every worker (0 = off; "
+        "for latency-bound sources; the dataset must be thread-safe)",
+    )
     common.add_start_method_argument(parser, "multiprocessing context for workers")
-    parser.add_argument("--repeats", type=int, default=3, help="repeats per config, interleaved (default 3)")
-    parser.add_argument("--window", type=float, default=1.0, help="seconds of steady state per repeat (default 1)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for any one batch")
-    parser.add_argument("--plot", type=Path, default=None, metavar="PATH", help="PNG: throughput vs num_workers")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="repeats per config, interleaved (default 3)"
+    )
+    parser.add_argument(
+        "--window", type=float, default=1.0, help="seconds of steady state per repeat (default 1)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for any one batch"
+    )
+    parser.add_argument(
+        "--plot", type=Path, default=None, metavar="PATH", help="PNG: throughput vs num_workers"
+    )
     common.add_target_rate_argument(parser)
     common.add_output_arguments(parser)
     return parser
@@ -43,21 +74,37 @@ def _run(ctx: common.CommandContext) -> int:
     record = ctx.new_record("bench", pipeline.target, pipeline)
     workers = args.num_workers or default_worker_counts(usable_cores())
     n_configs = len(workers) * len(args.prefetch_factor or [0]) * len(args.batch_sizes or [0])
-    n_configs *= len(args.persistent_workers or [0]) * len(args.pin_memory or [0]) * len(args.in_order or [0])
+    n_configs *= (
+        len(args.persistent_workers or [0])
+        * len(args.pin_memory or [0])
+        * len(args.in_order or [0])
+    )
     n_configs *= len(args.worker_threads or [0])
-    with common.progress_bar(ctx.console, disable=ctx.quiet, counter="{task.completed}/{task.total} runs") as progress:
+    with common.progress_bar(
+        ctx.console, disable=ctx.quiet, counter="{task.completed}/{task.total} runs"
+    ) as progress:
         task = progress.add_task("benchmarking", total=n_configs * args.repeats)
 
         def on_result(index: int, repeat: int, m) -> None:
-            progress.update(task, advance=1, description=f"{m.config.label()}: {m.samples_per_s:,.0f}/s")
+            progress.update(
+                task, advance=1, description=f"{m.config.label()}: {m.samples_per_s:,.0f}/s"
+            )
 
         try:
             result = bench(
-                pipeline, num_workers=workers, batch_sizes=args.batch_sizes,
-                prefetch_factors=args.prefetch_factor, persistent_workers=args.persistent_workers,
-                pin_memory=args.pin_memory, in_order=args.in_order, multiprocessing_context=args.start_method,
+                pipeline,
+                num_workers=workers,
+                batch_sizes=args.batch_sizes,
+                prefetch_factors=args.prefetch_factor,
+                persistent_workers=args.persistent_workers,
+                pin_memory=args.pin_memory,
+                in_order=args.in_order,
+                multiprocessing_context=args.start_method,
                 worker_threads=args.worker_threads,
-                repeats=args.repeats, min_window_s=args.window, timeout=args.timeout, on_result=on_result,
+                repeats=args.repeats,
+                min_window_s=args.window,
+                timeout=args.timeout,
+                on_result=on_result,
             )
         except KeyboardInterrupt as interrupt:
             partial = getattr(interrupt, "partial", None)

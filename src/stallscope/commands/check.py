@@ -17,28 +17,66 @@ def _codes(text: str) -> list[str]:
     values = [v.strip() for v in text.split(",") if v.strip()]
     unknown = [v for v in values if v not in CODES]
     if unknown or not values:
-        raise argparse.ArgumentTypeError(f"unknown code {unknown[0] if unknown else text!r}; choose from {', '.join(CODES)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown code {unknown[0] if unknown else text!r}; choose from {', '.join(CODES)}"
+        )
     return values
 
 
 def build_parser() -> common.ArgumentParser:
     parser = common.command_parser(
         "stallscope check",
-        "Worker-safety, memory and sample-health checks with stable finding codes: " + ", ".join(CODES) + ".",
+        "Worker-safety, memory and sample-health checks with stable finding codes: "
+        + ", ".join(CODES)
+        + ".",
     )
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                        help=f"longest one sample may take before it counts as a hang (default {DEFAULT_TIMEOUT_S:g})")
-    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                        help=f"total time for all probes (default {DEFAULT_BUDGET_S:g}; none with --full)")
-    parser.add_argument("--full", action="store_true", help="fetch every index (default: a sample, with the coverage stated)")
-    parser.add_argument("--num-workers", type=int, default=None, metavar="N", help="workers for the probes (default min(2, cores))")
-    common.add_start_method_argument(parser, "multiprocessing start method for the probes (default: the loader's, else the platform's)")
-    parser.add_argument("--only", type=_codes, default=None, metavar="CODE,...", help="run only these checks")
-    parser.add_argument("--skip", type=_codes, default=None, metavar="CODE,...", help="skip these checks")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the sampled indices (default 0)")
-    parser.add_argument("--shm-free", type=float, default=None, metavar="MB",
-                        help="judge shared memory against this many free MB instead of this machine's /dev/shm "
-                             "(e.g. 64, Docker's default)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"longest one sample may take before it counts as a hang (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"total time for all probes (default {DEFAULT_BUDGET_S:g}; none with --full)",
+    )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="fetch every index (default: a sample, with the coverage stated)",
+    )
+    parser.add_argument(
+        "--num-workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="workers for the probes (default min(2, cores))",
+    )
+    common.add_start_method_argument(
+        parser,
+        "multiprocessing start method for the probes (default: the loader's, else the platform's)",
+    )
+    parser.add_argument(
+        "--only", type=_codes, default=None, metavar="CODE,...", help="run only these checks"
+    )
+    parser.add_argument(
+        "--skip", type=_codes, default=None, metavar="CODE,...", help="skip these checks"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed for the sampled indices (default 0)"
+    )
+    parser.add_argument(
+        "--shm-free",
+        type=float,
+        default=None,
+        metavar="MB",
+        help="judge shared memory against this many free MB instead of this machine's /dev/shm "
+        "(e.g. 64, Docker's default)",
+    )
     common.add_output_arguments(parser)
     return parser
 
@@ -67,10 +105,18 @@ def _run(ctx: common.CommandContext) -> int:
             progress.update(task, description=stage, completed=done or 0, total=total)
 
         result = check(
-            pipeline, timeout=args.timeout, budget=budget, full=args.full, num_workers=args.num_workers,
-            start_method=args.start_method, only=args.only, skip=args.skip, seed=args.seed,
+            pipeline,
+            timeout=args.timeout,
+            budget=budget,
+            full=args.full,
+            num_workers=args.num_workers,
+            start_method=args.start_method,
+            only=args.only,
+            skip=args.skip,
+            seed=args.seed,
             shm_free_bytes=None if args.shm_free is None else int(args.shm_free * 1024 * 1024),
-            progress=on_progress, on_update=on_update,
+            progress=on_progress,
+            on_update=on_update,
         )
     record.add(**result.to_dict())
     common.print_summary(ctx, record)

@@ -42,28 +42,72 @@ def build_parser() -> common.ArgumentParser:
     parser = common.ArgumentParser(
         prog="stallscope compare",
         description="Measure two pipelines interleaved in one run (A B B A rounds) until the ratio of their "
-                    "throughput is known to --precision; report it with its interval and a verdict.",
+        "throughput is known to --precision; report it with its interval and a verdict.",
     )
-    parser.add_argument("a_target", metavar="A_TARGET", help="the reference pipeline (e.g. main's make_loader)")
-    parser.add_argument("b_target", metavar="B_TARGET", help="the changed pipeline, compared against A")
-    parser.add_argument("--batch-size", type=int, default=None, help="override both targets' batch size")
-    parser.add_argument("--collate", default=None, metavar="MODULE:FN", help="collate function for both")
-    parser.add_argument("--config", type=_config_argument, default=None, metavar="YAML|K=V,...",
-                        help="loader settings for both sides (default: each target's own)")
+    parser.add_argument(
+        "a_target", metavar="A_TARGET", help="the reference pipeline (e.g. main's make_loader)"
+    )
+    parser.add_argument(
+        "b_target", metavar="B_TARGET", help="the changed pipeline, compared against A"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="override both targets' batch size"
+    )
+    parser.add_argument(
+        "--collate", default=None, metavar="MODULE:FN", help="collate function for both"
+    )
+    parser.add_argument(
+        "--config",
+        type=_config_argument,
+        default=None,
+        metavar="YAML|K=V,...",
+        help="loader settings for both sides (default: each target's own)",
+    )
     common.add_start_method_argument(parser, "multiprocessing context for both sides' workers")
-    parser.add_argument("--precision", type=float, default=3.0, metavar="PCT",
-                        help="stop once the ratio's interval is narrower than ±PCT%% (default 3)")
-    parser.add_argument("--budget", type=float, default=60.0, metavar="SECONDS",
-                        help="stop measuring after about this long even if less precise (default 60)")
-    parser.add_argument("--window", type=float, default=0.5, metavar="SECONDS",
-                        help="steady-state seconds per window; a round is four windows (default 0.5)")
-    parser.add_argument("--level", type=float, default=0.95, choices=[0.90, 0.95, 0.99],
-                        help="confidence level of the interval (default 0.95)")
-    parser.add_argument("--fail-if-slower", type=float, default=None, metavar="PCT",
-                        help="exit 1 when B is slower than A by more than PCT%% over the whole interval (CI gate)")
-    parser.add_argument("--no-stages", dest="stages", action="store_false",
-                        help="skip the side-by-side stage breakdown after the rounds")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for any one batch")
+    parser.add_argument(
+        "--precision",
+        type=float,
+        default=3.0,
+        metavar="PCT",
+        help="stop once the ratio's interval is narrower than ±PCT%% (default 3)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="stop measuring after about this long even if less precise (default 60)",
+    )
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="steady-state seconds per window; a round is four windows (default 0.5)",
+    )
+    parser.add_argument(
+        "--level",
+        type=float,
+        default=0.95,
+        choices=[0.90, 0.95, 0.99],
+        help="confidence level of the interval (default 0.95)",
+    )
+    parser.add_argument(
+        "--fail-if-slower",
+        type=float,
+        default=None,
+        metavar="PCT",
+        help="exit 1 when B is slower than A by more than PCT%% over the whole interval (CI gate)",
+    )
+    parser.add_argument(
+        "--no-stages",
+        dest="stages",
+        action="store_false",
+        help="skip the side-by-side stage breakdown after the rounds",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for any one batch"
+    )
     common.add_output_arguments(parser)
     return parser
 
@@ -110,24 +154,43 @@ def _run(ctx: common.CommandContext) -> int:
 
     def conclude(run: Any) -> dict[str, Any]:
         record.add(**run.to_dict())
-        facts = compare_facts(run.rounds, level=args.level, precision=precision, fail_if_slower_pct=args.fail_if_slower)
+        facts = compare_facts(
+            run.rounds,
+            level=args.level,
+            precision=precision,
+            fail_if_slower_pct=args.fail_if_slower,
+        )
         record.add(**facts)
         return facts
 
     total = rounds_for(args.budget, args.window) * 4
-    with common.progress_bar(ctx.console, disable=ctx.quiet, counter="{task.completed} windows") as progress:
+    with common.progress_bar(
+        ctx.console, disable=ctx.quiet, counter="{task.completed} windows"
+    ) as progress:
         task = progress.add_task("comparing", total=total)
         seen: list[Any] = []
 
         def on_window(index: int, side: str, window: dict[str, Any]) -> None:
             seen.append(window)
-            progress.update(task, advance=1, description=f"round {index + 1} {side.upper()}: "
-                                                         f"{window['samples_per_s']:,.0f} samples/s")
+            progress.update(
+                task,
+                advance=1,
+                description=f"round {index + 1} {side.upper()}: "
+                f"{window['samples_per_s']:,.0f} samples/s",
+            )
 
         try:
             run = compare(
-                a, b, config_a=config_a, config_b=config_b, precision=precision, level=args.level,
-                budget_s=args.budget, window_s=args.window, timeout=args.timeout, on_window=on_window,
+                a,
+                b,
+                config_a=config_a,
+                config_b=config_b,
+                precision=precision,
+                level=args.level,
+                budget_s=args.budget,
+                window_s=args.window,
+                timeout=args.timeout,
+                on_window=on_window,
             )
         except KeyboardInterrupt as interrupt:
             partial = getattr(interrupt, "partial", None)
@@ -153,8 +216,14 @@ def _stage_tables(a: Any, b: Any, config_a: Any, config_b: Any) -> dict[str, Any
     for side, pipeline, config in (("a", a, config_a), ("b", b, config_b)):
         try:
             result = stages(
-                pipeline, num_workers=max(1, min(config.num_workers, 2)), samples=128, max_seconds=3.0,
-                start_method=config.multiprocessing_context, device="auto", differential=False, hotspots=0,
+                pipeline,
+                num_workers=max(1, min(config.num_workers, 2)),
+                samples=128,
+                max_seconds=3.0,
+                start_method=config.multiprocessing_context,
+                device="auto",
+                differential=False,
+                hotspots=0,
                 callees=False,
             )
         except StallscopeError as exc:

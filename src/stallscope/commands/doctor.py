@@ -27,22 +27,58 @@ STEPS = ("check", "bench", "stages", "tune", "changes", "profile")
 
 def build_parser() -> common.ArgumentParser:
     parser = common.command_parser(
-        "stallscope doctor", "Check, benchmark, break down and tune a pipeline; one report with what to set and why.",
+        "stallscope doctor",
+        "Check, benchmark, break down and tune a pipeline; one report with what to set and why.",
         target="optional",
     )
-    parser.add_argument("--out", type=Path, default=Path("stallscope-report"), metavar="DIR",
-                        help="folder for report.json, report.md, report.html and plots (default ./stallscope-report)")
-    parser.add_argument("--budget", type=float, default=45.0, metavar="SECONDS", help="time budget of the tuner (default 45)")
-    parser.add_argument("--changes-budget", type=float, default=None, metavar="SECONDS",
-                        help="time budget of the code-change step: changes applied in the probes and raced against the "
-                             "tuner's pick (default 30)")
-    parser.add_argument("--no-changes", action="store_true", help="skip the code-change step (same as --skip changes)")
-    parser.add_argument("--skip", default="", metavar="STEP,...", help=f"steps to skip: {', '.join(STEPS)}")
-    parser.add_argument("--timeout", type=float, default=10.0, help="per-sample timeout of the checks (default 10 s)")
-    parser.add_argument("--repeats", type=int, default=2, help="repeats per config in the sweep (default 2)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("stallscope-report"),
+        metavar="DIR",
+        help="folder for report.json, report.md, report.html and plots (default ./stallscope-report)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=45.0,
+        metavar="SECONDS",
+        help="time budget of the tuner (default 45)",
+    )
+    parser.add_argument(
+        "--changes-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="time budget of the code-change step: changes applied in the probes and raced against the "
+        "tuner's pick (default 30)",
+    )
+    parser.add_argument(
+        "--no-changes",
+        action="store_true",
+        help="skip the code-change step (same as --skip changes)",
+    )
+    parser.add_argument(
+        "--skip", default="", metavar="STEP,...", help=f"steps to skip: {', '.join(STEPS)}"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="per-sample timeout of the checks (default 10 s)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="repeats per config in the sweep (default 2)"
+    )
     common.add_target_rate_argument(parser)
-    common.add_output_arguments(parser, help={"json": "also write the record here", "md": "also write Markdown here",
-                                       "html": "also write HTML here"})
+    common.add_output_arguments(
+        parser,
+        help={
+            "json": "also write the record here",
+            "md": "also write Markdown here",
+            "html": "also write HTML here",
+        },
+    )
     return parser
 
 
@@ -51,7 +87,9 @@ def _run(ctx: common.CommandContext) -> int:
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     unknown = skip - set(STEPS)
     if unknown:
-        raise UsageError(f"--skip takes {', '.join(STEPS)}; {', '.join(sorted(unknown))} is not a step.")
+        raise UsageError(
+            f"--skip takes {', '.join(STEPS)}; {', '.join(sorted(unknown))} is not a step."
+        )
     if args.no_changes:
         skip.add("changes")
     if args.changes_budget is not None and args.changes_budget <= 0:
@@ -83,8 +121,13 @@ def _run(ctx: common.CommandContext) -> int:
         record.add(not_run=not_run)
 
     failures: list[dict[str, str]] = []
-    columns = (SpinnerColumn(), TextColumn("[bold]{task.fields[step]:<7}[/]"), BarColumn(bar_width=30),
-               TextColumn("{task.description}"), TimeElapsedColumn())
+    columns = (
+        SpinnerColumn(),
+        TextColumn("[bold]{task.fields[step]:<7}[/]"),
+        BarColumn(bar_width=30),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+    )
     with common.progress_bar(ctx.console, disable=ctx.quiet, columns=columns) as progress:
         for step in STEPS:
             if step in skip:
@@ -92,7 +135,11 @@ def _run(ctx: common.CommandContext) -> int:
             task = progress.add_task("starting", total=1.0, step=step)
 
             def report(text: str, fraction: float | None = None, *, _task: int = task) -> None:
-                progress.update(_task, description=text, **({"completed": fraction} if fraction is not None else {}))
+                progress.update(
+                    _task,
+                    description=text,
+                    **({"completed": fraction} if fraction is not None else {}),
+                )
 
             started = time.perf_counter()
             try:
@@ -110,7 +157,9 @@ def _run(ctx: common.CommandContext) -> int:
                 progress.update(task, completed=1.0, description=f"[red]failed[/]: {exc}")
                 continue
             _merge(record, sections)
-            progress.update(task, completed=1.0, description=f"done in {time.perf_counter() - started:.0f} s")
+            progress.update(
+                task, completed=1.0, description=f"done in {time.perf_counter() - started:.0f} s"
+            )
     if failures:
         record.add(step_failures=failures)
     common.add_verified_advice(record, pipeline)
@@ -138,7 +187,8 @@ def _print_failure(failures: list[dict[str, str]]) -> None:
     message = first["message"].rstrip(".")
     Console(stderr=True, highlight=False).print(
         f"[bold red]error:[/] {escape(first['step'])} could not measure the pipeline{escape(also)}: {escape(message)}.",
-        markup=True, highlight=False,
+        markup=True,
+        highlight=False,
     )
 
 
@@ -162,7 +212,10 @@ def _merge(record: RunRecord, sections: dict[str, Any]) -> None:
     if new_recs:
         existing = record.sections.get("recommendations", [])
         ids = {r.get("id") for r in existing}
-        record.add(recommendations=existing + [r for r in new_recs if r.get("id") not in ids or r.get("id") is None])
+        record.add(
+            recommendations=existing
+            + [r for r in new_recs if r.get("id") not in ids or r.get("id") is None]
+        )
 
 
 # -- steps: each returns record sections ------------------------------------------------
@@ -194,7 +247,9 @@ def _step_bench(pipeline: Pipeline, args: Any, report: Report, record: RunRecord
     return result.to_dict()
 
 
-def _step_stages(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
+def _step_stages(
+    pipeline: Pipeline, args: Any, report: Report, record: RunRecord
+) -> dict[str, Any]:
     from ..breakdown.probe import stages
 
     def progress(text: str, fraction: float | None = None) -> None:
@@ -222,7 +277,10 @@ def _step_tune(pipeline: Pipeline, args: Any, report: Report, record: RunRecord)
     started = time.perf_counter()
 
     def on_trial(trial: Any) -> None:
-        label = getattr(trial, "label", None) or getattr(getattr(trial, "config", None), "label", lambda: "")()
+        label = (
+            getattr(trial, "label", None)
+            or getattr(getattr(trial, "config", None), "label", lambda: "")()
+        )
         rate = getattr(trial, "samples_per_s", None)
         text = f"{label}: {rate:,.0f} samples/s" if rate else str(label)
         report(text, min(1.0, (time.perf_counter() - started) / args.budget))
@@ -230,7 +288,9 @@ def _step_tune(pipeline: Pipeline, args: Any, report: Report, record: RunRecord)
     return tune(pipeline, budget_s=args.budget, on_trial=on_trial, seeds=seeds).to_dict()
 
 
-def _step_changes(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
+def _step_changes(
+    pipeline: Pipeline, args: Any, report: Report, record: RunRecord
+) -> dict[str, Any]:
     from ..changes import DEFAULT_BUDGET_S, code_changes
 
     # The best knob config is the tuner's pick; without a tune, the sweep's best, else the user's own.
@@ -241,7 +301,9 @@ def _step_changes(pipeline: Pipeline, args: Any, report: Report, record: RunReco
     return result.to_dict()
 
 
-def _step_profile(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
+def _step_profile(
+    pipeline: Pipeline, args: Any, report: Report, record: RunRecord
+) -> dict[str, Any]:
     from ..training.runner import run_profile
 
     def on_step(done: int, total: int) -> None:

@@ -31,21 +31,49 @@ DESCRIPTION = (
 
 def build_parser() -> common.ArgumentParser:
     parser = common.command_parser("stallscope profile", DESCRIPTION)
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"measured steps (default {DEFAULT_STEPS})")
-    parser.add_argument("--warmup", type=int, default=None,
-                        help="steps run first and kept out of the figures (default: num_workers × prefetch_factor "
-                             f"+ num_workers, at least {MIN_WARMUP})")
-    parser.add_argument("--num-workers", type=int, default=None, help="override the target's num_workers")
-    parser.add_argument("--device", default=None, metavar="cpu|cuda",
-                        help="where the model runs (default: cuda when available, else cpu)")
-    parser.add_argument("--sync", action=argparse.BooleanOptionalAction, default=None,
-                        help="synchronise the device at every step boundary for honest timing (default: on for CUDA)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for any one batch (default 60)")
-    parser.add_argument("--window", type=float, default=DEFAULT_WINDOW_S, metavar="SECONDS", dest="window_s",
-                        help="length of the time windows for stall and memory over time, and the memory drift "
-                             f"(default {DEFAULT_WINDOW_S:g})")
-    parser.add_argument("--windows-jsonl", default=None, metavar="PATH",
-                        help="append each closed time window to this JSON-lines file as the run goes")
+    parser.add_argument(
+        "--steps", type=int, default=DEFAULT_STEPS, help=f"measured steps (default {DEFAULT_STEPS})"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="steps run first and kept out of the figures (default: num_workers × prefetch_factor "
+        f"+ num_workers, at least {MIN_WARMUP})",
+    )
+    parser.add_argument(
+        "--num-workers", type=int, default=None, help="override the target's num_workers"
+    )
+    parser.add_argument(
+        "--device",
+        default=None,
+        metavar="cpu|cuda",
+        help="where the model runs (default: cuda when available, else cpu)",
+    )
+    parser.add_argument(
+        "--sync",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="synchronise the device at every step boundary for honest timing (default: on for CUDA)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for any one batch (default 60)"
+    )
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=DEFAULT_WINDOW_S,
+        metavar="SECONDS",
+        dest="window_s",
+        help="length of the time windows for stall and memory over time, and the memory drift "
+        f"(default {DEFAULT_WINDOW_S:g})",
+    )
+    parser.add_argument(
+        "--windows-jsonl",
+        default=None,
+        metavar="PATH",
+        help="append each closed time window to this JSON-lines file as the run goes",
+    )
     common.add_target_rate_argument(parser)
     common.add_output_arguments(parser)
     return parser
@@ -73,12 +101,21 @@ def _run(ctx: common.CommandContext) -> int:
         config = pipeline.baseline
         if args.num_workers is not None:
             config = config.replace(num_workers=args.num_workers)
-        with common.progress_bar(ctx.console, disable=quiet, counter="{task.completed}/{task.total} steps") as progress:
+        with common.progress_bar(
+            ctx.console, disable=quiet, counter="{task.completed}/{task.total} steps"
+        ) as progress:
             warmup = default_warmup(config) if args.warmup is None else args.warmup
-            task = progress.add_task(f"profiling train_step ({config.label()}, {device})", total=warmup + args.steps)
+            task = progress.add_task(
+                f"profiling train_step ({config.label()}, {device})", total=warmup + args.steps
+            )
             profile = run_profile(
-                pipeline, steps=args.steps, warmup=warmup, config=config, device=device,
-                sync=resolve_profile_sync(args.sync, device), timeout=args.timeout,
+                pipeline,
+                steps=args.steps,
+                warmup=warmup,
+                config=config,
+                device=device,
+                sync=resolve_profile_sync(args.sync, device),
+                timeout=args.timeout,
                 on_step=lambda done, total: progress.update(task, completed=done),
                 watch_options={"window_s": args.window_s, "windows_jsonl": args.windows_jsonl},
             )
@@ -91,7 +128,9 @@ def _run(ctx: common.CommandContext) -> int:
             status = ctx.console.status("measuring the loader alone and its CPU cost per sample")
             with contextlib.nullcontext() if quiet else status:
                 try:
-                    record.add(loader_rate=measure_loader_rate(pipeline, config, timeout=args.timeout))
+                    record.add(
+                        loader_rate=measure_loader_rate(pipeline, config, timeout=args.timeout)
+                    )
                 except PipelineError:
                     pass  # the loop ran this loader; a failure on its own leaves the report without a ceiling
                 common.add_ceiling(record, pipeline, target_rate)
@@ -100,7 +139,9 @@ def _run(ctx: common.CommandContext) -> int:
             return 0
         common.print_summary(ctx, record)
         if not ctx.quiet and device == "cpu" and args.sync:
-            ctx.console.print("note: --sync has no effect on CPU (there is no asynchronous device work).")
+            ctx.console.print(
+                "note: --sync has no effect on CPU (there is no asynchronous device work)."
+            )
         return 0
     finally:
         shutdown(started_group)

@@ -20,15 +20,31 @@ def build_parser() -> common.ArgumentParser:
         "Render a run record saved with --json as Markdown, self-contained HTML, PNG plots or console text.",
         target=None,
     )
-    parser.add_argument("record", type=Path, metavar="RUN.json",
-                        help="a record written by any command's --json, or the time windows of a long run "
-                             "(a .jsonl file written by profile --windows-jsonl or ss.watch(windows_jsonl=...))")
-    parser.add_argument("--against", type=Path, default=None, metavar="OLD.json",
-                        help="set the record side by side with an earlier one of the same command, "
-                             "each figure with its own noise")
-    parser.add_argument("--plots", type=Path, default=None, metavar="DIR",
-                        help="write the PNG plots into DIR (the Markdown links them from there)")
-    common.add_output_arguments(parser, formats=("md", "html"), quiet_help="print nothing but errors")
+    parser.add_argument(
+        "record",
+        type=Path,
+        metavar="RUN.json",
+        help="a record written by any command's --json, or the time windows of a long run "
+        "(a .jsonl file written by profile --windows-jsonl or ss.watch(windows_jsonl=...))",
+    )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        metavar="OLD.json",
+        help="set the record side by side with an earlier one of the same command, "
+        "each figure with its own noise",
+    )
+    parser.add_argument(
+        "--plots",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write the PNG plots into DIR (the Markdown links them from there)",
+    )
+    common.add_output_arguments(
+        parser, formats=("md", "html"), quiet_help="print nothing but errors"
+    )
     return parser
 
 
@@ -39,7 +55,11 @@ def _run(ctx: common.CommandContext) -> int:
     from ..render.plots import PlotsRenderer
 
     args = ctx.args
-    record = _windows_record(args.record) if args.record.suffix == ".jsonl" else RunRecord.load(args.record)
+    record = (
+        _windows_record(args.record)
+        if args.record.suffix == ".jsonl"
+        else RunRecord.load(args.record)
+    )
     if args.against is not None:
         return _against(ctx, record, RunRecord.load(args.against))
     # Not ctx.record: execute() would stamp this command's duration onto the loaded record.
@@ -55,7 +75,9 @@ def _run(ctx: common.CommandContext) -> int:
             args.html.parent.mkdir(parents=True, exist_ok=True)
             written += HTMLRenderer().write(record, args.html)
     except OSError as exc:
-        raise UsageError(f"cannot write {exc.filename or 'the report'}: {exc.strerror or exc}.") from None
+        raise UsageError(
+            f"cannot write {exc.filename or 'the report'}: {exc.strerror or exc}."
+        ) from None
     if ctx.quiet:
         return 0
     if written:
@@ -74,7 +96,9 @@ def _windows_record(path: Path) -> RunRecord:
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}.") from None
     except ValueError as exc:
-        raise UsageError(f"{exc}; pass a file of time windows written by --windows-jsonl.") from None
+        raise UsageError(
+            f"{exc}; pass a file of time windows written by --windows-jsonl."
+        ) from None
 
 
 def _against(ctx: common.CommandContext, record: RunRecord, old: RunRecord) -> int:
@@ -87,8 +111,10 @@ def _against(ctx: common.CommandContext, record: RunRecord, old: RunRecord) -> i
 
     args = ctx.args
     if record.command != old.command:
-        raise UsageError(f"{args.record} is a {record.command} record and {args.against} a {old.command} record; "
-                         "--against needs two records of the same command.")
+        raise UsageError(
+            f"{args.record} is a {record.command} record and {args.against} a {old.command} record; "
+            "--against needs two records of the same command."
+        )
     doc = against_document(record, old)
     try:
         for path, writer in ((args.md, MarkdownRenderer()), (args.html, HTMLRenderer(plots=False))):
@@ -98,7 +124,9 @@ def _against(ctx: common.CommandContext, record: RunRecord, old: RunRecord) -> i
                 if not ctx.quiet:
                     ctx.console.print(f"wrote {path}", highlight=False)
     except OSError as exc:
-        raise UsageError(f"cannot write {exc.filename or 'the report'}: {exc.strerror or exc}.") from None
+        raise UsageError(
+            f"cannot write {exc.filename or 'the report'}: {exc.strerror or exc}."
+        ) from None
     if not ctx.quiet and args.md is None and args.html is None:
         ctx.console.print(Markdown(MarkdownRenderer().render_document(doc, {})))
     return 0

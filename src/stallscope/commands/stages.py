@@ -102,10 +102,18 @@ def _run(ctx: common.CommandContext) -> int:
     workers = default_stage_workers() if args.num_workers is None else args.num_workers
     with _progress(ctx) as progress:
         result = stages(
-            pipeline, num_workers=workers, samples=args.samples, max_seconds=args.max_seconds,
-            start_method=args.start_method, device=args.device, augmentations=args.augmentations,
-            baseline_transforms=args.baseline_transforms, differential=not args.no_differential,
-            hotspots=max(0, args.hotspots), drop_cache=args.drop_cache, timeout=args.timeout,
+            pipeline,
+            num_workers=workers,
+            samples=args.samples,
+            max_seconds=args.max_seconds,
+            start_method=args.start_method,
+            device=args.device,
+            augmentations=args.augmentations,
+            baseline_transforms=args.baseline_transforms,
+            differential=not args.no_differential,
+            hotspots=max(0, args.hotspots),
+            drop_cache=args.drop_cache,
+            timeout=args.timeout,
             progress=progress,
             callees=not args.no_callees,
         )
@@ -125,7 +133,9 @@ class _progress:
     def __enter__(self) -> Any:
         if self.ctx.quiet:
             return None
-        self.bar = common.progress_bar(self.ctx.console, disable=False, counter=None, description="{task.description:<32}")
+        self.bar = common.progress_bar(
+            self.ctx.console, disable=False, counter=None, description="{task.description:<32}"
+        )
         self.bar.start()
         return self.update
 

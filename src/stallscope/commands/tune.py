@@ -14,24 +14,55 @@ from . import _common as common
 
 def build_parser() -> common.ArgumentParser:
     parser = common.command_parser(
-        "stallscope tune", "Find the fastest DataLoader config within a time budget (a guided search, not a grid)."
+        "stallscope tune",
+        "Find the fastest DataLoader config within a time budget (a guided search, not a grid).",
     )
-    parser.add_argument("--budget", type=float, default=60.0, metavar="SECONDS",
-                        help="wall-clock budget for tuning, profile included (default 60)")
-    parser.add_argument("--tune-batch-size", action="store_true",
-                        help="also try other batch sizes (changes training dynamics: off by default)")
-    parser.add_argument("--max-workers", type=int, default=None, metavar="N",
-                        help="largest num_workers to try (default max(64, 8×cores), at most one per batch of an epoch)")
-    parser.add_argument("--memory-budget", type=float, default=None, metavar="MB",
-                        help="memory for workers + in-flight batches (default half the available RAM)")
-    parser.add_argument("--repeats", type=int, default=None, metavar="N",
-                        help="interleaved rounds for the finalists (default: adaptive, until the pick is clear)")
-    parser.add_argument("--emit", choices=["yaml", "python", "diff"], default=None,
-                        help="print the pick on stdout: your loader call with the tuned settings (python), only the "
-                             "keyword arguments to change (diff), or LoaderConfig YAML for ss.make_loader (yaml)")
-    parser.add_argument("--start-methods", action="store_true",
-                        help="also time worker start-up under forkserver (a one-time cost with persistent workers; "
-                             "its workers import the pipeline afresh, which can take seconds)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="wall-clock budget for tuning, profile included (default 60)",
+    )
+    parser.add_argument(
+        "--tune-batch-size",
+        action="store_true",
+        help="also try other batch sizes (changes training dynamics: off by default)",
+    )
+    parser.add_argument(
+        "--max-workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="largest num_workers to try (default max(64, 8×cores), at most one per batch of an epoch)",
+    )
+    parser.add_argument(
+        "--memory-budget",
+        type=float,
+        default=None,
+        metavar="MB",
+        help="memory for workers + in-flight batches (default half the available RAM)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        metavar="N",
+        help="interleaved rounds for the finalists (default: adaptive, until the pick is clear)",
+    )
+    parser.add_argument(
+        "--emit",
+        choices=["yaml", "python", "diff"],
+        default=None,
+        help="print the pick on stdout: your loader call with the tuned settings (python), only the "
+        "keyword arguments to change (diff), or LoaderConfig YAML for ss.make_loader (yaml)",
+    )
+    parser.add_argument(
+        "--start-methods",
+        action="store_true",
+        help="also time worker start-up under forkserver (a one-time cost with persistent workers; "
+        "its workers import the pipeline afresh, which can take seconds)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed for samplers and the bootstrap")
     common.add_target_rate_argument(parser)
     common.add_output_arguments(parser)
@@ -54,14 +85,20 @@ def _run(ctx: common.CommandContext) -> int:
     # With --emit, stdout carries only the emitted config (pipe-able); the summary goes to stderr.
     console = Console(stderr=True, highlight=False) if args.emit else ctx.console
     started = time.perf_counter()
-    with common.progress_bar(console, disable=ctx.quiet, counter="{task.completed:.0f}/{task.total:.0f} s budget") as progress:
+    with common.progress_bar(
+        console, disable=ctx.quiet, counter="{task.completed:.0f}/{task.total:.0f} s budget"
+    ) as progress:
         task = progress.add_task("profiling", total=args.budget)
 
         def on_plan(plan: dict) -> None:
             # Said up front: on a slow pipeline the budget may fit only a few measurements.
-            record.add(search={"plan": plan})  # a Ctrl-C report keeps it; the full search section replaces it
+            record.add(
+                search={"plan": plan}
+            )  # a Ctrl-C report keeps it; the full search section replaces it
             if not ctx.quiet:
-                progress.console.print("P" + plan["summary"][1:] + ".", style="dim", highlight=False)
+                progress.console.print(
+                    "P" + plan["summary"][1:] + ".", style="dim", highlight=False
+                )
 
         measured: list[dict] = []
 
@@ -98,10 +135,16 @@ def _run(ctx: common.CommandContext) -> int:
         advice = data.get("loader_code") or {}
         snippet = snippet_for_record(data, emitted.to_dict())
         if args.emit == "yaml":
-            text = render_yaml(snippet, emitted, comment=comment) if snippet else to_yaml(emitted, comment=comment)
+            text = (
+                render_yaml(snippet, emitted, comment=comment)
+                if snippet
+                else to_yaml(emitted, comment=comment)
+            )
         elif not advice.get("verified") or snippet is None:
             # NOTE [verified snippets]: no code that was not run; the change in words instead.
-            text = "".join(f"# {line}\n" for line in (comment + "\n" + advice_in_words(advice)).splitlines())
+            text = "".join(
+                f"# {line}\n" for line in (comment + "\n" + advice_in_words(advice)).splitlines()
+            )
         elif args.emit == "diff":
             text = render_diff(snippet, comment=comment)
         else:
@@ -126,11 +169,15 @@ def emitted_config(target: str, section: dict) -> tuple[LoaderConfig, str]:
         lines.append(f"Keep yours: {keep_yours_sentence(best, baseline)}.")
         for rec in section.get("recommendations") or []:
             if rec["id"] == "persistent-workers":
-                lines.append(f"Optional: persistent_workers=True ({rec['measured']}; {rec['expected_gain']}).")
+                lines.append(
+                    f"Optional: persistent_workers=True ({rec['measured']}; {rec['expected_gain']})."
+                )
         return config, "\n".join(lines)
     config = LoaderConfig.from_dict(best["config"])
     speedup = best.get("speedup")
     lines.append(
-        f"{best['samples_per_s']:,.1f} samples/s" + (f", {speedup:.2f}x the baseline" if speedup else "") + f"; {how_sure(best)}"
+        f"{best['samples_per_s']:,.1f} samples/s"
+        + (f", {speedup:.2f}x the baseline" if speedup else "")
+        + f"; {how_sure(best)}"
     )
     return config, "\n".join(lines)

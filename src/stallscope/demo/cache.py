@@ -160,4 +160,3 @@ def _generate_into(folder: Path, images_per_class: int) -> None:
             image = render_scene(name, rng)
             quality = int(rng.integers(82, 95))
             image.save(folder / name / f"{name}_{number:03d}.jpg", format="JPEG", quality=quality)
-

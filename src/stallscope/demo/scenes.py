@@ -99,7 +99,9 @@ def _horizon_profile(kind: str, width: int, height: int, rng: np.random.Generato
     return np.clip(profile, 0.15 * height, 0.85 * height)
 
 
-def _sky(palette: dict[str, Any], width: int, height: int, horizon: np.ndarray, rng: Rng) -> np.ndarray:
+def _sky(
+    palette: dict[str, Any], width: int, height: int, horizon: np.ndarray, rng: Rng
+) -> np.ndarray:
     top = _jitter(palette["sky_top"], rng)
     low = _jitter(palette["sky_low"], rng)
     rows = np.arange(height, dtype=np.float32)[:, None]
@@ -111,7 +113,9 @@ def _sky(palette: dict[str, Any], width: int, height: int, horizon: np.ndarray, 
     return sky
 
 
-def _ground(palette: dict[str, Any], width: int, height: int, horizon: np.ndarray, rng: Rng) -> np.ndarray:
+def _ground(
+    palette: dict[str, Any], width: int, height: int, horizon: np.ndarray, rng: Rng
+) -> np.ndarray:
     near = _jitter(palette["ground_near"], rng)
     far = _jitter(palette["ground_far"], rng)
     rows = np.arange(height, dtype=np.float32)[:, None]
@@ -124,7 +128,9 @@ def _ground(palette: dict[str, Any], width: int, height: int, horizon: np.ndarra
     return ground
 
 
-def _details_beach(draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng) -> None:
+def _details_beach(
+    draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng
+) -> None:
     line = float(horizon.mean())
     shore = line + rng.uniform(0.15, 0.35) * (height - line)
     sea = tuple(int(v) for v in _jitter((40, 95, 150), rng))
@@ -141,7 +147,9 @@ def _details_beach(draw: ImageDraw.ImageDraw, width: int, height: int, horizon: 
     _sun(draw, width, line, rng)
 
 
-def _details_city(draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng) -> None:
+def _details_city(
+    draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng
+) -> None:
     line = float(horizon.mean())
     x = -rng.uniform(0, 30)
     while x < width:
@@ -158,7 +166,9 @@ def _details_city(draw: ImageDraw.ImageDraw, width: int, height: int, horizon: n
         x += w + rng.uniform(0, 12)
 
 
-def _details_desert(draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng) -> None:
+def _details_desert(
+    draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng
+) -> None:
     line = float(horizon.mean())
     for _ in range(int(rng.integers(2, 5))):  # dune ridges with shadowed faces
         base = rng.uniform(line + 10, height)
@@ -174,7 +184,9 @@ def _details_desert(draw: ImageDraw.ImageDraw, width: int, height: int, horizon:
     _sun(draw, width, line, rng)
 
 
-def _details_forest(draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng) -> None:
+def _details_forest(
+    draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng
+) -> None:
     for _ in range(int(rng.integers(18, 40))):
         x = rng.uniform(0, width)
         col = int(np.clip(x, 0, width - 1))
@@ -190,7 +202,9 @@ def _details_forest(draw: ImageDraw.ImageDraw, width: int, height: int, horizon:
         )
 
 
-def _details_mountains(draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng) -> None:
+def _details_mountains(
+    draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng
+) -> None:
     for _ in range(int(rng.integers(2, 5))):
         peak_x = rng.uniform(0, width)
         col = int(np.clip(peak_x, 0, width - 1))
@@ -232,11 +246,46 @@ _SCENE_DETAILS: dict[str, Callable[..., None]] = {
 
 # Per scene: sky colours (top, near the horizon), ground colours (near, far), texture and cloud strength.
 _PALETTES: dict[str, dict[str, Any]] = {
-    "beach": dict(sky_top=(60, 120, 200), sky_low=(175, 210, 235), ground_near=(220, 200, 160), ground_far=(205, 190, 150), texture=0.12, clouds=0.7),
-    "city": dict(sky_top=(110, 130, 160), sky_low=(200, 195, 190), ground_near=(80, 80, 85), ground_far=(110, 110, 115), texture=0.2, clouds=0.5),
-    "desert": dict(sky_top=(70, 130, 210), sky_low=(225, 215, 190), ground_near=(215, 165, 100), ground_far=(225, 185, 130), texture=0.15, clouds=0.2),
-    "forest": dict(sky_top=(90, 140, 200), sky_low=(190, 210, 220), ground_near=(45, 95, 40), ground_far=(70, 115, 60), texture=0.35, clouds=0.8),
-    "mountains": dict(sky_top=(50, 100, 180), sky_low=(180, 200, 225), ground_near=(85, 110, 70), ground_far=(120, 130, 110), texture=0.3, clouds=0.6),
+    "beach": dict(
+        sky_top=(60, 120, 200),
+        sky_low=(175, 210, 235),
+        ground_near=(220, 200, 160),
+        ground_far=(205, 190, 150),
+        texture=0.12,
+        clouds=0.7,
+    ),
+    "city": dict(
+        sky_top=(110, 130, 160),
+        sky_low=(200, 195, 190),
+        ground_near=(80, 80, 85),
+        ground_far=(110, 110, 115),
+        texture=0.2,
+        clouds=0.5,
+    ),
+    "desert": dict(
+        sky_top=(70, 130, 210),
+        sky_low=(225, 215, 190),
+        ground_near=(215, 165, 100),
+        ground_far=(225, 185, 130),
+        texture=0.15,
+        clouds=0.2,
+    ),
+    "forest": dict(
+        sky_top=(90, 140, 200),
+        sky_low=(190, 210, 220),
+        ground_near=(45, 95, 40),
+        ground_far=(70, 115, 60),
+        texture=0.35,
+        clouds=0.8,
+    ),
+    "mountains": dict(
+        sky_top=(50, 100, 180),
+        sky_low=(180, 200, 225),
+        ground_near=(85, 110, 70),
+        ground_far=(120, 130, 110),
+        texture=0.3,
+        clouds=0.6,
+    ),
 }
 
 
@@ -271,4 +320,3 @@ def _sensor_noise(image: Image.Image, rng: np.random.Generator) -> Image.Image:
     top = int(rng.integers(0, _GRAIN_SIZE - height + 1))
     grain = _grain_tile().crop((left, top, left + width, top + height))
     return ImageChops.add(image, grain, scale=1.0, offset=-128)
-

@@ -99,7 +99,9 @@ class StallscopeTrainerCallback(_callback_base()):  # type: ignore[misc]
             watch.pause()  # the next fetch starts the next step
             return evaluate(*args, **kwargs)
 
-        self._saved = {name: trainer.__dict__.get(name, _MISSING) for name in ("get_batch_samples", "evaluate")}
+        self._saved = {
+            name: trainer.__dict__.get(name, _MISSING) for name in ("get_batch_samples", "evaluate")
+        }
         trainer.get_batch_samples = timed_get_batch_samples
         trainer.evaluate = paused_evaluate
         self._trainer = trainer

@@ -102,7 +102,9 @@ class StallscopeCallback(_callback_base()):  # type: ignore[misc]
     ``pl_module.log`` as ``stallscope/stall_fraction``.
     """
 
-    def __init__(self, *, log_metrics: bool = False, print_summary: bool = True, **watch_options: Any) -> None:
+    def __init__(
+        self, *, log_metrics: bool = False, print_summary: bool = True, **watch_options: Any
+    ) -> None:
         super().__init__()
         self.watch = Watch(None, **watch_options)
         self.log_metrics = log_metrics
@@ -124,7 +126,9 @@ class StallscopeCallback(_callback_base()):  # type: ignore[misc]
             self._detach()  # the fit loop built a new fetcher (reloaded dataloaders)
         if not isinstance(loader, _TimedLoader):
             fetcher._combined_loader = _TimedLoader(loader, self.watch, fetcher)
-        if fetcher.iterator is not None:  # created in setup_data, before any hook: the first epoch's
+        if (
+            fetcher.iterator is not None
+        ):  # created in setup_data, before any hook: the first epoch's
             # Its prefetch (unsized loader) already happened, untimed: the loop's fetches follow.
             ahead = _prefetched(fetcher, fetcher._combined_loader.loader)
             fetcher.iterator = self.watch.timed(fetcher.iterator, stop_ends_wait=ahead > 0)
@@ -155,11 +159,15 @@ class StallscopeCallback(_callback_base()):  # type: ignore[misc]
         self._epoch_first_step = self.watch.steps
         self.watch.epoch_start()
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._hook_gaps:
             self.watch.data_end()
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._hook_gaps:
             self.watch.data_start()
 

@@ -50,19 +50,29 @@ class LoaderCall:
     callable: str = "DataLoader"
     imports: list[str] = field(default_factory=lambda: ["from torch.utils.data import DataLoader"])
     arguments: list[Argument] = field(default_factory=list)
-    batching: str = "batch_size"  # "batch_size" | "batch_sampler" (the user's batches decide their sizes)
-    batch_sizes: dict[str, float] | None = None  # min, max, mean, batches: from the sampler's index lists
+    batching: str = (
+        "batch_size"  # "batch_size" | "batch_sampler" (the user's batches decide their sizes)
+    )
+    batch_sizes: dict[str, float] | None = (
+        None  # min, max, mean, batches: from the sampler's index lists
+    )
     loader_class: str | None = None  # "module:Class" of a DataLoader subclass
     note: str | None = None
     # RNG objects the dataset holds (dataset.rng, ...): torch's per-worker seeding does not reach them.
     rng_attributes: list[str] = field(default_factory=list)
-    knobs: dict[str, Any] | None = None  # the user's LoaderConfig (what "changed" is measured against)
+    knobs: dict[str, Any] | None = (
+        None  # the user's LoaderConfig (what "changed" is measured against)
+    )
     # Calling the TARGET factory again in the user's code: ``from train import make_loader`` and
     # ``make_loader()``; objects that cannot be imported are read from what it returns.
     origin: str | None = None
     origin_imports: list[str] = field(default_factory=list)
-    loader_path: str = ""  # where the DataLoader sits in what the factory returns (".loader" in a wrapper)
-    factory_parameters: dict[str, str] = field(default_factory=dict)  # factory keyword -> LoaderConfig field
+    loader_path: str = (
+        ""  # where the DataLoader sits in what the factory returns (".loader" in a wrapper)
+    )
+    factory_parameters: dict[str, str] = field(
+        default_factory=dict
+    )  # factory keyword -> LoaderConfig field
     # The knob keywords its constructor takes (None: all of DataLoader's).
     accepts: list[str] | None = None
     # Each argument's object as a path in what the factory returns ("" is that object itself).
@@ -81,7 +91,9 @@ class LoaderCall:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoaderCall:
         args = [Argument(**a) for a in data.get("arguments", [])]
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "arguments"}
+        known = {
+            k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "arguments"
+        }
         return cls(arguments=args, **known)
 
 
@@ -103,7 +115,9 @@ def _importable(module: str | None, qualname: str | None, obj: Any) -> str | Non
         found = getattr(found, part, None)
         if found is None:
             return None
-    same = found is obj or (getattr(found, "__func__", None) is getattr(obj, "__func__", obj) and inspect.isroutine(obj))
+    same = found is obj or (
+        getattr(found, "__func__", None) is getattr(obj, "__func__", obj) and inspect.isroutine(obj)
+    )
     return f"from {module} import {qualname.split('.')[0]}" if same else None
 
 
@@ -122,7 +136,9 @@ def _module_global(obj: Any, modules: Sequence[str] = ()) -> tuple[str, str] | N
 
 def _type_name(obj: Any) -> str:
     cls = type(obj)
-    module = "torch" if cls.__module__.startswith("torch._C") else cls.__module__  # torch.Generator, not torch._C
+    module = (
+        "torch" if cls.__module__.startswith("torch._C") else cls.__module__
+    )  # torch.Generator, not torch._C
     return f"{module}.{cls.__qualname__}" if module != "builtins" else cls.__qualname__
 
 
@@ -137,7 +153,12 @@ def placeholder(role: str, obj: Any) -> str:
 
 
 def reference(
-    role: str, obj: Any, *, dataset: Any = None, dataset_source: str | None = None, modules: Sequence[str] = ()
+    role: str,
+    obj: Any,
+    *,
+    dataset: Any = None,
+    dataset_source: str | None = None,
+    modules: Sequence[str] = (),
 ) -> Argument:
     """An :class:`Argument` whose source reproduces ``obj``: a literal, an import, or a placeholder.
 
@@ -147,9 +168,13 @@ def reference(
         return Argument(role, repr(obj))
     bound_to = getattr(obj, "__self__", None)
     if inspect.ismethod(obj) and dataset is not None and bound_to is dataset and dataset_source:
-        return Argument(role, f"{dataset_source}.{obj.__name__}", placeholder="<your" in dataset_source)
+        return Argument(
+            role, f"{dataset_source}.{obj.__name__}", placeholder="<your" in dataset_source
+        )
     if inspect.isroutine(obj) or inspect.isclass(obj):
-        line = _importable(getattr(obj, "__module__", None), getattr(obj, "__qualname__", None), obj)
+        line = _importable(
+            getattr(obj, "__module__", None), getattr(obj, "__qualname__", None), obj
+        )
         if line is not None:
             return Argument(role, obj.__qualname__, imports=[line])
         return Argument(role, placeholder(role, obj), placeholder=True)
@@ -174,7 +199,12 @@ def _sizes_of(batches: Any) -> dict[str, float] | None:
         return None
     if not sizes:
         return None
-    return {"min": min(sizes), "max": max(sizes), "mean": sum(sizes) / len(sizes), "batches": len(sizes)}
+    return {
+        "min": min(sizes),
+        "max": max(sizes),
+        "mean": sum(sizes) / len(sizes),
+        "batches": len(sizes),
+    }
 
 
 def _takes_loader_keywords(cls: type) -> bool:
@@ -208,6 +238,7 @@ def describe_loader(loader: Any, *, modules: Sequence[str] = ()) -> LoaderCall:
                 f"your loader class {cls.__qualname__} cannot take these keywords here; "
                 "this is the equivalent torch DataLoader call"
             )
+
     def ref(role: str, obj: Any) -> Argument:
         return reference(role, obj, dataset=dataset, dataset_source=data.source, modules=modules)
 
@@ -225,7 +256,9 @@ def describe_loader(loader: Any, *, modules: Sequence[str] = ()) -> LoaderCall:
     sampler = loader.sampler
     if call.batching == "batch_size":
         is_default_random = (
-            type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
+            type(sampler) is RandomSampler
+            and not sampler.replacement
+            and sampler._num_samples is None
             and sampler.generator is loader.generator
         )
         if is_default_random:
@@ -273,7 +306,9 @@ def _replay_constructor(call: LoaderCall, loader: Any, cls: type, modules: Seque
         if p.name in vars(loader):
             arg = reference(p.name, vars(loader)[p.name], modules=modules)
         elif p.name in described:
-            arg = next(a for a in call.arguments if (a.name if not a.positional else "dataset") == p.name)
+            arg = next(
+                a for a in call.arguments if (a.name if not a.positional else "dataset") == p.name
+            )
             arg = Argument(p.name, arg.source, list(arg.imports), arg.placeholder)
         elif p.default is not p.empty:
             continue
@@ -305,5 +340,15 @@ def describe_dataset_call(
     data.positional = True
     args = [data, Argument("batch_size", repr(batch_size))]
     if collate_fn is not None:
-        args.append(reference("collate_fn", collate_fn, dataset=dataset, dataset_source=data.source, modules=modules))
-    return LoaderCall(arguments=args, rng_attributes=rng_attributes(dataset), role_paths={"dataset": ""})
+        args.append(
+            reference(
+                "collate_fn",
+                collate_fn,
+                dataset=dataset,
+                dataset_source=data.source,
+                modules=modules,
+            )
+        )
+    return LoaderCall(
+        arguments=args, rng_attributes=rng_attributes(dataset), role_paths={"dataset": ""}
+    )

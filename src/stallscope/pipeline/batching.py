@@ -145,7 +145,12 @@ def same_batch(a: Any, b: Any) -> bool:
             and bool(torch.equal(a, b))
         )
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and np.array_equal(a, b)
+        )
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same_batch(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
@@ -162,7 +167,9 @@ def _candidate(dataset: Any) -> Callable[[Any, Sequence[int]], Any] | None:
     if isinstance(dataset, Subset):
         inner = _candidate(dataset.dataset)
         return SubsetFetch(inner) if inner is not None else None
-    if hasattr(dataset, "__getitem__") and not isinstance(dataset, torch.utils.data.IterableDataset):
+    if hasattr(dataset, "__getitem__") and not isinstance(
+        dataset, torch.utils.data.IterableDataset
+    ):
         return ArrayIndexFetch()
     return None
 
@@ -181,7 +188,9 @@ def vectorised_fetcher(
     """
     # torch's Subset defines __getitems__ only to forward per item: look through it.
     if getattr(type(dataset), "__getitems__", None) is not None and not isinstance(dataset, Subset):
-        return FetcherCheck(None, "getitems", "the dataset defines __getitems__, which torch already uses per batch")
+        return FetcherCheck(
+            None, "getitems", "the dataset defines __getitems__, which torch already uses per batch"
+        )
     if collate_fn is not None and collate_fn is not default_collate:
         return FetcherCheck(None, None, "a custom collate_fn expects a list of items")
     try:
@@ -201,11 +210,21 @@ def vectorised_fetcher(
     except Exception as exc:  # the dataset does not take an index array: not vectorisable
         return FetcherCheck(None, None, f"indexing with an array failed ({type(exc).__name__})")
     if not same_batch(expected, again):
-        return FetcherCheck(None, None, "items differ between two fetches (random transforms), so a batch cannot be checked")
+        return FetcherCheck(
+            None,
+            None,
+            "items differ between two fetches (random transforms), so a batch cannot be checked",
+        )
     if not same_batch(expected, got):
-        return FetcherCheck(None, None, "indexing with an array returns something other than the collated items")
+        return FetcherCheck(
+            None, None, "indexing with an array returns something other than the collated items"
+        )
     kind = getattr(fetch, "kind", "vectorised")
-    return FetcherCheck(fetch, kind, f"{kind}: one indexing call per batch returns the same batch as per-item fetching")
+    return FetcherCheck(
+        fetch,
+        kind,
+        f"{kind}: one indexing call per batch returns the same batch as per-item fetching",
+    )
 
 
 def _spread(length: int, count: int) -> list[int]:
@@ -249,12 +268,18 @@ def batched_loader(
     falls back to fetching the items in one call.
     """
     if pipeline.is_iterable:
-        raise ValueError("batched fetching needs a map-style dataset (indices), not an iterable one")
+        raise ValueError(
+            "batched fetching needs a map-style dataset (indices), not an iterable one"
+        )
     fetch = _fetcher_for(pipeline)
     if batches is None:
         base = sampler
         if base is None:
-            base = RandomSampler(pipeline.dataset, generator=generator) if pipeline.shuffle else SequentialSampler(pipeline.dataset)
+            base = (
+                RandomSampler(pipeline.dataset, generator=generator)
+                if pipeline.shuffle
+                else SequentialSampler(pipeline.dataset)
+            )
         batches = BatchSampler(base, batch_size=config.batch_size, drop_last=drop_last)
     options = dict(kwargs)
     options.pop("batch_size", None)

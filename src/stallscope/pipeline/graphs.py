@@ -35,7 +35,11 @@ def _graph_nodes(root: Any) -> list[Any]:
         node = queue.popleft()
         out.append(node)
         for _, child in _children(node):
-            if isinstance(child, nodes.BaseNode) and not type(child).__name__.startswith("_") and id(child) not in seen:
+            if (
+                isinstance(child, nodes.BaseNode)
+                and not type(child).__name__.startswith("_")
+                and id(child) not in seen
+            ):
                 seen.add(id(child))
                 queue.append(child)
     return out
@@ -94,7 +98,10 @@ class NodesKind(LoaderKind):
 
         def overrides(node: Any) -> dict[str, Any]:
             if node is mapper:
-                out: dict[str, Any] = {"num_workers": config.num_workers, "in_order": config.in_order}
+                out: dict[str, Any] = {
+                    "num_workers": config.num_workers,
+                    "in_order": config.in_order,
+                }
                 if config.worker_method:
                     out["method"] = config.worker_method
                 return out
@@ -108,7 +115,9 @@ class NodesKind(LoaderKind):
 
         fresh = _rebuild(root, overrides, {})
         if isinstance(self.graph, nodes.Loader):
-            return nodes.Loader(fresh, restart_on_stop_iteration=self.graph.restart_on_stop_iteration)
+            return nodes.Loader(
+                fresh, restart_on_stop_iteration=self.graph.restart_on_stop_iteration
+            )
         return nodes.Loader(fresh)
 
 
@@ -153,8 +162,11 @@ def nodes_baseline(graph: Any) -> tuple[LoaderConfig, tuple[str, ...], list[str]
     nodes = _nodes()
     root = graph.root if isinstance(graph, nodes.Loader) else graph
     found = _graph_nodes(root)
-    problems = [f"{_qualified(n)} does not keep its constructor arguments" for n in found
-                if _constructor_arguments(n) is None]
+    problems = [
+        f"{_qualified(n)} does not keep its constructor arguments"
+        for n in found
+        if _constructor_arguments(n) is None
+    ]
     mapper = _main_mapper(root)
     batcher = next((n for n in found if isinstance(n, nodes.Batcher)), None)
     prefetcher = next((n for n in found if isinstance(n, nodes.Prefetcher)), None)
@@ -168,7 +180,9 @@ def nodes_baseline(graph: Any) -> tuple[LoaderConfig, tuple[str, ...], list[str]
         knobs.append("prefetch_factor")
     batch_size = batcher.batch_size if batcher is not None else 1
     config = LoaderConfig(
-        num_workers=workers, batch_size=max(1, batch_size), prefetch_factor=prefetch if workers else None,
+        num_workers=workers,
+        batch_size=max(1, batch_size),
+        prefetch_factor=prefetch if workers else None,
         in_order=in_order,
     )
     if workers == 0 and prefetch:

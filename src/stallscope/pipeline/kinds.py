@@ -75,9 +75,13 @@ class LoaderKind:
     name: str
     description: str  # "a StatefulDataLoader subclass (mod.TheirLoader)"
     knobs: tuple[str, ...] = ()  # LoaderConfig fields a trial can change
-    limits: dict[str, str] = field(default_factory=dict)  # operation -> why it cannot run on this kind
+    limits: dict[str, str] = field(
+        default_factory=dict
+    )  # operation -> why it cannot run on this kind
     counts_indices: bool = True  # samples per batch come from the sampler's index lists
-    choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # values to try for the kind's own knobs
+    choices: dict[str, tuple[Any, ...]] = field(
+        default_factory=dict
+    )  # values to try for the kind's own knobs
 
     @property
     def rebuilds_from_parts(self) -> bool:
@@ -96,12 +100,25 @@ class LoaderKind:
         raise NotImplementedError(f"{self.name} trials are built from the pipeline's parts")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "knobs": list(self.knobs), "limits": dict(self.limits)}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "knobs": list(self.knobs),
+            "limits": dict(self.limits),
+        }
 
 
 DATALOADER_KNOBS = (
-    "num_workers", "batch_size", "prefetch_factor", "persistent_workers", "pin_memory", "in_order",
-    "multiprocessing_context", "batched_fetch", "torch_threads", "worker_threads",
+    "num_workers",
+    "batch_size",
+    "prefetch_factor",
+    "persistent_workers",
+    "pin_memory",
+    "in_order",
+    "multiprocessing_context",
+    "batched_fetch",
+    "torch_threads",
+    "worker_threads",
 )
 
 
@@ -186,7 +203,11 @@ def reconfigured_copy(
         put(clone, "batch_size", None)
         put(clone, "drop_last", False)
     elif loader.batch_size is not None and config.batch_size != loader.batch_size:
-        put(clone, "batch_sampler", BatchSampler(loader.sampler, config.batch_size, loader.drop_last))
+        put(
+            clone,
+            "batch_sampler",
+            BatchSampler(loader.sampler, config.batch_size, loader.drop_last),
+        )
         put(clone, "batch_size", config.batch_size)
     return clone
 
@@ -202,7 +223,9 @@ def _cuda() -> bool:
 Path = tuple[tuple[str, Any], ...]  # ("attr", name) | ("item", index or key)
 
 
-def find_all(obj: Any, wanted: Callable[[Any], bool], *, depth: int = SEARCH_DEPTH) -> list[tuple[Path, Any]]:
+def find_all(
+    obj: Any, wanted: Callable[[Any], bool], *, depth: int = SEARCH_DEPTH
+) -> list[tuple[Path, Any]]:
     """Every distinct object ``wanted`` accepts among ``obj``'s attributes, items and their own (not
     inside one already found), with the path it was first reached by: breadth first, at most ``depth``
     levels and ``SEARCH_OBJECTS`` objects."""
@@ -353,7 +376,9 @@ def effective_path(wrapper: Any, inner: Any, paths: list[Path]) -> Path | None:
             raised += 1
         finally:
             close_trial(trial, iterator)
-    return paths[0] if paths and raised == len(paths) else None  # a wrapper that raises: preflight says so
+    return (
+        paths[0] if paths and raised == len(paths) else None
+    )  # a wrapper that raises: preflight says so
 
 
 @dataclass
@@ -365,7 +390,9 @@ class WrappedLoaderKind(LoaderKind):
     inner: Any = None
 
     def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
-        return replaced_at(self.wrapper, self.path, reconfigured_copy(self.inner, config, **options))
+        return replaced_at(
+            self.wrapper, self.path, reconfigured_copy(self.inner, config, **options)
+        )
 
 
 # -- factories whose parameters are knobs -----------------------------------------------------------
@@ -380,12 +407,18 @@ def knob_parameters(factory: Callable[..., Any]) -> dict[str, tuple[str, Any]]:
     out = {}
     for p in params:
         field_name = KNOB_PARAMETERS.get(p.name)
-        if field_name and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is not p.empty:
+        if (
+            field_name
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and p.default is not p.empty
+        ):
             out[p.name] = (field_name, p.default)
     return out
 
 
-def factory_arguments(parameters: dict[str, tuple[str, Any]], config: LoaderConfig, baseline: LoaderConfig) -> dict[str, Any]:
+def factory_arguments(
+    parameters: dict[str, tuple[str, Any]], config: LoaderConfig, baseline: LoaderConfig
+) -> dict[str, Any]:
     """The keyword arguments that give ``config`` through the factory: only knobs that differ from its own."""
     out = {}
     for name, (field_name, _default) in parameters.items():
@@ -418,12 +451,16 @@ def factory_baseline(parameters: dict[str, tuple[str, Any]], product: Any) -> Lo
             values[field_name] = default
     values.setdefault("batch_size", getattr(product, "batch_size", None) or 1)
     values["batch_size"] = max(1, int(values["batch_size"]))
-    if isinstance(values.get("worker_threads"), bool) or not isinstance(values.get("worker_threads", 0), int):
+    if isinstance(values.get("worker_threads"), bool) or not isinstance(
+        values.get("worker_threads", 0), int
+    ):
         values.pop("worker_threads", None)
     try:
         return LoaderConfig(**values)
     except (TypeError, ValueError):
-        return LoaderConfig(batch_size=values["batch_size"], num_workers=int(values.get("num_workers") or 0))
+        return LoaderConfig(
+            batch_size=values["batch_size"], num_workers=int(values.get("num_workers") or 0)
+        )
 
 
 def is_one_shot(obj: Any) -> bool:

@@ -69,7 +69,9 @@ def quiet_worker_warning() -> Iterator[None]:
     """Silence torch's "suggested max number of worker" warning: more workers than
     cores is a configuration we measure on purpose (latency-bound sources need it)."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+        warnings.filterwarnings(
+            "ignore", message="This DataLoader will create", category=UserWarning
+        )
         yield
 
 
@@ -105,7 +107,9 @@ class CyclingBatches(Sampler[list[int]]):
     samplers that have it, as a training loop would. Stops if an epoch is empty.
     """
 
-    def __init__(self, epoch: Iterable[list[int]], total: int, *, sizes: deque[int] | None = None) -> None:
+    def __init__(
+        self, epoch: Iterable[list[int]], total: int, *, sizes: deque[int] | None = None
+    ) -> None:
         self.epoch = epoch
         self.total = total
         self.sizes = sizes
@@ -189,8 +193,17 @@ def build_loader(
     cannot follow them through the wrapper's own processing).
     """
     if not pipeline.kind.rebuilds_from_parts:
-        return _kind_trial(pipeline, config, cycle=cycle, sizes=sizes, sampler=sampler, timeout=timeout,
-                           worker_init_fn=worker_init_fn, drop_last=drop_last, inside=inside)
+        return _kind_trial(
+            pipeline,
+            config,
+            cycle=cycle,
+            sizes=sizes,
+            sampler=sampler,
+            timeout=timeout,
+            worker_init_fn=worker_init_fn,
+            drop_last=drop_last,
+            inside=inside,
+        )
     kwargs = config.to_kwargs()
     kwargs.pop("batch_size", None)
     if worker_init_fn == "pipeline":
@@ -208,12 +221,18 @@ def build_loader(
         if pipeline.is_iterable:
             drop = pipeline.drop_last if drop_last is None else drop_last
             return DataLoader(
-                dataset, batch_size=config.batch_size, collate_fn=pipeline.collate, drop_last=drop,
-                generator=generator, **kwargs,
+                dataset,
+                batch_size=config.batch_size,
+                collate_fn=pipeline.collate,
+                drop_last=drop,
+                generator=generator,
+                **kwargs,
             )
         if sampler is not None:
             batches: Iterable[list[int]] = BatchSampler(
-                sampler, config.batch_size, drop_last=pipeline.drop_last if drop_last is None else drop_last
+                sampler,
+                config.batch_size,
+                drop_last=pipeline.drop_last if drop_last is None else drop_last,
             )
         else:
             batches = epoch_batches(pipeline, config.batch_size, drop_last=drop_last, seed=seed)
@@ -223,7 +242,13 @@ def build_loader(
             from .batching import batched_loader  # noqa: PLC0415 - optional path
 
             return batched_loader(pipeline, config, kwargs, batches=batches, generator=generator)
-        return DataLoader(dataset, batch_sampler=batches, collate_fn=pipeline.collate, generator=generator, **kwargs)
+        return DataLoader(
+            dataset,
+            batch_sampler=batches,
+            collate_fn=pipeline.collate,
+            generator=generator,
+            **kwargs,
+        )
 
 
 def _kind_trial(
@@ -267,14 +292,21 @@ def _kind_trial(
     if not isinstance(loader.dataset, IterableDataset):
         batches: Iterable[list[int]]
         if sampler is not None:
-            batches = BatchSampler(sampler, config.batch_size, drop_last=loader.drop_last if drop_last is None else drop_last)
+            batches = BatchSampler(
+                sampler,
+                config.batch_size,
+                drop_last=loader.drop_last if drop_last is None else drop_last,
+            )
         elif loader.batch_size is None or loader.batch_size == config.batch_size:
             batches = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
         else:
             batches = BatchSampler(loader.sampler, config.batch_size, drop_last=loader.drop_last)
         if loader.batch_sampler is not None and (cycle is not None or sizes is not None):
-            batches = CyclingBatches(batches, cycle if cycle is not None else 1,
-                                     sizes=sizes if kind.counts_indices else None)
+            batches = CyclingBatches(
+                batches,
+                cycle if cycle is not None else 1,
+                sizes=sizes if kind.counts_indices else None,
+            )
         if loader.batch_sampler is not None:
             options["batches"] = batches
     with quiet_worker_warning():

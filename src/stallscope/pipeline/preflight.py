@@ -91,14 +91,23 @@ def _loader_preflight(pipeline: Any) -> Preflight:
         iterator = iter(loader)
         batch = next(iterator)
     except StopIteration:
-        raise UsageError(f"{pipeline.kind.description} yielded no batch: there is nothing to measure.") from None
+        raise UsageError(
+            f"{pipeline.kind.description} yielded no batch: there is nothing to measure."
+        ) from None
     except UsageError:
         raise
     except Exception as exc:
-        raise PipelineError(f"taking a first batch from {pipeline.kind.description} raised {describe_exception(exc)}.") from exc
+        raise PipelineError(
+            f"taking a first batch from {pipeline.kind.description} raised {describe_exception(exc)}."
+        ) from exc
     finally:
         close_trial(loader, iterator)
     samples = max(1, batch_length(batch))
     structure = describe_structure(batch)
-    return Preflight(length=None, item_structure=structure, batch_structure=structure, batch_bytes=nbytes(batch),
-                     seconds_per_item=(time.perf_counter() - start) / samples)
+    return Preflight(
+        length=None,
+        item_structure=structure,
+        batch_structure=structure,
+        batch_bytes=nbytes(batch),
+        seconds_per_item=(time.perf_counter() - start) / samples,
+    )

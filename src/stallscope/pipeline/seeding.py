@@ -38,7 +38,9 @@ class SeedReport:
 
     worker_id: int
     base_seed: int
-    seeded: list[str] = field(default_factory=list)  # "random", "numpy", "torch", "dataset.rng", ...
+    seeded: list[str] = field(
+        default_factory=list
+    )  # "random", "numpy", "torch", "dataset.rng", ...
 
 
 def seed_worker(worker_id: int) -> SeedReport:
@@ -56,7 +58,9 @@ def seed_worker(worker_id: int) -> SeedReport:
     worker_seed = info.seed if info is not None else torch.initial_seed()
     base_seed = worker_seed - worker_id
     report = SeedReport(worker_id=worker_id, base_seed=base_seed)
-    root = np.random.SeedSequence([base_seed & 0xFFFFFFFF, (base_seed >> 32) & 0xFFFFFFFF, worker_id])
+    root = np.random.SeedSequence(
+        [base_seed & 0xFFFFFFFF, (base_seed >> 32) & 0xFFFFFFFF, worker_id]
+    )
 
     state = root.generate_state(4, dtype=np.uint64)
     random.seed(int(state[0]))
@@ -95,7 +99,9 @@ def chain_worker_init(*fns: Any) -> ChainedWorkerInit:
 
 def _child_seed(root: np.random.SeedSequence, path: str) -> int:
     # Keyed by the attribute path, so adding an RNG elsewhere does not shift this one's stream.
-    child = np.random.SeedSequence(root.entropy, spawn_key=(*root.spawn_key, zlib.crc32(path.encode())))
+    child = np.random.SeedSequence(
+        root.entropy, spawn_key=(*root.spawn_key, zlib.crc32(path.encode()))
+    )
     return int(child.generate_state(1, dtype=np.uint64)[0])
 
 
@@ -112,7 +118,9 @@ def _reseed(rng: Any, seed: int) -> None:
 
 
 def is_rng(obj: Any) -> bool:
-    return isinstance(obj, (np.random.Generator, np.random.RandomState, random.Random, torch.Generator))
+    return isinstance(
+        obj, (np.random.Generator, np.random.RandomState, random.Random, torch.Generator)
+    )
 
 
 def find_rngs(obj: Any, path: str, *, depth: int = MAX_DEPTH) -> Iterator[tuple[str, Any]]:
@@ -133,7 +141,9 @@ def _walk(obj: Any, path: str, depth: int, seen: set[int]) -> Iterator[tuple[str
     if is_rng(obj):
         yield path, obj
         return
-    if depth <= 0 or isinstance(obj, (str, bytes, int, float, bool, type(None), torch.Tensor, np.ndarray)):
+    if depth <= 0 or isinstance(
+        obj, (str, bytes, int, float, bool, type(None), torch.Tensor, np.ndarray)
+    ):
         return
     if isinstance(obj, dict):
         if len(obj) <= MAX_CONTAINER:

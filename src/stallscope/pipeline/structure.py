@@ -88,7 +88,9 @@ def batch_length(batch: Any, _depth: int = 0) -> int:
             if isinstance(batch, list) and not _is_namedtuple(batch):
                 # a list of per-sample items (variable length), or of per-field batches
                 first = batch[0] if batch else None
-                if first is not None and (_array_kind(first) is not None or children(first) is not None):
+                if first is not None and (
+                    _array_kind(first) is not None or children(first) is not None
+                ):
                     return batch_length(first, _depth + 1)
                 return len(batch)
             if not parts:
@@ -119,7 +121,11 @@ def describe_structure(obj: Any, depth: int = 0) -> str:
         return type(obj).__name__
     shown = parts[:6]
     more = ", …" if len(parts) > 6 else ""
-    if isinstance(obj, Mapping) or (dataclasses.is_dataclass(obj) and not isinstance(obj, type)) or _is_namedtuple(obj):
+    if (
+        isinstance(obj, Mapping)
+        or (dataclasses.is_dataclass(obj) and not isinstance(obj, type))
+        or _is_namedtuple(obj)
+    ):
         inner = ", ".join(f"{k}: {describe_structure(v, depth + 1)}" for k, v in shown)
         name = "" if type(obj) is dict else type(obj).__name__
         return f"{name}{{{inner}{more}}}"
@@ -156,7 +162,9 @@ def token_counter(batch: Any) -> Callable[[Any], int] | None:
     """How to count the tokens of batches shaped like ``batch``, or None when it does not hold
     token ids (decided once, from the first batch: nothing is paid per batch otherwise)."""
     parts = children(batch)
-    if isinstance(batch, Mapping) or (parts is not None and (_is_namedtuple(batch) or not isinstance(batch, (list, tuple)))):
+    if isinstance(batch, Mapping) or (
+        parts is not None and (_is_namedtuple(batch) or not isinstance(batch, (list, tuple)))
+    ):
         named = dict(parts or [])
         key = next((k for k in TOKEN_KEYS if k in named and _int_matrix(named[k])), None)
         if key is None:

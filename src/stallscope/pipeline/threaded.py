@@ -74,8 +74,13 @@ def own_batched_fetch(dataset: Any) -> str | None:
         return own_batched_fetch(dataset.dataset)
     if isinstance(dataset, Subset) and type(dataset).__getitems__ is Subset.__getitems__:
         return own_batched_fetch(dataset.dataset)
-    if isinstance(dataset, StackDataset) and type(dataset).__getitems__ is StackDataset.__getitems__:
-        inner = dataset.datasets.values() if isinstance(dataset.datasets, dict) else dataset.datasets
+    if (
+        isinstance(dataset, StackDataset)
+        and type(dataset).__getitems__ is StackDataset.__getitems__
+    ):
+        inner = (
+            dataset.datasets.values() if isinstance(dataset.datasets, dict) else dataset.datasets
+        )
         found = [own_batched_fetch(d) for d in inner]
         return next((f for f in found if f), None)
     if getattr(type(dataset), "__getitems__", None) is not None:
@@ -88,9 +93,13 @@ class ThreadedDataset(Dataset):
 
     def __init__(self, dataset: Any, threads: int) -> None:
         if isinstance(dataset, IterableDataset):
-            raise TypeError("threaded_dataset needs a map-style dataset (indices); an IterableDataset has none")
+            raise TypeError(
+                "threaded_dataset needs a map-style dataset (indices); an IterableDataset has none"
+            )
         if not hasattr(dataset, "__getitem__"):
-            raise TypeError(f"threaded_dataset needs a dataset with __getitem__, not {type(dataset).__name__}")
+            raise TypeError(
+                f"threaded_dataset needs a dataset with __getitem__, not {type(dataset).__name__}"
+            )
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be a positive integer, not {threads!r}")
         self.dataset = dataset
@@ -109,7 +118,9 @@ class ThreadedDataset(Dataset):
     def __getattr__(self, name: str) -> Any:
         # Only called for names the wrapper lacks. Never for our own fields: during
         # unpickling they do not exist yet, and looking them up on the dataset would recurse.
-        if name in ("dataset", "threads", "delegates_to", "_pool", "_pool_pid") or name.startswith("__"):
+        if name in ("dataset", "threads", "delegates_to", "_pool", "_pool_pid") or name.startswith(
+            "__"
+        ):
             raise AttributeError(name)
         return getattr(self.dataset, name)
 
@@ -229,7 +240,9 @@ class ThreadSafety:
     indices: list[int] = field(default_factory=list)
     mismatched: list[int] = field(default_factory=list)
     fields: int = 0  # leaves compared per item, summed over the checked items
-    random_fields: int = 0  # leaves that differed between two one-at-a-time fetches: compared by structure
+    random_fields: int = (
+        0  # leaves that differed between two one-at-a-time fetches: compared by structure
+    )
     rounds: int = 0
     seconds: float = 0.0
 
@@ -328,19 +341,27 @@ def check_thread_safety(
                 per_round = time.perf_counter() - round_start
                 # Outside the round (no other fetch running): random, or a difference only under concurrency?
                 for k, where in suspects:
-                    if not result.mismatched and not references[k].confirm_random(dataset[picks[k]], where, loose):
+                    if not result.mismatched and not references[k].confirm_random(
+                        dataset[picks[k]], where, loose
+                    ):
                         result.mismatched.append(picks[k])
                         result.reason = _unsafe_reason(picks[k], where, result.threads)
     finally:
         sys.setswitchinterval(previous)
     result.fields = sum(len(r.leaves) for r in references)
-    result.random_fields = sum(1 for r in references for path in r.leaves if path in loose.values or path in loose.shapes)
+    result.random_fields = sum(
+        1 for r in references for path in r.leaves if path in loose.values or path in loose.shapes
+    )
     result.random_fields += sum(len(r.leaves) for r in references if r.loose)
     result.seconds = time.perf_counter() - started
     if result.mismatched:
         return result
     result.safe = True
-    checked = "every field" if not result.random_fields else "deterministic fields exactly, random ones by type and shape"
+    checked = (
+        "every field"
+        if not result.random_fields
+        else "deterministic fields exactly, random ones by type and shape"
+    )
     result.reason = (
         f"{len(picks)} items fetched twice each by {result.threads} threads at once ({result.rounds} round(s)) matched "
         f"one-at-a-time fetches ({checked})"
@@ -377,7 +398,9 @@ class _Reference:
     def __init__(self, item: Any) -> None:
         self.leaves = dict(_leaves(item))
         self.top = _kind(item)
-        self.loose = False  # its structure varies between fetches: only the top-level kind is compared
+        self.loose = (
+            False  # its structure varies between fetches: only the top-level kind is compared
+        )
 
     def differs(self, item: Any, loose: _Loose) -> str | None:
         """Where ``item`` departs from the reference (``[0]['x']``; ``""`` for the structure), or None."""
@@ -448,9 +471,19 @@ def _kind(value: Any) -> tuple:
 def _equal(a: Any, b: Any) -> bool:
     try:
         if isinstance(a, torch.Tensor):
-            return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
+            return (
+                isinstance(b, torch.Tensor)
+                and a.dtype == b.dtype
+                and a.shape == b.shape
+                and bool(torch.equal(a, b))
+            )
         if isinstance(a, np.ndarray):
-            return isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
+            return (
+                isinstance(b, np.ndarray)
+                and a.dtype == b.dtype
+                and a.shape == b.shape
+                and bool(np.array_equal(a, b))
+            )
         if getattr(a, "mode", None) is not None and hasattr(a, "tobytes"):
             return _kind(a) == _kind(b) and a.tobytes() == b.tobytes()
         return bool(a == b)

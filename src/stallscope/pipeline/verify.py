@@ -40,7 +40,11 @@ def skeleton(structure: str) -> str:
 
 
 def run_snippet(
-    code: str, *, reference: str | None, config: LoaderConfig | None = None, loader_path: str = "",
+    code: str,
+    *,
+    reference: str | None,
+    config: LoaderConfig | None = None,
+    loader_path: str = "",
     timeout: float = 60.0,
 ) -> SnippetRun:
     """Execute ``code``, take two batches from its ``loader``, compare with ``reference`` (a
@@ -82,7 +86,9 @@ def run_snippet(
         return SnippetRun(False, f"shutting its workers down raised {describe_exception(exc, 160)}")
     structure = describe_structure(first)
     if reference is not None and skeleton(structure) != skeleton(reference):
-        return SnippetRun(False, f"its batches look like {structure}, yours like {reference}", structure)
+        return SnippetRun(
+            False, f"its batches look like {structure}, yours like {reference}", structure
+        )
     return SnippetRun(True, None, structure)
 
 

@@ -33,7 +33,14 @@ RENDERERS = {
     "console": ("console", "ConsoleRenderer"),
     "plots": ("plots", "PlotsRenderer"),
 }
-_EXTENSIONS = {".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".txt": "console"}
+_EXTENSIONS = {
+    ".json": "json",
+    ".md": "md",
+    ".markdown": "md",
+    ".html": "html",
+    ".htm": "html",
+    ".txt": "console",
+}
 
 
 def renderer_for(fmt: str) -> Renderer:

@@ -39,7 +39,14 @@ SECTIONS: dict[str, Section] = {
     "profile": render_profile,
     "compare": render_compare,
 }
-_SECTION_KEYS = {"check": "findings", "bench": "results", "stages": "stages", "tune": "best", "profile": "stall_fraction", "compare": "ratio"}
+_SECTION_KEYS = {
+    "check": "findings",
+    "bench": "results",
+    "stages": "stages",
+    "tune": "best",
+    "profile": "stall_fraction",
+    "compare": "ratio",
+}
 
 VIEWS = ("summary", "report")
 
@@ -73,7 +80,9 @@ class ConsoleRenderer:
 
     def render(self, record: Any) -> str:
         buffer = io.StringIO()
-        console = Console(file=buffer, width=self.width, color_system=None, highlight=False, force_terminal=False)
+        console = Console(
+            file=buffer, width=self.width, color_system=None, highlight=False, force_terminal=False
+        )
         self.print(record, console)
         return buffer.getvalue()
 
@@ -100,5 +109,3 @@ def _print_everything(data: dict[str, Any], console: Console) -> None:
         console.print(f"[red]{failure['step']} failed:[/] {failure['message']}")
     for item in data.get("not_run", []):
         console.print(f"[yellow]not run: {item['step']}[/] — {item['why']}.")
-
-

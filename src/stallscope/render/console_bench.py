@@ -17,7 +17,10 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         return
     scaling = data.get("scaling") or {}
     best_index = scaling.get("best_index")
-    table = Table(title="DataLoader throughput (steady state; start-up reported separately)", title_justify="left")
+    table = Table(
+        title="DataLoader throughput (steady state; start-up reported separately)",
+        title_justify="left",
+    )
     tokens = any(r.get("tokens_per_s") for r in results)  # token batches: tokens/s beside samples/s
     for column, justify in [
         ("config", "left"),
@@ -37,7 +40,11 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
     for i, r in enumerate(results):
         if r.get("error") or not isinstance(r.get("samples_per_s"), dict):
             # A configuration that failed (the schema allows it; a record may come from elsewhere).
-            table.add_row("  " + escape(r.get("label") or "?"), "[red]failed[/]", *["–"] * (len(table.columns) - 2))
+            table.add_row(
+                "  " + escape(r.get("label") or "?"),
+                "[red]failed[/]",
+                *["–"] * (len(table.columns) - 2),
+            )
             continue
         rate = r["samples_per_s"]
         res = r.get("resources") or {}
@@ -61,13 +68,19 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
     console.print(table)
     marked = next((r["duplicates"] for r in results if r.get("duplicates")), None)
     if marked:
-        console.print(f"[yellow]⚠ duplicates:[/] {marked['note']} (check code iterable-duplicates).")
+        console.print(
+            f"[yellow]⚠ duplicates:[/] {marked['note']} (check code iterable-duplicates)."
+        )
     best = results[best_index] if best_index is not None else None
     if best is not None:
         noise = best.get("noise")
         console.print(
             f"Best: [bold]{best['label']}[/] at {best['samples_per_s']['median']:,.1f} samples/s"
-            + (f" ({best['tokens_per_s']['median']:,.0f} tokens/s)" if best.get("tokens_per_s") else "")
+            + (
+                f" ({best['tokens_per_s']['median']:,.0f} tokens/s)"
+                if best.get("tokens_per_s")
+                else ""
+            )
             + f" (median of {best['repeats']} repeats, spread {noise * 100:.0f}%)."
         )
     dataset = data.get("dataset") or {}
@@ -79,7 +92,9 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         )
     per_sample = scaling.get("single_process_ms_per_sample")
     if per_sample:
-        line = f"Single-process cost: {per_sample:.2f} ms/sample on {scaling['cores']} usable core(s)"
+        line = (
+            f"Single-process cost: {per_sample:.2f} ms/sample on {scaling['cores']} usable core(s)"
+        )
         plateau = scaling.get("plateau_workers")
         if plateau is not None:
             line += f"; throughput plateaus from num_workers={plateau}"

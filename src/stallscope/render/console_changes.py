@@ -17,23 +17,35 @@ def render_code_changes(data: dict[str, Any], console: Console) -> None:
     facts = code_change_facts(data)
     if facts is None:
         return
-    table = Table(title="Code changes, applied and measured against the best knob config"
-                  + (f" ({facts.pick_label})" if facts.pick_label else ""), title_justify="left")
+    table = Table(
+        title="Code changes, applied and measured against the best knob config"
+        + (f" ({facts.pick_label})" if facts.pick_label else ""),
+        title_justify="left",
+    )
     table.add_column("change")
     table.add_column("vs best knobs", justify="right")
     table.add_column("rounds", justify="right")
     table.add_column("side effect")
     for row in facts.rows:
-        ratio = "failed" if row.error else (fmt_ratio(row.speedup) if row.speedup is not None else "–")
-        table.add_row(escape(row.title), ratio, str(row.rounds), escape(row.side_effect),
-                      style="bold green" if row is facts.best else None)
+        ratio = (
+            "failed" if row.error else (fmt_ratio(row.speedup) if row.speedup is not None else "–")
+        )
+        table.add_row(
+            escape(row.title),
+            ratio,
+            str(row.rounds),
+            escape(row.side_effect),
+            style="bold green" if row is facts.best else None,
+        )
     if facts.rows:
         console.print(table)
     for note in facts.notes:
         console.print(f"[dim]{escape(note)}[/]")
     for row in facts.rows:
         if row.diff and row.worth_it:
-            console.print(f"[bold]{escape(row.title)}[/] ({fmt_ratio(row.speedup)}), run for two batches first:")
+            console.print(
+                f"[bold]{escape(row.title)}[/] ({fmt_ratio(row.speedup)}), run for two batches first:"
+            )
             console.print(row.diff, markup=False, highlight=False)
             if row.apply:
                 console.print(f"[dim]saved as change.diff, it applies with: {escape(row.apply)}[/]")

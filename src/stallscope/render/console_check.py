@@ -20,9 +20,17 @@ def _short(value: Any) -> str | None:
         return f"{value:g}"
     if isinstance(value, (str, int, bool)) or value is None:
         return str(value)
-    if isinstance(value, list) and len(value) <= 8 and all(isinstance(v, (str, int, float, bool)) for v in value):
+    if (
+        isinstance(value, list)
+        and len(value) <= 8
+        and all(isinstance(v, (str, int, float, bool)) for v in value)
+    ):
         return "[" + ", ".join(_short(v) or "" for v in value) + "]"
-    if isinstance(value, dict) and len(value) <= 6 and all(isinstance(v, (str, int, float, bool)) or v is None for v in value.values()):
+    if (
+        isinstance(value, dict)
+        and len(value) <= 6
+        and all(isinstance(v, (str, int, float, bool)) or v is None for v in value.values())
+    ):
         return json.dumps(value)
     return None
 
@@ -46,12 +54,16 @@ def _coverage_line(coverage: dict[str, Any]) -> str:
     if checked is not None:
         if length:
             fraction = coverage.get("fraction_checked") or 0.0
-            parts.append(f"fetched {checked:,} of {length:,} samples ({fraction:.1%}, {coverage.get('mode')}{'' if coverage.get('mode') == 'full' else '; --full for all'})")
+            parts.append(
+                f"fetched {checked:,} of {length:,} samples ({fraction:.1%}, {coverage.get('mode')}{'' if coverage.get('mode') == 'full' else '; --full for all'})"
+            )
         else:
             parts.append(f"fetched {checked:,} samples (iterable dataset)")
     if coverage.get("memory_samples"):
         parts.append(f"memory probe: {coverage['memory_samples']:,} samples")
-    parts.append(f"{coverage.get('num_workers')} workers ({coverage.get('worker_start_method') or coverage.get('start_method')})")
+    parts.append(
+        f"{coverage.get('num_workers')} workers ({coverage.get('worker_start_method') or coverage.get('start_method')})"
+    )
     if coverage.get("timeout_s") is not None:  # absent from records of older versions
         parts.append(f"timeout {coverage['timeout_s']:g} s per sample")
     if coverage.get("elapsed_s") is not None:
@@ -66,7 +78,9 @@ def _covered(coverage: dict[str, Any]) -> str:
     if checked is None:
         return ""
     if length:
-        return f" in {checked:,} of {length:,} indices ({coverage.get('fraction_checked') or 0.0:.1%})"
+        return (
+            f" in {checked:,} of {length:,} indices ({coverage.get('fraction_checked') or 0.0:.1%})"
+        )
     return f" in {checked:,} items of the stream"
 
 
@@ -76,7 +90,11 @@ def render_check(data: dict[str, Any], console: Console) -> None:
     if not findings:
         console.print(f"[bold green]✓ no problems found{escape(_covered(coverage))}[/]")
     else:
-        table = Table(title=f"check: {escape(str(data.get('target', '')))}", title_justify="left", show_lines=True)
+        table = Table(
+            title=f"check: {escape(str(data.get('target', '')))}",
+            title_justify="left",
+            show_lines=True,
+        )
         table.add_column("", no_wrap=True)
         table.add_column("code", no_wrap=True)
         table.add_column("finding")
@@ -88,9 +106,15 @@ def render_check(data: dict[str, Any], console: Console) -> None:
                 body += f"\n[dim]evidence: {escape(line)}[/]"
             if f.get("fix"):
                 body += f"\n[green]fix:[/] {escape(f['fix'])}"
-            table.add_row(f"[{style}]{_MARK.get(f['severity'], '?')} {f['severity']}[/]", f"[{style}]{f['code']}[/]", body)
+            table.add_row(
+                f"[{style}]{_MARK.get(f['severity'], '?')} {f['severity']}[/]",
+                f"[{style}]{f['code']}[/]",
+                body,
+            )
         console.print(table)
-        counts = {s: sum(1 for f in findings if f["severity"] == s) for s in ("error", "warning", "info")}
+        counts = {
+            s: sum(1 for f in findings if f["severity"] == s) for s in ("error", "warning", "info")
+        }
         console.print(", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n))
     if coverage:
         console.print(f"[dim]coverage: {escape(_coverage_line(coverage))}[/]")
@@ -99,8 +123,14 @@ def render_check(data: dict[str, Any], console: Console) -> None:
         unchecked = coverage.get("not_checked") or []
         for entry in unchecked:
             codes = ", ".join(entry.get("codes") or []) or entry.get("probe", "")
-            console.print(f"[yellow]not checked: {escape(codes)}[/][dim] ({escape(str(entry.get('probe')))} probe): {escape(str(entry.get('reason')))}[/]")
+            console.print(
+                f"[yellow]not checked: {escape(codes)}[/][dim] ({escape(str(entry.get('probe')))} probe): {escape(str(entry.get('reason')))}[/]"
+            )
         named = {str(e.get("probe")) for e in unchecked}
-        skipped = {k: v for k, v in (coverage.get("probes") or {}).items() if v not in ("done", "not selected") and k not in named}
+        skipped = {
+            k: v
+            for k, v in (coverage.get("probes") or {}).items()
+            if v not in ("done", "not selected") and k not in named
+        }
         for probe, status in skipped.items():
             console.print(f"[dim]{probe} probe: {escape(status)}[/]")

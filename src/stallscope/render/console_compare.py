@@ -18,7 +18,12 @@ from .document_compare import (
     verdict_sentence,
 )
 
-_STYLES = {"slower": "bold red", "faster": "bold green", "within noise": "bold", "undecided": "bold yellow"}
+_STYLES = {
+    "slower": "bold red",
+    "faster": "bold green",
+    "within noise": "bold",
+    "undecided": "bold yellow",
+}
 
 
 def plain(parts: list) -> str:
@@ -46,7 +51,12 @@ def _table(doc_table: dm.Table, title: str) -> Table:
 def render_compare(data: dict[str, Any], console: Console) -> None:
     figures = figures_table(data)
     if figures is not None:
-        console.print(_table(figures, "B against A (paired rounds; spread = (max - min) / median of a side's windows)"))
+        console.print(
+            _table(
+                figures,
+                "B against A (paired rounds; spread = (max - min) / median of a side's windows)",
+            )
+        )
     stages, error = stage_table(data)
     if stages is not None:
         console.print(_table(stages, "Stages of A and B (ms per sample, largest change first)"))

@@ -16,7 +16,11 @@ from rich.table import Table
 from .console_advice import render_recommendations
 from .document_windows import long_run_lines
 
-_VERDICT_STYLE = {"input-bound": "bold red", "balanced": "bold yellow", "compute-bound": "bold green"}
+_VERDICT_STYLE = {
+    "input-bound": "bold red",
+    "balanced": "bold yellow",
+    "compute-bound": "bold green",
+}
 
 
 def _ms(dist: dict[str, Any] | None, key: str = "mean") -> str:
@@ -84,7 +88,9 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
         lines.append(f"  GPU: not sampled ({gpu['reason']})")
     if res := profile.get("resources"):
         cpu = f"main {res['main_cpu_percent']:.0f}%, workers {res['workers_cpu_percent']:.0f}% ({res['n_workers']} workers)"
-        lines.append(f"  CPU: {cpu}; RSS main {res['main_rss_mb']:.0f} MB, workers {res['workers_rss_mb']:.0f} MB")
+        lines.append(
+            f"  CPU: {cpu}; RSS main {res['main_rss_mb']:.0f} MB, workers {res['workers_rss_mb']:.0f} MB"
+        )
     if sync := profile.get("sync"):
         lines.append(
             f"  sync ({sync['mode']}): {sync['calls']} calls, {sync.get('mean_ms') or 0:.3f} ms mean, "

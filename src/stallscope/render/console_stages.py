@@ -129,7 +129,9 @@ class StagesSummary:
         )
         for item in stages:
             if item.get("doubtful"):
-                lines.append(f"[yellow]{item['name']} is doubtful[/], not counted: {item['doubtful']}.")
+                lines.append(
+                    f"[yellow]{item['name']} is doubtful[/], not counted: {item['doubtful']}."
+                )
         aug = data.get("augmentation_overhead")
         if aug:
             names = ", ".join(aug.get("transforms") or [])
@@ -159,8 +161,11 @@ class StagesSummary:
                 f"serialise {_ms(transfer.get('serialise_ms_per_batch'))} ms, queue {_ms(transfer.get('queue_ms_per_batch'))} ms, "
                 f"deserialise {_ms(transfer.get('deserialise_ms_per_batch'))} ms "
                 f"(plus {_ms(transfer.get('handoff_ms_per_batch'))} ms waiting for the worker's queue thread"
-                + (f" and {_ms(transfer['deserialise_wait_ms_per_batch'])} ms waiting for the worker to hand over shared memory"
-                   if transfer.get("deserialise_wait_ms_per_batch") else "")
+                + (
+                    f" and {_ms(transfer['deserialise_wait_ms_per_batch'])} ms waiting for the worker to hand over shared memory"
+                    if transfer.get("deserialise_wait_ms_per_batch")
+                    else ""
+                )
                 + ", overlapped with its next batch)."
             )
         storage = data.get("storage")

@@ -23,14 +23,22 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     search = data.get("search") or {}
     region = search.get("region") or {}
     if region:
-        console.print(f"[bold]Region:[/] {escape(region.get('name', '?'))} — {escape(region.get('reason', ''))}")
+        console.print(
+            f"[bold]Region:[/] {escape(region.get('name', '?'))} — {escape(region.get('reason', ''))}"
+        )
     rows = trials_by_config(data.get("trials") or [])
     table = Table(
         title=f"Configs measured ({len(data.get('trials') or [])} runs in {data.get('tuning_seconds', 0):.1f} s)",
         title_justify="left",
     )
-    for column, justify in [("config", "left"), ("phases", "left"), ("samples/s", "right"), ("runs", "right"),
-                            ("vs baseline", "right"), ("start-up s", "right")]:
+    for column, justify in [
+        ("config", "left"),
+        ("phases", "left"),
+        ("samples/s", "right"),
+        ("runs", "right"),
+        ("vs baseline", "right"),
+        ("start-up s", "right"),
+    ]:
         table.add_column(column, justify=justify)
     base_rate = baseline.get("samples_per_s") or 0.0
     # The schema does not require labels: name a config from its settings where the record has none.
@@ -58,22 +66,32 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     console.print(
         ("Tuner's pick (set aside: see What to set)" if overruled else "Pick")
         + f": [bold]{escape(pick_label)}[/] at {best['samples_per_s']:,.1f} samples/s"
-        + (f", {speedup:.2f}× the baseline ({escape(base_label)}, {base_rate:,.1f}/s)" if speedup else "")
+        + (
+            f", {speedup:.2f}× the baseline ({escape(base_label)}, {base_rate:,.1f}/s)"
+            if speedup
+            else ""
+        )
         + "."
     )
     rounds = best.get("rounds", search.get("rounds", 0)) or 0
     if confidence is not None:
         runner = best.get("runner_up")
         margin = best.get("margin")
-        extra = f"; runner-up {escape(runner)} at {1 / margin:.1%} of it" if runner and margin else ""
+        extra = (
+            f"; runner-up {escape(runner)} at {1 / margin:.1%} of it" if runner and margin else ""
+        )
         console.print(
             f"Confidence {confidence:.0%} that no other finalist is more than {tie_pct(best)} faster "
             f"({rounds} interleaved round(s){extra})."
         )
     elif "rounds" in best:
-        console.print(f"[bold yellow]Not confirmed: the budget ran out[/] after {rounds} interleaved round(s); no confidence.")
+        console.print(
+            f"[bold yellow]Not confirmed: the budget ran out[/] after {rounds} interleaved round(s); no confidence."
+        )
     if best.get("tie"):
-        console.print(f"{TIE_SENTENCE[0].upper() + TIE_SENTENCE[1:]} (rates within {tie_pct(best)}, paired by round).")
+        console.print(
+            f"{TIE_SENTENCE[0].upper() + TIE_SENTENCE[1:]} (rates within {tie_pct(best)}, paired by round)."
+        )
     if best.get("keep_baseline"):
         console.print(
             f"[bold]Keep yours:[/] your loader ({escape(baseline['label'])}) is within {best.get('within_pct') or 0:.1f}% "
@@ -81,7 +99,9 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
         )
     _render_head_to_head(best.get("head_to_head") or [], console)
     for skipped in best.get("skipped") or []:
-        console.print(f"  skipped {escape(skipped['label'])}: {escape(skipped['why'])}", style="dim")
+        console.print(
+            f"  skipped {escape(skipped['label'])}: {escape(skipped['why'])}", style="dim"
+        )
     gap = search.get("persistent_workers")
     if gap and gap.get("gap_without_s") is not None and gap.get("gap_with_s") is not None:
         console.print(
@@ -97,10 +117,20 @@ def _render_head_to_head(rows: list[dict[str, Any]], console: Console) -> None:
     if not rows:
         return
     table = Table(title="Raced head to head (same interleaved rounds)", title_justify="left")
-    for column, justify in [("config", "left"), ("role", "left"), ("median samples/s", "right"), ("rounds", "right")]:
+    for column, justify in [
+        ("config", "left"),
+        ("role", "left"),
+        ("median samples/s", "right"),
+        ("rounds", "right"),
+    ]:
         table.add_column(column, justify=justify)
     for row in rows:
-        table.add_row(escape(row["label"]), row["role"], fmt_fixed(row["samples_per_s"]), str(row.get("rounds") or "–"))
+        table.add_row(
+            escape(row["label"]),
+            row["role"],
+            fmt_fixed(row["samples_per_s"]),
+            str(row.get("rounds") or "–"),
+        )
     console.print(table)
 
 
@@ -112,7 +142,9 @@ def _same_knobs(label: str, pick_label: str | None) -> bool:
     return strip(label) == strip(pick_label)
 
 
-def render_what_to_set(data: dict[str, Any], console: Console, *, with_recommendations: bool = True) -> None:
+def render_what_to_set(
+    data: dict[str, Any], console: Console, *, with_recommendations: bool = True
+) -> None:
     """The one winner in the reports' own sentence (``document_results.best_section``), the user's
     loader call with its knobs as run first (``loader_code``, NOTE [verified snippets]) or the change
     in words, then the analysed recommendations: what the Markdown and HTML reports say."""
@@ -131,6 +163,8 @@ def render_what_to_set(data: dict[str, Any], console: Console, *, with_recommend
         else:
             from ..analysis.tune_rules import advice_in_words
 
-            console.print(escape(advice_in_words(advice or {"config": best.config, "reason": "not run"})))
+            console.print(
+                escape(advice_in_words(advice or {"config": best.config, "reason": "not run"}))
+            )
     if with_recommendations:
         render_recommendations(data, console)

@@ -24,15 +24,33 @@ def ceiling_section(facts: Any, r: dict) -> tuple[dm.Section | None, list | None
         blocks.append(dm.Paragraph([facts.free_data_sentence]))
     rows: list[list] = []
     if ceiling is not None:
-        rows.append(["CPU ceiling (usable cores ÷ CPU per sample)", f"{rf.fmt_rate(ceiling.get('cpu_samples_per_s'))} samples/s"])
+        rows.append(
+            [
+                "CPU ceiling (usable cores ÷ CPU per sample)",
+                f"{rf.fmt_rate(ceiling.get('cpu_samples_per_s'))} samples/s",
+            ]
+        )
         if ceiling.get("main_process_samples_per_s") is not None:
-            rows.append(["main-process ceiling (batch size ÷ receive CPU per batch)",
-                         f"{rf.fmt_rate(ceiling['main_process_samples_per_s'])} samples/s"])
-        rows.append([f"ceiling ({ceiling.get('basis')})", f"{rf.fmt_rate(ceiling['samples_per_s'])} samples/s"])
+            rows.append(
+                [
+                    "main-process ceiling (batch size ÷ receive CPU per batch)",
+                    f"{rf.fmt_rate(ceiling['main_process_samples_per_s'])} samples/s",
+                ]
+            )
+        rows.append(
+            [
+                f"ceiling ({ceiling.get('basis')})",
+                f"{rf.fmt_rate(ceiling['samples_per_s'])} samples/s",
+            ]
+        )
         rows.append(["pick's share of it", rf.fmt_fraction(ceiling["pick_fraction"])])
     if cores is not None:
-        rows.append(["cores needed at " + f"{rf.fmt_rate(cores['target_rate'])} samples/s",
-                     f"{cores['cores']:,.1f} (usable: {cores.get('usable_cores')})"])
+        rows.append(
+            [
+                "cores needed at " + f"{rf.fmt_rate(cores['target_rate'])} samples/s",
+                f"{cores['cores']:,.1f} (usable: {cores.get('usable_cores')})",
+            ]
+        )
     if rows:
         blocks.append(dm.Table(["figure", "value"], rows, align="lr"))
     if not blocks:

@@ -12,26 +12,54 @@ from . import report_format as rf
 def code_changes_section(facts: CodeChangeFacts, r: dict):
     blocks: list = []
     if facts.pick_label:
-        text = ("Each change was applied inside stallscope's probes (your files were not touched) and raced against "
-                "the best knob config, ")
-        blocks.append(dm.Paragraph([text, dm.config_code(facts.pick_label),
-                                    f", on the same {rf.fmt_count(facts.items)} items in "
-                                    f"{dm.plural(facts.rounds, 'interleaved round')}."]))
+        text = (
+            "Each change was applied inside stallscope's probes (your files were not touched) and raced against "
+            "the best knob config, "
+        )
+        blocks.append(
+            dm.Paragraph(
+                [
+                    text,
+                    dm.config_code(facts.pick_label),
+                    f", on the same {rf.fmt_count(facts.items)} items in "
+                    f"{dm.plural(facts.rounds, 'interleaved round')}.",
+                ]
+            )
+        )
     if facts.rows:
-        rows: list[list[dm.Cell]] = [[row.title, _speedup(row), str(row.rounds), rf.fmt_rate(row.samples_per_s),
-                 "yes" if row.alters_output else ("no" if row.alters_output is False else rf.DASH)]
-                for row in facts.rows]
-        blocks.append(dm.Table(["Change", "vs best knobs", "rounds", "samples/s", "alters samples"], rows, "lrrrl"))
+        rows: list[list[dm.Cell]] = [
+            [
+                row.title,
+                _speedup(row),
+                str(row.rounds),
+                rf.fmt_rate(row.samples_per_s),
+                "yes" if row.alters_output else ("no" if row.alters_output is False else rf.DASH),
+            ]
+            for row in facts.rows
+        ]
+        blocks.append(
+            dm.Table(
+                ["Change", "vs best knobs", "rounds", "samples/s", "alters samples"], rows, "lrrrl"
+            )
+        )
     for note in facts.notes:
         blocks.append(dm.Paragraph([dm.capital(note) + "."]))
     subsections = [_change(row, n) for n, row in enumerate(facts.rows)]
     if facts.not_applied:
-        blocks.append(dm.Bullets([[dm.Strong(title), f": not applied, {why}."] for title, why in facts.not_applied]))
+        blocks.append(
+            dm.Bullets(
+                [[dm.Strong(title), f": not applied, {why}."] for title, why in facts.not_applied]
+            )
+        )
     headline = None
     best = facts.best
     if best is not None:
-        headline = [f"Code change: {best.title.lower()} measured {rf.fmt_ratio(best.speedup)} the best knob config "
-                    f"over {dm.plural(best.rounds, 'round')}" + (" (alters what the model sees)" if best.alters_output else "") + "."]
+        headline = [
+            f"Code change: {best.title.lower()} measured {rf.fmt_ratio(best.speedup)} the best knob config "
+            f"over {dm.plural(best.rounds, 'round')}"
+            + (" (alters what the model sees)" if best.alters_output else "")
+            + "."
+        ]
     section = dm.Section("code-changes", "Code changes, applied and measured", blocks, subsections)
     return section, headline
 
@@ -47,16 +75,26 @@ def _change(row: CodeChangeRow, n: int) -> dm.Section:
     if row.error:
         blocks.append(dm.Paragraph([f"The race failed: {row.error}."]))
     elif row.speedup is not None:
-        blocks.append(dm.Paragraph([f"{rf.fmt_ratio(row.speedup)} the best knob config ({rf.fmt_rate(row.samples_per_s)} vs "
-                                    f"{rf.fmt_rate(row.pick_samples_per_s)} samples/s, median of "
-                                    f"{dm.plural(row.rounds, 'interleaved round')})."]))
-    lead = dm.Strong("Alters what the model sees:") if row.alters_output else dm.Strong("Side effect:")
+        blocks.append(
+            dm.Paragraph(
+                [
+                    f"{rf.fmt_ratio(row.speedup)} the best knob config ({rf.fmt_rate(row.samples_per_s)} vs "
+                    f"{rf.fmt_rate(row.pick_samples_per_s)} samples/s, median of "
+                    f"{dm.plural(row.rounds, 'interleaved round')})."
+                ]
+            )
+        )
+    lead = (
+        dm.Strong("Alters what the model sees:") if row.alters_output else dm.Strong("Side effect:")
+    )
     blocks.append(dm.Paragraph([lead, " ", dm.capital(row.side_effect) + "."]))
     if row.diff:
         blocks.append(dm.Paragraph(["The change, run for two batches before it is shown here:"]))
         blocks.append(dm.CodeBlock(row.diff, "diff"))
         if row.apply:
-            blocks.append(dm.Paragraph(["Saved as change.diff, it applies with ", dm.Code(row.apply), "."]))
+            blocks.append(
+                dm.Paragraph(["Saved as change.diff, it applies with ", dm.Code(row.apply), "."])
+            )
     else:
         text = row.description
         if row.unverified_reason:

@@ -17,8 +17,16 @@ def _target_text(row: CheckRow) -> str:
 
 
 def checklist_section(checklist: list[CheckRow], r: dict):
-    rows = [[row.name, dm.Code(row.subject) if row.subject else rf.DASH, rf.fmt_quantity(row.measured, row.unit),
-             _target_text(row), dm.Status(row.status)] for row in checklist]
+    rows = [
+        [
+            row.name,
+            dm.Code(row.subject) if row.subject else rf.DASH,
+            rf.fmt_quantity(row.measured, row.unit),
+            _target_text(row),
+            dm.Status(row.status),
+        ]
+        for row in checklist
+    ]
     table = dm.Table(["Check", "measured at", "measured", "target", "status"], rows, "llrrl")
     return dm.Section("checklist", "Checklist", [table]), None
 
@@ -26,24 +34,55 @@ def checklist_section(checklist: list[CheckRow], r: dict):
 # -- findings ------------------------------------------------------------------------------------
 def findings_section(found: FindingFacts, r: dict):
     c = found.counts
-    summary = (f"{dm.plural(len(found.findings), 'finding')}: {dm.plural(c['error'], 'error')}, {dm.plural(c['warning'], 'warning')}, "
-               f"{dm.plural(c['info'], 'note')}.")
+    summary = (
+        f"{dm.plural(len(found.findings), 'finding')}: {dm.plural(c['error'], 'error')}, {dm.plural(c['warning'], 'warning')}, "
+        f"{dm.plural(c['info'], 'note')}."
+    )
     blocks: list = [dm.Paragraph([summary])]
     coverage = r.get("coverage")
     if isinstance(coverage, dict) and coverage:
-        blocks.append(dm.Paragraph(["Coverage: " + "; ".join(f"{k.replace('_', ' ')}: {rf.fmt_value(v)}"
-                                                          for k, v in coverage.items() if k != "not_checked") + "."]))
+        blocks.append(
+            dm.Paragraph(
+                [
+                    "Coverage: "
+                    + "; ".join(
+                        f"{k.replace('_', ' ')}: {rf.fmt_value(v)}"
+                        for k, v in coverage.items()
+                        if k != "not_checked"
+                    )
+                    + "."
+                ]
+            )
+        )
         unchecked = [e for e in coverage.get("not_checked") or [] if isinstance(e, dict)]
         if unchecked:
-            blocks.append(dm.Bullets([[f"Not checked: {', '.join(e.get('codes') or []) or e.get('probe')} "
-                                       f"({e.get('probe')} probe): {e.get('reason')}."] for e in unchecked]))
+            blocks.append(
+                dm.Bullets(
+                    [
+                        [
+                            f"Not checked: {', '.join(e.get('codes') or []) or e.get('probe')} "
+                            f"({e.get('probe')} probe): {e.get('reason')}."
+                        ]
+                        for e in unchecked
+                    ]
+                )
+            )
     if found.findings:
-        rows = [[dm.Status({"error": "fail", "warning": "warn"}.get(f.severity, "info")), dm.Code(f.code), dm.record_text(f.message)]
-                for f in found.findings]
+        rows = [
+            [
+                dm.Status({"error": "fail", "warning": "warn"}.get(f.severity, "info")),
+                dm.Code(f.code),
+                dm.record_text(f.message),
+            ]
+            for f in found.findings
+        ]
         blocks.append(dm.Table(["Severity", "Code", "Finding"], rows, "lll"))
     codes = sorted({f.code for f in found.findings if f.severity in ("error", "warning")})
-    headline = [f"Checks: {dm.plural(c['error'], 'error')}, {dm.plural(c['warning'], 'warning')}, {dm.plural(c['info'], 'note')}"
-                + (f" ({', '.join(codes)})" if codes else "") + "."]
+    headline = [
+        f"Checks: {dm.plural(c['error'], 'error')}, {dm.plural(c['warning'], 'warning')}, {dm.plural(c['info'], 'note')}"
+        + (f" ({', '.join(codes)})" if codes else "")
+        + "."
+    ]
     return dm.Section("findings", "Check findings", blocks), headline
 
 
@@ -66,20 +105,31 @@ def recommendation_parts(rec: Recommendation) -> list:
             parts += [" Measured: ", *dm.record_text(rf.fmt_value(rec.measured)), "."]
         if rec.expected_gain is not None:
             gain = rec.expected_gain
-            parts.append(f" Expected gain: {rf.fmt_ratio(gain) if isinstance(gain, float) else rf.fmt_value(gain)}.")
+            parts.append(
+                f" Expected gain: {rf.fmt_ratio(gain) if isinstance(gain, float) else rf.fmt_value(gain)}."
+            )
         return parts
     x = rec.values
     if rec.id == "use-best-config":
-        return [dm.Strong("Switch to"), " ", dm.Code(x["label"]),
-                f" — measured {rf.fmt_rate(x['samples_per_s'])} samples/s against "
-                f"{rf.fmt_rate(x['baseline_samples_per_s'])} for ", dm.Code(x["baseline"]),
-                f". Expected gain: {rf.fmt_ratio(x['speedup'])} loader throughput."]
+        return [
+            dm.Strong("Switch to"),
+            " ",
+            dm.Code(x["label"]),
+            f" — measured {rf.fmt_rate(x['samples_per_s'])} samples/s against "
+            f"{rf.fmt_rate(x['baseline_samples_per_s'])} for ",
+            dm.Code(x["baseline"]),
+            f". Expected gain: {rf.fmt_ratio(x['speedup'])} loader throughput.",
+        ]
     if rec.id == "persistent-workers":
         epoch = f", of a {rf.fmt_seconds(x['epoch_s'])} epoch" if x.get("epoch_s") else ""
-        return [dm.Strong("Set persistent_workers=True"), " — at ", dm.Code(x["label"]),
-                f" the gap at an epoch boundary measured {rf.fmt_seconds(x['gap_without_s'])} without it and "
-                f"{rf.fmt_seconds(x['gap_with_s'])} with it. Expected gain: {rf.fmt_seconds(x['saved_s'])} per epoch "
-                f"after the first{epoch}."]
+        return [
+            dm.Strong("Set persistent_workers=True"),
+            " — at ",
+            dm.Code(x["label"]),
+            f" the gap at an epoch boundary measured {rf.fmt_seconds(x['gap_without_s'])} without it and "
+            f"{rf.fmt_seconds(x['gap_with_s'])} with it. Expected gain: {rf.fmt_seconds(x['saved_s'])} per epoch "
+            f"after the first{epoch}.",
+        ]
     return []
 
 
@@ -99,8 +149,12 @@ def troubleshooting_section(found: FindingFacts, r: dict):
         for key, value in f.evidence.items():
             if value is None or value == [] or value == {}:
                 continue
-            if key in _STACK_KEYS and (isinstance(value, list) or (isinstance(value, str) and "\n" in value)):
-                stacks.append("\n".join(map(_stack_line, value)) if isinstance(value, list) else value)
+            if key in _STACK_KEYS and (
+                isinstance(value, list) or (isinstance(value, str) and "\n" in value)
+            ):
+                stacks.append(
+                    "\n".join(map(_stack_line, value)) if isinstance(value, list) else value
+                )
             else:
                 evidence.append([f"{key.replace('_', ' ')}: ", evidence_value(key, value)])
         if evidence:
@@ -111,7 +165,9 @@ def troubleshooting_section(found: FindingFacts, r: dict):
             blocks.append(dm.Paragraph(derived))
         if f.fix:
             blocks.append(dm.Paragraph([dm.Strong("Fix:"), " ", *dm.record_text(f.fix)]))
-        section.subsections.append(dm.Section(f"finding-{f.code}", f"{f.code} ({f.severity})", blocks))
+        section.subsections.append(
+            dm.Section(f"finding-{f.code}", f"{f.code} ({f.severity})", blocks)
+        )
     return section, None
 
 
@@ -127,17 +183,25 @@ def evidence_value(key: str, value: Any) -> str:
     """Evidence by the unit its key names: *_bytes, *_mb, *_ms, *_s; indices and pids as plain integers."""
     if isinstance(value, dict):
         return "; ".join(f"{k}: {evidence_value(str(k), v)}" for k, v in value.items())
-    if isinstance(value, list) and value and all(number(v) is not None or isinstance(v, dict) for v in value):
+    if (
+        isinstance(value, list)
+        and value
+        and all(number(v) is not None or isinstance(v, dict) for v in value)
+    ):
         return ", ".join(evidence_value(key, v) for v in value)
     if number(value) is None:
         return rf.fmt_value(value)
     if "per_1000" in key:  # a rate (MB per thousand samples), not an amount
         return rf.fmt_value(value)
-    if isinstance(value, int) and (key in ("index", "indices", "pid") or key.endswith(("_index", "_pid"))):
+    if isinstance(value, int) and (
+        key in ("index", "indices", "pid") or key.endswith(("_index", "_pid"))
+    ):
         return str(value)
     if key.endswith("bytes"):
         return rf.fmt_bytes(value)
-    if key.endswith("_mb") or "_mb_" in key:  # MiB, as the resource sampler and the checks report it
+    if (
+        key.endswith("_mb") or "_mb_" in key
+    ):  # MiB, as the resource sampler and the checks report it
         return rf.fmt_mib(value)
     if key == "ms" or key.endswith("_ms") or "_ms_" in key:
         return rf.fmt_ms(value)
@@ -151,25 +215,37 @@ def evidence_value(key: str, value: Any) -> str:
 def _derived_text(f: FindingView) -> list:
     d = f.derived
     if f.code == "memory-growth" and "epoch_mb_per_worker" in d:
-        text = (f"At {rf.fmt_value(d['mb_per_1000'])} MB per thousand samples, one epoch of "
-                f"{rf.fmt_count(d['epoch_samples'])} samples adds about {rf.fmt_value(d['epoch_mb_per_worker'])} MB per "
-                "worker")
+        text = (
+            f"At {rf.fmt_value(d['mb_per_1000'])} MB per thousand samples, one epoch of "
+            f"{rf.fmt_count(d['epoch_samples'])} samples adds about {rf.fmt_value(d['epoch_mb_per_worker'])} MB per "
+            "worker"
+        )
         parts: list = [text]
         if "epoch_mb_all_workers" in d:
-            parts.append(f", {rf.fmt_value(d['epoch_mb_all_workers'])} MB across {int(d['workers'])} workers")
+            parts.append(
+                f", {rf.fmt_value(d['epoch_mb_all_workers'])} MB across {int(d['workers'])} workers"
+            )
         parts.append(".")
         return parts
     if f.code == "slow-samples" and "slowest_s" in d:
-        parts = [f"The slowest sample, index {int(d['slowest_index'])}, took {rf.fmt_seconds(d['slowest_s'])}"]
+        parts = [
+            f"The slowest sample, index {int(d['slowest_index'])}, took {rf.fmt_seconds(d['slowest_s'])}"
+        ]
         if "median_s" in d:
-            parts.append(f", {rf.fmt_ratio(d['slowest_s'] / d['median_s'])} the median sample "
-                         f"({rf.fmt_seconds(d['median_s'])})")
+            parts.append(
+                f", {rf.fmt_ratio(d['slowest_s'] / d['median_s'])} the median sample "
+                f"({rf.fmt_seconds(d['median_s'])})"
+            )
         return [*parts, "."]
     if f.code == "oversubscription" and "threads" in d:
-        return [f"{int(d['num_workers'])} workers × {int(d['threads_per_worker'])} threads each = "
-                f"{int(d['threads'])} threads for {int(d['cores'])} usable cores, {rf.fmt_ratio(d['threads'] / d['cores'])} "
-                "oversubscribed."]
+        return [
+            f"{int(d['num_workers'])} workers × {int(d['threads_per_worker'])} threads each = "
+            f"{int(d['threads'])} threads for {int(d['cores'])} usable cores, {rf.fmt_ratio(d['threads'] / d['cores'])} "
+            "oversubscribed."
+        ]
     if f.code == "shm-too-small" and "in_flight_bytes" in d:
-        return [f"The largest in-flight set measured is {int(d['in_flight_batches'])} batches, "
-                f"{rf.fmt_bytes(d['in_flight_bytes'])}, against {rf.fmt_bytes(d['shm_free_bytes'])} free in /dev/shm."]
+        return [
+            f"The largest in-flight set measured is {int(d['in_flight_batches'])} batches, "
+            f"{rf.fmt_bytes(d['in_flight_bytes'])}, against {rf.fmt_bytes(d['shm_free_bytes'])} free in /dev/shm."
+        ]
     return []

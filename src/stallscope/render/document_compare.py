@@ -43,17 +43,28 @@ def verdict_sentence(r: dict) -> list:
     verdict = r.get("verdict") or "undecided"
     rounds = ratio.get("rounds") or 0
     if verdict == "undecided" or change.get("low") is None:
-        return [dm.Strong("Verdict: undecided."), f" {dm.plural(rounds, 'round')} measured (B/A "
-                f"{fmt_exact_ratio(number(ratio.get('estimate')))}): too few for an interval; raise --budget."]
-    interval = (f" ({_level(ratio)}interval {fmt_exact_ratio(ratio['low'])} to {fmt_exact_ratio(ratio['high'])}, "
-                f"{dm.plural(rounds, 'paired round')})")
+        return [
+            dm.Strong("Verdict: undecided."),
+            f" {dm.plural(rounds, 'round')} measured (B/A "
+            f"{fmt_exact_ratio(number(ratio.get('estimate')))}): too few for an interval; raise --budget.",
+        ]
+    interval = (
+        f" ({_level(ratio)}interval {fmt_exact_ratio(ratio['low'])} to {fmt_exact_ratio(ratio['high'])}, "
+        f"{dm.plural(rounds, 'paired round')})"
+    )
     if verdict == "within noise":
-        return [dm.Strong("Verdict: within noise."), " B/A samples/s is "
-                f"{fmt_exact_ratio(ratio['estimate'])}{interval}: no difference the measurement can tell apart."]
+        return [
+            dm.Strong("Verdict: within noise."),
+            " B/A samples/s is "
+            f"{fmt_exact_ratio(ratio['estimate'])}{interval}: no difference the measurement can tell apart.",
+        ]
     direction = "slower" if verdict == "slower" else "faster"
-    return [dm.Strong(f"Verdict: B is {direction}."), f" B delivers {rf.fmt_fraction(abs(change['estimate']))} "
-            f"{'fewer' if direction == 'slower' else 'more'} samples/s than A: B/A "
-            f"{fmt_exact_ratio(ratio['estimate'])}{interval}."]
+    return [
+        dm.Strong(f"Verdict: B is {direction}."),
+        f" B delivers {rf.fmt_fraction(abs(change['estimate']))} "
+        f"{'fewer' if direction == 'slower' else 'more'} samples/s than A: B/A "
+        f"{fmt_exact_ratio(ratio['estimate'])}{interval}.",
+    ]
 
 
 def gate_sentence(r: dict) -> list | None:
@@ -63,16 +74,27 @@ def gate_sentence(r: dict) -> list | None:
     pct = rf.fmt_percent(gate["fail_if_slower_pct"])
     bound = fmt_exact_ratio(gate["threshold_ratio"])
     if gate.get("failed"):
-        return [dm.Strong("CI gate failed:"), f" --fail-if-slower {pct}: the whole interval lies below {bound}."]
-    return [dm.Strong("CI gate passed:"), f" --fail-if-slower {pct}: the interval does not lie entirely below {bound}."]
+        return [
+            dm.Strong("CI gate failed:"),
+            f" --fail-if-slower {pct}: the whole interval lies below {bound}.",
+        ]
+    return [
+        dm.Strong("CI gate passed:"),
+        f" --fail-if-slower {pct}: the interval does not lie entirely below {bound}.",
+    ]
 
 
 def settings_sentence(r: dict) -> list | None:
     a, b = r.get("a") or {}, r.get("b") or {}
     if a.get("config") == b.get("config"):
         return ["Both sides ran at ", dm.Code(str(a.get("label", "?"))), "."]
-    return ["The sides ran at different settings: A at ", dm.Code(str(a.get("label", "?"))), ", B at ",
-            dm.Code(str(b.get("label", "?"))), "; the ratio includes that difference."]
+    return [
+        "The sides ran at different settings: A at ",
+        dm.Code(str(a.get("label", "?"))),
+        ", B at ",
+        dm.Code(str(b.get("label", "?"))),
+        "; the ratio includes that difference.",
+    ]
 
 
 def stop_sentence(r: dict) -> list | None:
@@ -81,11 +103,16 @@ def stop_sentence(r: dict) -> list | None:
     settings = r.get("settings") or {}
     precision = number(settings.get("precision"))
     if stopped == "precision" and precision is not None:
-        return [f"Stopped when the interval was narrower than ±{rf.fmt_fraction(precision)}, after "
-                f"{rf.fmt_seconds(seconds)}."]
+        return [
+            f"Stopped when the interval was narrower than ±{rf.fmt_fraction(precision)}, after "
+            f"{rf.fmt_seconds(seconds)}."
+        ]
     if stopped == "budget":
-        return [f"Stopped at the budget after {rf.fmt_seconds(seconds)}"
-                + (f", before reaching ±{rf.fmt_fraction(precision)}" if precision is not None else "") + "."]
+        return [
+            f"Stopped at the budget after {rf.fmt_seconds(seconds)}"
+            + (f", before reaching ±{rf.fmt_fraction(precision)}" if precision is not None else "")
+            + "."
+        ]
     return None
 
 
@@ -97,18 +124,39 @@ def figures_table(r: dict) -> dm.Table | None:
         if not entry:
             continue
         a, b, ratio = entry.get("a") or {}, entry.get("b") or {}, entry.get("ratio") or {}
-        interval = (f"{fmt_exact_ratio(ratio.get('low'))} to {fmt_exact_ratio(ratio.get('high'))}"
-                    if ratio.get("low") is not None else rf.DASH)
-        rows.append([
-            title,
-            _fmt(number(a.get("median")), kind), _noise(a),
-            _fmt(number(b.get("median")), kind), _noise(b),
-            fmt_exact_ratio(number(ratio.get("estimate"))), interval, entry.get("verdict") or rf.DASH,
-        ])
+        interval = (
+            f"{fmt_exact_ratio(ratio.get('low'))} to {fmt_exact_ratio(ratio.get('high'))}"
+            if ratio.get("low") is not None
+            else rf.DASH
+        )
+        rows.append(
+            [
+                title,
+                _fmt(number(a.get("median")), kind),
+                _noise(a),
+                _fmt(number(b.get("median")), kind),
+                _noise(b),
+                fmt_exact_ratio(number(ratio.get("estimate"))),
+                interval,
+                entry.get("verdict") or rf.DASH,
+            ]
+        )
     if not rows:
         return None
-    return dm.Table(["figure", "A (median)", "A spread", "B (median)", "B spread", "B/A", "interval", "verdict"],
-                    rows, align="lrrrrrrl")
+    return dm.Table(
+        [
+            "figure",
+            "A (median)",
+            "A spread",
+            "B (median)",
+            "B spread",
+            "B/A",
+            "interval",
+            "verdict",
+        ],
+        rows,
+        align="lrrrrrrl",
+    )
 
 
 def _noise(side: dict) -> str:
@@ -120,8 +168,15 @@ def stage_table(r: dict) -> tuple[dm.Table | None, str | None]:
     stages = r.get("stages_compared") or {}
     if stages.get("error"):
         return None, stages["error"]
-    rows = [[row["name"], rf.fmt_ms(number(row.get("a_ms_per_sample"))), rf.fmt_ms(number(row.get("b_ms_per_sample"))),
-             _signed_ms(number(row.get("delta_ms_per_sample")))] for row in stages.get("rows") or []]
+    rows = [
+        [
+            row["name"],
+            rf.fmt_ms(number(row.get("a_ms_per_sample"))),
+            rf.fmt_ms(number(row.get("b_ms_per_sample"))),
+            _signed_ms(number(row.get("delta_ms_per_sample"))),
+        ]
+        for row in stages.get("rows") or []
+    ]
     if not rows:
         return None, None
     return dm.Table(["stage", "A ms/sample", "B ms/sample", "B − A"], rows, align="lrrr"), None
@@ -135,23 +190,56 @@ def _signed_ms(value: float | None) -> str:
 
 def compare_sections(r: dict) -> list[dm.Section]:
     """The executive summary (verdict, gate), the figures side by side and the stage tables."""
-    summary: list = [dm.Paragraph(verdict_sentence(r), style="verdict " + str(r.get("verdict") or "undecided")
-                                  .replace(" ", "-"))]
+    summary: list = [
+        dm.Paragraph(
+            verdict_sentence(r),
+            style="verdict " + str(r.get("verdict") or "undecided").replace(" ", "-"),
+        )
+    ]
     bullets = [s for s in (gate_sentence(r), settings_sentence(r), stop_sentence(r)) if s]
     a, b = r.get("a") or {}, r.get("b") or {}
-    bullets.append(["A is ", dm.Code(str(a.get("target", "?"))), ", B is ", dm.Code(str(b.get("target", "?"))), "."])
+    bullets.append(
+        [
+            "A is ",
+            dm.Code(str(a.get("target", "?"))),
+            ", B is ",
+            dm.Code(str(b.get("target", "?"))),
+            ".",
+        ]
+    )
     summary.append(dm.Bullets(bullets))
     sections = [dm.Section("summary", "Executive summary", summary)]
     table = figures_table(r)
     if table is not None:
-        sections.append(dm.Section("figures", "A and B side by side", [
-            dm.Paragraph(["Every figure of one side is the median of its windows, its spread (max − min) / median over "
-                          "its windows; B/A and its interval come from the paired rounds, as the rate's do."]),
-            table,
-        ]))
+        sections.append(
+            dm.Section(
+                "figures",
+                "A and B side by side",
+                [
+                    dm.Paragraph(
+                        [
+                            "Every figure of one side is the median of its windows, its spread (max − min) / median over "
+                            "its windows; B/A and its interval come from the paired rounds, as the rate's do."
+                        ]
+                    ),
+                    table,
+                ],
+            )
+        )
     stage, error = stage_table(r)
     if stage is not None or error:
-        blocks: list = [dm.Paragraph(["Where the difference comes from: each side's stage breakdown, the stage that "
-                                      "changed most first."]), stage] if stage is not None else [dm.Paragraph([error])]
+        blocks: list = (
+            [
+                dm.Paragraph(
+                    [
+                        "Where the difference comes from: each side's stage breakdown, the stage that "
+                        "changed most first."
+                    ]
+                ),
+                stage,
+            ]
+            if stage is not None
+            else [dm.Paragraph([error])]
+        )
         sections.append(dm.Section("stages", "Stages of A and B", blocks))
     return sections

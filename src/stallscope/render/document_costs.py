@@ -13,28 +13,57 @@ def epoch_section(epoch: EpochEstimate, r: dict):
     for row in epoch.rows:
         start = rf.DASH
         if row.startup_s is not None:
-            start = f"{rf.fmt_seconds(row.startup_s)}" + (" once" if row.persistent else " per epoch")
-        rows.append([dm.Code(row.label), row.role, rf.fmt_rate(row.samples_per_s), rf.fmt_seconds(row.seconds),
-                     rf.fmt_count(row.batches), start])
+            start = f"{rf.fmt_seconds(row.startup_s)}" + (
+                " once" if row.persistent else " per epoch"
+            )
+        rows.append(
+            [
+                dm.Code(row.label),
+                row.role,
+                rf.fmt_rate(row.samples_per_s),
+                rf.fmt_seconds(row.seconds),
+                rf.fmt_count(row.batches),
+                start,
+            ]
+        )
     blocks: list = [
-        dm.Paragraph([f"For an epoch of {rf.fmt_count(epoch.length)} samples (the dataset's length) at the measured "
-                   "steady-state rates:"]),
-        dm.Table(["Configuration", "role", "samples/s", "epoch time", "batches", "worker start-up"], rows, "llrrrr"),
+        dm.Paragraph(
+            [
+                f"For an epoch of {rf.fmt_count(epoch.length)} samples (the dataset's length) at the measured "
+                "steady-state rates:"
+            ]
+        ),
+        dm.Table(
+            ["Configuration", "role", "samples/s", "epoch time", "batches", "worker start-up"],
+            rows,
+            "llrrrr",
+        ),
     ]
     best = epoch.rows[0]
     notes: list = []
     if epoch.saving_s is not None and len(epoch.rows) > 1:
-        notes += [dm.config_code(best.label), f" saves about {rf.fmt_seconds(epoch.saving_s)} per epoch against ",
-                  dm.config_code(epoch.rows[1].label), "."]
+        notes += [
+            dm.config_code(best.label),
+            f" saves about {rf.fmt_seconds(epoch.saving_s)} per epoch against ",
+            dm.config_code(epoch.rows[1].label),
+            ".",
+        ]
     if best.startup_s is not None and not best.persistent and best.seconds > 0:
-        notes.append(f" Without persistent_workers each epoch also pays {rf.fmt_seconds(best.startup_s)} of worker "
-                     f"start-up ({rf.fmt_fraction(best.startup_s / best.seconds)} of the epoch).")
+        notes.append(
+            f" Without persistent_workers each epoch also pays {rf.fmt_seconds(best.startup_s)} of worker "
+            f"start-up ({rf.fmt_fraction(best.startup_s / best.seconds)} of the epoch)."
+        )
     if notes:
         blocks.append(dm.Paragraph(notes))
-    headline: list = [f"One epoch of {rf.fmt_count(epoch.length)} samples takes about {rf.fmt_seconds(best.seconds)} with ",
-                      dm.config_code(best.label)]
+    headline: list = [
+        f"One epoch of {rf.fmt_count(epoch.length)} samples takes about {rf.fmt_seconds(best.seconds)} with ",
+        dm.config_code(best.label),
+    ]
     if len(epoch.rows) > 1:
-        headline += [f" against {rf.fmt_seconds(epoch.rows[1].seconds)} with ", dm.config_code(epoch.rows[1].label)]
+        headline += [
+            f" against {rf.fmt_seconds(epoch.rows[1].seconds)} with ",
+            dm.config_code(epoch.rows[1].label),
+        ]
     headline.append(".")
     return dm.Section("epoch", "Estimated epoch time", blocks), headline
 
@@ -47,28 +76,66 @@ def memory_section(memory: MemoryFacts, r: dict):
         ref += f" at batch size {memory.reference_batch_size}"
     blocks.append(dm.Paragraph([ref + "."]))
     for row in memory.rows:
-        parts: list = ["At ", dm.config_code(row.label), f", {row.workers} workers × prefetch_factor {row.prefetch_factor} = "
-                       f"{row.in_flight_batches} batches of {rf.fmt_bytes(row.batch_bytes)} are in flight: "
-                       f"{rf.fmt_bytes(row.in_flight_bytes)}"]
+        parts: list = [
+            "At ",
+            dm.config_code(row.label),
+            f", {row.workers} workers × prefetch_factor {row.prefetch_factor} = "
+            f"{row.in_flight_batches} batches of {rf.fmt_bytes(row.batch_bytes)} are in flight: "
+            f"{rf.fmt_bytes(row.in_flight_bytes)}",
+        ]
         if row.shm_fraction is not None:
-            parts.append(f", {rf.fmt_fraction(row.shm_fraction)} of the {rf.fmt_bytes(memory.shm_free_bytes)} free in "
-                         "/dev/shm")
+            parts.append(
+                f", {rf.fmt_fraction(row.shm_fraction)} of the {rf.fmt_bytes(memory.shm_free_bytes)} free in "
+                "/dev/shm"
+            )
         parts.append(".")
         if row.workers_rss_bytes is not None:
-            parts.append(f" With the workers' {rf.fmt_bytes(row.workers_rss_bytes)} resident memory that is "
-                         f"{rf.fmt_bytes(row.ram_needed_bytes)}")
+            parts.append(
+                f" With the workers' {rf.fmt_bytes(row.workers_rss_bytes)} resident memory that is "
+                f"{rf.fmt_bytes(row.ram_needed_bytes)}"
+            )
             if row.ram_fraction is not None:
-                parts.append(f", {rf.fmt_fraction(row.ram_fraction)} of the {rf.fmt_bytes(memory.ram_available_bytes)} "
-                             "of RAM available")
+                parts.append(
+                    f", {rf.fmt_fraction(row.ram_fraction)} of the {rf.fmt_bytes(memory.ram_available_bytes)} "
+                    "of RAM available"
+                )
             parts.append(".")
         blocks.append(dm.Paragraph(parts))
-    rows = [[dm.Code(row.label), row.role, f"{row.workers} × {row.prefetch_factor}", rf.fmt_bytes(row.batch_bytes),
-             rf.fmt_bytes(row.in_flight_bytes), rf.fmt_fraction(row.shm_fraction), rf.fmt_bytes(row.workers_rss_bytes),
-             rf.fmt_fraction(row.ram_fraction)] for row in memory.rows]
-    blocks.append(dm.Table(["Configuration", "role", "workers × prefetch", "batch", "in flight", "of free /dev/shm",
-                         "workers RSS", "of available RAM"], rows, "llrrrrrr"))
+    rows = [
+        [
+            dm.Code(row.label),
+            row.role,
+            f"{row.workers} × {row.prefetch_factor}",
+            rf.fmt_bytes(row.batch_bytes),
+            rf.fmt_bytes(row.in_flight_bytes),
+            rf.fmt_fraction(row.shm_fraction),
+            rf.fmt_bytes(row.workers_rss_bytes),
+            rf.fmt_fraction(row.ram_fraction),
+        ]
+        for row in memory.rows
+    ]
+    blocks.append(
+        dm.Table(
+            [
+                "Configuration",
+                "role",
+                "workers × prefetch",
+                "batch",
+                "in flight",
+                "of free /dev/shm",
+                "workers RSS",
+                "of available RAM",
+            ],
+            rows,
+            "llrrrrrr",
+        )
+    )
     first = memory.rows[0]
-    headline: list = ["In-flight batches at ", dm.config_code(first.label), f": {rf.fmt_bytes(first.in_flight_bytes)}"]
+    headline: list = [
+        "In-flight batches at ",
+        dm.config_code(first.label),
+        f": {rf.fmt_bytes(first.in_flight_bytes)}",
+    ]
     if first.shm_fraction is not None:
         headline.append(f", {rf.fmt_fraction(first.shm_fraction)} of free /dev/shm")
     headline.append(".")
@@ -78,8 +145,10 @@ def memory_section(memory: MemoryFacts, r: dict):
 # -- CPU -------------------------------------------------------------------------------------
 def cpu_section(cpu: CpuUse, r: dict):
     f = cpu.focus
-    where: list = ["In the training loop" if f.label == "training loop" else "At ", *([] if f.label == "training loop"
-                                                                                     else [dm.config_code(f.label)])]
+    where: list = [
+        "In the training loop" if f.label == "training loop" else "At ",
+        *([] if f.label == "training loop" else [dm.config_code(f.label)]),
+    ]
     text = f" the main process used {rf.fmt_percent(f.main_percent)} of a core"
     if f.workers:
         text += f" and the {f.workers} workers {rf.fmt_percent(f.workers_percent)} together"
@@ -87,15 +156,38 @@ def cpu_section(cpu: CpuUse, r: dict):
     if f.capacity_fraction is not None:
         text += f", {rf.fmt_fraction(f.capacity_fraction)} of the {cpu.cores} usable cores"
     blocks: list = [dm.Paragraph([*where, text + "."])]
-    rows = [[row.label if row.label == "training loop" else dm.Code(row.label), rf.fmt_percent(row.main_percent), rf.fmt_percent(row.workers_percent),
-             rf.fmt_fraction(row.capacity_fraction), rf.fmt_mib(row.main_rss_mb), rf.fmt_mib(row.workers_rss_mb),
-             rf.fmt_mib(row.worker_uss_mb)] for row in cpu.rows]
-    blocks.append(dm.Table(["Configuration", "main CPU", "workers CPU", "of usable cores", "main RSS", "workers RSS",
-                         "worker USS"], rows, "lrrrrrr"))
+    rows = [
+        [
+            row.label if row.label == "training loop" else dm.Code(row.label),
+            rf.fmt_percent(row.main_percent),
+            rf.fmt_percent(row.workers_percent),
+            rf.fmt_fraction(row.capacity_fraction),
+            rf.fmt_mib(row.main_rss_mb),
+            rf.fmt_mib(row.workers_rss_mb),
+            rf.fmt_mib(row.worker_uss_mb),
+        ]
+        for row in cpu.rows
+    ]
+    blocks.append(
+        dm.Table(
+            [
+                "Configuration",
+                "main CPU",
+                "workers CPU",
+                "of usable cores",
+                "main RSS",
+                "workers RSS",
+                "worker USS",
+            ],
+            rows,
+            "lrrrrrr",
+        )
+    )
     headline = None
     if f.capacity_fraction is not None:
-        headline = ["CPU: ", *([] if f.label == "training loop" else [dm.config_code(f.label), " keeps "]),
-                    f"{rf.fmt_fraction(f.capacity_fraction)} of the {cpu.cores} usable cores busy."]
+        headline = [
+            "CPU: ",
+            *([] if f.label == "training loop" else [dm.config_code(f.label), " keeps "]),
+            f"{rf.fmt_fraction(f.capacity_fraction)} of the {cpu.cores} usable cores busy.",
+        ]
     return dm.Section("cpu", "CPU use", blocks), headline
-
-

@@ -153,4 +153,3 @@ def config_code(label: str) -> Code:
 
 def capital(text: str) -> str:
     return text[:1].upper() + text[1:]
-

@@ -24,7 +24,10 @@ from .document_windows import long_run_blocks
 def bench_section(bench: BenchFacts, r: dict):
     if bench.measured == 0:
         rows = [[dm.Code(row.label), row.error or rf.DASH] for row in bench.rows]
-        blocks = [dm.Paragraph([f"All {dm.plural(bench.failed, 'configuration')} failed:"]), dm.Table(["Configuration", "error"], rows)]
+        blocks = [
+            dm.Paragraph([f"All {dm.plural(bench.failed, 'configuration')} failed:"]),
+            dm.Table(["Configuration", "error"], rows),
+        ]
         return dm.Section("benchmark", "Benchmark", blocks), None
     intro = f"{dm.plural(bench.measured, 'configuration')} measured"
     if bench.repeats:
@@ -32,11 +35,15 @@ def bench_section(bench: BenchFacts, r: dict):
     if bench.cores:
         intro += f", on {bench.cores} usable cores"
     if bench.batches_timed and bench.window_s:
-        intro += (f"; rates come from {bench.batches_timed:,} batches timed over {rf.fmt_seconds(bench.window_s)} of "
-                  "steady state, start-up excluded")
+        intro += (
+            f"; rates come from {bench.batches_timed:,} batches timed over {rf.fmt_seconds(bench.window_s)} of "
+            "steady state, start-up excluded"
+        )
     intro += "."
     if bench.single_process_ms_per_sample is not None:
-        intro += f" Single-process cost: {rf.fmt_ms(bench.single_process_ms_per_sample)} per sample."
+        intro += (
+            f" Single-process cost: {rf.fmt_ms(bench.single_process_ms_per_sample)} per sample."
+        )
     if bench.failed:
         intro += f" {dm.plural(bench.failed, 'configuration')} failed; see below the table."
     rows = []
@@ -48,14 +55,34 @@ def bench_section(bench: BenchFacts, r: dict):
         rate = rf.fmt_rate(row.samples_per_s)
         if row.min_samples_per_s is not None and row.max_samples_per_s is not None:
             rate += f" [{rf.fmt_rate(row.min_samples_per_s)}–{rf.fmt_rate(row.max_samples_per_s)}]"
-        rows.append([
-            label, rate, rf.fmt_seconds(row.startup_s), rf.fmt_ms(row.p50_ms), rf.fmt_ms(row.p95_ms),
-            rf.fmt_fraction(row.efficiency), rf.fmt_ratio(row.speedup), rf.fmt_fraction(row.noise),
-        ])
+        rows.append(
+            [
+                label,
+                rate,
+                rf.fmt_seconds(row.startup_s),
+                rf.fmt_ms(row.p50_ms),
+                rf.fmt_ms(row.p95_ms),
+                rf.fmt_fraction(row.efficiency),
+                rf.fmt_ratio(row.speedup),
+                rf.fmt_fraction(row.noise),
+            ]
+        )
     blocks: list = [
         dm.Paragraph([intro]),
-        dm.Table(["Configuration", "samples/s median [min–max]", "start-up", "p50 batch", "p95 batch", "efficiency",
-               "speed-up", "noise"], rows, "lrrrrrrr"),
+        dm.Table(
+            [
+                "Configuration",
+                "samples/s median [min–max]",
+                "start-up",
+                "p50 batch",
+                "p95 batch",
+                "efficiency",
+                "speed-up",
+                "noise",
+            ],
+            rows,
+            "lrrrrrrr",
+        ),
     ]
     failed = [row for row in bench.rows if row.error]
     if failed:
@@ -63,7 +90,11 @@ def bench_section(bench: BenchFacts, r: dict):
     headline = None
     if bench.best is not None:
         best = bench.best
-        parts: list = ["Fastest: ", dm.config_code(best.label), f" at {rf.fmt_rate(best.samples_per_s)} samples/s"]
+        parts: list = [
+            "Fastest: ",
+            dm.config_code(best.label),
+            f" at {rf.fmt_rate(best.samples_per_s)} samples/s",
+        ]
         if best.speedup is not None:
             parts.append(f", {rf.fmt_ratio(best.speedup)} the single-process loader")
         if best.efficiency is not None and workers_of(best.config) > 0:
@@ -74,19 +105,29 @@ def bench_section(bench: BenchFacts, r: dict):
                 parts.append(f" Throughput stops improving at {bench.plateau_workers} workers")
                 parts.append(f" on {bench.cores} usable cores." if bench.cores else ".")
             else:
-                parts.append(f" Throughput was still rising at {bench.worker_counts[-1]} workers, the most "
-                             "measured.")
+                parts.append(
+                    f" Throughput was still rising at {bench.worker_counts[-1]} workers, the most "
+                    "measured."
+                )
         if bench.latency_bound:
-            parts.append(f" The best uses {workers_of(best.config)} workers on {bench.cores} cores and beats one process "
-                         f"by more than {bench.cores}×, so the source is latency-bound: extra workers overlap waiting, "
-                         "not computation.")
+            parts.append(
+                f" The best uses {workers_of(best.config)} workers on {bench.cores} cores and beats one process "
+                f"by more than {bench.cores}×, so the source is latency-bound: extra workers overlap waiting, "
+                "not computation."
+            )
         blocks.append(dm.Paragraph(parts))
-        headline = [f"Fastest of {dm.plural(bench.measured, 'benchmarked configuration')}: ", dm.config_code(best.label), ", ",
-                    f"{rf.fmt_rate(best.samples_per_s)} samples/s"]
+        headline = [
+            f"Fastest of {dm.plural(bench.measured, 'benchmarked configuration')}: ",
+            dm.config_code(best.label),
+            ", ",
+            f"{rf.fmt_rate(best.samples_per_s)} samples/s",
+        ]
         if best.speedup is not None:
             headline.append(f" ({rf.fmt_ratio(best.speedup)} the single-process loader)")
         headline.append(".")
-    blocks.append(dm.Figure("scaling", "Throughput against num_workers, with the ideal scaling line"))
+    blocks.append(
+        dm.Figure("scaling", "Throughput against num_workers, with the ideal scaling line")
+    )
     blocks.append(dm.Figure("latency", "Distribution of steady-state batch waits"))
     return dm.Section("benchmark", "Benchmark", blocks), headline
 
@@ -96,12 +137,22 @@ def tuning_section(tuning: TuningFacts, r: dict):
     parts: list = [f"The tuner measured {dm.plural(tuning.trials, 'trial')}"]
     if tuning.seconds is not None:
         parts.append(f" in {rf.fmt_seconds(tuning.seconds)}")
-    parts += [" and chose ", dm.config_code(tuning.best.label), f" at {rf.fmt_rate(tuning.best.samples_per_s)} samples/s"]
+    parts += [
+        " and chose ",
+        dm.config_code(tuning.best.label),
+        f" at {rf.fmt_rate(tuning.best.samples_per_s)} samples/s",
+    ]
     if tuning.baseline is not None and tuning.speedup is not None:
-        parts += [f", {rf.fmt_ratio(tuning.speedup)} the baseline ", dm.config_code(tuning.baseline.label),
-                  f" ({rf.fmt_rate(tuning.baseline.samples_per_s)} samples/s)"]
+        parts += [
+            f", {rf.fmt_ratio(tuning.speedup)} the baseline ",
+            dm.config_code(tuning.baseline.label),
+            f" ({rf.fmt_rate(tuning.baseline.samples_per_s)} samples/s)",
+        ]
     if tuning.runner_up and tuning.margin is not None:
-        parts += [f", {rf.fmt_fraction(tuning.margin - 1.0)} faster than the runner-up ", dm.config_code(tuning.runner_up)]
+        parts += [
+            f", {rf.fmt_fraction(tuning.margin - 1.0)} faster than the runner-up ",
+            dm.config_code(tuning.runner_up),
+        ]
     if tuning.confidence is not None:
         parts.append(f"; confidence: {rf.fmt_value(tuning.confidence)}")
         if tuning.rounds is not None:
@@ -109,52 +160,118 @@ def tuning_section(tuning: TuningFacts, r: dict):
     parts.append(".")
     blocks: list = [dm.Paragraph(parts)]
     if tuning.plan:
-        blocks.append(dm.Paragraph(["Budget plan: ", *dm.record_text(tuning.plan.removeprefix("plan: ")), "."]))
+        blocks.append(
+            dm.Paragraph(
+                ["Budget plan: ", *dm.record_text(tuning.plan.removeprefix("plan: ")), "."]
+            )
+        )
     if tuning.tie:
-        within = rf.fmt_percent(100 * (tuning.tie_margin if tuning.tie_margin is not None else 0.03))
-        blocks.append(dm.Paragraph([dm.Strong("A tie within noise; the cheaper config was kept"),
-                                    f": another raced config was within {within} of the fastest, paired by round."]))
+        within = rf.fmt_percent(
+            100 * (tuning.tie_margin if tuning.tie_margin is not None else 0.03)
+        )
+        blocks.append(
+            dm.Paragraph(
+                [
+                    dm.Strong("A tie within noise; the cheaper config was kept"),
+                    f": another raced config was within {within} of the fastest, paired by round.",
+                ]
+            )
+        )
     if tuning.confirmed is False:
-        blocks.append(dm.Paragraph([dm.Strong("Not confirmed: the budget ran out"),
-                                    f" after {dm.plural(tuning.rounds or 0, 'interleaved round')}, so there is no confidence."]))
+        blocks.append(
+            dm.Paragraph(
+                [
+                    dm.Strong("Not confirmed: the budget ran out"),
+                    f" after {dm.plural(tuning.rounds or 0, 'interleaved round')}, so there is no confidence.",
+                ]
+            )
+        )
     if tuning.keep_baseline and tuning.baseline is not None:
-        blocks.append(dm.Paragraph([dm.Strong("Keep yours:"), " your loader ", dm.config_code(tuning.baseline.label),
-                                    f" is within {rf.fmt_percent(tuning.within_pct)} of the best found; no change is recommended."]))
+        blocks.append(
+            dm.Paragraph(
+                [
+                    dm.Strong("Keep yours:"),
+                    " your loader ",
+                    dm.config_code(tuning.baseline.label),
+                    f" is within {rf.fmt_percent(tuning.within_pct)} of the best found; no change is recommended.",
+                ]
+            )
+        )
     if tuning.head_to_head:
-        rows = [[dm.Code(h.label), h.role, rf.fmt_rate(h.samples_per_s), rf.fmt_count(h.rounds)] for h in tuning.head_to_head]
-        blocks.append(dm.Paragraph(["Raced head to head, in the same interleaved rounds (median samples/s):"]))
+        rows = [
+            [dm.Code(h.label), h.role, rf.fmt_rate(h.samples_per_s), rf.fmt_count(h.rounds)]
+            for h in tuning.head_to_head
+        ]
+        blocks.append(
+            dm.Paragraph(["Raced head to head, in the same interleaved rounds (median samples/s):"])
+        )
         blocks.append(dm.Table(["Configuration", "Role", "samples/s", "Rounds"], rows, "llrr"))
     if tuning.skipped:
         blocks.append(dm.Paragraph(["Skipped:"]))
-        blocks.append(dm.Bullets([[dm.Code(label), ": ", *dm.record_text(why)] for label, why in tuning.skipped]))
+        blocks.append(
+            dm.Bullets(
+                [[dm.Code(label), ": ", *dm.record_text(why)] for label, why in tuning.skipped]
+            )
+        )
     gap = tuning.persistent
     if gap is not None and gap.gap_without_s is not None and gap.gap_with_s is not None:
         verdict = "recommended" if gap.recommended else "not recommended"
-        blocks.append(dm.Paragraph([
-            "Epoch boundary at ", dm.Code(gap.measured_on), f": {rf.fmt_seconds(gap.gap_without_s)} without and "
-            f"{rf.fmt_seconds(gap.gap_with_s)} with persistent workers, so persistent_workers=True is {verdict}."]))
+        blocks.append(
+            dm.Paragraph(
+                [
+                    "Epoch boundary at ",
+                    dm.Code(gap.measured_on),
+                    f": {rf.fmt_seconds(gap.gap_without_s)} without and "
+                    f"{rf.fmt_seconds(gap.gap_with_s)} with persistent workers, so persistent_workers=True is {verdict}.",
+                ]
+            )
+        )
     if tuning.region:
         text = f"The tuner classified the source as {tuning.region}"
-        blocks.append(dm.Paragraph([text + (f": {tuning.region_reason}." if tuning.region_reason else ".")]))
+        blocks.append(
+            dm.Paragraph([text + (f": {tuning.region_reason}." if tuning.region_reason else ".")])
+        )
     if tuning.top_trials:
-        rows = [[t.phase or rf.DASH, dm.Code(t.label), rf.fmt_rate(t.samples_per_s), rf.fmt_ratio(t.vs_baseline)]
-                for t in tuning.top_trials]
+        rows = [
+            [
+                t.phase or rf.DASH,
+                dm.Code(t.label),
+                rf.fmt_rate(t.samples_per_s),
+                rf.fmt_ratio(t.vs_baseline),
+            ]
+            for t in tuning.top_trials
+        ]
         blocks.append(dm.Paragraph([f"The {dm.plural(len(rows), 'fastest trial')}:"]))
-        blocks.append(dm.Table(["Phase", "Configuration", "samples/s", "vs baseline"], rows, "llrr"))
+        blocks.append(
+            dm.Table(["Phase", "Configuration", "samples/s", "vs baseline"], rows, "llrr")
+        )
     # A failure the search notes already explain is not listed twice.
-    failed = [(label, error) for label, error in tuning.failed_trials if not any(error in n for n in tuning.notes)]
+    failed = [
+        (label, error)
+        for label, error in tuning.failed_trials
+        if not any(error in n for n in tuning.notes)
+    ]
     if failed:
         blocks.append(dm.Paragraph([f"{dm.plural(len(failed), 'trial')} failed:"]))
-        blocks.append(dm.Bullets([[dm.Code(label), ": ", *dm.record_text(error)] for label, error in failed]))
+        blocks.append(
+            dm.Bullets([[dm.Code(label), ": ", *dm.record_text(error)] for label, error in failed])
+        )
     if tuning.notes:
         blocks.append(dm.Paragraph(["Search notes:"]))
         blocks.append(dm.Bullets([dm.record_text(note) for note in tuning.notes]))
     headline: list = ["Tuning"]
     if tuning.seconds is not None:
         headline.append(f" ({rf.fmt_seconds(tuning.seconds)}, {dm.plural(tuning.trials, 'trial')})")
-    headline += [" chose ", dm.config_code(tuning.best.label), f": {rf.fmt_rate(tuning.best.samples_per_s)} samples/s"]
+    headline += [
+        " chose ",
+        dm.config_code(tuning.best.label),
+        f": {rf.fmt_rate(tuning.best.samples_per_s)} samples/s",
+    ]
     if tuning.baseline is not None and tuning.speedup is not None:
-        headline += [f", {rf.fmt_ratio(tuning.speedup)} the baseline ", dm.config_code(tuning.baseline.label)]
+        headline += [
+            f", {rf.fmt_ratio(tuning.speedup)} the baseline ",
+            dm.config_code(tuning.baseline.label),
+        ]
     if tuning.keep_baseline:
         headline.append(": within the noise, so keep yours")
     if tuning.confirmed is False:
@@ -166,29 +283,49 @@ def tuning_section(tuning: TuningFacts, r: dict):
 # -- best configuration ----------------------------------------------------------------
 def best_section(best: BestConfig, r: dict):
     if best.keep_baseline and best.best_found is not None:
-        parts: list = [dm.Strong("Keep yours:"), " your loader ", dm.config_code(best.label),
-                       f" is within {rf.fmt_percent(best.within_pct)} of the best found, ",
-                       dm.config_code(best.best_found.label),
-                       f" ({rf.fmt_rate(best.samples_per_s)} vs {rf.fmt_rate(best.best_found.samples_per_s)} samples/s); "
-                       "no change is recommended."]
+        parts: list = [
+            dm.Strong("Keep yours:"),
+            " your loader ",
+            dm.config_code(best.label),
+            f" is within {rf.fmt_percent(best.within_pct)} of the best found, ",
+            dm.config_code(best.best_found.label),
+            f" ({rf.fmt_rate(best.samples_per_s)} vs {rf.fmt_rate(best.best_found.samples_per_s)} samples/s); "
+            "no change is recommended.",
+        ]
         blocks: list = [dm.Paragraph(parts)]
         if best.snippet:
-            blocks += [dm.Paragraph(["Your loader call, unchanged:"]), dm.CodeBlock(best.snippet, "python")]
+            blocks += [
+                dm.Paragraph(["Your loader call, unchanged:"]),
+                dm.CodeBlock(best.snippet, "python"),
+            ]
         return dm.Section("best-configuration", "Best configuration", blocks), None
     where = "by the tuner" if best.source == "tune" else "in the benchmark sweep"
-    parts = [dm.config_code(best.label), f" measured {rf.fmt_rate(best.samples_per_s)} samples/s {where}"]
+    parts = [
+        dm.config_code(best.label),
+        f" measured {rf.fmt_rate(best.samples_per_s)} samples/s {where}",
+    ]
     if best.baseline is not None and best.speedup is not None:
-        parts += [f", {rf.fmt_ratio(best.speedup)} ", dm.config_code(best.baseline.label),
-                  f" ({rf.fmt_rate(best.baseline.samples_per_s)} samples/s)"]
+        parts += [
+            f", {rf.fmt_ratio(best.speedup)} ",
+            dm.config_code(best.baseline.label),
+            f" ({rf.fmt_rate(best.baseline.samples_per_s)} samples/s)",
+        ]
     if best.overruled is not None:
-        parts += ["; the tuner's pick ", dm.config_code(best.overruled.label),
-                  f" ({rf.fmt_rate(best.overruled.samples_per_s)} samples/s) never raced it head to head and was slower "
-                  "beyond the noise"]
+        parts += [
+            "; the tuner's pick ",
+            dm.config_code(best.overruled.label),
+            f" ({rf.fmt_rate(best.overruled.samples_per_s)} samples/s) never raced it head to head and was slower "
+            "beyond the noise",
+        ]
     if not best.snippet:
         parts.append(".")
         return dm.Section("best-configuration", "Best configuration", [dm.Paragraph(parts)]), None
     parts += [". Your loader call with these settings (", dm.Code("# was"), " marks what changed):"]
-    return dm.Section("best-configuration", "Best configuration", [dm.Paragraph(parts), dm.CodeBlock(best.snippet, "python")]), None
+    return dm.Section(
+        "best-configuration",
+        "Best configuration",
+        [dm.Paragraph(parts), dm.CodeBlock(best.snippet, "python")],
+    ), None
 
 
 # -- stages ---------------------------------------------------------------------------
@@ -204,23 +341,46 @@ def stage_section(stages: StageFacts, r: dict):
                 text += f" in {run['batches']:,} batches"
             if isinstance(run.get("batch_size"), int):
                 text += f" of {run['batch_size']}"
-            text += f", inside {dm.plural(run['num_workers'], 'worker')}" if run["num_workers"] else ", in the main process"
+            text += (
+                f", inside {dm.plural(run['num_workers'], 'worker')}"
+                if run["num_workers"]
+                else ", in the main process"
+            )
             if run.get("start_method") and run["num_workers"]:
                 text += f" ({run['start_method']})"
             blocks.append(dm.Paragraph([text + "."]))
-        blocks.append(dm.Paragraph([f"{dm.plural(len(stages.rows), 'stage')} sum to {rf.fmt_ms(stages.total_ms)} per sample; the "
-                                 f"largest is {top.name} at {rf.fmt_ms(top.ms_per_sample)} "
-                                 f"({rf.fmt_fraction(top.share)})."]))
-        rows = [[row.name, row.kind or rf.DASH, "doubtful" if row.doubtful else rf.fmt_ms(row.ms_per_sample),
-                 rf.DASH if row.doubtful else rf.fmt_fraction(row.share)] for row in stages.rows]
+        blocks.append(
+            dm.Paragraph(
+                [
+                    f"{dm.plural(len(stages.rows), 'stage')} sum to {rf.fmt_ms(stages.total_ms)} per sample; the "
+                    f"largest is {top.name} at {rf.fmt_ms(top.ms_per_sample)} "
+                    f"({rf.fmt_fraction(top.share)})."
+                ]
+            )
+        )
+        rows = [
+            [
+                row.name,
+                row.kind or rf.DASH,
+                "doubtful" if row.doubtful else rf.fmt_ms(row.ms_per_sample),
+                rf.DASH if row.doubtful else rf.fmt_fraction(row.share),
+            ]
+            for row in stages.rows
+        ]
         rows.append([dm.Strong("total"), "", dm.Strong(rf.fmt_ms(stages.total_ms)), ""])
         blocks.append(dm.Table(["Stage", "kind", "per sample", "share"], rows, "llrr"))
         doubtful = [row for row in stages.rows if row.doubtful]
         if doubtful:
-            blocks.append(dm.Bullets([[f"{row.name} is doubtful, not counted: {row.doubtful}."] for row in doubtful]))
+            blocks.append(
+                dm.Bullets(
+                    [[f"{row.name} is doubtful, not counted: {row.doubtful}."] for row in doubtful]
+                )
+            )
         blocks.append(dm.Figure("stages", "Per-sample time by stage"))
-        headline = [f"Largest stage: {top.name}, {rf.fmt_ms(top.ms_per_sample)} per sample "
-                    f"({rf.fmt_fraction(top.share)} of {rf.fmt_ms(stages.total_ms)})."]
+        headline = [
+            f"Largest stage: {top.name}, {rf.fmt_ms(top.ms_per_sample)} per sample "
+            f"({rf.fmt_fraction(top.share)} of {rf.fmt_ms(stages.total_ms)})."
+        ]
     aug = stages.augmentation
     if aug is not None:
         text = "Random augmentation"
@@ -240,11 +400,28 @@ def stage_section(stages: StageFacts, r: dict):
     if stages.notes:
         blocks.append(dm.Bullets([dm.record_text(note) for note in stages.notes]))
     if stages.hotspots:
-        blocks.append(dm.Paragraph([f"Top {dm.plural(len(stages.hotspots), 'Python hot spot')} of ", dm.Code("__getitem__"),
-                                 " by cumulative time (cProfile):"]))
-        rows = [[dm.Code(h.function), h.location, rf.fmt_count(h.calls), rf.fmt_ms(h.total_ms), rf.fmt_ms(h.cumulative_ms)]
-                for h in stages.hotspots]
-        blocks.append(dm.Table(["Function", "where", "calls", "own time", "cumulative"], rows, "llrrr"))
+        blocks.append(
+            dm.Paragraph(
+                [
+                    f"Top {dm.plural(len(stages.hotspots), 'Python hot spot')} of ",
+                    dm.Code("__getitem__"),
+                    " by cumulative time (cProfile):",
+                ]
+            )
+        )
+        rows = [
+            [
+                dm.Code(h.function),
+                h.location,
+                rf.fmt_count(h.calls),
+                rf.fmt_ms(h.total_ms),
+                rf.fmt_ms(h.cumulative_ms),
+            ]
+            for h in stages.hotspots
+        ]
+        blocks.append(
+            dm.Table(["Function", "where", "calls", "own time", "cumulative"], rows, "llrrr")
+        )
     return dm.Section("stages", "Stage breakdown", blocks), [p for p in headline if p] or None
 
 
@@ -261,13 +438,17 @@ def training_section(t: TrainingFacts, r: dict):
         if t.steps is not None:
             text += f" over {rf.fmt_count(t.steps)} steps"
         if t.mean_data_ms is not None and t.mean_compute_ms is not None:
-            text += (f" (mean {rf.fmt_ms(t.mean_data_ms)} data wait and {rf.fmt_ms(t.mean_compute_ms)} compute per "
-                     "step)")
+            text += (
+                f" (mean {rf.fmt_ms(t.mean_data_ms)} data wait and {rf.fmt_ms(t.mean_compute_ms)} compute per "
+                "step)"
+            )
         first.append(text + ".")
     if t.verdict:
         first.append(f" Verdict: {t.verdict}.")
     if t.what_if_speedup is not None:
-        first.append(f" If data were free the loop would run {rf.fmt_ratio(t.what_if_speedup)} faster.")
+        first.append(
+            f" If data were free the loop would run {rf.fmt_ratio(t.what_if_speedup)} faster."
+        )
     if t.gpu_util is not None:
         first.append(f" Mean GPU utilisation was {rf.fmt_percent(t.gpu_util)}.")
     if t.first_batch_s is not None:
@@ -288,16 +469,23 @@ def training_section(t: TrainingFacts, r: dict):
         blocks.append(dm.Paragraph([_distributed_text(t.distributed)]))
     if t.ranks:
         keys = [k for k in t.ranks[0] if not isinstance(t.ranks[0][k], (dict, list))]
-        blocks.append(dm.Table([k.replace("_", " ") for k in keys],
-                            [[evidence_value(k, rank.get(k)) for k in keys] for rank in t.ranks], "l" * len(keys)))
+        blocks.append(
+            dm.Table(
+                [k.replace("_", " ") for k in keys],
+                [[evidence_value(k, rank.get(k)) for k in keys] for rank in t.ranks],
+                "l" * len(keys),
+            )
+        )
     if t.advice:
         blocks.append(dm.Bullets([dm.record_text(a) for a in t.advice]))
     blocks.append(dm.Figure("timeline", "Data wait and compute per training step"))
     blocks.extend(long_run_blocks(r))
     headline = None
     if t.verdict and t.stall_fraction is not None:
-        headline = [f"The training loop is {t.verdict}: it waited for data {rf.fmt_fraction(t.stall_fraction)} of step "
-                    "time"]
+        headline = [
+            f"The training loop is {t.verdict}: it waited for data {rf.fmt_fraction(t.stall_fraction)} of step "
+            "time"
+        ]
         if t.steps is not None:
             headline.append(f" over {rf.fmt_count(t.steps)} steps")
         if t.what_if_speedup is not None:
@@ -307,11 +495,19 @@ def training_section(t: TrainingFacts, r: dict):
 
 
 def _occupancy_text(occupancy: Any) -> str:
-    if isinstance(occupancy, dict) and number(occupancy.get("mean_ready")) is not None \
-            and number(occupancy.get("capacity")):
-        text = (f"Prefetch buffer: on average {rf.fmt_value(occupancy['mean_ready'])} of "
-                f"{rf.fmt_value(occupancy['capacity'])} slots held a ready batch")
-        empty, full = number(occupancy.get("empty_fraction")), number(occupancy.get("full_fraction"))
+    if (
+        isinstance(occupancy, dict)
+        and number(occupancy.get("mean_ready")) is not None
+        and number(occupancy.get("capacity"))
+    ):
+        text = (
+            f"Prefetch buffer: on average {rf.fmt_value(occupancy['mean_ready'])} of "
+            f"{rf.fmt_value(occupancy['capacity'])} slots held a ready batch"
+        )
+        empty, full = (
+            number(occupancy.get("empty_fraction")),
+            number(occupancy.get("full_fraction")),
+        )
         if empty is not None and full is not None:
             text += f"; it was empty {rf.fmt_fraction(empty)} and full {rf.fmt_fraction(full)} of the time"
         return text + "."
@@ -327,12 +523,12 @@ def _distributed_text(d: dict) -> str:
         return "Across ranks: " + rf.fmt_value(d) + "."
     text = "Across "
     text += f"{d['world_size']} ranks" if isinstance(d.get("world_size"), int) else "the ranks"
-    text += (f" the slowest, rank {d['slowest_rank']}, waited {rf.fmt_ms(d['max_data_wait_ms_per_step'])} per step for "
-             "data")
+    text += (
+        f" the slowest, rank {d['slowest_rank']}, waited {rf.fmt_ms(d['max_data_wait_ms_per_step'])} per step for "
+        "data"
+    )
     if number(d.get("min_data_wait_ms_per_step")) is not None:
         text += f" against {rf.fmt_ms(d['min_data_wait_ms_per_step'])} on the fastest"
     if number(d.get("max_stall_fraction")) is not None:
         text += f"; the job runs at its pace, a stall fraction of {rf.fmt_fraction(d['max_stall_fraction'])}"
     return text + "."
-
-

@@ -39,15 +39,23 @@ def windows_line(profile: dict[str, Any]) -> str | None:
         return None
     size = number(profile.get("window_s"))
     text = f"windows of {_duration(size)} from 0 s to {_duration(windows[-1].get('end_s'))}"
-    stalls = [(w["stall_fraction"], w) for w in windows if number(w.get("stall_fraction")) is not None]
+    stalls = [
+        (w["stall_fraction"], w) for w in windows if number(w.get("stall_fraction")) is not None
+    ]
     if stalls:
         low, high = min(stalls, key=lambda s: s[0]), max(stalls, key=lambda s: s[0])
-        text += (f": stall fraction {_pct(low[0])} to {_pct(high[0])} per window (worst: window {high[1]['index']}, "
-                 f"from {_duration(high[1]['start_s'])})")
-    p50 = [number(w.get("step_ms_p50")) for w in windows if number(w.get("step_ms_p50")) is not None]
+        text += (
+            f": stall fraction {_pct(low[0])} to {_pct(high[0])} per window (worst: window {high[1]['index']}, "
+            f"from {_duration(high[1]['start_s'])})"
+        )
+    p50 = [
+        number(w.get("step_ms_p50")) for w in windows if number(w.get("step_ms_p50")) is not None
+    ]
     if p50:
         text += f"; median step {rf.fmt_ms(min(p50))} to {rf.fmt_ms(max(p50))}"
-    slowest = [w.get("slowest_rank") for w in (profile.get("distributed") or {}).get("windows") or []]
+    slowest = [
+        w.get("slowest_rank") for w in (profile.get("distributed") or {}).get("windows") or []
+    ]
     if slowest:
         rank, count = Counter(slowest).most_common(1)[0]
         text += f"; slowest rank per window: rank {rank} in {count} of {len(slowest)}"
@@ -75,10 +83,14 @@ def drift_line(drift: dict[str, Any] | None) -> str | None:
     if verdict == "plateaued":
         after = worst.get("after_plateau_mb_per_1000")
         since = f"; {_mb(after)} per thousand {per} since" if number(after) is not None else ""
-        return (f"memory drift: plateaued: {grew}, levelled off after {rf.fmt_count(worst.get('plateaued_after'))} "
-                f"{per} it handled{since}")
-    return (f"memory drift: flat: no process grew by the memory-growth rule's {_mb(drift.get('minimum_mb'))} "
-            f"({grew}, {rates})")
+        return (
+            f"memory drift: plateaued: {grew}, levelled off after {rf.fmt_count(worst.get('plateaued_after'))} "
+            f"{per} it handled{since}"
+        )
+    return (
+        f"memory drift: flat: no process grew by the memory-growth rule's {_mb(drift.get('minimum_mb'))} "
+        f"({grew}, {rates})"
+    )
 
 
 def long_run_lines(profile: dict[str, Any]) -> list[str]:
@@ -104,7 +116,11 @@ def long_run_blocks(profile: dict[str, Any]) -> list[Any]:
     if len(windows) < 2:
         return []  # one window says nothing the run's own figures do not
     blocks: list[Any] = []
-    text = [s[0].upper() + s[1:] + "." for s in (windows_line(profile), drift_line(profile.get("memory_drift"))) if s]
+    text = [
+        s[0].upper() + s[1:] + "."
+        for s in (windows_line(profile), drift_line(profile.get("memory_drift")))
+        if s
+    ]
     blocks.append(dm.Paragraph([" ".join(text)]))
     blocks.append(dm.Figure("over_time", "Stall fraction and memory per time window"))
     stride = max(1, -(-len(windows) // TABLE_ROWS))
@@ -113,16 +129,41 @@ def long_run_blocks(profile: dict[str, Any]) -> list[Any]:
         shown.append(windows[-1])
     rows = []
     for w in shown:
-        workers = [x.get("rss_mb") for x in w.get("workers") or [] if number(x.get("rss_mb")) is not None]
-        rows.append([
-            rf.fmt_count(w.get("index")), _duration(w.get("start_s")), rf.fmt_count(w.get("total_steps")),
-            _pct(w.get("stall_fraction")), _ms(w.get("step_ms_p50")), _ms(w.get("step_ms_p95")),
-            _mb(w.get("main_rss_mb")), _mb(max(workers)) if workers else "–", _mb(w.get("worker_uss_mb")),
-        ])
+        workers = [
+            x.get("rss_mb") for x in w.get("workers") or [] if number(x.get("rss_mb")) is not None
+        ]
+        rows.append(
+            [
+                rf.fmt_count(w.get("index")),
+                _duration(w.get("start_s")),
+                rf.fmt_count(w.get("total_steps")),
+                _pct(w.get("stall_fraction")),
+                _ms(w.get("step_ms_p50")),
+                _ms(w.get("step_ms_p95")),
+                _mb(w.get("main_rss_mb")),
+                _mb(max(workers)) if workers else "–",
+                _mb(w.get("worker_uss_mb")),
+            ]
+        )
     note = f"One window in {stride} shown; the JSON record holds all {len(windows)}."
     caption = [] if stride == 1 else [dm.Paragraph([note])]
-    blocks.append(dm.Table(["window", "from", "steps", "stall", "step p50", "step p95", "main RSS",
-                            "largest worker RSS", "mean worker USS"], rows, "lrrrrrrrr"))
+    blocks.append(
+        dm.Table(
+            [
+                "window",
+                "from",
+                "steps",
+                "stall",
+                "step p50",
+                "step p95",
+                "main RSS",
+                "largest worker RSS",
+                "mean worker USS",
+            ],
+            rows,
+            "lrrrrrrrr",
+        )
+    )
     return blocks + caption
 
 

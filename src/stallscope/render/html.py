@@ -81,7 +81,9 @@ class HTMLRenderer(dm.DocumentWriter):
             for figure in doc.figures():
                 png = plot_png(figure.name, record)
                 if png is not None:
-                    images[figure.name] = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+                    images[figure.name] = "data:image/png;base64," + base64.b64encode(png).decode(
+                        "ascii"
+                    )
         return self.render_document(doc, images)
 
     def write(self, record: Any, path: Path) -> list[Path]:
@@ -122,8 +124,10 @@ class HTMLRenderer(dm.DocumentWriter):
     def figure(self, block: dm.Figure, image: str | None) -> str:
         if image is None:
             return ""
-        return (f'<figure><img src="{image}" alt="{esc(block.caption)}">'
-                f"<figcaption>{esc(block.caption)}</figcaption></figure>\n")
+        return (
+            f'<figure><img src="{image}" alt="{esc(block.caption)}">'
+            f"<figcaption>{esc(block.caption)}</figcaption></figure>\n"
+        )
 
     def table(self, table: dm.Table) -> str:
         align = table.align.ljust(len(table.headers), "l")
@@ -133,7 +137,8 @@ class HTMLRenderer(dm.DocumentWriter):
 
         head = "".join(f"<th{cls(i)}>{esc(h)}</th>" for i, h in enumerate(table.headers))
         rows = "".join(
-            "<tr>" + "".join(f"<td{cls(i)}>{self.cell(v)}</td>" for i, v in enumerate(row))
+            "<tr>"
+            + "".join(f"<td{cls(i)}>{self.cell(v)}</td>" for i, v in enumerate(row))
             + "</tr>"
             for row in table.rows
         )

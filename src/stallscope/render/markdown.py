@@ -12,7 +12,9 @@ from .report_document import build_document
 
 STATUS_MARKS = {"pass": "✅ pass", "warn": "⚠️ warn", "fail": "❌ fail", "info": "ℹ️ info"}
 _ALWAYS = re.compile(r"([\\`*<|~])")
-_EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")  # intraword "_" never emphasises
+_EDGE_UNDERSCORE = re.compile(
+    r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])"
+)  # intraword "_" never emphasises
 _LINK_CLOSE = re.compile(r"\](?=[(\[:])")
 _LINE_START = re.compile(r"^(\s*)([-+>#]|\d+[.)])(\s|$)")
 
@@ -27,7 +29,9 @@ def escape(text: str) -> str:
     text = _EDGE_UNDERSCORE.sub(r"\\_", text)
     text = _LINK_CLOSE.sub(r"\\]", text)
     # A leading "-", "+", ">", "#" or "1." would start a list, quote or heading.
-    return _LINE_START.sub(lambda m: f"{m.group(1)}{m.group(2)[:-1]}\\{m.group(2)[-1]}{m.group(3)}", text)
+    return _LINE_START.sub(
+        lambda m: f"{m.group(1)}{m.group(2)[:-1]}\\{m.group(2)[-1]}{m.group(3)}", text
+    )
 
 
 def code_span(text: str) -> str:
@@ -52,7 +56,9 @@ class MarkdownRenderer(dm.DocumentWriter):
             lines += self._section(section, images, level=2)
         return "\n".join(lines).rstrip() + "\n"
 
-    def write(self, record: Any, path: Path, *, plots: bool = True, plots_dir: Path | None = None) -> list[Path]:
+    def write(
+        self, record: Any, path: Path, *, plots: bool = True, plots_dir: Path | None = None
+    ) -> list[Path]:
         """Write ``path``; with ``plots``, the PNGs it links go to ``plots_dir`` (default ``<stem>_plots/``).
 
         Returns the files written: the Markdown, then the plots.
@@ -63,10 +69,14 @@ class MarkdownRenderer(dm.DocumentWriter):
         images: dict[str, str] = {}
         written: list[Path] = []
         if plots:
-            folder = Path(plots_dir) if plots_dir is not None else path.parent / f"{path.stem}_plots"
+            folder = (
+                Path(plots_dir) if plots_dir is not None else path.parent / f"{path.stem}_plots"
+            )
             written = render_plots(record, folder)
             for png in written:
-                images[png.stem] = Path(os.path.relpath(png.resolve(), path.parent.resolve())).as_posix()
+                images[png.stem] = Path(
+                    os.path.relpath(png.resolve(), path.parent.resolve())
+                ).as_posix()
         path.write_text(self.render(record, images=images), encoding="utf-8")
         return [path, *written]
 
@@ -100,8 +110,10 @@ class MarkdownRenderer(dm.DocumentWriter):
             return self.cell(value) or " "
 
         align = table.align.ljust(len(table.headers), "l")
-        lines = ["| " + " | ".join(escape(h) for h in table.headers) + " |",
-                 "| " + " | ".join("---:" if a == "r" else "---" for a in align) + " |"]
+        lines = [
+            "| " + " | ".join(escape(h) for h in table.headers) + " |",
+            "| " + " | ".join("---:" if a == "r" else "---" for a in align) + " |",
+        ]
         lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.rows]
         return lines + [""]
 

@@ -31,9 +31,25 @@ COLORS = {
     "compute": "#2f6db5",
     "baseline": "#8a8f98",
 }
-STAGE_COLORS = ["#2f6db5", "#e07b39", "#3a9d5d", "#d1495b", "#8e6cc0", "#c9a227", "#4fb3bf", "#a0522d", "#6b7a8f"]
+STAGE_COLORS = [
+    "#2f6db5",
+    "#e07b39",
+    "#3a9d5d",
+    "#d1495b",
+    "#8e6cc0",
+    "#c9a227",
+    "#4fb3bf",
+    "#a0522d",
+    "#6b7a8f",
+]
 # Keys LoaderConfig drops at num_workers=0; a 0-worker result joins every series that agrees on the rest.
-_WORKER_ONLY_KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "multiprocessing_context", "in_order")
+_WORKER_ONLY_KEYS = (
+    "num_workers",
+    "prefetch_factor",
+    "persistent_workers",
+    "multiprocessing_context",
+    "in_order",
+)
 
 
 def _new_figure(width: float, height: float) -> tuple[Figure, Any]:
@@ -52,7 +68,14 @@ def _save(fig: Figure | None, target: Any) -> bool:
         return False
     fig.tight_layout()
     # No "Software" text chunk: the PNG carries no URL and is byte-stable.
-    fig.savefig(target, format="png", dpi=DPI, metadata={"Software": None}, bbox_inches="tight", pad_inches=0.15)
+    fig.savefig(
+        target,
+        format="png",
+        dpi=DPI,
+        metadata={"Software": None},
+        bbox_inches="tight",
+        pad_inches=0.15,
+    )
     return True
 
 
@@ -72,34 +95,81 @@ def scaling_figure(record: Any) -> Figure | None:
         low = [max(0.0, p[1] - p[2]) for p in points]
         high = [max(0.0, p[3] - p[1]) for p in points]
         color = COLORS["measured"] if i == 0 else STAGE_COLORS[(i + 1) % len(STAGE_COLORS)]
-        ax.errorbar(xs, ys, yerr=[low, high], marker="o", color=color, capsize=3, linewidth=1.8,
-                    linestyle="-" if len(points) > 1 else "none",
-                    label=name if len(series) > 1 else "measured (median, min–max)")
-    failed = sorted({rd.workers_of(res.get("config")) for res in r.get("results") or []
-                     if isinstance(res, dict) and res.get("error")})
+        ax.errorbar(
+            xs,
+            ys,
+            yerr=[low, high],
+            marker="o",
+            color=color,
+            capsize=3,
+            linewidth=1.8,
+            linestyle="-" if len(points) > 1 else "none",
+            label=name if len(series) > 1 else "measured (median, min–max)",
+        )
+    failed = sorted(
+        {
+            rd.workers_of(res.get("config"))
+            for res in r.get("results") or []
+            if isinstance(res, dict) and res.get("error")
+        }
+    )
     if failed:
-        ax.scatter(failed, [0] * len(failed), marker="x", s=70, color=COLORS["best"], zorder=5, clip_on=False,
-                   label="failed")
+        ax.scatter(
+            failed,
+            [0] * len(failed),
+            marker="x",
+            s=70,
+            color=COLORS["best"],
+            zorder=5,
+            clip_on=False,
+            label="failed",
+        )
     shown = sorted(set(workers) | set(failed))
     ideal = (r.get("scaling") or {}).get("ideal_samples_per_s") or {}
-    ideal_points = sorted((int(k), rd.number(v)) for k, v in ideal.items()
-                          if str(k).isdigit() and int(k) in workers and rd.number(v))
+    ideal_points = sorted(
+        (int(k), rd.number(v))
+        for k, v in ideal.items()
+        if str(k).isdigit() and int(k) in workers and rd.number(v)
+    )
     if len(ideal_points) >= 2:
-        ax.plot([p[0] for p in ideal_points], [p[1] for p in ideal_points], linestyle="--", color=COLORS["ideal"],
-                linewidth=1.5, label="ideal: min(cores, workers) / per-sample cost")
+        ax.plot(
+            [p[0] for p in ideal_points],
+            [p[1] for p in ideal_points],
+            linestyle="--",
+            color=COLORS["ideal"],
+            linewidth=1.5,
+            label="ideal: min(cores, workers) / per-sample cost",
+        )
     best = rd.best_result(r)
     if best is not None:
         bx, by = rd.workers_of(best.get("config")), rd.rate_of(best.get("samples_per_s"))
-        ax.scatter([bx], [by], marker="*", s=260, color=COLORS["best"], zorder=5,
-                   label=f"best: {rd.config_label(best.get('config'), best.get('label'))}")
+        ax.scatter(
+            [bx],
+            [by],
+            marker="*",
+            s=260,
+            color=COLORS["best"],
+            zorder=5,
+            label=f"best: {rd.config_label(best.get('config'), best.get('label'))}",
+        )
     cores = (r.get("scaling") or {}).get("cores") or (r.get("host") or {}).get("cores")
     if isinstance(cores, int) and cores > 0:
         ax.axvline(cores, color="#b0b5bc", linestyle=":", linewidth=1.2)
-        ax.annotate("usable cores", (cores, 0), xytext=(4, 4), textcoords="offset points", fontsize=8,
-                    color="#6b7280", xycoords=("data", "axes fraction"))
+        ax.annotate(
+            "usable cores",
+            (cores, 0),
+            xytext=(4, 4),
+            textcoords="offset points",
+            fontsize=8,
+            color="#6b7280",
+            xycoords=("data", "axes fraction"),
+        )
     if shown[-1] >= 16:
         ax.set_xscale("symlog", base=2, linthresh=1, linscale=0.5)
-    ax.set_xlim(-0.4 if shown[-1] >= 16 else -0.05 * shown[-1] - 0.3, shown[-1] * (1.25 if shown[-1] >= 16 else 1.05) + 0.3)
+    ax.set_xlim(
+        -0.4 if shown[-1] >= 16 else -0.05 * shown[-1] - 0.3,
+        shown[-1] * (1.25 if shown[-1] >= 16 else 1.05) + 0.3,
+    )
     ax.set_xticks(shown)
     ax.set_xticklabels([str(w) for w in shown])
     ax.minorticks_off()
@@ -124,8 +194,12 @@ def _scaling_series(results: list[dict]) -> dict[str, list[tuple[float, float, f
         spread = res.get("samples_per_s") if isinstance(res.get("samples_per_s"), dict) else {}
         median = rd.rate_of(res.get("samples_per_s")) or 0.0
         low, high = rd.number(spread.get("min")), rd.number(spread.get("max"))
-        return (rd.workers_of(res.get("config")), median, median if low is None else low,
-                median if high is None else high)
+        return (
+            rd.workers_of(res.get("config")),
+            median,
+            median if low is None else low,
+            median if high is None else high,
+        )
 
     groups: dict[tuple, tuple[dict, list[dict]]] = {}
     zero = []
@@ -138,7 +212,9 @@ def _scaling_series(results: list[dict]) -> dict[str, list[tuple[float, float, f
     series: dict[str, list] = {}
     for config, members in groups.values():
         # A series measured at one worker count stays a lone marker: a line to 0 workers would imply a trend.
-        joined = members + [z for z in zero if len(members) > 1 and shared(z.get("config") or {}) == shared(config)]
+        joined = members + [
+            z for z in zero if len(members) > 1 and shared(z.get("config") or {}) == shared(config)
+        ]
         series[_series_label(config)] = [point(res) for res in joined]
     joined_any = {shared(config) for config, members in groups.values() if len(members) > 1}
     orphans = [z for z in zero if shared(z.get("config") or {}) not in joined_any]
@@ -168,13 +244,20 @@ def latency_figure(record: Any) -> Figure | None:
     single = rd.single_process_result(r, rd.batch_size_of(best.get("config")))
     if single is not None and single is not best and _histogram(single) is not None:
         s_edges, s_counts = _histogram(single)
-        ax.stairs(s_counts, s_edges, color=COLORS["baseline"], linewidth=1.5,
-                  label=rd.config_label(single.get("config"), single.get("label")))
+        ax.stairs(
+            s_counts,
+            s_edges,
+            color=COLORS["baseline"],
+            linewidth=1.5,
+            label=rd.config_label(single.get("config"), single.get("label")),
+        )
     latency = best.get("batch_ms") or {}
     for key, style in (("p50", "-"), ("p95", "--"), ("p99", ":")):
         value = rd.number(latency.get(key))
         if value is not None:
-            ax.axvline(value, color=COLORS["best"], linestyle=style, linewidth=1.2, label=f"{key} of best")
+            ax.axvline(
+                value, color=COLORS["best"], linestyle=style, linewidth=1.2, label=f"{key} of best"
+            )
     ax.set_xlabel("wait for the next batch (ms)")
     ax.set_ylabel("batches")
     ax.set_title("Batch latency in steady state")
@@ -188,15 +271,23 @@ def _histogram(result: dict) -> tuple[list[float], list[float]] | None:
         return None
     edges = [rd.number(e) for e in hist.get("edges") or []]
     counts = [rd.number(c) for c in hist.get("counts") or []]
-    if not counts or len(edges) != len(counts) + 1 or None in edges or None in counts or sum(counts) <= 0:
+    if (
+        not counts
+        or len(edges) != len(counts) + 1
+        or None in edges
+        or None in counts
+        or sum(counts) <= 0
+    ):
         return None
     return edges, counts
 
 
 def _percentile_figure(r: dict) -> Figure | None:
     """Without histograms: p50/p95/p99/max per configuration."""
-    rows = [(rd.config_label(res.get("config"), res.get("label")), res.get("batch_ms") or {})
-            for res in rd.ok_results(r)][:12]
+    rows = [
+        (rd.config_label(res.get("config"), res.get("label")), res.get("batch_ms") or {})
+        for res in rd.ok_results(r)
+    ][:12]
     rows = [(label, lat) for label, lat in rows if rd.number(lat.get("p50")) is not None]
     if not rows:
         return None
@@ -229,11 +320,25 @@ def stages_figure(record: Any) -> Figure | None:
         if row.doubtful:
             continue
         color = STAGE_COLORS[i % len(STAGE_COLORS)]
-        ax.barh([0], [row.ms_per_sample], left=left, color=color, edgecolor="white",
-                label=f"{row.name} ({row.ms_per_sample:.3g} ms)")
+        ax.barh(
+            [0],
+            [row.ms_per_sample],
+            left=left,
+            color=color,
+            edgecolor="white",
+            label=f"{row.name} ({row.ms_per_sample:.3g} ms)",
+        )
         # Name the segment inside the bar only where the text fits (about 6.5 px per character at 8 pt).
         if row.share * axes_px > 6.5 * len(row.name) + 8:
-            ax.text(left + row.ms_per_sample / 2, 0, row.name, ha="center", va="center", color="white", fontsize=8)
+            ax.text(
+                left + row.ms_per_sample / 2,
+                0,
+                row.name,
+                ha="center",
+                va="center",
+                color="white",
+                fontsize=8,
+            )
         left += row.ms_per_sample
     ax.set_yticks([])
     ax.set_xlim(0, left)
@@ -255,7 +360,11 @@ def timeline_figure(record: Any) -> Figure | None:
     if n == 0 or not any(data[:n]) and not any(compute[:n]):
         return None
     data, compute = data[:n], compute[:n]
-    stride = timeline.get("stride") if isinstance(timeline.get("stride"), int) and timeline["stride"] > 1 else 1
+    stride = (
+        timeline.get("stride")
+        if isinstance(timeline.get("stride"), int) and timeline["stride"] > 1
+        else 1
+    )
     steps = [1 + i * stride for i in range(n)]
     fig, ax = _new_figure(7.5, 3.6)
     # Stacked steps (one artist per series, fast for any number of steps): data wait below, compute above.
@@ -265,7 +374,9 @@ def timeline_figure(record: Any) -> Figure | None:
     ax.stairs(total, edges, baseline=data, fill=True, color=COLORS["compute"], label="compute")
     ax.set_xlim(1, steps[-1] + stride)
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("training step" if stride == 1 else f"training step (mean of every {stride} steps)")
+    ax.set_xlabel(
+        "training step" if stride == 1 else f"training step (mean of every {stride} steps)"
+    )
     ax.set_ylabel("ms")
     ax.set_title("Data wait and compute per step")
     ax.legend(fontsize=8, frameon=False)
@@ -276,12 +387,18 @@ def timeline_figure(record: Any) -> Figure | None:
 def over_time_figure(record: Any) -> Figure | None:
     """Two panels over the run's time windows: stall fraction, then memory (main RSS, each worker's RSS, mean USS)."""
     r = rd.as_record_dict(record)
-    windows = [w for w in r.get("windows") or [] if isinstance(w, dict) and rd.number(w.get("start_s")) is not None]
+    windows = [
+        w
+        for w in r.get("windows") or []
+        if isinstance(w, dict) and rd.number(w.get("start_s")) is not None
+    ]
     if len(windows) < 2:
         return None
     span = rd.number(windows[-1].get("end_s")) or 0.0
     scale, unit = (3600.0, "h") if span >= 7200 else (60.0, "min") if span >= 120 else (1.0, "s")
-    mid = [(w["start_s"] + (rd.number(w.get("end_s")) or w["start_s"])) / 2 / scale for w in windows]
+    mid = [
+        (w["start_s"] + (rd.number(w.get("end_s")) or w["start_s"])) / 2 / scale for w in windows
+    ]
     fig = Figure(figsize=(7.5, 5.2), dpi=DPI)
     FigureCanvasAgg(fig)
     top, bottom = fig.subplots(2, 1, sharex=True)
@@ -291,22 +408,44 @@ def over_time_figure(record: Any) -> Figure | None:
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
     stall = [rd.number(w.get("stall_fraction")) for w in windows]
-    top.plot(mid, [None if s is None else s * 100 for s in stall], marker="o", markersize=3,
-             color=COLORS["data"], label="stall fraction")
+    top.plot(
+        mid,
+        [None if s is None else s * 100 for s in stall],
+        marker="o",
+        markersize=3,
+        color=COLORS["data"],
+        label="stall fraction",
+    )
     top.set_ylim(0, 100)
     top.set_ylabel("waiting for data (%)")
     top.set_title("Stall fraction and memory per time window")
-    series = [("main RSS", [rd.number(w.get("main_rss_mb")) for w in windows], COLORS["compute"], "-")]
+    series = [
+        ("main RSS", [rd.number(w.get("main_rss_mb")) for w in windows], COLORS["compute"], "-")
+    ]
     n_workers = max(len(w.get("workers") or []) for w in windows)
     for k in range(n_workers):
         values = [_worker_mb(w, k, "rss_mb") for w in windows]
         series.append((f"worker {k} RSS", values, STAGE_COLORS[(k + 1) % len(STAGE_COLORS)], "-"))
-    series.append(("mean worker USS", [rd.number(w.get("worker_uss_mb")) for w in windows], COLORS["ideal"], "--"))
+    series.append(
+        (
+            "mean worker USS",
+            [rd.number(w.get("worker_uss_mb")) for w in windows],
+            COLORS["ideal"],
+            "--",
+        )
+    )
     drawn = 0
     for label, values, color, style in series:
         points = [(x, y) for x, y in zip(mid, values) if y is not None]
         if points:
-            bottom.plot([p[0] for p in points], [p[1] for p in points], style, marker=".", color=color, label=label)
+            bottom.plot(
+                [p[0] for p in points],
+                [p[1] for p in points],
+                style,
+                marker=".",
+                color=color,
+                label=label,
+            )
             drawn += 1
     if not drawn and not any(s is not None for s in stall):
         return None
@@ -322,7 +461,11 @@ def over_time_figure(record: Any) -> Figure | None:
 
 def _worker_mb(window: dict, k: int, key: str) -> float | None:
     workers = window.get("workers") or []
-    return rd.number(workers[k].get(key)) if k < len(workers) and isinstance(workers[k], dict) else None
+    return (
+        rd.number(workers[k].get(key))
+        if k < len(workers) and isinstance(workers[k], dict)
+        else None
+    )
 
 
 # -- entries ------------------------------------------------------------------------

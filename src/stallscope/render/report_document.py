@@ -60,7 +60,9 @@ def build_document(record: Any) -> dm.Document:
     """The report for one record: only the sections its data supports."""
     r = as_record_dict(record)
     if r.get("command") == "compare":
-        return dm.Document(title="stallscope compare report", intro=_intro(r), sections=compare_sections(r))
+        return dm.Document(
+            title="stallscope compare report", intro=_intro(r), sections=compare_sections(r)
+        )
     facts = report_facts(r)
     headlines: list[list] = []
     sections: list[dm.Section] = []
@@ -70,14 +72,18 @@ def build_document(record: Any) -> dm.Document:
             continue  # no facts, no section
         section, headline = build(value, r)
         # A section with nothing but figures would be empty wherever the plot has no data.
-        if section is not None and (section.subsections or any(not isinstance(b, dm.Figure) for b in section.blocks)):
+        if section is not None and (
+            section.subsections or any(not isinstance(b, dm.Figure) for b in section.blocks)
+        ):
             sections.append(section)
         if headline:
             headlines.append(headline)
     summary = _summary_section(facts, headlines)
     if summary is not None:
         sections.insert(0, summary)
-    return dm.Document(title=f"stallscope {facts.command} report", intro=_intro(r), sections=sections)
+    return dm.Document(
+        title=f"stallscope {facts.command} report", intro=_intro(r), sections=sections
+    )
 
 
 def _intro(r: dict) -> list:
@@ -95,8 +101,15 @@ def _intro(r: dict) -> list:
     if host:
         blocks.append(dm.Paragraph(host))
     if r.get("partial"):
-        blocks.append(dm.Paragraph([dm.Strong("Partial run:"), " the command was interrupted; the sections below hold "
-                                 "what was measured before it stopped."]))
+        blocks.append(
+            dm.Paragraph(
+                [
+                    dm.Strong("Partial run:"),
+                    " the command was interrupted; the sections below hold "
+                    "what was measured before it stopped.",
+                ]
+            )
+        )
     return blocks
 
 
@@ -127,13 +140,16 @@ def _host_sentence(host: dict) -> list:
     return ["Host: " + ", ".join(facts) + "."] if facts else []
 
 
-
 # -- executive summary -------------------------------------------------------------
 def _summary_section(facts: ReportFacts, headlines: list[list]) -> dm.Section | None:
     blocks: list = []
     if facts.verdict is not None:
-        blocks.append(dm.Paragraph([dm.Strong(f"Verdict: {facts.verdict.label}."), " ", *_verdict_text(facts.verdict)],
-                                style="verdict " + facts.verdict.label.replace(" ", "-")))
+        blocks.append(
+            dm.Paragraph(
+                [dm.Strong(f"Verdict: {facts.verdict.label}."), " ", *_verdict_text(facts.verdict)],
+                style="verdict " + facts.verdict.label.replace(" ", "-"),
+            )
+        )
     if headlines:
         blocks.append(dm.Bullets(headlines))
     return dm.Section("summary", "Executive summary", blocks) if blocks else None
@@ -142,32 +158,52 @@ def _summary_section(facts: ReportFacts, headlines: list[list]) -> dm.Section | 
 def _verdict_text(v: Verdict) -> list:
     x = v.values
     if v.label == "unsafe":
-        return [f"{dm.plural(x['errors'], 'error finding')} ({', '.join(x['codes'])}): loading fails or misbehaves until "
-                + ("it is" if x["errors"] == 1 else "they are") + " fixed, whatever the loader settings."]
+        return [
+            f"{dm.plural(x['errors'], 'error finding')} ({', '.join(x['codes'])}): loading fails or misbehaves until "
+            + ("it is" if x["errors"] == 1 else "they are")
+            + " fixed, whatever the loader settings."
+        ]
     if v.label in ("input-bound", "compute-bound", "balanced"):
         parts = []
         if x.get("stall_fraction") is not None:
-            parts.append(f"the training loop waited for data {rf.fmt_fraction(x['stall_fraction'])} of its step time")
+            parts.append(
+                f"the training loop waited for data {rf.fmt_fraction(x['stall_fraction'])} of its step time"
+            )
             if x.get("steps") is not None:
                 parts[-1] += f" over {rf.fmt_count(x['steps'])} steps"
         if x.get("what_if_speedup") is not None:
             parts.append(f"with free data it would run {rf.fmt_ratio(x['what_if_speedup'])} faster")
         return [dm.capital("; ".join(parts)) + "."] if parts else []
     if v.label == "near-optimal" and x.get("keep_baseline"):
-        return ["Your loader ", dm.config_code(x["baseline"]), f" is within {rf.fmt_percent(x.get('within_pct'))} of the "
-                "best found, ", dm.config_code(x["best"]), f" ({rf.fmt_rate(x['samples_per_s'])} vs "
-                f"{rf.fmt_rate(x['baseline_samples_per_s'])} samples/s): keep it; no change is recommended."]
+        return [
+            "Your loader ",
+            dm.config_code(x["baseline"]),
+            f" is within {rf.fmt_percent(x.get('within_pct'))} of the best found, ",
+            dm.config_code(x["best"]),
+            f" ({rf.fmt_rate(x['samples_per_s'])} vs "
+            f"{rf.fmt_rate(x['baseline_samples_per_s'])} samples/s): keep it; no change is recommended.",
+        ]
     if v.label in ("loader-limited", "near-optimal"):
-        return [dm.config_code(x["best"]), f" delivers {rf.fmt_rate(x['samples_per_s'])} samples/s, {rf.fmt_ratio(x['speedup'])} the "
-                "baseline ", dm.config_code(x["baseline"]), f" ({rf.fmt_rate(x['baseline_samples_per_s'])} samples/s)."]
+        return [
+            dm.config_code(x["best"]),
+            f" delivers {rf.fmt_rate(x['samples_per_s'])} samples/s, {rf.fmt_ratio(x['speedup'])} the "
+            "baseline ",
+            dm.config_code(x["baseline"]),
+            f" ({rf.fmt_rate(x['baseline_samples_per_s'])} samples/s).",
+        ]
     if v.label == "measured":
-        return [dm.config_code(x["best"]), f" was the fastest of {dm.plural(x['configurations'], 'configuration')} measured, at "
-                f"{rf.fmt_rate(x['samples_per_s'])} samples/s."]
+        return [
+            dm.config_code(x["best"]),
+            f" was the fastest of {dm.plural(x['configurations'], 'configuration')} measured, at "
+            f"{rf.fmt_rate(x['samples_per_s'])} samples/s.",
+        ]
     if v.label == "stage-bound":
-        return [f"{x['stage']} takes {rf.fmt_ms(x['ms_per_sample'])} per sample, {rf.fmt_fraction(x['share'])} of the "
-                "measured per-sample time."]
+        return [
+            f"{x['stage']} takes {rf.fmt_ms(x['ms_per_sample'])} per sample, {rf.fmt_fraction(x['share'])} of the "
+            "measured per-sample time."
+        ]
     if v.label == "no errors":
-        return [f"The checks found no errors ({dm.plural(x['warnings'], 'warning')}, {dm.plural(x['infos'], 'note')})."]
+        return [
+            f"The checks found no errors ({dm.plural(x['warnings'], 'warning')}, {dm.plural(x['infos'], 'note')})."
+        ]
     return []
-
-

@@ -138,4 +138,12 @@ def rank_entry(profile: dict[str, Any], info: RankInfo) -> dict[str, Any]:
     }
 
 
-_RANK_WINDOW_KEYS = ("index", "steps", "stall_fraction", "data_wait_s", "step_ms_p50", "main_rss_mb", "workers_rss_mb")
+_RANK_WINDOW_KEYS = (
+    "index",
+    "steps",
+    "stall_fraction",
+    "data_wait_s",
+    "step_ms_p50",
+    "main_rss_mb",
+    "workers_rss_mb",
+)

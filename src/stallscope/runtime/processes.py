@@ -120,7 +120,9 @@ def worker_pids(iterator: Any) -> list[int]:
 
 # How long a connection-type error waits for a worker to show up dead (NOTE [worker death]).
 DEATH_GRACE_S = 2.0
-_DEATH_TEXT = re.compile(r"DataLoader worker \(pids?\(?s?\)? ?([\d, ]+)\)[^\n]*(exited unexpectedly|killed by signal|is killed)")
+_DEATH_TEXT = re.compile(
+    r"DataLoader worker \(pids?\(?s?\)? ?([\d, ]+)\)[^\n]*(exited unexpectedly|killed by signal|is killed)"
+)
 
 
 def is_worker_death(exc: BaseException) -> bool:
@@ -130,7 +132,9 @@ def is_worker_death(exc: BaseException) -> bool:
 
 def _may_be_death(exc: BaseException) -> bool:
     """Errors that a worker dying mid-message produces in the main process."""
-    return is_worker_death(exc) or isinstance(exc, (ConnectionError, EOFError, pickle.UnpicklingError))
+    return is_worker_death(exc) or isinstance(
+        exc, (ConnectionError, EOFError, pickle.UnpicklingError)
+    )
 
 
 def dead_workers(iterator: Any) -> list[tuple[int, int]]:
@@ -154,13 +158,17 @@ def _await_death(iterator: Any, grace: float) -> list[tuple[int, int]]:
         left = until - time.monotonic()
         if dead or left <= 0:
             return dead
-        sentinels = [w.sentinel for w in getattr(iterator, "_workers", None) or [] if w.exitcode is None]
+        sentinels = [
+            w.sentinel for w in getattr(iterator, "_workers", None) or [] if w.exitcode is None
+        ]
         if not sentinels:
             return dead
         wait(sentinels, timeout=min(left, 0.1))
 
 
-def stop_workers(iterator: Any, failure: BaseException | None = None, *, grace: float = DEATH_GRACE_S) -> list[tuple[int, int]]:
+def stop_workers(
+    iterator: Any, failure: BaseException | None = None, *, grace: float = DEATH_GRACE_S
+) -> list[tuple[int, int]]:
     """Shut a DataLoader iterator down; return its workers that died (NOTE [worker death]).
 
     After a ``failure`` that a dying worker could have caused, wait up to
@@ -178,7 +186,9 @@ def stop_workers(iterator: Any, failure: BaseException | None = None, *, grace: 
     return dead
 
 
-def describe_worker_death(dead: list[tuple[int, int]], where: str = "", exc: BaseException | None = None) -> str:
+def describe_worker_death(
+    dead: list[tuple[int, int]], where: str = "", exc: BaseException | None = None
+) -> str:
     """One sentence for a dead worker: pid, exit code or signal, and what to do next.
 
     ``dead`` comes from :func:`stop_workers`; when it is empty, torch's own

@@ -47,8 +47,12 @@ class ResourceTick:
     workers_rss_mb: float
     n_workers: int
     worker_uss_mb: list[float] | None = None  # per worker, on the ticks that read USS
-    worker_rss_mb: list[float] | None = None  # per worker, in the order of ``worker_pids`` (their worker ids)
-    worker_uss_each: list[float | None] | None = None  # per worker as worker_rss_mb, None where unreadable
+    worker_rss_mb: list[float] | None = (
+        None  # per worker, in the order of ``worker_pids`` (their worker ids)
+    )
+    worker_uss_each: list[float | None] | None = (
+        None  # per worker as worker_rss_mb, None where unreadable
+    )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -69,7 +73,13 @@ class ResourceSummary:
 
     def to_dict(self, *, timeline: bool = False) -> dict:
         data = {k: v for k, v in asdict(self).items() if k != "ticks"}
-        for key in ("main_cpu_percent", "workers_cpu_percent", "main_rss_mb", "workers_rss_mb", "seconds"):
+        for key in (
+            "main_cpu_percent",
+            "workers_cpu_percent",
+            "main_rss_mb",
+            "workers_rss_mb",
+            "seconds",
+        ):
             data[key] = round(data[key], 2)
         if data["worker_uss_mb"] is not None:
             data["worker_uss_mb"] = round(data["worker_uss_mb"], 2)
@@ -152,13 +162,17 @@ class ResourceSampler:
         self._latest = None
         self._peak = {"main_rss": 0.0, "workers_rss": 0.0, "uss": None, "n": 0}
         self._n_ticks = 0
-        self._started, self._main_cpu0 = at if at is not None else (time.perf_counter(), self._main_cpu())
+        self._started, self._main_cpu0 = (
+            at if at is not None else (time.perf_counter(), self._main_cpu())
+        )
         self._prev_t = self._started
         self._prev_cpu[self.root.pid] = self._main_cpu0
         # Every process alive now, with its CPU time: the baselines (NOTE [CPU from the window start]).
         # Known workers are enough; while they are unknown (None), every descendant is read.
         known = self._worker_pids() if self._worker_pids is not None else None
-        alive = self._workers(known) if known is not None else self._workers() + _descendants(self.root)
+        alive = (
+            self._workers(known) if known is not None else self._workers() + _descendants(self.root)
+        )
         self._at_start = {proc.pid: _cpu_seconds(proc) for proc in alive}
         return self
 
@@ -176,7 +190,9 @@ class ResourceSampler:
         end, end_cpu = at if at is not None else (time.perf_counter(), self._main_cpu())
         elapsed = max(1e-9, end - self._started)
         main_cpu = (end_cpu - self._main_cpu0) / elapsed * 100
-        workers_cpu = sum(self._cpu_last[p] - self._cpu_first[p] for p in self._cpu_last) / elapsed * 100
+        workers_cpu = (
+            sum(self._cpu_last[p] - self._cpu_first[p] for p in self._cpu_last) / elapsed * 100
+        )
         return ResourceSummary(
             main_cpu_percent=main_cpu,
             workers_cpu_percent=workers_cpu,
@@ -236,8 +252,12 @@ class ResourceSampler:
         """Where a worker's CPU starts counting (NOTE [CPU from the window start])."""
         if proc.pid in self._at_start:
             first = self._at_start[proc.pid]  # alive when the window opened
-        elif _born_before(proc, time.time() - (time.perf_counter() - self._started) - _CREATE_TIME_SLACK_S):
-            first = cpu  # older than the window but not seen at its start: count from now (never more)
+        elif _born_before(
+            proc, time.time() - (time.perf_counter() - self._started) - _CREATE_TIME_SLACK_S
+        ):
+            first = (
+                cpu  # older than the window but not seen at its start: count from now (never more)
+            )
         else:
             first = 0.0  # born inside the window: all its CPU is the window's
         self._cpu_first[proc.pid] = first
@@ -284,7 +304,9 @@ class ResourceSampler:
         self._peak["n"] = max(self._peak["n"], len(workers))
         if uss:
             mean_uss = sum(uss) / len(uss)
-            self._peak["uss"] = mean_uss if self._peak["uss"] is None else max(self._peak["uss"], mean_uss)
+            self._peak["uss"] = (
+                mean_uss if self._peak["uss"] is None else max(self._peak["uss"], mean_uss)
+            )
         tick = ResourceTick(
             t=round(now - self._started, 4),
             main_cpu_percent=round(main_pct, 1),

@@ -39,7 +39,13 @@ def window_figures(m: Measurement) -> dict[str, Any]:
     res = m.resources
     cpu_ms = None
     if res is not None and m.samples > 0 and m.window_s > 0:
-        cpu_ms = (res.main_cpu_percent + res.workers_cpu_percent) / 100.0 * m.window_s * 1000.0 / m.samples
+        cpu_ms = (
+            (res.main_cpu_percent + res.workers_cpu_percent)
+            / 100.0
+            * m.window_s
+            * 1000.0
+            / m.samples
+        )
     return {
         "samples_per_s": m.samples_per_s,
         "batches_per_s": m.batches_per_s,
@@ -76,8 +82,12 @@ class ComparisonRun:
             "rounds": self.rounds,
             "stopped": self.stopped,
             "comparison_seconds": self.seconds,
-            "settings": {"window_s": self.window_s, "budget_s": self.budget_s, "precision": self.precision,
-                         "level": self.level},
+            "settings": {
+                "window_s": self.window_s,
+                "budget_s": self.budget_s,
+                "precision": self.precision,
+                "level": self.level,
+            },
         }
 
 
@@ -109,8 +119,12 @@ def compare(
     KeyboardInterrupt with ``.partial`` set to the run so far.
     """
     run = ComparisonRun(
-        config_a=config_a or a.baseline, config_b=config_b or b.baseline, window_s=window_s, budget_s=budget_s,
-        precision=precision, level=level,
+        config_a=config_a or a.baseline,
+        config_b=config_b or b.baseline,
+        window_s=window_s,
+        budget_s=budget_s,
+        precision=precision,
+        level=level,
     )
     pipelines = {"a": a, "b": b}
     configs = {"a": run.config_a, "b": run.config_b}
@@ -122,8 +136,13 @@ def compare(
             for letter in order:
                 side = letter.lower()
                 m = measure(
-                    pipelines[side], configs[side], min_window_s=window_s, max_window_s=max(10.0, 4 * window_s),
-                    timeout=timeout, sample_resources=sample_resources, seed=index,
+                    pipelines[side],
+                    configs[side],
+                    min_window_s=window_s,
+                    max_window_s=max(10.0, 4 * window_s),
+                    timeout=timeout,
+                    sample_resources=sample_resources,
+                    seed=index,
                 )
                 window = window_figures(m)
                 current[side].append(window)

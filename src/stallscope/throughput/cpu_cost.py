@@ -69,9 +69,13 @@ def measure_cpu_cost(
     None where the loader cannot run single-process or delivers nothing."""
     if not can_run_single_process(pipeline):
         return None
-    config = pipeline.baseline.replace(batch_size=pipeline.batch_size, num_workers=0, pin_memory=False)
+    config = pipeline.baseline.replace(
+        batch_size=pipeline.batch_size, num_workers=0, pin_memory=False
+    )
     sizes: deque[int] = deque()
-    loader = build_loader(pipeline, config, cycle=_CYCLE_TOTAL, sizes=sizes, timeout=timeout, seed=0)
+    loader = build_loader(
+        pipeline, config, cycle=_CYCLE_TOTAL, sizes=sizes, timeout=timeout, seed=0
+    )
     iterator: Any = None
     previous = _set_threads(1)  # as in a DataLoader worker
     try:
@@ -111,7 +115,9 @@ def measure_cpu_cost(
         batch_size=config.batch_size,
         config_label=config.label(),
         usable_cores=usable_cores(),
-        others_busy_cores=None if busy0 is None or busy1 is None else round(max(0.0, (busy1 - busy0 - cpu) / wall), 3),
+        others_busy_cores=None
+        if busy0 is None or busy1 is None
+        else round(max(0.0, (busy1 - busy0 - cpu) / wall), 3),
     )
 
 
@@ -131,12 +137,18 @@ def _busy_cpu_seconds() -> float | None:
     return busy
 
 
-def measure_loader_rate(pipeline: Pipeline, config: LoaderConfig, *, min_window_s: float = 1.0,
-                        timeout: float = 60.0) -> dict[str, Any]:
+def measure_loader_rate(
+    pipeline: Pipeline, config: LoaderConfig, *, min_window_s: float = 1.0, timeout: float = 60.0
+) -> dict[str, Any]:
     """One steady-state measurement of ``config``: ``{config, label, samples_per_s, main_ms_per_batch,
     cpu_ms_per_sample}``."""
     from .sweep import loader_cpu_ms_per_sample, main_ms_per_batch
 
     m = measure(pipeline, config, min_window_s=min_window_s, timeout=timeout)
-    return {"config": config.to_dict(), "label": config.label(), "samples_per_s": m.samples_per_s,
-            "main_ms_per_batch": main_ms_per_batch([m]), "cpu_ms_per_sample": loader_cpu_ms_per_sample([m])}
+    return {
+        "config": config.to_dict(),
+        "label": config.label(),
+        "samples_per_s": m.samples_per_s,
+        "main_ms_per_batch": main_ms_per_batch([m]),
+        "cpu_ms_per_sample": loader_cpu_ms_per_sample([m]),
+    }

@@ -103,8 +103,12 @@ def epoch_gap(
     except Exception as exc:
         dead = stop_workers(iterator, exc) if iterator is not None else []  # NOTE [worker death]
         if dead or is_worker_death(exc):
-            raise PipelineError(describe_worker_death(dead, f" with {config.label()}", exc)) from exc
-        raise PipelineError(f"{config.label()}: an epoch-boundary run failed: {type(exc).__name__}: {exc}") from exc
+            raise PipelineError(
+                describe_worker_death(dead, f" with {config.label()}", exc)
+            ) from exc
+        raise PipelineError(
+            f"{config.label()}: an epoch-boundary run failed: {type(exc).__name__}: {exc}"
+        ) from exc
     finally:
         if iterator is not None:
             shutdown_iterator(iterator)

@@ -67,7 +67,9 @@ class Measurement:
     batches: int = 0
     samples: int = 0
     tokens_per_s: float | None = None
-    tokens: int | None = None  # token batches (pipeline/structure.py token_counter): tokens in the window
+    tokens: int | None = (
+        None  # token batches (pipeline/structure.py token_counter): tokens in the window
+    )
     warmup_batches: int = 0
     exhausted: bool = False  # an iterable dataset ended before the window was full
     resources: ResourceSummary | None = None
@@ -136,9 +138,18 @@ def measure(
     dead: list[tuple[int, int]] = []
     try:
         return _measure(
-            pipeline, config, min_window_s=min_window_s, max_window_s=max_window_s, min_batches=min_batches,
-            warmup_batches=warmup_batches, timeout=timeout, sample_resources=sample_resources, seed=seed,
-            settle_s=settle_s, dead=dead, main_step=main_step,
+            pipeline,
+            config,
+            min_window_s=min_window_s,
+            max_window_s=max_window_s,
+            min_batches=min_batches,
+            warmup_batches=warmup_batches,
+            timeout=timeout,
+            sample_resources=sample_resources,
+            seed=seed,
+            settle_s=settle_s,
+            dead=dead,
+            main_step=main_step,
         )
     except PipelineError:
         raise
@@ -166,7 +177,9 @@ def _measure(
     warmup = warmup_batches_for(config) if warmup_batches is None else warmup_batches
     result.warmup_batches = warmup
     sizes: deque[int] = deque()  # samples per batch, from the index lists the sampler yields
-    loader = build_loader(pipeline, config, cycle=_CYCLE_TOTAL, sizes=sizes, timeout=timeout, seed=seed)
+    loader = build_loader(
+        pipeline, config, cycle=_CYCLE_TOTAL, sizes=sizes, timeout=timeout, seed=seed
+    )
     resources: ResourceSampler | None = None
     iterator = None
     failure: BaseException | None = None
@@ -267,7 +280,9 @@ class LoaderCpuClock:
         import psutil
 
         self._children: list[Any] = []
-        self._excluded = [clock for clock in (_thread_clock(t) for t in exclude) if clock is not None]
+        self._excluded = [
+            clock for clock in (_thread_clock(t) for t in exclude) if clock is not None
+        ]
         try:
             self._children = psutil.Process().children(recursive=True)
             self._start: float | None = self._now()
@@ -322,7 +337,11 @@ def receiving_cpu_clock(iterator: Any) -> Callable[[], float]:
     """
     thread = getattr(iterator, "_pin_memory_thread", None)
     clock_id = None
-    if thread is not None and getattr(thread, "ident", None) and hasattr(time, "pthread_getcpuclockid"):
+    if (
+        thread is not None
+        and getattr(thread, "ident", None)
+        and hasattr(time, "pthread_getcpuclockid")
+    ):
         try:
             clock_id = time.pthread_getcpuclockid(thread.ident)
         except (OSError, ValueError):
@@ -397,9 +416,13 @@ def _as_pipeline_error(
         if index is not None:  # the note is the last line; the exception is the line before it
             last = [line.strip() for line in without_notes(text).splitlines() if line.strip()][-1]
         worker = f" (worker {worker_id})" if worker_id else ""
-        return PipelineError(f"the dataset raised {last}{worker} while loading with {config.label()}; {find}.")
+        return PipelineError(
+            f"the dataset raised {last}{worker} while loading with {config.label()}; {find}."
+        )
     if index is not None:
-        return PipelineError(f"dataset[{index}] raised {describe_exception(exc)} while loading with {config.label()}.")
+        return PipelineError(
+            f"dataset[{index}] raised {describe_exception(exc)} while loading with {config.label()}."
+        )
     return PipelineError(f"loading with {config.label()} failed: {describe_exception(exc)}.")
 
 

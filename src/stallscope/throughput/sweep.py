@@ -43,7 +43,6 @@ class ConfigResult:
     duplicates: dict[str, Any] | None = None
     label: str | None = None  # the loader kind's label (its own knobs only), else the config's
 
-
     @property
     def rates(self) -> list[float]:
         return [m.samples_per_s for m in self.measurements]
@@ -86,14 +85,21 @@ class ConfigResult:
 def main_ms_per_batch(measurements: Sequence[Measurement]) -> float | None:
     """Median over repeats of the main process's CPU ms per batch received from workers
     (NOTE [receive cost] in measure.py); None at 0 workers, where the main process does everything."""
-    per_batch = [1000.0 * m.main_cpu_s / m.batches for m in measurements
-                 if m.config.num_workers > 0 and m.main_cpu_s is not None and m.batches > 0]
+    per_batch = [
+        1000.0 * m.main_cpu_s / m.batches
+        for m in measurements
+        if m.config.num_workers > 0 and m.main_cpu_s is not None and m.batches > 0
+    ]
     return round(spread(per_batch)["median"], 4) if per_batch else None
 
 
 def loader_cpu_ms_per_sample(measurements: Sequence[Measurement]) -> float | None:
     """Median over repeats of the CPU ms the whole loader (main process and workers) spent per sample."""
-    per_sample = [1000.0 * m.loader_cpu_s / m.samples for m in measurements if m.loader_cpu_s is not None and m.samples > 0]
+    per_sample = [
+        1000.0 * m.loader_cpu_s / m.samples
+        for m in measurements
+        if m.loader_cpu_s is not None and m.samples > 0
+    ]
     return round(spread(per_sample)["median"], 4) if per_sample else None
 
 
@@ -137,11 +143,17 @@ class BenchResult:
         same = [
             r
             for r in self.results
-            if r.config.replace(num_workers=best.config.num_workers, prefetch_factor=best.config.prefetch_factor)
+            if r.config.replace(
+                num_workers=best.config.num_workers, prefetch_factor=best.config.prefetch_factor
+            )
             == best.config
             or r.config.num_workers == 0
         ]
-        ok = [r.config.num_workers for r in same if r.median_rate >= PLATEAU_FRACTION * best.median_rate and r.duplicates is None]
+        ok = [
+            r.config.num_workers
+            for r in same
+            if r.median_rate >= PLATEAU_FRACTION * best.median_rate and r.duplicates is None
+        ]
         return min(ok) if ok else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -296,9 +308,13 @@ def bench(
         )
     except KeyboardInterrupt as interrupt:
         # Ctrl-C: hand what was measured so far to the caller for a partial report.
-        interrupt.partial = _summarise(pipeline, pre, configs, done, cores, references=None, replay=replay)  # type: ignore[attr-defined]
+        interrupt.partial = _summarise(
+            pipeline, pre, configs, done, cores, references=None, replay=replay
+        )  # type: ignore[attr-defined]
         raise
-    return _summarise(pipeline, pre, configs, done, cores, references=(min_window_s, timeout), replay=replay)
+    return _summarise(
+        pipeline, pre, configs, done, cores, references=(min_window_s, timeout), replay=replay
+    )
 
 
 def _settable(pipeline: Pipeline, config: LoaderConfig) -> bool:
@@ -310,8 +326,15 @@ def _settable(pipeline: Pipeline, config: LoaderConfig) -> bool:
     changed = {k for k in wanted if wanted[k] != base.get(k)}
     # Knobs that follow num_workers (normalised at 0 workers) change with it.
     if "num_workers" in pipeline.kind.knobs:
-        changed -= {"prefetch_factor", "in_order", "persistent_workers", "multiprocessing_context"} - set(
-            k for k in ("prefetch_factor", "in_order") if base.get("num_workers") and wanted.get("num_workers")
+        changed -= {
+            "prefetch_factor",
+            "in_order",
+            "persistent_workers",
+            "multiprocessing_context",
+        } - set(
+            k
+            for k in ("prefetch_factor", "in_order")
+            if base.get("num_workers") and wanted.get("num_workers")
         )
     return changed <= set(pipeline.kind.knobs)
 
@@ -347,8 +370,12 @@ def _summarise(
     timeout) allows measuring a missing single-process reference; ``replay`` marks the
     rows with workers on a stream they duplicate."""
     results = [
-        ConfigResult(config=c, measurements=m, duplicates=replay if c.num_workers > 0 else None,
-                     label=pipeline.kind.label(c))
+        ConfigResult(
+            config=c,
+            measurements=m,
+            duplicates=replay if c.num_workers > 0 else None,
+            label=pipeline.kind.label(c),
+        )
         for c, m in zip(configs, runs)
         if m
     ]
@@ -357,7 +384,9 @@ def _summarise(
     # or efficiency against one would be made up (an iterable measured as it is may run threads).
     if "num_workers" in pipeline.kind.knobs:
         if references is not None:
-            single = _single_process_references(pipeline, results, min_window_s=references[0], timeout=references[1])
+            single = _single_process_references(
+                pipeline, results, min_window_s=references[0], timeout=references[1]
+            )
         else:
             single = _single_process_rates(results)
         per_sample = _attach_scaling(results, cores, single)
@@ -372,7 +401,11 @@ def _summarise(
 
 def _single_process_rates(results: list[ConfigResult]) -> dict[int, float]:
     """Median rate of the 0-worker configs the grid measured, per batch size."""
-    return {r.config.batch_size: r.median_rate for r in results if r.config.num_workers == 0 and r.median_rate > 0}
+    return {
+        r.config.batch_size: r.median_rate
+        for r in results
+        if r.config.num_workers == 0 and r.median_rate > 0
+    }
 
 
 def _single_process_references(
@@ -381,13 +414,20 @@ def _single_process_references(
     """Single-process rate per batch size; measured once more where the grid has no 0-worker config."""
     single = _single_process_rates(results)
     for bs in sorted({r.config.batch_size for r in results} - set(single)):
-        m = measure(pipeline, LoaderConfig(num_workers=0, batch_size=bs), min_window_s=min_window_s, timeout=timeout)
+        m = measure(
+            pipeline,
+            LoaderConfig(num_workers=0, batch_size=bs),
+            min_window_s=min_window_s,
+            timeout=timeout,
+        )
         if m.samples_per_s > 0:
             single[bs] = m.samples_per_s
     return single
 
 
-def _attach_scaling(results: list[ConfigResult], cores: int, single: dict[int, float]) -> float | None:
+def _attach_scaling(
+    results: list[ConfigResult], cores: int, single: dict[int, float]
+) -> float | None:
     """Set speed-up and parallel efficiency against the single-process rate per batch size."""
     for r in results:
         base = single.get(r.config.batch_size)

@@ -41,7 +41,9 @@ def distributed_section(ranks: list[dict[str, Any]] | None) -> dict[str, Any]:
     return section
 
 
-def add_rank_windows(distributed: dict[str, Any] | None, ranks: list[dict[str, Any]] | None) -> None:
+def add_rank_windows(
+    distributed: dict[str, Any] | None, ranks: list[dict[str, Any]] | None
+) -> None:
     """Per time window, the rank that waited longest for data (in ``distributed``, in place)."""
     if distributed and ranks:
         distributed["windows"] = slowest_rank_per_window(ranks)

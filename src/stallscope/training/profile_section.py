@@ -65,7 +65,9 @@ def profile_section(
     )
     profile["name"] = name
     profile["timing"] = dict(timing)
-    profile["occupancy"] = occupancy_summary(list(samples.occupancy_ready), samples.occupancy_capacity)
+    profile["occupancy"] = occupancy_summary(
+        list(samples.occupancy_ready), samples.occupancy_capacity
+    )
     util = list(samples.gpu_util)
     profile["gpu_util"] = round(sum(util) / len(util), 2) if util else None
     profile["gpu"] = gpu_summary(gpu, util, samples.gpu_memory_max, samples.gpu_memory_total)

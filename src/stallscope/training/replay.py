@@ -53,7 +53,9 @@ def replay_free_data(
             if sync is not None:
                 sync()
         except Exception as exc:
-            raise PipelineError(f"train_step raised {describe_exception(exc)} replaying a cached batch.") from exc
+            raise PipelineError(
+                f"train_step raised {describe_exception(exc)} replaying a cached batch."
+            ) from exc
         elapsed = clock() - start
         index += 1
         if index <= WARMUP_STEPS:
@@ -63,7 +65,11 @@ def replay_free_data(
         if fixed_steps is not None:
             if len(times) >= fixed_steps:
                 break
-        elif (len(times) >= MIN_STEPS and total >= min_window_s) or total >= max_window_s or len(times) >= MAX_STEPS:
+        elif (
+            (len(times) >= MIN_STEPS and total >= min_window_s)
+            or total >= max_window_s
+            or len(times) >= MAX_STEPS
+        ):
             break
     return {
         "free_data_step_s": statistics.median(times),

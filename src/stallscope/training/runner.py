@@ -67,7 +67,9 @@ def train_step_style(train_step: Callable[..., Any], has_model: bool) -> str:
     var_positional = any(p.kind == p.VAR_POSITIONAL for p in params)
     if len(required) >= 3:
         names = ", ".join(p.name for p in required)
-        raise UsageError(f"train_step takes {len(required)} required arguments ({names}); it must be train_step(model, batch) or train_step(batch).")
+        raise UsageError(
+            f"train_step takes {len(required)} required arguments ({names}); it must be train_step(model, batch) or train_step(batch)."
+        )
     if len(required) == 2:
         return "model, batch"
     if len(required) == 1:
@@ -78,13 +80,17 @@ def train_step_style(train_step: Callable[..., Any], has_model: bool) -> str:
         return "model, batch" if has_model else "batch"
     if len(positional) == 1:
         return "batch"
-    raise UsageError("train_step takes no positional argument; it must be train_step(model, batch) or train_step(batch).")
+    raise UsageError(
+        "train_step takes no positional argument; it must be train_step(model, batch) or train_step(batch)."
+    )
 
 
 def step_caller(train_step: Callable[..., Any], model: Any) -> tuple[Callable[[Any], Any], str]:
     """A one-argument function running one training step, and the call style for the record."""
     if not callable(train_step):
-        raise UsageError(f"the target's train_step is a {type(train_step).__name__}, not a callable.")
+        raise UsageError(
+            f"the target's train_step is a {type(train_step).__name__}, not a callable."
+        )
     style = train_step_style(train_step, model is not None)
     if style == "model, batch":
         if model is None:
@@ -103,7 +109,9 @@ def resolve_device(name: str | None) -> str:
         return "cpu"
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise UsageError(f"--device {name} was asked for, but this process sees no CUDA device; use --device cpu.")
+            raise UsageError(
+                f"--device {name} was asked for, but this process sees no CUDA device; use --device cpu."
+            )
         return name
     raise UsageError(f"--device must be cpu or cuda, not {name!r}.")
 
@@ -141,7 +149,9 @@ def prepare_model(model: Any, device: str) -> Any:
             model.to(device)
             model.train()
     except Exception as exc:
-        raise PipelineError(f"moving the model to {device} raised {describe_exception(exc)}.") from exc
+        raise PipelineError(
+            f"moving the model to {device} raised {describe_exception(exc)}."
+        ) from exc
     return model
 
 
@@ -154,7 +164,12 @@ class RankShardSampler:
     def __init__(self, length: int, total: int, rank: int = 0, world_size: int = 1) -> None:
         if length <= 0:
             raise ValueError("length must be positive")
-        self.length, self.total, self.rank, self.world_size = length, total, rank, max(1, world_size)
+        self.length, self.total, self.rank, self.world_size = (
+            length,
+            total,
+            rank,
+            max(1, world_size),
+        )
 
     def __iter__(self) -> Iterator[int]:
         for k in range(self.total):
@@ -219,9 +234,14 @@ def run_profile(
         # One process: the user's own batches, epoch after epoch (NOTE [loader fidelity]).
         loader = build_loader(pipeline, config, cycle=total, timeout=timeout)
     move = device != "cpu"
-    options = {"warmup": warmup, "name": "profile", "sample_interval": sample_interval, "sync": sync,
-               # a batch sampler of the user's decides the batch sizes: no samples per step then
-               "batch_size": None if pipeline.batch_sampler is not None else config.batch_size}
+    options = {
+        "warmup": warmup,
+        "name": "profile",
+        "sample_interval": sample_interval,
+        "sync": sync,
+        # a batch sampler of the user's decides the batch sizes: no samples per step then
+        "batch_size": None if pipeline.batch_sampler is not None else config.batch_size,
+    }
     options.update(watch_options or {})
     watch = Watch(loader, **options)
     done = 0
@@ -237,14 +257,18 @@ def run_profile(
                     except StopIteration:
                         break
                     except Exception as exc:
-                        raise PipelineError(f"the loader raised {describe_exception(exc)} at step {done}.") from exc
+                        raise PipelineError(
+                            f"the loader raised {describe_exception(exc)} at step {done}."
+                        ) from exc
                     progressed = True
                     if free_data and len(cached) < CACHED_BATCHES:
                         cached.append(batch)
                     try:
                         call(move_to_device(batch, device) if move else batch)
                     except Exception as exc:
-                        raise PipelineError(f"train_step raised {describe_exception(exc)} at step {done}.") from exc
+                        raise PipelineError(
+                            f"train_step raised {describe_exception(exc)} at step {done}."
+                        ) from exc
                     done += 1
                     if on_step is not None:
                         on_step(done, total)
@@ -257,8 +281,12 @@ def run_profile(
     replay = None
     if free_data and cached:
         sync_fn, _ = resolve_sync(sync)
-        replay = replay_free_data(lambda b: call(move_to_device(b, device) if move else b), cached, sync=sync_fn,
-                                  fixed_steps=2 * REPLAY_STEPS if info.world_size > 1 else None)
+        replay = replay_free_data(
+            lambda b: call(move_to_device(b, device) if move else b),
+            cached,
+            sync=sync_fn,
+            fixed_steps=2 * REPLAY_STEPS if info.world_size > 1 else None,
+        )
         cached.clear()
     context = {
         "epoch_steps": _epoch_steps(length, config.batch_size, info.world_size, pipeline.drop_last),
@@ -289,7 +317,9 @@ def run_profile(
     return profile
 
 
-def _epoch_steps(length: int | None, batch_size: int, world_size: int, drop_last: bool) -> int | None:
+def _epoch_steps(
+    length: int | None, batch_size: int, world_size: int, drop_last: bool
+) -> int | None:
     """Steps in one real epoch of the user's loader on one rank (None for an unsized dataset)."""
     if not length:
         return None

@@ -177,8 +177,9 @@ class InlineReadings:
 
     def __init__(self, resource_interval: float, *, on_tick: Callable[[float, Any], Any]) -> None:
         self.resource_interval = resource_interval
-        self._sampler = ResourceSampler(resource_interval, uss_every=8, worker_pids=list, keep_ticks=False,
-                                        on_tick=on_tick)
+        self._sampler = ResourceSampler(
+            resource_interval, uss_every=8, worker_pids=list, keep_ticks=False, on_tick=on_tick
+        )
         self._latest = (0.0, 0)  # (time, step) of the latest reading
 
     def begin(self, step: int) -> int:
@@ -195,7 +196,11 @@ class InlineReadings:
         then, at = self._latest
         self._latest = (now, step)
         rate = (step - at) / (now - then) if now > then else 0.0
-        return step + max(1, int(rate * self.resource_interval)) if rate > 0 else step + FIRST_INLINE_TICK
+        return (
+            step + max(1, int(rate * self.resource_interval))
+            if rate > 0
+            else step + FIRST_INLINE_TICK
+        )
 
     def finish(self) -> dict[str, Any]:
         """The epoch ended: its resource summary (``ResourceSummary.to_dict()``)."""
@@ -249,7 +254,10 @@ class BackgroundSampler:
         # Written by the loop's thread under the lock:
         self._epoch = 0  # epochs begun
         self._running = False  # an epoch is in progress
-        self._begun_at = (0.0, 0.0)  # (perf_counter, process CPU seconds) at the latest epoch's start
+        self._begun_at = (
+            0.0,
+            0.0,
+        )  # (perf_counter, process CPU seconds) at the latest epoch's start
         self._ended_at = (0.0, 0.0)  # ... at the latest epoch's end
         self._closed = False
         # Written by the sampler's thread under the lock:
@@ -310,14 +318,24 @@ class BackgroundSampler:
 
     def _run(self) -> None:
         # No tick list: an epoch can stay open for days; the windows get every reading through on_tick.
-        self.resources = ResourceSampler(self._resource_interval, uss_every=8, worker_pids=self._worker_pids,
-                                         keep_ticks=False, on_tick=self._on_tick)
+        self.resources = ResourceSampler(
+            self._resource_interval,
+            uss_every=8,
+            worker_pids=self._worker_pids,
+            keep_ticks=False,
+            on_tick=self._on_tick,
+        )
         cond = self._cond
         window = 0  # the epoch whose window is open (0: none)
-        due_sample, due_resources = self._interval, self._resource_interval  # seconds of epochs until due
+        due_sample, due_resources = (
+            self._interval,
+            self._resource_interval,
+        )  # seconds of epochs until due
         useful = True
         while True:
-            if not window:  # nothing open: record what is filed, sleep until an epoch runs, open its window
+            if (
+                not window
+            ):  # nothing open: record what is filed, sleep until an epoch runs, open its window
                 with cond:
                     self._filed = self._epoch - (1 if self._running else 0)
                     cond.notify_all()
@@ -331,7 +349,10 @@ class BackgroundSampler:
                 useful = self._anything_to_sample()
             waited = time.perf_counter()
             with cond:
-                cond.wait_for(lambda w=window: self._over(w), min(due_sample if useful else math.inf, due_resources))
+                cond.wait_for(
+                    lambda w=window: self._over(w),
+                    min(due_sample if useful else math.inf, due_resources),
+                )
                 over, running = self._over(window), self._running
                 ended, begun = self._ended_at, self._begun_at
             now = time.perf_counter()
@@ -341,7 +362,9 @@ class BackgroundSampler:
             due_sample, due_resources = due_sample - inside, due_resources - inside
             if over:
                 self._samples.resources.append(self.resources.finish(at=ended).to_dict())
-                window = 0  # filed; a next epoch that already runs is opened at once, without sleeping
+                window = (
+                    0  # filed; a next epoch that already runs is opened at once, without sleeping
+                )
                 continue
             if useful and due_sample <= 0:
                 self.sample_once()

@@ -69,7 +69,9 @@ class Sinks:
         self.sinks = list(sinks)
 
     def due_after(self, step: int) -> int:
-        return min((step // s.every + 1) * s.every for s in self.sinks) if self.sinks else sys.maxsize
+        return (
+            min((step // s.every + 1) * s.every for s in self.sinks) if self.sinks else sys.maxsize
+        )
 
     def at_step(self, source: StepSource, step: int) -> int:
         """Called when ``step`` reaches the due step: the sinks due write; returns the next due step."""
@@ -166,7 +168,9 @@ class TensorBoardSink:
         if flush is not None:
             try:
                 flush()
-            except Exception:  # a user's writer that fails on flush must not break the training loop
+            except (
+                Exception
+            ):  # a user's writer that fails on flush must not break the training loop
                 pass
 
 
@@ -230,7 +234,9 @@ def open_sinks(
     """
     from .windows import WindowSink, windows_path_for
 
-    log_line = log_function(log)  # checked even without log_every: a wrong type is a mistake either way
+    log_line = log_function(
+        log
+    )  # checked even without log_every: a wrong type is a mistake either way
     sinks: list[StepSink] = []
     if log_every:
         sinks.append(LogSink(log_every, log_line))
@@ -238,7 +244,9 @@ def open_sinks(
     if windows_jsonl is None and jsonl is not None:
         windows_jsonl = windows_path_for(jsonl)
     if windows_jsonl is not None or writer is not None:
-        sinks.append(WindowSink(windows_jsonl, writer))  # before TensorBoardSink: its close flushes the writer
+        sinks.append(
+            WindowSink(windows_jsonl, writer)
+        )  # before TensorBoardSink: its close flushes the writer
     if writer is not None:
         sinks.append(TensorBoardSink(writer, log_every or TENSORBOARD_EVERY))
     if jsonl is not None:
@@ -272,7 +280,9 @@ def log_function(log: Any) -> Callable[[str], Any]:
     raise UsageError(f"log must be a callable or a logging.Logger, not {type(log).__name__}.")
 
 
-def row(step: int, epoch: int, t_s: float, data_s: float, compute_s: float, first: bool) -> dict[str, Any]:
+def row(
+    step: int, epoch: int, t_s: float, data_s: float, compute_s: float, first: bool
+) -> dict[str, Any]:
     """One per-step row as the JSONL/CSV files hold it."""
     return {
         "step": step,

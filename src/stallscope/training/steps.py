@@ -37,9 +37,13 @@ class StepTimes:
     __slots__ = ("requested", "delivered", "_end_steps", "_end_times", "_data", "_compute")
 
     def __init__(self) -> None:
-        self.requested = array("d")  # per step: the clock when the loop asked for its batch (+ one in flight)
+        self.requested = array(
+            "d"
+        )  # per step: the clock when the loop asked for its batch (+ one in flight)
         self.delivered = array("d")  # per step: the clock when the batch arrived
-        self._end_steps = array("q")  # steps whose compute did not end at the next request, in order ...
+        self._end_steps = array(
+            "q"
+        )  # steps whose compute did not end at the next request, in order ...
         self._end_times = array("d")  # ... and the clock when it did
         self._data = array("d")  # derived: delivered - requested, for every step
         self._compute = array("d")  # derived: end - delivered, for every closed step
@@ -124,7 +128,9 @@ class StepTimes:
         """Sums of data wait and compute (s) over the closed steps ``[start, end)``."""
         return sum(self.data()[start:end]), sum(self.compute()[start:end])
 
-    def rows(self, start: int, end: int | None, *, epoch_starts: Sequence[int], origin: float) -> list[dict[str, Any]]:
+    def rows(
+        self, start: int, end: int | None, *, epoch_starts: Sequence[int], origin: float
+    ) -> list[dict[str, Any]]:
         """Closed steps ``[start, end)`` as per-step rows (``sinks.row``); ``t_s`` counts from ``origin``."""
         data, compute = self.data(), self.compute()
         end = len(compute) if end is None else end

@@ -68,7 +68,10 @@ def loader_context(loader: Any) -> dict[str, Any]:
     from ..runtime.distributed import rank_info
     from ..runtime.host import usable_cores
 
-    ctx: dict[str, Any] = {"cores": usable_cores(), "local_world_size": rank_info().local_world_size}
+    ctx: dict[str, Any] = {
+        "cores": usable_cores(),
+        "local_world_size": rank_info().local_world_size,
+    }
     with contextlib.suppress(Exception):
         ctx["epoch_steps"] = len(loader)
     with contextlib.suppress(Exception):
@@ -94,7 +97,10 @@ def epoch_startup(profile: dict[str, Any], epoch_steps: int | None) -> dict[str,
     if not epoch_steps or first is None or step is None:
         return {"epoch_steps": epoch_steps, "startup_share_per_epoch": None}
     epoch_s = epoch_steps * step / 1000.0
-    return {"epoch_steps": epoch_steps, "startup_share_per_epoch": round(first / (first + epoch_s), 4)}
+    return {
+        "epoch_steps": epoch_steps,
+        "startup_share_per_epoch": round(first / (first + epoch_s), 4),
+    }
 
 
 def occupancy_summary(ready: list[int], capacity: int | None) -> dict[str, Any] | None:
@@ -113,7 +119,9 @@ def occupancy_summary(ready: list[int], capacity: int | None) -> dict[str, Any] 
     }
 
 
-def sync_summary(mode: str | None, sync_s: list[float], profile: dict[str, Any]) -> dict[str, Any] | None:
+def sync_summary(
+    mode: str | None, sync_s: list[float], profile: dict[str, Any]
+) -> dict[str, Any] | None:
     """What synchronising at step boundaries cost: time inside the sync call, and its share of the run."""
     if mode is None:
         return None
@@ -139,8 +147,12 @@ def merge_resources(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
     seconds = sum(p.get("seconds", 0.0) for p in parts) or 1e-9
     merged: dict[str, Any] = {
-        "main_cpu_percent": round(sum(p["main_cpu_percent"] * p.get("seconds", 0.0) for p in parts) / seconds, 2),
-        "workers_cpu_percent": round(sum(p["workers_cpu_percent"] * p.get("seconds", 0.0) for p in parts) / seconds, 2),
+        "main_cpu_percent": round(
+            sum(p["main_cpu_percent"] * p.get("seconds", 0.0) for p in parts) / seconds, 2
+        ),
+        "workers_cpu_percent": round(
+            sum(p["workers_cpu_percent"] * p.get("seconds", 0.0) for p in parts) / seconds, 2
+        ),
         "main_rss_mb": max(p["main_rss_mb"] for p in parts),
         "workers_rss_mb": max(p["workers_rss_mb"] for p in parts),
         "n_workers": max(p["n_workers"] for p in parts),
@@ -151,7 +163,9 @@ def merge_resources(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
     return merged
 
 
-def gpu_summary(gpu: Any, util: list[float], memory_used_max: float, memory_total: float | None) -> dict[str, Any] | None:
+def gpu_summary(
+    gpu: Any, util: list[float], memory_used_max: float, memory_total: float | None
+) -> dict[str, Any] | None:
     """The ``gpu`` entry: the monitor's name and the sampled utilisation and memory (None without a monitor)."""
     if gpu is None:
         return None

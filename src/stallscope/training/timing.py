@@ -25,6 +25,7 @@ class WaitRecorder(Protocol):
 
     def observe(self, iterator: Any) -> None: ...
 
+
 # A runtime alias: typing.Union, not ``|``, so that Python 3.9 can evaluate it.
 SyncSpec = Union[None, str, bool, Callable[[], Any]]
 
@@ -44,7 +45,9 @@ def resolve_sync(sync: SyncSpec) -> tuple[Callable[[], Any] | None, str | None]:
         import torch
 
         if not torch.cuda.is_available():
-            raise UsageError("sync='cuda' needs a CUDA device, and this process sees none; leave sync=None on CPU.")
+            raise UsageError(
+                "sync='cuda' needs a CUDA device, and this process sees none; leave sync=None on CPU."
+            )
         return torch.cuda.synchronize, "cuda"
     raise UsageError(f"sync must be None, 'cuda' or a callable, not {sync!r}.")
 
@@ -67,7 +70,14 @@ class TimedIterator:
 
     __slots__ = ("_inner", "_watch", "_observed", "_ahead", "_stop_ends_wait")
 
-    def __init__(self, inner: Iterator[Any], watch: WaitRecorder, *, ahead: int = 0, stop_ends_wait: bool = False) -> None:
+    def __init__(
+        self,
+        inner: Iterator[Any],
+        watch: WaitRecorder,
+        *,
+        ahead: int = 0,
+        stop_ends_wait: bool = False,
+    ) -> None:
         self._inner, self._watch, self._observed = inner, watch, False
         self._ahead, self._stop_ends_wait = ahead, stop_ends_wait
 

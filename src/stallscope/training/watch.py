@@ -125,15 +125,27 @@ class Watch:
         self.warmup = warmup
         self.sample_resources = sample_resources
         self.sample_interval = sample_interval
-        self.resource_interval = min(resource_interval, window_s / 4)  # a few memory readings in every window
+        self.resource_interval = min(
+            resource_interval, window_s / 4
+        )  # a few memory readings in every window
         self._sync, self.sync_mode = resolve_sync(sync)
         self._clock = clock
         self.window_s = float(window_s)
-        self._resource_windows = time_windows.ResourceWindows(self.window_s)  # the sampler folds its readings in here
-        batch_size = batch_size or getattr(loader, "batch_size", None)  # samples per step, for per-sample rates
+        self._resource_windows = time_windows.ResourceWindows(
+            self.window_s
+        )  # the sampler folds its readings in here
+        batch_size = batch_size or getattr(
+            loader, "batch_size", None
+        )  # samples per step, for per-sample rates
         self._batch_size = batch_size if isinstance(batch_size, int) and batch_size > 0 else None
-        self._sinks = open_sinks(log_every=log_every, log=log, tensorboard=tensorboard, jsonl=jsonl, csv=csv,
-                                 windows_jsonl=windows_jsonl)
+        self._sinks = open_sinks(
+            log_every=log_every,
+            log=log,
+            tensorboard=tensorboard,
+            jsonl=jsonl,
+            csv=csv,
+            windows_jsonl=windows_jsonl,
+        )
         # How the waits are timed; an integration that must fall back to hook gaps says so here.
         self.timing: dict[str, Any] = {"method": FETCH_TIMING, "note": None}
         self._gpu_spec = gpu
@@ -144,8 +156,12 @@ class Watch:
         self._pending: float | None = None  # manual API: a data wait in progress since this time
         self._paused = False  # manual API: the loop left training (validation); samplers skip
         self._samples = Samples()
-        self._sampler: BackgroundSampler | None = None  # started at the first epoch, kept until close()
-        self._sampling = False  # the sampler is told an epoch is in progress (or the inline window is open)
+        self._sampler: BackgroundSampler | None = (
+            None  # started at the first epoch, kept until close()
+        )
+        self._sampling = (
+            False  # the sampler is told an epoch is in progress (or the inline window is open)
+        )
         # Resources read on the loop's own thread when no thread is needed (NOTE [sampler and the GIL]).
         self._inline: Any = None  # InlineReadings, from the first epoch read inline
         self._inline_open = False
@@ -244,7 +260,9 @@ class Watch:
                 resource_interval=self.resource_interval,
                 on_tick=self._resource_windows.add,
             )
-            weakref.finalize(self, self._sampler.shutdown)  # a watch dropped without close() ends its thread
+            weakref.finalize(
+                self, self._sampler.shutdown
+            )  # a watch dropped without close() ends its thread
         self._sampler.begin_epoch()
         self._sampling = True
 
@@ -260,7 +278,9 @@ class Watch:
     # -- inline resource readings (no thread needed: NOTE [sampler and the GIL]) ---------------
     def _open_inline(self) -> None:
         if self._inline is None:
-            self._inline = InlineReadings(self.resource_interval, on_tick=self._resource_windows.add)
+            self._inline = InlineReadings(
+                self.resource_interval, on_tick=self._resource_windows.add
+            )
         self._tick_due = self._inline.begin(self._steps.steps)
         self._inline_open = self._sampling = True
 
@@ -360,7 +380,9 @@ class Watch:
         self.data_end()
         return batch
 
-    def timed(self, iterator: Iterator[Any], *, ahead: int = 0, stop_ends_wait: bool = False) -> TimedIterator:
+    def timed(
+        self, iterator: Iterator[Any], *, ahead: int = 0, stop_ends_wait: bool = False
+    ) -> TimedIterator:
         """``iterator`` with every ``next()`` timed as data wait (for frameworks that own the loop).
 
         ``ahead`` and ``stop_ends_wait``: for a consumer that fetches ahead of its loop, see :class:`TimedIterator`.
@@ -442,15 +464,26 @@ class Watch:
         """Time windows of the steps from ``upto`` that are over (with ``final``, the open one too); see windows.py."""
         if self._t0 is None:
             return []
-        end = self._steps.closed_windows_end(upto, origin=self._t0, window_s=self.window_s, final=final)
+        end = self._steps.closed_windows_end(
+            upto, origin=self._t0, window_s=self.window_s, final=final
+        )
         return self._windows(upto, end) if end > upto else []
 
     def _windows(self, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
         if self._t0 is None:
             return []
-        windows = time_windows.step_windows(self._steps.requested, self._data, self._compute, epoch_starts=self._epoch_starts,
-                                            warmup=self.warmup, origin=self._t0, window_s=self.window_s,
-                                            batch_size=self._batch_size, start=start, end=end)
+        windows = time_windows.step_windows(
+            self._steps.requested,
+            self._data,
+            self._compute,
+            epoch_starts=self._epoch_starts,
+            warmup=self.warmup,
+            origin=self._t0,
+            window_s=self.window_s,
+            batch_size=self._batch_size,
+            start=start,
+            end=end,
+        )
         return time_windows.with_resources(windows, self._resource_windows)
 
     @property
@@ -478,7 +511,9 @@ class Watch:
 
         return stall_summary(self.to_dict())
 
-    def to_dict(self, *, timeline: bool = True, context: dict[str, Any] | None = None) -> dict[str, Any]:
+    def to_dict(
+        self, *, timeline: bool = True, context: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """The ``profile`` section (the record schema, stallscope/schema/record-v1.json): stall fraction, verdict, what-if, occupancy, ...
 
         Built by :func:`~.profile_section.profile_section`; ``timeline`` adds the

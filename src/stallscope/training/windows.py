@@ -71,18 +71,35 @@ def step_windows(
     while i < end:
         k = window_index(t_req[i], origin, window_s)
         j = bisect.bisect_left(t_req, origin + (k + 1) * window_s, i + 1, end)
-        steady = [s for s in range(i, j) if s >= warmup and s not in firsts and math.isfinite(compute_s[s])]
+        steady = [
+            s
+            for s in range(i, j)
+            if s >= warmup and s not in firsts and math.isfinite(compute_s[s])
+        ]
         windows.append(_window(k, i, j, data_s, compute_s, steady, window_s, batch_size))
         i = j
     last = windows[-1]
     j = last["end_step"]
-    ended = t_req[j - 1] - origin + data_s[j - 1] + (compute_s[j - 1] if math.isfinite(compute_s[j - 1]) else 0.0)
+    ended = (
+        t_req[j - 1]
+        - origin
+        + data_s[j - 1]
+        + (compute_s[j - 1] if math.isfinite(compute_s[j - 1]) else 0.0)
+    )
     last["partial"] = j == closed_end and ended < last["end_s"]
     return windows
 
 
-def _window(k: int, i: int, j: int, data_s: Sequence[float], compute_s: Sequence[float], steady: list[int],
-            window_s: float, batch_size: int | None) -> dict[str, Any]:
+def _window(
+    k: int,
+    i: int,
+    j: int,
+    data_s: Sequence[float],
+    compute_s: Sequence[float],
+    steady: list[int],
+    window_s: float,
+    batch_size: int | None,
+) -> dict[str, Any]:
     data = sum(data_s[s] for s in steady)
     compute = sum(compute_s[s] for s in steady)
     steps_ms = sorted((data_s[s] + compute_s[s]) * 1000 for s in steady)
@@ -136,7 +153,12 @@ class ResourceWindows:
         with self._lock:
             slot = self._slots.get(k)
             if slot is None:
-                slot = self._slots[k] = {"readings": 0, "main_cpu": 0.0, "workers_cpu": 0.0, "uss": None}
+                slot = self._slots[k] = {
+                    "readings": 0,
+                    "main_cpu": 0.0,
+                    "workers_cpu": 0.0,
+                    "uss": None,
+                }
             slot["readings"] += 1
             slot["main_cpu"] += tick.main_cpu_percent
             slot["workers_cpu"] += tick.workers_cpu_percent
@@ -152,13 +174,21 @@ class ResourceWindows:
             slot = self._slots.get(k)
             slot = dict(slot) if slot is not None else None
         if slot is None:
-            return {"main_cpu_percent": None, "workers_cpu_percent": None, "main_rss_mb": None,
-                    "workers_rss_mb": None, "worker_uss_mb": None, "workers": []}
+            return {
+                "main_cpu_percent": None,
+                "workers_cpu_percent": None,
+                "main_rss_mb": None,
+                "workers_rss_mb": None,
+                "worker_uss_mb": None,
+                "workers": [],
+            }
         n = slot["readings"]
         rss, uss = slot["rss"], slot["uss"] or []
         if uss and len(uss) != len(rss):
             uss = []  # a worker came or went between the two readings: no pairing
-        workers = [{"worker": w, "rss_mb": r, "uss_mb": uss[w] if uss else None} for w, r in enumerate(rss)]
+        workers = [
+            {"worker": w, "rss_mb": r, "uss_mb": uss[w] if uss else None} for w, r in enumerate(rss)
+        ]
         read = [u for u in uss if u is not None]
         return {
             "main_cpu_percent": round(slot["main_cpu"] / n, 1),
@@ -170,10 +200,16 @@ class ResourceWindows:
         }
 
 
-def with_resources(windows: list[dict[str, Any]], resources: ResourceWindows | None) -> list[dict[str, Any]]:
+def with_resources(
+    windows: list[dict[str, Any]], resources: ResourceWindows | None
+) -> list[dict[str, Any]]:
     """The windows with their resource figures (in place; None figures without readings)."""
     for w in windows:
-        w.update(resources.figures(w["index"]) if resources is not None else ResourceWindows(1.0).figures(0))
+        w.update(
+            resources.figures(w["index"])
+            if resources is not None
+            else ResourceWindows(1.0).figures(0)
+        )
     return windows
 
 
@@ -222,7 +258,10 @@ class WindowSink:
         rank = getattr(self._source, "rank", None)
         if self.path is not None:
             handle = self._open()
-            lines = (json.dumps({"kind": "window", "name": name, "rank": rank, **w}) + "\n" for w in windows)
+            lines = (
+                json.dumps({"kind": "window", "name": name, "rank": rank, **w}) + "\n"
+                for w in windows
+            )
             handle.write("".join(lines))
             handle.flush()
         if self._writer is not None:
@@ -236,8 +275,17 @@ class WindowSink:
         return self._handle
 
 
-_SCALARS = ("stall_fraction", "step_ms_p50", "step_ms_p95", "data_ms_mean", "main_cpu_percent", "workers_cpu_percent",
-            "main_rss_mb", "workers_rss_mb", "worker_uss_mb")
+_SCALARS = (
+    "stall_fraction",
+    "step_ms_p50",
+    "step_ms_p95",
+    "data_ms_mean",
+    "main_cpu_percent",
+    "workers_cpu_percent",
+    "main_rss_mb",
+    "workers_rss_mb",
+    "worker_uss_mb",
+)
 
 
 def _scalars(writer: Any, prefix: str, window: dict[str, Any]) -> None:
@@ -249,7 +297,9 @@ def _scalars(writer: Any, prefix: str, window: dict[str, Any]) -> None:
         for w in window.get("workers") or []:
             for key in ("rss_mb", "uss_mb"):
                 if w.get(key) is not None:
-                    writer.add_scalar(f"{prefix}/worker{w['worker']}_{key}", w[key], window["end_step"])
+                    writer.add_scalar(
+                        f"{prefix}/worker{w['worker']}_{key}", w[key], window["end_step"]
+                    )
     except Exception:  # a user's writer that fails must not break the training loop
         pass
 
@@ -260,7 +310,9 @@ def windows_path_for(jsonl: str | Path) -> Path:
     return path.with_name(f"{path.stem}.windows{path.suffix or '.jsonl'}")
 
 
-def read_windows(path: str | Path, *, name: str | None = None, rank: int | None = None) -> list[dict[str, Any]]:
+def read_windows(
+    path: str | Path, *, name: str | None = None, rank: int | None = None
+) -> list[dict[str, Any]]:
     """The windows of a JSON-lines file written by ``windows_jsonl=`` (or next to ``jsonl=``), in order.
 
     ``name``/``rank`` keep one watch's or one rank's windows when several
@@ -279,23 +331,32 @@ def read_windows(path: str | Path, *, name: str | None = None, rank: int | None 
                 break  # the run died mid-line
             raise ValueError(f"{path}:{number} is not a JSON line") from None
         if not isinstance(entry, dict) or entry.get("kind") != "window":
-            raise ValueError(f"{path}:{number} is not a stallscope window (no \"kind\": \"window\")")
-        if (name is not None and entry.get("name") != name) or (rank is not None and entry.get("rank") != rank):
+            raise ValueError(f'{path}:{number} is not a stallscope window (no "kind": "window")')
+        if (name is not None and entry.get("name") != name) or (
+            rank is not None and entry.get("rank") != rank
+        ):
             continue
         windows.append({k: v for k, v in entry.items() if k not in ("kind", "name")})
     return windows
 
 
-def long_run_section(windows: list[dict[str, Any]], window_s: float, epoch_steps: int | None,
-                     batch_size: int | None) -> dict[str, Any]:
+def long_run_section(
+    windows: list[dict[str, Any]], window_s: float, epoch_steps: int | None, batch_size: int | None
+) -> dict[str, Any]:
     """The profile's ``window_s``, ``windows`` and ``memory_drift`` (judged over one epoch as the pass)."""
     from ..analysis.drift import memory_drift
 
     epoch = epoch_steps * batch_size if epoch_steps and batch_size else epoch_steps
-    return {"window_s": window_s, "windows": windows, "memory_drift": memory_drift(windows, pass_samples=epoch)}
+    return {
+        "window_s": window_s,
+        "windows": windows,
+        "memory_drift": memory_drift(windows, pass_samples=epoch),
+    }
 
 
-def windows_record(path: str | Path, *, name: str | None = None, rank: int | None = None) -> dict[str, Any]:
+def windows_record(
+    path: str | Path, *, name: str | None = None, rank: int | None = None
+) -> dict[str, Any]:
     """A ``profile`` record rebuilt from a windows JSON-lines file, for ``stallscope report run.windows.jsonl``.
 
     The run's stall fraction and steps are the sums over its windows; the
@@ -311,14 +372,20 @@ def windows_record(path: str | Path, *, name: str | None = None, rank: int | Non
         raise ValueError(f"{path} holds no windows")
     ranks = {w.get("rank") for w in windows}
     if len(ranks) > 1 or len({w["index"] for w in windows}) != len(windows):
-        raise ValueError(f"{path} holds the windows of several runs or ranks; pass name= or rank= to pick one")
+        raise ValueError(
+            f"{path} holds the windows of several runs or ranks; pass name= or rank= to pick one"
+        )
     for w in windows:
         w.pop("rank", None)
     data = sum(w.get("data_wait_s") or 0.0 for w in windows)
     busy = sum(w["steps"] / w["steps_per_s"] for w in windows if w.get("steps_per_s"))
     stall = data / busy if busy > 0 else None
     return {
-        "schema": 1, "tool_version": __version__, "command": "profile", "target": str(path), "host": {},
+        "schema": 1,
+        "tool_version": __version__,
+        "command": "profile",
+        "target": str(path),
+        "host": {},
         "steps": sum(w.get("steps") or 0 for w in windows),
         "total_steps": windows[-1]["end_step"],
         "stall_fraction": None if stall is None else round(stall, 4),

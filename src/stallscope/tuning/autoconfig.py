@@ -59,7 +59,9 @@ def _is_tensor_dataset(dataset: Any) -> bool:
     return isinstance(dataset, TensorDataset)
 
 
-def auto_config(dataset: Any, batch_size: int, *, cores: int | None = None, cuda: bool | None = None) -> AutoDecision:
+def auto_config(
+    dataset: Any, batch_size: int, *, cores: int | None = None, cuda: bool | None = None
+) -> AutoDecision:
     """Hardware-aware defaults without measuring (the rule in the module docstring)."""
     from torch.utils.data import IterableDataset
 
@@ -68,16 +70,24 @@ def auto_config(dataset: Any, batch_size: int, *, cores: int | None = None, cuda
     reasons: list[str] = []
     base = LoaderConfig(batch_size=batch_size, pin_memory=cuda)
     if cuda:
-        reasons.append("CUDA is available: pin_memory=True for faster, asynchronous host-to-device copies")
+        reasons.append(
+            "CUDA is available: pin_memory=True for faster, asynchronous host-to-device copies"
+        )
     if isinstance(dataset, IterableDataset):
         if not shards_by_worker(dataset):
-            reasons.append("an IterableDataset that does not shard by get_worker_info() would repeat in every worker: 0 workers")
+            reasons.append(
+                "an IterableDataset that does not shard by get_worker_info() would repeat in every worker: 0 workers"
+            )
             return AutoDecision(base, reasons)
         workers = cores if cores <= 4 else cores - 1
-        reasons.append(f"the IterableDataset shards by worker: {workers} workers for {cores} usable core(s)")
+        reasons.append(
+            f"the IterableDataset shards by worker: {workers} workers for {cores} usable core(s)"
+        )
         return AutoDecision(base.replace(num_workers=workers, persistent_workers=True), reasons)
     if _is_tensor_dataset(dataset):
-        reasons.append("in-memory TensorDataset: whole batches indexed at once in the main process (batched_fetch)")
+        reasons.append(
+            "in-memory TensorDataset: whole batches indexed at once in the main process (batched_fetch)"
+        )
         return AutoDecision(base.replace(batched_fetch=True), reasons)
     try:
         length = len(dataset)
@@ -85,13 +95,16 @@ def auto_config(dataset: Any, batch_size: int, *, cores: int | None = None, cuda
         length = None
     batches = math.ceil(length / batch_size) if length else None
     if batches is not None and batches < 4:
-        reasons.append(f"{batches} batch(es) per epoch: worker start-up would outweigh the epoch, 0 workers")
+        reasons.append(
+            f"{batches} batch(es) per epoch: worker start-up would outweigh the epoch, 0 workers"
+        )
         return AutoDecision(base, reasons)
     workers = cores if cores <= 4 else cores - 1
     if batches is not None:
         workers = min(workers, batches)
     reasons.append(
-        f"{workers} workers for {cores} usable core(s)" + ("" if cores <= 4 else " (one core left to the training loop)")
+        f"{workers} workers for {cores} usable core(s)"
+        + ("" if cores <= 4 else " (one core left to the training loop)")
     )
     return AutoDecision(base.replace(num_workers=workers, persistent_workers=workers > 0), reasons)
 
@@ -130,7 +143,11 @@ def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
             continue
         if isinstance(value, _SCALARS) or isinstance(value, Path):
             attrs[name] = repr(value)[:200]
-        elif isinstance(value, (tuple, list)) and len(value) <= 16 and all(isinstance(v, _SCALARS) for v in value):
+        elif (
+            isinstance(value, (tuple, list))
+            and len(value) <= 16
+            and all(isinstance(v, _SCALARS) for v in value)
+        ):
             attrs[name] = repr(value)[:200]
         elif callable(value):
             attrs[name] = getattr(value, "__qualname__", type(value).__qualname__)
@@ -158,12 +175,16 @@ def host_fingerprint() -> dict[str, Any]:
     }
 
 
-def cache_key(dataset: Any, batch_size: int, *, collate_fn: Callable | None = None, extra: dict | None = None) -> str:
+def cache_key(
+    dataset: Any, batch_size: int, *, collate_fn: Callable | None = None, extra: dict | None = None
+) -> str:
     """SHA-256 (first 24 hex digits) over dataset fingerprint, batch size, collate, host and torch version."""
     material = {
         "dataset": dataset_fingerprint(dataset),
         "batch_size": batch_size,
-        "collate": None if collate_fn is None else getattr(collate_fn, "__qualname__", type(collate_fn).__qualname__),
+        "collate": None
+        if collate_fn is None
+        else getattr(collate_fn, "__qualname__", type(collate_fn).__qualname__),
         "host": host_fingerprint(),
         "extra": extra or {},
     }
@@ -194,7 +215,11 @@ class TuneCache:
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.path(key)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"config": config.to_dict(), "saved_at": time.time(), **meta}, indent=2, default=str))
+        tmp.write_text(
+            json.dumps(
+                {"config": config.to_dict(), "saved_at": time.time(), **meta}, indent=2, default=str
+            )
+        )
         tmp.replace(path)  # atomic: a concurrent reader sees the old or the new file, never half
         return path
 
@@ -202,7 +227,9 @@ class TuneCache:
 # -- worker_init_fn ---------------------------------------------------------------------------
 
 
-def _worker_init(seed_workers: bool, user_fn: Callable[[int], Any] | None) -> Callable[[int], Any] | None:
+def _worker_init(
+    seed_workers: bool, user_fn: Callable[[int], Any] | None
+) -> Callable[[int], Any] | None:
     if not seed_workers:
         return user_fn
     if user_fn is None or user_fn is seed_worker:
@@ -236,7 +263,14 @@ def resolve_config(
         cached = cache.get(key)
         if cached is not None:
             return cached.replace(batch_size=bs), "cache"
-        result = _tune_dataset(dataset, bs, collate_fn=collate_fn, shuffle=shuffle, drop_last=drop_last, budget_s=tune_budget_s)
+        result = _tune_dataset(
+            dataset,
+            bs,
+            collate_fn=collate_fn,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            budget_s=tune_budget_s,
+        )
         cache.put(
             key,
             result.config,
@@ -250,7 +284,9 @@ def resolve_config(
         return result.config, "tuned"
     path = Path(config)
     if not path.is_file():
-        raise UsageError(f"config must be 'auto', 'tuned', a LoaderConfig or a YAML file; {str(config)!r} is none of these.")
+        raise UsageError(
+            f"config must be 'auto', 'tuned', a LoaderConfig or a YAML file; {str(config)!r} is none of these."
+        )
     try:
         loaded = LoaderConfig.load(path)
     except (ValueError, TypeError) as exc:
@@ -258,7 +294,15 @@ def resolve_config(
     return (loaded.replace(batch_size=batch_size) if batch_size else loaded), "file"
 
 
-def _tune_dataset(dataset: Any, batch_size: int, *, collate_fn: Callable | None, shuffle: bool, drop_last: bool, budget_s: float) -> Any:
+def _tune_dataset(
+    dataset: Any,
+    batch_size: int,
+    *,
+    collate_fn: Callable | None,
+    shuffle: bool,
+    drop_last: bool,
+    budget_s: float,
+) -> Any:
     from ..target import Pipeline
     from .tuner import tune
 
@@ -309,8 +353,14 @@ def make_loader(
     from torch.utils.data import DataLoader, IterableDataset
 
     chosen, source = resolve_config(
-        dataset, batch_size, config, collate_fn=collate_fn, shuffle=shuffle, drop_last=drop_last,
-        tune_budget_s=tune_budget_s, cache_dir=cache_dir,
+        dataset,
+        batch_size,
+        config,
+        collate_fn=collate_fn,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        tune_budget_s=tune_budget_s,
+        cache_dir=cache_dir,
     )
     knob_overrides = {k: v for k, v in overrides.items() if k in _CONFIG_FIELDS}
     extra = {k: v for k, v in overrides.items() if k not in _CONFIG_FIELDS}
@@ -341,17 +391,30 @@ def make_loader(
         from ..target import Pipeline
 
         pipeline = Pipeline(
-            dataset=dataset, batch_size=chosen.batch_size, baseline=chosen, collate_fn=collate_fn,
-            shuffle=shuffle, drop_last=drop_last,
+            dataset=dataset,
+            batch_size=chosen.batch_size,
+            baseline=chosen,
+            collate_fn=collate_fn,
+            shuffle=shuffle,
+            drop_last=drop_last,
         )
-        loader = batched_loader(pipeline, chosen, kwargs, sampler=sampler, drop_last=drop_last, generator=generator)
+        loader = batched_loader(
+            pipeline, chosen, kwargs, sampler=sampler, drop_last=drop_last, generator=generator
+        )
     else:
         if iterable:
-            loader = DataLoader(dataset, collate_fn=collate_fn, drop_last=drop_last, generator=generator, **kwargs)
+            loader = DataLoader(
+                dataset, collate_fn=collate_fn, drop_last=drop_last, generator=generator, **kwargs
+            )
         else:
             loader = DataLoader(
-                dataset, shuffle=shuffle if sampler is None else False, sampler=sampler, collate_fn=collate_fn,
-                drop_last=drop_last, generator=generator, **kwargs,
+                dataset,
+                shuffle=shuffle if sampler is None else False,
+                sampler=sampler,
+                collate_fn=collate_fn,
+                drop_last=drop_last,
+                generator=generator,
+                **kwargs,
             )
     loader.stallscope_config = chosen
     loader.stallscope_source = source

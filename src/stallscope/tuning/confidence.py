@@ -186,8 +186,12 @@ class Decision:
     confidence: float | None  # None: fewer than MIN_ROUNDS rounds raced (not confirmed)
     runner_up: LoaderConfig | None = None
     margin: float | None = None  # pick median / runner-up median
-    margin_interval: tuple[float, float] | None = None  # 90% t-interval of the paired ratio pick / runner-up
-    tie: bool = False  # another raced config was within tie_margin of the leader; the cheapest was kept
+    margin_interval: tuple[float, float] | None = (
+        None  # 90% t-interval of the paired ratio pick / runner-up
+    )
+    tie: bool = (
+        False  # another raced config was within tie_margin of the leader; the cheapest was kept
+    )
     tie_margin: float = MARGIN
 
 
@@ -224,13 +228,24 @@ def decide(
     rivals = [c for c in medians if c != pick]
     mine = log.rounds_of(pick)
     if not rivals:
-        confidence = None if mine < min_rounds else (1.0 if mine >= confident_rounds else FEW_ROUNDS_CAP)
+        confidence = (
+            None if mine < min_rounds else (1.0 if mine >= confident_rounds else FEW_ROUNDS_CAP)
+        )
         return Decision(pick, leader, medians, confidence, tie=False, tie_margin=margin)
     runner_up = max(rivals, key=lambda c: medians[c])
     margin_ratio = medians[pick] / medians[runner_up] if medians[runner_up] > 0 else None
     interval = ratio_interval(log.log_ratios(pick, runner_up))
     if mine < min_rounds:
-        return Decision(pick, leader, medians, None, runner_up=runner_up, margin=margin_ratio, tie=tie, tie_margin=margin)
+        return Decision(
+            pick,
+            leader,
+            medians,
+            None,
+            runner_up=runner_up,
+            margin=margin_ratio,
+            tie=tie,
+            tie_margin=margin,
+        )
     doubt = 0.0
     for rival in rivals:
         p = at_least_probability(log.log_ratios(pick, rival), margin)
@@ -238,12 +253,24 @@ def decide(
     confidence = max(0.0, 1.0 - doubt)
     if mine < confident_rounds:
         confidence = min(confidence, FEW_ROUNDS_CAP)
-    return Decision(pick, leader, medians, confidence, runner_up=runner_up, margin=margin_ratio,
-                    margin_interval=interval, tie=tie, tie_margin=margin)
+    return Decision(
+        pick,
+        leader,
+        medians,
+        confidence,
+        runner_up=runner_up,
+        margin=margin_ratio,
+        margin_interval=interval,
+        tie=tie,
+        tie_margin=margin,
+    )
 
 
 def decide_from_scan(
-    scan: Mapping[LoaderConfig, Trial], baseline: LoaderConfig, *, tolerance: float = PLATEAU_TOLERANCE
+    scan: Mapping[LoaderConfig, Trial],
+    baseline: LoaderConfig,
+    *,
+    tolerance: float = PLATEAU_TOLERANCE,
 ) -> Decision:
     """No round was raced: the scan's single measurements pick, with no confidence (not confirmed)."""
     ok = {c: t for c, t in scan.items() if t.ok}
@@ -274,7 +301,9 @@ def clearly_slower(ratios: Sequence[float], *, tolerance: float, level: float = 
     logs = [math.log(r) for r in ratios if r > 0]
     if len(logs) < 2:
         return False
-    upper = statistics.fmean(logs) + t_quantile(level, len(logs) - 1) * _spread(logs) / math.sqrt(len(logs))
+    upper = statistics.fmean(logs) + t_quantile(level, len(logs) - 1) * _spread(logs) / math.sqrt(
+        len(logs)
+    )
     return upper < math.log(1 - tolerance)
 
 
@@ -304,7 +333,9 @@ def keeps_baseline(
     if len(paired) >= MIN_ROUNDS:
         rng = random.Random(seed)
         values = list(paired)
-        medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+        medians = sorted(
+            statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples)
+        )
         return medians[int(0.05 * len(medians))] < 1 + threshold
     return False
 

@@ -64,7 +64,9 @@ class Snippet:
     arguments: list[tuple[str | None, str]]  # (keyword or None for positional, source)
     changes: list[Change]
     notes: list[str] = field(default_factory=list)
-    form: str = "call"  # "call": the loader's constructor; "factory": the user's factory with other values
+    form: str = (
+        "call"  # "call": the loader's constructor; "factory": the user's factory with other values
+    )
     # Where the loader goes back into the object the user's factory returns (".loader" in a wrapper):
     # the code builds the DataLoader, puts it there and measures the wrapper's output, as trials do.
     loader_path: str = ""
@@ -127,7 +129,12 @@ def _user_knobs(config: LoaderConfig) -> dict[str, str]:
 
 def default_call(batch_size: int, *, dataset: str = "dataset") -> LoaderCall:
     """The call for a user who has no loader yet: ``DataLoader(dataset, batch_size=N)``."""
-    return LoaderCall(arguments=[Argument("dataset", dataset, positional=True), Argument("batch_size", repr(batch_size))])
+    return LoaderCall(
+        arguments=[
+            Argument("dataset", dataset, positional=True),
+            Argument("batch_size", repr(batch_size)),
+        ]
+    )
 
 
 def build_snippet(
@@ -148,14 +155,19 @@ def build_snippet(
     if by_factory is not None:
         return by_factory
     if not call.arguments:
-        raise ValueError("no loader call to write: the loader was not built by a DataLoader call stallscope saw")
+        raise ValueError(
+            "no loader call to write: the loader was not built by a DataLoader call stallscope saw"
+        )
     imports = list(call.imports)
     prelude: list[str] = []
     notes = [call.note] if call.note else []
     changes: list[Change] = []
     uses_ss = False
 
-    args = [Argument(a.name, a.source, list(a.imports), a.placeholder, a.positional) for a in call.arguments]
+    args = [
+        Argument(a.name, a.source, list(a.imports), a.placeholder, a.positional)
+        for a in call.arguments
+    ]
     loader_path = call.loader_path if call.origin else ""
     if call.origin and (loader_path or any(a.placeholder for a in args)):
         # Objects that cannot be imported are read from what the user's factory returns.
@@ -171,7 +183,11 @@ def build_snippet(
 
     # Batch size: the user's, unless they asked for another (--tune-batch-size, --batch-size).
     size_arg = next((a for a in args if a.name == "batch_size"), None)
-    if size_arg is not None and size_arg.source != "None" and size_arg.source != repr(config.batch_size):
+    if (
+        size_arg is not None
+        and size_arg.source != "None"
+        and size_arg.source != repr(config.batch_size)
+    ):
         changes.append(Change("batch_size", size_arg.source, repr(config.batch_size)))
         size_arg.source = repr(config.batch_size)
 
@@ -179,12 +195,16 @@ def build_snippet(
     if threads and dataset_arg is not None:
         prelude.append(f"dataset = ss.threaded_dataset({dataset_arg.source}, threads={threads})")
         before_threads = baseline.worker_threads
-        changes.append(Change("worker_threads", str(before_threads) if before_threads else None, str(threads)))
+        changes.append(
+            Change("worker_threads", str(before_threads) if before_threads else None, str(threads))
+        )
         dataset_arg.source = "dataset"
         uses_ss = True
     if config.torch_threads is not None:
         imports.insert(0, "import torch")
-        prelude.append(f"torch.set_num_threads({config.torch_threads})  # main-process intra-op threads")
+        prelude.append(
+            f"torch.set_num_threads({config.torch_threads})  # main-process intra-op threads"
+        )
         changes.append(Change("torch_threads", None, str(config.torch_threads)))
 
     uses_ss |= _seeding(args, config, seeding_missing, changes)
@@ -192,9 +212,18 @@ def build_snippet(
     if config.batched_fetch:
         snippet_args, extra = _make_loader_arguments(args, config, seeding_missing)
         changes.append(Change("batched_fetch", None, "True"))
-        notes.append("batched_fetch: one indexing call per batch (stallscope.pipeline.batching) through ss.make_loader")
-        return Snippet("ss.make_loader", _merge_imports(imports, True, drop_loader=call.callable), prelude,
-                       snippet_args + extra, changes, notes, loader_path=loader_path)
+        notes.append(
+            "batched_fetch: one indexing call per batch (stallscope.pipeline.batching) through ss.make_loader"
+        )
+        return Snippet(
+            "ss.make_loader",
+            _merge_imports(imports, True, drop_loader=call.callable),
+            prelude,
+            snippet_args + extra,
+            changes,
+            notes,
+            loader_path=loader_path,
+        )
 
     before, after = _user_knobs(baseline), _knob_sources(config)
     was, now = _effective(baseline), _effective(config)
@@ -205,18 +234,35 @@ def build_snippet(
             changes.append(Change(name, before.get(name), after.get(name)))
     keyword = [(None if a.positional else a.name, a.source) for a in args]
     takes = set(call.accepts) if call.accepts is not None else set(after)
-    keyword += [(name, after[name]) for name, _ in _KNOB_DEFAULTS if name in after and name in takes]
-    return Snippet(call.callable, _merge_imports(imports, uses_ss), prelude, keyword, changes, notes,
-                   loader_path=loader_path)
+    keyword += [
+        (name, after[name]) for name, _ in _KNOB_DEFAULTS if name in after and name in takes
+    ]
+    return Snippet(
+        call.callable,
+        _merge_imports(imports, uses_ss),
+        prelude,
+        keyword,
+        changes,
+        notes,
+        loader_path=loader_path,
+    )
 
 
 def changed_fields(config: LoaderConfig, baseline: LoaderConfig) -> list[str]:
     """LoaderConfig fields whose effective value differs from the baseline's."""
     was, now = _effective(baseline), _effective(config)
     out = [name for name in was if was[name] != now[name]]
-    for name in ("batch_size", "worker_threads", "torch_threads", "batched_fetch", "worker_method",
-                 "snapshot_every_n_steps"):
-        if getattr(config, name) != getattr(baseline, name) and (name != "worker_method" or config.num_workers):
+    for name in (
+        "batch_size",
+        "worker_threads",
+        "torch_threads",
+        "batched_fetch",
+        "worker_method",
+        "snapshot_every_n_steps",
+    ):
+        if getattr(config, name) != getattr(baseline, name) and (
+            name != "worker_method" or config.num_workers
+        ):
             out.append(name)
     return out
 
@@ -243,11 +289,20 @@ def _factory_call(config: LoaderConfig, call: LoaderCall, baseline: LoaderConfig
 
 # Knobs a DataLoader lets you set after it is built (its __setattr__ refuses batch_size, the
 # samplers, drop_last, dataset and persistent_workers), as LoaderConfig fields.
-SETTABLE_AFTER_BUILD = ("num_workers", "prefetch_factor", "pin_memory", "in_order", "multiprocessing_context",
-                        "snapshot_every_n_steps", "torch_threads")
+SETTABLE_AFTER_BUILD = (
+    "num_workers",
+    "prefetch_factor",
+    "pin_memory",
+    "in_order",
+    "multiprocessing_context",
+    "snapshot_every_n_steps",
+    "torch_threads",
+)
 
 
-def attribute_snippet(config: LoaderConfig, call: LoaderCall, baseline: LoaderConfig) -> Snippet | None:
+def attribute_snippet(
+    config: LoaderConfig, call: LoaderCall, baseline: LoaderConfig
+) -> Snippet | None:
     """``yours = make_loader()`` then ``yours.num_workers = 4``: the user's own object, built by their
     factory, with the knobs set on it the way trials set them on a copy (NOTE [loader kinds]). For a
     loader whose constructor stallscope cannot call (it builds its dataset from arguments it does not
@@ -261,18 +316,28 @@ def attribute_snippet(config: LoaderConfig, call: LoaderCall, baseline: LoaderCo
     imports = list(call.origin_imports)
     if config.torch_threads is not None:
         imports.insert(0, "import torch")
-        prelude.append(f"torch.set_num_threads({config.torch_threads})  # main-process intra-op threads")
+        prelude.append(
+            f"torch.set_num_threads({config.torch_threads})  # main-process intra-op threads"
+        )
     was, now = _effective(baseline), _effective(config)
     arguments: list[tuple[str | None, str]] = []
-    changes = [Change("torch_threads", None, str(config.torch_threads))] if "torch_threads" in changed else []
-    for name in (f for f in SETTABLE_AFTER_BUILD if f != "torch_threads"):  # that one is a statement above
+    changes = (
+        [Change("torch_threads", None, str(config.torch_threads))]
+        if "torch_threads" in changed
+        else []
+    )
+    for name in (
+        f for f in SETTABLE_AFTER_BUILD if f != "torch_threads"
+    ):  # that one is a statement above
         before, after = was.get(name, getattr(baseline, name)), now.get(name, getattr(config, name))
         if before != after:
             arguments.append((name, repr(after)))
             changes.append(Change(name, repr(before), repr(after)))
     if not arguments and "torch_threads" not in changed:
         return None
-    return Snippet("", imports, prelude, arguments, changes, form="attributes", loader_path=call.loader_path)
+    return Snippet(
+        "", imports, prelude, arguments, changes, form="attributes", loader_path=call.loader_path
+    )
 
 
 def _effective(config: LoaderConfig) -> dict[str, Any]:
@@ -288,7 +353,9 @@ def _effective(config: LoaderConfig) -> dict[str, Any]:
     }
 
 
-def _seeding(args: list[Argument], config: LoaderConfig, missing: bool | None, changes: list[Change]) -> bool:
+def _seeding(
+    args: list[Argument], config: LoaderConfig, missing: bool | None, changes: list[Change]
+) -> bool:
     """Add ``ss.seed_worker`` where seeding is missing, chained after the user's own
     worker_init_fn if they have one. Returns whether the code now needs ``ss``."""
     if config.num_workers == 0 or not missing:
@@ -348,7 +415,9 @@ def _merge_imports(lines: list[str], uses_ss: bool, *, drop_loader: str | None =
 # -- from a record -------------------------------------------------------------------------
 
 
-def snippet_for_record(data: dict[str, Any], config: dict[str, Any] | None = None, *, form: str = "call") -> Snippet | None:
+def snippet_for_record(
+    data: dict[str, Any], config: dict[str, Any] | None = None, *, form: str = "call"
+) -> Snippet | None:
     """The snippet for a record's pick (or ``config``), from its ``loader`` section, baseline and findings;
     ``form="attributes"``: the knobs set on the object the user's factory returns (:func:`attribute_snippet`)."""
     chosen = config or (data.get("best") or {}).get("config")
@@ -356,7 +425,11 @@ def snippet_for_record(data: dict[str, Any], config: dict[str, Any] | None = Non
         return None
     pick = LoaderConfig.from_dict(_known(chosen))
     loader = data.get("loader")
-    call = LoaderCall.from_dict(loader) if isinstance(loader, dict) and (loader.get("arguments") or loader.get("origin")) else None
+    call = (
+        LoaderCall.from_dict(loader)
+        if isinstance(loader, dict) and (loader.get("arguments") or loader.get("origin"))
+        else None
+    )
     kind = data.get("loader_kind") or {}
     if call is None and kind.get("name") not in (None, "dataset", "dataloader"):
         return None  # no DataLoader call of the user's to write (NOTE [loader kinds])
@@ -366,7 +439,9 @@ def snippet_for_record(data: dict[str, Any], config: dict[str, Any] | None = Non
     if form == "attributes":
         return attribute_snippet(pick, call, baseline or pick) if call is not None else None
     try:
-        return build_snippet(pick, call=call, baseline=baseline, seeding_missing=seeding_missing(call, codes))
+        return build_snippet(
+            pick, call=call, baseline=baseline, seeding_missing=seeding_missing(call, codes)
+        )
     except ValueError:
         return None
 
@@ -401,7 +476,9 @@ def render_python(snippet: Snippet, *, comment: str | None = None) -> str:
         lines += snippet.imports + [""] + snippet.prelude
         for change in snippet.changes:
             if change.name != "torch_threads":
-                lines.append(f"yours{snippet.loader_path}.{change.name} = {change.after}  # was {change.before}")
+                lines.append(
+                    f"yours{snippet.loader_path}.{change.name} = {change.after}  # was {change.before}"
+                )
         return "\n".join([*lines, "loader = yours"]) + "\n"
     if snippet.placeholders():
         lines.append("# <your ...> marks your own object: put the variable that holds it there.")
@@ -426,17 +503,36 @@ def render_diff(snippet: Snippet, *, comment: str | None = None) -> str:
     """Only what to change in the user's call: ``-`` their argument, ``+`` the new one."""
     lines = _comment_lines(comment)
     if not snippet.changes:
-        return "\n".join(lines + ["# nothing to change: your loader's settings are the pick"]) + "\n"
+        return (
+            "\n".join(lines + ["# nothing to change: your loader's settings are the pick"]) + "\n"
+        )
     if snippet.form == "attributes":
-        lines.append("# after building your loader, set these attributes on it (its constructor is left as it is)")
-        lines += [f"+loader{snippet.loader_path}.{c.name} = {c.after}" for c in snippet.changes if c.name != "torch_threads"]
-        lines += [f"+torch.set_num_threads({c.after})" for c in snippet.changes if c.name == "torch_threads"]
+        lines.append(
+            "# after building your loader, set these attributes on it (its constructor is left as it is)"
+        )
+        lines += [
+            f"+loader{snippet.loader_path}.{c.name} = {c.after}"
+            for c in snippet.changes
+            if c.name != "torch_threads"
+        ]
+        lines += [
+            f"+torch.set_num_threads({c.after})"
+            for c in snippet.changes
+            if c.name == "torch_threads"
+        ]
         return "\n".join(lines) + "\n"
-    lines.append(f"# change these keyword arguments of your {snippet.callable}(...) call; keep the others as they are")
-    if any(line.startswith("dataset = ss.") for line in snippet.prelude) or "import stallscope as ss" in snippet.imports:
+    lines.append(
+        f"# change these keyword arguments of your {snippet.callable}(...) call; keep the others as they are"
+    )
+    if (
+        any(line.startswith("dataset = ss.") for line in snippet.prelude)
+        or "import stallscope as ss" in snippet.imports
+    ):
         lines.append("+import stallscope as ss")
     for statement in snippet.prelude:
-        if not statement.startswith("yours = "):  # your own objects are already at hand in your code
+        if not statement.startswith(
+            "yours = "
+        ):  # your own objects are already at hand in your code
             lines.append(f"+{statement}")
     for change in snippet.changes:
         if change.name in {"worker_threads", "torch_threads", "batched_fetch"}:
@@ -458,7 +554,11 @@ def render_yaml(snippet: Snippet, config: LoaderConfig, *, comment: str | None =
     header = "".join(f"{line}\n" for line in _comment_lines(comment))
     body: dict[str, Any] = {"config": config.to_dict()}
     body["changed"] = {c.name: {"was": c.before, "now": c.after} for c in snippet.changes}
-    kept = {name: source for name, source in snippet.arguments if name is not None and name not in body["changed"]}
+    kept = {
+        name: source
+        for name, source in snippet.arguments
+        if name is not None and name not in body["changed"]
+    }
     kept = {k: v for k, v in kept.items() if k not in dict(_KNOB_DEFAULTS)}
     if kept:
         body["keeps"] = kept
@@ -468,7 +568,9 @@ def render_yaml(snippet: Snippet, config: LoaderConfig, *, comment: str | None =
 # -- convenience (a config alone) ------------------------------------------------------------
 
 
-def to_yaml(config: LoaderConfig, *, comment: str | None = None, snippet: Snippet | None = None) -> str:
+def to_yaml(
+    config: LoaderConfig, *, comment: str | None = None, snippet: Snippet | None = None
+) -> str:
     """The config as YAML (``LoaderConfig.from_yaml`` reads it back), with optional ``#`` comment lines."""
     return render_yaml(snippet or build_snippet(config), config, comment=comment)
 

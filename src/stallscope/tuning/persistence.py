@@ -41,7 +41,9 @@ def choose_persistent(
         "error": without.error or with_.error,
     }
     if a is None or b is None:
-        note(f"persistent_workers was not measured ({evidence['error'] or 'no epoch boundary'}), so it is not recommended")
+        note(
+            f"persistent_workers was not measured ({evidence['error'] or 'no epoch boundary'}), so it is not recommended"
+        )
         return config, evidence
     saved = a - b
     evidence["saved_s"] = round(saved, 4)
@@ -73,9 +75,19 @@ def choose_start_method(
     for ctx in contexts:
         parent, variant = startup_pair(pick, ctx)
         a, b = scan.get(parent), scan.get(variant)
-        if a is None or b is None or not a.ok or not b.ok or a.startup_s is None or b.startup_s is None:
+        if (
+            a is None
+            or b is None
+            or not a.ok
+            or not b.ok
+            or a.startup_s is None
+            or b.startup_s is None
+        ):
             continue
-        if b.startup_s < a.startup_s * (1 - START_METHOD_MIN_FRACTION) and a.startup_s - b.startup_s >= START_METHOD_MIN_SAVING_S:
+        if (
+            b.startup_s < a.startup_s * (1 - START_METHOD_MIN_FRACTION)
+            and a.startup_s - b.startup_s >= START_METHOD_MIN_SAVING_S
+        ):
             note(
                 f"start method {ctx!r} reached the first batch in {b.startup_s:.2f} s vs {a.startup_s:.2f} s "
                 f"with {parent.num_workers} workers"

@@ -127,7 +127,9 @@ class Race:
                 continue
             # Sure enough only after CONFIDENT_ROUNDS rounds (NOTE [what the confidence states]).
             decision = decide(self.log, margin=settings.tie_margin)
-            sure = self.rounds >= CONFIDENT_ROUNDS and (decision.confidence or 0.0) >= STOP_CONFIDENCE
+            sure = (
+                self.rounds >= CONFIDENT_ROUNDS and (decision.confidence or 0.0) >= STOP_CONFIDENCE
+            )
             if sure or self.rounds >= settings.max_rounds:
                 break
         self._skip_unconfirmed()
@@ -187,11 +189,15 @@ class Race:
 
     def _skip_unconfirmed(self) -> None:
         if 0 < self.rounds < MIN_ROUNDS:
-            self.note(f"not confirmed: the time budget ran out after {self.rounds} interleaved round(s)")
+            self.note(
+                f"not confirmed: the time budget ran out after {self.rounds} interleaved round(s)"
+            )
         for entrant in self.entrants:
             raced = self.log.rounds_of(entrant.config)
             if 0 < raced < MIN_ROUNDS and self.rounds < MIN_ROUNDS:
-                self.skip(entrant.config, f"raced {raced} round(s) of the {MIN_ROUNDS} a confidence needs")
+                self.skip(
+                    entrant.config, f"raced {raced} round(s) of the {MIN_ROUNDS} a confidence needs"
+                )
 
     def noise(self) -> float | None:
         """Median relative spread (max − min) / median of the raced configs' round rates."""
@@ -217,11 +223,13 @@ class Race:
             median = self.log.median(config)
             if median is None:
                 continue
-            rows.append({
-                "config": config.to_dict(),
-                "label": config.label(),
-                "samples_per_s": round(median, 2),
-                "rounds": self.log.rounds_of(config),
-                "role": roles.get(config, "other"),
-            })
+            rows.append(
+                {
+                    "config": config.to_dict(),
+                    "label": config.label(),
+                    "samples_per_s": round(median, 2),
+                    "rounds": self.log.rounds_of(config),
+                    "role": roles.get(config, "other"),
+                }
+            )
         return sorted(rows, key=lambda r: -r["samples_per_s"])

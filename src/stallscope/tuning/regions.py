@@ -23,7 +23,9 @@ class Region:
         return {
             "name": self.name,
             "reason": self.reason,
-            "predicted_workers": None if self.predicted_workers is None else round(self.predicted_workers, 1),
+            "predicted_workers": None
+            if self.predicted_workers is None
+            else round(self.predicted_workers, 1),
         }
 
 

@@ -125,8 +125,13 @@ class Search:
         self.plan: dict = {}
         self._scan: dict[LoaderConfig, Trial] = {}
         self.race = Race(
-            evaluator, self.settings, round_cost=self._round_cost, affordable=self._race_affordable,
-            record=self._record, note=self._note, skip=self._skip,
+            evaluator,
+            self.settings,
+            round_cost=self._round_cost,
+            affordable=self._race_affordable,
+            record=self._record,
+            note=self._note,
+            skip=self._skip,
         )
         self._template = LoaderConfig(
             num_workers=1,
@@ -180,7 +185,11 @@ class Search:
         known = self.rate(config)
         if known > 0:
             return known
-        below = [t.samples_per_s for c, t in self._scan.items() if t.ok and c.num_workers <= config.num_workers]
+        below = [
+            t.samples_per_s
+            for c, t in self._scan.items()
+            if t.ok and c.num_workers <= config.num_workers
+        ]
         return max(below) if below else 0.0
 
     def affordable(self, seconds: float, share: float = 1.0) -> bool:
@@ -189,7 +198,9 @@ class Search:
     def worker_cap(self, prefetch_factor: int = 2) -> int:
         return max(0, min(self.space.max_workers, self.memory.max_workers(prefetch_factor)))
 
-    def measure(self, config: LoaderConfig, phase: str, *, share: float = 1.0, force: bool = False) -> Trial | None:
+    def measure(
+        self, config: LoaderConfig, phase: str, *, share: float = 1.0, force: bool = False
+    ) -> Trial | None:
         """Measure once (or reuse the scan result); None when the budget or memory says no."""
         if config in self._scan:
             return self._scan[config]
@@ -226,7 +237,9 @@ class Search:
                 out[config.num_workers] = trial.samples_per_s
         return out
 
-    def best_scanned(self, predicate: Callable[[LoaderConfig], bool] = lambda c: True) -> LoaderConfig | None:
+    def best_scanned(
+        self, predicate: Callable[[LoaderConfig], bool] = lambda c: True
+    ) -> LoaderConfig | None:
         found = [(t.samples_per_s, c) for c, t in self._scan.items() if t.ok and predicate(c)]
         if not found:
             return None
@@ -234,7 +247,9 @@ class Search:
 
     # -- phases ----------------------------------------------------------------------
     def run(self, on_plan: Callable[[dict[str, Any]], None] | None = None) -> SearchResult:
-        self.plan = budget_plan(self.profile, self.space, self.settings, elapsed_s=self.ev.elapsed())
+        self.plan = budget_plan(
+            self.profile, self.space, self.settings, elapsed_s=self.ev.elapsed()
+        )
         self._note(self.plan["summary"])
         if on_plan is not None:
             on_plan(self.plan)
@@ -276,7 +291,13 @@ class Search:
             self.measure(config, "seed", force=True)
         # Cheap and often decisive for in-memory data: batched fetching, when the profile saw a gain.
         if self.space.batched_fetch and (self.profile.batched_speedup or 0.0) >= 1.5:
-            self._try_variant("batched_fetch", zero, zero.replace(batched_fetch=True), self.settings.scan_share, "probe")
+            self._try_variant(
+                "batched_fetch",
+                zero,
+                zero.replace(batched_fetch=True),
+                self.settings.scan_share,
+                "probe",
+            )
 
     def _scale(self) -> None:
         share = self.settings.scan_share
@@ -285,7 +306,8 @@ class Search:
         cap = self.worker_cap(self._template.prefetch_factor or 2)
         if cap < 1:
             self._note(
-                "num_workers is limited to 0 here" if self.space.max_workers < 1
+                "num_workers is limited to 0 here"
+                if self.space.max_workers < 1
                 else "the memory budget leaves no room for a worker process; staying single-process"
             )
             self.region = classify(self.profile, r0, None, self.space.cores, self.space.batch_size)
@@ -362,7 +384,12 @@ class Search:
         return self.profile.jittery
 
     def _try_variant(
-        self, knob: str, parent: LoaderConfig, variant: LoaderConfig, share: float, phase: str = "knobs"
+        self,
+        knob: str,
+        parent: LoaderConfig,
+        variant: LoaderConfig,
+        share: float,
+        phase: str = "knobs",
     ) -> Trial | None:
         if variant == parent or variant in self._scan:
             return self._scan.get(variant)
@@ -370,7 +397,9 @@ class Search:
         parent_trial = self._scan.get(parent)
         if trial is not None and trial.ok and parent_trial is not None and parent_trial.ok:
             self.effects.append(
-                Effect(knob, parent, variant, parent_trial.samples_per_s, trial.samples_per_s, "scan")
+                Effect(
+                    knob, parent, variant, parent_trial.samples_per_s, trial.samples_per_s, "scan"
+                )
             )
         return trial
 
@@ -383,7 +412,9 @@ class Search:
     def _knobs(self) -> None:
         share = self.settings.knobs_share
         # The best plain or threaded worker config (threads phase): knobs apply to either.
-        best = self.best_scanned(lambda c: c == self.workers(c.num_workers, worker_threads=c.worker_threads))
+        best = self.best_scanned(
+            lambda c: c == self.workers(c.num_workers, worker_threads=c.worker_threads)
+        )
         if best is None:
             return
         space = self.space
@@ -406,13 +437,19 @@ class Search:
         if best.num_workers > 0:
             for method in space.worker_methods:  # torchdata.nodes: the mapper's other method
                 self._try_variant("worker_method", best, best.replace(worker_method=method), share)
-        for steps in space.snapshot_steps:  # StatefulDataLoader: how often worker state is snapshotted
-            self._try_variant("snapshot_every_n_steps", best, best.replace(snapshot_every_n_steps=steps), share)
+        for (
+            steps
+        ) in space.snapshot_steps:  # StatefulDataLoader: how often worker state is snapshotted
+            self._try_variant(
+                "snapshot_every_n_steps", best, best.replace(snapshot_every_n_steps=steps), share
+            )
         if space.batched_fetch:
             zero = self.workers(0)
             self._try_variant("batched_fetch", zero, zero.replace(batched_fetch=True), share)
             if best.num_workers > 0:
-                self._try_variant("batched_fetch", best, best.replace(batched_fetch=True, worker_threads=0), share)
+                self._try_variant(
+                    "batched_fetch", best, best.replace(batched_fetch=True, worker_threads=0), share
+                )
         single = self.best_scanned(lambda c: c.num_workers == 0)
         if space.threads and single is not None and self._near_top(single):
             for n in space.threads:
@@ -430,7 +467,9 @@ class Search:
     # -- the race --------------------------------------------------------------------
     def finalists(self) -> list[LoaderConfig]:
         """The best few scanned configs, plus the cheapest one within a few percent of the best."""
-        ranked = sorted(((t.samples_per_s, c) for c, t in self._scan.items() if t.ok), key=lambda p: -p[0])
+        ranked = sorted(
+            ((t.samples_per_s, c) for c, t in self._scan.items() if t.ok), key=lambda p: -p[0]
+        )
         if not ranked:
             return []
         top = ranked[0][0]
@@ -442,7 +481,9 @@ class Search:
         if len(chosen) == 1 and len(ranked) > 1:
             chosen.append(ranked[1][1])
         # A plateau: the cheapest config within noise of the best may be worth fewer processes.
-        cheapest = min((c for r, c in ranked if r >= top * (1 - 2 * self.settings.min_gain)), key=cost_key)
+        cheapest = min(
+            (c for r, c in ranked if r >= top * (1 - 2 * self.settings.min_gain)), key=cost_key
+        )
         if cheapest not in chosen:
             chosen = chosen[: limit - 1] + [cheapest]
         return chosen
@@ -455,7 +496,9 @@ class Search:
         reserve = 0.0
         if self.race.rounds >= self.settings.min_rounds:
             leader = self.best_scanned()
-            reserve = self._epoch_gap_cost(leader) if leader is not None and leader.num_workers else 0.0
+            reserve = (
+                self._epoch_gap_cost(leader) if leader is not None and leader.num_workers else 0.0
+            )
         return self.affordable(seconds + reserve)
 
     def _confirm(self) -> Decision:
@@ -488,7 +531,10 @@ class Search:
             if own is None or not own.ok or variant in self._scan:
                 continue
             # Other start methods may import the pipeline anew in every worker: budget generously.
-            if not self.affordable(self.estimate_cost(variant, self.settings.scan_window_s) + 5 * (own.startup_s or 0.5)):
+            if not self.affordable(
+                self.estimate_cost(variant, self.settings.scan_window_s)
+                + 5 * (own.startup_s or 0.5)
+            ):
                 self._note("time budget: did not compare start methods")
                 return
             trial = self.ev.measure(variant, window_s=self.settings.scan_window_s, phase="startup")
@@ -497,11 +543,18 @@ class Search:
 
     def _persistent(self, chosen: LoaderConfig) -> tuple[LoaderConfig, dict | None]:
         """Measure the epoch-boundary gap of ``chosen`` with and without persistent workers, then decide."""
-        if chosen.num_workers == 0 or chosen.persistent_workers or not self.space.persistent_workers:
+        if (
+            chosen.num_workers == 0
+            or chosen.persistent_workers
+            or not self.space.persistent_workers
+        ):
             return chosen, None
         if not self.affordable(self._epoch_gap_cost(chosen)):
             self._note("time budget: persistent_workers was not measured, so it is not recommended")
-            self._skip(chosen.replace(persistent_workers=True), "epoch-boundary gap not measured: the time budget ran out")
+            self._skip(
+                chosen.replace(persistent_workers=True),
+                "epoch-boundary gap not measured: the time budget ran out",
+            )
             return chosen, None
         epochs = self.settings.epoch_gap_epochs
         without = self.ev.epoch_gap(chosen, epochs=epochs)
@@ -512,7 +565,9 @@ class Search:
         """Seconds the two epoch-boundary runs of ``config`` take: short epochs at the measured rate,
         and a start-up (plus half as much for the shutdown) per epoch without persistence, once with it."""
         rate = self.rate(config)
-        batch_s = config.batch_size / rate if rate > 0 else self.profile.batch_seconds(config.batch_size)
+        batch_s = (
+            config.batch_size / rate if rate > 0 else self.profile.batch_seconds(config.batch_size)
+        )
         startup = self._startup_of(config) or 0.5
         epochs = self.settings.epoch_gap_epochs
         restarts = 1.5 * startup * (epochs + 1)
@@ -526,17 +581,25 @@ class Search:
         self.race.confirm_effects(self.effects)
         noise = self.race.noise()
         keep = pick == self.baseline or keeps_baseline(
-            rate, base_rate, paired=self.race.log.ratios(pick, self.baseline), noise=noise,
-            min_gain=self.settings.min_gain, seed=self.settings.seed,
+            rate,
+            base_rate,
+            paired=self.race.log.ratios(pick, self.baseline),
+            noise=noise,
+            min_gain=self.settings.min_gain,
+            seed=self.settings.seed,
         )
         startup = self._startup_of(pick)
         if keep:
             _, persistent = self._persistent(self.baseline)
         else:
-            pick = choose_start_method(pick, self.space.contexts, self._startup_pair, self._scan, note=self._note)
+            pick = choose_start_method(
+                pick, self.space.contexts, self._startup_pair, self._scan, note=self._note
+            )
             pick, persistent = self._persistent(pick)
         if self.baseline.persistent_workers and pick.num_workers:
-            pick = pick.replace(persistent_workers=True)  # the user's choice; steady state is the same
+            pick = pick.replace(
+                persistent_workers=True
+            )  # the user's choice; steady state is the same
         return SearchResult(
             pick=pick,
             samples_per_s=rate,
@@ -553,7 +616,9 @@ class Search:
             margin_interval=decision.margin_interval,
             tie=decision.tie,
             tie_margin=decision.tie_margin,
-            finalists={c.label(): m for c, m in sorted(decision.medians.items(), key=lambda p: -p[1])},
+            finalists={
+                c.label(): m for c, m in sorted(decision.medians.items(), key=lambda p: -p[1])
+            },
             rounds=self.race.rounds,
             noise=noise,
             startup_s=startup,
@@ -567,11 +632,17 @@ class Search:
         )
 
     def _startup_of(self, config: LoaderConfig) -> float | None:
-        values = [t.startup_s for t in self.trials if t.config == config and t.ok and t.startup_s is not None]
+        values = [
+            t.startup_s
+            for t in self.trials
+            if t.config == config and t.ok and t.startup_s is not None
+        ]
         return statistics.median(values) if values else None
 
 
-def run_search(evaluator: Evaluator, space: SearchSpace, profile: Profile, **options: Any) -> SearchResult:
+def run_search(
+    evaluator: Evaluator, space: SearchSpace, profile: Profile, **options: Any
+) -> SearchResult:
     """Run the strategy of NOTE [tuning strategy]; ``options`` are :class:`Search`'s (``baseline``,
     ``memory``, ``settings``, ``on_trial``, and ``seeds``: (config, role) pairs that race in the
     final round whatever the scan says — doctor's sweep best)."""

@@ -62,7 +62,9 @@ class Profile:
             "map_style": self.map_style,
             "length": self.length,
             "batched_fetch": self.batched_fetch,
-            "batched_speedup_in_process": None if self.batched_speedup is None else round(self.batched_speedup, 3),
+            "batched_speedup_in_process": None
+            if self.batched_speedup is None
+            else round(self.batched_speedup, 3),
             "items_timed": self.items,
         }
 
@@ -99,7 +101,9 @@ class MemoryBudget:
     def observe(self, worker_bytes: int | None) -> None:
         if worker_bytes is None or worker_bytes <= 0:
             return
-        self.worker_bytes = worker_bytes if not self.measured else max(self.worker_bytes, worker_bytes)
+        self.worker_bytes = (
+            worker_bytes if not self.measured else max(self.worker_bytes, worker_bytes)
+        )
         self.measured = True
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,8 +128,12 @@ class SearchSpace:
     batched_fetch: bool = False  # a vectorised fetch is available
     pin_memory: bool = False  # CUDA: pin by default, measure the cost
     threads: tuple[int, ...] = ()  # main-process intra-op thread counts to try at 0 workers
-    worker_threads: tuple[int, ...] = ()  # fetch threads per worker to try (latency-bound, thread-safe only)
-    thread_gate: Any = None  # tuning/threads.py ThreadEligibility: why (not), and the deferred thread-safety check
+    worker_threads: tuple[
+        int, ...
+    ] = ()  # fetch threads per worker to try (latency-bound, thread-safe only)
+    thread_gate: Any = (
+        None  # tuning/threads.py ThreadEligibility: why (not), and the deferred thread-safety check
+    )
     batch_sizes: tuple[int, ...] = ()  # other batch sizes (only when the user allows it)
     contexts: tuple[str, ...] = ()  # other start methods to compare on start-up
     persistent_workers: bool = True  # measure the pick's epoch-boundary gap with persistent workers
@@ -144,7 +152,9 @@ class SearchSpace:
             "pin_memory": self.pin_memory,
             "threads": list(self.threads),
             "worker_threads": list(self.worker_threads),
-            "worker_threads_check": None if self.thread_gate is None else self.thread_gate.to_dict(),
+            "worker_threads_check": None
+            if self.thread_gate is None
+            else self.thread_gate.to_dict(),
             "batch_sizes": list(self.batch_sizes),
             "contexts": list(self.contexts),
             "worker_methods": list(self.worker_methods),
@@ -163,7 +173,9 @@ class SearchSettings:
     single_process_window_s: float = 1.0
     min_batches: int = 8  # a window holds at least this many batches, however long they take
     min_rounds: int = 2  # rounds before a config can be dropped as clearly slower
-    max_rounds: int = 8  # the race stops earlier once the pick is STOP_CONFIDENCE sure (confidence.py)
+    max_rounds: int = (
+        8  # the race stops earlier once the pick is STOP_CONFIDENCE sure (confidence.py)
+    )
     rounds: int | None = None  # a fixed number of confirm rounds (--repeats)
     min_gain: float = MIN_GAIN
     tolerance: float = PLATEAU_TOLERANCE
@@ -208,7 +220,9 @@ PLAN_STARTUP_PER_WORKER_S = 0.05
 CONFIRMED_MEASUREMENTS = 3 + 2 * 2 * 2
 
 
-def budget_plan(profile: Profile, space: SearchSpace, settings: SearchSettings, *, elapsed_s: float = 0.0) -> dict[str, Any]:
+def budget_plan(
+    profile: Profile, space: SearchSpace, settings: SearchSettings, *, elapsed_s: float = 0.0
+) -> dict[str, Any]:
     """What the time budget fits, planned from the batch time measured in-process.
 
     A measurement holds a warm-up (the prefetch buffer, see

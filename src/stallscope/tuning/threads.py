@@ -74,7 +74,9 @@ class ThreadEligibility:
         """Run the thread-safety check once; afterwards ``counts`` is empty if it failed."""
         if not self.counts or self.safety is not None or self.dataset is None:
             return bool(self.counts)
-        self.safety = check_thread_safety(self.dataset, threads=min(max(self.counts), 16), max_seconds=self.check_s)
+        self.safety = check_thread_safety(
+            self.dataset, threads=min(max(self.counts), 16), max_seconds=self.check_s
+        )
         if self.safety.safe:
             self.reason = f"thread-safe: {self.safety.reason}"
         else:
@@ -90,14 +92,18 @@ class ThreadEligibility:
         }
 
 
-def thread_eligibility(pipeline: Any, profile: Any, *, budget_s: float | None = None) -> ThreadEligibility:
+def thread_eligibility(
+    pipeline: Any, profile: Any, *, budget_s: float | None = None
+) -> ThreadEligibility:
     """The thread counts the search may try (none when threads cannot help), with the reason.
 
     Thread safety is checked later, by :meth:`ThreadEligibility.confirm`, in at
     most ``SAFETY_CHECK_S`` and 4% of a tuning ``budget_s``.
     """
     if pipeline.is_iterable or not profile.map_style:
-        return ThreadEligibility((), "an IterableDataset has no batch of indices to fetch concurrently")
+        return ThreadEligibility(
+            (), "an IterableDataset has no batch of indices to fetch concurrently"
+        )
     if profile.cpu_per_wall >= LATENCY_CPU_FRACTION:
         return ThreadEligibility(
             (),
@@ -106,12 +112,19 @@ def thread_eligibility(pipeline: Any, profile: Any, *, budget_s: float | None = 
         )
     counts = thread_counts(pipeline.batch_size)
     if not counts:
-        return ThreadEligibility((), "a batch holds one item: a worker has nothing to fetch concurrently")
+        return ThreadEligibility(
+            (), "a batch holds one item: a worker has nothing to fetch concurrently"
+        )
     own = own_batched_fetch(pipeline.dataset)
     if own is not None:
-        return ThreadEligibility((), f"the dataset fetches whole batches itself ({own}.__getitems__), which threads would bypass")
+        return ThreadEligibility(
+            (),
+            f"the dataset fetches whole batches itself ({own}.__getitems__), which threads would bypass",
+        )
     check_s = SAFETY_CHECK_S if budget_s is None else min(SAFETY_CHECK_S, 0.04 * budget_s)
-    return ThreadEligibility(counts, "thread safety not checked yet", dataset=pipeline.dataset, check_s=check_s)
+    return ThreadEligibility(
+        counts, "thread safety not checked yet", dataset=pipeline.dataset, check_s=check_s
+    )
 
 
 def explore_threads(search: Any) -> None:
@@ -120,18 +133,26 @@ def explore_threads(search: Any) -> None:
     counts = tuple(getattr(space, "worker_threads", ()))
     if not counts or search.region.name != "latency-bound":
         return
-    share = search.settings.scan_share  # the scan's share of the budget: the phase comes before the climb
+    share = (
+        search.settings.scan_share
+    )  # the scan's share of the budget: the phase comes before the climb
     cap = search.worker_cap(search.workers(1).prefetch_factor or 2)
     procs = max(1, min(space.cores, cap)) if cap >= 1 else 0
     parent = search.workers(procs)
     if search.measure(parent, "threads", share=share) is None:
         return
-    first = search.workers(procs, worker_threads=_first_count(counts, search.region.predicted_workers, procs))
+    first = search.workers(
+        procs, worker_threads=_first_count(counts, search.region.predicted_workers, procs)
+    )
     gate = getattr(space, "thread_gate", None)
     if gate is not None and gate.safety is None:
         # The thread-safety check, only now that a threaded measurement is due and affordable.
-        if not search.affordable(search.estimate_cost(first, search.settings.scan_window_s) + gate.check_s, share):
-            search._note(f"time budget: did not check thread safety or measure {first.label()} in the threads phase")
+        if not search.affordable(
+            search.estimate_cost(first, search.settings.scan_window_s) + gate.check_s, share
+        ):
+            search._note(
+                f"time budget: did not check thread safety or measure {first.label()} in the threads phase"
+            )
             return
         if not gate.confirm():
             space.worker_threads = ()
@@ -187,7 +208,8 @@ def gil_capped_rate(profile: Any) -> float | None:
 def _stopped_paying(search: Any, best: Any) -> Any | None:
     """A thread count measured next to ``best`` that shows more threads stopped paying, or None."""
     measured = {
-        c.worker_threads: c for c, t in search._scan.items()
+        c.worker_threads: c
+        for c, t in search._scan.items()
         if t.ok and c.worker_threads and c == best.replace(worker_threads=c.worker_threads)
     }
     more = sorted(k for k in measured if k > best.worker_threads)
@@ -211,7 +233,8 @@ def _note_gil_cap(search: Any, parent: Any, best: Any) -> None:
         return
     cores = search.space.cores
     further = (
-        f"more processes (up to the {cores} cores), not more threads, go further" if procs < cores
+        f"more processes (up to the {cores} cores), not more threads, go further"
+        if procs < cores
         else "the processes already cover every core"
     )
     search._note(
@@ -220,4 +243,3 @@ def _note_gil_cap(search: Any, parent: Any, best: Any) -> None:
         f"{other.worker_threads} threads {search.rate(other):,.0f}; each item holds the GIL for about "
         f"{1000.0 / cap:.2f} ms of Python, which caps one process near {cap:,.0f} samples/s: {further}"
     )
-

@@ -34,7 +34,9 @@ class Trial:
     worker_bytes: int | None = None  # measured private memory per worker
     cost_s: float = 0.0  # wall time the measurement took, start-up included
     error: str | None = None
-    main_ms_per_batch: float | None = None  # main process CPU per batch received (NOTE [receive cost])
+    main_ms_per_batch: float | None = (
+        None  # main process CPU per batch received (NOTE [receive cost])
+    )
     cpu_ms_per_sample: float | None = None  # CPU of main process and workers per sample
 
     @property
@@ -74,7 +76,12 @@ class Evaluator(Protocol):
     def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial: ...
 
     def interleaved(
-        self, configs: Sequence[LoaderConfig], *, repeats: int, window_s: float | Sequence[float], phase: str
+        self,
+        configs: Sequence[LoaderConfig],
+        *,
+        repeats: int,
+        window_s: float | Sequence[float],
+        phase: str,
     ) -> list[list[Trial]]:
         """``repeats`` rounds of A B … B A; the trials per config, in ``configs`` order (``window_s``:
         one window for all, or one per config)."""
@@ -95,15 +102,26 @@ class InterleavingEvaluator:
         raise NotImplementedError
 
     def interleaved(
-        self, configs: Sequence[LoaderConfig], *, repeats: int, window_s: float | Sequence[float], phase: str
+        self,
+        configs: Sequence[LoaderConfig],
+        *,
+        repeats: int,
+        window_s: float | Sequence[float],
+        phase: str,
     ) -> list[list[Trial]]:
         """``repeats`` rounds of A B … B A, so drift and order effects hit every config alike."""
-        windows = [float(window_s)] * len(configs) if isinstance(window_s, (int, float)) else list(window_s)
+        windows = (
+            [float(window_s)] * len(configs)
+            if isinstance(window_s, (int, float))
+            else list(window_s)
+        )
         out: list[list[Trial]] = [[] for _ in configs]
         order = list(range(len(configs)))
         for _ in range(repeats):
             for index in order + order[::-1]:
-                out[index].append(self.measure(configs[index], window_s=windows[index], phase=phase))
+                out[index].append(
+                    self.measure(configs[index], window_s=windows[index], phase=phase)
+                )
         return out
 
 
@@ -149,7 +167,9 @@ class SearchResult:
     runner_up: LoaderConfig | None = None
     margin: float | None = None
     margin_interval: tuple[float, float] | None = None
-    tie: bool = False  # the pick was within tie_margin of another raced config; the cheaper config was kept
+    tie: bool = (
+        False  # the pick was within tie_margin of another raced config; the cheaper config was kept
+    )
     tie_margin: float | None = None
     finalists: dict[str, float] = field(default_factory=dict)  # label -> median rate in the race
     rounds: int = 0
@@ -157,11 +177,17 @@ class SearchResult:
     startup_s: float | None = None  # the pick's measured start-up (time to first batch)
     memory: MemoryBudget | None = None
     head_to_head: list[dict[str, Any]] = field(default_factory=list)  # who raced, medians, roles
-    skipped: list[dict[str, str]] = field(default_factory=list)  # {label, why}: not measured or not raced
+    skipped: list[dict[str, str]] = field(
+        default_factory=list
+    )  # {label, why}: not measured or not raced
     keep_baseline: bool = False  # the best found is within noise of the user's own config
     within_pct: float | None = None  # the user's config is this % below the best found
-    plan: dict[str, Any] = field(default_factory=dict)  # what the budget fits, from the measured batch time
-    persistent: dict[str, Any] | None = None  # the measured epoch-boundary gaps behind persistent_workers
+    plan: dict[str, Any] = field(
+        default_factory=dict
+    )  # what the budget fits, from the measured batch time
+    persistent: dict[str, Any] | None = (
+        None  # the measured epoch-boundary gaps behind persistent_workers
+    )
 
     @property
     def confirmed(self) -> bool:
@@ -186,7 +212,9 @@ class SearchResult:
             "region": self.region.to_dict(),
             "runner_up": None if self.runner_up is None else self.runner_up.label(),
             "margin": _round(self.margin, 4),
-            "margin_interval": None if self.margin_interval is None else [round(v, 4) for v in self.margin_interval],
+            "margin_interval": None
+            if self.margin_interval is None
+            else [round(v, 4) for v in self.margin_interval],
             "tie": self.tie,
             "tie_margin": _round(self.tie_margin, 4),
             "finalists": {k: round(v, 2) for k, v in self.finalists.items()},

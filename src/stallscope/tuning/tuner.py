@@ -52,7 +52,9 @@ BATCHED_PROBE_MAX_S = 0.05
 # -- the cheap profile -----------------------------------------------------------------
 
 
-def profile_pipeline(pipeline: Pipeline, *, max_seconds: float = 1.0, max_items: int = 256) -> tuple[Profile, FetcherCheck | None]:
+def profile_pipeline(
+    pipeline: Pipeline, *, max_seconds: float = 1.0, max_items: int = 256
+) -> tuple[Profile, FetcherCheck | None]:
     """Time single fetches in this process (wall and CPU), one collate, and the batched alternative.
 
     Fetches at least 4 items and up to two batches' worth, within ``max_seconds``
@@ -73,7 +75,9 @@ def profile_pipeline(pipeline: Pipeline, *, max_seconds: float = 1.0, max_items:
         try:
             batch = pipeline.collate(batch_items)
         except Exception as exc:  # preflight normally catches this first
-            raise PipelineError(f"the collate function failed on {len(batch_items)} items: {exc}") from exc
+            raise PipelineError(
+                f"the collate function failed on {len(batch_items)} items: {exc}"
+            ) from exc
         timings.append(time.perf_counter() - start)
     collate_s = min(timings) * bs / len(batch_items)
     batch_bytes = int(nbytes(batch) * bs / len(batch_items))
@@ -108,7 +112,9 @@ def profile_pipeline(pipeline: Pipeline, *, max_seconds: float = 1.0, max_items:
 _SCHEDSTAT = "/proc/thread-self/schedstat"
 
 
-def profile_loader(pipeline: Pipeline, *, max_seconds: float = 1.0, max_batches: int = 64) -> Profile:
+def profile_loader(
+    pipeline: Pipeline, *, max_seconds: float = 1.0, max_batches: int = 64
+) -> Profile:
     """The profile of a loader without a Dataset of ours (NOTE [loader kinds]): its batches timed
     in this process, single-process where the kind has ``num_workers`` (wall and CPU per sample)."""
     from ..pipeline.kinds import close_trial
@@ -138,7 +144,9 @@ def profile_loader(pipeline: Pipeline, *, max_seconds: float = 1.0, max_batches:
             cpus.append(time.process_time() - cpu)
             sizes.append(max(1, batch_length(batch)))
     except Exception as exc:
-        raise PipelineError(f"timing {pipeline.kind.description} in this process raised {exc!r}.") from exc
+        raise PipelineError(
+            f"timing {pipeline.kind.description} in this process raised {exc!r}."
+        ) from exc
     finally:
         close_trial(loader, iterator)
     if not walls:
@@ -222,7 +230,9 @@ def _timed_items(
         except StopIteration:
             break
         except Exception as exc:
-            raise PipelineError(f"fetching item {index} raised {type(exc).__name__}: {exc}") from exc
+            raise PipelineError(
+                f"fetching item {index} raised {type(exc).__name__}: {exc}"
+            ) from exc
         w1, c1, q1 = time.perf_counter(), time.process_time(), _run_queue_seconds()
         if n > 0:  # the first fetch pays lazy initialisation (file handles, caches)
             items.append(item)
@@ -391,7 +401,10 @@ def start_method_alternatives() -> tuple[str, ...]:
     ``fork`` is never proposed where it is not already the default: platforms
     moved away from it because forking a threaded process is unsafe.
     """
-    default = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_context().get_start_method()
+    default = (
+        multiprocessing.get_start_method(allow_none=True)
+        or multiprocessing.get_context().get_start_method()
+    )
     available = multiprocessing.get_all_start_methods()
     return tuple(m for m in ("forkserver",) if m in available and m != default)
 
@@ -411,12 +424,18 @@ def build_space(
     length = pipeline.length()
     sizes: tuple[int, ...] = ()
     if tune_batch_size:
-        sizes = tuple(s for s in (bs // 2, bs * 2, bs * 4) if s >= 1 and s != bs and (length is None or s <= length))
+        sizes = tuple(
+            s
+            for s in (bs // 2, bs * 2, bs * 4)
+            if s >= 1 and s != bs and (length is None or s <= length)
+        )
     threads = tuple(sorted({1, cores} - {torch.get_num_threads()})) if cores > 1 else ()
     return SearchSpace(
         cores=cores,
         batch_size=bs,
-        max_workers=max_workers if max_workers is not None else default_max_workers(cores, pipeline),
+        max_workers=max_workers
+        if max_workers is not None
+        else default_max_workers(cores, pipeline),
         in_order=loader_supports("in_order"),
         batched_fetch=profile.batched_fetch is not None,
         pin_memory=cuda_available(),
@@ -457,7 +476,11 @@ class TuneResult:
     def to_dict(self) -> dict[str, Any]:
         search = self.search.to_dict()
         section = {
-            "baseline": {"config": self.baseline.to_dict(), "label": self.baseline.label(), "samples_per_s": round(self.baseline_samples_per_s, 2)},
+            "baseline": {
+                "config": self.baseline.to_dict(),
+                "label": self.baseline.label(),
+                "samples_per_s": round(self.baseline_samples_per_s, 2),
+            },
             "best": {
                 "config": self.config.to_dict(),
                 "label": self.config.label(),
@@ -541,7 +564,11 @@ def tune(
         raise UsageError(f"--memory-budget must be positive (MB), not {memory_budget_mb:g}.")
     if repeats is not None and repeats < 1:
         raise UsageError(f"--repeats must be at least 1, not {repeats}.")
-    pipeline = target if isinstance(target, Pipeline) else load_target(target, batch_size=batch_size, collate=collate)
+    pipeline = (
+        target
+        if isinstance(target, Pipeline)
+        else load_target(target, batch_size=batch_size, collate=collate)
+    )
     if tune_batch_size and pipeline.batch_sampler is not None:
         raise UsageError(
             "the loader's batch_sampler decides its batch sizes, so --tune-batch-size has nothing to change; "
@@ -550,11 +577,19 @@ def tune(
     preflight(pipeline)
     kind = pipeline.kind
     if not kind.tunable:
-        raise UsageError(kind.limits.get("tune") or f"{kind.description} exposes no knob stallscope can set.")
-    profile, check = profile_pipeline(pipeline) if pipeline.has_dataset else (profile_loader(pipeline), None)
+        raise UsageError(
+            kind.limits.get("tune") or f"{kind.description} exposes no knob stallscope can set."
+        )
+    profile, check = (
+        profile_pipeline(pipeline) if pipeline.has_dataset else (profile_loader(pipeline), None)
+    )
     cores = usable_cores()
     space = build_space(
-        pipeline, profile, cores=cores, max_workers=max_workers, tune_batch_size=tune_batch_size,
+        pipeline,
+        profile,
+        cores=cores,
+        max_workers=max_workers,
+        tune_batch_size=tune_batch_size,
         compare_start_methods=compare_start_methods,
     )
     notes = []
@@ -562,26 +597,46 @@ def tune(
         threads = thread_eligibility(pipeline, profile, budget_s=budget_s)
         space.worker_threads, space.thread_gate = threads.counts, threads
     if not kind.rebuilds_from_parts:
-        notes.append(f"the loader is {kind.description}; trials change only what it exposes: {', '.join(kind.knobs)}")
+        notes.append(
+            f"the loader is {kind.description}; trials change only what it exposes: {', '.join(kind.knobs)}"
+        )
     limit_space(space, kind)
     if pipeline.is_iterable and space.max_workers > 0:
         why = replayed_stream(pipeline, seconds=min(20.0, 0.2 * budget_s))
         if why:  # every worker would replay the stream: more samples/s, all of them copies
             space.max_workers = 0
             notes.append(why)
-    budget_bytes = int(memory_budget_mb * MB) if memory_budget_mb else int(MEMORY_SHARE * psutil.virtual_memory().available)
+    budget_bytes = (
+        int(memory_budget_mb * MB)
+        if memory_budget_mb
+        else int(MEMORY_SHARE * psutil.virtual_memory().available)
+    )
     memory = MemoryBudget(budget_bytes=budget_bytes, batch_bytes=profile.batch_bytes)
     baseline = pipeline.baseline.replace(batch_size=pipeline.batch_size)
     settings = SearchSettings(budget_s=budget_s, rounds=repeats, seed=seed)
-    evaluator = LoaderEvaluator(pipeline, budget_s=budget_s, started=started, seed=seed, min_batches=settings.min_batches)
-    search = Search(evaluator, space, profile, baseline=baseline, memory=memory, settings=settings,
-                    on_trial=on_trial, seeds=seeds)
+    evaluator = LoaderEvaluator(
+        pipeline, budget_s=budget_s, started=started, seed=seed, min_batches=settings.min_batches
+    )
+    search = Search(
+        evaluator,
+        space,
+        profile,
+        baseline=baseline,
+        memory=memory,
+        settings=settings,
+        on_trial=on_trial,
+        seeds=seeds,
+    )
     with no_orphans():
         result = search.run(on_plan=on_plan)
-    if not result.samples_per_s > 0:  # no pick at 0 samples/s: every trial failed or delivered nothing
+    if (
+        not result.samples_per_s > 0
+    ):  # no pick at 0 samples/s: every trial failed or delivered nothing
         failed = next((t.error for t in result.trials if t.error), None)
         raise PipelineError(
-            "no configuration tried delivered a batch" + (f" (the first failure: {failed})" if failed else "") + "."
+            "no configuration tried delivered a batch"
+            + (f" (the first failure: {failed})" if failed else "")
+            + "."
         )
     result.notes[:0] = notes
     return TuneResult(
