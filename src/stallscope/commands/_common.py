@@ -145,6 +145,7 @@ class CommandContext:
     console: Console
     record: RunRecord | None = None
     started: float = field(default_factory=time.perf_counter)
+    argv: list[str] = field(default_factory=list)  # the command's arguments, kept in the record
 
     @property
     def quiet(self) -> bool:
@@ -155,7 +156,12 @@ class CommandContext:
         (the ``loader`` section recommendations are written against)."""
         from ..runtime.host import host_info
 
-        self.record = RunRecord(command=command, target=target, host=host_info().to_dict())
+        self.record = RunRecord(
+            command=command,
+            target=target,
+            host=host_info().to_dict(),
+            argv=["stallscope", command, *self.argv],
+        )
         call = getattr(pipeline, "call", None)
         if call is not None:
             self.record.add(loader=call.to_dict())
@@ -180,7 +186,9 @@ def execute(
         return 2
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
-    ctx = CommandContext(args=args, console=console)
+    ctx = CommandContext(
+        args=args, console=console, argv=list(sys.argv[1:] if argv is None else argv)
+    )
     code = 0
     interrupts: list[float] = []
     previous = _note_interrupts(interrupts)

@@ -13,10 +13,27 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
-from . import __version__
-from .errors import UsageError
+from .. import __version__
+from ..errors import UsageError
+from .base import Section
+from .sections import LEGACY_KEYS, SECTIONS, declared_keys
+
+__all__ = [
+    "HEADER_KEYS",
+    "LEGACY_KEYS",
+    "SCHEMA_VERSION",
+    "SECTIONS",
+    "RunRecord",
+    "Section",
+    "UndeclaredKeyError",
+    "declared_keys",
+    "plain",
+]
+
+S = TypeVar("S", bound=Section)
 
 SCHEMA_VERSION = 1
 
@@ -43,9 +60,40 @@ def plain(obj: Any) -> Any:
     return str(obj)
 
 
+HEADER_KEYS = (
+    "schema",
+    "tool_version",
+    "command",
+    "target",
+    "argv",
+    "host",
+    "started_at",
+    "duration_s",
+    "partial",
+)
+
+
+class UndeclaredKeyError(ValueError):
+    """A record key that no section in ``record/sections.py`` declares."""
+
+
+def _check_key(key: str, known: Mapping[str, str]) -> None:
+    if key in HEADER_KEYS:
+        raise UndeclaredKeyError(
+            f"record key {key!r} is part of the record's header, not a section; "
+            "set the RunRecord field instead"
+        )
+    if key not in known:
+        raise UndeclaredKeyError(
+            f"record key {key!r} is declared by no record section; declare it in "
+            "stallscope/record/sections.py and schema/record-v1.json first"
+        )
+
+
 @dataclass
 class RunRecord:
-    """One command's results. ``sections`` hold the command-specific keys of §5."""
+    """One command's results. ``sections`` hold the command-specific keys of §5, each declared by
+    a section in :mod:`stallscope.record.sections`; :meth:`section` reads them typed."""
 
     command: str
     target: str
@@ -55,9 +103,18 @@ class RunRecord:
     duration_s: float | None = None
     partial: bool = False
     tool_version: str = __version__
+    argv: list[str] = field(default_factory=list)  # the command line that made the record
 
     def add(self, **sections: Any) -> None:
+        """Set section keys; a key no section declares is an error (a probe cannot invent one)."""
+        known = declared_keys()
+        for key in sections:
+            _check_key(key, known)
         self.sections.update({k: plain(v) for k, v in sections.items()})
+
+    def section(self, kind: type[S]) -> S:
+        """The typed section ``kind`` read from this record (missing keys take its defaults)."""
+        return kind.from_dict(self.sections)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -65,6 +122,7 @@ class RunRecord:
             "tool_version": self.tool_version,
             "command": self.command,
             "target": self.target,
+            "argv": list(self.argv),
             "host": plain(self.host),
             "started_at": self.started_at,
             "duration_s": self.duration_s,
@@ -74,30 +132,36 @@ class RunRecord:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+    def from_dict(cls, data: Mapping[str, Any]) -> RunRecord:
+        """The record of a ``to_dict`` (or ``--json``) dict, older ones included: a header key an
+        older record lacks takes a default; a key of LEGACY_KEYS is dropped (each says why); any
+        other key no section declares is an error naming it."""
         if data.get("schema") != SCHEMA_VERSION:
             raise ValueError(
-                f"unsupported record schema {data.get('schema')!r} (this stallscope reads {SCHEMA_VERSION})"
+                f"unsupported record schema {data.get('schema')!r} "
+                f"(this stallscope reads {SCHEMA_VERSION})"
             )
-        fixed = {
-            "schema",
-            "tool_version",
-            "command",
-            "target",
-            "host",
-            "started_at",
-            "duration_s",
-            "partial",
-        }
+        known = declared_keys()
+        sections: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in HEADER_KEYS or key in LEGACY_KEYS:
+                continue
+            _check_key(key, known)
+            sections[key] = value
+        argv = data.get("argv")
+        host = data.get("host")
+        started = data.get("started_at")
+        duration = data.get("duration_s")
         return cls(
-            command=data["command"],
-            target=data["target"],
-            host=data.get("host", {}),
-            sections={k: v for k, v in data.items() if k not in fixed},
-            started_at=data.get("started_at", 0.0),
-            duration_s=data.get("duration_s"),
+            command=str(data["command"]),
+            target=str(data["target"]),
+            host=dict(host) if isinstance(host, Mapping) else {},
+            sections=sections,
+            started_at=float(started) if isinstance(started, (int, float)) else 0.0,
+            duration_s=float(duration) if isinstance(duration, (int, float)) else None,
             partial=bool(data.get("partial", False)),
-            tool_version=data.get("tool_version", "?"),
+            tool_version=str(data.get("tool_version", "?")),
+            argv=[str(a) for a in argv] if isinstance(argv, list) else [],
         )
 
     def save(self, path: str | Path) -> None:
