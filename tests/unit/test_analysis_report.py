@@ -256,10 +256,13 @@ def test_memory_growth_is_projected_over_an_epoch_and_the_workers():
 
 
 def test_findings_sorted_by_severity_and_counted():
-    facts = an.finding_facts(fixture("check"))
+    record = fixture("check")
+    facts = an.finding_facts(record)
     severities = [f.severity for f in facts.findings]
     assert severities == sorted(severities, key=lambda s: an.SEVERITY_ORDER[s])
-    assert facts.counts == {"error": 3, "warning": 3, "info": 1}
+    written = [f["severity"] for f in record["findings"]]
+    assert "error" in written
+    assert facts.counts == {s: written.count(s) for s in ("error", "warning", "info")}
 
 
 def test_stage_shares_accept_percentages():
@@ -301,7 +304,7 @@ def test_training_facts_prefer_steady_state_means():
     record = fixture("profile")
     t = an.training_facts(record)
     assert t.mean_data_ms == record["data_ms"]["mean"]
-    assert t.config_label == "w=8 bs=64 pf=2"
+    assert t.config_label == record["config_label"]
     del record["data_ms"]
     t = an.training_facts(record)
     data = record["step_timeline"]["data_ms"]
@@ -316,7 +319,9 @@ def test_a_record_without_sections_has_no_facts():
     assert facts.checklist == [] and facts.recommendations == [] and facts.findings is None
 
 
-@pytest.mark.parametrize("name", ["bench", "tune", "check", "stages", "profile", "doctor"])
+@pytest.mark.parametrize(
+    "name", ["bench", "tune", "check", "stages", "profile", "compare", "doctor"]
+)
 def test_analysis_is_pure(name):
     record = fixture(name)
     before = copy.deepcopy(record)

@@ -1,13 +1,17 @@
 """Small readers of a run record (schema §5): numbers, rates, labels and the results worth reading.
 
-Every analysis module reads the record through these, so a malformed or older record (a missing key,
-a NaN, a bool where a number belongs) yields ``None`` instead of an exception.
+A section's top-level keys are read through its typed section (``stallscope.record.sections``),
+whose ``from_dict`` gives a key an older record lacks its default. What stays here guards values
+nested below those keys (a result's rate, a config's fields), which older records wrote in other
+shapes: a missing field, a NaN, a bool where a number belongs yields ``None``, not an exception.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+from ..record.sections import BenchSection
 
 Record = dict  # a RunRecord.to_dict()
 
@@ -52,28 +56,26 @@ def config_label(config: Any, label: Any = None) -> str:
         return " ".join(f"{k}={v}" for k, v in config.items() if v is not None)
 
 
-def ok_results(r: Record) -> list[dict]:
-    """Bench results that measured a rate (no error)."""
-    return [
-        res
-        for res in r.get("results") or []
-        if isinstance(res, dict)
+def _measured(res: Any) -> bool:
+    return (
+        isinstance(res, dict)
         and not res.get("error")
         and rate_of(res.get("samples_per_s")) is not None
-    ]
+    )
+
+
+def ok_results(r: Record) -> list[dict]:
+    """Bench results that measured a rate (no error)."""
+    return [res for res in BenchSection.from_dict(r).results if _measured(res)]
 
 
 def best_result(r: Record) -> dict | None:
     """The bench result the sweep called best (scaling.best_index), else the fastest."""
-    results = r.get("results") or []
-    index = (r.get("scaling") or {}).get("best_index")
-    if isinstance(index, int) and 0 <= index < len(results):
-        chosen = results[index]
-        if (
-            isinstance(chosen, dict)
-            and not chosen.get("error")
-            and rate_of(chosen.get("samples_per_s")) is not None
-        ):
+    bench = BenchSection.from_dict(r)
+    index = bench.scaling.best_index if bench.scaling else None
+    if index is not None and 0 <= index < len(bench.results):
+        chosen = bench.results[index]
+        if _measured(chosen):
             return chosen
     ok = ok_results(r)
     return max(ok, key=lambda res: rate_of(res["samples_per_s"]) or 0.0) if ok else None

@@ -260,11 +260,13 @@ def _step_stages(
 
 def sweep_best(sections: dict[str, Any]) -> LoaderConfig | None:
     """The config the sweep measured fastest (``scaling.best_index``), if the sweep ran."""
-    results = sections.get("results") or []
-    index = (sections.get("scaling") or {}).get("best_index")
-    if not isinstance(index, int) or not 0 <= index < len(results):
+    from ..record.sections import BenchSection
+
+    bench = BenchSection.from_dict(sections)
+    index = bench.scaling.best_index if bench.scaling else None
+    if index is None or not 0 <= index < len(bench.results):
         return None
-    return LoaderConfig.from_dict(results[index]["config"])
+    return LoaderConfig.from_dict(bench.results[index]["config"])
 
 
 def _step_tune(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:

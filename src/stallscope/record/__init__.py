@@ -11,9 +11,9 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from .. import __version__
@@ -169,7 +169,8 @@ class RunRecord:
 
     @classmethod
     def load(cls, path: str | Path) -> RunRecord:
-        """The record saved at ``path``, or a UsageError saying in one sentence what is wrong with the file."""
+        """The record saved at ``path``, or a UsageError saying in one sentence what is wrong with
+        the file."""
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
@@ -179,7 +180,8 @@ class RunRecord:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise UsageError(
-                f"{path} is not JSON ({exc.msg} at line {exc.lineno}); pass a file written by --json."
+                f"{path} is not JSON ({exc.msg} at line {exc.lineno}); "
+                "pass a file written by --json."
             ) from None
         if not isinstance(data, dict) or "command" not in data:
             raise UsageError(

@@ -21,9 +21,7 @@ _MISSING = object()
 
 
 def _is_number(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    )
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _matches(value: Any, hint: Any) -> bool:

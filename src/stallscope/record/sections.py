@@ -247,4 +247,3 @@ def declared_keys() -> dict[str, str]:
         for name, text in section.docs().items():
             keys.setdefault(name, text)
     return keys
-
