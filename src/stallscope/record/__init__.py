@@ -2,7 +2,9 @@
 
 Probes fill a :class:`RunRecord`; analysis and renderers only read it. A
 record saved with ``--json`` can be loaded again and rendered later
-(``stallscope report run.json --html out.html``).
+(``stallscope report run.json --html out.html``). Every key a command writes is
+declared by a section in :mod:`.sections` (typed dataclasses with defaults for
+older records); ``schema/record-v1.json`` describes the same keys.
 """
 
 from __future__ import annotations
