@@ -117,3 +117,17 @@ def test_every_section_key_has_one_meaning():
         for key in kind.keys():
             hint = fields[key].type
             assert seen.setdefault(key, hint) == hint, key
+
+
+def test_each_fixture_was_made_by_the_fixture_script_as_it_stands():
+    """A fixture whose command line differs from make_fixtures.py's is stale: run the script."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_fixtures", FIXTURES / "make_fixtures.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert sorted(script.COMMANDS) == sorted(NAMES)
+    for name, args in script.COMMANDS.items():
+        argv = load(name)["argv"]
+        assert argv[1 : 1 + len(args)] == args, name
