@@ -23,7 +23,8 @@ PIPELINES = (
     "real_detection",
     "real_audio",
 )  # imported in the tests: detection loads OpenCV
-# The tuned knobs, DataLoader arguments and beyond (threads in the main process or in each worker, batched fetch).
+# The tuned knobs, DataLoader arguments and beyond (threads in the main process or in each worker,
+# batched fetch).
 KNOBS = {
     "num_workers",
     "prefetch_factor",

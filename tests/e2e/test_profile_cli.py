@@ -89,8 +89,8 @@ def test_profile_compute_bound_with_workers(tmp_path, capsys):
     assert code == 0
     record = json.loads(out.read_text())
     assert record["config"]["num_workers"] == 1
-    # Batches wait for the model: the buffer is mostly full. (The verdict may read "balanced" on a loaded
-    # machine: receiving a ready batch from a worker costs the main process ~1-2 ms there.)
+    # Batches wait for the model: the buffer is mostly full. (The verdict may read "balanced" on a
+    # loaded machine: receiving a ready batch from a worker costs the main process ~1-2 ms there.)
     assert record["occupancy"] is not None and record["occupancy"]["capacity"] == 2
     assert record["occupancy"]["mean_fraction"] > 0.5, record["occupancy"]
     assert record["verdict"] in ("compute-bound", "balanced"), record["stall_fraction"]

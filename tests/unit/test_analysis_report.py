@@ -275,7 +275,8 @@ def test_stage_shares_accept_percentages():
 
 
 def test_best_configuration_snippet_is_the_code_that_ran():
-    """NOTE [verified snippets]: reports print the advice's code only where it ran, for that config."""
+    """NOTE [verified snippets]: reports print the advice's code only where it ran, for
+    that config."""
     pick = cfg(4, in_order=False, persistent_workers=True)
     code = (
         "from m import pad\nloader = DataLoader(d, batch_size=10, collate_fn=pad, num_workers=4)\n"
@@ -352,7 +353,7 @@ def test_trials_by_config_takes_the_median_of_each_configs_runs():
     assert rows[2]["rate"] is None and rows[2]["error"] == "worker died"
 
 
-# -- one winner, keep yours (issue 10) --------------------------------------------------------------
+# -- one winner, keep yours (issue 10) -------------------------------------------------------------
 
 
 def _doctor_record(
@@ -393,7 +394,8 @@ def test_the_tuner_pick_stands_when_it_raced_the_sweeps_best():
 
 
 def test_an_unraced_faster_sweep_best_overrules_the_tuner_pick():
-    # 250/s in the sweep vs 200/s for the pick, and they never met: the report names the sweep's best.
+    # 250/s in the sweep vs 200/s for the pick, and they never met: the report names the sweep's
+    # best.
     record = _doctor_record(
         200.0, [{"config": cfg(3), "samples_per_s": 200.0, "rounds": 2, "role": "tuner"}]
     )

@@ -253,7 +253,8 @@ def test_iterable_dataset_runs_as_many_epochs_as_needed():
         "train_step": lambda batch: seen.append(batch.shape[0]),
         "batch_size": 2,
     }
-    # The loop's own steps only (the free-data replay calls train_step again, on its cached batches).
+    # The loop's own steps only (the free-data replay calls train_step again, on its cached
+    # batches).
     profile = run_profile(
         load_target(target), steps=5, warmup=0, config=LoaderConfig(batch_size=2), free_data=False
     )

@@ -519,7 +519,8 @@ def test_pause_keeps_validation_out_of_steps_and_samples():
 
 
 def test_timed_iterator_for_a_consumer_that_fetches_one_batch_ahead():
-    """Like Lightning's fetcher on a stream: prefetch at iter(), then one refill per step, the last one ends it."""
+    """Like Lightning's fetcher on a stream: prefetch at iter(), then one refill per step, the last
+    one ends it."""
     clock = FakeClock()
     w = Watch(None, clock=clock, sample_resources=False, gpu=False)
     w.epoch_start()

@@ -1,4 +1,5 @@
-"""``ss.watch``'s signature: every option explicit, typed and documented; the same as ``Watch``'s."""
+"""``ss.watch``'s signature: every option explicit, typed and documented; the same as
+``Watch``'s."""
 
 from __future__ import annotations
 

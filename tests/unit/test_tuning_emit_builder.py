@@ -130,7 +130,8 @@ def test_python_keeps_the_users_arguments_and_marks_changed_knobs():
         and kwargs["shuffle"] == "True"
         and kwargs["drop_last"] == "True"
     )
-    # An object that cannot be imported is read from what the user's factory returns (runnable as printed).
+    # An object that cannot be imported is read from what the user's factory returns (runnable as
+    # printed).
     assert kwargs["collate_fn"] == "yours.collate_fn" and "yours = make_loader()" in snippet.prelude
     assert "from real_audio import make_loader" in snippet.imports
     assert snippet.changed == ["num_workers", "prefetch_factor"]

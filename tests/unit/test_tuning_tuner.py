@@ -152,7 +152,8 @@ def test_no_recommendation_within_the_noise():
 
 
 def test_persistent_workers_only_with_its_measured_gap():
-    # A start-up time alone is no evidence: without the epoch-boundary measurement, no recommendation.
+    # A start-up time alone is no evidence: without the epoch-boundary measurement, no
+    # recommendation.
     assert "persistent-workers" not in [r["id"] for r in tune_recommendations(_section(gap=None))]
     not_worth_it = dict(_GAP, recommended=False, gap_without_s=0.05, saved_s=0.01)
     assert "persistent-workers" not in [
