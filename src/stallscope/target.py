@@ -70,7 +70,8 @@ class Pipeline:
     target: str = "<object>"
     source: str = "dataset"  # "dataset" | "dataloader" | "dict"
     extras: dict[str, Any] = field(default_factory=dict)
-    # The user's own loader parts, kept in every trial (NOTE [loader fidelity] in pipeline/arguments.py).
+    # The user's own loader parts, kept in every trial (NOTE [loader fidelity] in
+    # pipeline/arguments.py).
     sampler: Any = None  # their index sampler (None: sequential, or random when ``shuffle``)
     batch_sampler: Any = None  # their batch sampler, when it decides the batches (batch_size=None)
     generator: Any = None
@@ -81,7 +82,8 @@ class Pipeline:
 
     @property
     def has_dataset(self) -> bool:
-        """Whether per-sample probes (check, stages, the in-process profile) can fetch from a dataset."""
+        """Whether per-sample probes (check, stages, the in-process profile) can fetch from a
+        dataset."""
         return self.dataset is not None
 
     @property
@@ -216,7 +218,8 @@ def load_target(
             raise UsageError(f"--batch-size must be at least 1, not {batch_size}.")
         if pipeline.batch_sampler is not None:
             raise UsageError(
-                "the loader's batch_sampler decides its batch sizes; --batch-size cannot override it "
+                "the loader's batch_sampler decides its batch sizes; --batch-size "
+                "cannot override it "
                 "(build the loader with batch_size= instead, or leave --batch-size out)."
             )
         pipeline.batch_size = batch_size
@@ -228,7 +231,8 @@ def load_target(
 
 
 def _is_loader_object(obj: Any) -> bool:
-    """Already what a factory would return (a Dataset, DataLoader, dict or loader), not a factory."""
+    """Already what a factory would return (a Dataset, DataLoader, dict or loader), not a
+    factory."""
     return (
         isinstance(obj, (Dataset, DataLoader, dict))
         or is_nodes_graph(obj)
@@ -324,7 +328,8 @@ def _call_factory(factory: Callable[..., Any], label: str) -> Any:
 def pipeline_from_object(
     obj: Any, *, label: str = "<object>", modules: tuple[str, ...] = ()
 ) -> Pipeline:
-    """A Pipeline from what the target returned; ``modules`` may hold the user's objects as globals."""
+    """A Pipeline from what the target returned; ``modules`` may hold the user's objects as
+    globals."""
     if is_dataloader(obj):
         return _from_loader(obj, label, modules)
     if is_nodes_graph(obj):
@@ -389,7 +394,8 @@ def _copy_knobs(loader: DataLoader) -> tuple[str, ...]:
     except (TypeError, ValueError):
         return tuple(knobs)
     if not any(p.kind is p.VAR_KEYWORD for p in params):
-        # Only what its constructor takes can be recommended (fetch threads wrap a dataset it builds itself).
+        # Only what its constructor takes can be recommended (fetch threads wrap a dataset it builds
+        # itself).
         names = {p.name for p in params} | {"torch_threads"}
         knobs = [k for k in knobs if k in names or (k == "worker_threads" and "dataset" in names)]
     return tuple(knobs)
@@ -442,10 +448,12 @@ def _from_nodes(graph: Any, label: str) -> Pipeline:
 
 
 def _from_other(obj: Any, label: str, modules: tuple[str, ...]) -> Pipeline:
-    """A wrapper around a DataLoader (found by a bounded search), or any other iterable of batches."""
+    """A wrapper around a DataLoader (found by a bounded search), or any other iterable of
+    batches."""
     if not hasattr(obj, "__iter__") or isinstance(obj, (str, bytes)):
         raise UsageError(
-            f"{label} returned a {type(obj).__name__}; expected a Dataset, a DataLoader, an iterable of batches "
+            f"{label} returned a {type(obj).__name__}; expected a Dataset, a "
+            "DataLoader, an iterable of batches "
             "or a dict with 'dataset'."
         )
     if isinstance(obj, IterableDataset):
@@ -493,8 +501,10 @@ def _from_wrapper(
         # Trials would all run the wrapper's own loader: measured as it is, said so.
         limits = dataset_limits(what) | {
             "tune": (
-                f"{what} keeps iterating its own DataLoader when the one at {where.lstrip('.')} is replaced, so its "
-                "knobs cannot be changed from outside; it is measured as it is. To tune it, give the TARGET function "
+                f"{what} keeps iterating its own DataLoader when the one at "
+                f"{where.lstrip('.')} is replaced, so its "
+                "knobs cannot be changed from outside; it is measured as it is. To "
+                "tune it, give the TARGET function "
                 "keyword parameters such as num_workers=… and pass them on"
             )
         }
@@ -530,7 +540,8 @@ def _require_dataset(obj: Any, label: str) -> None:
     if hasattr(obj, "__iter__") and not isinstance(obj, (str, bytes)):
         return
     raise UsageError(
-        f"{label} returned a {type(obj).__name__}; expected a Dataset, a DataLoader or a dict with 'dataset'."
+        f"{label} returned a {type(obj).__name__}; expected a Dataset, a DataLoader or "
+        "a dict with 'dataset'."
     )
 
 
@@ -552,7 +563,8 @@ def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) 
         baseline = baseline.replace(batch_size=max(1, round(call.batch_sizes["mean"])))
     dataset = loader.dataset
     if isinstance(dataset, ThreadedDataset):
-        # The user's own ss.threaded_dataset: its thread count is a knob of the baseline, like num_workers.
+        # The user's own ss.threaded_dataset: its thread count is a knob of the baseline, like
+        # num_workers.
         baseline = baseline.replace(worker_threads=dataset.threads)
         dataset = dataset.dataset
     call.knobs = baseline.to_dict()
@@ -567,7 +579,8 @@ def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) 
         kind = replace(
             parts_kind("dataloader"),
             description=(
-                f"a DataLoader subclass ({_qualified(loader)}) that starts its own iterator ({holds_iterator}), "
+                f"a DataLoader subclass ({_qualified(loader)}) that starts its own "
+                f"iterator ({holds_iterator}), "
                 "timed as a torch DataLoader over its parts"
             ),
         )

@@ -15,8 +15,8 @@ dataset calls a well-known reader or decoder (Pillow, OpenCV, NumPy, torch, wave
 soundfile, scipy, librosa, torchaudio, pandas: ``known_calls.py``). What is left of
 ``__getitem__`` is broken down by the functions it calls directly (``callees.py``),
 each exclusive of the known stages inside it. The wrappers that travel to the
-workers live in ``instrumented.py``. The recorder's totals since the previous batch ride along with the
-batch itself (:class:`StageBatch`), so no extra queue is needed under fork or
+workers live in ``instrumented.py``. The recorder's totals since the previous batch ride along with
+the batch itself (:class:`StageBatch`), so no extra queue is needed under fork or
 spawn. The transfer is timed by stamps that execute while the batch is being
 pickled in the worker's queue feeder thread and unpickled in the main process:
 serialise (thread CPU time of pickling: for tensors, moving their storage into

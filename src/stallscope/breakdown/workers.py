@@ -121,7 +121,8 @@ def measure_worker_stages(
             raise
         except Exception as exc:
             dead = stop_workers(iterator, exc)  # NOTE [worker death]
-            # A worker dying mid-message can surface as a broken connection before its exit code shows.
+            # A worker dying mid-message can surface as a broken connection before its exit code
+            # shows.
             if dead or is_worker_death(exc) or isinstance(exc, (ConnectionError, EOFError)):
                 raise PipelineError(
                     describe_worker_death(dead, " while its stages were timed", exc)

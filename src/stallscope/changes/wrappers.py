@@ -77,7 +77,8 @@ class SharedPrefixCache(_PrintedCache):
 
 
 class PrefixCachedDataset:
-    """The user's items with the output of their deterministic prefix kept in a :class:`SharedPrefixCache`.
+    """The user's items with the output of their deterministic prefix kept in a
+    :class:`SharedPrefixCache`.
 
     ``filling`` is the user's dataset with its Compose split (prefix, then a sink, then the rest);
     a hit needs none of it: the rest of the item (a label, say) is cached with the prefix output.
@@ -138,7 +139,8 @@ _REDUCED_FLAGS = {
 
 @contextlib.contextmanager
 def reduced_decode(factor: int, calls: list[int] | None = None) -> Iterator[None]:
-    """Inside: Pillow opens JPEGs in draft mode at 1/``factor`` size, OpenCV reads colour images reduced."""
+    """Inside: Pillow opens JPEGs in draft mode at 1/``factor`` size, OpenCV reads colour images
+    reduced."""
     from PIL import Image
 
     original_open = Image.open

@@ -297,7 +297,8 @@ class HealthProbe:
         return self._requeue_after(slot, skip=slot.current)
 
     def _note_unfinished(self, now: float) -> None:
-        """Samples still being fetched, suspiciously long, when the budget ran out: where are they?"""
+        """Samples still being fetched, suspiciously long, when the budget ran out: where are
+        they?"""
         values = sorted(self.times.values())
         median = values[len(values) // 2] if values else 0.0
         for slot in self.slots:

@@ -56,7 +56,8 @@ def _where_raised(exc: BaseException) -> str | None:
 
 
 def _watch_parent(parent_pid: int) -> None:
-    """Exit when the parent is gone (we get re-parented), even while the main thread is stuck in a fetch.
+    """Exit when the parent is gone (we get re-parented), even while the main thread is stuck in a
+    fetch.
 
     The parent is the process that started us: the main process under fork and
     spawn, the fork server under forkserver (which exits with the main process).
@@ -188,7 +189,8 @@ def health_worker(
     stack_file.flush()
     if STACK_SIGNAL is not None:
         faulthandler.register(STACK_SIGNAL, file=stack_file, all_threads=True)
-    # A segfault or abort in native code (a decoder on a corrupt file) leaves its Python stack there too.
+    # A segfault or abort in native code (a decoder on a corrupt file) leaves its Python stack there
+    # too.
     faulthandler.enable(file=stack_file, all_threads=True)
     threading.Thread(
         target=_watch_parent, args=(os.getppid(),), name="stallscope-parent-watch", daemon=True

@@ -1,4 +1,5 @@
-"""The memory probe's side inside the DataLoader workers: time each fetch, split heap from native memory.
+"""The memory probe's side inside the DataLoader workers: time each fetch, split heap from native
+memory.
 
 The probe wraps the user's dataset in :class:`ProbedDataset` (or
 :class:`ProbedIterable`) and the collate in :class:`ProbedCollate`, so every
@@ -143,7 +144,8 @@ class _WorkerState:
         return report
 
     def sites(self) -> list[list[Any]]:
-        """Where memory allocated since the first fetch (still alive) came from: ``[file:line, MB, blocks, caller]``.
+        """Where memory allocated since the first fetch (still alive) came from: ``[file:line, MB,
+        blocks, caller]``.
 
         ``caller`` is the innermost frame outside the standard library and
         installed packages: the dataset's line that called ``np.full``.
@@ -198,7 +200,8 @@ def _record(dataset: Any, index: Any, seconds: float, every: int) -> dict[str, A
 
 
 class ProbedDataset(Dataset):
-    """The user's map-style dataset, each item paired with its worker's record (see the module docstring)."""
+    """The user's map-style dataset, each item paired with its worker's record (see the module
+    docstring)."""
 
     def __init__(self, dataset: Any, every: int) -> None:
         self.dataset = dataset

@@ -148,7 +148,8 @@ def _as_if_spawning() -> Any:
 
 
 def try_pickle(obj: Any, file: Any = None) -> tuple[BaseException | None, int, int, int]:
-    """Pickle ``obj`` as the spawn path would: (error or None, bytes, array bytes, fds duplicated)."""
+    """Pickle ``obj`` as the spawn path would: (error or None, bytes, array bytes, fds
+    duplicated)."""
     sink = _CountingSink(file)
     pickler = _ProbePickler(sink)
     with _as_if_spawning() as spawning:
@@ -229,7 +230,8 @@ def describe_object(obj: Any) -> tuple[str, str]:
             )
         return (
             "function",
-            f"function {obj.__module__}.{obj.__qualname__} defined at {where}, not importable by that name",
+            f"function {obj.__module__}.{obj.__qualname__} defined at {where}, not "
+            "importable by that name",
         )
     if isinstance(obj, types.GeneratorType):
         return "generator", f"generator {obj.__qualname__}"
@@ -258,18 +260,47 @@ def describe_object(obj: Any) -> tuple[str, str]:
 
 
 FIXES = {
-    "lambda": "Replace the lambda with a module-level function or a callable class (functools.partial of a module-level function also pickles).",
-    "local function": "Move the nested function to module level, or turn it into a callable class that stores what it closes over as attributes.",
-    "function": "Define the function in an importable module (not in a notebook or the __main__ of an interactive session).",
-    "generator": "Store what the generator is made from and create the generator in __iter__/__getitem__ inside the worker.",
-    "open file": "Keep the path in __init__ and open the file lazily in each worker (on first __getitem__ or in worker_init_fn); drop the handle in __getstate__.",
-    "connection": "Keep the connection parameters in __init__ and connect lazily in each worker (on first use or in worker_init_fn); drop the handle in __getstate__.",
-    "socket": "Connect lazily in each worker instead of in __init__; drop the socket in __getstate__.",
-    "lock": "Create the lock lazily inside each worker (or drop it in __getstate__); a lock cannot cross into another process.",
+    "lambda": (
+        "Replace the lambda with a module-level function or a callable class "
+        "(functools.partial of a module-level function also pickles)."
+    ),
+    "local function": (
+        "Move the nested function to module level, or turn it into a callable class that "
+        "stores what it closes over as attributes."
+    ),
+    "function": (
+        "Define the function in an importable module (not in a notebook or the __main__ of "
+        "an interactive session)."
+    ),
+    "generator": (
+        "Store what the generator is made from and create the generator in "
+        "__iter__/__getitem__ inside the worker."
+    ),
+    "open file": (
+        "Keep the path in __init__ and open the file lazily in each worker (on first "
+        "__getitem__ or in worker_init_fn); drop the handle in __getstate__."
+    ),
+    "connection": (
+        "Keep the connection parameters in __init__ and connect lazily in each worker (on "
+        "first use or in worker_init_fn); drop the handle in __getstate__."
+    ),
+    "socket": (
+        "Connect lazily in each worker instead of in __init__; drop the socket in __getstate__."
+    ),
+    "lock": (
+        "Create the lock lazily inside each worker (or drop it in __getstate__); a lock "
+        "cannot cross into another process."
+    ),
     "thread": "Start the thread lazily inside each worker; drop it in __getstate__.",
     "module": "Import the module where it is used instead of storing it on the object.",
-    "object": "Make the object picklable (define __getstate__/__setstate__ that leave out the unpicklable part) or create it lazily in each worker.",
-    "import": "Define the class in an importable module (not in a notebook or the __main__ script) so a fresh worker can import it, or keep using the fork start method.",
+    "object": (
+        "Make the object picklable (define __getstate__/__setstate__ that leave out the "
+        "unpicklable part) or create it lazily in each worker."
+    ),
+    "import": (
+        "Define the class in an importable module (not in a notebook or the __main__ "
+        "script) so a fresh worker can import it, or keep using the fork start method."
+    ),
 }
 
 
@@ -473,15 +504,20 @@ class PicklingProbe:
         if not self.load_in_spawn or not picklable:
             return self
         if fds_needed:
-            self.note = "not checked: loading in a fresh interpreter (the objects carry open file descriptors)"
+            self.note = (
+                "not checked: loading in a fresh interpreter (the objects carry open file "
+                "descriptors)"
+            )
             return self
         if array_bytes > FRESH_LOAD_MAX_ARRAY_BYTES:
             self.note = (
-                f"not checked: loading in a fresh interpreter (the objects hold {array_bytes / 2**20:,.0f} MB of "
+                "not checked: loading in a fresh interpreter (the objects hold "
+                f"{array_bytes / 2**20:,.0f} MB of "
                 "arrays, too much to copy for the probe)"
             )
             return self
-        # The fresh interpreter loads the real objects, never the stand-ins (NOTE [probes on real objects]).
+        # The fresh interpreter loads the real objects, never the stand-ins (NOTE [probes on real
+        # objects]).
         blobs: dict[str, bytes] = {}
         for name, obj in picklable.items():
             buffer = io.BytesIO()
@@ -497,7 +533,10 @@ class PicklingProbe:
             # A spawned worker re-runs the __main__ script to find these; we will not run
             # the user's script behind their back, so that part is not verified.
             del blobs[name]
-            self.note = f"not checked: loading {name} in a fresh interpreter (it refers to objects defined in the __main__ script)"
+            self.note = (
+                f"not checked: loading {name} in a fresh interpreter (it refers to objects "
+                "defined in the __main__ script)"
+            )
         if not blobs:
             return self
         in_path = self.workdir / "fresh-load.pkl"
@@ -506,7 +545,8 @@ class PicklingProbe:
         # worker starts from (without re-running the __main__ script).
         code = (
             "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
-            "from stallscope.checks.pickling import load_pickles; load_pickles(sys.argv[2], sys.argv[3])"
+            "from stallscope.checks.pickling import load_pickles; "
+            "load_pickles(sys.argv[2], sys.argv[3])"
         )
         try:
             self.process = subprocess.Popen(
@@ -532,7 +572,10 @@ class PicklingProbe:
                 _, stderr = self.process.communicate(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.cancel()
-                self.note = "not checked: loading in a fresh interpreter (it did not finish within the budget)"
+                self.note = (
+                    "not checked: loading in a fresh interpreter (it did not finish within "
+                    "the budget)"
+                )
             else:
                 self._read_load_results(stderr.decode(errors="replace"))
         return {
@@ -551,7 +594,10 @@ class PicklingProbe:
             verdicts = json.loads(self.out_path.read_text())
         except (OSError, ValueError):
             last = stderr.strip().splitlines()[-1:] or [""]
-            self.note = f"not checked: loading in a fresh interpreter (it exited with code {self.process.returncode} before reporting {last[0]})"
+            self.note = (
+                "not checked: loading in a fresh interpreter (it exited with code "
+                f"{self.process.returncode} before reporting {last[0]})"
+            )
             return
         for result in self.results:
             if result.name in verdicts:

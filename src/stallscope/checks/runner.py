@@ -179,7 +179,8 @@ class _Run:
         return self.result
 
     def _guarded(self, probe: str, step: Callable[[], None]) -> None:
-        """Run one probe; if the user's pipeline breaks it in a way no rule covers, say so and go on.
+        """Run one probe; if the user's pipeline breaks it in a way no rule covers, say so and go
+        on.
 
         A probe that could not judge (it failed, or its record holds an error its own machinery
         caused: NOTE [probes on real objects] in pickling.py) leaves its codes *not checked*, with
@@ -239,17 +240,20 @@ class _Run:
         if "fork" in multiprocessing.get_all_start_methods():
             self.worker_method = "fork"
             self.notes.append(
-                f"worker probes ran under fork: the pipeline cannot be pickled for {self.start_method}"
+                "worker probes ran under fork: the pipeline cannot be pickled for "
+                f"{self.start_method}"
             )
         else:
             self.worker_method = ""
             self.notes.append(
-                f"worker probes skipped: the pipeline cannot be pickled for {self.start_method} and fork is unavailable"
+                "worker probes skipped: the pipeline cannot be pickled for "
+                f"{self.start_method} and fork is unavailable"
             )
 
     # -- sample health --------------------------------------------------------------------------
     def _order(self) -> list[int] | None:
-        """The pilot (or every index with ``full``); :meth:`_plan` adds the rest once its pace is known."""
+        """The pilot (or every index with ``full``); :meth:`_plan` adds the rest once its pace is
+        known."""
         if self.pipeline.is_iterable or self.length is None:
             return None
         return (
@@ -343,7 +347,7 @@ class _Run:
             return "no sample could be fetched"
         return None
 
-    # -- duplicate rng ------------------------------------------------------------------------------
+    # -- duplicate rng -----------------------------------------------------------------------------
     def _rng_indices(self) -> tuple[list[int], int]:
         health = self.probes.get("health") or {}
         median = (health.get("timing") or {}).get("median_s") or 0.0
@@ -393,7 +397,7 @@ class _Run:
         error = self.probes["rng"].get("error")
         self.probe_status["rng"] = "done" if not error else f"failed: {error}"
 
-    # -- iterable duplicates (NOTE [unsharded streams] in sharding.py) ------------------------------------------------------------
+    # -- iterable duplicates (NOTE [unsharded streams] in sharding.py) -----------------------------
     def _run_sharding(self) -> None:
         blocked = self._health_blocked() or ("" if self.worker_method else "no usable start method")
         if (
@@ -423,7 +427,7 @@ class _Run:
             f"failed: {record['error']}" if record.get("error") else "done"
         )
 
-    # -- memory -------------------------------------------------------------------------------------------
+    # -- memory ------------------------------------------------------------------------------------
     def _run_memory(self) -> None:
         blocked = self._health_blocked()
         if blocked or not self.worker_method:
@@ -445,7 +449,8 @@ class _Run:
             indices: list[int] = []
             max_samples = MEMORY_ITERABLE_SAMPLES
         else:
-            # Passes over the same indices show whether growth stops after the first (NOTE [check coverage]).
+            # Passes over the same indices show whether growth stops after the first (NOTE [check
+            # coverage]).
             rate = self.health_rate or 0.0
             size = (
                 n
@@ -481,9 +486,10 @@ class _Run:
         error = self.probes["memory"].get("error")
         self.probe_status["memory"] = "done" if not error else f"stopped: {error}"
 
-    # -- shared memory and threads -------------------------------------------------------------------------
+    # -- shared memory and threads -----------------------------------------------------------------
     def _loader_shape(self) -> tuple[int, int, str]:
-        """``(num_workers, prefetch_factor, source)`` the user's loader runs with (or the probe's)."""
+        """``(num_workers, prefetch_factor, source)`` the user's loader runs with (or the
+        probe's)."""
         baseline = self.pipeline.baseline
         if baseline.num_workers > 0:
             return baseline.num_workers, int(baseline.prefetch_factor or 2), "baseline"
@@ -547,7 +553,7 @@ class _Run:
             "done" if health.get("threads") else "no thread report from the workers"
         )
 
-    # -- coverage ----------------------------------------------------------------------------------------
+    # -- coverage ----------------------------------------------------------------------------------
     def coverage(self) -> dict[str, Any]:
         health = self.probes.get("health") or {}
         memory = self.probes.get("memory") or {}
@@ -631,7 +637,8 @@ def check(
         )
     if start_method is not None and start_method not in multiprocessing.get_all_start_methods():
         raise UsageError(
-            f"start method {start_method!r} is not available here; choose one of {', '.join(multiprocessing.get_all_start_methods())}."
+            f"start method {start_method!r} is not available here; choose one of "
+            f"{', '.join(multiprocessing.get_all_start_methods())}."
         )
     codes = select_codes(only, skip)
     pipeline = (

@@ -25,7 +25,8 @@ def describe_worker_exception(exc: BaseException, limit: int = 300) -> str:
 _MACHINERY_ERRORS = (
     (
         "daemonic processes are not allowed to have children",
-        "the pipeline starts worker processes of its own (a wrapped DataLoader), which cannot start inside "
+        "the pipeline starts worker processes of its own (a wrapped DataLoader), which "
+        "cannot start inside "
         "the probe's worker processes",
     ),
     ("_ArrayStandIn", "the probe's stand-in for an array reached the pipeline"),

@@ -43,5 +43,6 @@ def train_step(model: Any, batch: Any) -> float:
 
 
 def pipeline_with_model() -> dict[str, Any]:
-    """TARGET ``stallscope.demo:pipeline_with_model``: the demo plus a tiny CNN and its train_step."""
+    """TARGET ``stallscope.demo:pipeline_with_model``: the demo plus a tiny CNN and its
+    train_step."""
     return {**pipeline(), "model": _tiny_cnn(), "train_step": train_step}

@@ -45,13 +45,15 @@ from ..render.console_profile import stall_summary
 from ..training.watch import TimedIterator, Watch
 
 HOOK_GAPS_NOTE = (
-    "this Lightning's fit loop could not be wrapped, so data wait is the gap between on_train_batch_end "
+    "this Lightning's fit loop could not be wrapped, so data wait is the gap between "
+    "on_train_batch_end "
     "and the next on_train_batch_start: other callbacks' per-batch work counts as data wait"
 )
 
 
 def _callback_base() -> type:
-    """Lightning's Callback class when Lightning is installed, else ``object`` (duck-typed hooks)."""
+    """Lightning's Callback class when Lightning is installed, else ``object`` (duck-typed
+    hooks)."""
     try:
         from lightning.pytorch import Callback  # noqa: PLC0415 - optional dependency
 
@@ -67,13 +69,15 @@ def _callback_base() -> type:
 
 
 class _TimedLoader:
-    """Stands in for the fit loop's CombinedLoader inside the data fetcher: each ``iter()`` is timed."""
+    """Stands in for the fit loop's CombinedLoader inside the data fetcher: each ``iter()`` is
+    timed."""
 
     def __init__(self, loader: Any, watch: Watch, fetcher: Any) -> None:
         self.loader, self._watch, self._fetcher = loader, watch, fetcher
 
     def __iter__(self) -> TimedIterator:
-        # The fetcher calls iter() at the epoch's start, then prefetches from it when the loader has no length.
+        # The fetcher calls iter() at the epoch's start, then prefetches from it when the loader has
+        # no length.
         ahead = _prefetched(self._fetcher, self.loader)
         return self._watch.timed(iter(self.loader), ahead=ahead, stop_ends_wait=ahead > 0)
 
@@ -85,7 +89,8 @@ class _TimedLoader:
 
 
 def _prefetched(fetcher: Any, loader: Any) -> int:
-    """Batches Lightning's fetcher takes ahead of the loop: ``prefetch_batches``, only for an unsized loader."""
+    """Batches Lightning's fetcher takes ahead of the loop: ``prefetch_batches``, only for an
+    unsized loader."""
     try:
         len(loader)
         return 0

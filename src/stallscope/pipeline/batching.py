@@ -54,7 +54,8 @@ _FETCHER_KEY = "_stallscope_batch_fetcher"
 
 
 class TensorIndexFetch:
-    """``TensorDataset``: index each tensor with the batch's indices (a list, as default_collate returns for tuples)."""
+    """``TensorDataset``: index each tensor with the batch's indices (a list, as default_collate
+    returns for tuples)."""
 
     kind = "tensor-index"
 
@@ -135,7 +136,8 @@ class FetcherCheck:
 
 
 def same_batch(a: Any, b: Any) -> bool:
-    """Structural equality of two batches (tensor values and dtypes; list and tuple interchangeable)."""
+    """Structural equality of two batches (tensor values and dtypes; list and tuple
+    interchangeable)."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return (
             isinstance(a, torch.Tensor)

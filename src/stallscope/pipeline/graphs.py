@@ -122,7 +122,8 @@ class NodesKind(LoaderKind):
 
 
 class RepeatedEpochs:
-    """The user's sampler, epoch after epoch (``set_epoch`` called on each, as a training loop does)."""
+    """The user's sampler, epoch after epoch (``set_epoch`` called on each, as a training loop
+    does)."""
 
     def __init__(self, sampler: Any) -> None:
         self.sampler = sampler
@@ -143,7 +144,8 @@ class RepeatedEpochs:
 
 
 def _main_mapper(root: Any) -> Any:
-    """The ParallelMapper with the most workers (the one doing the heavy work), nearest the root on ties."""
+    """The ParallelMapper with the most workers (the one doing the heavy work), nearest the root on
+    ties."""
     nodes = _nodes()
     mappers = [n for n in _graph_nodes(root) if isinstance(n, nodes.ParallelMapper)]
     return max(mappers, key=lambda m: m.num_workers, default=None)

@@ -182,15 +182,16 @@ def build_loader(
     seed: int | None = None,
     inside: bool = False,
 ) -> DataLoader:
-    """A DataLoader over the pipeline's dataset with ``config``'s knobs and the user's everything else.
+    """A DataLoader over the pipeline's dataset with ``config``'s knobs and the user's everything
+    else.
 
     ``cycle=N`` walks the user's epochs for N batches (see the module docstring);
     ``sampler`` instead gives index draws of the caller's (rank sharding), batched
     by ``config.batch_size``. ``worker_init_fn="pipeline"`` keeps the user's own.
     ``timeout`` bounds every wait on a worker where the user set none (see NOTE
-    [worker shutdown]); ``generator`` defaults to the user's. ``inside``: of a wrapper, the DataLoader
-    it holds alone (probes that follow their own batch objects from the workers, such as stage timing,
-    cannot follow them through the wrapper's own processing).
+    [worker shutdown]); ``generator`` defaults to the user's. ``inside``: of a wrapper, the
+    DataLoader it holds alone (probes that follow their own batch objects from the workers, such as
+    stage timing, cannot follow them through the wrapper's own processing).
     """
     if not pipeline.kind.rebuilds_from_parts:
         return _kind_trial(

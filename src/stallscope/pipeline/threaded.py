@@ -89,7 +89,8 @@ def own_batched_fetch(dataset: Any) -> str | None:
 
 
 class ThreadedDataset(Dataset):
-    """A map-style dataset whose batches are fetched by ``threads`` threads (NOTE [worker threads])."""
+    """A map-style dataset whose batches are fetched by ``threads`` threads (NOTE [worker
+    threads])."""
 
     def __init__(self, dataset: Any, threads: int) -> None:
         if isinstance(dataset, IterableDataset):
@@ -181,7 +182,8 @@ _NOTE_PATTERN = re.compile(r"while fetching dataset\[(.+?)\] \(stallscope\.threa
 
 
 def noted_index(text: str) -> str | None:
-    """The index named by a threaded fetch's note in an error text (torch's forwarded traceback), or None."""
+    """The index named by a threaded fetch's note in an error text (torch's forwarded traceback), or
+    None."""
     match = _NOTE_PATTERN.search(text)
     return match.group(1) if match else None
 
@@ -278,9 +280,9 @@ def check_thread_safety(
 
     Fetches ``indices`` (default: ``max(8, threads)`` spread over the dataset)
     one at a time, then each twice from ``2 × threads`` threads at once (more
-    fetches meeting in a race window), round after round in shuffled orders, until a difference is confirmed, ``max_seconds`` have
-    passed (at least two rounds) or ``max_rounds``: a race is a matter of
-    chance, so the check keeps rolling the dice while it can afford to.
+    fetches meeting in a race window), round after round in shuffled orders, until a difference is
+    confirmed, ``max_seconds`` have passed (at least two rounds) or ``max_rounds``: a race is a
+    matter of chance, so the check keeps rolling the dice while it can afford to.
 
     A field that comes back different is fetched once more, one at a time: if
     it differs then too, it is random (augmentation; threads share one global
@@ -294,7 +296,10 @@ def check_thread_safety(
     try:
         length = len(dataset)
     except TypeError:
-        result.reason = "the dataset has no length (an iterable stream), so it has no indices to fetch concurrently"
+        result.reason = (
+            "the dataset has no length (an iterable stream), so it has no indices to fetch "
+            "concurrently"
+        )
         return result
     picks = list(indices) if indices is not None else _spread(length, max(8, threads))
     result.indices = picks
@@ -331,7 +336,8 @@ def check_thread_safety(
                     except Exception as exc:
                         result.mismatched.append(picks[k])
                         result.reason = (
-                            f"dataset[{picks[k]}] raised {type(exc).__name__} when {result.threads} threads fetched at once, "
+                            f"dataset[{picks[k]}] raised {type(exc).__name__} when "
+                            f"{result.threads} threads fetched at once, "
                             "but not when fetched one at a time: the dataset is not thread-safe "
                             "(a shared file handle or client)"
                         )
@@ -339,7 +345,8 @@ def check_thread_safety(
                     if where is not None and all(k != s for s, _ in suspects):
                         suspects.append((k, where))
                 per_round = time.perf_counter() - round_start
-                # Outside the round (no other fetch running): random, or a difference only under concurrency?
+                # Outside the round (no other fetch running): random, or a difference only under
+                # concurrency?
                 for k, where in suspects:
                     if not result.mismatched and not references[k].confirm_random(
                         dataset[picks[k]], where, loose
@@ -363,7 +370,8 @@ def check_thread_safety(
         else "deterministic fields exactly, random ones by type and shape"
     )
     result.reason = (
-        f"{len(picks)} items fetched twice each by {result.threads} threads at once ({result.rounds} round(s)) matched "
+        f"{len(picks)} items fetched twice each by {result.threads} threads at once "
+        f"({result.rounds} round(s)) matched "
         f"one-at-a-time fetches ({checked})"
     )
     return result
@@ -371,9 +379,11 @@ def check_thread_safety(
 
 def _unsafe_reason(index: int, where: str, threads: int) -> str:
     return (
-        f"dataset[{index}]{where} came back different when {threads} threads fetched at once, but the same when "
+        f"dataset[{index}]{where} came back different when {threads} threads fetched "
+        "at once, but the same when "
         "fetched one at a time: the dataset shares state between fetches that is not thread-safe "
-        "(e.g. one file handle read with seek()+read(), or a client that is not thread-safe); open such "
+        "(e.g. one file handle read with seek()+read(), or a client that is not "
+        "thread-safe); open such "
         "handles per thread (threading.local) to use worker threads"
     )
 
@@ -403,7 +413,8 @@ class _Reference:
         )
 
     def differs(self, item: Any, loose: _Loose) -> str | None:
-        """Where ``item`` departs from the reference (``[0]['x']``; ``""`` for the structure), or None."""
+        """Where ``item`` departs from the reference (``[0]['x']``; ``""`` for the structure), or
+        None."""
         if self.loose:
             return None if _kind(item) == self.top else ""
         got = dict(_leaves(item))

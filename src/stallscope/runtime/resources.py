@@ -150,7 +150,8 @@ class ResourceSampler:
         return self.finish()
 
     def begin(self, at: tuple[float, float] | None = None) -> ResourceSampler:
-        """Open a window without a thread: the caller then calls :meth:`sample` and :meth:`finish` itself.
+        """Open a window without a thread: the caller then calls :meth:`sample` and :meth:`finish`
+        itself.
 
         A sampler can open one window after another (one per epoch); each starts afresh.
         ``at``: ``(time.perf_counter(), time.process_time())`` read by this process
@@ -167,8 +168,9 @@ class ResourceSampler:
         )
         self._prev_t = self._started
         self._prev_cpu[self.root.pid] = self._main_cpu0
-        # Every process alive now, with its CPU time: the baselines (NOTE [CPU from the window start]).
-        # Known workers are enough; while they are unknown (None), every descendant is read.
+        # Every process alive now, with its CPU time: the baselines (NOTE [CPU from the window
+        # start]). Known workers are enough; while they are unknown (None), every descendant is
+        # read.
         known = self._worker_pids() if self._worker_pids is not None else None
         alive = (
             self._workers(known) if known is not None else self._workers() + _descendants(self.root)
@@ -326,7 +328,8 @@ class ResourceSampler:
 
 
 def window_clocks() -> tuple[float, float]:
-    """``(time.perf_counter(), time.process_time())`` now: where a window opens or closes (``at``)."""
+    """``(time.perf_counter(), time.process_time())`` now: where a window opens or closes
+    (``at``)."""
     return time.perf_counter(), time.process_time()
 
 

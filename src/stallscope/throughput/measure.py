@@ -272,8 +272,8 @@ class LoaderCpuClock:
     """CPU seconds this process and its children (the loader's workers) spend from now on.
 
     The children are those alive when the clock starts; one that ends before ``elapsed()`` makes the
-    figure unknown (None) rather than short. CPU time, unlike wall time, does not count the time other
-    processes on the machine held the cores: it is what the loader's configuration costs.
+    figure unknown (None) rather than short. CPU time, unlike wall time, does not count the time
+    other processes on the machine held the cores: it is what the loader's configuration costs.
     """
 
     def __init__(self, exclude: Sequence[Any] = ()) -> None:
@@ -421,7 +421,8 @@ def _as_pipeline_error(
         )
     if index is not None:
         return PipelineError(
-            f"dataset[{index}] raised {describe_exception(exc)} while loading with {config.label()}."
+            f"dataset[{index}] raised {describe_exception(exc)} while loading with "
+            f"{config.label()}."
         )
     return PipelineError(f"loading with {config.label()} failed: {describe_exception(exc)}.")
 
