@@ -39,7 +39,7 @@ def stages(
     target: Any,
     *,
     batch_size: int | None = None,
-    collate: str | Callable[[list], Any] | None = None,
+    collate: str | Callable[[list[Any]], Any] | None = None,
     num_workers: int | None = None,
     samples: int = 256,
     max_seconds: float = 15.0,

@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import UsageError
 
@@ -163,7 +163,7 @@ class StageMarker:
             self._recorder = recorder
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         recorder = self._recorder
         if recorder is not None:
             self._recorder = None
@@ -199,9 +199,8 @@ class TransferTimes:
     handoff: float  # end of collate to start of pickling (queue feeder thread wake-up)
     queue: float  # end of pickling in the worker to start of unpickling in the main process
     deserialise: float  # the main thread's CPU time of unpickling (NOTE [deserialise timing])
-    deserialise_wait: float = (
-        0.0  # unpickling's wall time beyond that: waiting for the worker to hand over storages
-    )
+    # unpickling's wall time beyond that: waiting for the worker to hand over storages
+    deserialise_wait: float = 0.0
 
 
 class StageBatch:

@@ -54,7 +54,8 @@ def as_array(value: Any) -> np.ndarray | None:
     if isinstance(value, np.ndarray):
         return value
     if hasattr(value, "detach") and hasattr(value, "numpy"):
-        return value.detach().cpu().numpy()
+        array: np.ndarray = value.detach().cpu().numpy()
+        return array
     if hasattr(value, "getbands") and hasattr(value, "size"):  # a PIL image
         return np.asarray(value)
     return None

@@ -38,9 +38,8 @@ class Patch:
     description: str  # the change in words (always)
     verified: bool
     reason: str | None = None  # why no diff is shown
-    apply: str | None = (
-        None  # the command that applies the diff (``patch -p0 -d FOLDER < change.diff``)
-    )
+    # the command that applies the diff (``patch -p0 -d FOLDER < change.diff``)
+    apply: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"verified": self.verified, "reason": self.reason, "description": self.description}
@@ -83,7 +82,8 @@ def reference_batches(anatomy: Anatomy, pipeline: Any) -> list[Any]:
     key = ("batches", pipeline.batch_size)
     if key not in anatomy.memo:
         anatomy.memo[key] = batches(anatomy.dataset, pipeline)
-    return anatomy.memo[key]
+    taken: list[Any] = anatomy.memo[key]
+    return taken
 
 
 def max_difference(

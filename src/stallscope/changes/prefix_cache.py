@@ -229,7 +229,7 @@ class PrefixCache(Change):
         )
 
     def _verify(
-        self, anatomy: Anatomy, pipeline: Any, source: Any, text: str, owner_path: tuple
+        self, anatomy: Anatomy, pipeline: Any, source: Any, text: str, owner_path: tuple[Any, ...]
     ) -> str | None:
         owner = get_path(anatomy.dataset, owner_path)
         folder = tempfile.mkdtemp(prefix="stallscope-verify-")

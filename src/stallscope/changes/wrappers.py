@@ -60,7 +60,8 @@ exec(compile(PREFIX_CACHE_SOURCE, __file__ + ":PREFIX_CACHE_SOURCE", "exec"), _n
 _PrintedCache: Any = _namespace["SharedPrefixCache"]
 
 
-class SharedPrefixCache(_PrintedCache):
+# The base class is built by exec from the printed source above, so mypy sees only Any.
+class SharedPrefixCache(_PrintedCache):  # type: ignore[misc]
     """:data:`PREFIX_CACHE_SOURCE`'s class, importable by workers (see the module docstring)."""
 
     def __len__(self) -> int:

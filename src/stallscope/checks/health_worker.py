@@ -107,7 +107,7 @@ def _structure_groups(items: list[Any], indices: list[Any]) -> list[list[Any]]:
 
 def _collate(
     conn: Any,
-    collate: Callable[[list], Any],
+    collate: Callable[[list[Any]], Any],
     items: list[Any],
     indices: list[Any],
     report_structure: bool,
@@ -138,7 +138,7 @@ def _collate(
 def _fetch_indices(
     conn: Any,
     dataset: Any,
-    collate: Callable[[list], Any],
+    collate: Callable[[list[Any]], Any],
     indices: list[int],
     do_collate: bool,
     first: bool,
@@ -174,7 +174,7 @@ def health_worker(
     worker_id: int,
     num_workers: int,
     dataset: Any,
-    collate: Callable[[list], Any],
+    collate: Callable[[list[Any]], Any],
     init_fn: Any,
     base_seed: int,
     conn: Any,

@@ -66,3 +66,13 @@ def memory_pool(n: int, size: int, checked: set[Any], bad: set[Any], seed: int) 
     seen = [i for i in sorted(i for i in checked if isinstance(i, int)) if i not in bad]
     rng.shuffle(seen)
     return fresh + seen[: max(0, size - len(fresh))]
+
+
+def bad_indices(health: dict[str, Any]) -> set[Any]:
+    """The indices the sample-health probe found broken: they raised, hung, were still running at
+    the end, or crashed their worker."""
+    bad = {e["index"] for e in health.get("errors") or []}
+    bad |= {h["index"] for h in health.get("hangs") or []}
+    bad |= {u["index"] for u in health.get("unfinished") or []}
+    bad |= {c["index"] for c in health.get("crashes") or [] if c.get("index") is not None}
+    return bad

@@ -124,8 +124,8 @@ def _ground(
     )[..., None]
     ground = far * (1 - depth) + near * depth
     texture = _texture("ground", width, height, rng)
-    ground = ground * (1.0 + palette["texture"] * texture[..., None])
-    return ground
+    textured: np.ndarray = ground * (1.0 + palette["texture"] * texture[..., None])
+    return textured
 
 
 def _details_beach(

@@ -33,6 +33,7 @@ NOTE [where the Hugging Face Trainer waits for data]
 from __future__ import annotations
 
 import sys
+from types import FrameType
 from typing import Any
 
 from ..render.console_profile import stall_summary
@@ -64,7 +65,7 @@ def _running_trainer() -> Any:
     trainer_class = getattr(sys.modules.get("transformers"), "Trainer", None)
     if trainer_class is None:
         return None
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(_FRAMES_TO_SEARCH):
         if frame is None:
             return None

@@ -61,9 +61,9 @@ def _callback_base() -> type:
     except ImportError:
         pass
     try:
-        from pytorch_lightning import Callback  # noqa: PLC0415 - optional dependency
+        from pytorch_lightning import Callback as LegacyCallback  # noqa: PLC0415 - optional
 
-        return Callback
+        return LegacyCallback
     except ImportError:
         return object
 
@@ -121,7 +121,7 @@ class StallscopeCallback(_callback_base()):  # type: ignore[misc]
 
     # -- wrapping the fit loop's fetch (NOTE [where Lightning waits for data]) --------------
     def _attach(self, trainer: Any) -> None:
-        fetcher = getattr(getattr(trainer, "fit_loop", None), "_data_fetcher", None)
+        fetcher: Any = getattr(getattr(trainer, "fit_loop", None), "_data_fetcher", None)
         loader = getattr(fetcher, "_combined_loader", None)
         if loader is None or not hasattr(fetcher, "iterator"):
             if self._fetcher is None:
@@ -131,10 +131,9 @@ class StallscopeCallback(_callback_base()):  # type: ignore[misc]
             self._detach()  # the fit loop built a new fetcher (reloaded dataloaders)
         if not isinstance(loader, _TimedLoader):
             fetcher._combined_loader = _TimedLoader(loader, self.watch, fetcher)
-        if (
-            fetcher.iterator is not None
-        ):  # created in setup_data, before any hook: the first epoch's
-            # Its prefetch (unsized loader) already happened, untimed: the loop's fetches follow.
+        if fetcher.iterator is not None:
+            # Created in setup_data, before any hook: the first epoch's. Its prefetch (unsized
+            # loader) already happened, untimed: the loop's fetches follow.
             ahead = _prefetched(fetcher, fetcher._combined_loader.loader)
             fetcher.iterator = self.watch.timed(fetcher.iterator, stop_ends_wait=ahead > 0)
             self.watch.observe(fetcher.iterator)

@@ -30,7 +30,8 @@ def is_nodes_graph(obj: Any) -> bool:
 def _graph_nodes(root: Any) -> list[Any]:
     """Every node reachable from ``root`` through attributes, root first."""
     nodes = _nodes()
-    out, queue, seen = [], deque([root]), {id(root)}
+    out: list[Any] = []
+    queue, seen = deque([root]), {id(root)}
     while queue and len(out) < SEARCH_OBJECTS:
         node = queue.popleft()
         out.append(node)
@@ -114,11 +115,14 @@ class NodesKind(LoaderKind):
             return {}
 
         fresh = _rebuild(root, overrides, {})
+        loader: Iterable[Any]
         if isinstance(self.graph, nodes.Loader):
-            return nodes.Loader(
+            loader = nodes.Loader(
                 fresh, restart_on_stop_iteration=self.graph.restart_on_stop_iteration
             )
-        return nodes.Loader(fresh)
+        else:
+            loader = nodes.Loader(fresh)
+        return loader
 
 
 class RepeatedEpochs:

@@ -153,7 +153,8 @@ class CopiedLoaderKind(LoaderKind):
     loader: Any = None
 
     def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
-        return reconfigured_copy(self.loader, config, **options)
+        copy: Iterable[Any] = reconfigured_copy(self.loader, config, **options)
+        return copy
 
 
 def reconfigured_copy(
@@ -394,9 +395,10 @@ class WrappedLoaderKind(LoaderKind):
     inner: Any = None
 
     def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
-        return replaced_at(
+        wrapper: Iterable[Any] = replaced_at(
             self.wrapper, self.path, reconfigured_copy(self.inner, config, **options)
         )
+        return wrapper
 
 
 # -- factories whose parameters are knobs ----------------------------------------------------------
@@ -446,7 +448,10 @@ class FactoryKind(LoaderKind):
 
     def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
         assert self.factory is not None and self.baseline is not None
-        return self.factory(**factory_arguments(self.parameters, config, self.baseline))
+        built: Iterable[Any] = self.factory(
+            **factory_arguments(self.parameters, config, self.baseline)
+        )
+        return built
 
 
 def factory_baseline(parameters: dict[str, tuple[str, Any]], product: Any) -> LoaderConfig:
@@ -495,13 +500,15 @@ class IterableKind(LoaderKind):
     factory: Callable[[], Any] | None = None
 
     def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
-        if not is_one_shot(self.loader):
-            return self.loader
+        loader: Iterable[Any] = self.loader
+        if not is_one_shot(loader):
+            return loader
         if self.factory is None:
             from ..errors import UsageError
 
             raise UsageError(ONE_SHOT.format(what=self.description))
-        return self.factory()
+        fresh: Iterable[Any] = self.factory()
+        return fresh
 
 
 UNTUNABLE = (
@@ -555,7 +562,8 @@ def close_trial(loader: Any, iterator: Any) -> None:
 def _reachable(root: Any, limit: int = SEARCH_OBJECTS) -> list[Any]:
     """Objects reachable from ``root`` through attributes, containers and generator frames
     (bounded)."""
-    out, queue, seen = [], deque([(root, 0)]), {id(root)}
+    out: list[Any] = []
+    queue, seen = deque([(root, 0)]), {id(root)}
     while queue and len(out) < limit:
         obj, depth = queue.popleft()
         out.append(obj)

@@ -132,7 +132,7 @@ def find_rngs(obj: Any, path: str, *, depth: int = MAX_DEPTH) -> Iterator[tuple[
     before; walks at most ``depth`` levels and containers of at most
     ``MAX_CONTAINER`` entries.
     """
-    seen: set[int] = {id(random._inst), id(np.random.mtrand._rand)}  # type: ignore[attr-defined]
+    seen: set[int] = {id(random._inst), id(np.random.mtrand._rand)}
     yield from _walk(obj, path, depth, seen)
 
 

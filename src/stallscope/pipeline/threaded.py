@@ -88,7 +88,7 @@ def own_batched_fetch(dataset: Any) -> str | None:
     return None
 
 
-class ThreadedDataset(Dataset):
+class ThreadedDataset(Dataset[Any]):
     """A map-style dataset whose batches are fetched by ``threads`` threads (NOTE [worker
     threads])."""
 
@@ -160,7 +160,8 @@ class ThreadedDataset(Dataset):
     # -- the batch ----------------------------------------------------------------------
     def __getitems__(self, indices: Sequence[Any]) -> list[Any]:
         if self.delegates_to is not None:
-            return self.dataset.__getitems__(indices)
+            items: list[Any] = self.dataset.__getitems__(indices)
+            return items
         indices = list(indices)
         if len(indices) <= 1 or self.threads == 1:
             return [_fetch_one(self.dataset, i) for i in indices]
@@ -198,10 +199,10 @@ def _note_index(exc: BaseException, index: Any) -> None:
     if hasattr(exc, "add_note"):
         exc.add_note(note)
     else:  # Python < 3.11: kept where our error messages look for it
-        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]
 
 
-def _results_in_order(futures: list[Future]) -> list[Any]:
+def _results_in_order(futures: list[Future[Any]]) -> list[Any]:
     out = []
     for n, future in enumerate(futures):
         try:
@@ -242,9 +243,8 @@ class ThreadSafety:
     indices: list[int] = field(default_factory=list)
     mismatched: list[int] = field(default_factory=list)
     fields: int = 0  # leaves compared per item, summed over the checked items
-    random_fields: int = (
-        0  # leaves that differed between two one-at-a-time fetches: compared by structure
-    )
+    # leaves that differed between two one-at-a-time fetches: compared by structure
+    random_fields: int = 0
     rounds: int = 0
     seconds: float = 0.0
 
@@ -329,7 +329,7 @@ def check_thread_safety(
                 round_start = time.perf_counter()
                 futures = [(k, pool.submit(dataset.__getitem__, picks[k])) for k in order]
                 result.rounds += 1
-                suspects = []
+                suspects: list[tuple[int, Any]] = []
                 for k, future in futures:
                     try:
                         where = references[k].differs(future.result(), loose)
@@ -408,9 +408,8 @@ class _Reference:
     def __init__(self, item: Any) -> None:
         self.leaves = dict(_leaves(item))
         self.top = _kind(item)
-        self.loose = (
-            False  # its structure varies between fetches: only the top-level kind is compared
-        )
+        # its structure varies between fetches: only the top-level kind is compared
+        self.loose = False
 
     def differs(self, item: Any, loose: _Loose) -> str | None:
         """Where ``item`` departs from the reference (``[0]['x']``; ``""`` for the structure), or
@@ -463,7 +462,7 @@ def _leaves(item: Any, path: str = "") -> Iterator[tuple[str, Any]]:
         yield path, item
 
 
-def _kind(value: Any) -> tuple:
+def _kind(value: Any) -> tuple[Any, ...]:
     if isinstance(value, torch.Tensor):
         return ("Tensor", str(value.dtype), tuple(value.shape))
     if isinstance(value, np.ndarray):

@@ -100,7 +100,7 @@ def _knobs_not_set(loader: Any, config: LoaderConfig | None) -> str | None:
 
     if config is None or not isinstance(loader, DataLoader):
         return None
-    wanted = {"num_workers": config.num_workers}
+    wanted: dict[str, Any] = {"num_workers": config.num_workers}
     if config.num_workers:
         wanted["prefetch_factor"] = config.prefetch_factor
         wanted["persistent_workers"] = config.persistent_workers

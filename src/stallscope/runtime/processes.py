@@ -189,7 +189,7 @@ def stop_workers(
 
 
 def describe_worker_death(
-    dead: list[tuple[int, int]], where: str = "", exc: BaseException | None = None
+    dead: list[tuple[int, int]] | None, where: str = "", exc: BaseException | None = None
 ) -> str:
     """One sentence for a dead worker: pid, exit code or signal, and what to do next.
 

@@ -67,9 +67,8 @@ class Measurement:
     batches: int = 0
     samples: int = 0
     tokens_per_s: float | None = None
-    tokens: int | None = (
-        None  # token batches (pipeline/structure.py token_counter): tokens in the window
-    )
+    # token batches (pipeline/structure.py token_counter): tokens in the window
+    tokens: int | None = None
     warmup_batches: int = 0
     exhausted: bool = False  # an iterable dataset ended before the window was full
     resources: ResourceSummary | None = None
@@ -296,7 +295,8 @@ class LoaderCpuClock:
     @staticmethod
     def _cpu(proc: Any) -> float:
         times = proc.cpu_times()
-        return times.user + times.system
+        seconds: float = times.user + times.system
+        return seconds
 
     def elapsed(self) -> float | None:
         if self._start is None:

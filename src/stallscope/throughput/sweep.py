@@ -313,9 +313,10 @@ def bench(
         )
     except KeyboardInterrupt as interrupt:
         # Ctrl-C: hand what was measured so far to the caller for a partial report.
-        interrupt.partial = _summarise(
+        # The summary rides on the exception itself, as an attribute KeyboardInterrupt lacks.
+        interrupt.partial = _summarise(  # type: ignore[attr-defined]
             pipeline, pre, configs, done, cores, references=None, replay=replay
-        )  # type: ignore[attr-defined]
+        )
         raise
     return _summarise(
         pipeline, pre, configs, done, cores, references=(min_window_s, timeout), replay=replay
