@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
 from ..analysis import best_configuration, recommendations, trials_by_config
 from ..analysis.readers import config_label
 from ..analysis.tune_rules import TIE_SENTENCE, tie_pct
+from . import document_model as dm
 from .console_advice import inline_markup, render_recommendations
 from .document_results import best_section
 from .report_format import fmt_fixed
@@ -31,14 +33,15 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
         title=f"Configs measured ({len(data.get('trials') or [])} runs in {data.get('tuning_seconds', 0):.1f} s)",
         title_justify="left",
     )
-    for column, justify in [
+    columns: list[tuple[str, JustifyMethod]] = [
         ("config", "left"),
         ("phases", "left"),
         ("samples/s", "right"),
         ("runs", "right"),
         ("vs baseline", "right"),
         ("start-up s", "right"),
-    ]:
+    ]
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     base_rate = baseline.get("samples_per_s") or 0.0
     # The schema does not require labels: name a config from its settings where the record has none.
@@ -117,12 +120,13 @@ def _render_head_to_head(rows: list[dict[str, Any]], console: Console) -> None:
     if not rows:
         return
     table = Table(title="Raced head to head (same interleaved rounds)", title_justify="left")
-    for column, justify in [
+    columns: list[tuple[str, JustifyMethod]] = [
         ("config", "left"),
         ("role", "left"),
         ("median samples/s", "right"),
         ("rounds", "right"),
-    ]:
+    ]
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     for row in rows:
         table.add_row(
@@ -138,7 +142,9 @@ def _same_knobs(label: str, pick_label: str | None) -> bool:
     """The pick may add persistent workers (same steady state): match the rest of the label."""
     if pick_label is None:
         return False
-    strip = lambda text: " ".join(p for p in text.split() if p != "persistent")  # noqa: E731
+    strip: Callable[[str], str] = lambda text: " ".join(
+        p for p in text.split() if p != "persistent"
+    )  # noqa: E731
     return strip(label) == strip(pick_label)
 
 
@@ -157,7 +163,8 @@ def render_what_to_set(
     console.rule("[bold]What to set and why")
     if best is not None:
         section, _ = best_section(best, data)
-        console.print(inline_markup(section.blocks[0].parts))
+        # best_section opens with its paragraph
+        console.print(inline_markup(cast(dm.Paragraph, section.blocks[0]).parts))
         if code:
             console.print(escape(code))
         else:

@@ -9,9 +9,9 @@ from . import document_model as dm
 from . import report_format as rf
 
 
-def ceiling_section(facts: Any, r: dict) -> tuple[dm.Section | None, list | None]:
-    blocks: list = []
-    headline: list | None = None
+def ceiling_section(facts: Any, r: dict[str, Any]) -> tuple[dm.Section | None, dm.Text | None]:
+    blocks: list[dm.Block] = []
+    headline: dm.Text | None = None
     ceiling, cores = facts.ceiling, facts.cores_needed
     if facts.ceiling_sentence:
         blocks.append(dm.Paragraph([facts.ceiling_sentence]))
@@ -22,7 +22,7 @@ def ceiling_section(facts: Any, r: dict) -> tuple[dm.Section | None, list | None
             headline = [dm.Strong("Cores needed:"), " ", facts.cores_sentence]
     if facts.free_data_sentence:
         blocks.append(dm.Paragraph([facts.free_data_sentence]))
-    rows: list[list] = []
+    rows: list[list[dm.Cell]] = []
     if ceiling is not None:
         rows.append(
             [

@@ -4,13 +4,17 @@ effect and the diff (shown only where the patched code ran for two batches)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..analysis.code_changes import CodeChangeFacts, CodeChangeRow
 from . import document_model as dm
 from . import report_format as rf
 
 
-def code_changes_section(facts: CodeChangeFacts, r: dict):
-    blocks: list = []
+def code_changes_section(
+    facts: CodeChangeFacts, r: dict[str, Any]
+) -> tuple[dm.Section | None, dm.Text | None]:
+    blocks: list[dm.Block] = []
     if facts.pick_label:
         text = (
             "Each change was applied inside stallscope's probes (your files were not touched) and raced against "
@@ -51,7 +55,7 @@ def code_changes_section(facts: CodeChangeFacts, r: dict):
                 [[dm.Strong(title), f": not applied, {why}."] for title, why in facts.not_applied]
             )
         )
-    headline = None
+    headline: dm.Text | None = None
     best = facts.best
     if best is not None:
         headline = [
@@ -71,7 +75,7 @@ def _speedup(row: CodeChangeRow) -> str:
 
 
 def _change(row: CodeChangeRow, n: int) -> dm.Section:
-    blocks: list = []
+    blocks: list[dm.Block] = []
     if row.error:
         blocks.append(dm.Paragraph([f"The race failed: {row.error}."]))
     elif row.speedup is not None:

@@ -16,7 +16,9 @@ def _target_text(row: CheckRow) -> str:
     return f"{sign} {rf.fmt_quantity(row.target.good, row.unit)}"
 
 
-def checklist_section(checklist: list[CheckRow], r: dict):
+def checklist_section(
+    checklist: list[CheckRow], r: dict[str, Any]
+) -> tuple[dm.Section, dm.Text | None]:
     rows = [
         [
             row.name,
@@ -32,13 +34,13 @@ def checklist_section(checklist: list[CheckRow], r: dict):
 
 
 # -- findings ------------------------------------------------------------------------------------
-def findings_section(found: FindingFacts, r: dict):
+def findings_section(found: FindingFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
     c = found.counts
     summary = (
         f"{dm.plural(len(found.findings), 'finding')}: {dm.plural(c['error'], 'error')}, {dm.plural(c['warning'], 'warning')}, "
         f"{dm.plural(c['info'], 'note')}."
     )
-    blocks: list = [dm.Paragraph([summary])]
+    blocks: list[dm.Block] = [dm.Paragraph([summary])]
     coverage = r.get("coverage")
     if isinstance(coverage, dict) and coverage:
         blocks.append(
@@ -68,7 +70,7 @@ def findings_section(found: FindingFacts, r: dict):
                 )
             )
     if found.findings:
-        rows = [
+        rows: list[list[dm.Cell]] = [
             [
                 dm.Status({"error": "fail", "warning": "warn"}.get(f.severity, "info")),
                 dm.Code(f.code),
@@ -78,7 +80,7 @@ def findings_section(found: FindingFacts, r: dict):
         ]
         blocks.append(dm.Table(["Severity", "Code", "Finding"], rows, "lll"))
     codes = sorted({f.code for f in found.findings if f.severity in ("error", "warning")})
-    headline = [
+    headline: dm.Text = [
         f"Checks: {dm.plural(c['error'], 'error')}, {dm.plural(c['warning'], 'warning')}, {dm.plural(c['info'], 'note')}"
         + (f" ({', '.join(codes)})" if codes else "")
         + "."
@@ -87,7 +89,9 @@ def findings_section(found: FindingFacts, r: dict):
 
 
 # -- recommendations --------------------------------------------------------------------------------
-def recommendations_section(recommendations: list[Recommendation], r: dict):
+def recommendations_section(
+    recommendations: list[Recommendation], r: dict[str, Any]
+) -> tuple[dm.Section | None, dm.Text | None]:
     items = [recommendation_parts(rec) for rec in recommendations]
     items = [i for i in items if i]
     if not items:
@@ -95,10 +99,10 @@ def recommendations_section(recommendations: list[Recommendation], r: dict):
     return dm.Section("recommendations", "Recommendations", [dm.Bullets(items)]), None
 
 
-def recommendation_parts(rec: Recommendation) -> list:
+def recommendation_parts(rec: Recommendation) -> dm.Text:
     """One recommendation as inline parts (the console prints the same, ``console_advice``)."""
     if rec.source == "record":
-        parts: list = [dm.Strong(rf.fmt_value(rec.title or rec.id).replace("`", ""))]
+        parts: dm.Text = [dm.Strong(rf.fmt_value(rec.title or rec.id).replace("`", ""))]
         if rec.detail:
             parts += [" — ", *dm.record_text(rf.fmt_value(rec.detail))]
         if rec.measured is not None:
@@ -137,15 +141,18 @@ def recommendation_parts(rec: Recommendation) -> list:
 _STACK_KEYS = ("stack", "traceback", "where")
 
 
-def troubleshooting_section(found: FindingFacts, r: dict):
+def troubleshooting_section(
+    found: FindingFacts, r: dict[str, Any]
+) -> tuple[dm.Section | None, dm.Text | None]:
     if not found.findings:
         return None, None
     section = dm.Section("troubleshooting", "Troubleshooting")
     for f in found.findings:
-        blocks: list = []
+        blocks: list[dm.Block] = []
         if f.message:
             blocks.append(dm.Paragraph(dm.record_text(f.message)))
-        evidence, stacks = [], []
+        evidence: list[dm.Text] = []
+        stacks: list[str] = []
         for key, value in f.evidence.items():
             if value is None or value == [] or value == {}:
                 continue
@@ -212,7 +219,7 @@ def evidence_value(key: str, value: Any) -> str:
     return rf.fmt_value(value)
 
 
-def _derived_text(f: FindingView) -> list:
+def _derived_text(f: FindingView) -> dm.Text:
     d = f.derived
     if f.code == "memory-growth" and "epoch_mb_per_worker" in d:
         text = (
@@ -220,7 +227,7 @@ def _derived_text(f: FindingView) -> list:
             f"{rf.fmt_count(d['epoch_samples'])} samples adds about {rf.fmt_value(d['epoch_mb_per_worker'])} MB per "
             "worker"
         )
-        parts: list = [text]
+        parts: dm.Text = [text]
         if "epoch_mb_all_workers" in d:
             parts.append(
                 f", {rf.fmt_value(d['epoch_mb_all_workers'])} MB across {int(d['workers'])} workers"

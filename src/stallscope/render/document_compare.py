@@ -6,6 +6,8 @@ made (``ratio``, ``change``, ``verdict``, ``gate``, ``figures``). Numbers print 
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..analysis.readers import number
 from . import document_model as dm
 from . import report_format as rf
@@ -31,12 +33,12 @@ def _fmt(value: float | None, kind: str) -> str:
     return rf.fmt_quantity(value, kind)
 
 
-def _level(ratio: dict) -> str:
+def _level(ratio: dict[str, Any]) -> str:
     level = number(ratio.get("level"))
     return "" if level is None else f"{level * 100:.0f}% "
 
 
-def verdict_sentence(r: dict) -> list:
+def verdict_sentence(r: dict[str, Any]) -> dm.Text:
     """The one-line verdict: how B compares with A, and how sure that is."""
     ratio = r.get("ratio") or {}
     change = r.get("change") or {}
@@ -67,7 +69,7 @@ def verdict_sentence(r: dict) -> list:
     ]
 
 
-def gate_sentence(r: dict) -> list | None:
+def gate_sentence(r: dict[str, Any]) -> dm.Text | None:
     gate = r.get("gate")
     if not gate:
         return None
@@ -84,7 +86,7 @@ def gate_sentence(r: dict) -> list | None:
     ]
 
 
-def settings_sentence(r: dict) -> list | None:
+def settings_sentence(r: dict[str, Any]) -> dm.Text | None:
     a, b = r.get("a") or {}, r.get("b") or {}
     if a.get("config") == b.get("config"):
         return ["Both sides ran at ", dm.Code(str(a.get("label", "?"))), "."]
@@ -97,7 +99,7 @@ def settings_sentence(r: dict) -> list | None:
     ]
 
 
-def stop_sentence(r: dict) -> list | None:
+def stop_sentence(r: dict[str, Any]) -> dm.Text | None:
     stopped = r.get("stopped")
     seconds = number(r.get("comparison_seconds"))
     settings = r.get("settings") or {}
@@ -116,7 +118,7 @@ def stop_sentence(r: dict) -> list | None:
     return None
 
 
-def figures_table(r: dict) -> dm.Table | None:
+def figures_table(r: dict[str, Any]) -> dm.Table | None:
     figures = r.get("figures") or {}
     rows = []
     for metric, (title, kind) in METRIC_ROWS.items():
@@ -159,12 +161,12 @@ def figures_table(r: dict) -> dm.Table | None:
     )
 
 
-def _noise(side: dict) -> str:
+def _noise(side: dict[str, Any]) -> str:
     """A side's own window-to-window spread, (max - min) / median."""
     return rf.fmt_fraction(number(side.get("noise")))
 
 
-def stage_table(r: dict) -> tuple[dm.Table | None, str | None]:
+def stage_table(r: dict[str, Any]) -> tuple[dm.Table | None, str | None]:
     stages = r.get("stages_compared") or {}
     if stages.get("error"):
         return None, stages["error"]
@@ -188,9 +190,9 @@ def _signed_ms(value: float | None) -> str:
     return ("+" if value > 0 else "−" if value < 0 else "") + rf.fmt_ms(abs(value))
 
 
-def compare_sections(r: dict) -> list[dm.Section]:
+def compare_sections(r: dict[str, Any]) -> list[dm.Section]:
     """The executive summary (verdict, gate), the figures side by side and the stage tables."""
-    summary: list = [
+    summary: list[dm.Block] = [
         dm.Paragraph(
             verdict_sentence(r),
             style="verdict " + str(r.get("verdict") or "undecided").replace(" ", "-"),
@@ -228,7 +230,7 @@ def compare_sections(r: dict) -> list[dm.Section]:
         )
     stage, error = stage_table(r)
     if stage is not None or error:
-        blocks: list = (
+        blocks: list[dm.Block] = (
             [
                 dm.Paragraph(
                     [
@@ -239,7 +241,7 @@ def compare_sections(r: dict) -> list[dm.Section]:
                 stage,
             ]
             if stage is not None
-            else [dm.Paragraph([error])]
+            else [dm.Paragraph([str(error)])]
         )
         sections.append(dm.Section("stages", "Stages of A and B", blocks))
     return sections

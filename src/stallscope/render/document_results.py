@@ -21,10 +21,12 @@ from .document_windows import long_run_blocks
 
 
 # -- benchmark ---------------------------------------------------------------------
-def bench_section(bench: BenchFacts, r: dict):
+def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
     if bench.measured == 0:
-        rows = [[dm.Code(row.label), row.error or rf.DASH] for row in bench.rows]
-        blocks = [
+        rows: list[list[dm.Cell]] = [
+            [dm.Code(row.label), row.error or rf.DASH] for row in bench.rows
+        ]
+        blocks: list[dm.Block] = [
             dm.Paragraph([f"All {dm.plural(bench.failed, 'configuration')} failed:"]),
             dm.Table(["Configuration", "error"], rows),
         ]
@@ -67,7 +69,7 @@ def bench_section(bench: BenchFacts, r: dict):
                 rf.fmt_fraction(row.noise),
             ]
         )
-    blocks: list = [
+    blocks = [
         dm.Paragraph([intro]),
         dm.Table(
             [
@@ -87,10 +89,10 @@ def bench_section(bench: BenchFacts, r: dict):
     failed = [row for row in bench.rows if row.error]
     if failed:
         blocks.append(dm.Bullets([[dm.Code(row.label), f" failed: {row.error}"] for row in failed]))
-    headline = None
+    headline: dm.Text | None = None
     if bench.best is not None:
         best = bench.best
-        parts: list = [
+        parts: dm.Text = [
             "Fastest: ",
             dm.config_code(best.label),
             f" at {rf.fmt_rate(best.samples_per_s)} samples/s",
@@ -133,8 +135,8 @@ def bench_section(bench: BenchFacts, r: dict):
 
 
 # -- tuning --------------------------------------------------------------------------
-def tuning_section(tuning: TuningFacts, r: dict):
-    parts: list = [f"The tuner measured {dm.plural(tuning.trials, 'trial')}"]
+def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
+    parts: dm.Text = [f"The tuner measured {dm.plural(tuning.trials, 'trial')}"]
     if tuning.seconds is not None:
         parts.append(f" in {rf.fmt_seconds(tuning.seconds)}")
     parts += [
@@ -158,7 +160,7 @@ def tuning_section(tuning: TuningFacts, r: dict):
         if tuning.rounds is not None:
             parts.append(f" over {dm.plural(tuning.rounds, 'interleaved round')}")
     parts.append(".")
-    blocks: list = [dm.Paragraph(parts)]
+    blocks: list[dm.Block] = [dm.Paragraph(parts)]
     if tuning.plan:
         blocks.append(
             dm.Paragraph(
@@ -198,7 +200,7 @@ def tuning_section(tuning: TuningFacts, r: dict):
             )
         )
     if tuning.head_to_head:
-        rows = [
+        rows: list[list[dm.Cell]] = [
             [dm.Code(h.label), h.role, rf.fmt_rate(h.samples_per_s), rf.fmt_count(h.rounds)]
             for h in tuning.head_to_head
         ]
@@ -259,7 +261,7 @@ def tuning_section(tuning: TuningFacts, r: dict):
     if tuning.notes:
         blocks.append(dm.Paragraph(["Search notes:"]))
         blocks.append(dm.Bullets([dm.record_text(note) for note in tuning.notes]))
-    headline: list = ["Tuning"]
+    headline: dm.Text = ["Tuning"]
     if tuning.seconds is not None:
         headline.append(f" ({rf.fmt_seconds(tuning.seconds)}, {dm.plural(tuning.trials, 'trial')})")
     headline += [
@@ -281,9 +283,9 @@ def tuning_section(tuning: TuningFacts, r: dict):
 
 
 # -- best configuration ----------------------------------------------------------------
-def best_section(best: BestConfig, r: dict):
+def best_section(best: BestConfig, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
     if best.keep_baseline and best.best_found is not None:
-        parts: list = [
+        parts: dm.Text = [
             dm.Strong("Keep yours:"),
             " your loader ",
             dm.config_code(best.label),
@@ -292,7 +294,7 @@ def best_section(best: BestConfig, r: dict):
             f" ({rf.fmt_rate(best.samples_per_s)} vs {rf.fmt_rate(best.best_found.samples_per_s)} samples/s); "
             "no change is recommended.",
         ]
-        blocks: list = [dm.Paragraph(parts)]
+        blocks: list[dm.Block] = [dm.Paragraph(parts)]
         if best.snippet:
             blocks += [
                 dm.Paragraph(["Your loader call, unchanged:"]),
@@ -329,9 +331,9 @@ def best_section(best: BestConfig, r: dict):
 
 
 # -- stages ---------------------------------------------------------------------------
-def stage_section(stages: StageFacts, r: dict):
-    blocks: list = []
-    headline: list = []
+def stage_section(stages: StageFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
+    blocks: list[dm.Block] = []
+    headline: dm.Text = []
     if stages.rows and stages.top is not None:
         top = stages.top
         run = stages.run
@@ -358,7 +360,7 @@ def stage_section(stages: StageFacts, r: dict):
                 ]
             )
         )
-        rows = [
+        rows: list[list[dm.Cell]] = [
             [
                 row.name,
                 row.kind or rf.DASH,
@@ -426,9 +428,9 @@ def stage_section(stages: StageFacts, r: dict):
 
 
 # -- training loop ---------------------------------------------------------------------
-def training_section(t: TrainingFacts, r: dict):
-    blocks: list = []
-    first: list = []
+def training_section(t: TrainingFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
+    blocks: list[dm.Block] = []
+    first: dm.Text = []
     if t.stall_fraction is not None:
         text = "The loop"
         if t.config_label:
@@ -480,7 +482,7 @@ def training_section(t: TrainingFacts, r: dict):
         blocks.append(dm.Bullets([dm.record_text(a) for a in t.advice]))
     blocks.append(dm.Figure("timeline", "Data wait and compute per training step"))
     blocks.extend(long_run_blocks(r))
-    headline = None
+    headline: dm.Text | None = None
     if t.verdict and t.stall_fraction is not None:
         headline = [
             f"The training loop is {t.verdict}: it waited for data {rf.fmt_fraction(t.stall_fraction)} of step "
@@ -518,7 +520,7 @@ def _occupancy_text(occupancy: Any) -> str:
     return ""
 
 
-def _distributed_text(d: dict) -> str:
+def _distributed_text(d: dict[str, Any]) -> str:
     if d.get("slowest_rank") is None or number(d.get("max_data_wait_ms_per_step")) is None:
         return "Across ranks: " + rf.fmt_value(d) + "."
     text = "Across "

@@ -48,9 +48,7 @@ def windows_line(profile: dict[str, Any]) -> str | None:
             f": stall fraction {_pct(low[0])} to {_pct(high[0])} per window (worst: window {high[1]['index']}, "
             f"from {_duration(high[1]['start_s'])})"
         )
-    p50 = [
-        number(w.get("step_ms_p50")) for w in windows if number(w.get("step_ms_p50")) is not None
-    ]
+    p50 = [v for v in (number(w.get("step_ms_p50")) for w in windows) if v is not None]
     if p50:
         text += f"; median step {rf.fmt_ms(min(p50))} to {rf.fmt_ms(max(p50))}"
     slowest = [

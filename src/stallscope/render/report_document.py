@@ -64,7 +64,7 @@ def build_document(record: Any) -> dm.Document:
             title="stallscope compare report", intro=_intro(r), sections=compare_sections(r)
         )
     facts = report_facts(r)
-    headlines: list[list] = []
+    headlines: list[dm.Text] = []
     sections: list[dm.Section] = []
     for field, build in SECTION_BUILDERS:
         value = getattr(facts, field)
@@ -86,9 +86,9 @@ def build_document(record: Any) -> dm.Document:
     )
 
 
-def _intro(r: dict) -> list:
-    blocks: list = []
-    parts: list = ["Target ", dm.Code(str(r.get("target", "?")))]
+def _intro(r: dict[str, Any]) -> list[dm.Block]:
+    blocks: list[dm.Block] = []
+    parts: dm.Text = ["Target ", dm.Code(str(r.get("target", "?")))]
     started = number(r.get("started_at"))
     if started:
         parts.append(", run " + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)))
@@ -113,7 +113,7 @@ def _intro(r: dict) -> list:
     return blocks
 
 
-def _host_sentence(host: dict) -> list:
+def _host_sentence(host: dict[str, Any]) -> dm.Text:
     facts = []
     if isinstance(host.get("cores"), int):
         text = f"{host['cores']} usable cores"
@@ -141,8 +141,8 @@ def _host_sentence(host: dict) -> list:
 
 
 # -- executive summary -------------------------------------------------------------
-def _summary_section(facts: ReportFacts, headlines: list[list]) -> dm.Section | None:
-    blocks: list = []
+def _summary_section(facts: ReportFacts, headlines: list[dm.Text]) -> dm.Section | None:
+    blocks: list[dm.Block] = []
     if facts.verdict is not None:
         blocks.append(
             dm.Paragraph(
@@ -155,7 +155,7 @@ def _summary_section(facts: ReportFacts, headlines: list[list]) -> dm.Section | 
     return dm.Section("summary", "Executive summary", blocks) if blocks else None
 
 
-def _verdict_text(v: Verdict) -> list:
+def _verdict_text(v: Verdict) -> dm.Text:
     x = v.values
     if v.label == "unsafe":
         return [
