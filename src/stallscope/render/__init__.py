@@ -55,7 +55,8 @@ def format_for_path(path: Path) -> str | None:
 
 
 def write_report(record: RunRecord, path: Path, *, fmt: str | None = None) -> list[Path]:
-    """Write ``record`` at ``path`` in ``fmt`` (default: by the file's extension); the files written."""
+    """Write ``record`` at ``path`` in ``fmt`` (default: by the file's extension); the files
+    written."""
     fmt = fmt or format_for_path(path)
     if fmt is None:
         raise ValueError(f"cannot tell the report format of {path}; use .json, .md or .html")

@@ -90,7 +90,8 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
     if dataset.get("batching") == "batch_sampler" and sizes:
         console.print(
             f"Batches come from your batch_sampler: {sizes['min']:,}–{sizes['max']:,} samples each "
-            f"(mean {sizes['mean']:,.1f}, the bs= in the labels); samples are counted as each batch holds them."
+            f"(mean {sizes['mean']:,.1f}, the bs= in the labels); samples are counted as each "
+            "batch holds them."
         )
     per_sample = scaling.get("single_process_ms_per_sample")
     if per_sample:

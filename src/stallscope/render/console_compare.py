@@ -1,4 +1,5 @@
-"""Console summary of a compare record: the verdict, the CI gate, both sides' figures and stage tables."""
+"""Console summary of a compare record: the verdict, the CI gate, both sides' figures and stage
+tables."""
 
 from __future__ import annotations
 

@@ -56,7 +56,8 @@ def _bytes(count: int) -> str:
 
 
 class StagesSummary:
-    """Prints the ``stages`` section of a record to a rich console (``render.console`` chooses it)."""
+    """Prints the ``stages`` section of a record to a rich console (``render.console`` chooses
+    it)."""
 
     def print(self, record: RunRecord | Mapping[str, Any], console: Console) -> None:
         data = _as_dict(record)
@@ -86,8 +87,10 @@ class StagesSummary:
         method = f" ({run['start_method']})" if run.get("start_method") and workers else ""
         device = f", copies to {run['device']}" if run.get("device") else ""
         return (
-            f"[bold]Stage breakdown[/] of {data.get('target', '?')}: {run.get('samples', 0)} samples "
-            f"({run.get('batches', 0)} batches of {run.get('batch_size', '?')}) measured {where}{method}{device}"
+            f"[bold]Stage breakdown[/] of {data.get('target', '?')}: {run.get('samples', 0)} "
+            "samples "
+            f"({run.get('batches', 0)} batches of {run.get('batch_size', '?')}) measured "
+            f"{where}{method}{device}"
         )
 
     @staticmethod
@@ -124,7 +127,8 @@ class StagesSummary:
         trusted = [s for s in stages if not s.get("doubtful")] or stages
         largest = max(trusted, key=lambda s: s.get("ms_per_sample") or 0.0)
         lines.append(
-            f"Largest stage: [bold]{largest['name']}[/], {_ms(largest['ms_per_sample'])} ms per sample "
+            f"Largest stage: [bold]{largest['name']}[/], {_ms(largest['ms_per_sample'])} ms per "
+            "sample "
             f"({100 * (largest.get('share') or 0.0):.0f}% of the time)."
         )
         for item in stages:
@@ -149,7 +153,8 @@ class StagesSummary:
                 diff = aug.get("differential_ms_per_sample") or 0.0
                 pct = aug.get("differential_percent")
                 line += (
-                    f" With vs without them, __getitem__ in-process: {_ms(aug['with_ms_per_sample'])} vs "
+                    " With vs without them, __getitem__ in-process: "
+                    f"{_ms(aug['with_ms_per_sample'])} vs "
                     f"{_ms(aug['without_ms_per_sample'])} ms ({diff:+.2f} ms"
                     + (f", {pct:+.0f}%)." if pct is not None else ").")
                 )
@@ -157,12 +162,16 @@ class StagesSummary:
         transfer = data.get("transfer")
         if transfer:
             lines.append(
-                f"Worker→main transfer per batch ({_bytes(int(transfer.get('batch_bytes') or 0))}): "
-                f"serialise {_ms(transfer.get('serialise_ms_per_batch'))} ms, queue {_ms(transfer.get('queue_ms_per_batch'))} ms, "
+                "Worker→main transfer per batch "
+                f"({_bytes(int(transfer.get('batch_bytes') or 0))}): "
+                f"serialise {_ms(transfer.get('serialise_ms_per_batch'))} ms, queue "
+                f"{_ms(transfer.get('queue_ms_per_batch'))} ms, "
                 f"deserialise {_ms(transfer.get('deserialise_ms_per_batch'))} ms "
-                f"(plus {_ms(transfer.get('handoff_ms_per_batch'))} ms waiting for the worker's queue thread"
+                f"(plus {_ms(transfer.get('handoff_ms_per_batch'))} ms waiting for the worker's "
+                "queue thread"
                 + (
-                    f" and {_ms(transfer['deserialise_wait_ms_per_batch'])} ms waiting for the worker to hand over shared memory"
+                    f" and {_ms(transfer['deserialise_wait_ms_per_batch'])} ms waiting for the "
+                    "worker to hand over shared memory"
                     if transfer.get("deserialise_wait_ms_per_batch")
                     else ""
                 )
@@ -171,7 +180,8 @@ class StagesSummary:
         storage = data.get("storage")
         if storage:
             lines.append(
-                f"Page cache ({storage['files']} files, {_bytes(int(storage['bytes']))}): warm {_ms(storage['warm_ms_per_sample'])} ms, "
+                f"Page cache ({storage['files']} files, {_bytes(int(storage['bytes']))}): warm "
+                f"{_ms(storage['warm_ms_per_sample'])} ms, "
                 f"cold {_ms(storage['cold_ms_per_sample'])} ms per sample → fetching from storage "
                 f"{_ms(storage['fetch_ms_per_sample'])} ms ({100 * storage['fetch_share']:.0f}%), "
                 f"preparation on the CPU {_ms(storage['prepare_ms_per_sample'])} ms."

@@ -26,11 +26,13 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     region = search.get("region") or {}
     if region:
         console.print(
-            f"[bold]Region:[/] {escape(region.get('name', '?'))} — {escape(region.get('reason', ''))}"
+            f"[bold]Region:[/] {escape(region.get('name', '?'))} — "
+            f"{escape(region.get('reason', ''))}"
         )
     rows = trials_by_config(data.get("trials") or [])
     table = Table(
-        title=f"Configs measured ({len(data.get('trials') or [])} runs in {data.get('tuning_seconds', 0):.1f} s)",
+        title=f"Configs measured ({len(data.get('trials') or [])} runs in "
+        f"{data.get('tuning_seconds', 0):.1f} s)",
         title_justify="left",
     )
     columns: list[tuple[str, JustifyMethod]] = [
@@ -84,20 +86,24 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
             f"; runner-up {escape(runner)} at {1 / margin:.1%} of it" if runner and margin else ""
         )
         console.print(
-            f"Confidence {confidence:.0%} that no other finalist is more than {tie_pct(best)} faster "
+            f"Confidence {confidence:.0%} that no other finalist is more than {tie_pct(best)} "
+            "faster "
             f"({rounds} interleaved round(s){extra})."
         )
     elif "rounds" in best:
         console.print(
-            f"[bold yellow]Not confirmed: the budget ran out[/] after {rounds} interleaved round(s); no confidence."
+            f"[bold yellow]Not confirmed: the budget ran out[/] after {rounds} interleaved "
+            "round(s); no confidence."
         )
     if best.get("tie"):
         console.print(
-            f"{TIE_SENTENCE[0].upper() + TIE_SENTENCE[1:]} (rates within {tie_pct(best)}, paired by round)."
+            f"{TIE_SENTENCE[0].upper() + TIE_SENTENCE[1:]} (rates within {tie_pct(best)}, "
+            "paired by round)."
         )
     if best.get("keep_baseline"):
         console.print(
-            f"[bold]Keep yours:[/] your loader ({escape(baseline['label'])}) is within {best.get('within_pct') or 0:.1f}% "
+            f"[bold]Keep yours:[/] your loader ({escape(baseline['label'])}) is within "
+            f"{best.get('within_pct') or 0:.1f}% "
             f"of the best found; no change is recommended."
         )
     _render_head_to_head(best.get("head_to_head") or [], console)
@@ -142,9 +148,9 @@ def _same_knobs(label: str, pick_label: str | None) -> bool:
     """The pick may add persistent workers (same steady state): match the rest of the label."""
     if pick_label is None:
         return False
-    strip: Callable[[str], str] = lambda text: " ".join(
+    strip: Callable[[str], str] = lambda text: " ".join(  # noqa: E731
         p for p in text.split() if p != "persistent"
-    )  # noqa: E731
+    )
     return strip(label) == strip(pick_label)
 
 
@@ -152,8 +158,8 @@ def render_what_to_set(
     data: dict[str, Any], console: Console, *, with_recommendations: bool = True
 ) -> None:
     """The one winner in the reports' own sentence (``document_results.best_section``), the user's
-    loader call with its knobs as run first (``loader_code``, NOTE [verified snippets]) or the change
-    in words, then the analysed recommendations: what the Markdown and HTML reports say."""
+    loader call with its knobs as run first (``loader_code``, NOTE [verified snippets]) or the
+    change in words, then the analysed recommendations: what the Markdown and HTML reports say."""
     best = best_configuration(data)
     advice = data.get("loader_code") or {}
     code = advice.get("python") if advice.get("verified") else None

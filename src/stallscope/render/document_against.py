@@ -1,4 +1,5 @@
-"""``report NEW.json --against OLD.json``: the two records side by side, each figure with its own noise."""
+"""``report NEW.json --against OLD.json``: the two records side by side, each figure with its own
+noise."""
 
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def against_document(new: Any, old: Any) -> dm.Document:
         dm.Paragraph(
             [
                 dm.Strong(f"Verdict: {dm.plural(beyond, 'figure')} beyond the noise."),
-                " A difference inside the noise either record states is no difference; figures whose "
+                " A difference inside the noise either record states is no difference; figures "
+                "whose "
                 "records state no noise are not judged. To measure a change, race both in one run "
                 "with ",
                 dm.Code("stallscope compare"),

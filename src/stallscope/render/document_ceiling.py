@@ -1,5 +1,6 @@
-"""The report section "This machine's ceiling": the ceiling, the cores needed at a target rate and the
-training step with free data, in the sentences ``analysis/ceiling.py`` builds, with their figures."""
+"""The report section "This machine's ceiling": the ceiling, the cores needed at a target rate and
+the training step with free data, in the sentences ``analysis/ceiling.py`` builds, with their
+figures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Report sections that judge: the checklist, the findings, the recommendations and troubleshooting."""
+"""Report sections that judge: the checklist, the findings, the recommendations and
+troubleshooting."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from . import document_model as dm
 from . import report_format as rf
 
 
-# -- checklist ---------------------------------------------------------------------------------
+# -- checklist -------------------------------------------------------------------------------------
 def _target_text(row: CheckRow) -> str:
     sign = "≥" if row.target.higher_is_better else "≤"
     return f"{sign} {rf.fmt_quantity(row.target.good, row.unit)}"
@@ -33,11 +34,12 @@ def checklist_section(
     return dm.Section("checklist", "Checklist", [table]), None
 
 
-# -- findings ------------------------------------------------------------------------------------
+# -- findings --------------------------------------------------------------------------------------
 def findings_section(found: FindingFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
     c = found.counts
     summary = (
-        f"{dm.plural(len(found.findings), 'finding')}: {dm.plural(c['error'], 'error')}, {dm.plural(c['warning'], 'warning')}, "
+        f"{dm.plural(len(found.findings), 'finding')}: {dm.plural(c['error'], 'error')}, "
+        f"{dm.plural(c['warning'], 'warning')}, "
         f"{dm.plural(c['info'], 'note')}."
     )
     blocks: list[dm.Block] = [dm.Paragraph([summary])]
@@ -81,14 +83,13 @@ def findings_section(found: FindingFacts, r: dict[str, Any]) -> tuple[dm.Section
         blocks.append(dm.Table(["Severity", "Code", "Finding"], rows, "lll"))
     codes = sorted({f.code for f in found.findings if f.severity in ("error", "warning")})
     headline: dm.Text = [
-        f"Checks: {dm.plural(c['error'], 'error')}, {dm.plural(c['warning'], 'warning')}, {dm.plural(c['info'], 'note')}"
-        + (f" ({', '.join(codes)})" if codes else "")
-        + "."
+        f"Checks: {dm.plural(c['error'], 'error')}, {dm.plural(c['warning'], 'warning')}, "
+        f"{dm.plural(c['info'], 'note')}" + (f" ({', '.join(codes)})" if codes else "") + "."
     ]
     return dm.Section("findings", "Check findings", blocks), headline
 
 
-# -- recommendations --------------------------------------------------------------------------------
+# -- recommendations -------------------------------------------------------------------------------
 def recommendations_section(
     recommendations: list[Recommendation], r: dict[str, Any]
 ) -> tuple[dm.Section | None, dm.Text | None]:
@@ -110,7 +111,8 @@ def recommendation_parts(rec: Recommendation) -> dm.Text:
         if rec.expected_gain is not None:
             gain = rec.expected_gain
             parts.append(
-                f" Expected gain: {rf.fmt_ratio(gain) if isinstance(gain, float) else rf.fmt_value(gain)}."
+                " Expected gain: "
+                f"{rf.fmt_ratio(gain) if isinstance(gain, float) else rf.fmt_value(gain)}."
             )
         return parts
     x = rec.values
@@ -130,14 +132,16 @@ def recommendation_parts(rec: Recommendation) -> dm.Text:
             dm.Strong("Set persistent_workers=True"),
             " — at ",
             dm.Code(x["label"]),
-            f" the gap at an epoch boundary measured {rf.fmt_seconds(x['gap_without_s'])} without it and "
-            f"{rf.fmt_seconds(x['gap_with_s'])} with it. Expected gain: {rf.fmt_seconds(x['saved_s'])} per epoch "
+            f" the gap at an epoch boundary measured {rf.fmt_seconds(x['gap_without_s'])} "
+            "without it and "
+            f"{rf.fmt_seconds(x['gap_with_s'])} with it. Expected gain: "
+            f"{rf.fmt_seconds(x['saved_s'])} per epoch "
             f"after the first{epoch}.",
         ]
     return []
 
 
-# -- troubleshooting -----------------------------------------------------------------------------------
+# -- troubleshooting -------------------------------------------------------------------------------
 _STACK_KEYS = ("stack", "traceback", "where")
 
 
@@ -187,7 +191,8 @@ def _stack_line(frame: Any) -> str:
 
 
 def evidence_value(key: str, value: Any) -> str:
-    """Evidence by the unit its key names: *_bytes, *_mb, *_ms, *_s; indices and pids as plain integers."""
+    """Evidence by the unit its key names: *_bytes, *_mb, *_ms, *_s; indices and pids as plain
+    integers."""
     if isinstance(value, dict):
         return "; ".join(f"{k}: {evidence_value(str(k), v)}" for k, v in value.items())
     if (
@@ -224,7 +229,8 @@ def _derived_text(f: FindingView) -> dm.Text:
     if f.code == "memory-growth" and "epoch_mb_per_worker" in d:
         text = (
             f"At {rf.fmt_value(d['mb_per_1000'])} MB per thousand samples, one epoch of "
-            f"{rf.fmt_count(d['epoch_samples'])} samples adds about {rf.fmt_value(d['epoch_mb_per_worker'])} MB per "
+            f"{rf.fmt_count(d['epoch_samples'])} samples adds about "
+            f"{rf.fmt_value(d['epoch_mb_per_worker'])} MB per "
             "worker"
         )
         parts: dm.Text = [text]
@@ -236,7 +242,8 @@ def _derived_text(f: FindingView) -> dm.Text:
         return parts
     if f.code == "slow-samples" and "slowest_s" in d:
         parts = [
-            f"The slowest sample, index {int(d['slowest_index'])}, took {rf.fmt_seconds(d['slowest_s'])}"
+            f"The slowest sample, index {int(d['slowest_index'])}, took "
+            f"{rf.fmt_seconds(d['slowest_s'])}"
         ]
         if "median_s" in d:
             parts.append(
@@ -247,12 +254,14 @@ def _derived_text(f: FindingView) -> dm.Text:
     if f.code == "oversubscription" and "threads" in d:
         return [
             f"{int(d['num_workers'])} workers × {int(d['threads_per_worker'])} threads each = "
-            f"{int(d['threads'])} threads for {int(d['cores'])} usable cores, {rf.fmt_ratio(d['threads'] / d['cores'])} "
+            f"{int(d['threads'])} threads for {int(d['cores'])} usable cores, "
+            f"{rf.fmt_ratio(d['threads'] / d['cores'])} "
             "oversubscribed."
         ]
     if f.code == "shm-too-small" and "in_flight_bytes" in d:
         return [
             f"The largest in-flight set measured is {int(d['in_flight_batches'])} batches, "
-            f"{rf.fmt_bytes(d['in_flight_bytes'])}, against {rf.fmt_bytes(d['shm_free_bytes'])} free in /dev/shm."
+            f"{rf.fmt_bytes(d['in_flight_bytes'])}, against {rf.fmt_bytes(d['shm_free_bytes'])} "
+            "free in /dev/shm."
         ]
     return []

@@ -1,7 +1,9 @@
-"""The ``compare`` report: B against A, the ratio with its interval, each side's figures and the stage tables.
+"""The ``compare`` report: B against A, the ratio with its interval, each side's figures and the
+stage tables.
 
 Sentences and tables only; the figures were concluded by ``analysis.comparison`` when the record was
-made (``ratio``, ``change``, ``verdict``, ``gate``, ``figures``). Numbers print through ``report_format``.
+made (``ratio``, ``change``, ``verdict``, ``gate``, ``figures``). Numbers print through
+``report_format``.
 """
 
 from __future__ import annotations
@@ -48,17 +50,20 @@ def verdict_sentence(r: dict[str, Any]) -> dm.Text:
         return [
             dm.Strong("Verdict: undecided."),
             f" {dm.plural(rounds, 'round')} measured (B/A "
-            f"{fmt_exact_ratio(number(ratio.get('estimate')))}): too few for an interval; raise --budget.",
+            f"{fmt_exact_ratio(number(ratio.get('estimate')))}): too few for an interval; raise "
+            "--budget.",
         ]
     interval = (
-        f" ({_level(ratio)}interval {fmt_exact_ratio(ratio['low'])} to {fmt_exact_ratio(ratio['high'])}, "
+        f" ({_level(ratio)}interval {fmt_exact_ratio(ratio['low'])} to "
+        f"{fmt_exact_ratio(ratio['high'])}, "
         f"{dm.plural(rounds, 'paired round')})"
     )
     if verdict == "within noise":
         return [
             dm.Strong("Verdict: within noise."),
             " B/A samples/s is "
-            f"{fmt_exact_ratio(ratio['estimate'])}{interval}: no difference the measurement can tell apart.",
+            f"{fmt_exact_ratio(ratio['estimate'])}{interval}: no difference the measurement can "
+            "tell apart.",
         ]
     direction = "slower" if verdict == "slower" else "faster"
     return [
@@ -220,8 +225,10 @@ def compare_sections(r: dict[str, Any]) -> list[dm.Section]:
                 [
                     dm.Paragraph(
                         [
-                            "Every figure of one side is the median of its windows, its spread (max − min) / median over "
-                            "its windows; B/A and its interval come from the paired rounds, as the rate's do."
+                            "Every figure of one side is the median of its windows, its spread "
+                            "(max − min) / median over "
+                            "its windows; B/A and its interval come from the paired rounds, as "
+                            "the rate's do."
                         ]
                     ),
                     table,
@@ -234,7 +241,8 @@ def compare_sections(r: dict[str, Any]) -> list[dm.Section]:
             [
                 dm.Paragraph(
                     [
-                        "Where the difference comes from: each side's stage breakdown, the stage that "
+                        "Where the difference comes from: each side's stage breakdown, the "
+                        "stage that "
                         "changed most first."
                     ]
                 ),

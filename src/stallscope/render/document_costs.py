@@ -31,7 +31,8 @@ def epoch_section(epoch: EpochEstimate, r: dict[str, Any]) -> tuple[dm.Section, 
     blocks: list[dm.Block] = [
         dm.Paragraph(
             [
-                f"For an epoch of {rf.fmt_count(epoch.length)} samples (the dataset's length) at the measured "
+                f"For an epoch of {rf.fmt_count(epoch.length)} samples (the dataset's length) "
+                "at the measured "
                 "steady-state rates:"
             ]
         ),
@@ -52,13 +53,15 @@ def epoch_section(epoch: EpochEstimate, r: dict[str, Any]) -> tuple[dm.Section, 
         ]
     if best.startup_s is not None and not best.persistent and best.seconds > 0:
         notes.append(
-            f" Without persistent_workers each epoch also pays {rf.fmt_seconds(best.startup_s)} of worker "
+            f" Without persistent_workers each epoch also pays {rf.fmt_seconds(best.startup_s)} "
+            "of worker "
             f"start-up ({rf.fmt_fraction(best.startup_s / best.seconds)} of the epoch)."
         )
     if notes:
         blocks.append(dm.Paragraph(notes))
     headline: dm.Text = [
-        f"One epoch of {rf.fmt_count(epoch.length)} samples takes about {rf.fmt_seconds(best.seconds)} with ",
+        f"One epoch of {rf.fmt_count(epoch.length)} samples takes about "
+        f"{rf.fmt_seconds(best.seconds)} with ",
         dm.config_code(best.label),
     ]
     if len(epoch.rows) > 1:
@@ -87,7 +90,8 @@ def memory_section(memory: MemoryFacts, r: dict[str, Any]) -> tuple[dm.Section, 
         ]
         if row.shm_fraction is not None:
             parts.append(
-                f", {rf.fmt_fraction(row.shm_fraction)} of the {rf.fmt_bytes(memory.shm_free_bytes)} free in "
+                f", {rf.fmt_fraction(row.shm_fraction)} of the "
+                f"{rf.fmt_bytes(memory.shm_free_bytes)} free in "
                 "/dev/shm"
             )
         parts.append(".")
@@ -98,7 +102,8 @@ def memory_section(memory: MemoryFacts, r: dict[str, Any]) -> tuple[dm.Section, 
             )
             if row.ram_fraction is not None:
                 parts.append(
-                    f", {rf.fmt_fraction(row.ram_fraction)} of the {rf.fmt_bytes(memory.ram_available_bytes)} "
+                    f", {rf.fmt_fraction(row.ram_fraction)} of the "
+                    f"{rf.fmt_bytes(memory.ram_available_bytes)} "
                     "of RAM available"
                 )
             parts.append(".")

@@ -1,6 +1,7 @@
 """The report as a small document model: paragraphs, tables, figures and sections of inline parts.
 
-``report_document`` builds one from the analysis facts; the Markdown and HTML renderers serialise it.
+``report_document`` builds one from the analysis facts; the Markdown and HTML renderers serialise
+it.
 """
 
 from __future__ import annotations
@@ -107,9 +108,9 @@ def record_text(text: Any) -> Text:
 class DocumentWriter:
     """What the Markdown and HTML writers share: which method writes which block or inline part.
 
-    A writer supplies ``paragraph``, ``bullets``, ``table``, ``code_block`` and ``figure`` (given the
-    image the figure shows, or None) for blocks, and ``text``, ``code``, ``strong`` and ``status``
-    for inline parts.
+    A writer supplies ``paragraph``, ``bullets``, ``table``, ``code_block`` and ``figure`` (given
+    the image the figure shows, or None) for blocks, and ``text``, ``code``, ``strong`` and
+    ``status`` for inline parts.
     """
 
     paragraph: Callable[[Paragraph], Any]

@@ -1,6 +1,6 @@
-"""Report sections on what was measured: the bench sweep, the tuner, the best configuration, the stage
-breakdown and the training loop. Each builder returns ``(section, headline)``; ``None`` where the facts
-are absent."""
+"""Report sections on what was measured: the bench sweep, the tuner, the best configuration, the
+stage breakdown and the training loop. Each builder returns ``(section, headline)``; ``None`` where
+the facts are absent."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
         intro += f", on {bench.cores} usable cores"
     if bench.batches_timed and bench.window_s:
         intro += (
-            f"; rates come from {bench.batches_timed:,} batches timed over {rf.fmt_seconds(bench.window_s)} of "
+            f"; rates come from {bench.batches_timed:,} batches timed over "
+            f"{rf.fmt_seconds(bench.window_s)} of "
             "steady state, start-up excluded"
         )
     intro += "."
@@ -113,8 +114,10 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
                 )
         if bench.latency_bound:
             parts.append(
-                f" The best uses {workers_of(best.config)} workers on {bench.cores} cores and beats one process "
-                f"by more than {bench.cores}×, so the source is latency-bound: extra workers overlap waiting, "
+                f" The best uses {workers_of(best.config)} workers on {bench.cores} cores and "
+                "beats one process "
+                f"by more than {bench.cores}×, so the source is latency-bound: extra workers "
+                "overlap waiting, "
                 "not computation."
             )
         blocks.append(dm.Paragraph(parts))
@@ -184,7 +187,8 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
             dm.Paragraph(
                 [
                     dm.Strong("Not confirmed: the budget ran out"),
-                    f" after {dm.plural(tuning.rounds or 0, 'interleaved round')}, so there is no confidence.",
+                    f" after {dm.plural(tuning.rounds or 0, 'interleaved round')}, so there is "
+                    "no confidence.",
                 ]
             )
         )
@@ -195,7 +199,8 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
                     dm.Strong("Keep yours:"),
                     " your loader ",
                     dm.config_code(tuning.baseline.label),
-                    f" is within {rf.fmt_percent(tuning.within_pct)} of the best found; no change is recommended.",
+                    f" is within {rf.fmt_percent(tuning.within_pct)} of the best found; no "
+                    "change is recommended.",
                 ]
             )
         )
@@ -224,7 +229,8 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
                     "Epoch boundary at ",
                     dm.Code(gap.measured_on),
                     f": {rf.fmt_seconds(gap.gap_without_s)} without and "
-                    f"{rf.fmt_seconds(gap.gap_with_s)} with persistent workers, so persistent_workers=True is {verdict}.",
+                    f"{rf.fmt_seconds(gap.gap_with_s)} with persistent workers, so "
+                    f"persistent_workers=True is {verdict}.",
                 ]
             )
         )
@@ -291,7 +297,8 @@ def best_section(best: BestConfig, r: dict[str, Any]) -> tuple[dm.Section, dm.Te
             dm.config_code(best.label),
             f" is within {rf.fmt_percent(best.within_pct)} of the best found, ",
             dm.config_code(best.best_found.label),
-            f" ({rf.fmt_rate(best.samples_per_s)} vs {rf.fmt_rate(best.best_found.samples_per_s)} samples/s); "
+            f" ({rf.fmt_rate(best.samples_per_s)} vs "
+            f"{rf.fmt_rate(best.best_found.samples_per_s)} samples/s); "
             "no change is recommended.",
         ]
         blocks: list[dm.Block] = [dm.Paragraph(parts)]
@@ -316,7 +323,8 @@ def best_section(best: BestConfig, r: dict[str, Any]) -> tuple[dm.Section, dm.Te
         parts += [
             "; the tuner's pick ",
             dm.config_code(best.overruled.label),
-            f" ({rf.fmt_rate(best.overruled.samples_per_s)} samples/s) never raced it head to head and was slower "
+            f" ({rf.fmt_rate(best.overruled.samples_per_s)} samples/s) never raced it head to "
+            "head and was slower "
             "beyond the noise",
         ]
     if not best.snippet:
@@ -354,7 +362,8 @@ def stage_section(stages: StageFacts, r: dict[str, Any]) -> tuple[dm.Section, dm
         blocks.append(
             dm.Paragraph(
                 [
-                    f"{dm.plural(len(stages.rows), 'stage')} sum to {rf.fmt_ms(stages.total_ms)} per sample; the "
+                    f"{dm.plural(len(stages.rows), 'stage')} sum to "
+                    f"{rf.fmt_ms(stages.total_ms)} per sample; the "
                     f"largest is {top.name} at {rf.fmt_ms(top.ms_per_sample)} "
                     f"({rf.fmt_fraction(top.share)})."
                 ]
@@ -395,7 +404,10 @@ def stage_section(stages: StageFacts, r: dict[str, Any]) -> tuple[dm.Section, dm
             amounts.append(f"{rf.fmt_percent(aug.percent)} over the pipeline without it")
         sentence = f"{text} adds {', '.join(amounts)}"
         if aug.with_ms is not None and aug.without_ms is not None:
-            sentence += f" ({rf.fmt_ms(aug.with_ms)} per sample with it, {rf.fmt_ms(aug.without_ms)} without)"
+            sentence += (
+                f" ({rf.fmt_ms(aug.with_ms)} per sample with it, {rf.fmt_ms(aug.without_ms)} "
+                "without)"
+            )
         sentence += "."
         blocks.append(dm.Paragraph([sentence]))
         headline = [*headline, " " if headline else "", sentence]
@@ -441,7 +453,8 @@ def training_section(t: TrainingFacts, r: dict[str, Any]) -> tuple[dm.Section, d
             text += f" over {rf.fmt_count(t.steps)} steps"
         if t.mean_data_ms is not None and t.mean_compute_ms is not None:
             text += (
-                f" (mean {rf.fmt_ms(t.mean_data_ms)} data wait and {rf.fmt_ms(t.mean_compute_ms)} compute per "
+                f" (mean {rf.fmt_ms(t.mean_data_ms)} data wait and "
+                f"{rf.fmt_ms(t.mean_compute_ms)} compute per "
                 "step)"
             )
         first.append(text + ".")
@@ -458,7 +471,10 @@ def training_section(t: TrainingFacts, r: dict[str, Any]) -> tuple[dm.Section, d
         if t.mean_data_ms is not None and t.mean_compute_ms is not None:
             text += f", against a mean step of {rf.fmt_ms(t.mean_data_ms + t.mean_compute_ms)}"
         if t.first_batch_share is not None and t.epoch_steps is not None:
-            text += f"; over an epoch of {rf.fmt_count(t.epoch_steps)} steps that is {rf.fmt_fraction(t.first_batch_share)} of the time"
+            text += (
+                f"; over an epoch of {rf.fmt_count(t.epoch_steps)} steps that is "
+                f"{rf.fmt_fraction(t.first_batch_share)} of the time"
+            )
         first.append(text + ".")
     if first:
         if isinstance(first[0], str):
@@ -485,7 +501,8 @@ def training_section(t: TrainingFacts, r: dict[str, Any]) -> tuple[dm.Section, d
     headline: dm.Text | None = None
     if t.verdict and t.stall_fraction is not None:
         headline = [
-            f"The training loop is {t.verdict}: it waited for data {rf.fmt_fraction(t.stall_fraction)} of step "
+            f"The training loop is {t.verdict}: it waited for data "
+            f"{rf.fmt_fraction(t.stall_fraction)} of step "
             "time"
         ]
         if t.steps is not None:
@@ -511,7 +528,10 @@ def _occupancy_text(occupancy: Any) -> str:
             number(occupancy.get("full_fraction")),
         )
         if empty is not None and full is not None:
-            text += f"; it was empty {rf.fmt_fraction(empty)} and full {rf.fmt_fraction(full)} of the time"
+            text += (
+                f"; it was empty {rf.fmt_fraction(empty)} and full {rf.fmt_fraction(full)} of "
+                "the time"
+            )
         return text + "."
     if isinstance(occupancy, dict) and occupancy:
         return "Prefetch-buffer occupancy (ready batches waiting): " + rf.fmt_value(occupancy) + "."
@@ -526,11 +546,15 @@ def _distributed_text(d: dict[str, Any]) -> str:
     text = "Across "
     text += f"{d['world_size']} ranks" if isinstance(d.get("world_size"), int) else "the ranks"
     text += (
-        f" the slowest, rank {d['slowest_rank']}, waited {rf.fmt_ms(d['max_data_wait_ms_per_step'])} per step for "
+        f" the slowest, rank {d['slowest_rank']}, waited "
+        f"{rf.fmt_ms(d['max_data_wait_ms_per_step'])} per step for "
         "data"
     )
     if number(d.get("min_data_wait_ms_per_step")) is not None:
         text += f" against {rf.fmt_ms(d['min_data_wait_ms_per_step'])} on the fastest"
     if number(d.get("max_stall_fraction")) is not None:
-        text += f"; the job runs at its pace, a stall fraction of {rf.fmt_fraction(d['max_stall_fraction'])}"
+        text += (
+            "; the job runs at its pace, a stall fraction of "
+            f"{rf.fmt_fraction(d['max_stall_fraction'])}"
+        )
     return text + "."

@@ -42,7 +42,8 @@ STAGE_COLORS = [
     "#a0522d",
     "#6b7a8f",
 ]
-# Keys LoaderConfig drops at num_workers=0; a 0-worker result joins every series that agrees on the rest.
+# Keys LoaderConfig drops at num_workers=0; a 0-worker result joins every series that agrees on the
+# rest.
 _WORKER_ONLY_KEYS = (
     "num_workers",
     "prefetch_factor",
@@ -215,7 +216,8 @@ def _scaling_series(
             zero.append(res)
     series: dict[str, list[tuple[float, float, float, float]]] = {}
     for config, members in groups.values():
-        # A series measured at one worker count stays a lone marker: a line to 0 workers would imply a trend.
+        # A series measured at one worker count stays a lone marker: a line to 0 workers would imply
+        # a trend.
         joined = members + [
             z for z in zero if len(members) > 1 and shared(z.get("config") or {}) == shared(config)
         ]
@@ -330,7 +332,8 @@ def stages_figure(record: Any) -> Figure | None:
             edgecolor="white",
             label=f"{row.name} ({row.ms_per_sample:.3g} ms)",
         )
-        # Name the segment inside the bar only where the text fits (about 6.5 px per character at 8 pt).
+        # Name the segment inside the bar only where the text fits (about 6.5 px per character at 8
+        # pt).
         if row.share * axes_px > 6.5 * len(row.name) + 8:
             ax.text(
                 left + row.ms_per_sample / 2,
@@ -346,7 +349,8 @@ def stages_figure(record: Any) -> Figure | None:
     ax.set_xlim(0, left)
     ax.set_xlabel("ms per sample")
     ax.set_title("Where a sample's time goes")
-    # Below the figure's own bottom edge (under the x label); bbox_inches="tight" keeps it in the PNG.
+    # Below the figure's own bottom edge (under the x label); bbox_inches="tight" keeps it in the
+    # PNG.
     fig.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3)
     return fig
 
@@ -369,7 +373,8 @@ def timeline_figure(record: Any) -> Figure | None:
     )
     steps = [1 + i * stride for i in range(n)]
     fig, ax = _new_figure(7.5, 3.6)
-    # Stacked steps (one artist per series, fast for any number of steps): data wait below, compute above.
+    # Stacked steps (one artist per series, fast for any number of steps): data wait below, compute
+    # above.
     edges = steps + [steps[-1] + stride]
     total = [d + c for d, c in zip(data, compute)]
     ax.stairs(data, edges, fill=True, color=COLORS["data"], label="waiting for data")
@@ -387,7 +392,8 @@ def timeline_figure(record: Any) -> Figure | None:
 
 # -- long runs: stall and memory per time window -------------------------------------
 def over_time_figure(record: Any) -> Figure | None:
-    """Two panels over the run's time windows: stall fraction, then memory (main RSS, each worker's RSS, mean USS)."""
+    """Two panels over the run's time windows: stall fraction, then memory (main RSS, each worker's
+    RSS, mean USS)."""
     r = rd.as_record_dict(record)
     windows = [
         w
@@ -542,7 +548,8 @@ def render_plots(record: Any, folder: str | Path) -> list[Path]:
 
 
 class PlotsRenderer:
-    """The plots as a renderer: ``render`` gives each plot's PNG bytes by name, ``write`` a folder of PNGs."""
+    """The plots as a renderer: ``render`` gives each plot's PNG bytes by name, ``write`` a folder
+    of PNGs."""
 
     def render(self, record: Any) -> dict[str, bytes]:
         pngs = {name: plot_png(name, record) for name in PLOTS}

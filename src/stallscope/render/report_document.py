@@ -159,7 +159,8 @@ def _verdict_text(v: Verdict) -> dm.Text:
     x = v.values
     if v.label == "unsafe":
         return [
-            f"{dm.plural(x['errors'], 'error finding')} ({', '.join(x['codes'])}): loading fails or misbehaves until "
+            f"{dm.plural(x['errors'], 'error finding')} ({', '.join(x['codes'])}): loading "
+            "fails or misbehaves until "
             + ("it is" if x["errors"] == 1 else "they are")
             + " fixed, whatever the loader settings."
         ]
@@ -167,7 +168,8 @@ def _verdict_text(v: Verdict) -> dm.Text:
         parts = []
         if x.get("stall_fraction") is not None:
             parts.append(
-                f"the training loop waited for data {rf.fmt_fraction(x['stall_fraction'])} of its step time"
+                f"the training loop waited for data {rf.fmt_fraction(x['stall_fraction'])} of "
+                "its step time"
             )
             if x.get("steps") is not None:
                 parts[-1] += f" over {rf.fmt_count(x['steps'])} steps"
@@ -181,12 +183,14 @@ def _verdict_text(v: Verdict) -> dm.Text:
             f" is within {rf.fmt_percent(x.get('within_pct'))} of the best found, ",
             dm.config_code(x["best"]),
             f" ({rf.fmt_rate(x['samples_per_s'])} vs "
-            f"{rf.fmt_rate(x['baseline_samples_per_s'])} samples/s): keep it; no change is recommended.",
+            f"{rf.fmt_rate(x['baseline_samples_per_s'])} samples/s): keep it; no change is "
+            "recommended.",
         ]
     if v.label in ("loader-limited", "near-optimal"):
         return [
             dm.config_code(x["best"]),
-            f" delivers {rf.fmt_rate(x['samples_per_s'])} samples/s, {rf.fmt_ratio(x['speedup'])} the "
+            f" delivers {rf.fmt_rate(x['samples_per_s'])} samples/s, "
+            f"{rf.fmt_ratio(x['speedup'])} the "
             "baseline ",
             dm.config_code(x["baseline"]),
             f" ({rf.fmt_rate(x['baseline_samples_per_s'])} samples/s).",
@@ -199,11 +203,13 @@ def _verdict_text(v: Verdict) -> dm.Text:
         ]
     if v.label == "stage-bound":
         return [
-            f"{x['stage']} takes {rf.fmt_ms(x['ms_per_sample'])} per sample, {rf.fmt_fraction(x['share'])} of the "
+            f"{x['stage']} takes {rf.fmt_ms(x['ms_per_sample'])} per sample, "
+            f"{rf.fmt_fraction(x['share'])} of the "
             "measured per-sample time."
         ]
     if v.label == "no errors":
         return [
-            f"The checks found no errors ({dm.plural(x['warnings'], 'warning')}, {dm.plural(x['infos'], 'note')})."
+            f"The checks found no errors ({dm.plural(x['warnings'], 'warning')}, "
+            f"{dm.plural(x['infos'], 'note')})."
         ]
     return []
