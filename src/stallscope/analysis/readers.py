@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-Record = dict  # a RunRecord.to_dict()
+Record = dict[str, Any]  # a RunRecord.to_dict()
 
 MIB = 1024 * 1024  # resources.py reports memory in MiB ("MB" there)
 
