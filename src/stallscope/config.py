@@ -102,7 +102,7 @@ class LoaderConfig:
         return cls(**data)
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        return str(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     @classmethod
     def from_yaml(cls, text: str) -> LoaderConfig:

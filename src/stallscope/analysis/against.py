@@ -12,7 +12,7 @@ makes the records incomparable: host, torch version, knobs.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from .readers import number
 
@@ -147,14 +147,15 @@ def against_facts(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
     rows = []
     for key in list(new_figures) + [k for k in old_figures if k not in new_figures]:
         n, o = new_figures.get(key), old_figures.get(key)
+        either = cast("dict[str, Any]", n or o)  # each key comes from one record or the other
         ratio = None
         if n and o and n["value"] is not None and o["value"] and o["value"] > 0:
             ratio = n["value"] / o["value"]
         rows.append(
             {
                 "key": key,
-                "title": (n or o)["title"],
-                "unit": (n or o)["unit"],
+                "title": either["title"],
+                "unit": either["unit"],
                 "new": n,
                 "old": o,
                 "ratio": ratio,

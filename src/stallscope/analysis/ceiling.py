@@ -54,7 +54,7 @@ AT_CEILING = 0.85
 @dataclass
 class Pick:
     label: str
-    config: dict
+    config: dict[str, Any]
     samples_per_s: float
     efficiency: float | None  # as the sweep measured it, when it did
     main_ms_per_batch: float | None
@@ -68,8 +68,8 @@ class Pick:
 class CeilingFacts:
     """The record's ``ceiling`` and ``cores_needed`` sections, with the sentences a report prints."""
 
-    ceiling: dict | None
-    cores_needed: dict | None
+    ceiling: dict[str, Any] | None
+    cores_needed: dict[str, Any] | None
     ceiling_sentence: str | None
     cores_sentence: str | None
     free_data_sentence: str | None = None
@@ -78,7 +78,7 @@ class CeilingFacts:
 # -- from the record -----------------------------------------------------------------------------
 
 
-def _steady(config: Any) -> dict:
+def _steady(config: Any) -> dict[str, Any]:
     return {k: v for k, v in (config or {}).items() if k != "persistent_workers"}
 
 
@@ -127,13 +127,16 @@ def _busy_cores(resources: Any) -> float | None:
     if not isinstance(resources, dict) or number(resources.get("main_cpu_percent")) is None:
         return None
     return round(
-        (resources["main_cpu_percent"] + (number(resources.get("workers_cpu_percent")) or 0.0))
+        (
+            float(resources["main_cpu_percent"])
+            + (number(resources.get("workers_cpu_percent")) or 0.0)
+        )
         / 100.0,
         2,
     )
 
 
-def _measured(r: Record, key: str, *, with_workers: bool) -> list[tuple[dict, float]]:
+def _measured(r: Record, key: str, *, with_workers: bool) -> list[tuple[dict[str, Any], float]]:
     """(config, figure ``key``) of every measurement: sweep rows, tuner trials, loader_rate."""
     rows = [res for res in ok_results(r)]
     rows += [t for t in r.get("trials") or [] if isinstance(t, dict) and not t.get("error")]
@@ -193,7 +196,7 @@ def usable_cores_of(r: Record) -> int | None:
     return None
 
 
-def _cost(r: Record) -> dict:
+def _cost(r: Record) -> dict[str, Any]:
     cost = r.get("cpu_cost")
     return cost if isinstance(cost, dict) else {}
 
@@ -314,7 +317,7 @@ def _pct(fraction: float) -> str:
     return f"{fraction * 100:.1f}%"
 
 
-def ceiling_sentence(c: dict) -> str:
+def ceiling_sentence(c: dict[str, Any]) -> str:
     """ "The pick reaches 94% of this machine's ceiling of 800 samples/s (...): more workers cannot help; ..."."""
     fraction = c["pick_fraction"]
     main = number(c.get("main_ms_per_batch"))
@@ -349,7 +352,7 @@ BUSY_SHARE = 0.8
 OTHERS_SHARE = 0.25
 
 
-def _why_below(c: dict) -> str:
+def _why_below(c: dict[str, Any]) -> str:
     """Where the rest of the ceiling went, from what was measured beside the rate."""
     lost = f"{_pct(1 - c['pick_fraction'])} of it"
     cores, busy, others = (
@@ -375,7 +378,7 @@ def _why_below(c: dict) -> str:
     return f"{lost} is lost to the loader's own overheads (hand-off between processes, waits), not to the cores."
 
 
-def cores_sentence(n: dict) -> str:
+def cores_sentence(n: dict[str, Any]) -> str:
     """ "At 5,000 samples/s this pipeline needs 14.1 cores (...): short by 12.1 cores: ..."."""
     pick = n.get("efficiency_of") or "the pick"
     at_pick = number(n.get("pick_cpu_ms_per_sample"))
@@ -445,8 +448,8 @@ def free_data_sentence(r: Record) -> str | None:
 def ceiling_facts(r: Record) -> CeilingFacts | None:
     """The ``ceiling`` and ``cores_needed`` keys of the record with their sentences, and the free-data
     step; None when the record has none of them."""
-    ceiling: dict = r["ceiling"] if isinstance(r.get("ceiling"), dict) else {}
-    cores: dict = r["cores_needed"] if isinstance(r.get("cores_needed"), dict) else {}
+    ceiling: dict[str, Any] = r["ceiling"] if isinstance(r.get("ceiling"), dict) else {}
+    cores: dict[str, Any] = r["cores_needed"] if isinstance(r.get("cores_needed"), dict) else {}
     ceiling_ok = bool(ceiling) and all(
         number(ceiling.get(k)) is not None
         for k in ("samples_per_s", "pick_fraction", "pick_samples_per_s", "cpu_ms_per_sample")

@@ -154,7 +154,7 @@ def round_value(windows: Sequence[dict[str, Any]], metric: str) -> float | None:
     values = [w.get(metric) for w in windows]
     if not values or any(v is None or not math.isfinite(v) for v in values):
         return None
-    return statistics.fmean(values)
+    return statistics.fmean([v for v in values if v is not None])  # none is None, checked above
 
 
 def log_ratios(rounds: Sequence[dict[str, Any]], metric: str = "samples_per_s") -> list[float]:
@@ -223,7 +223,7 @@ def gate_fails(interval: dict[str, Any] | None, fail_if_slower_pct: float | None
     """
     if fail_if_slower_pct is None or not interval or interval.get("high") is None:
         return False
-    return interval["high"] < 1.0 - fail_if_slower_pct / 100.0
+    return bool(interval["high"] < 1.0 - fail_if_slower_pct / 100.0)
 
 
 def side_figures(rounds: Sequence[dict[str, Any]], side: str, metric: str) -> dict[str, Any] | None:

@@ -91,7 +91,7 @@ def memory_drift(
     pass_x = pass_samples if pass_samples else xs[-1] / 1.5
     main = judge_channel(xs, hours, [w["main_rss_mb"] for w in rows], pass_x)
     n_workers = max((len(w.get("workers") or []) for w in rows), default=0)
-    workers = []
+    workers: list[dict[str, Any]] = []
     for k in range(n_workers):
         share = [x / n_workers for x in xs]
         rss = [_worker_value(w, k, "rss_mb") for w in rows]
@@ -103,12 +103,12 @@ def memory_drift(
                 "uss": judge_channel(share, hours, uss, pass_x / n_workers),
             }
         )
-    judged = [("main process", main)] + [
+    channels = [("main process", main)] + [
         (f"worker {w['worker']} {kind.upper()}", w[kind])
         for w in workers
         for kind in ("rss", "uss")
     ]
-    judged = [(name, ch) for name, ch in judged if ch is not None]
+    judged = [(name, ch) for name, ch in channels if ch is not None]
     if not judged:
         return {
             "verdict": None,
@@ -165,7 +165,7 @@ def slowest_rank_per_window(per_rank: Sequence[dict[str, Any]]) -> list[dict[str
     ``per_rank``: ``{"rank": r, "windows": [{index, data_wait_s, stall_fraction, ...}]}`` per rank.
     Windows are aligned by index (each rank counts its windows from its first batch request).
     """
-    by_index: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    by_index: dict[int, list[tuple[Any, dict[str, Any]]]] = {}
     for entry in per_rank:
         for w in entry.get("windows") or []:
             if isinstance(w, dict) and isinstance(w.get("index"), int):

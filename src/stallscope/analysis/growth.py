@@ -95,4 +95,6 @@ def channel_growth(
 
 def grows(channel: dict[str, Any], minimum_mb: float) -> bool:
     """Whether a :func:`channel_growth` result counts as growth (before asking whether it plateaued)."""
-    return channel["grew_mb"] >= minimum_mb and channel["mb_per_1000"] >= GROWTH_MIN_MB_PER_1000
+    return bool(
+        channel["grew_mb"] >= minimum_mb and channel["mb_per_1000"] >= GROWTH_MIN_MB_PER_1000
+    )

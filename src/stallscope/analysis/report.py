@@ -35,7 +35,7 @@ from .sections import bench_facts, best_configuration, stage_facts, training_fac
 from .verdict_rules import verdict
 
 # ReportFacts field -> the function of the record that gives it.
-SECTIONS: dict[str, Callable[[dict], Any]] = {
+SECTIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "verdict": verdict,
     "bench": bench_facts,
     "tuning": tuning_facts,
