@@ -1,4 +1,5 @@
-"""``stallscope report NEW.json --against OLD.json``: two saved records side by side. Pure functions.
+"""``stallscope report NEW.json --against OLD.json``: two saved records side by side. Pure
+functions.
 
 Two records of the same command, taken at different times, each figure with the noise
 its own record states (a bench result's min-max over repeats, a compare ratio's
@@ -141,7 +142,8 @@ def warnings(new: dict[str, Any], old: dict[str, Any]) -> list[str]:
 
 
 def against_facts(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
-    """Side by side: ``{command, rows: [{key, title, unit, new, old, ratio, judged}], warnings, counts}``."""
+    """Side by side: ``{command, rows: [{key, title, unit, new, old, ratio, judged}], warnings,
+    counts}``."""
     new_figures = {f["key"]: f for f in record_figures(new)}
     old_figures = {f["key"]: f for f in record_figures(old)}
     rows = []

@@ -1,4 +1,5 @@
-"""The checklist: one small named rule per row, each comparing a measured value with its named target."""
+"""The checklist: one small named rule per row, each comparing a measured value with its named
+target."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Memory drift over the time windows of a long training run (``watch``/``profile``). Pure functions.
+"""Memory drift over the time windows of a long training run (``watch``/``profile``). Pure
+functions.
 
 Each window holds the memory of the main process and of each loader worker
 at the window's end (RSS every reading, USS where it was read). Per process
@@ -33,7 +34,8 @@ def judge_channel(
     *,
     minimum_mb: float = NATIVE_MIN_MB,
 ) -> dict[str, Any] | None:
-    """One process's memory (MB) against its samples ``xs`` and the run's ``hours``: verdict and rates.
+    """One process's memory (MB) against its samples ``xs`` and the run's ``hours``: verdict and
+    rates.
 
     RSS and USS hold the whole process (Python heap, native memory, allocator
     slack), so the minimum is the rule's native one. None below
@@ -144,9 +146,9 @@ def _worker_value(window: dict[str, Any], k: int, key: str) -> float | None:
 
 
 def _worst(judged: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    """The channel to headline: a growing one first, RSS before USS (RSS holds the private pages too,
-    so the two grow alike and the headline would otherwise flip between them), then the largest rate
-    per hour."""
+    """The channel to headline: a growing one first, RSS before USS (RSS holds the private pages
+    too, so the two grow alike and the headline would otherwise flip between them), then the largest
+    rate per hour."""
     order = {GROWING: 0, PLATEAUED: 1, FLAT: 2}
     name, ch = min(
         judged,
@@ -160,7 +162,8 @@ def _worst(judged: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
 
 
 def slowest_rank_per_window(per_rank: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Across ranks, per window index: the rank that waited longest for data, and the job's worst stall.
+    """Across ranks, per window index: the rank that waited longest for data, and the job's worst
+    stall.
 
     ``per_rank``: ``{"rank": r, "windows": [{index, data_wait_s, stall_fraction, ...}]}`` per rank.
     Windows are aligned by index (each rank counts its windows from its first batch request).

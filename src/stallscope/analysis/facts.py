@@ -1,4 +1,5 @@
-"""The facts a report states, as plain dataclasses, and the named targets its checklist compares against.
+"""The facts a report states, as plain dataclasses, and the named targets its checklist compares
+against.
 
 The rule modules build these from a record; renderers turn them into sentences, tables and plots.
 """

@@ -1,4 +1,5 @@
-"""Report analysis: one entry, :func:`report_facts`, from a run record to every fact a report states.
+"""Report analysis: one entry, :func:`report_facts`, from a run record to every fact a report
+states.
 
 Renderers never compute: they ask :func:`report_facts` for a :class:`~.facts.ReportFacts` and turn
 each fact into sentences, tables and plots. Every function of this layer reads only the record

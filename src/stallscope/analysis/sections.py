@@ -35,7 +35,8 @@ from .readers import (
 )
 
 LATENCY_BOUND_MARGIN = 1.1  # speed-up must beat the core count by this factor, beyond noise
-# Two measurements of one config differ by this much on a quiet machine; a record's own noise can raise it.
+# Two measurements of one config differ by this much on a quiet machine; a record's own noise can
+# raise it.
 NOISE_FLOOR = 0.03
 
 
@@ -293,12 +294,14 @@ def best_configuration(r: Record) -> BestConfig | None:
 
 
 def _steady_state(config: Any) -> dict[str, Any]:
-    """The knobs that set steady-state throughput (persistent_workers only changes epoch boundaries)."""
+    """The knobs that set steady-state throughput (persistent_workers only changes epoch
+    boundaries)."""
     return {k: v for k, v in (config or {}).items() if k != "persistent_workers"}
 
 
 def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> dict[str, Any] | None:
-    """The sweep's best when it beat the tuner's pick by more than the noise without racing it, else None.
+    """The sweep's best when it beat the tuner's pick by more than the noise without racing it, else
+    None.
 
     Rule: a report never recommends a config that another config in the same
     report beat by more than the noise, unless the two raced head to head
@@ -319,8 +322,8 @@ def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> dict[str, Any] 
 
 
 def loader_snippet(r: Record, config: dict[str, Any]) -> str:
-    """The user's own loader call with ``config``'s knobs, as ``--emit python`` writes it, where that
-    code was run before (NOTE [verified snippets] in pipeline/verify.py); else ""."""
+    """The user's own loader call with ``config``'s knobs, as ``--emit python`` writes it, where
+    that code was run before (NOTE [verified snippets] in pipeline/verify.py); else ""."""
     advice = r["loader_code"] if isinstance(r.get("loader_code"), dict) else {}
     if not advice.get("verified") or advice.get("config") != config:
         return ""
