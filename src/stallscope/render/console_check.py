@@ -128,9 +128,8 @@ def render_check(data: dict[str, Any], console: Console) -> None:
         for entry in unchecked:
             codes = ", ".join(entry.get("codes") or []) or entry.get("probe", "")
             console.print(
-                f"[yellow]not checked: {escape(codes)}[/][dim] "
-                f"({escape(str(entry.get('probe')))} probe): "
-                f"{escape(str(entry.get('reason')))}[/]"
+                f"[yellow]not checked: {escape(codes)}[/][dim] ({escape(str(entry.get('probe')))} "
+                f"probe): {escape(str(entry.get('reason')))}[/]"
             )
         named = {str(e.get("probe")) for e in unchecked}
         skipped = {

@@ -54,8 +54,7 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
     )
     lines.append(
         f"  steps: {profile.get('total_steps', 0)} total, {profile.get('warmup_steps', 0)} "
-        "warm-up, "
-        f"{profile.get('epochs', 0)} epoch(s); thresholds: input-bound >= "
+        f"warm-up, {profile.get('epochs', 0)} epoch(s); thresholds: input-bound >= "
         f"{profile['thresholds']['input_bound_at'] * 100:.0f}%, compute-bound < "
         f"{profile['thresholds']['compute_bound_below'] * 100:.0f}%"
         if profile.get("thresholds")
@@ -76,8 +75,7 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
     if occ := profile.get("occupancy"):
         lines.append(
             f"  prefetch buffer: {occ['mean_ready']:.1f}/{occ['capacity']} batches ready on "
-            "average "
-            f"(empty {_pct(occ['empty_fraction'])}, full {_pct(occ['full_fraction'])} of "
+            f"average (empty {_pct(occ['empty_fraction'])}, full {_pct(occ['full_fraction'])} of "
             f"{occ['samples']} samples)"
         )
     else:
@@ -102,26 +100,22 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
     if sync := profile.get("sync"):
         lines.append(
             f"  sync ({sync['mode']}): {sync['calls']} calls, {sync.get('mean_ms') or 0:.3f} ms "
-            "mean, "
-            f"{_pct(sync.get('share_of_wall'))} of wall time (counted as compute)"
+            f"mean, {_pct(sync.get('share_of_wall'))} of wall time (counted as compute)"
         )
     dist = profile.get("distributed")
     if dist:
         lines.append(
             f"  job ({dist['world_size']} ranks, figures above are rank "
-            f"{profile.get('rank', 0)}'s): "
-            f"{dist.get('job_verdict') or 'n/a'} at the most-stalled rank's "
-            f"{_pct(dist.get('max_stall_fraction'))}; "
-            f"slowest rank {dist['slowest_rank']} waits "
-            f"{dist['max_data_wait_ms_per_step']:.2f} ms/step for data (fastest "
+            f"{profile.get('rank', 0)}'s): {dist.get('job_verdict') or 'n/a'} at the most-stalled "
+            f"rank's {_pct(dist.get('max_stall_fraction'))}; slowest rank {dist['slowest_rank']} "
+            f"waits {dist['max_data_wait_ms_per_step']:.2f} ms/step for data (fastest "
             f"{dist['min_data_wait_ms_per_step']:.2f} ms/step)"
         )
         for r in profile.get("ranks") or []:
             lines.append(
                 f"    rank {r['rank']} ({r.get('host', '')}): stall "
-                f"{_pct(r.get('stall_fraction'))}, "
-                f"data {r.get('data_wait_ms_per_step') or 0:.2f} ms/step, compute "
-                f"{r.get('compute_ms_per_step') or 0:.2f} ms/step"
+                f"{_pct(r.get('stall_fraction'))}, data {r.get('data_wait_ms_per_step') or 0:.2f} "
+                f"ms/step, compute {r.get('compute_ms_per_step') or 0:.2f} ms/step"
             )
     lines.extend(long_run_lines(profile))
     if profile.get("advice"):

@@ -88,8 +88,7 @@ class StagesSummary:
         device = f", copies to {run['device']}" if run.get("device") else ""
         return (
             f"[bold]Stage breakdown[/] of {data.get('target', '?')}: {run.get('samples', 0)} "
-            "samples "
-            f"({run.get('batches', 0)} batches of {run.get('batch_size', '?')}) measured "
+            f"samples ({run.get('batches', 0)} batches of {run.get('batch_size', '?')}) measured "
             f"{where}{method}{device}"
         )
 
@@ -128,8 +127,7 @@ class StagesSummary:
         largest = max(trusted, key=lambda s: s.get("ms_per_sample") or 0.0)
         lines.append(
             f"Largest stage: [bold]{largest['name']}[/], {_ms(largest['ms_per_sample'])} ms per "
-            "sample "
-            f"({100 * (largest.get('share') or 0.0):.0f}% of the time)."
+            f"sample ({100 * (largest.get('share') or 0.0):.0f}% of the time)."
         )
         for item in stages:
             if item.get("doubtful"):
@@ -154,21 +152,20 @@ class StagesSummary:
                 pct = aug.get("differential_percent")
                 line += (
                     " With vs without them, __getitem__ in-process: "
-                    f"{_ms(aug['with_ms_per_sample'])} vs "
-                    f"{_ms(aug['without_ms_per_sample'])} ms ({diff:+.2f} ms"
-                    + (f", {pct:+.0f}%)." if pct is not None else ").")
+                    f"{_ms(aug['with_ms_per_sample'])} vs {_ms(aug['without_ms_per_sample'])} ms "
+                    f"({diff:+.2f} ms" + (f", {pct:+.0f}%)." if pct is not None else ").")
                 )
             lines.append(line)
         transfer = data.get("transfer")
         if transfer:
             lines.append(
                 "Worker→main transfer per batch "
-                f"({_bytes(int(transfer.get('batch_bytes') or 0))}): "
-                f"serialise {_ms(transfer.get('serialise_ms_per_batch'))} ms, queue "
-                f"{_ms(transfer.get('queue_ms_per_batch'))} ms, "
-                f"deserialise {_ms(transfer.get('deserialise_ms_per_batch'))} ms "
-                f"(plus {_ms(transfer.get('handoff_ms_per_batch'))} ms waiting for the worker's "
-                "queue thread"
+                f"({_bytes(int(transfer.get('batch_bytes') or 0))}): serialise "
+                f"{_ms(transfer.get('serialise_ms_per_batch'))} ms, queue "
+                f"{_ms(transfer.get('queue_ms_per_batch'))} ms, deserialise "
+                f"{_ms(transfer.get('deserialise_ms_per_batch'))} ms (plus "
+                f"{_ms(transfer.get('handoff_ms_per_batch'))} ms waiting for the worker's queue "
+                "thread"
                 + (
                     f" and {_ms(transfer['deserialise_wait_ms_per_batch'])} ms waiting for the "
                     "worker to hand over shared memory"
@@ -181,8 +178,8 @@ class StagesSummary:
         if storage:
             lines.append(
                 f"Page cache ({storage['files']} files, {_bytes(int(storage['bytes']))}): warm "
-                f"{_ms(storage['warm_ms_per_sample'])} ms, "
-                f"cold {_ms(storage['cold_ms_per_sample'])} ms per sample → fetching from storage "
+                f"{_ms(storage['warm_ms_per_sample'])} ms, cold "
+                f"{_ms(storage['cold_ms_per_sample'])} ms per sample → fetching from storage "
                 f"{_ms(storage['fetch_ms_per_sample'])} ms ({100 * storage['fetch_share']:.0f}%), "
                 f"preparation on the CPU {_ms(storage['prepare_ms_per_sample'])} ms."
             )

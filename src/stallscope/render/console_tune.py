@@ -31,8 +31,10 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
         )
     rows = trials_by_config(data.get("trials") or [])
     table = Table(
-        title=f"Configs measured ({len(data.get('trials') or [])} runs in "
-        f"{data.get('tuning_seconds', 0):.1f} s)",
+        title=(
+            f"Configs measured ({len(data.get('trials') or [])} runs in "
+            f"{data.get('tuning_seconds', 0):.1f} s)"
+        ),
         title_justify="left",
     )
     columns: list[tuple[str, JustifyMethod]] = [
@@ -87,8 +89,7 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
         )
         console.print(
             f"Confidence {confidence:.0%} that no other finalist is more than {tie_pct(best)} "
-            "faster "
-            f"({rounds} interleaved round(s){extra})."
+            f"faster ({rounds} interleaved round(s){extra})."
         )
     elif "rounds" in best:
         console.print(
@@ -103,8 +104,7 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     if best.get("keep_baseline"):
         console.print(
             f"[bold]Keep yours:[/] your loader ({escape(baseline['label'])}) is within "
-            f"{best.get('within_pct') or 0:.1f}% "
-            f"of the best found; no change is recommended."
+            f"{best.get('within_pct') or 0:.1f}% of the best found; no change is recommended."
         )
     _render_head_to_head(best.get("head_to_head") or [], console)
     for skipped in best.get("skipped") or []:

@@ -62,9 +62,8 @@ def against_document(new: Any, old: Any) -> dm.Document:
             [
                 dm.Strong(f"Verdict: {dm.plural(beyond, 'figure')} beyond the noise."),
                 " A difference inside the noise either record states is no difference; figures "
-                "whose "
-                "records state no noise are not judged. To measure a change, race both in one run "
-                "with ",
+                "whose records state no noise are not judged. To measure a change, race both in "
+                "one run with ",
                 dm.Code("stallscope compare"),
                 ".",
             ],

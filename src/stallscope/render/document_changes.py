@@ -17,9 +17,8 @@ def code_changes_section(
     blocks: list[dm.Block] = []
     if facts.pick_label:
         text = (
-            "Each change was applied inside stallscope's probes (your files were not touched) "
-            "and raced against "
-            "the best knob config, "
+            "Each change was applied inside stallscope's probes (your files were not touched) and "
+            "raced against the best knob config, "
         )
         blocks.append(
             dm.Paragraph(
@@ -61,8 +60,7 @@ def code_changes_section(
     if best is not None:
         headline = [
             f"Code change: {best.title.lower()} measured {rf.fmt_ratio(best.speedup)} the best "
-            "knob config "
-            f"over {dm.plural(best.rounds, 'round')}"
+            f"knob config over {dm.plural(best.rounds, 'round')}"
             + (" (alters what the model sees)" if best.alters_output else "")
             + "."
         ]
@@ -85,9 +83,8 @@ def _change(row: CodeChangeRow, n: int) -> dm.Section:
             dm.Paragraph(
                 [
                     f"{rf.fmt_ratio(row.speedup)} the best knob config "
-                    f"({rf.fmt_rate(row.samples_per_s)} vs "
-                    f"{rf.fmt_rate(row.pick_samples_per_s)} samples/s, median of "
-                    f"{dm.plural(row.rounds, 'interleaved round')})."
+                    f"({rf.fmt_rate(row.samples_per_s)} vs {rf.fmt_rate(row.pick_samples_per_s)} "
+                    f"samples/s, median of {dm.plural(row.rounds, 'interleaved round')})."
                 ]
             )
         )

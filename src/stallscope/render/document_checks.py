@@ -39,8 +39,7 @@ def findings_section(found: FindingFacts, r: dict[str, Any]) -> tuple[dm.Section
     c = found.counts
     summary = (
         f"{dm.plural(len(found.findings), 'finding')}: {dm.plural(c['error'], 'error')}, "
-        f"{dm.plural(c['warning'], 'warning')}, "
-        f"{dm.plural(c['info'], 'note')}."
+        f"{dm.plural(c['warning'], 'warning')}, {dm.plural(c['info'], 'note')}."
     )
     blocks: list[dm.Block] = [dm.Paragraph([summary])]
     coverage = r.get("coverage")
@@ -132,11 +131,9 @@ def recommendation_parts(rec: Recommendation) -> dm.Text:
             dm.Strong("Set persistent_workers=True"),
             " — at ",
             dm.Code(x["label"]),
-            f" the gap at an epoch boundary measured {rf.fmt_seconds(x['gap_without_s'])} "
-            "without it and "
-            f"{rf.fmt_seconds(x['gap_with_s'])} with it. Expected gain: "
-            f"{rf.fmt_seconds(x['saved_s'])} per epoch "
-            f"after the first{epoch}.",
+            f" the gap at an epoch boundary measured {rf.fmt_seconds(x['gap_without_s'])} without "
+            f"it and {rf.fmt_seconds(x['gap_with_s'])} with it. Expected gain: "
+            f"{rf.fmt_seconds(x['saved_s'])} per epoch after the first{epoch}.",
         ]
     return []
 
@@ -230,8 +227,7 @@ def _derived_text(f: FindingView) -> dm.Text:
         text = (
             f"At {rf.fmt_value(d['mb_per_1000'])} MB per thousand samples, one epoch of "
             f"{rf.fmt_count(d['epoch_samples'])} samples adds about "
-            f"{rf.fmt_value(d['epoch_mb_per_worker'])} MB per "
-            "worker"
+            f"{rf.fmt_value(d['epoch_mb_per_worker'])} MB per worker"
         )
         parts: dm.Text = [text]
         if "epoch_mb_all_workers" in d:
@@ -255,8 +251,7 @@ def _derived_text(f: FindingView) -> dm.Text:
         return [
             f"{int(d['num_workers'])} workers × {int(d['threads_per_worker'])} threads each = "
             f"{int(d['threads'])} threads for {int(d['cores'])} usable cores, "
-            f"{rf.fmt_ratio(d['threads'] / d['cores'])} "
-            "oversubscribed."
+            f"{rf.fmt_ratio(d['threads'] / d['cores'])} oversubscribed."
         ]
     if f.code == "shm-too-small" and "in_flight_bytes" in d:
         return [

@@ -55,15 +55,13 @@ def verdict_sentence(r: dict[str, Any]) -> dm.Text:
         ]
     interval = (
         f" ({_level(ratio)}interval {fmt_exact_ratio(ratio['low'])} to "
-        f"{fmt_exact_ratio(ratio['high'])}, "
-        f"{dm.plural(rounds, 'paired round')})"
+        f"{fmt_exact_ratio(ratio['high'])}, {dm.plural(rounds, 'paired round')})"
     )
     if verdict == "within noise":
         return [
             dm.Strong("Verdict: within noise."),
-            " B/A samples/s is "
-            f"{fmt_exact_ratio(ratio['estimate'])}{interval}: no difference the measurement can "
-            "tell apart.",
+            f" B/A samples/s is {fmt_exact_ratio(ratio['estimate'])}{interval}: no difference the "
+            "measurement can tell apart.",
         ]
     direction = "slower" if verdict == "slower" else "faster"
     return [
@@ -226,9 +224,8 @@ def compare_sections(r: dict[str, Any]) -> list[dm.Section]:
                     dm.Paragraph(
                         [
                             "Every figure of one side is the median of its windows, its spread "
-                            "(max − min) / median over "
-                            "its windows; B/A and its interval come from the paired rounds, as "
-                            "the rate's do."
+                            "(max − min) / median over its windows; B/A and its interval come from "
+                            "the paired rounds, as the rate's do."
                         ]
                     ),
                     table,
@@ -241,9 +238,8 @@ def compare_sections(r: dict[str, Any]) -> list[dm.Section]:
             [
                 dm.Paragraph(
                     [
-                        "Where the difference comes from: each side's stage breakdown, the "
-                        "stage that "
-                        "changed most first."
+                        "Where the difference comes from: each side's stage breakdown, the stage "
+                        "that changed most first."
                     ]
                 ),
                 stage,

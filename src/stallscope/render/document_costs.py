@@ -31,9 +31,8 @@ def epoch_section(epoch: EpochEstimate, r: dict[str, Any]) -> tuple[dm.Section, 
     blocks: list[dm.Block] = [
         dm.Paragraph(
             [
-                f"For an epoch of {rf.fmt_count(epoch.length)} samples (the dataset's length) "
-                "at the measured "
-                "steady-state rates:"
+                f"For an epoch of {rf.fmt_count(epoch.length)} samples (the dataset's length) at "
+                "the measured steady-state rates:"
             ]
         ),
         dm.Table(
@@ -53,9 +52,8 @@ def epoch_section(epoch: EpochEstimate, r: dict[str, Any]) -> tuple[dm.Section, 
         ]
     if best.startup_s is not None and not best.persistent and best.seconds > 0:
         notes.append(
-            f" Without persistent_workers each epoch also pays {rf.fmt_seconds(best.startup_s)} "
-            "of worker "
-            f"start-up ({rf.fmt_fraction(best.startup_s / best.seconds)} of the epoch)."
+            f" Without persistent_workers each epoch also pays {rf.fmt_seconds(best.startup_s)} of "
+            f"worker start-up ({rf.fmt_fraction(best.startup_s / best.seconds)} of the epoch)."
         )
     if notes:
         blocks.append(dm.Paragraph(notes))
@@ -91,8 +89,7 @@ def memory_section(memory: MemoryFacts, r: dict[str, Any]) -> tuple[dm.Section, 
         if row.shm_fraction is not None:
             parts.append(
                 f", {rf.fmt_fraction(row.shm_fraction)} of the "
-                f"{rf.fmt_bytes(memory.shm_free_bytes)} free in "
-                "/dev/shm"
+                f"{rf.fmt_bytes(memory.shm_free_bytes)} free in /dev/shm"
             )
         parts.append(".")
         if row.workers_rss_bytes is not None:
@@ -103,8 +100,7 @@ def memory_section(memory: MemoryFacts, r: dict[str, Any]) -> tuple[dm.Section, 
             if row.ram_fraction is not None:
                 parts.append(
                     f", {rf.fmt_fraction(row.ram_fraction)} of the "
-                    f"{rf.fmt_bytes(memory.ram_available_bytes)} "
-                    "of RAM available"
+                    f"{rf.fmt_bytes(memory.ram_available_bytes)} of RAM available"
                 )
             parts.append(".")
         blocks.append(dm.Paragraph(parts))

@@ -39,8 +39,7 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
     if bench.batches_timed and bench.window_s:
         intro += (
             f"; rates come from {bench.batches_timed:,} batches timed over "
-            f"{rf.fmt_seconds(bench.window_s)} of "
-            "steady state, start-up excluded"
+            f"{rf.fmt_seconds(bench.window_s)} of steady state, start-up excluded"
         )
     intro += "."
     if bench.single_process_ms_per_sample is not None:
@@ -115,10 +114,8 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
         if bench.latency_bound:
             parts.append(
                 f" The best uses {workers_of(best.config)} workers on {bench.cores} cores and "
-                "beats one process "
-                f"by more than {bench.cores}×, so the source is latency-bound: extra workers "
-                "overlap waiting, "
-                "not computation."
+                f"beats one process by more than {bench.cores}×, so the source is latency-bound: "
+                "extra workers overlap waiting, not computation."
             )
         blocks.append(dm.Paragraph(parts))
         headline = [
@@ -297,9 +294,8 @@ def best_section(best: BestConfig, r: dict[str, Any]) -> tuple[dm.Section, dm.Te
             dm.config_code(best.label),
             f" is within {rf.fmt_percent(best.within_pct)} of the best found, ",
             dm.config_code(best.best_found.label),
-            f" ({rf.fmt_rate(best.samples_per_s)} vs "
-            f"{rf.fmt_rate(best.best_found.samples_per_s)} samples/s); "
-            "no change is recommended.",
+            f" ({rf.fmt_rate(best.samples_per_s)} vs {rf.fmt_rate(best.best_found.samples_per_s)} "
+            "samples/s); no change is recommended.",
         ]
         blocks: list[dm.Block] = [dm.Paragraph(parts)]
         if best.snippet:
@@ -324,8 +320,7 @@ def best_section(best: BestConfig, r: dict[str, Any]) -> tuple[dm.Section, dm.Te
             "; the tuner's pick ",
             dm.config_code(best.overruled.label),
             f" ({rf.fmt_rate(best.overruled.samples_per_s)} samples/s) never raced it head to "
-            "head and was slower "
-            "beyond the noise",
+            "head and was slower beyond the noise",
         ]
     if not best.snippet:
         parts.append(".")
@@ -362,9 +357,8 @@ def stage_section(stages: StageFacts, r: dict[str, Any]) -> tuple[dm.Section, dm
         blocks.append(
             dm.Paragraph(
                 [
-                    f"{dm.plural(len(stages.rows), 'stage')} sum to "
-                    f"{rf.fmt_ms(stages.total_ms)} per sample; the "
-                    f"largest is {top.name} at {rf.fmt_ms(top.ms_per_sample)} "
+                    f"{dm.plural(len(stages.rows), 'stage')} sum to {rf.fmt_ms(stages.total_ms)} "
+                    f"per sample; the largest is {top.name} at {rf.fmt_ms(top.ms_per_sample)} "
                     f"({rf.fmt_fraction(top.share)})."
                 ]
             )
@@ -453,9 +447,8 @@ def training_section(t: TrainingFacts, r: dict[str, Any]) -> tuple[dm.Section, d
             text += f" over {rf.fmt_count(t.steps)} steps"
         if t.mean_data_ms is not None and t.mean_compute_ms is not None:
             text += (
-                f" (mean {rf.fmt_ms(t.mean_data_ms)} data wait and "
-                f"{rf.fmt_ms(t.mean_compute_ms)} compute per "
-                "step)"
+                f" (mean {rf.fmt_ms(t.mean_data_ms)} data wait and {rf.fmt_ms(t.mean_compute_ms)} "
+                "compute per step)"
             )
         first.append(text + ".")
     if t.verdict:
@@ -502,8 +495,7 @@ def training_section(t: TrainingFacts, r: dict[str, Any]) -> tuple[dm.Section, d
     if t.verdict and t.stall_fraction is not None:
         headline = [
             f"The training loop is {t.verdict}: it waited for data "
-            f"{rf.fmt_fraction(t.stall_fraction)} of step "
-            "time"
+            f"{rf.fmt_fraction(t.stall_fraction)} of step time"
         ]
         if t.steps is not None:
             headline.append(f" over {rf.fmt_count(t.steps)} steps")
@@ -547,8 +539,7 @@ def _distributed_text(d: dict[str, Any]) -> str:
     text += f"{d['world_size']} ranks" if isinstance(d.get("world_size"), int) else "the ranks"
     text += (
         f" the slowest, rank {d['slowest_rank']}, waited "
-        f"{rf.fmt_ms(d['max_data_wait_ms_per_step'])} per step for "
-        "data"
+        f"{rf.fmt_ms(d['max_data_wait_ms_per_step'])} per step for data"
     )
     if number(d.get("min_data_wait_ms_per_step")) is not None:
         text += f" against {rf.fmt_ms(d['min_data_wait_ms_per_step'])} on the fastest"

@@ -47,8 +47,7 @@ def windows_line(profile: dict[str, Any]) -> str | None:
         low, high = min(stalls, key=lambda s: s[0]), max(stalls, key=lambda s: s[0])
         text += (
             f": stall fraction {_pct(low[0])} to {_pct(high[0])} per window (worst: window "
-            f"{high[1]['index']}, "
-            f"from {_duration(high[1]['start_s'])})"
+            f"{high[1]['index']}, from {_duration(high[1]['start_s'])})"
         )
     p50 = [v for v in (number(w.get("step_ms_p50")) for w in windows) if v is not None]
     if p50:
@@ -88,13 +87,11 @@ def drift_line(drift: dict[str, Any] | None) -> str | None:
         since = f"; {_mb(after)} per thousand {per} since" if number(after) is not None else ""
         return (
             f"memory drift: plateaued: {grew}, levelled off after "
-            f"{rf.fmt_count(worst.get('plateaued_after'))} "
-            f"{per} it handled{since}"
+            f"{rf.fmt_count(worst.get('plateaued_after'))} {per} it handled{since}"
         )
     return (
         "memory drift: flat: no process grew by the memory-growth rule's "
-        f"{_mb(drift.get('minimum_mb'))} "
-        f"({grew}, {rates})"
+        f"{_mb(drift.get('minimum_mb'))} ({grew}, {rates})"
     )
 
 

@@ -108,8 +108,7 @@ class HTMLRenderer(dm.DocumentWriter):
             "<!DOCTYPE html>\n"
             '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>{esc(doc.title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-            "<header><div "
+            f"<title>{esc(doc.title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<header><div "
             f'class="wrap"><h1>{esc(doc.title)}</h1>{intro}<nav>{nav}</nav></div></header>\n'
             f'<main><div class="wrap">{body}</div></main>\n'
             "</body>\n</html>\n"

@@ -182,16 +182,14 @@ def _verdict_text(v: Verdict) -> dm.Text:
             dm.config_code(x["baseline"]),
             f" is within {rf.fmt_percent(x.get('within_pct'))} of the best found, ",
             dm.config_code(x["best"]),
-            f" ({rf.fmt_rate(x['samples_per_s'])} vs "
-            f"{rf.fmt_rate(x['baseline_samples_per_s'])} samples/s): keep it; no change is "
-            "recommended.",
+            f" ({rf.fmt_rate(x['samples_per_s'])} vs {rf.fmt_rate(x['baseline_samples_per_s'])} "
+            "samples/s): keep it; no change is recommended.",
         ]
     if v.label in ("loader-limited", "near-optimal"):
         return [
             dm.config_code(x["best"]),
-            f" delivers {rf.fmt_rate(x['samples_per_s'])} samples/s, "
-            f"{rf.fmt_ratio(x['speedup'])} the "
-            "baseline ",
+            f" delivers {rf.fmt_rate(x['samples_per_s'])} samples/s, {rf.fmt_ratio(x['speedup'])} "
+            "the baseline ",
             dm.config_code(x["baseline"]),
             f" ({rf.fmt_rate(x['baseline_samples_per_s'])} samples/s).",
         ]
@@ -204,8 +202,7 @@ def _verdict_text(v: Verdict) -> dm.Text:
     if v.label == "stage-bound":
         return [
             f"{x['stage']} takes {rf.fmt_ms(x['ms_per_sample'])} per sample, "
-            f"{rf.fmt_fraction(x['share'])} of the "
-            "measured per-sample time."
+            f"{rf.fmt_fraction(x['share'])} of the measured per-sample time."
         ]
     if v.label == "no errors":
         return [
