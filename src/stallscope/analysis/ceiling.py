@@ -350,8 +350,8 @@ def ceiling_sentence(c: dict[str, Any]) -> str:
         if c.get("basis") != "main-process":
             return (
                 text + ": more workers cannot help; only less CPU per sample (a cheaper decode, "
-                "augmentation "
-                "on the accelerator, caching the deterministic part) or more cores can."
+                "augmentation on the accelerator, caching the deterministic part) or more cores "
+                "can."
             )
         return (
             text
@@ -378,21 +378,20 @@ def _why_below(c: dict[str, Any]) -> str:
     if isinstance(cores, int) and others is not None and others >= OTHERS_SHARE * cores:
         return (
             f"other processes kept {others:.2f} of the {cores} usable cores busy while the CPU "
-            "cost was measured: "
-            f"{lost} may be theirs; measure on a quiet machine for the loader's own share."
+            f"cost was measured: {lost} may be theirs; measure on a quiet machine for the loader's "
+            "own share."
         )
     if isinstance(cores, int) and busy is not None and busy >= BUSY_SHARE * cores:
         return (
-            f"the loader's processes kept {busy:.2f} of the {cores} usable cores busy, so "
-            f"{lost} is the CPU "
-            "the hand-off between processes costs (serialising, the main process receiving), "
-            "not waiting."
+            f"the loader's processes kept {busy:.2f} of the {cores} usable cores busy, so {lost} "
+            "is the CPU the hand-off between processes costs (serialising, the main process "
+            "receiving), not waiting."
         )
     if isinstance(cores, int) and busy is not None:
         return (
-            f"the loader's processes kept only {busy:.2f} of the {cores} usable cores busy: "
-            f"{lost} is lost "
-            "to waits (workers blocked, too few workers or too small a prefetch), not to the cores."
+            f"the loader's processes kept only {busy:.2f} of the {cores} usable cores busy: {lost} "
+            "is lost to waits (workers blocked, too few workers or too small a prefetch), not to "
+            "the cores."
         )
     return (
         f"{lost} is lost to the loader's own overheads (hand-off between processes, waits), not "
@@ -407,16 +406,13 @@ def cores_sentence(n: dict[str, Any]) -> str:
     if n.get("efficiency_from") == "cpu" and at_pick is not None:
         how = (
             f"{_rate(n['target_rate'])} samples/s × {n['cpu_ms_per_sample']:.2f} ms of CPU per "
-            "sample in one process "
-            f"÷ {_pct(n['efficiency_used'])} CPU efficiency of {pick}, whose processes spend "
-            f"{at_pick:.2f} ms of CPU "
-            "per sample"
+            f"sample in one process ÷ {_pct(n['efficiency_used'])} CPU efficiency of {pick}, whose "
+            f"processes spend {at_pick:.2f} ms of CPU per sample"
         )
     else:
         how = (
             f"{_rate(n['target_rate'])} samples/s × {n['cpu_ms_per_sample']:.2f} ms of CPU per "
-            "sample ÷ "
-            f"{_pct(n['efficiency_used'])} parallel efficiency of {pick}"
+            f"sample ÷ {_pct(n['efficiency_used'])} parallel efficiency of {pick}"
         )
     source = (
         " (the training step's rate with free data)"
@@ -432,15 +428,13 @@ def cores_sentence(n: dict[str, Any]) -> str:
     if isinstance(usable, int) and others is not None and others >= OTHERS_SHARE * usable:
         if n.get("efficiency_from") != "cpu":  # a rate ratio carries the load; CPU time does not
             text += (
-                f" (other processes kept {others:.2f} of the {usable} usable cores busy "
-                "meanwhile: the efficiency "
-                "may read low and the cores high; measure on a quiet machine)"
+                f" (other processes kept {others:.2f} of the {usable} usable cores busy meanwhile: "
+                "the efficiency may read low and the cores high; measure on a quiet machine)"
             )
     if isinstance(usable, int) and n["cores"] > usable:
         return text + (
-            f"; this machine has {usable} usable: short by {n['short_by']:,.1f} cores: decode "
-            "on the "
-            "accelerator, a cheaper decode, or more CPU per accelerator."
+            f"; this machine has {usable} usable: short by {n['short_by']:,.1f} cores: decode on "
+            "the accelerator, a cheaper decode, or more CPU per accelerator."
         )
     return (
         text
@@ -458,8 +452,7 @@ def free_data_sentence(r: Record) -> str | None:
     batches = r.get("free_data_batches")
     text = (
         f"With free data ({batches} cached batches replayed, the loader shut down) train_step "
-        "takes "
-        f"{step * 1000:,.2f} ms per step"
+        f"takes {step * 1000:,.2f} ms per step"
     )
     data_ms = (
         number((r.get("data_ms") or {}).get("mean")) if isinstance(r.get("data_ms"), dict) else None
@@ -473,9 +466,8 @@ def free_data_sentence(r: Record) -> str | None:
         return text + "."
     loop_ms = data_ms + compute_ms
     return text + (
-        f", against {loop_ms:,.2f} ms in the profiled loop: fixing the loader can make the loop "
-        "at most "
-        f"{max(1.0, loop_ms / (step * 1000)):.2f}× faster."
+        f", against {loop_ms:,.2f} ms in the profiled loop: fixing the loader can make the loop at "
+        f"most {max(1.0, loop_ms / (step * 1000)):.2f}× faster."
     )
 
 
