@@ -1,4 +1,5 @@
-"""The facts a report states, as plain dataclasses, and the named targets its checklist compares against.
+"""The facts a report states, as plain dataclasses, and the named targets its checklist compares
+against.
 
 The rule modules build these from a record; renderers turn them into sentences, tables and plots.
 """
@@ -29,17 +30,17 @@ TARGETS: dict[str, tuple[float, float]] = {
 @dataclass
 class ConfigRate:
     label: str
-    config: dict
+    config: dict[str, Any]
     samples_per_s: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 @dataclass
 class BenchRow:
     label: str
-    config: dict
+    config: dict[str, Any]
     samples_per_s: float | None
     min_samples_per_s: float | None
     max_samples_per_s: float | None
@@ -85,7 +86,7 @@ class HeadToHeadRow:
     """A config that raced the pick in the same interleaved rounds, and why it was there."""
 
     label: str
-    config: dict
+    config: dict[str, Any]
     samples_per_s: float
     rounds: int | None
     role: str  # baseline | sweep-best | tuner | other
@@ -135,11 +136,11 @@ class TuningFacts:
 class BestConfig:
     source: str  # "tune" or "bench"
     label: str
-    config: dict
+    config: dict[str, Any]
     samples_per_s: float
     speedup: float | None  # vs the baseline below
     baseline: ConfigRate | None
-    result: dict | None  # the bench result with this config, when measured there
+    result: dict[str, Any] | None  # the bench result with this config, when measured there
     snippet: str = ""  # the user's loader call with this config (tuning/emit.py, the one builder)
     # "Keep yours": the config above is the user's own, within ``within_pct`` % of ``best_found``.
     keep_baseline: bool = False
@@ -186,7 +187,7 @@ class StageFacts:
     top: StageRow | None
     augmentation: AugmentationFacts | None
     hotspots: list[HotspotRow]
-    run: dict = field(default_factory=dict)  # how the stages were measured (stage_run)
+    run: dict[str, Any] = field(default_factory=dict)  # how the stages were measured (stage_run)
     notes: list[str] = field(default_factory=list)
 
 
@@ -201,13 +202,13 @@ class TrainingFacts:
     mean_data_ms: float | None  # steady state (the record's data_ms.mean), else over the timeline
     mean_compute_ms: float | None
     occupancy: Any
-    ranks: list[dict]
+    ranks: list[dict[str, Any]]
     advice: list[str]
-    resources: dict | None
+    resources: dict[str, Any] | None
     config_label: str | None = None  # the loader the loop ran with
     epoch_steps: int | None = None
     first_batch_share: float | None = None  # of one epoch (startup_share_per_epoch)
-    distributed: dict | None = None
+    distributed: dict[str, Any] | None = None
     input_bound_at: float | None = None  # the profiler's own threshold, when recorded
 
 
@@ -310,7 +311,7 @@ class FindingView:
     code: str
     severity: str
     message: str
-    evidence: dict
+    evidence: dict[str, Any]
     fix: str | None
     derived: dict[str, float] = field(default_factory=dict)
 

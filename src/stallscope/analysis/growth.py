@@ -1,4 +1,5 @@
-"""The memory-growth rule, shared by ``check`` (memory-growth) and ``watch``/``profile`` (memory drift). Pure functions.
+"""The memory-growth rule, shared by ``check`` (memory-growth) and ``watch``/``profile`` (memory
+drift). Pure functions.
 
 One rule for both: a memory channel (MB readings against samples) grows when
 it gained at least a channel's minimum in all and at least
@@ -19,7 +20,8 @@ HEAP_MIN_MB = 8.0  # tracemalloc is exact: no allocator noise to allow for
 NATIVE_MIN_MB = (
     32.0  # clean pipelines grow too: allocator arenas (Pillow, glibc) and pages a fork child
 )
-# touches first; the demo grew 13–35 MB per probe worker over three passes, and in one process stays flat
+# touches first; the demo grew 13–35 MB per probe worker over three passes, and in one process stays
+# flat
 GROWTH_MIN_MB_PER_1000 = 0.5
 GROWTH_MIN_POINTS = 5
 # A channel has plateaued when its last third of readings grows at less than this share of
@@ -94,5 +96,8 @@ def channel_growth(
 
 
 def grows(channel: dict[str, Any], minimum_mb: float) -> bool:
-    """Whether a :func:`channel_growth` result counts as growth (before asking whether it plateaued)."""
-    return channel["grew_mb"] >= minimum_mb and channel["mb_per_1000"] >= GROWTH_MIN_MB_PER_1000
+    """Whether a :func:`channel_growth` result counts as growth (before asking whether it
+    plateaued)."""
+    return bool(
+        channel["grew_mb"] >= minimum_mb and channel["mb_per_1000"] >= GROWTH_MIN_MB_PER_1000
+    )

@@ -38,7 +38,8 @@ def recommend_best_config(r: Record) -> Recommendation | None:
 
 
 def recommend_persistent_workers(r: Record) -> Recommendation | None:
-    """Only on its measurement: the epoch-boundary gap with and without persistent workers (issue 10)."""
+    """Only on its measurement: the epoch-boundary gap with and without persistent workers (issue
+    10)."""
     tuning = tuning_facts(r)
     gap = tuning.persistent if tuning is not None else None
     if (
@@ -70,8 +71,8 @@ RECOMMENDATION_RULES: list[RecommendationRule] = [
     recommend_persistent_workers,
 ]
 
-# Record recommendations (by id) that already give a derived one's advice: the tuner's pick, the profiler's
-# epoch start-up advice.
+# Record recommendations (by id) that already give a derived one's advice: the tuner's pick, the
+# profiler's epoch start-up advice.
 SAME_ADVICE: dict[str, set[str]] = {
     "use-best-config": {"loader-config", "keep-yours"},
     "persistent-workers": {"profile-epoch-startup"},
@@ -85,7 +86,8 @@ def recommendations(
     out: list[Recommendation] = []
     seen: set[str] = set()
     best = best_configuration(r)
-    # One winner: when the sweep's best overrules the tuner's pick, the tuner's own advice to switch goes.
+    # One winner: when the sweep's best overrules the tuner's pick, the tuner's own advice to switch
+    # goes.
     overruled = best is not None and best.overruled is not None
     for rec in r.get("recommendations") or []:
         if not isinstance(rec, dict) or (overruled and rec.get("id") == "loader-config"):

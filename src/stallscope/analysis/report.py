@@ -1,4 +1,5 @@
-"""Report analysis: one entry, :func:`report_facts`, from a run record to every fact a report states.
+"""Report analysis: one entry, :func:`report_facts`, from a run record to every fact a report
+states.
 
 Renderers never compute: they ask :func:`report_facts` for a :class:`~.facts.ReportFacts` and turn
 each fact into sentences, tables and plots. Every function of this layer reads only the record
@@ -35,7 +36,7 @@ from .sections import bench_facts, best_configuration, stage_facts, training_fac
 from .verdict_rules import verdict
 
 # ReportFacts field -> the function of the record that gives it.
-SECTIONS: dict[str, Callable[[dict], Any]] = {
+SECTIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "verdict": verdict,
     "bench": bench_facts,
     "tuning": tuning_facts,

@@ -15,23 +15,24 @@ _KNOB_ADVICE = {
     "batched_fetch": (
         "batched-fetch",
         "Fetch whole batches instead of single items",
-        "Per-item __getitem__ calls and the collate dominate for this in-memory dataset. Give the dataset a "
-        "__getitems__(indices) that indexes its arrays once per batch (for tensors: "
+        "Per-item __getitem__ calls and the collate dominate for this in-memory dataset. Give the "
+        "dataset a __getitems__(indices) that indexes its arrays once per batch (for tensors: "
         "t.index_select(0, torch.as_tensor(indices)), which stays off the intra-op thread pool), "
-        "or build the loader with ss.make_loader(..., config) where the config has batched_fetch: true.",
+        "or build the loader with ss.make_loader(..., config) where the config has "
+        "batched_fetch: true.",
     ),
     "in_order": (
         "in-order-false",
         "Let batches arrive out of order (in_order=False)",
-        "Fetch times are jittery: with in_order=True one slow batch holds back every batch behind it. "
-        "in_order=False (torch >= 2.6) lets the other workers' batches through; sample order within an epoch "
-        "then varies between runs.",
+        "Fetch times are jittery: with in_order=True one slow batch holds back every batch behind "
+        "it. in_order=False (torch >= 2.6) lets the other workers' batches through; sample order "
+        "within an epoch then varies between runs.",
     ),
     "torch_threads": (
         "intra-op-threads",
         "Cap the main process's intra-op threads",
-        "Loading runs in the main process here; its torch ops contend with torch's own thread pool. "
-        "Call torch.set_num_threads(n) with the measured n before building the loader.",
+        "Loading runs in the main process here; its torch ops contend with torch's own thread "
+        "pool. Call torch.set_num_threads(n) with the measured n before building the loader.",
     ),
 }
 
@@ -62,12 +63,13 @@ def keep_yours_sentence(best: dict[str, Any], baseline: dict[str, Any]) -> str:
     within = best.get("within_pct") or 0.0
     if best.get("config") == baseline.get("config"):
         return (
-            f"your settings ({best['label']}, {baseline['samples_per_s']:,.1f} samples/s) were the fastest found; "
-            "no change is recommended"
+            f"your settings ({best['label']}, {baseline['samples_per_s']:,.1f} samples/s) were the "
+            "fastest found; no change is recommended"
         )
     return (
         f"your loader is within {within:.1f}% of the best found ({best['label']} at "
-        f"{best['samples_per_s']:,.1f} vs your {baseline['samples_per_s']:,.1f} samples/s); no change is recommended"
+        f"{best['samples_per_s']:,.1f} vs your {baseline['samples_per_s']:,.1f} samples/s); no "
+        "change is recommended"
     )
 
 
@@ -93,10 +95,13 @@ def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "id": "loader-config",
                 "title": "Use the tuned DataLoader settings",
-                "detail": f"{best['label']} instead of {baseline['label']} (`stallscope tune --emit python` prints the call).",
+                "detail": (
+                    f"{best['label']} instead of {baseline['label']} (`stallscope tune --emit "
+                    "python` prints the call)."
+                ),
                 "measured": (
-                    f"{best['samples_per_s']:.1f} vs {baseline['samples_per_s']:.1f} samples/s in steady state; "
-                    + how_sure(best)
+                    f"{best['samples_per_s']:.1f} vs {baseline['samples_per_s']:.1f} samples/s "
+                    "in steady state; " + how_sure(best)
                 ),
                 "expected_gain": f"{speedup:.2f}x throughput",
             }
@@ -143,7 +148,8 @@ def _keep_yours(best: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any
 
 
 def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """Latency-bound and the pick has more workers than cores: say so, with the measured gain over cores workers."""
+    """Latency-bound and the pick has more workers than cores: say so, with the measured gain over
+    cores workers."""
     search = section.get("search", {})
     cores = search.get("space", {}).get("cores")
     workers = section["best"]["config"]["num_workers"]
@@ -168,11 +174,13 @@ def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
             "id": "workers-beyond-cores",
             "title": f"Use more workers than cores ({workers} on {cores} core(s))",
             "detail": (
-                "The fetch mostly waits (storage, network, sleep) rather than computing, so workers overlap their "
-                "waits; the usual num_workers = cores leaves that idle time on the table."
+                "The fetch mostly waits (storage, network, sleep) rather than computing, so "
+                "workers overlap their waits; the usual num_workers = cores leaves that idle time "
+                "on the table."
             ),
             "measured": (
-                f"{section['best']['samples_per_s']:.1f} samples/s with {workers} workers vs {rate:.1f} with {cores}"
+                f"{section['best']['samples_per_s']:.1f} samples/s with {workers} workers vs "
+                f"{rate:.1f} with {cores}"
                 + (f"; the fetch used {cpu:.0%} CPU per wall second" if cpu is not None else "")
             ),
             "expected_gain": f"+{gain:.0%} throughput",
@@ -181,7 +189,8 @@ def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _persistent(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """persistent_workers=True only with its measured epoch-boundary gap (search.persistent_workers)."""
+    """persistent_workers=True only with its measured epoch-boundary gap
+    (search.persistent_workers)."""
     gap = section.get("search", {}).get("persistent_workers")
     if (
         not gap
@@ -194,12 +203,12 @@ def _persistent(section: dict[str, Any]) -> list[dict[str, Any]]:
             "id": "persistent-workers",
             "title": "Keep workers alive between epochs (persistent_workers=True)",
             "detail": (
-                "Without it every epoch shuts the workers down, starts new ones and waits for their first batch; "
-                "steady-state throughput is the same either way."
+                "Without it every epoch shuts the workers down, starts new ones and waits for "
+                "their first batch; steady-state throughput is the same either way."
             ),
             "measured": (
-                f"gap at an epoch boundary ({gap['measured_on']}): {gap['gap_without_s']:.2f} s without, "
-                f"{gap['gap_with_s']:.2f} s with persistent workers"
+                f"gap at an epoch boundary ({gap['measured_on']}): {gap['gap_without_s']:.2f} s "
+                f"without, {gap['gap_with_s']:.2f} s with persistent workers"
             ),
             "expected_gain": f"{gap['saved_s']:.2f} s saved per epoch after the first",
         }
@@ -207,7 +216,8 @@ def _persistent(section: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _worker_threads(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """The pick fetches with threads: say how, against the best plain worker count measured (pure)."""
+    """The pick fetches with threads: say how, against the best plain worker count measured
+    (pure)."""
     best = section["best"]
     threads = best["config"].get("worker_threads", 0)
     if not threads:
@@ -227,8 +237,8 @@ def _worker_threads(section: dict[str, Any]) -> list[dict[str, Any]]:
             best["samples_per_s"] / top["samples_per_s"] - 1 if top["samples_per_s"] > 0 else None
         )
         measured += (
-            f" vs {top['samples_per_s']:,.1f} with the best plain worker count measured ({top['label']}, "
-            f"{top['config']['num_workers']} processes)"
+            f" vs {top['samples_per_s']:,.1f} with the best plain worker count measured "
+            f"({top['label']}, {top['config']['num_workers']} processes)"
         )
     workers = best["config"]["num_workers"]
     where = f"each of the {workers} workers" if workers else "the main process"
@@ -237,9 +247,10 @@ def _worker_threads(section: dict[str, Any]) -> list[dict[str, Any]]:
             "id": "worker-threads",
             "title": f"Fetch each batch's items with {threads} threads per worker",
             "detail": (
-                f"The fetch mostly waits, and the dataset passed the thread-safety check: {where} fetches a batch's "
-                f"items with {threads} threads, which overlaps the waits like more processes would, for a fraction of "
-                f"their memory. Wrap the dataset: dataset = ss.threaded_dataset(dataset, threads={threads})."
+                f"The fetch mostly waits, and the dataset passed the thread-safety check: {where} "
+                f"fetches a batch's items with {threads} threads, which overlaps the waits like "
+                "more processes would, for a fraction of their memory. Wrap the dataset: dataset "
+                f"= ss.threaded_dataset(dataset, threads={threads})."
             ),
             "measured": measured,
             "expected_gain": (
