@@ -27,6 +27,9 @@ GROWTH_MIN_POINTS = 5
 PLATEAU_RATE_SHARE = 1 / 3
 # The plateau starts at the first point within this share of the total growth of its final level.
 PLATEAU_LEVEL_SHARE = 0.1
+# A plateau is judged only past this many passes over the data: a cache filling on the first pass
+# levels off after it, so half a pass more is the least that shows it.
+PLATEAU_AFTER_PASSES = 1.5
 
 
 def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
@@ -70,7 +73,7 @@ def channel_growth(
         "plateaued_after": None,
     }
     end = xs[-1]
-    if not pass_samples or end < 1.5 * pass_samples:
+    if not pass_samples or end < PLATEAU_AFTER_PASSES * pass_samples:
         return result
     head = [(x, y) for x, y in zip(xs, ys) if x <= end / 3]
     tail = [(x, y) for x, y in zip(xs, ys) if x >= 2 * end / 3]

@@ -40,10 +40,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..config import LoaderConfig
-from .space import MIN_GAIN, PLATEAU_TOLERANCE, TIE_MARGIN, cost_key
+from ..thresholds import CONFIDENCE_LEVEL, TIE_MARGIN
+from .space import MIN_GAIN, PLATEAU_TOLERANCE, cost_key
 from .trial import Trial
 
-# The tie margin: the pick is claimed at least as fast as each rival within this fraction.
+# The pick is claimed at least as fast as each rival within this fraction: the tie margin.
 MARGIN = TIE_MARGIN
 # Fewer interleaved rounds than this give no confidence at all (NOTE [paired rounds]).
 MIN_ROUNDS = 2
@@ -55,8 +56,9 @@ NOISE_FLOOR = 0.02
 # A rival that raced one round with the pick (dropped as far behind): its ratio's per-round spread,
 # assumed, as wide as the largest noise threshold the search allows (search.MAX_SIG).
 ONE_ROUND_NOISE = 0.10
-# The race stops once the pick is this sure (and has raced CONFIDENT_ROUNDS rounds).
-STOP_CONFIDENCE = 0.95
+# The race stops once the pick is this sure (and has raced CONFIDENT_ROUNDS rounds): the level at
+# which stallscope makes a claim (thresholds.py).
+STOP_CONFIDENCE = CONFIDENCE_LEVEL
 
 
 # -- Student's t, for integer degrees of freedom (no SciPy dependency) -----------------------------
@@ -294,7 +296,9 @@ def decide_from_scan(
     )
 
 
-def clearly_slower(ratios: Sequence[float], *, tolerance: float, level: float = 0.95) -> bool:
+def clearly_slower(
+    ratios: Sequence[float], *, tolerance: float, level: float = CONFIDENCE_LEVEL
+) -> bool:
     """Whether a config is slower than the leader beyond the noise, from its paired per-round ratios
     (its rate / the leader's): the one-sided ``level`` t upper bound of the ratio stays below
     1 − tolerance (spread floored at ``NOISE_FLOOR``; never from fewer than two rounds)."""

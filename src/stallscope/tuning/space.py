@@ -11,17 +11,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import LoaderConfig
+from ..thresholds import TIE_MARGIN
 
 MB = 1024 * 1024
 
-# A climb step must beat the best so far by this much (or by the measured noise) to count.
-MIN_GAIN = 0.03
-# Within this fraction of the leader, the cheaper config is preferred (a plateau) among single scan measurements.
+# A climb step must beat the best so far by this much (or by the measured noise) to count: the
+# tie margin (thresholds.py), since a smaller gain is one the final race would call a tie. In the
+# final race, within TIE_MARGIN of the leader (paired by round) a config is tied with it, the
+# cheapest tied config is the pick, and the confidence is that the pick is no slower than any rival
+# beyond it (NOTE [what the confidence states] in confidence.py).
+MIN_GAIN = TIE_MARGIN
+# Within this fraction of the leader, the cheaper config is preferred (a plateau) among single
+# scan measurements: 1%, below the tie margin, because one scan measurement is not raced again.
 PLATEAU_TOLERANCE = 0.01
-# In the final race: within this fraction of the leader (paired by round) a config is tied with it, the cheapest
-# tied config is the pick, and the confidence is that the pick is no slower than any rival beyond it. The noise
-# floor of a gain (NOTE [what the confidence states] in confidence.py).
-TIE_MARGIN = MIN_GAIN
 # Per-worker private memory assumed until one worker has been measured.
 DEFAULT_WORKER_BYTES = 256 * MB
 # Memory allowed per fetch thread (worker_threads) on top of its process.

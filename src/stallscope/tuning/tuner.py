@@ -36,6 +36,7 @@ from ..pipeline.structure import nbytes
 from ..runtime.host import cuda_available, usable_cores
 from ..runtime.processes import no_orphans
 from ..target import Pipeline, load_target, preflight
+from ..thresholds import MEMORY_BUDGET_SHARE
 from ..throughput.epochs import EpochGap, epoch_gap
 from .search import Search
 from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
@@ -43,8 +44,6 @@ from .threads import thread_eligibility
 from .trial import InterleavingEvaluator, SearchResult, Trial
 
 DEFAULT_BUDGET_S = 60.0
-# Default memory budget: this share of available RAM for workers + in-flight batches (tf.data's ram_budget).
-MEMORY_SHARE = 0.5
 # Batched fetching is only probed when a batch is this cheap in-process (in-memory data).
 BATCHED_PROBE_MAX_S = 0.05
 
@@ -609,7 +608,7 @@ def tune(
     budget_bytes = (
         int(memory_budget_mb * MB)
         if memory_budget_mb
-        else int(MEMORY_SHARE * psutil.virtual_memory().available)
+        else int(MEMORY_BUDGET_SHARE * psutil.virtual_memory().available)
     )
     memory = MemoryBudget(budget_bytes=budget_bytes, batch_bytes=profile.batch_bytes)
     baseline = pipeline.baseline.replace(batch_size=pipeline.batch_size)
