@@ -25,6 +25,8 @@ import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from torch.utils.data import Sampler
+
 from ..config import LoaderConfig
 from ..errors import PipelineError, UsageError, describe_exception
 from ..runtime.processes import shutdown_iterator
@@ -158,7 +160,7 @@ def prepare_model(model: Any, device: str) -> Any:
 # -- samplers ------------------------------------------------------------------------------
 
 
-class RankShardSampler:
+class RankShardSampler(Sampler[int]):
     """``total`` indices of this rank's shard (rank, rank + world, ...), cycling over the dataset."""
 
     def __init__(self, length: int, total: int, rank: int = 0, world_size: int = 1) -> None:
@@ -234,7 +236,7 @@ def run_profile(
         # One process: the user's own batches, epoch after epoch (NOTE [loader fidelity]).
         loader = build_loader(pipeline, config, cycle=total, timeout=timeout)
     move = device != "cpu"
-    options = {
+    options: dict[str, Any] = {
         "warmup": warmup,
         "name": "profile",
         "sample_interval": sample_interval,

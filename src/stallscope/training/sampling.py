@@ -34,6 +34,7 @@ lookahead generator), so the integrations sample occupancy as ``ss.watch`` does.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -350,7 +351,7 @@ class BackgroundSampler:
             waited = time.perf_counter()
             with cond:
                 cond.wait_for(
-                    lambda w=window: self._over(w),
+                    functools.partial(self._over, window),
                     min(due_sample if useful else math.inf, due_resources),
                 )
                 over, running = self._over(window), self._running

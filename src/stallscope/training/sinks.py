@@ -274,9 +274,11 @@ def log_function(log: Any) -> Callable[[str], Any]:
     if log is None:
         return lambda line: print(line, file=sys.stderr, flush=True)
     if hasattr(log, "info"):  # a logging.Logger
-        return log.info
+        info: Callable[[str], Any] = log.info
+        return info
     if callable(log):
-        return log
+        function: Callable[[str], Any] = log
+        return function
     raise UsageError(f"log must be a callable or a logging.Logger, not {type(log).__name__}.")
 
 

@@ -94,7 +94,7 @@ class StepTimes:
         return n > first_step and self.last_open()
 
     # -- derived, when asked ---------------------------------------------------------------
-    def data(self) -> array:
+    def data(self) -> array[float]:
         """The data wait of every step (s); extended in place as steps come."""
         n = len(self.delivered)
         k = len(self._data)
@@ -102,7 +102,7 @@ class StepTimes:
             self._data.extend(map(sub, self.delivered[k:n], self.requested[k:n]))
         return self._data
 
-    def compute(self) -> array:
+    def compute(self) -> array[float]:
         """The compute of every closed step (s); extended in place as steps close."""
         closed = self.closed
         c = len(self._compute)

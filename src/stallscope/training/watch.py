@@ -25,7 +25,8 @@ framework), ``with w.data(): ...``, ``w.data_start()`` / ``w.data_end()``,
 
 The per-step record (clock readings only, waits and compute derived when
 asked) is :mod:`.steps`; outputs while the loop runs go through
-:mod:`.sinks`; background sampling lives in :mod:`.sampling`; the
+:mod:`.sinks`, which read it through :mod:`.readings`; background sampling
+lives in :mod:`.sampling`; the
 ``profile`` section is built when asked, by :mod:`.profile_section` (from
 :mod:`.summary`, and the time windows for long runs of :mod:`.windows`);
 the exchange across ranks under torchrun is :mod:`.gather`. The text summary
@@ -64,6 +65,7 @@ from ..errors import UsageError
 from . import gather as ranks
 from . import windows as time_windows
 from .profile_section import profile_section
+from .readings import WatchReadings
 from .sampling import (
     BackgroundSampler,
     InlineReadings,
@@ -86,7 +88,7 @@ Clock = Callable[[], float]
 FETCH_TIMING = "fetch"
 
 
-class Watch:
+class Watch(WatchReadings):
     """Wraps an iterable loader and records data wait vs compute per step. See the module docstring.
 
     Use :func:`watch` to create one. Iterating it iterates the loader (one
@@ -212,9 +214,10 @@ class Watch:
 
     def _synced_clock(self) -> float:
         """The step boundary with ``sync``: the synchronise is device work, so compute includes it."""
-        clock = self._clock
+        clock, sync = self._clock, self._sync
+        assert sync is not None  # this clock is chosen only when there is a synchronise
         t_sync = clock()
-        self._sync()
+        sync()
         now = clock()
         self._sync_s.append(now - t_sync)
         return now
@@ -271,7 +274,7 @@ class Watch:
             self._sampling = False
             if self._inline_open:
                 self._close_inline()
-            else:
+            elif self._sampler is not None:
                 self._sampler.end_epoch()  # files the epoch's results in the background
         self._sinks.flush(self)
 
@@ -406,101 +409,6 @@ class Watch:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- delegation -----------------------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self._loader)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._loader, name)
-
-    @property
-    def loader(self) -> Any:
-        return self._loader
-
-    @property
-    def current_iterator(self) -> Any:
-        """The loader iterator of the latest epoch (e.g. to shut its workers down)."""
-        return self._iterator()
-
-    @property
-    def steps(self) -> int:
-        """Steps recorded so far (batches delivered)."""
-        return self._steps.steps
-
-    @property
-    def _data(self) -> array:
-        """Data wait per step (s), derived from the clock readings."""
-        return self._steps.data()
-
-    @property
-    def _compute(self) -> array:
-        """Compute per closed step (s), derived from the clock readings."""
-        return self._steps.compute()
-
-    # -- what sinks read (sinks.StepSource) --------------------------------------------------
-    @property
-    def closed_steps(self) -> int:
-        return self._steps.closed
-
-    def window(self, start: int, end: int) -> tuple[float, float]:
-        """Sums of data wait and compute (s) over the closed steps ``[start, end)``."""
-        return self._steps.sums(start, end)
-
-    def stall_between(self, start: int, end: int | None = None) -> float | None:
-        """Stall fraction of the closed steps in ``[start, end)`` (None when they took no time)."""
-        closed = self.closed_steps
-        end = closed if end is None else min(end, closed)
-        data, compute = self.window(start, end)
-        return data / (data + compute) if data + compute > 0 else None
-
-    def step_rows(self, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
-        """Closed steps as dicts: step, epoch, t_s (since the first request), data_ms, compute_ms, first."""
-        return self._steps.rows(start, end, epoch_starts=self._epoch_starts, origin=self._t0 or 0.0)
-
-    def closed_windows(self, upto: int, *, final: bool) -> list[dict[str, Any]]:
-        """Time windows of the steps from ``upto`` that are over (with ``final``, the open one too); see windows.py."""
-        if self._t0 is None:
-            return []
-        end = self._steps.closed_windows_end(
-            upto, origin=self._t0, window_s=self.window_s, final=final
-        )
-        return self._windows(upto, end) if end > upto else []
-
-    def _windows(self, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
-        if self._t0 is None:
-            return []
-        windows = time_windows.step_windows(
-            self._steps.requested,
-            self._data,
-            self._compute,
-            epoch_starts=self._epoch_starts,
-            warmup=self.warmup,
-            origin=self._t0,
-            window_s=self.window_s,
-            batch_size=self._batch_size,
-            start=start,
-            end=end,
-        )
-        return time_windows.with_resources(windows, self._resource_windows)
-
-    @property
-    def rank(self) -> int | None:
-        """This process's rank under torchrun (None outside a distributed job)."""
-        return ranks.current_rank()
-
-    def latest_buffer(self) -> tuple[int, int] | None:
-        return self._samples.latest_buffer()
-
-    def latest_gpu_util(self) -> float | None:
-        return self._samples.latest_gpu_util()
-
-    def latest_cpu(self) -> tuple[float, float] | None:
-        if not self._sampling:
-            return None
-        return self._inline.latest_cpu() if self._inline_open else self._sampler.latest_cpu()
 
     # -- results ---------------------------------------------------------------------------
     def summary(self) -> str:

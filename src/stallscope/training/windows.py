@@ -257,7 +257,7 @@ class WindowSink:
         name = getattr(self._source, "name", None)
         rank = getattr(self._source, "rank", None)
         if self.path is not None:
-            handle = self._open()
+            handle = self._open(self.path)
             lines = (
                 json.dumps({"kind": "window", "name": name, "rank": rank, **w}) + "\n"
                 for w in windows
@@ -268,10 +268,10 @@ class WindowSink:
             for w in windows:
                 _scalars(self._writer, f"stallscope/{name}/window", w)
 
-    def _open(self) -> IO[str]:
+    def _open(self, path: Path) -> IO[str]:
         if self._handle is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = self.path.open("a")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = path.open("a")
         return self._handle
 
 

@@ -124,7 +124,7 @@ def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
     from ..pipeline.structure import describe_structure
 
     cls = type(dataset)
-    print_ = {"type": f"{cls.__module__}.{cls.__qualname__}"}
+    print_: dict[str, Any] = {"type": f"{cls.__module__}.{cls.__qualname__}"}
     try:
         print_["length"] = len(dataset)
     except TypeError:
@@ -176,7 +176,11 @@ def host_fingerprint() -> dict[str, Any]:
 
 
 def cache_key(
-    dataset: Any, batch_size: int, *, collate_fn: Callable | None = None, extra: dict | None = None
+    dataset: Any,
+    batch_size: int,
+    *,
+    collate_fn: Callable[..., Any] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> str:
     """SHA-256 (first 24 hex digits) over dataset fingerprint, batch size, collate, host and torch version."""
     material = {
@@ -245,7 +249,7 @@ def resolve_config(
     batch_size: int | None,
     config: str | Path | LoaderConfig,
     *,
-    collate_fn: Callable | None = None,
+    collate_fn: Callable[..., Any] | None = None,
     shuffle: bool = False,
     drop_last: bool = False,
     tune_budget_s: float = 60.0,
@@ -298,7 +302,7 @@ def _tune_dataset(
     dataset: Any,
     batch_size: int,
     *,
-    collate_fn: Callable | None,
+    collate_fn: Callable[..., Any] | None,
     shuffle: bool,
     drop_last: bool,
     budget_s: float,
@@ -324,7 +328,7 @@ def make_loader(
     config: str | Path | LoaderConfig = "auto",
     *,
     shuffle: bool = False,
-    collate_fn: Callable | None = None,
+    collate_fn: Callable[..., Any] | None = None,
     drop_last: bool = False,
     sampler: Any = None,
     generator: Any = None,

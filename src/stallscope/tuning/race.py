@@ -143,7 +143,10 @@ class Race:
         seeded = {e.config for e in self.entrants if e.seeded}
         roles = {e.config: e.role for e in self.entrants}
         scan = {e.config: e.scan_rate for e in self.entrants}
-        rate = lambda c: self.log.median(c) or scan.get(c, 0.0)  # noqa: E731
+
+        def rate(c: LoaderConfig) -> float:
+            return self.log.median(c) or scan.get(c, 0.0)
+
         out = list(alive)
         while len(out) > 2 and not self.affordable(self.round_cost(out)):
             leader = max(out, key=rate)

@@ -50,7 +50,7 @@ def classify(profile: Profile, r0: float, rc: float | None, cores: int, batch_si
         why = (
             f"a batch costs {batch_s * 1000:.2f} ms in-process, comparable to moving it between processes"
             if batch_s < OVERHEAD_BATCH_S
-            else f"{cores} workers gave {rc / r0 if r0 else 0:.2f}x the single-process rate"
+            else f"{cores} workers gave {(rc or 0.0) / r0 if r0 else 0:.2f}x the single-process rate"
         )
         return Region("overhead-bound", why, predicted_workers=1.0)
     return Region(

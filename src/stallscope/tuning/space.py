@@ -197,7 +197,7 @@ def confirm_window(config: LoaderConfig, settings: SearchSettings) -> float:
     return settings.confirm_window_s
 
 
-def cost_key(config: LoaderConfig) -> tuple:
+def cost_key(config: LoaderConfig) -> tuple[int, ...]:
     """Preferred first among equals: fewer workers, then fewer fetch threads per worker, shallower
     prefetch, ordered, default intra-op threads,
     smaller batches, pinned memory (a loader-only measurement cannot see the faster host-to-device
