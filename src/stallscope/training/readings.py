@@ -88,11 +88,13 @@ class WatchReadings:
         return data / (data + compute) if data + compute > 0 else None
 
     def step_rows(self, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
-        """Closed steps as dicts: step, epoch, t_s (since the first request), data_ms, compute_ms, first."""
+        """Closed steps as dicts: step, epoch, t_s (since the first request), data_ms, compute_ms,
+        first."""
         return self._steps.rows(start, end, epoch_starts=self._epoch_starts, origin=self._t0 or 0.0)
 
     def closed_windows(self, upto: int, *, final: bool) -> list[dict[str, Any]]:
-        """Time windows of the steps from ``upto`` that are over (with ``final``, the open one too); see windows.py."""
+        """Time windows of the steps from ``upto`` that are over (with ``final``, the open one too);
+        see windows.py."""
         if self._t0 is None:
             return []
         end = self._steps.closed_windows_end(

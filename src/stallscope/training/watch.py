@@ -164,7 +164,8 @@ class Watch(WatchReadings):
         self._sampling = (
             False  # the sampler is told an epoch is in progress (or the inline window is open)
         )
-        # Resources read on the loop's own thread when no thread is needed (NOTE [sampler and the GIL]).
+        # Resources read on the loop's own thread when no thread is needed (NOTE
+        # [sampler and the GIL]).
         self._inline: Any = None  # InlineReadings, from the first epoch read inline
         self._inline_open = False
         self._tick_due = sys.maxsize  # the step at which the inline reading is due
@@ -213,7 +214,8 @@ class Watch(WatchReadings):
             self._end_epoch()
 
     def _synced_clock(self) -> float:
-        """The step boundary with ``sync``: the synchronise is device work, so compute includes it."""
+        """The step boundary with ``sync``: the synchronise is device work, so compute includes
+        it."""
         clock, sync = self._clock, self._sync
         assert sync is not None  # this clock is chosen only when there is a synchronise
         t_sync = clock()
@@ -237,7 +239,8 @@ class Watch(WatchReadings):
             self._gpu = open_gpu(self._gpu_spec)
 
     def _begin_sampling(self) -> None:
-        """Tell the background sampler an epoch runs (starting its thread at the first epoch), or read inline."""
+        """Tell the background sampler an epoch runs (starting its thread at the first epoch), or
+        read inline."""
         if self._sampling or not self.sample_resources:
             return
         if self._sampler is None and not needs_thread(self._gpu, self._iterator()):
@@ -298,13 +301,15 @@ class Watch(WatchReadings):
             self._sampler.settle()
 
     def _in_steady_state(self) -> bool:
-        """Whether the current epoch has delivered its first batch and warm-up is over (sampler thread)."""
+        """Whether the current epoch has delivered its first batch and warm-up is over (sampler
+        thread)."""
         steps = self._steps.steps
         starts = self._epoch_starts
         return bool(starts) and steps > starts[-1] and steps > self.warmup and not self._paused
 
     def observe(self, iterator: Any) -> None:
-        """Sample this loader iterator's prefetch buffer and workers (found inside a framework's wrapper)."""
+        """Sample this loader iterator's prefetch buffer and workers (found inside a framework's
+        wrapper)."""
         found = find_loader_iterator(iterator)
         self._iterator = weak_getter(found if found is not None else iterator)
 
@@ -388,7 +393,8 @@ class Watch(WatchReadings):
     ) -> TimedIterator:
         """``iterator`` with every ``next()`` timed as data wait (for frameworks that own the loop).
 
-        ``ahead`` and ``stop_ends_wait``: for a consumer that fetches ahead of its loop, see :class:`TimedIterator`.
+        ``ahead`` and ``stop_ends_wait``: for a consumer that fetches ahead of its loop, see
+        :class:`TimedIterator`.
         """
         if isinstance(iterator, TimedIterator):
             return iterator
@@ -422,10 +428,12 @@ class Watch(WatchReadings):
     def to_dict(
         self, *, timeline: bool = True, context: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        """The ``profile`` section (the record schema, stallscope/schema/record-v1.json): stall fraction, verdict, what-if, occupancy, ...
+        """The ``profile`` section (the record schema, stallscope/schema/record-v1.json): stall
+        fraction, verdict, what-if, occupancy, ...
 
         Built by :func:`~.profile_section.profile_section`; ``timeline`` adds the
-        per-step timeline, ``context`` what the caller knows about the run (target, config, epoch length).
+        per-step timeline, ``context`` what the caller knows about the run (target, config, epoch
+        length).
         """
         self._settle()
         return profile_section(
@@ -482,26 +490,34 @@ def watch(
     """Wrap ``loader`` to measure data stalls in your own loop: ``for batch in ss.watch(loader):``.
 
     Args:
-        loader: what the loop iterates (a DataLoader or any iterable of batches); one epoch per ``for`` loop.
-        log_every: a live line every this many steps (data/compute ms, stall %, buffer, GPU, CPU); None: no line.
-        sync: ``"cuda"`` (or ``True``, or any callable) synchronises at each step boundary, so compute
-            includes the device's work and the data wait is time the device really idled; None: no synchronise.
+        loader: what the loop iterates (a DataLoader or any iterable of batches); one epoch per
+            ``for`` loop.
+        log_every: a live line every this many steps (data/compute ms, stall %, buffer, GPU, CPU);
+            None: no line.
+        sync: ``"cuda"`` (or ``True``, or any callable) synchronises at each step boundary, so
+            compute includes the device's work and the data wait is time the device really idled;
+            None: no synchronise.
         sample_resources: sample CPU and memory (main process and workers), the GPU (NVML) and the
-            prefetch buffer's occupancy while epochs run; False turns all of it off (no thread at all).
+            prefetch buffer's occupancy while epochs run; False turns all of it off (no thread at
+            all).
         jsonl: per-step rows (step, epoch, t_s, data_ms, compute_ms, first) to this JSON-lines file;
-            the time windows go next to it (``run.jsonl`` -> ``run.windows.jsonl``) unless ``windows_jsonl`` is given.
+            the time windows go next to it (``run.jsonl`` -> ``run.windows.jsonl``) unless
+            ``windows_jsonl`` is given.
         csv: the same per-step rows to a CSV file.
-        tensorboard: a log directory or a ``SummaryWriter`` (anything with ``add_scalar``) for scalars
-            every ``log_every`` steps (50 without it) and per time window.
+        tensorboard: a log directory or a ``SummaryWriter`` (anything with ``add_scalar``) for
+            scalars every ``log_every`` steps (50 without it) and per time window.
         name: the watch's name in live lines, scalars, windows and the profile (``"train"``).
-        warmup: steps at the start kept out of the steady-state figures (besides each epoch's first batch).
+        warmup: steps at the start kept out of the steady-state figures (besides each epoch's first
+            batch).
         log: where live lines go: a callable taking the line, or a ``logging.Logger``; None: stderr.
         sample_interval: seconds between the background samples of occupancy and GPU.
         resource_interval: seconds between CPU/memory readings (at most a quarter of ``window_s``).
-        gpu: a GPU monitor to sample instead of NVML's, or False for none; None: NVML where available.
+        gpu: a GPU monitor to sample instead of NVML's, or False for none; None: NVML where
+            available.
         clock: the clock of every step boundary (``time.perf_counter``; tests pass a fake one).
-        window_s: seconds per time window for long runs (stall, step time, CPU and memory per window, and
-            the memory drift over them: ``windows`` and ``memory_drift`` in ``to_dict()``).
+        window_s: seconds per time window for long runs (stall, step time, CPU and memory per
+            window, and the memory drift over them: ``windows`` and ``memory_drift`` in
+            ``to_dict()``).
         windows_jsonl: append each closed time window to this JSON-lines file (read back with
             ``stallscope.training.windows.read_windows``).
         batch_size: samples per step for the per-sample rates; None: the loader's ``batch_size``.

@@ -76,7 +76,8 @@ def auto_config(
     if isinstance(dataset, IterableDataset):
         if not shards_by_worker(dataset):
             reasons.append(
-                "an IterableDataset that does not shard by get_worker_info() would repeat in every worker: 0 workers"
+                "an IterableDataset that does not shard by get_worker_info() would repeat in every "
+                "worker: 0 workers"
             )
             return AutoDecision(base, reasons)
         workers = cores if cores <= 4 else cores - 1
@@ -86,7 +87,8 @@ def auto_config(
         return AutoDecision(base.replace(num_workers=workers, persistent_workers=True), reasons)
     if _is_tensor_dataset(dataset):
         reasons.append(
-            "in-memory TensorDataset: whole batches indexed at once in the main process (batched_fetch)"
+            "in-memory TensorDataset: whole batches indexed at once in the main process "
+            "(batched_fetch)"
         )
         return AutoDecision(base.replace(batched_fetch=True), reasons)
     try:
@@ -182,7 +184,8 @@ def cache_key(
     collate_fn: Callable[..., Any] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> str:
-    """SHA-256 (first 24 hex digits) over dataset fingerprint, batch size, collate, host and torch version."""
+    """SHA-256 (first 24 hex digits) over dataset fingerprint, batch size, collate, host and torch
+    version."""
     material = {
         "dataset": dataset_fingerprint(dataset),
         "batch_size": batch_size,
@@ -289,7 +292,8 @@ def resolve_config(
     path = Path(config)
     if not path.is_file():
         raise UsageError(
-            f"config must be 'auto', 'tuned', a LoaderConfig or a YAML file; {str(config)!r} is none of these."
+            f"config must be 'auto', 'tuned', a LoaderConfig or a YAML file; {str(config)!r} is "
+            "none of these."
         )
     try:
         loaded = LoaderConfig.load(path)
@@ -386,8 +390,8 @@ def make_loader(
     if chosen.worker_threads:
         if iterable:
             raise UsageError(
-                "worker_threads needs a map-style dataset (a batch of indices to fetch concurrently); "
-                f"{type(dataset).__name__} is an IterableDataset."
+                "worker_threads needs a map-style dataset (a batch of indices to fetch "
+                f"concurrently); {type(dataset).__name__} is an IterableDataset."
             )
         dataset = threaded_dataset(dataset, chosen.worker_threads)
     if chosen.batched_fetch and not iterable:

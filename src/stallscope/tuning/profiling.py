@@ -72,7 +72,8 @@ def profile_pipeline(
         items=len(walls),
     )
     check = None
-    # Not with the user's own batch sampler: ss.make_loader, which a batched pick is emitted as, batches by size.
+    # Not with the user's own batch sampler: ss.make_loader, which a batched pick is emitted as,
+    # batches by size.
     cheap = profile.batch_seconds(bs) <= BATCHED_PROBE_MAX_S and pipeline.batch_sampler is None
     if profile.map_style and cheap and length and length >= bs:
         check = vectorised_fetcher(pipeline.dataset, pipeline.collate_fn)
@@ -190,7 +191,8 @@ def _timed_items(
 
 
 def _batched_speedup(pipeline: Pipeline, check: FetcherCheck, length: int) -> float | None:
-    """Per-item fetch + collate time over vectorised fetch time, for one batch, in-process (best of 3)."""
+    """Per-item fetch + collate time over vectorised fetch time, for one batch, in-process (best of
+    3)."""
     assert check.fetch is not None
     bs = pipeline.batch_size
     indices = list(range(min(bs, length)))

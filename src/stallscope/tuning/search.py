@@ -1,4 +1,5 @@
-"""The tuner's search strategy: phases of decisions over an :class:`~stallscope.tuning.trial.Evaluator`.
+"""The tuner's search strategy: phases of decisions over an
+:class:`~stallscope.tuning.trial.Evaluator`.
 
 Nothing here starts a worker. The strategy sees the pipeline only through an
 evaluator (``measure`` one config, ``interleaved`` repeats of several, and a
@@ -35,8 +36,8 @@ of the time budget:
    measured neighbours, while they are far apart.
 4. *knobs* — at the best worker count, one measurement per knob that can
    matter here: deeper prefetch (the whole ladder when the source is
-   jittery), ``in_order=False`` with two or more workers, batched fetching when available, intra-op threads at 0 workers,
-   ``pin_memory`` on CUDA, batch sizes when allowed.
+   jittery), ``in_order=False`` with two or more workers, batched fetching when available, intra-op
+   threads at 0 workers, ``pin_memory`` on CUDA, batch sizes when allowed.
 5. *race* (:mod:`.race`) — the finalists (best few, plus the fewest workers
    within a few percent), the seeds and the baseline race in interleaved
    rounds (A B … B A). Configs far behind after one round, or clearly slower
@@ -183,7 +184,8 @@ class Search(SearchState):
             self.measure(zero, "probe", force=True)
         for config, _role in self.seeds:
             self.measure(config, "seed", force=True)
-        # Cheap and often decisive for in-memory data: batched fetching, when the profile saw a gain.
+        # Cheap and often decisive for in-memory data: batched fetching, when the profile saw a
+        # gain.
         if self.space.batched_fetch and (self.profile.batched_speedup or 0.0) >= 1.5:
             self._try_variant(
                 "batched_fetch",
@@ -274,7 +276,8 @@ class Search(SearchState):
                     return
 
     def _jittery(self) -> bool:
-        # Only the in-process per-item times: inter-batch waits with many workers are bursty by nature.
+        # Only the in-process per-item times: inter-batch waits with many workers are bursty by
+        # nature.
         return self.profile.jittery
 
     def _try_variant(
@@ -369,9 +372,9 @@ class Search(SearchState):
         top = ranked[0][0]
         limit = max(2, self.settings.max_finalists)
         chosen = [c for r, c in ranked if r >= top * 0.9][:limit]
-        # Single measurements can mislead on a busy machine: the runner-up races too, however far behind
-        # the scan put it: without a rival in the rounds there is no confidence (the race keeps it only
-        # until the pick has raced enough rounds for one).
+        # Single measurements can mislead on a busy machine: the runner-up races too, however far
+        # behind the scan put it: without a rival in the rounds there is no confidence (the race
+        # keeps it only until the pick has raced enough rounds for one).
         if len(chosen) == 1 and len(ranked) > 1:
             chosen.append(ranked[1][1])
         # A plateau: the cheapest config within noise of the best may be worth fewer processes.
@@ -386,7 +389,8 @@ class Search(SearchState):
         return 2 * sum(self.estimate_cost(c, confirm_window(c, self.settings)) for c in configs)
 
     def _race_affordable(self, seconds: float) -> bool:
-        """Two rounds come first; rounds beyond them leave room for the epoch-boundary measurement."""
+        """Two rounds come first; rounds beyond them leave room for the epoch-boundary
+        measurement."""
         reserve = 0.0
         if self.race.rounds >= self.settings.min_rounds:
             leader = self.best_scanned()
@@ -399,7 +403,8 @@ class Search(SearchState):
         ok = {c: t.samples_per_s for c, t in self._scan.items() if t.ok}
         decision = self.race.run(entrants(ok, self.finalists(), self.seeds, self.baseline))
         if decision is None:
-            # Not one round raced: single measurements pick, and within their noise floor the cheaper config.
+            # Not one round raced: single measurements pick, and within their noise floor the
+            # cheaper config.
             tolerance = max(self.settings.tolerance, self.settings.min_gain)
             decision = decide_from_scan(self._scan, self.baseline, tolerance=tolerance)
         return decision
@@ -412,7 +417,8 @@ class Search(SearchState):
         return parent, parent.replace(multiprocessing_context=ctx)
 
     def _startup(self, pick: LoaderConfig) -> None:
-        """Time to first batch under other start methods (paid every epoch without persistent workers)."""
+        """Time to first batch under other start methods (paid every epoch without persistent
+        workers)."""
         if pick.num_workers == 0 or not self.space.contexts:
             return
         # Persistent workers pay start-up once per run: only worth measuring with budget to spare.
@@ -436,7 +442,8 @@ class Search(SearchState):
             self._scan[variant] = trial
 
     def _persistent(self, chosen: LoaderConfig) -> tuple[LoaderConfig, dict[str, Any] | None]:
-        """Measure the epoch-boundary gap of ``chosen`` with and without persistent workers, then decide."""
+        """Measure the epoch-boundary gap of ``chosen`` with and without persistent workers, then
+        decide."""
         if (
             chosen.num_workers == 0
             or chosen.persistent_workers
@@ -456,8 +463,9 @@ class Search(SearchState):
         return choose_persistent(chosen, without, with_, note=self._note)
 
     def _epoch_gap_cost(self, config: LoaderConfig) -> float:
-        """Seconds the two epoch-boundary runs of ``config`` take: short epochs at the measured rate,
-        and a start-up (plus half as much for the shutdown) per epoch without persistence, once with it."""
+        """Seconds the two epoch-boundary runs of ``config`` take: short epochs at the measured
+        rate, and a start-up (plus half as much for the shutdown) per epoch without persistence,
+        once with it."""
         rate = self.rate(config)
         batch_s = (
             config.batch_size / rate if rate > 0 else self.profile.batch_seconds(config.batch_size)

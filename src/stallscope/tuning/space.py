@@ -169,9 +169,9 @@ class SearchSettings:
     budget_s: float = 60.0
     scan_window_s: float = 0.5
     confirm_window_s: float = 0.75
-    # A single-process config's race window: every preemption of the main process on a busy machine stops
-    # its loading outright (no workers' prefetch buffer absorbs it), so a short window is mostly scheduler
-    # noise. Worker configs pay start-up and warm-up around their window anyway.
+    # A single-process config's race window: every preemption of the main process on a busy machine
+    # stops its loading outright (no workers' prefetch buffer absorbs it), so a short window is
+    # mostly scheduler noise. Worker configs pay start-up and warm-up around their window anyway.
     single_process_window_s: float = 1.0
     min_batches: int = 8  # a window holds at least this many batches, however long they take
     min_rounds: int = 2  # rounds before a config can be dropped as clearly slower
@@ -191,7 +191,8 @@ class SearchSettings:
 
 
 def confirm_window(config: LoaderConfig, settings: SearchSettings) -> float:
-    """The race window of ``config``: longer for single-process configs (``single_process_window_s``)."""
+    """The race window of ``config``: longer for single-process configs
+    (``single_process_window_s``)."""
     if config.num_workers == 0:
         return max(settings.confirm_window_s, settings.single_process_window_s)
     return settings.confirm_window_s
@@ -249,8 +250,9 @@ def budget_plan(
     confirmable = fits >= CONFIRMED_MEASUREMENTS
     needed_s = elapsed_s + CONFIRMED_MEASUREMENTS * measurement_s
     summary = (
-        f"plan: {batch_s:.3g} s per batch in one process; with windows of at least {n} batches a measurement "
-        f"takes about {measurement_s:.1f} s, so the {left:.0f} s left fit about {fits} measurement{'' if fits == 1 else 's'}"
+        f"plan: {batch_s:.3g} s per batch in one process; with windows of at least {n} batches a "
+        f"measurement takes about {measurement_s:.1f} s, so the {left:.0f} s left fit about {fits} "
+        f"measurement{'' if fits == 1 else 's'}"
     )
     if not confirmable:
         summary += (
@@ -270,9 +272,9 @@ def budget_plan(
 
 
 def revise_plan(plan: dict[str, Any], costs: list[float], *, left_s: float) -> str | None:
-    """Check the plan against the first real measurements (``costs``, seconds each), record what they
-    took, and say so when the plan was off by more than 2x: it came from in-process fetches, and a
-    worker process, free of the main process's thread contention, can be much faster."""
+    """Check the plan against the first real measurements (``costs``, seconds each), record what
+    they took, and say so when the plan was off by more than 2x: it came from in-process fetches,
+    and a worker process, free of the main process's thread contention, can be much faster."""
     planned = plan.get("measurement_s") or 0.0
     if not costs or planned <= 0:
         return None
@@ -281,6 +283,6 @@ def revise_plan(plan: dict[str, Any], costs: list[float], *, left_s: float) -> s
     if 0.5 <= measured / planned <= 2.0:
         return None
     return (
-        f"plan revised: the first measurements took {measured:.1f} s each, not {planned:.1f} s, so the "
-        f"{left_s:.0f} s left fit about {int(left_s // measured)} more"
+        f"plan revised: the first measurements took {measured:.1f} s each, not {planned:.1f} s, so "
+        f"the {left_s:.0f} s left fit about {int(left_s // measured)} more"
     )

@@ -2,8 +2,8 @@
 
 The parts:
 
-* :func:`~.profiling.profile_pipeline` (:mod:`.profiling`) — cheap in-process numbers: wall and CPU time per
-  sample (CPU / wall far below 1 means the fetch waits, so more workers than
+* :func:`~.profiling.profile_pipeline` (:mod:`.profiling`) — cheap in-process numbers: wall and CPU
+  time per sample (CPU / wall far below 1 means the fetch waits, so more workers than
   cores help), collate time, batch bytes, jitter, and whether a vectorised
   batch fetch exists and what it saves.
 * :class:`LoaderEvaluator` — measurements of real DataLoaders through
@@ -200,7 +200,8 @@ def _relative_se(batch_ms: Sequence[float], chunks: int = 4) -> float | None:
 
 
 def default_max_workers(cores: int, pipeline: Pipeline) -> int:
-    """``max(64, 8 × cores)`` capped at 256, and at the batches in one epoch (idle workers help nobody)."""
+    """``max(64, 8 × cores)`` capped at 256, and at the batches in one epoch (idle workers help
+    nobody)."""
     cap = min(256, max(64, 8 * cores))
     length = pipeline.length()
     if length:
@@ -264,7 +265,8 @@ def build_space(
 
 @dataclass
 class TuneResult:
-    """What ``ss.tune`` found. ``config`` is the pick; ``to_dict()`` gives the record sections of SPEC §5."""
+    """What ``ss.tune`` found. ``config`` is the pick; ``to_dict()`` gives the record sections of
+    SPEC §5."""
 
     config: LoaderConfig
     samples_per_s: float
@@ -384,8 +386,8 @@ def tune(
     )
     if tune_batch_size and pipeline.batch_sampler is not None:
         raise UsageError(
-            "the loader's batch_sampler decides its batch sizes, so --tune-batch-size has nothing to change; "
-            "leave it out (the other knobs are tuned with your batches)."
+            "the loader's batch_sampler decides its batch sizes, so --tune-batch-size has nothing "
+            "to change; leave it out (the other knobs are tuned with your batches)."
         )
     preflight(pipeline)
     kind = pipeline.kind
@@ -411,7 +413,8 @@ def tune(
         space.worker_threads, space.thread_gate = threads.counts, threads
     if not kind.rebuilds_from_parts:
         notes.append(
-            f"the loader is {kind.description}; trials change only what it exposes: {', '.join(kind.knobs)}"
+            f"the loader is {kind.description}; trials change only what it exposes: "
+            f"{', '.join(kind.knobs)}"
         )
     limit_space(space, kind)
     if pipeline.is_iterable and space.max_workers > 0:
