@@ -15,12 +15,16 @@ from __future__ import annotations
 from typing import Any
 
 # A channel counts when it grew by this much per process.
-HEAP_MIN_MB = 8.0  # tracemalloc is exact: no allocator noise to allow for
-NATIVE_MIN_MB = (
-    32.0  # clean pipelines grow too: allocator arenas (Pillow, glibc) and pages a fork child
-)
-# touches first; the demo grew 13–35 MB per probe worker over three passes, and in one process stays flat
+# The Python heap: tracemalloc is exact, so no allocator noise to allow for.
+HEAP_MIN_MB = 8.0
+# Native memory: clean pipelines grow too, from allocator arenas (Pillow, glibc) and pages a fork
+# child touches first; the demo grew 13–35 MB per probe worker over three passes, and in one
+# process stays flat.
+NATIVE_MIN_MB = 32.0
+# ...and at least this much per 1,000 samples: slower growth is an arena settling, not a leak a
+# training run of millions of samples would notice.
 GROWTH_MIN_MB_PER_1000 = 0.5
+# A rate fitted over fewer readings than this says nothing about where the growth goes.
 GROWTH_MIN_POINTS = 5
 # A channel has plateaued when its last third of readings grows at less than this share of
 # its first third's rate, and by less than half the channel's minimum in all.

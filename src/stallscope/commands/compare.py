@@ -71,8 +71,7 @@ def build_parser() -> common.ArgumentParser:
         default=round(100 * TIE_MARGIN, 6),
         metavar="PCT",
         help=(
-            "stop once the ratio's interval is narrower than ±PCT%% "
-            f"(default {100 * TIE_MARGIN:g})"
+            f"stop once the ratio's interval is narrower than ±PCT%% (default {100 * TIE_MARGIN:g})"
         ),
     )
     parser.add_argument(
