@@ -52,6 +52,7 @@ from tuner_pipelines import KINDS  # noqa: E402
 from stallscope.runtime.host import host_info  # noqa: E402
 from stallscope.runtime.processes import no_orphans  # noqa: E402
 from stallscope.target import load_target  # noqa: E402
+from stallscope.thresholds import TIE_MARGIN  # noqa: E402
 from stallscope.throughput.measure import measure  # noqa: E402
 from stallscope.tuning import race as race_module  # noqa: E402
 from stallscope.tuning.confidence import RaceLog  # noqa: E402
@@ -82,7 +83,7 @@ race_module.Race.run = _run_and_keep_log  # type: ignore[method-assign]
 
 
 def legacy_confidence(
-    log: RaceLog, pick: Any, rounds: int = 2, bar: float = 0.97, resamples: int = 1000
+    log: RaceLog, pick: Any, rounds: int = 2, bar: float = 1 - TIE_MARGIN, resamples: int = 1000
 ) -> float | None:
     """What the previous confidence said on the first ``rounds`` rounds: the share of bootstrap
     resamples of those rounds in which the pick's paired median ratio reached ``bar`` ×
@@ -149,7 +150,7 @@ def run_one(kind: str, pipeline: Any, seed: int, args: argparse.Namespace) -> di
     best = section["best"]
     search = tuned.search
     pick = tuned.config
-    margin = best.get("tie_margin") or 0.03
+    margin = best.get("tie_margin") or TIE_MARGIN
     rivals: list[tuple[str, Any]] = []
     if search.runner_up is not None and search.runner_up != pick:
         rivals.append(("runner_up", search.runner_up))

@@ -10,6 +10,7 @@ import pytest
 
 from stallscope import analysis as an
 from stallscope.analysis.checklist_rules import check_batch_time_consistency, check_data_wait
+from stallscope.thresholds import INPUT_BOUND_AT
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -151,12 +152,20 @@ def test_batch_time_consistency_check(p95, status):
 
 
 def test_data_wait_check_agrees_with_the_profilers_threshold():
+    # Without a recorded threshold, today's input-bound threshold is the pass boundary: a run the
+    # profiler calls input-bound never passes the checklist.
     record = {"stall_fraction": 0.2, "verdict": "input-bound"}
-    assert check_data_wait(record).status == "pass"  # below the 30% target
-    record["thresholds"] = {"input_bound_at": 0.15}
     row = check_data_wait(record)
-    assert row.target.good == 0.15
+    assert row.target.good == INPUT_BOUND_AT
     assert row.status == "warn"
+    # A record judged by another threshold is checked against the one it states.
+    record["thresholds"] = {"input_bound_at": 0.25}
+    row = check_data_wait(record)
+    assert (row.target.good, row.target.bad) == (0.25, 0.5)
+    assert row.status == "pass"
+    record["thresholds"] = {"input_bound_at": 0.6}
+    row = check_data_wait(record)
+    assert (row.target.good, row.target.bad) == (0.6, 0.6)
 
 
 def test_checklist_rules_run_in_order_and_skip_missing_data():

@@ -19,11 +19,9 @@ def check_data_wait(r: Record) -> CheckRow | None:
     training = training_facts(r)
     if training is None or training.stall_fraction is None:
         return None
-    goal = target("data_wait_fraction")
-    if training.input_bound_at is not None:
-        # Agree with the profiler's verdict: its input-bound threshold is the pass boundary.
-        goal.good = training.input_bound_at
-        goal.bad = max(goal.bad, training.input_bound_at)
+    # The pass boundary is the input-bound threshold the profiler recorded, so the row agrees with
+    # the record's verdict; records without one were judged by today's.
+    goal = target("data_wait_fraction", good=training.input_bound_at)
     return CheckRow("Data wait share of step time", training.stall_fraction, "fraction", goal)
 
 

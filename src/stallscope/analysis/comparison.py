@@ -26,6 +26,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from ..thresholds import CONFIDENCE_LEVEL, TIE_MARGIN
+
 # Two-sided Student-t quantiles by degrees of freedom, for the levels offered (scipy is not a
 # dependency).
 _T_QUANTILES = {
@@ -131,8 +133,11 @@ LEVELS = tuple(_T_QUANTILES)
 
 # Fewer rounds than this give no interval (one round is one ratio; two give a t of 12.7).
 MIN_ROUNDS = 3
-DEFAULT_LEVEL = 0.95
-DEFAULT_PRECISION = 0.03
+# Intervals are stated at stallscope's claim level (thresholds.py).
+DEFAULT_LEVEL = CONFIDENCE_LEVEL
+# Rounds stop once the interval is this tight (±): the tie margin, since a closer call than the
+# tuner's own tie would change no decision.
+DEFAULT_PRECISION = TIE_MARGIN
 
 # The figures compared per side; the first is the rate the verdict and the gate read.
 METRICS = ("samples_per_s", "batch_ms_p95", "cpu_ms_per_sample", "workers_rss_mb", "worker_uss_mb")

@@ -8,7 +8,7 @@ the readings are judged by ``check``'s memory-growth rule
 fitted against time for a rate per hour:
 
 - ``growing``: it grew by at least the rule's minimum and keeps growing;
-- ``plateaued``: it grew, then levelled off (past 1.5 passes over the data);
+- ``plateaued``: it grew, then levelled off (past ``PLATEAU_AFTER_PASSES`` passes over the data);
 - ``flat``: it never grew by the rule's minimum.
 
 A worker's samples are the run's samples divided by the number of workers
@@ -21,7 +21,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .growth import GROWTH_MIN_POINTS, NATIVE_MIN_MB, channel_growth, grows, linear_fit
+from .growth import (
+    GROWTH_MIN_POINTS,
+    NATIVE_MIN_MB,
+    PLATEAU_AFTER_PASSES,
+    channel_growth,
+    grows,
+    linear_fit,
+)
 
 GROWING, PLATEAUED, FLAT = "growing", "plateaued", "flat"
 
@@ -90,7 +97,7 @@ def memory_drift(
     by_samples = all(w.get("end_samples") is not None for w in rows)
     xs = [float(w["end_samples"] if by_samples else w["end_step"]) for w in rows]
     hours = [float(w.get("end_s") or 0.0) / 3600 for w in rows]
-    pass_x = pass_samples if pass_samples else xs[-1] / 1.5
+    pass_x = pass_samples if pass_samples else xs[-1] / PLATEAU_AFTER_PASSES
     main = judge_channel(xs, hours, [w["main_rss_mb"] for w in rows], pass_x)
     n_workers = max((len(w.get("workers") or []) for w in rows), default=0)
     workers: list[dict[str, Any]] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ..thresholds import TIE_MARGIN
 from .facts import (
     AugmentationFacts,
     BenchFacts,
@@ -34,10 +35,9 @@ from .readers import (
     workers_of,
 )
 
-LATENCY_BOUND_MARGIN = 1.1  # speed-up must beat the core count by this factor, beyond noise
-# Two measurements of one config differ by this much on a quiet machine; a record's own noise can
-# raise it.
-NOISE_FLOOR = 0.03
+# A sweep is latency-bound when its best speed-up over one process beats the core count by this
+# factor: 10% is beyond the noise of a speed-up, itself the ratio of two noisy rates.
+LATENCY_BOUND_MARGIN = 1.1
 
 
 def bench_facts(r: Record) -> BenchFacts | None:
@@ -316,7 +316,7 @@ def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> dict[str, Any] 
     if _steady_state(sweep.get("config")) == _steady_state(tuning.best.config):
         return None
     search = r["search"] if isinstance(r.get("search"), dict) else {}
-    noise = max(NOISE_FLOOR, number(sweep.get("noise")) or 0.0, number(search.get("noise")) or 0.0)
+    noise = max(TIE_MARGIN, number(sweep.get("noise")) or 0.0, number(search.get("noise")) or 0.0)
     sweep_rate = rate_of(sweep.get("samples_per_s")) or 0.0
     return sweep if sweep_rate > tuning.best.samples_per_s * (1 + noise) else None
 

@@ -14,11 +14,10 @@ Definitions (per step, one step = one batch):
 - what-if speed-up = total / compute: how much faster the same steps would
   run if data arrived instantly.
 
-Verdict thresholds (steady-state stall fraction):
-- ``input-bound`` at ``INPUT_BOUND_AT`` (0.15) or more: the loader costs at
-  least ~18% of the run (what-if >= 1.18x); the input pipeline is worth fixing;
-- ``compute-bound`` below ``COMPUTE_BOUND_BELOW`` (0.05): a faster loader
-  would gain < ~5%;
+Verdict thresholds (steady-state stall fraction; the numbers and why in
+:mod:`stallscope.thresholds`, where the checklist reads them too):
+- ``input-bound`` at ``INPUT_BOUND_AT`` or more: the input pipeline is worth fixing;
+- ``compute-bound`` below ``COMPUTE_BOUND_BELOW``: a faster loader would gain little;
 - ``balanced`` in between: the loader mostly keeps up, with visible waits.
 """
 
@@ -29,14 +28,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-INPUT_BOUND_AT = 0.15
-COMPUTE_BOUND_BELOW = 0.05
-# A prefetch buffer emptier than this on average means the workers cannot keep up.
+from ..thresholds import COMPUTE_BOUND_BELOW, INPUT_BOUND_AT, STARTUP_SHARE_NOTABLE
+
+# A prefetch buffer emptier than this on average means the workers cannot keep up: a quarter
+# full leaves one batch of slack in a typical 2-worker x prefetch-2 buffer.
 BUFFER_STARVED_BELOW = 0.25
 # ...and fuller than this means batches wait for the model (spare loader capacity).
 BUFFER_FULL_ABOVE = 0.75
-# First batch of an epoch costing more than this share of the run is worth fixing.
-STARTUP_SHARE_NOTABLE = 0.05
 TIMELINE_POINTS = 2000
 
 

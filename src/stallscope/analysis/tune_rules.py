@@ -11,6 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..thresholds import TIE_MARGIN
+
+# A knob effect seen only in single scan measurements (never raced) counts from this gain on, and
+# so does a gain from more workers than cores: 5%, above the tie margin, because one measurement
+# per config carries the whole noise of a run instead of a paired ratio's.
+SCAN_MIN_GAIN = 0.05
+
 _KNOB_ADVICE = {
     "batched_fetch": (
         "batched-fetch",
@@ -38,9 +45,9 @@ _KNOB_ADVICE = {
 
 
 def tie_pct(best: dict[str, Any]) -> str:
-    """The tie margin as a percentage (3% in records from before it was stored)."""
+    """The tie margin as a percentage (today's margin in records from before it was stored)."""
     margin = best.get("tie_margin")
-    return f"{(margin if isinstance(margin, (int, float)) else 0.03):.0%}"
+    return f"{(margin if isinstance(margin, (int, float)) else TIE_MARGIN):.0%}"
 
 
 TIE_SENTENCE = "a tie within noise; the cheaper config was kept"
@@ -76,8 +83,8 @@ def keep_yours_sentence(best: dict[str, Any], baseline: dict[str, Any]) -> str:
 def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
     """Recommendations from a tune section, each with what was measured and the expected gain.
 
-    A knob effect counts only beyond the noise: 3% (or the race's noise) when
-    measured interleaved, 5% (or twice the noise) from single scan measurements.
+    A knob effect counts only beyond the noise: the tie margin (or the race's noise) when
+    measured interleaved, ``SCAN_MIN_GAIN`` (or twice the noise) from single scan measurements.
     """
     best, baseline = section["best"], section["baseline"]
     search = section.get("search", {})
@@ -88,7 +95,7 @@ def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
     speedup = best.get("speedup")
     if (
         speedup is not None
-        and speedup >= 1 + max(0.03, noise)
+        and speedup >= 1 + max(TIE_MARGIN, noise)
         and best["config"] != baseline["config"]
     ):
         recs.append(
@@ -111,7 +118,11 @@ def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
         advice = _KNOB_ADVICE.get(effect["knob"])
         if advice is None or advice[0] in seen:
             continue
-        floor = max(0.03, noise) if effect["source"] == "confirm" else max(0.05, 2 * noise)
+        floor = (
+            max(TIE_MARGIN, noise)
+            if effect["source"] == "confirm"
+            else max(SCAN_MIN_GAIN, 2 * noise)
+        )
         if effect["gain"] < floor:
             continue
         seen.add(advice[0])
@@ -166,7 +177,7 @@ def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     rate = max(t["samples_per_s"] for t in at_cores)
     gain = section["best"]["samples_per_s"] / rate - 1 if rate > 0 else 0.0
-    if gain < 0.05:
+    if gain < SCAN_MIN_GAIN:
         return []
     cpu = search.get("profile", {}).get("cpu_per_wall")
     return [

@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 
 from ..pipeline.transforms import get_path, replace_transforms
+from ..thresholds import MEMORY_BUDGET_SHARE
 from .anatomy import Anatomy, get_slot, same, seeded
 from .base import Applied, Change, Patch, run_two_batches
 from .source import (
@@ -36,14 +37,14 @@ from .wrappers import (
 )
 
 SHM = "/dev/shm"
-MEMORY_SHARE = 0.5  # of available RAM, as the tuner's memory budget
-SPACE_SHARE = 0.5  # of the free space where the cache goes
+# A cache takes at most half the free space where it goes: the rest stays for the user's files.
+SPACE_SHARE = 0.5
 
 
 def placement(total_bytes: int) -> tuple[str, str] | None:
     """("shared memory" | "local disk", folder) for a cache of ``total_bytes``, or None when neither
     fits."""
-    budget = MEMORY_SHARE * psutil.virtual_memory().available
+    budget = MEMORY_BUDGET_SHARE * psutil.virtual_memory().available
     if (
         os.path.isdir(SHM)
         and total_bytes <= budget

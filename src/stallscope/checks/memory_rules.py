@@ -28,6 +28,7 @@ from ..analysis.growth import (  # noqa: F401 - re-exported: the rule's home bef
     GROWTH_MIN_POINTS,
     HEAP_MIN_MB,
     NATIVE_MIN_MB,
+    PLATEAU_AFTER_PASSES,
     PLATEAU_LEVEL_SHARE,
     PLATEAU_RATE_SHARE,
     channel_growth,
@@ -257,7 +258,7 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
     passes = worst["samples"] / per_worker_pass if per_worker_pass else 0.0
     if worst["epoch_ends"] >= 2:
         judged = "is not given back at the end of an epoch: a native leak"
-    elif passes >= 1.5:
+    elif passes >= PLATEAU_AFTER_PASSES:
         judged = f"does not level off over {passes:.1f} passes over the same samples: a native leak"
     else:
         judged = (

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from ..thresholds import SHM_WARN_FRACTION
 from .findings import ERROR, WARNING, Finding, sort_findings
 from .memory_rules import detect_copy_on_write, detect_memory_growth
 from .pickling import FIXES as PICKLE_FIXES
@@ -23,17 +24,22 @@ MB = 1024 * 1024
 
 # slow-samples: an outlier is slower than median + max(K·σ_MAD, MIN_GAP, (RATIO−1)·median)
 # and is slow again when fetched a second time (a scheduler hiccup is not).
+# Six robust standard deviations: a normal fetch time lands there about once in 10^9 draws.
 SLOW_K_MAD = 6.0
+# 50 ms: a scheduler slice or page fault costs less, so a smaller gap is no sample's own cost.
 SLOW_MIN_GAP_S = 0.05
+# 4x the median: a sample must cost several ordinary ones to stall a worker's batch visibly.
 SLOW_MIN_RATIO = 4.0
+# Fewer timed samples than this give no median and MAD to trust.
 SLOW_MIN_SAMPLES = 8
+# At most this many outliers are fetched again, to bound the second pass's time.
 SLOW_MAX_RETIMED = 20
 
-# shm-too-small: error when in-flight batches exceed free /dev/shm, warning above this share.
-SHM_WARN_FRACTION = 0.5
+# shm-too-small: error when in-flight batches exceed free /dev/shm, warning above
+# SHM_WARN_FRACTION of it (thresholds.py, shared with the checklist).
 
 # oversubscription: a BLAS/OpenMP pool counts once a worker was seen using more than this many
-# cores.
+# cores (1.3: one core plus more than a bookkeeping thread's share).
 ACTIVE_POOL_CORES = 1.3
 
 Rule = Callable[[dict[str, Any]], list[Finding]]

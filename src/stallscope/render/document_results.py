@@ -14,6 +14,7 @@ from ..analysis import (
     TuningFacts,
 )
 from ..analysis.readers import number, workers_of
+from ..thresholds import TIE_MARGIN
 from . import document_model as dm
 from . import report_format as rf
 from .document_checks import evidence_value
@@ -169,7 +170,7 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
         )
     if tuning.tie:
         within = rf.fmt_percent(
-            100 * (tuning.tie_margin if tuning.tie_margin is not None else 0.03)
+            100 * (tuning.tie_margin if tuning.tie_margin is not None else TIE_MARGIN)
         )
         blocks.append(
             dm.Paragraph(

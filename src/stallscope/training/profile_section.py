@@ -1,4 +1,5 @@
-"""The ``profile`` section of a watch (``Watch.to_dict()``, the record schema): figures, then advice.
+"""The ``profile`` section of a watch (``Watch.to_dict()``, the record schema): figures, then
+advice.
 
 Everything here runs when the figures are asked for, never in the training
 loop: the steady-state figures from the per-step data wait and compute
