@@ -71,7 +71,7 @@ def build_parser() -> common.ArgumentParser:
 
 def _run(ctx: common.CommandContext) -> int:
     from ..analysis.tune_rules import advice_in_words
-    from ..tuning.emit import render_diff, render_python, render_yaml, snippet_for_record, to_yaml
+    from ..render.loader_code import render_diff, render_python, render_yaml, snippet_for_record, to_yaml
     from ..tuning.tuner import tune
 
     args = ctx.args

@@ -1,7 +1,7 @@
 """A recommendation as a change to the user's own loader: one builder, several renderings.
 
 :func:`build_snippet` takes the pick, the user's baseline knobs and the
-description of their call (``pipeline/arguments.py``, the record's ``loader``
+description of their call (``loader_call.py``, the record's ``loader``
 section; NOTE [loader fidelity]) and returns a :class:`Snippet`: every argument
 the user set, kept as they wrote it (their objects imported by name or shown as
 a marked ``<your ...>`` placeholder), the tuned knobs, and which of them
@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from ..config import LoaderConfig
-from ..pipeline.arguments import Argument, LoaderCall
+from ..loader_call import Argument, LoaderCall
 
 PLACEHOLDER = re.compile(r"<your (\w+): [^<>]*>")
 # Knobs in the order they are written, with torch's default (None: only written when set).
