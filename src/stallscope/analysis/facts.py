@@ -140,7 +140,9 @@ class BestConfig:
     speedup: float | None  # vs the baseline below
     baseline: ConfigRate | None
     result: dict | None  # the bench result with this config, when measured there
-    snippet: str = ""  # the user's loader call with this config (render/loader_code.py, the one builder)
+    snippet: str = (
+        ""  # the user's loader call with this config (render/loader_code.py, the one builder)
+    )
     # "Keep yours": the config above is the user's own, within ``within_pct`` % of ``best_found``.
     keep_baseline: bool = False
     within_pct: float | None = None
@@ -324,7 +326,7 @@ class FindingFacts:
 @dataclass
 class Recommendation:
     id: str
-    source: str  # "record" or "analysis"
+    source: str  # "text" (sentences) or "analysis" (values a renderer words)
     title: Any = None
     detail: Any = None
     measured: Any = None

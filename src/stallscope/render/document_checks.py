@@ -97,7 +97,7 @@ def recommendations_section(recommendations: list[Recommendation], r: dict):
 
 def recommendation_parts(rec: Recommendation) -> list:
     """One recommendation as inline parts (the console prints the same, ``console_advice``)."""
-    if rec.source == "record":
+    if rec.source == "text":
         parts: list = [dm.Strong(rf.fmt_value(rec.title or rec.id).replace("`", ""))]
         if rec.detail:
             parts += [" — ", *dm.record_text(rf.fmt_value(rec.detail))]
