@@ -37,7 +37,7 @@ class LoaderCall:
     )
     loader_class: str | None = None  # "module:Class" of a DataLoader subclass
     note: str | None = None
-    # RNG objects the dataset holds (dataset.rng, ...): torch's per-worker seeding does not reach them.
+    # RNG objects the dataset holds (dataset.rng, ...): torch's per-worker seeding misses them.
     rng_attributes: list[str] = field(default_factory=list)
     knobs: dict[str, Any] | None = (
         None  # the user's LoaderConfig (what "changed" is measured against)

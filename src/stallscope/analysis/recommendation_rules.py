@@ -12,12 +12,11 @@ from typing import Any
 
 from .costs import epoch_estimate
 from .facts import TARGETS, Recommendation
-from .readers import Record
 from .sections import best_configuration, tuning_facts
 from .training import profile_recommendations
 from .tune_rules import is_tune_section, knob_recommendations, tune_pick
 
-RecommendationRule = Callable[[Record], list[Recommendation]]
+RecommendationRule = Callable[[dict[str, Any]], list[Recommendation]]
 
 
 def _from_text(rec: dict[str, Any]) -> Recommendation:
@@ -32,7 +31,7 @@ def _from_text(rec: dict[str, Any]) -> Recommendation:
     )
 
 
-def _use_best_config(r: Record) -> Recommendation | None:
+def _use_best_config(r: dict[str, Any]) -> Recommendation | None:
     best = best_configuration(r)
     good, _ = TARGETS["tuning_headroom"]
     if (
@@ -56,7 +55,7 @@ def _use_best_config(r: Record) -> Recommendation | None:
     )
 
 
-def _persistent_workers(r: Record) -> Recommendation | None:
+def _persistent_workers(r: dict[str, Any]) -> Recommendation | None:
     tuning = tuning_facts(r)
     gap = tuning.persistent if tuning is not None else None
     baseline = tuning.baseline.config if tuning is not None and tuning.baseline else {}
@@ -85,7 +84,7 @@ def _persistent_workers(r: Record) -> Recommendation | None:
     )
 
 
-def recommend_config(r: Record) -> list[Recommendation]:
+def recommend_config(r: dict[str, Any]) -> list[Recommendation]:
     """The one config to use (issue 10, "one winner"): the tuner's verdict on its pick ("keep
     yours", or switch), unless the sweep's best overrules the pick; then, or without a tuner, the
     report's best configuration when it clears the headroom target."""
@@ -99,13 +98,13 @@ def recommend_config(r: Record) -> list[Recommendation]:
     return [rec] if rec is not None else []
 
 
-def recommend_tuned_knobs(r: Record) -> list[Recommendation]:
+def recommend_tuned_knobs(r: dict[str, Any]) -> list[Recommendation]:
     """Knobs the tuner measured beyond its pick (batched fetch, in_order, threads, more workers
     than cores)."""
     return [_from_text(rec) for rec in knob_recommendations(r)] if is_tune_section(r) else []
 
 
-def recommend_persistent_workers(r: Record) -> list[Recommendation]:
+def recommend_persistent_workers(r: dict[str, Any]) -> list[Recommendation]:
     """Only on its measurement: the epoch-boundary gap with and without persistent workers (issue
     10). Where a training-loop profile measured the epoch start-up, its advice (which names
     persistent_workers with that cost) says it instead."""
@@ -115,7 +114,7 @@ def recommend_persistent_workers(r: Record) -> list[Recommendation]:
     return [rec] if rec is not None else []
 
 
-def recommend_for_training_loop(r: Record) -> list[Recommendation]:
+def recommend_for_training_loop(r: dict[str, Any]) -> list[Recommendation]:
     """What a training-loop profile's stall figures call for (``analysis.training.advise``)."""
     return [_from_text(rec) for rec in profile_recommendations(r)]
 
@@ -129,7 +128,7 @@ RECOMMENDATION_RULES: list[RecommendationRule] = [
 
 
 def recommendations(
-    r: Record, rules: Sequence[RecommendationRule] | None = None
+    r: dict[str, Any], rules: Sequence[RecommendationRule] | None = None
 ) -> list[Recommendation]:
     """Every rule's recommendations for the record, in the order of the rules."""
     return [rec for rule in (RECOMMENDATION_RULES if rules is None else rules) for rec in rule(r)]

@@ -205,13 +205,14 @@ def is_profile(r: dict[str, Any]) -> bool:
 def profile_context(r: dict[str, Any]) -> dict[str, Any]:
     """What the advice reads beside the step figures, from the record: the TARGET, the loader
     config, the usable cores and the ranks per host (the host's cores in records without them)."""
-    host = r.get("host") if isinstance(r.get("host"), dict) else {}
+    host = r.get("host")
+    cores = host.get("cores") if isinstance(host, dict) else None
     config = r.get("config")
     return {
         "target": r.get("target"),
         "config": config if isinstance(config, dict) else {},
         "config_label": r.get("config_label"),
-        "cores": r.get("usable_cores") or host.get("cores"),
+        "cores": r.get("usable_cores") or cores,
         "local_world_size": r.get("local_world_size"),
     }
 

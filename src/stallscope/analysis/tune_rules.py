@@ -70,8 +70,8 @@ def keep_yours_sentence(best: dict[str, Any], baseline: dict[str, Any]) -> str:
     within = best.get("within_pct") or 0.0
     if best.get("config") == baseline.get("config"):
         return (
-            f"your settings ({_label(best)}, {baseline['samples_per_s']:,.1f} samples/s) were the fastest found; "
-            "no change is recommended"
+            f"your settings ({_label(best)}, {baseline['samples_per_s']:,.1f} samples/s) were "
+            "the fastest found; no change is recommended"
         )
     return (
         f"your loader is within {within:.1f}% of the best found ({_label(best)} at "
