@@ -23,7 +23,8 @@ from torch.utils.data.dataloader import default_collate
 
 from .config import LoaderConfig, config_from_loader
 from .errors import UsageError, describe_exception
-from .pipeline.arguments import Argument, LoaderCall, describe_dataset_call, describe_loader
+from .loader_call import Argument, LoaderCall
+from .pipeline.arguments import describe_dataset_call, describe_loader
 from .pipeline.graphs import NodesKind, is_nodes_graph, nodes_baseline, other_method
 from .pipeline.kinds import (
     DATALOADER_KNOBS,

@@ -15,8 +15,8 @@ from torch.utils.data import DataLoader
 
 from stallscope.commands.tune import emitted_config
 from stallscope.pipeline.batching import same_batch
+from stallscope.render.loader_code import PLACEHOLDER, render_diff, snippet_for_record
 from stallscope.runtime.processes import shutdown_iterator
-from stallscope.tuning.emit import PLACEHOLDER, render_diff, snippet_for_record
 
 PIPELINES = (
     "real_translation",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jsonschema
 
+from stallscope.analysis import recommendations
 from stallscope.commands import bench as bench_command
 from stallscope.schema import record_schema
 
@@ -94,7 +95,7 @@ def test_tune_picks_threads_in_a_few_processes_on_a_latency_bound_source(tmp_pat
     # same rate.
     assert best["worker_threads"] > 0 and 1 <= best["num_workers"] <= 16
     assert any(t["phase"] == "threads" for t in record["trials"])
-    assert any(r["id"] == "worker-threads" for r in record["recommendations"])
+    assert any(r.id == "worker-threads" for r in recommendations(record))
     # --emit python: one line wraps the dataset, before the DataLoader call with the tuned workers.
     code = proc.stdout
     (wrap,) = [line for line in code.splitlines() if "ss.threaded_dataset(" in line]

@@ -198,7 +198,7 @@ def test_verdict_rules_first_match_wins():
     assert (v.label, v.values["errors"], v.values["codes"]) == ("unsafe", 1, ["hang"])
 
 
-def test_derived_recommendations_yield_to_the_records_own():
+def test_one_rule_per_advice_over_the_measurements_only():
     record = bench_record()
     # A start-up time is no measurement of persistent_workers: only the epoch-boundary gap is.
     assert [r.id for r in an.recommendations(record)] == ["use-best-config"]
@@ -222,25 +222,28 @@ def test_derived_recommendations_yield_to_the_records_own():
         0.5,
     )
     assert rec.values["epoch_s"] == pytest.approx(4.0)
-    del record["search"], record["best"], record["baseline"]
+    # Advice a record carries (an older stallscope's) is not read: today's rules decide.
     record["recommendations"] = [
-        {
-            "id": "persistent-workers",
-            "title": "keep workers",
-            "detail": "d",
-            "measured": "m",
-            "expected_gain": 1.1,
-        }
+        {"id": "stale", "title": "keep workers", "detail": "d", "measured": "m"}
     ]
+    record["advice"] = "stale advice"
+    assert [r.id for r in an.recommendations(record)] == ["use-best-config", "persistent-workers"]
+    # The tuner's own verdict on its pick replaces the generic switch: one recommendation each.
+    record["best"].update(speedup=2.5, label="w=2 bs=10 pf=2", rounds=3, confidence=0.9)
     recs = an.recommendations(record)
     assert [(r.id, r.source) for r in recs] == [
-        ("persistent-workers", "record"),
-        ("use-best-config", "analysis"),
+        ("loader-config", "text"),
+        ("persistent-workers", "analysis"),
     ]
-    record["recommendations"].append(
-        {"id": "loader-config", "title": "Use the tuned DataLoader settings"}
+    # A training-loop profile that measured the epoch start-up says persistent_workers itself.
+    record.update(
+        stall_fraction=0.02,
+        verdict="compute-bound",
+        first_batch_s=2.0,
+        startup_share=0.2,
+        config=cfg(2),
     )
-    assert [r.id for r in an.recommendations(record)] == ["persistent-workers", "loader-config"]
+    assert [r.id for r in an.recommendations(record)] == ["loader-config", "profile-epoch-startup"]
 
 
 def test_memory_growth_is_projected_over_an_epoch_and_the_workers():

@@ -160,7 +160,8 @@ class BestConfig:
     speedup: float | None  # vs the baseline below
     baseline: ConfigRate | None
     result: dict[str, Any] | None  # the bench result with this config, when measured there
-    snippet: str = ""  # the user's loader call with this config (tuning/emit.py, the one builder)
+    # The user's loader call with this config (render/loader_code.py, the one builder).
+    snippet: str = ""
     # "Keep yours": the config above is the user's own, within ``within_pct`` % of ``best_found``.
     keep_baseline: bool = False
     within_pct: float | None = None
@@ -350,7 +351,7 @@ class FindingFacts:
 @dataclass
 class Recommendation:
     id: str
-    source: str  # "record" or "analysis"
+    source: str  # "text" (sentences) or "analysis" (values a renderer words)
     title: Any = None
     detail: Any = None
     measured: Any = None

@@ -11,7 +11,7 @@ the checklist's named targets), ``sections`` (bench, tuning, best configuration,
 loop), ``costs`` (epoch time, memory, CPU), and the rule lists, kept the way pyinstrument keeps its
 default processors: ``verdict_rules.VERDICT_RULES`` (first match wins),
 ``checklist_rules.CHECKLIST_RULES`` (one row each), ``recommendation_rules.RECOMMENDATION_RULES``
-(derived advice, skipped where the record already carries the same advice) and
+(each piece of advice from one rule, over the measurements; advice a record carries is not read) and
 ``finding_rules.FINDING_RULES`` (per finding code, numbers that help troubleshoot). A caller can
 pass its own lists.
 

@@ -34,6 +34,7 @@ from .readers import (
     single_process_result,
     workers_of,
 )
+from .training import profile_advice
 
 # A sweep is latency-bound when its best speed-up over one process beats the core count by this
 # factor: 10% is beyond the noise of a speed-up, itself the ratio of two noisy rates.
@@ -418,9 +419,8 @@ def training_facts(r: Record) -> TrainingFacts | None:
     measured = ("stall_fraction", "verdict", "what_if_speedup", "first_batch_s")
     if not data and not compute and all(r.get(k) is None for k in measured):
         return None
-    advice = r.get("advice")
-    if isinstance(advice, str):
-        advice = [advice]
+    # Today's rules on the measurements: advice stored in an older record is not read.
+    advice = profile_advice(r)
     steps = r.get("steps")
     verdict = r.get("verdict")
     mean_data = (
@@ -448,7 +448,7 @@ def training_facts(r: Record) -> TrainingFacts | None:
         mean_compute_ms=mean_compute,
         occupancy=r.get("occupancy"),
         ranks=[x for x in r.get("ranks") or [] if isinstance(x, dict)],
-        advice=[str(a) for a in advice or [] if a],
+        advice=[advice] if advice else [],
         resources=r.get("resources") if isinstance(r.get("resources"), dict) else None,
         config_label=config_label(config, r.get("config_label"))
         if isinstance(config, dict)

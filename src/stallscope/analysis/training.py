@@ -2,9 +2,9 @@
 
 Nothing here measures or prints. :mod:`stallscope.training.watch` and
 :mod:`stallscope.training.runner` record per-step data-wait and compute times; these
-functions turn them into the ``profile`` section of the run record (SPEC §5,
-the record schema, stallscope/schema/record-v1.json) and into recommendations that say what was
-measured.
+functions turn them into the figures of the ``profile`` section of the run record (SPEC §5,
+the record schema, stallscope/schema/record-v1.json) and, from a record, into recommendations
+that say what was measured (:func:`profile_recommendations`, :func:`profile_advice`).
 
 Definitions (per step, one step = one batch):
 - data wait: time the loop spent blocked in ``next()`` on the loader;
@@ -194,6 +194,36 @@ def advise(profile: dict[str, Any], context: dict[str, Any] | None = None) -> li
         if rec is not None:
             recommendations.append(rec)
     return recommendations
+
+
+def is_profile(r: dict[str, Any]) -> bool:
+    """Whether ``r`` carries a training-loop profile (the steady-state stall figures)."""
+    return "stall_fraction" in r and "verdict" in r
+
+
+def profile_context(r: dict[str, Any]) -> dict[str, Any]:
+    """What the advice reads beside the step figures, from the record: the TARGET, the loader
+    config, the usable cores and the ranks per host (the host's cores in records without them)."""
+    host = r.get("host")
+    cores = host.get("cores") if isinstance(host, dict) else None
+    config = r.get("config")
+    return {
+        "target": r.get("target"),
+        "config": config if isinstance(config, dict) else {},
+        "config_label": r.get("config_label"),
+        "cores": r.get("usable_cores") or cores,
+        "local_world_size": r.get("local_world_size"),
+    }
+
+
+def profile_recommendations(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The training-loop advice for a record or profile dict (none without a profile)."""
+    return advise(r, profile_context(r)) if is_profile(r) else []
+
+
+def profile_advice(r: dict[str, Any]) -> str | None:
+    """The "next knob" sentence for a record or profile dict (None without a profile)."""
+    return next_knob(r, profile_recommendations(r)) if is_profile(r) else None
 
 
 def _measured_line(profile: dict[str, Any]) -> str:

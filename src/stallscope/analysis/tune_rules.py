@@ -4,7 +4,8 @@ One verdict per report (issue 10): either the tuned settings, with the
 interleaved rounds and confidence behind them, or "keep yours" when the best
 found is within noise of the user's own loader; then nothing else that would
 change the loader's steady state is recommended either. ``persistent_workers``
-is recommended only on its measured epoch-boundary gap.
+is recommended only on its measured epoch-boundary gap (``recommendation_rules``).
+The tuner records measurements only; these rules read them, in a saved record too.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..thresholds import TIE_MARGIN
+from .readers import config_label
 
 # A knob effect seen only in single scan measurements (never raced) counts from this gain on, and
 # so does a gain from more workers than cores: 5%, above the tie margin, because one measurement
@@ -44,6 +46,11 @@ _KNOB_ADVICE = {
 }
 
 
+def _label(entry: dict[str, Any]) -> str:
+    """A best/baseline/trial entry's label (from its config in records that lack one)."""
+    return config_label(entry.get("config"), entry.get("label"))
+
+
 def tie_pct(best: dict[str, Any]) -> str:
     """The tie margin as a percentage (today's margin in records from before it was stored)."""
     margin = best.get("tie_margin")
@@ -70,51 +77,70 @@ def keep_yours_sentence(best: dict[str, Any], baseline: dict[str, Any]) -> str:
     within = best.get("within_pct") or 0.0
     if best.get("config") == baseline.get("config"):
         return (
-            f"your settings ({best['label']}, {baseline['samples_per_s']:,.1f} samples/s) were the "
-            "fastest found; no change is recommended"
+            f"your settings ({_label(best)}, {baseline['samples_per_s']:,.1f} samples/s) were "
+            "the fastest found; no change is recommended"
         )
     return (
-        f"your loader is within {within:.1f}% of the best found ({best['label']} at "
+        f"your loader is within {within:.1f}% of the best found ({_label(best)} at "
         f"{best['samples_per_s']:,.1f} vs your {baseline['samples_per_s']:,.1f} samples/s); no "
         "change is recommended"
     )
 
 
-def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """Recommendations from a tune section, each with what was measured and the expected gain.
+def is_tune_section(r: dict[str, Any]) -> bool:
+    """Whether ``r`` carries what the tuner measured (its pick against the user's baseline)."""
+    best, baseline = r.get("best"), r.get("baseline")
+    return (
+        isinstance(best, dict)
+        and isinstance(baseline, dict)
+        and isinstance(best.get("config"), dict)
+        and isinstance(baseline.get("config"), dict)
+        and isinstance(best.get("samples_per_s"), (int, float))
+        and isinstance(baseline.get("samples_per_s"), (int, float))
+    )
+
+
+def tune_pick(section: dict[str, Any]) -> dict[str, Any] | None:
+    """The tuner's verdict on its pick: "keep yours", or switch when the speed-up clears the noise
+    (the tie margin or the race's noise); None when neither holds."""
+    best, baseline = section["best"], section["baseline"]
+    if best.get("keep_baseline"):
+        return _keep_yours(best, baseline)
+    noise = (section.get("search") or {}).get("noise") or 0.0
+    speedup = best.get("speedup")
+    if (
+        speedup is None
+        or speedup < 1 + max(TIE_MARGIN, noise)
+        or best["config"] == baseline["config"]
+    ):
+        return None
+    return {
+        "id": "loader-config",
+        "title": "Use the tuned DataLoader settings",
+        "detail": f"{_label(best)} instead of {_label(baseline)} "
+        "(`stallscope tune --emit python` prints the call).",
+        "measured": (
+            f"{best['samples_per_s']:.1f} vs {baseline['samples_per_s']:.1f} samples/s "
+            "in steady state; " + how_sure(best)
+        ),
+        "expected_gain": f"{speedup:.2f}x throughput",
+    }
+
+
+def knob_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the tuner measured beyond its pick: single knobs that paid, workers beyond the cores,
+    threads per worker. Nothing that changes the steady state when the verdict is "keep yours".
 
     A knob effect counts only beyond the noise: the tie margin (or the race's noise) when
     measured interleaved, ``SCAN_MIN_GAIN`` (or twice the noise) from single scan measurements.
     """
-    best, baseline = section["best"], section["baseline"]
-    search = section.get("search", {})
+    if section["best"].get("keep_baseline"):
+        return []
+    search = section.get("search") or {}
     noise = search.get("noise") or 0.0
-    if best.get("keep_baseline"):
-        return [_keep_yours(best, baseline), *_persistent(section)]
     recs: list[dict[str, Any]] = []
-    speedup = best.get("speedup")
-    if (
-        speedup is not None
-        and speedup >= 1 + max(TIE_MARGIN, noise)
-        and best["config"] != baseline["config"]
-    ):
-        recs.append(
-            {
-                "id": "loader-config",
-                "title": "Use the tuned DataLoader settings",
-                "detail": (
-                    f"{best['label']} instead of {baseline['label']} (`stallscope tune --emit "
-                    "python` prints the call)."
-                ),
-                "measured": (
-                    f"{best['samples_per_s']:.1f} vs {baseline['samples_per_s']:.1f} samples/s "
-                    "in steady state; " + how_sure(best)
-                ),
-                "expected_gain": f"{speedup:.2f}x throughput",
-            }
-        )
     seen: set[str] = set()
-    for effect in sorted(search.get("effects", []), key=lambda e: -e["gain"]):
+    for effect in sorted(search.get("effects") or [], key=lambda e: -e["gain"]):
         advice = _KNOB_ADVICE.get(effect["knob"])
         if advice is None or advice[0] in seen:
             continue
@@ -141,9 +167,16 @@ def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     recs.extend(_beyond_cores(section))
-    recs.extend(_persistent(section))
     recs.extend(_worker_threads(section))
     return recs
+
+
+def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """A tune section's own advice (``ss.tune(...).recommendations()``): the pick's verdict, then
+    the knobs beyond it; ``persistent_workers`` is judged with the rest of the report
+    (``recommendation_rules.recommend_persistent_workers``)."""
+    pick = tune_pick(section)
+    return ([pick] if pick is not None else []) + knob_recommendations(section)
 
 
 def _keep_yours(best: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
@@ -169,9 +202,9 @@ def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
     at_cores = [
         t
         for t in section.get("trials", [])
-        if t["config"]["num_workers"] == cores
-        and t["error"] is None
-        and t["phase"] in {"scale", "climb"}
+        if t["config"].get("num_workers") == cores
+        and t.get("error") is None
+        and t.get("phase") in {"scale", "climb"}
     ]
     if not at_cores:
         return []
@@ -199,33 +232,6 @@ def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _persistent(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """persistent_workers=True only with its measured epoch-boundary gap
-    (search.persistent_workers)."""
-    gap = section.get("search", {}).get("persistent_workers")
-    if (
-        not gap
-        or not gap.get("recommended")
-        or section["baseline"]["config"].get("persistent_workers")
-    ):
-        return []
-    return [
-        {
-            "id": "persistent-workers",
-            "title": "Keep workers alive between epochs (persistent_workers=True)",
-            "detail": (
-                "Without it every epoch shuts the workers down, starts new ones and waits for "
-                "their first batch; steady-state throughput is the same either way."
-            ),
-            "measured": (
-                f"gap at an epoch boundary ({gap['measured_on']}): {gap['gap_without_s']:.2f} s "
-                f"without, {gap['gap_with_s']:.2f} s with persistent workers"
-            ),
-            "expected_gain": f"{gap['saved_s']:.2f} s saved per epoch after the first",
-        }
-    ]
-
-
 def _worker_threads(section: dict[str, Any]) -> list[dict[str, Any]]:
     """The pick fetches with threads: say how, against the best plain worker count measured
     (pure)."""
@@ -236,11 +242,11 @@ def _worker_threads(section: dict[str, Any]) -> list[dict[str, Any]]:
     plain = [
         t
         for t in section.get("trials", [])
-        if t["error"] is None
+        if t.get("error") is None
         and not t["config"].get("worker_threads")
-        and t["config"]["num_workers"] > 0
+        and (t["config"].get("num_workers") or 0) > 0
     ]
-    measured = f"{best['samples_per_s']:,.1f} samples/s with {best['label']}"
+    measured = f"{best['samples_per_s']:,.1f} samples/s with {_label(best)}"
     gain = None
     if plain:
         top = max(plain, key=lambda t: t["samples_per_s"])
@@ -249,7 +255,8 @@ def _worker_threads(section: dict[str, Any]) -> list[dict[str, Any]]:
         )
         measured += (
             f" vs {top['samples_per_s']:,.1f} with the best plain worker count measured "
-            f"({top['label']}, {top['config']['num_workers']} processes)"
+            f"({_label(top)}, "
+            f"{top['config']['num_workers']} processes)"
         )
     workers = best["config"]["num_workers"]
     where = f"each of the {workers} workers" if workers else "the main process"

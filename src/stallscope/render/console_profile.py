@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..analysis.training import profile_advice
 from .console_advice import render_recommendations
 from .document_windows import long_run_lines
 
@@ -118,8 +119,9 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
                 f"ms/step, compute {r.get('compute_ms_per_step') or 0:.2f} ms/step"
             )
     lines.extend(long_run_lines(profile))
-    if profile.get("advice"):
-        lines.append(f"  advice: {profile['advice']}")
+    advice = profile_advice(profile)
+    if advice:
+        lines.append(f"  advice: {advice}")
     return lines
 
 
@@ -154,5 +156,6 @@ def render_profile(data: dict[str, Any], console: Console) -> None:
             continue
         console.print(line, highlight=False, markup=False)
     render_recommendations(data, console, bullet="→")
-    if data.get("advice"):
-        console.print(f"[bold]Advice:[/] {escape(data['advice'])}", highlight=False)
+    advice = profile_advice(data)
+    if advice:
+        console.print(f"[bold]Advice:[/] {escape(advice)}", highlight=False)

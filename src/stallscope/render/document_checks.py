@@ -101,7 +101,7 @@ def recommendations_section(
 
 def recommendation_parts(rec: Recommendation) -> dm.Text:
     """One recommendation as inline parts (the console prints the same, ``console_advice``)."""
-    if rec.source == "record":
+    if rec.source == "text":
         parts: dm.Text = [dm.Strong(rf.fmt_value(rec.title or rec.id).replace("`", ""))]
         if rec.detail:
             parts += [" — ", *dm.record_text(rf.fmt_value(rec.detail))]

@@ -3,9 +3,9 @@ numbers).
 
 Per-step arrays in, the figures of the ``profile`` section out: steady-state
 stall fraction, distributions, each epoch's first batch, buffer occupancy and
-what synchronising cost. Nothing here measures or prints; the verdicts and
-advice come from :mod:`stallscope.analysis.training`, given the context
-:func:`loader_context` reads from the loader and the host.
+what synchronising cost. Nothing here measures or prints; the verdict comes from
+:mod:`stallscope.analysis.training`; the context :func:`loader_context` reads from the loader and
+the host is recorded with the figures, for the advice analysis derives from them.
 """
 
 from __future__ import annotations
@@ -65,8 +65,7 @@ def summarize_steps(
 
 
 def loader_context(loader: Any) -> dict[str, Any]:
-    """What the advice needs to know besides the steps: usable cores, ranks per host, epoch length,
-    loader config."""
+    """What the advice needs besides the steps: usable cores, ranks per host, epochs, config."""
     from ..runtime.distributed import rank_info
     from ..runtime.host import usable_cores
 

@@ -59,7 +59,7 @@ import weakref
 from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from . import gather as ranks
@@ -79,6 +79,9 @@ from .sampling import (
 from .sinks import open_sinks
 from .steps import StepTimes
 from .timing import SyncSpec, TimedIterator, resolve_sync
+
+if TYPE_CHECKING:
+    from ..analysis.facts import Recommendation
 
 __all__ = ["FETCH_TIMING", "SyncSpec", "TimedIterator", "Watch", "resolve_sync", "watch"]
 
@@ -424,6 +427,19 @@ class Watch(WatchReadings):
         from ..render.console_profile import stall_summary
 
         return stall_summary(self.to_dict())
+
+    def recommendations(self) -> list[Recommendation]:
+        """What the stall figures call for, as ``stallscope profile`` reports it: analysis over
+        :meth:`to_dict` (the watch records measurements only)."""
+        from ..analysis import recommendations
+
+        return recommendations(self.to_dict(timeline=False))
+
+    def advice(self) -> str | None:
+        """The knob to turn next, in one sentence with the numbers behind it."""
+        from ..analysis.training import profile_advice
+
+        return profile_advice(self.to_dict(timeline=False))
 
     def to_dict(
         self, *, timeline: bool = True, context: dict[str, Any] | None = None

@@ -10,8 +10,8 @@ The parts:
   :func:`stallscope.throughput.measure.measure` (steady state, start-up apart), under
   the time budget; a failing config becomes a failed trial, not a crash.
 * :mod:`stallscope.tuning.search` — the strategy (NOTE [tuning strategy]).
-* :mod:`stallscope.analysis.tune_rules` — pure: tune section →
-  recommendations, each with the measured gain.
+* The result records measurements only; :mod:`stallscope.analysis.tune_rules` turns
+  them into recommendations, each with the measured gain (:meth:`TuneResult.recommendations`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,11 @@ import multiprocessing
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from ..analysis.tune_rules import tune_recommendations
 from ..checks.sharding import replayed_stream
 from ..config import LoaderConfig, loader_supports
 from ..errors import PipelineError, UsageError
@@ -42,6 +41,9 @@ from .search import Search
 from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
 from .threads import thread_eligibility
 from .trial import InterleavingEvaluator, SearchResult, Trial
+
+if TYPE_CHECKING:
+    from ..analysis.facts import Recommendation
 
 DEFAULT_BUDGET_S = 60.0
 
@@ -278,7 +280,6 @@ class TuneResult:
     profile: Profile
     space: SearchSpace
     batched: FetcherCheck | None = None
-    recommendations: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def speedup(self) -> float | None:
@@ -332,8 +333,14 @@ class TuneResult:
                 "batched_fetch": None if self.batched is None else self.batched.to_dict(),
             },
         }
-        section["recommendations"] = tune_recommendations(section)
         return section
+
+    def recommendations(self) -> list[Recommendation]:
+        """The advice on this result, as every report gives it: analysis over :meth:`to_dict`
+        (the tuner itself records measurements only)."""
+        from ..analysis import recommendations
+
+        return recommendations(self.to_dict())
 
 
 # -- ss.tune ---------------------------------------------------------------------------------------

@@ -11,8 +11,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from stallscope.config import LoaderConfig
 from stallscope.pipeline.arguments import LoaderCall, describe_loader, placeholder, reference
-from stallscope.target import load_target
-from stallscope.tuning.emit import (
+from stallscope.render.loader_code import (
     build_snippet,
     render_diff,
     render_python,
@@ -20,6 +19,7 @@ from stallscope.tuning.emit import (
     seeding_missing,
     snippet_for_record,
 )
+from stallscope.target import load_target
 
 
 class Squares(Dataset):
