@@ -1,4 +1,5 @@
-"""One real finding of every ``check`` code, from the test pipelines (the examples in docs/checks.md).
+"""One real finding of every ``check`` code, from the test pipelines (the examples in
+docs/checks.md).
 
 Runs ``ss.check`` on the datasets of ``tests/pipelines/check_datasets.py`` (and the unsharded
 stream of ``tests/pipelines/real_streams.py``), each with the one code it exhibits, in real worker
@@ -49,7 +50,7 @@ CASES: dict[str, tuple[Any, dict[str, Any]]] = {
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, default=HERE / "results" / "check_examples.json")
     parser.add_argument(
         "--codes", default=",".join(CASES), help="comma-separated codes (default: all)"

@@ -6,15 +6,16 @@ crop to 224, flip, colour jitter, normalise to float):
 
 1. ``ss.tune`` (``--tune-budget`` s) picks the best knob config, as ``doctor`` does.
 2. ``stallscope.changes.code_changes`` applies every applicable change inside its probes and races
-   each against that pick in the same interleaved rounds (``--rounds``, A B … B A), on the same items.
+   each against that pick in the same interleaved rounds (``--rounds``, A B … B A), on the same
+   items.
 3. Writes every change's speed-up (its rate ÷ the pick's, median of the paired rounds), rounds,
    side effect, whether its diff was verified, and what did not apply and why.
 
 Done when: on each pipeline at least one applied change measures ≥ 1.3× the best knob config, with
 a verified diff and a measured side effect. Exit code 0 when it passes, 1 otherwise.
 
-    python benchmarks/code_changes.py                     # writes benchmarks/results/code_changes.json
-    python benchmarks/code_changes.py --quick             # a check that the script works
+    python benchmarks/code_changes.py          # writes benchmarks/results/code_changes.json
+    python benchmarks/code_changes.py --quick  # a check that the script works
 """
 
 from __future__ import annotations
@@ -150,9 +151,13 @@ def main(argv: list[str] | None = None) -> int:
                         if "args" in r
                     }
                 ),
-                "bar": f"at least one applied change >= {BAR}x the best knob config, same interleaved rounds",
+                "bar": (
+                    f"at least one applied change >= {BAR}x the best knob config, same "
+                    "interleaved rounds"
+                ),
                 "host": host_info().to_dict(),
-                # Per pipeline: its settings, when it ran, and the 1-minute load average (other jobs) around it.
+                # Per pipeline: its settings, when it ran, and the 1-minute load average (other
+                # jobs) around it.
                 "pipelines": results,
                 "passes": passes,
             },

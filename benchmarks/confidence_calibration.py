@@ -24,9 +24,12 @@ picks stated ≥ 95% confident (ties apart) hold. For comparison, each row also 
 previous confidence (a percentile bootstrap of the paired median ratio ≥ 0.97 over the rounds,
 which said 100% after 2 rounds) would have stated on the first two rounds of the same race.
 
-    python benchmarks/confidence_calibration.py                          # 20 tunes, ~35 min on 2 busy cores
-    python benchmarks/confidence_calibration.py --per-kind 1 --budget 15 # a quick check of the script
-    python benchmarks/confidence_calibration.py --json benchmarks/results/confidence_calibration.json
+    # 20 tunes, ~35 min on 2 busy cores
+    python benchmarks/confidence_calibration.py
+    # a quick check of the script
+    python benchmarks/confidence_calibration.py --per-kind 1 --budget 15
+    python benchmarks/confidence_calibration.py \\
+        --json benchmarks/results/confidence_calibration.json
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from tuner_pipelines import KINDS  # noqa: E402
 from stallscope.runtime.host import host_info  # noqa: E402
 from stallscope.runtime.processes import no_orphans  # noqa: E402
 from stallscope.target import load_target  # noqa: E402
+from stallscope.thresholds import TIE_MARGIN  # noqa: E402
 from stallscope.throughput.measure import measure  # noqa: E402
 from stallscope.tuning import race as race_module  # noqa: E402
 from stallscope.tuning.confidence import RaceLog  # noqa: E402
@@ -79,10 +83,11 @@ race_module.Race.run = _run_and_keep_log  # type: ignore[method-assign]
 
 
 def legacy_confidence(
-    log: RaceLog, pick: Any, rounds: int = 2, bar: float = 0.97, resamples: int = 1000
+    log: RaceLog, pick: Any, rounds: int = 2, bar: float = 1 - TIE_MARGIN, resamples: int = 1000
 ) -> float | None:
-    """What the previous confidence said on the first ``rounds`` rounds: the share of bootstrap resamples
-    of those rounds in which the pick's paired median ratio reached ``bar`` × every rival's."""
+    """What the previous confidence said on the first ``rounds`` rounds: the share of bootstrap
+    resamples of those rounds in which the pick's paired median ratio reached ``bar`` ×
+    every rival's."""
     first = [r for r in log.rounds[:rounds] if pick in r]
     if len(first) < 2:
         return None
@@ -103,7 +108,8 @@ def legacy_confidence(
 
 
 def rerace(pipeline: Any, configs: list[Any], *, rounds: int, window: float) -> list[list[float]]:
-    """``rounds`` rounds, one measurement per config, order reversed every other round; rates per config."""
+    """``rounds`` rounds, one measurement per config, order reversed every other round; rates
+    per config."""
     rates: list[list[float]] = [[] for _ in configs]
     order = list(range(len(configs)))
     for i in range(rounds):
@@ -144,7 +150,7 @@ def run_one(kind: str, pipeline: Any, seed: int, args: argparse.Namespace) -> di
     best = section["best"]
     search = tuned.search
     pick = tuned.config
-    margin = best.get("tie_margin") or 0.03
+    margin = best.get("tie_margin") or TIE_MARGIN
     rivals: list[tuple[str, Any]] = []
     if search.runner_up is not None and search.runner_up != pick:
         rivals.append(("runner_up", search.runner_up))
@@ -208,7 +214,8 @@ def run_one(kind: str, pipeline: Any, seed: int, args: argparse.Namespace) -> di
 
 
 def _decision_pick(log: RaceLog, search: Any) -> Any:
-    """The config the race decided on (the record's pick may add persistent_workers or a start method)."""
+    """The config the race decided on (the record's pick may add persistent_workers or a
+    start method)."""
     configs = log.configs()
     for config in configs:
         if config == search.pick:
@@ -267,7 +274,8 @@ def markdown(summary: dict[str, Any]) -> str:
     ]
     for t in summary["table"]:
         lines.append(
-            f"| {t['bucket']} | {'yes' if t['tie'] else 'no'} | {t['picks']} | {t['held']} | {t['held_share']:.0%} |"
+            f"| {t['bucket']} | {'yes' if t['tie'] else 'no'} | {t['picks']} | {t['held']} | "
+            f"{t['held_share']:.0%} |"
         )
     for t in summary["legacy"]:
         share = "–" if t["held_share"] is None else f"{t['held_share']:.0%}"
@@ -325,9 +333,10 @@ def main(argv: list[str] | None = None) -> int:
             rr = row["rerace"] or {}
             ratios = {k: v["median_ratio"] for k, v in (rr.get("rivals") or {}).items()}
             log(
-                f"[{len(rows):2d}] {kind:8s} seed {seed}: {row['pick']} conf {conf} tie {row['tie']} rounds "
-                f"{row['rounds']} (legacy {row['legacy_confidence_first_2_rounds']}) re-race ratios {ratios} "
-                f"held {row['held']} ({row['tune_seconds']} s + {rr.get('seconds')} s)"
+                f"[{len(rows):2d}] {kind:8s} seed {seed}: {row['pick']} conf {conf} tie "
+                f"{row['tie']} rounds {row['rounds']} (legacy "
+                f"{row['legacy_confidence_first_2_rounds']}) re-race ratios {ratios} held "
+                f"{row['held']} ({row['tune_seconds']} s + {rr.get('seconds')} s)"
             )
             if args.json:  # after every tune: an interrupted run keeps what it measured
                 write_json(args, host, load_start, kinds, started, rows)

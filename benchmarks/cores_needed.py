@@ -1,4 +1,5 @@
-"""The ceiling and the cores needed (issue 18): ``stallscope doctor --target-rate`` against a by-hand figure.
+"""The ceiling and the cores needed (issue 18): ``stallscope doctor --target-rate`` against a
+by-hand figure.
 
 For each pipeline (the built-in demo, and the CPU-bound JPEG look-alike of
 ``tests/pipelines/ceiling_vision.py``):
@@ -23,7 +24,8 @@ For each pipeline (the built-in demo, and the CPU-bound JPEG look-alike of
 Also recorded: how busy other processes kept this machine's cores during the by-hand CPU window
 (a shared machine gives the loader fewer cores, and the figures say so).
 
-    python benchmarks/cores_needed.py [--budget 30] [--target-rate 5000] [--out benchmarks/results/cores_needed.json]
+    python benchmarks/cores_needed.py [--budget 30] [--target-rate 5000] \\
+        [--out benchmarks/results/cores_needed.json]
 """
 
 from __future__ import annotations
@@ -130,7 +132,8 @@ def steady_rate(
     one_thread: bool = True,
 ) -> tuple[float, float]:
     """(samples/s, CPU seconds per sample of main process and workers) after the prefetch buffer and
-    one round per worker are drained; single-process with one intra-op thread unless not ``one_thread``."""
+    one round per worker are drained; single-process with one intra-op thread unless not
+    ``one_thread``."""
     previous = torch.get_num_threads()
     if not workers and one_thread:
         torch.set_num_threads(1)
@@ -180,7 +183,7 @@ def run_doctor(target: str, budget: float, target_rate: float) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", type=float, default=30.0)
     parser.add_argument("--target-rate", type=float, default=5000.0)
     parser.add_argument("--window-s", type=float, default=2.0)
@@ -201,7 +204,8 @@ def main() -> None:
         record = run_doctor(target, args.budget, args.target_rate)
         doctor_s = time.perf_counter() - started
         print(
-            f"{name}: doctor in {doctor_s:.0f} s: {json.dumps(record.get('ceiling'))} {json.dumps(record.get('cores_needed'))}",
+            f"{name}: doctor in {doctor_s:.0f} s: {json.dumps(record.get('ceiling'))} "
+            f"{json.dumps(record.get('cores_needed'))}",
             flush=True,
         )
         ceiling, needed = record.get("ceiling") or {}, record.get("cores_needed") or {}
@@ -242,7 +246,10 @@ def main() -> None:
         row = {
             "pipeline": name,
             "target": target,
-            "doctor_command": f"stallscope doctor {target} --budget {args.budget:g} --target-rate {args.target_rate:g} --skip check,stages",
+            "doctor_command": (
+                f"stallscope doctor {target} --budget {args.budget:g} "
+                f"--target-rate {args.target_rate:g} --skip check,stages"
+            ),
             "doctor_seconds": round(doctor_s, 1),
             "ceiling": ceiling,
             "cores_needed": needed,
@@ -274,14 +281,16 @@ def main() -> None:
             flush=True,
         )
         print(
-            f"  doctor: ceiling {ceiling.get('samples_per_s')} ({ceiling.get('basis')}), pick fraction "
-            f"{ceiling.get('pick_fraction')}, cores needed {needed.get('cores')} (cpu {needed.get('cpu_ms_per_sample')} ms, "
-            f"efficiency {needed.get('efficiency')} of {needed.get('efficiency_of')})",
+            f"  doctor: ceiling {ceiling.get('samples_per_s')} ({ceiling.get('basis')}), pick "
+            f"fraction {ceiling.get('pick_fraction')}, cores needed {needed.get('cores')} (cpu "
+            f"{needed.get('cpu_ms_per_sample')} ms, efficiency {needed.get('efficiency')} of "
+            f"{needed.get('efficiency_of')})",
             flush=True,
         )
         print(
-            f"  by hand: cpu {row['by_hand']['cpu_ms_per_sample']} ms, efficiency {row['by_hand']['efficiency']}, "
-            f"cores needed {row['by_hand']['cores_needed']}, others busy {cost['others_busy_cores']} cores",
+            f"  by hand: cpu {row['by_hand']['cpu_ms_per_sample']} ms, efficiency "
+            f"{row['by_hand']['efficiency']}, cores needed {row['by_hand']['cores_needed']}, "
+            f"others busy {cost['others_busy_cores']} cores",
             flush=True,
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)

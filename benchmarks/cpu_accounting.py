@@ -1,4 +1,5 @@
-"""CPU % of DataLoader workers: counted from the window start vs from their birth (issue 10, item 5).
+"""CPU % of DataLoader workers: counted from the window start vs from their birth (issue 10,
+item 5).
 
 A CPU-bound dataset (each item burns ``--item-ms`` of CPU) runs through a
 DataLoader; after a warm-up of ``--warmup-s`` seconds (worker start-up, the
@@ -11,7 +12,8 @@ prints, for the same window:
   start] in ``runtime/resources.py``);
 - the usable cores × 100 %, which main + workers cannot exceed.
 
-    python benchmarks/cpu_accounting.py [--workers 1,2,4,8] [--item-ms 2] [--window-s 2] [--warmup-s 2] [--json out.json]
+    python benchmarks/cpu_accounting.py [--workers 1,2,4,8] [--item-ms 2] [--window-s 2] \\
+        [--warmup-s 2] [--json out.json]
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def run(workers: int, item_ms: float, warmup_s: float, window_s: float) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", default="1,2,4,8")
     parser.add_argument("--item-ms", type=float, default=2.0)
     parser.add_argument("--warmup-s", type=float, default=2.0)
@@ -79,12 +81,14 @@ def main() -> None:
         run(int(w), args.item_ms, args.warmup_s, args.window_s) for w in args.workers.split(",")
     ]
     print(
-        f"{'workers':>7} {'from birth':>11} {'from window start':>18} {'main+workers':>13} {'cores×100':>10}"
+        f"{'workers':>7} {'from birth':>11} {'from window start':>18} {'main+workers':>13} "
+        f"{'cores×100':>10}"
     )
     for r in rows:
         print(
-            f"{r['workers']:>7} {r['workers_cpu_percent_from_birth']:>10.0f}% {r['workers_cpu_percent']:>17.0f}% "
-            f"{r['main_plus_workers_percent']:>12.0f}% {r['cores_percent']:>9}%"
+            f"{r['workers']:>7} {r['workers_cpu_percent_from_birth']:>10.0f}% "
+            f"{r['workers_cpu_percent']:>17.0f}% {r['main_plus_workers_percent']:>12.0f}% "
+            f"{r['cores_percent']:>9}%"
         )
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2))

@@ -43,7 +43,8 @@ def main() -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     print(
-        "| loader | independent (samples/s) | bench (samples/s) | bench ÷ independent (median of pairs) | bench batches/s |"
+        "| loader | independent (samples/s) | bench (samples/s) | bench ÷ independent (median of "
+        "pairs) | bench batches/s |"
     )
     print("| --- | ---: | ---: | ---: | ---: |")
     for module in (real_translation, real_detection, real_audio):
@@ -65,8 +66,8 @@ def main() -> None:
                     batches.append(row.measurements[0].batches_per_s)
         ratio = statistics.median(b / a for a, b in zip(independent, benched))
         print(
-            f"| {module.__name__} | {statistics.median(independent):,.1f} | {statistics.median(benched):,.1f} "
-            f"| {ratio:.3f} | {statistics.median(batches):,.1f} |"
+            f"| {module.__name__} | {statistics.median(independent):,.1f} | "
+            f"{statistics.median(benched):,.1f} | {ratio:.3f} | {statistics.median(batches):,.1f} |"
         )
 
 

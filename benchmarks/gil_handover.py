@@ -80,7 +80,8 @@ def main() -> None:
     )
     epoch_seconds(loader)
     print(
-        f"loop: 250-step epochs over an in-memory DataLoader; a thread wakes every {args.period * 1e3:.0f} ms"
+        "loop: 250-step epochs over an in-memory DataLoader; a thread wakes every "
+        f"{args.period * 1e3:.0f} ms"
     )
     for name, work in works().items():
         ratios, per_wake = [], []
@@ -92,7 +93,8 @@ def main() -> None:
             per_wake.append((b - a) / max(1, wakes))
         print(
             f"  {name:<13} {statistics.median(ratios) * 100:+.2f}% "
-            f"(median of {args.blocks} blocks) → {statistics.median(per_wake) * 1e6:.0f} µs per wake-up"
+            f"(median of {args.blocks} blocks) → {statistics.median(per_wake) * 1e6:.0f} µs "
+            "per wake-up"
         )
 
 

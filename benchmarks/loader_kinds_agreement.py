@@ -135,7 +135,8 @@ def tune_pick(name: str, budget: float) -> dict:
 
 
 def doctor_summary(name: str, budget: float) -> dict:
-    """Run the real ``stallscope doctor`` on ``name``: its exit code, errors, not-run steps, code."""
+    """Run the real ``stallscope doctor`` on ``name``: its exit code, errors, not-run
+    steps, code."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "doctor.json"
         env = dict(os.environ, PYTHONPATH=str(HERE.parent / "tests" / "pipelines"))
@@ -281,20 +282,23 @@ def main() -> None:
         }
         print(
             f"{name:34s} {row['kind']:20s} {row['config']:24s} ratio {row['ratio_median']:.3f}  "
-            f"(ours {statistics.median(ours):,.0f}/s, independent {statistics.median(theirs):,.0f}/s)"
+            f"(ours {statistics.median(ours):,.0f}/s, independent "
+            f"{statistics.median(theirs):,.0f}/s)"
         )
         if pipeline.kind.tunable and not args.skip_tune:
             with no_orphans():
                 row["tune"] = tune_versus_grid(name, factory, pipeline, args)
             print(
                 f"{'':34s} tune picked {row['tune']['pick']} ({row['tune']['pick_built_from']}): "
-                f"{row['tune']['pick_fraction']:.3f} of the best timed ({row['tune']['best_timed']})"
+                f"{row['tune']['pick_fraction']:.3f} of the best timed "
+                f"({row['tune']['best_timed']})"
             )
         if not args.skip_doctor:
             row["doctor"] = doctor_summary(name, args.budget)
             print(
                 f"{'':34s} doctor exit {row['doctor']['exit_code']}, error findings "
-                f"{row['doctor']['error_findings'] or 'none'}, code printed {row['doctor']['code_printed']}"
+                f"{row['doctor']['error_findings'] or 'none'}, code printed "
+                f"{row['doctor']['code_printed']}"
             )
         rows.append(row)
     args.json.parent.mkdir(parents=True, exist_ok=True)

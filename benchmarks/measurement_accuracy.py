@@ -54,20 +54,24 @@ def main() -> None:
         ("cpu", 0.004, cores, "fork"),
     ]
     print(
-        f"usable cores: {cores}; batch size {batch_size}; {args.repeats} repeats × {args.window:g} s windows"
+        f"usable cores: {cores}; batch size {batch_size}; {args.repeats} repeats × "
+        f"{args.window:g} s windows"
     )
     print(
-        "expected = parallel items ÷ the real in-process cost of one item (sleep overshoot included)."
+        "expected = parallel items ÷ the real in-process cost of one item (sleep "
+        "overshoot included)."
     )
     print(
-        "Sleep rows have a known truth. CPU rows compare with the ideal min(cores, workers) ÷ cost, an"
+        "Sleep rows have a known truth. CPU rows compare with the ideal min(cores, workers) "
+        "÷ cost, an"
     )
     print(
-        "upper bound: the main process needs CPU too, so their gap is parallel efficiency, not error.\n"
+        "upper bound: the main process needs CPU too, so their gap is parallel efficiency, "
+        "not error.\n"
     )
     print(
-        "| kind | injected ms/item | real ms/item | workers | start | expected samples/s | measured (median) "
-        "| error vs real | error vs injected |"
+        "| kind | injected ms/item | real ms/item | workers | start | expected samples/s | "
+        "measured (median) | error vs real | error vs injected |"
     )
     print("|---|---:|---:|---:|---|---:|---:|---:|---:|")
     for kind, cost, workers, ctx in cases:
@@ -86,12 +90,14 @@ def main() -> None:
         nominal = parallel / cost
         got = statistics.median(rates)
         print(
-            f"| {kind} | {cost * 1000:.1f} | {real * 1000:.2f} | {workers} | {ctx or '-'} | {expected:,.0f} | {got:,.0f} "
-            f"| {100 * (got - expected) / expected:+.1f}% | {100 * (got - nominal) / nominal:+.1f}% |"
+            f"| {kind} | {cost * 1000:.1f} | {real * 1000:.2f} | {workers} | {ctx or '-'} | "
+            f"{expected:,.0f} | {got:,.0f} | {100 * (got - expected) / expected:+.1f}% | "
+            f"{100 * (got - nominal) / nominal:+.1f}% |"
         )
 
     print(
-        "\nPrefetch buffer (2 workers, prefetch_factor=16, 20 ms/item, consumer idle 1 s after the first batch):"
+        "\nPrefetch buffer (2 workers, prefetch_factor=16, 20 ms/item, consumer idle 1 s after "
+        "the first batch):"
     )
     pipeline = load_target(SleepCost(0.02), batch_size=2)
     config = LoaderConfig(num_workers=2, batch_size=2, prefetch_factor=16)
@@ -104,10 +110,12 @@ def main() -> None:
     print("|---|---:|---:|")
     print(f"| truth | {truth:,.0f} | |")
     print(
-        f"| stallscope (warm-up drains the buffer) | {ours:,.0f} | {100 * (ours - truth) / truth:+.1f}% |"
+        f"| stallscope (warm-up drains the buffer) | {ours:,.0f} | "
+        f"{100 * (ours - truth) / truth:+.1f}% |"
     )
     print(
-        f"| naive (time 8 batches right away) | {naive:,.0f} | {100 * (naive - truth) / truth:+.1f}% |"
+        f"| naive (time 8 batches right away) | {naive:,.0f} | "
+        f"{100 * (naive - truth) / truth:+.1f}% |"
     )
 
 

@@ -97,18 +97,23 @@ def _fmt(value: float | None, pattern: str = "{:.3f}") -> str:
 
 def print_table(start_method: str, workers: int, rows: list[dict]) -> None:
     print(f"\nstart method {start_method}, {workers} workers")
-    header = f"{'stage':<24} {'nominal ms':>10} {'injected ms':>11} {'measured ms':>11} {'p50 ms':>8} {'err vs inj':>10} {'err vs nom':>10}"
+    header = (
+        f"{'stage':<24} {'nominal ms':>10} {'injected ms':>11} {'measured ms':>11} {'p50 ms':>8} "
+        f"{'err vs inj':>10} {'err vs nom':>10}"
+    )
     print(header)
     print("-" * len(header))
     for row in rows:
         print(
             f"{row['stage']:<24} {_fmt(row['nominal_ms']):>10} {_fmt(row['injected_ms']):>11} "
             f"{_fmt(row['measured_ms']):>11} {_fmt(row['p50_ms']):>8} "
-            f"{_fmt(row['error_vs_injected'], '{:+.1%}'):>10} {_fmt(row['error_vs_nominal'], '{:+.1%}'):>10}"
+            f"{_fmt(row['error_vs_injected'], '{:+.1%}'):>10} "
+            f"{_fmt(row['error_vs_nominal'], '{:+.1%}'):>10}"
         )
     worst = max(abs(r["error_vs_injected"]) for r in rows if r["error_vs_injected"] is not None)
     print(
-        f"worst attribution error vs injected: {worst:.1%} ({'within' if worst <= 0.10 else 'OUTSIDE'} the 10% bar)"
+        f"worst attribution error vs injected: {worst:.1%} "
+        f"({'within' if worst <= 0.10 else 'OUTSIDE'} the 10% bar)"
     )
 
 
@@ -121,7 +126,8 @@ def main() -> int:
     from stallscope.runtime.host import usable_cores
 
     print(
-        f"usable cores: {usable_cores()}, load average: {', '.join(f'{v:.2f}' for v in os.getloadavg())}"
+        f"usable cores: {usable_cores()}, load average: "
+        f"{', '.join(f'{v:.2f}' for v in os.getloadavg())}"
     )
     for method in [m.strip() for m in args.start_methods.split(",") if m.strip()]:
         print_table(method, args.workers, measure(method, args.workers, args.samples))

@@ -47,8 +47,8 @@ def main() -> int:
             )
             label = "calls broken out" if callees else "libraries only  "
             print(
-                f"{shape:9} {label}: other {100 * other.share:5.1f}% ({other.ms_per_sample:.2f} ms of "
-                f"{result.total_ms_per_sample:.2f} ms/sample); {named}"
+                f"{shape:9} {label}: other {100 * other.share:5.1f}% ({other.ms_per_sample:.2f} "
+                f"ms of {result.total_ms_per_sample:.2f} ms/sample); {named}"
             )
     return 0
 

@@ -13,8 +13,8 @@ Done when: the pick uses at most 8 worker processes and reaches at least 0.9
 of the throughput of 64 plain workers with at most 30% of their memory (USS
 summed over workers). Exit code 0 when it passes, 1 otherwise.
 
-    python benchmarks/threads_vs_processes.py                 # full: 60 s tune, 2 s windows, 3 × ABBA
-    python benchmarks/threads_vs_processes.py --quick         # a check that the script works (~1-2 min)
+    python benchmarks/threads_vs_processes.py          # full: 60 s tune, 2 s windows, 3 × ABBA
+    python benchmarks/threads_vs_processes.py --quick  # a check that the script works (~1-2 min)
     python benchmarks/threads_vs_processes.py --json out.json
 """
 
@@ -99,7 +99,8 @@ def head_to_head(
 
 
 def memory_run(pipeline: Any, config: LoaderConfig, window: float) -> Measurement:
-    """A steady-state run that samples the workers' RSS and USS (USS is read every fourth 0.2 s tick)."""
+    """A steady-state run that samples the workers' RSS and USS (USS is read every fourth
+    0.2 s tick)."""
     m = measure(
         pipeline,
         config,
@@ -191,11 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         rss = "–" if row["workers_rss_mb"] is None else f"{row['workers_rss_mb']:,.0f}"
         uss = "–" if row["workers_uss_mb"] is None else f"{row['workers_uss_mb']:,.0f}"
         print(
-            f"| {role}: `{row['label']}` | {row['samples_per_s']:,.0f} | {rss} | {uss} | {row['startup_s']:.2f} |"
+            f"| {role}: `{row['label']}` | {row['samples_per_s']:,.0f} | {rss} | {uss} | "
+            f"{row['startup_s']:.2f} |"
         )
     print()
     print(
-        f"throughput ratio (pick / {PLAIN_WORKERS} workers): {rate_ratio:.3f} (bar ≥ {MIN_RATE_RATIO})"
+        f"throughput ratio (pick / {PLAIN_WORKERS} workers): {rate_ratio:.3f} (bar ≥ "
+        f"{MIN_RATE_RATIO})"
     )
     if mem_ratio is not None:
         print(
@@ -207,8 +210,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{'PASS' if passed else 'FAIL'}"
     )
     print(
-        f"Mode: {'quick' if args.quick else 'full'}; {args.wait_ms:g} ms wait per item, batch {args.batch_size}, "
-        f"tune budget {budget:.0f} s, {rounds} A B B A round(s) of {window:g} s windows; load average {load}."
+        f"Mode: {'quick' if args.quick else 'full'}; {args.wait_ms:g} ms wait per item, batch "
+        f"{args.batch_size}, tune budget {budget:.0f} s, {rounds} A B B A round(s) of {window:g} "
+        f"s windows; load average {load}."
     )
     if args.json:
         args.json.write_text(

@@ -96,7 +96,8 @@ def _busy(seconds: float) -> None:
 
 
 class JitteryDataset(Dataset):
-    """~``cpu_s`` of CPU per item; a fixed ``spike_p`` share of indices stalls ``spike_s`` (waiting)."""
+    """~``cpu_s`` of CPU per item; a fixed ``spike_p`` share of indices stalls ``spike_s``
+    (waiting)."""
 
     def __init__(
         self, n: int = 2048, cpu_s: float = 0.001, spike_s: float = 0.1, spike_p: float = 0.05

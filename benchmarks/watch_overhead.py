@@ -38,9 +38,9 @@ budget of 1 µs (issue 19). Bare and watched passes of 200,000 steps
 alternate; the figure is the median of the pairs' differences (the least
 disturbed pair beside it).
 
-    python benchmarks/watch_overhead.py                 # full (~6 min)
-    python benchmarks/watch_overhead.py --quick         # about a minute and a half
-    python benchmarks/watch_overhead.py --hot-path      # the per-step cost on a list alone (seconds)
+    python benchmarks/watch_overhead.py             # full (~6 min)
+    python benchmarks/watch_overhead.py --quick     # about a minute and a half
+    python benchmarks/watch_overhead.py --hot-path  # the per-step cost on a list alone (seconds)
     python benchmarks/watch_overhead.py --json out.json
 """
 
@@ -88,7 +88,8 @@ def twin(loader: DataLoader) -> DataLoader:
 def step_interleaved(
     epochs: int, batches: int, batch_size: int = 64, *, seed: int = 0, control: bool = False
 ) -> dict[str, Any]:
-    """A B B A per four steps over ``epochs`` whole epochs of each arm; the ratio of summed step times.
+    """A B B A per four steps over ``epochs`` whole epochs of each arm; the ratio of summed
+    step times.
 
     ``control``: the B arm is a second bare loader instead of the watch (an A/A
     run: what the design reads when there is nothing to find).
@@ -174,7 +175,8 @@ def _bootstrap_ratio(
 def in_fresh_processes(
     processes: int, epochs: int, batches: int, batch_size: int
 ) -> dict[str, Any]:
-    """:func:`step_interleaved` (watch, then the A/A control, or the other way round) in fresh processes.
+    """:func:`step_interleaved` (watch, then the A/A control, or the other way round) in
+    fresh processes.
 
     Within one process the interval is tight, but two processes of the same
     code differ by more than it (on the reference VM +0.34% and +0.82%, each
@@ -240,7 +242,8 @@ def _t_interval(values: list[float]) -> list[float]:
 
 
 def timed_epoch(iterable: Any) -> tuple[float, float, float]:
-    """(wall, CPU, median step) seconds of one pass; the loop body reads the clock once per step (both arms)."""
+    """(wall, CPU, median step) seconds of one pass; the loop body reads the clock once per step
+    (both arms)."""
     clock = time.perf_counter
     steps: list[float] = []
     append = steps.append
@@ -306,7 +309,8 @@ def _bootstrap_median(
 
 
 def hot_path_runs(steps: int = 200_000, repeats: int = 5) -> list[float]:
-    """Time watch adds per step with nothing else in the loop (a list), ns: one figure per bare/watched pair.
+    """Time watch adds per step with nothing else in the loop (a list), ns: one figure per
+    bare/watched pair.
 
     The pairs alternate bare, watched; each pass is one epoch of ``steps``
     steps with the clock read once per step in the loop body (both arms).
@@ -326,7 +330,8 @@ def hot_path_ns(steps: int = 200_000, repeats: int = 5) -> float:
 
 
 def hot_path_figure(steps: int = 200_000, repeats: int = 5) -> dict[str, Any]:
-    """The per-step cost on a Python list: median and least disturbed of ``repeats`` pairs, against the budget."""
+    """The per-step cost on a Python list: median and least disturbed of ``repeats`` pairs, against
+    the budget."""
     runs = hot_path_runs(steps, repeats)
     return {
         "steps": steps,
@@ -340,9 +345,9 @@ def hot_path_figure(steps: int = 200_000, repeats: int = 5) -> dict[str, Any]:
 def print_hot_path(figure: dict[str, Any]) -> None:
     verdict = "within" if figure["median_ns"] <= figure["budget_ns"] else "OVER"
     print(
-        f"  per-step cost on a Python list: {figure['median_ns']:.0f} ns/step (median of {len(figure['pairs_ns'])} "
-        f"bare/watched pairs of {figure['steps']:,} steps; least disturbed {figure['min_ns']:.0f} ns) "
-        f"→ {verdict} the {figure['budget_ns']:.0f} ns budget"
+        f"  per-step cost on a Python list: {figure['median_ns']:.0f} ns/step (median of "
+        f"{len(figure['pairs_ns'])} bare/watched pairs of {figure['steps']:,} steps; least "
+        f"disturbed {figure['min_ns']:.0f} ns) → {verdict} the {figure['budget_ns']:.0f} ns budget"
     )
 
 
@@ -392,7 +397,8 @@ def main() -> None:
     if args.hot_path:
         figure = hot_path_figure(repeats=args.repeats)
         print(
-            f"ss.watch hot path (torch {torch.__version__}, stallscope from {Path(ss.__file__).parent})"
+            f"ss.watch hot path (torch {torch.__version__}, stallscope from "
+            f"{Path(ss.__file__).parent})"
         )
         print_hot_path(figure)
         if args.json:
@@ -419,18 +425,20 @@ def main() -> None:
     )
     low, high = steps["overhead_90ci"]
     print(
-        f"  step-interleaved, {processes} processes × {args.epochs} epochs per arm: {steps['overhead_percent']:+.2f}% "
-        f"(mean; 90% CI {low:+.2f}% … {high:+.2f}%)"
+        f"  step-interleaved, {processes} processes × {args.epochs} epochs per arm: "
+        f"{steps['overhead_percent']:+.2f}% (mean; 90% CI {low:+.2f}% … {high:+.2f}%)"
     )
     for index, run in enumerate(steps["per_process"]):
         w, c = run["step_interleaved"], run["step_interleaved_control"]
         print(
-            f"    process {index + 1}: watch {w['overhead_percent']:+.2f}% ({w['watched_us_per_step_added']:+.2f} µs/step, "
-            f"unclipped {w['overhead_percent_unclipped']:+.2f}%), A/A control {c['overhead_percent']:+.2f}%"
+            f"    process {index + 1}: watch {w['overhead_percent']:+.2f}% "
+            f"({w['watched_us_per_step_added']:+.2f} µs/step, unclipped "
+            f"{w['overhead_percent_unclipped']:+.2f}%), A/A control {c['overhead_percent']:+.2f}%"
         )
     clow, chigh = steps["control_90ci"]
     print(
-        f"  A/A control (a second bare loader in place of the watch): {steps['control_percent']:+.2f}% (90% CI {clow:+.2f}% … {chigh:+.2f}%)"
+        "  A/A control (a second bare loader in place of the watch): "
+        f"{steps['control_percent']:+.2f}% (90% CI {clow:+.2f}% … {chigh:+.2f}%)"
     )
     for clock, title in (
         ("wall", "wall-clock"),
@@ -439,8 +447,9 @@ def main() -> None:
     ):
         o = epochs_e2e[clock]
         print(
-            f"  epoch-interleaved, {blocks} blocks, {title:<12} {o['overhead_percent_median']:+.2f}% median "
-            f"(90% CI {o['median_90ci'][0]:+.2f}% … {o['median_90ci'][1]:+.2f}%)"
+            f"  epoch-interleaved, {blocks} blocks, {title:<12} "
+            f"{o['overhead_percent_median']:+.2f}% median (90% CI {o['median_90ci'][0]:+.2f}% … "
+            f"{o['median_90ci'][1]:+.2f}%)"
         )
     print_hot_path(result["hot_path"])
     if high <= SPEC_BUDGET_PERCENT:
@@ -450,7 +459,8 @@ def main() -> None:
     else:
         verdict = "not resolved: the 90% interval straddles it"
     print(
-        f"SPEC §7 ≤ {SPEC_BUDGET_PERCENT:.0f}% (step-interleaved): {steps['overhead_percent']:+.2f}% → {verdict}"
+        f"SPEC §7 ≤ {SPEC_BUDGET_PERCENT:.0f}% (step-interleaved): "
+        f"{steps['overhead_percent']:+.2f}% → {verdict}"
     )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

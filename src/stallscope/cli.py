@@ -8,13 +8,18 @@ from importlib import import_module
 from . import __version__
 
 COMMANDS = {
-    "doctor": "check + sweep + stage breakdown + tune + recommendations, one report (default: the built-in demo)",
+    "doctor": (
+        "check + sweep + stage breakdown + tune + recommendations, one report (default: "
+        "the built-in demo)"
+    ),
     "bench": "measure throughput over a grid of loader settings",
     "tune": "find the fastest loader config within a time budget",
     "check": "worker-safety, memory and sample-health checks",
     "stages": "per-stage cost breakdown and augmentation overhead",
     "profile": "data stalls inside a training loop (the target's train_step)",
-    "compare": "two pipelines interleaved in one run: throughput ratio with its interval, a CI gate",
+    "compare": (
+        "two pipelines interleaved in one run: throughput ratio with its interval, a CI gate"
+    ),
     "report": "render a saved --json record as Markdown, HTML or console text; --against another",
 }
 

@@ -46,7 +46,8 @@ class LoaderConfig:
     batched_fetch: bool = False
     torch_threads: int | None = None
     worker_threads: int = 0
-    # Knobs of other loader kinds (NOTE [loader kinds] in pipeline/kinds.py): None leaves the loader's own.
+    # Knobs of other loader kinds (NOTE [loader kinds] in pipeline/kinds.py): None leaves the
+    # loader's own.
     worker_method: str | None = None  # torchdata.nodes ParallelMapper: "thread" or "process"
     snapshot_every_n_steps: int | None = None  # torchdata's StatefulDataLoader
 
@@ -102,7 +103,7 @@ class LoaderConfig:
         return cls(**data)
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        return str(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     @classmethod
     def from_yaml(cls, text: str) -> LoaderConfig:

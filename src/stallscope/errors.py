@@ -41,7 +41,8 @@ def describe_exception(exc: BaseException, limit: int = 200) -> str:
 
 def worker_traceback_tail(exc: BaseException) -> tuple[str, str | None] | None:
     """For an exception a DataLoader re-raised from a worker: the worker's own last traceback line
-    (``OSError: truncated shard``) and the worker's id when torch names it; None for any other exception.
+    (``OSError: truncated shard``) and the worker's id when torch names it; None for any other
+    exception.
 
     torch wraps a worker's exception as "Caught X in DataLoader worker process N. Original Traceback
     ... X: msg"; the last line is what a reader needs.

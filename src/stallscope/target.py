@@ -12,10 +12,7 @@ hands ``sys.path`` to spawn/forkserver children, so they import it the same way.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,7 +23,8 @@ from torch.utils.data.dataloader import default_collate
 
 from .config import LoaderConfig, config_from_loader
 from .errors import UsageError, describe_exception
-from .pipeline.arguments import Argument, LoaderCall, describe_dataset_call, describe_loader
+from .loader_call import Argument, LoaderCall
+from .pipeline.arguments import describe_dataset_call, describe_loader
 from .pipeline.graphs import NodesKind, is_nodes_graph, nodes_baseline, other_method
 from .pipeline.kinds import (
     DATALOADER_KNOBS,
@@ -46,8 +44,11 @@ from .pipeline.kinds import (
     path_text,
     paths_to,
 )
+from .pipeline.kinds import Path as ObjectPath
 from .pipeline.preflight import Preflight as Preflight
 from .pipeline.preflight import preflight as preflight
+from .pipeline.resolve import resolve_callable as resolve_callable
+from .pipeline.resolve import split_spec
 from .pipeline.threaded import ThreadedDataset
 from .runtime.processes import shutdown_iterator
 
@@ -61,7 +62,7 @@ class Pipeline:
     dataset: Any
     batch_size: int
     baseline: LoaderConfig
-    collate_fn: Callable[[list], Any] | None = None
+    collate_fn: Callable[[list[Any]], Any] | None = None
     shuffle: bool = False
     drop_last: bool = False
     worker_init_fn: Callable[[int], None] | None = None
@@ -70,7 +71,8 @@ class Pipeline:
     target: str = "<object>"
     source: str = "dataset"  # "dataset" | "dataloader" | "dict"
     extras: dict[str, Any] = field(default_factory=dict)
-    # The user's own loader parts, kept in every trial (NOTE [loader fidelity] in pipeline/arguments.py).
+    # The user's own loader parts, kept in every trial (NOTE [loader fidelity] in
+    # pipeline/arguments.py).
     sampler: Any = None  # their index sampler (None: sequential, or random when ``shuffle``)
     batch_sampler: Any = None  # their batch sampler, when it decides the batches (batch_size=None)
     generator: Any = None
@@ -81,7 +83,8 @@ class Pipeline:
 
     @property
     def has_dataset(self) -> bool:
-        """Whether per-sample probes (check, stages, the in-process profile) can fetch from a dataset."""
+        """Whether per-sample probes (check, stages, the in-process profile) can fetch from a
+        dataset."""
         return self.dataset is not None
 
     @property
@@ -96,92 +99,15 @@ class Pipeline:
             return None
 
     @property
-    def collate(self) -> Callable[[list], Any]:
+    def collate(self) -> Callable[[list[Any]], Any]:
         return self.collate_fn or default_collate
-
-
-# -- resolving TARGET strings ---------------------------------------------------
-
-
-def _split_spec(spec: str) -> tuple[str, str]:
-    if ":" not in spec:
-        raise UsageError(
-            f"target {spec!r} must name a callable as 'path/to/file.py:fn' or 'package.module:fn'."
-        )
-    where, _, name = spec.rpartition(":")
-    if not where or not name:
-        raise UsageError(
-            f"target {spec!r} must look like 'path/to/file.py:fn' or 'package.module:fn'."
-        )
-    return where, name
-
-
-def _import_file(path_text: str) -> Any:
-    path = Path(path_text).expanduser()
-    if not path.is_file():
-        raise UsageError(f"target file {path_text!r} does not exist.")
-    path = path.resolve()
-    folder = str(path.parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    name = path.stem
-    existing = sys.modules.get(name)
-    if existing is not None and Path(getattr(existing, "__file__", "") or "").resolve() == path:
-        return existing
-    try:
-        module = importlib.import_module(name)
-        if Path(getattr(module, "__file__", "") or "").resolve() == path:
-            return module
-        # The stem names another module (e.g. an installed package): load the file
-        # itself. Spawned workers may then not find it; check reports that case.
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
-    except UsageError:
-        raise
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        raise UsageError(f"importing {path_text} raised {describe_exception(exc)}.") from exc
-
-
-def _import_module(name: str) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name and name.startswith(exc.name):
-            raise UsageError(
-                f"module {name!r} cannot be imported: no module named {exc.name!r}."
-            ) from exc
-        raise UsageError(f"importing {name} raised {describe_exception(exc)}.") from exc
-    except Exception as exc:
-        raise UsageError(f"importing {name} raised {describe_exception(exc)}.") from exc
-
-
-def resolve_callable(spec: str) -> Callable[..., Any]:
-    """The object a ``where:name`` spec points at (a file path or a module)."""
-    where, name = _split_spec(spec)
-    looks_like_file = where.endswith(".py") or "/" in where or "\\" in where
-    module = _import_file(where) if looks_like_file else _import_module(where)
-    obj: Any = module
-    for part in name.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise UsageError(f"{where} has no attribute {name!r}.") from None
-    if not callable(obj):
-        raise UsageError(f"{spec} is a {type(obj).__name__}, not a callable.")
-    return obj
 
 
 def load_target(
     target: str | Any,
     *,
     batch_size: int | None = None,
-    collate: str | Callable[[list], Any] | None = None,
+    collate: str | Callable[[list[Any]], Any] | None = None,
 ) -> Pipeline:
     """Load TARGET into a :class:`Pipeline`.
 
@@ -216,7 +142,8 @@ def load_target(
             raise UsageError(f"--batch-size must be at least 1, not {batch_size}.")
         if pipeline.batch_sampler is not None:
             raise UsageError(
-                "the loader's batch_sampler decides its batch sizes; --batch-size cannot override it "
+                "the loader's batch_sampler decides its batch sizes; --batch-size "
+                "cannot override it "
                 "(build the loader with batch_size= instead, or leave --batch-size out)."
             )
         pipeline.batch_size = batch_size
@@ -228,7 +155,8 @@ def load_target(
 
 
 def _is_loader_object(obj: Any) -> bool:
-    """Already what a factory would return (a Dataset, DataLoader, dict or loader), not a factory."""
+    """Already what a factory would return (a Dataset, DataLoader, dict or loader), not a
+    factory."""
     return (
         isinstance(obj, (Dataset, DataLoader, dict))
         or is_nodes_graph(obj)
@@ -242,7 +170,7 @@ def factory_origin(factory: Callable[..., Any], spec: str | None) -> tuple[list[
     from .pipeline.arguments import _importable
 
     if spec is not None:
-        where, name = _split_spec(spec)
+        where, name = split_spec(spec)
         module = (
             Path(where).stem if where.endswith(".py") or "/" in where or "\\" in where else where
         )
@@ -324,7 +252,8 @@ def _call_factory(factory: Callable[..., Any], label: str) -> Any:
 def pipeline_from_object(
     obj: Any, *, label: str = "<object>", modules: tuple[str, ...] = ()
 ) -> Pipeline:
-    """A Pipeline from what the target returned; ``modules`` may hold the user's objects as globals."""
+    """A Pipeline from what the target returned; ``modules`` may hold the user's objects as
+    globals."""
     if is_dataloader(obj):
         return _from_loader(obj, label, modules)
     if is_nodes_graph(obj):
@@ -377,7 +306,7 @@ def _qualified(obj: Any) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-def _copy_knobs(loader: DataLoader) -> tuple[str, ...]:
+def _copy_knobs(loader: DataLoader[Any]) -> tuple[str, ...]:
     """What a reconfigured copy of this loader can vary (NOTE [loader kinds])."""
     knobs = [k for k in DATALOADER_KNOBS if k not in ("batched_fetch",)]
     if isinstance(loader.dataset, IterableDataset):
@@ -389,13 +318,14 @@ def _copy_knobs(loader: DataLoader) -> tuple[str, ...]:
     except (TypeError, ValueError):
         return tuple(knobs)
     if not any(p.kind is p.VAR_KEYWORD for p in params):
-        # Only what its constructor takes can be recommended (fetch threads wrap a dataset it builds itself).
+        # Only what its constructor takes can be recommended (fetch threads wrap a dataset it builds
+        # itself).
         names = {p.name for p in params} | {"torch_threads"}
         knobs = [k for k in knobs if k in names or (k == "worker_threads" and "dataset" in names)]
     return tuple(knobs)
 
 
-def _copy_choices(loader: DataLoader) -> dict[str, tuple[Any, ...]]:
+def _copy_choices(loader: DataLoader[Any]) -> dict[str, tuple[Any, ...]]:
     """Values worth trying for a subclass's own knobs: StatefulDataLoader's snapshot interval
     (a snapshot copies worker state every N steps; a longer interval costs less)."""
     own = vars(loader).get("snapshot_every_n_steps")
@@ -442,10 +372,12 @@ def _from_nodes(graph: Any, label: str) -> Pipeline:
 
 
 def _from_other(obj: Any, label: str, modules: tuple[str, ...]) -> Pipeline:
-    """A wrapper around a DataLoader (found by a bounded search), or any other iterable of batches."""
+    """A wrapper around a DataLoader (found by a bounded search), or any other iterable of
+    batches."""
     if not hasattr(obj, "__iter__") or isinstance(obj, (str, bytes)):
         raise UsageError(
-            f"{label} returned a {type(obj).__name__}; expected a Dataset, a DataLoader, an iterable of batches "
+            f"{label} returned a {type(obj).__name__}; expected a Dataset, a "
+            "DataLoader, an iterable of batches "
             "or a dict with 'dataset'."
         )
     if isinstance(obj, IterableDataset):
@@ -473,7 +405,7 @@ def _from_other(obj: Any, label: str, modules: tuple[str, ...]) -> Pipeline:
 
 
 def _from_wrapper(
-    obj: Any, loaders: list[tuple[Path, Any]], label: str, modules: tuple[str, ...]
+    obj: Any, loaders: list[tuple[ObjectPath, Any]], label: str, modules: tuple[str, ...]
 ) -> Pipeline:
     """An object that holds DataLoaders: the first one whose replacement changes what the object
     iterates is tuned inside it (NOTE [loader kinds]); when none does, it is measured as it is."""
@@ -493,8 +425,10 @@ def _from_wrapper(
         # Trials would all run the wrapper's own loader: measured as it is, said so.
         limits = dataset_limits(what) | {
             "tune": (
-                f"{what} keeps iterating its own DataLoader when the one at {where.lstrip('.')} is replaced, so its "
-                "knobs cannot be changed from outside; it is measured as it is. To tune it, give the TARGET function "
+                f"{what} keeps iterating its own DataLoader when the one at "
+                f"{where.lstrip('.')} is replaced, so its "
+                "knobs cannot be changed from outside; it is measured as it is. To "
+                "tune it, give the TARGET function "
                 "keyword parameters such as num_workers=… and pass them on"
             )
         }
@@ -530,11 +464,12 @@ def _require_dataset(obj: Any, label: str) -> None:
     if hasattr(obj, "__iter__") and not isinstance(obj, (str, bytes)):
         return
     raise UsageError(
-        f"{label} returned a {type(obj).__name__}; expected a Dataset, a DataLoader or a dict with 'dataset'."
+        f"{label} returned a {type(obj).__name__}; expected a Dataset, a DataLoader or "
+        "a dict with 'dataset'."
     )
 
 
-def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) -> Pipeline:
+def _from_loader(loader: DataLoader[Any], label: str, modules: tuple[str, ...] = ()) -> Pipeline:
     """The user's loader as it is (NOTE [loader fidelity] in pipeline/arguments.py)."""
     from torch.utils.data import RandomSampler, SequentialSampler
     from torch.utils.data._utils.collate import default_convert
@@ -552,7 +487,8 @@ def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) 
         baseline = baseline.replace(batch_size=max(1, round(call.batch_sizes["mean"])))
     dataset = loader.dataset
     if isinstance(dataset, ThreadedDataset):
-        # The user's own ss.threaded_dataset: its thread count is a knob of the baseline, like num_workers.
+        # The user's own ss.threaded_dataset: its thread count is a knob of the baseline, like
+        # num_workers.
         baseline = baseline.replace(worker_threads=dataset.threads)
         dataset = dataset.dataset
     call.knobs = baseline.to_dict()
@@ -567,7 +503,8 @@ def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) 
         kind = replace(
             parts_kind("dataloader"),
             description=(
-                f"a DataLoader subclass ({_qualified(loader)}) that starts its own iterator ({holds_iterator}), "
+                f"a DataLoader subclass ({_qualified(loader)}) that starts its own "
+                f"iterator ({holds_iterator}), "
                 "timed as a torch DataLoader over its parts"
             ),
         )
@@ -600,7 +537,7 @@ def _from_loader(loader: DataLoader, label: str, modules: tuple[str, ...] = ()) 
     )
 
 
-def _stop_live_iterators(loader: DataLoader) -> str | None:
+def _stop_live_iterators(loader: DataLoader[Any]) -> str | None:
     """Shut down iterators the user's loader already started (a subclass that iterates in
     ``__init__``, persistent workers): we take the loader over, and its workers must not linger.
 

@@ -88,7 +88,8 @@ def test_bench_states_the_ceiling_and_the_cores_needed(tmp_path):
     assert record["cores_needed"]["pick_cpu_ms_per_sample"] == pytest.approx(
         best["cpu_ms_per_sample"], rel=1e-3
     )
-    # the loader at the pick spends at least the CPU one process spends per sample (within the noise)
+    # the loader at the pick spends at least the CPU one process spends per sample (within the
+    # noise)
     assert best["cpu_ms_per_sample"] > 0.8 * record["cpu_cost"]["cpu_s_per_sample"] * 1000
     workers = [r for r in record["results"] if r["config"]["num_workers"] > 0]
     assert all(r["main_ms_per_batch"] > 0 for r in workers)

@@ -136,7 +136,8 @@ def test_memory_growth_names_the_leaking_list_and_its_heap_growth():
     evidence = finding.evidence
     assert finding.severity in ("warning", "error")
     assert evidence["cause"] == "python-heap" and evidence["plateaued_after_samples"] is None
-    # every sample keeps a 128 KiB NumPy array = 125 MiB per 1,000 samples, all of it on the Python heap
+    # every sample keeps a 128 KiB NumPy array = 125 MiB per 1,000 samples, all of it on the Python
+    # heap
     assert 80 <= evidence["python_heap_mb_per_1000_samples"] <= 170, evidence
     assert evidence["native_mb_per_1000_samples"] < evidence["python_heap_mb_per_1000_samples"] / 2
     assert evidence["growing_attribute"] == "dataset.cache"
@@ -181,8 +182,8 @@ def test_copy_on_write_of_python_objects_after_fork():
     assert evidence["mb_per_worker"] >= 4.0
     assert evidence["parent_python_heap_mb"] >= 8.0
     assert evidence["python_objects"] > 100_000
-    # shared pages turned private without new anonymous memory (RSS may rise as a worker maps library
-    # code lazily: NOTE [copy-on-write measure] in checks/memory.py)
+    # shared pages turned private without new anonymous memory (RSS may rise as a worker maps
+    # library code lazily: NOTE [copy-on-write measure] in checks/memory.py)
     assert max(evidence["anonymous_change_mb"]) < evidence["mb_per_worker"] / 2
     assert not result.by_code("memory-growth")
 

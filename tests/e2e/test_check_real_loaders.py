@@ -54,7 +54,8 @@ def test_lm_stream_subclass_checks_clean_with_its_pickle_loaded_for_real():
     assert "unpicklable" not in _codes(record)
     assert "_ArrayStandIn" not in done.stdout + json.dumps(record)
     root = record["check_probes"]["pickling"]["roots"][0]
-    # the fresh interpreter really loaded the dataset (the tokenizer rebuilds its tensor in __setstate__)
+    # the fresh interpreter really loaded the dataset (the tokenizer rebuilds its tensor in
+    # __setstate__)
     assert root["load_checked"] is True and root["load_error"] is None
     assert not record["coverage"]["not_checked"], record["coverage"]["not_checked"]
     assert "iterable-duplicates" not in _codes(record)  # it shards by rank and worker
@@ -84,7 +85,8 @@ def test_leaking_stream_still_gets_memory_growth():
 
 
 class _WrappedLoaderStream(sl.ShardedRecordStream):
-    """Iterates a DataLoader with workers of its own (a wrapped loader), which a probe worker cannot start."""
+    """Iterates a DataLoader with workers of its own (a wrapped loader), which a probe worker
+    cannot start."""
 
     def __iter__(self):
         from torch.utils.data import DataLoader
@@ -128,8 +130,8 @@ def test_lm_stream_stage_times_fit_the_measured_time_per_batch():
         spent = sum(s["ms_per_sample"] for s in rows) * per_batch
         assert spent <= parallel * interval * 1.25 + 1.0, (side, spent, interval, record["stages"])
     transfer = record["transfer"]
-    # deserialising three int64 tensors of 8 x 1024 is well under a millisecond of CPU; the wait for the
-    # busy worker to hand over their storages is kept apart, not counted as a stage
+    # deserialising three int64 tensors of 8 x 1024 is well under a millisecond of CPU; the wait for
+    # the busy worker to hand over their storages is kept apart, not counted as a stage
     assert transfer["deserialise_ms_per_batch"] < min(5.0, interval)
     deserialise = next(s for s in record["stages"] if s["name"] == "transfer: deserialise")
     assert not deserialise.get("doubtful")

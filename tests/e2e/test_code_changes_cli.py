@@ -82,7 +82,8 @@ def test_doctor_reports_applied_code_changes_with_verified_diffs(tmp_path):
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="needs patch(1)")
 def test_patched_look_alike_runs(tmp_path):
-    """The prefix-cache diff, applied for real, gives a module whose loader yields the same batches."""
+    """The prefix-cache diff, applied for real, gives a module whose loader yields the
+    same batches."""
     target = tmp_path / "vision_changes.py"
     shutil.copy(PIPELINES / "vision_changes.py", target)
     script = f"""

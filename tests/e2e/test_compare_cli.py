@@ -1,4 +1,5 @@
-"""``stallscope compare`` through the real CLI: a +20% per-sample cost trips the gate, A/A passes it."""
+"""``stallscope compare`` through the real CLI: a +20% per-sample cost trips the gate, A/A
+passes it."""
 
 from __future__ import annotations
 

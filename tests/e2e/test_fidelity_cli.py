@@ -15,15 +15,16 @@ from torch.utils.data import DataLoader
 
 from stallscope.commands.tune import emitted_config
 from stallscope.pipeline.batching import same_batch
+from stallscope.render.loader_code import PLACEHOLDER, render_diff, snippet_for_record
 from stallscope.runtime.processes import shutdown_iterator
-from stallscope.tuning.emit import PLACEHOLDER, render_diff, snippet_for_record
 
 PIPELINES = (
     "real_translation",
     "real_detection",
     "real_audio",
 )  # imported in the tests: detection loads OpenCV
-# The tuned knobs, DataLoader arguments and beyond (threads in the main process or in each worker, batched fetch).
+# The tuned knobs, DataLoader arguments and beyond (threads in the main process or in each worker,
+# batched fetch).
 KNOBS = {
     "num_workers",
     "prefetch_factor",

@@ -1,4 +1,5 @@
-"""StallscopeCallback inside a real Lightning ``Trainer.fit`` on CPU, against the dataset's own timings.
+"""StallscopeCallback inside a real Lightning ``Trainer.fit`` on CPU, against the dataset's
+own timings.
 
 Every item costs 20 ms to fetch (num_workers=0, batch size 1) and every
 ``training_step`` 30 ms. The truth is computed from the dataset's logged
@@ -93,7 +94,8 @@ def fit(
 
 
 def truth_of(module: SleepModule, items: TimedItems, *, per_epoch: int = ITEMS) -> float:
-    # No lookahead in Lightning's fetcher for a sized loader: the second step starts with item 1's fetch.
+    # No lookahead in Lightning's fetcher for a sized loader: the second step starts with item 1's
+    # fetch.
     epochs = [
         (e * per_epoch + 1, (e + 1) * per_epoch, end) for e, end in enumerate(module.epoch_ends)
     ]
@@ -158,7 +160,8 @@ def test_resumed_mid_epoch_from_a_checkpoint(tmp_path):
 
 
 class Stream(IterableDataset):
-    """The same timed items as a stream: no length, so Lightning's fetcher prefetches one batch ahead."""
+    """The same timed items as a stream: no length, so Lightning's fetcher prefetches one
+    batch ahead."""
 
     def __init__(self, items: TimedItems) -> None:
         self.items = items
@@ -184,11 +187,13 @@ def test_unsized_stream_where_lightning_prefetches_one_batch_ahead():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.fit(module, DataLoader(Stream(items), batch_size=1))
-    # The blocking next() of a step fetches the batch after it: the second step starts with item 2's fetch.
+    # The blocking next() of a step fetches the batch after it: the second step starts with item 2's
+    # fetch.
     epochs = [(e * ITEMS + 2, (e + 1) * ITEMS, end) for e, end in enumerate(module.epoch_ends)]
     d = cb.to_dict()
     assert d["epochs"] == 2
-    # Every batch is one step: the prefetch joins the first step's wait, the stream's end closes the last one's.
+    # Every batch is one step: the prefetch joins the first step's wait, the stream's end closes the
+    # last one's.
     assert_stall_near_truth(
         d, true_stall(items.fetches, epochs), steps=2 * (ITEMS - 1), framework="lightning (stream)"
     )

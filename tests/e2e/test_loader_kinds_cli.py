@@ -1,5 +1,5 @@
-"""Every loader kind through the real CLI (NOTE [loader kinds]): measured as it is, tuned through what it
-exposes, and every printed snippet executed as printed (NOTE [verified snippets])."""
+"""Every loader kind through the real CLI (NOTE [loader kinds]): measured as it is, tuned through
+what it exposes, and every printed snippet executed as printed (NOTE [verified snippets])."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def _two_batches(code: str) -> str:
     """Run printed code from the target's folder, as a user would, and describe two batches."""
     script = code + (
         "\nfrom stallscope.pipeline.structure import describe_structure\n"
-        "it = iter(loader)\nfirst = next(it)\nnext(it)\nprint('STRUCTURE', describe_structure(first))\n"
-        + STOP
+        "it = iter(loader)\nfirst = next(it)\nnext(it)\nprint('STRUCTURE', "
+        "describe_structure(first))\n" + STOP
     )
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=PIPELINES, capture_output=True, text=True, timeout=120
@@ -149,7 +149,7 @@ def test_token_batches_report_tokens_per_second(tmp_path):
     assert "tokens/s" in done.stdout
 
 
-# -- objects around DataLoaders (tests/pipelines/real_adapters.py) and the real libraries' ones --------
+# -- objects around DataLoaders (tests/pipelines/real_adapters.py) and the real libraries' ones ----
 
 ADAPTERS = "real_adapters.py"
 
@@ -294,8 +294,9 @@ def _advice_for(spec: str, **knobs):
 
 
 def test_a_loader_its_constructor_cannot_rebuild_gets_its_knobs_set_after_building():
-    # PretrainLoader builds its dataset from a tokenizer it does not keep: no constructor call can be
-    # written, so the advice sets the knobs on the object the user's factory returns, as trials do.
+    # PretrainLoader builds its dataset from a tokenizer it does not keep: no constructor call can
+    # be written, so the advice sets the knobs on the object the user's factory returns, as
+    # trials do.
     code = _advice_for("real_lm_stream.py:make_loader", num_workers=3, prefetch_factor=4)
     assert code["verified"], code["reason"]
     assert (

@@ -28,7 +28,9 @@ from stallscope.schema import record_schema
 from stallscope.training.windows import read_windows
 
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
-STEPS = 400  # 100 MB kept per worker: well above the rule's 32 MB floor even when a loaded machine delays the last reading
+# 100 MB kept per worker: well above the rule's 32 MB floor even when a loaded machine delays the
+# last reading
+STEPS = 400
 BATCH = 2
 
 

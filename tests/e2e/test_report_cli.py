@@ -92,7 +92,8 @@ def test_report_prints_the_report_to_the_console():
 
 
 def test_reports_of_a_real_bench_run_contain_only_its_numbers(tmp_path, pipelines_dir):
-    """A real sweep: every number in its report.md/report.html is checked against its report.json."""
+    """A real sweep: every number in its report.md/report.html is checked against its
+    report.json."""
     from stallscope.commands import bench
 
     out = tmp_path / "run"
@@ -121,7 +122,8 @@ def test_reports_of_a_real_bench_run_contain_only_its_numbers(tmp_path, pipeline
     assert unexplained_numbers(markdown_text(md), record) == []
     assert unexplained_numbers(visible_html_text(page), record) == []
     assert (out / "report_plots" / "scaling.png").is_file()
-    # Rendering the saved JSON again gives the same Markdown: the report depends on the record alone.
+    # Rendering the saved JSON again gives the same Markdown: the report depends on the record
+    # alone.
     again = tmp_path / "again" / "report.md"
     assert report.main([str(out / "report.json"), "--md", str(again), "--quiet"]) == 0
     assert again.read_text() == md

@@ -1,4 +1,5 @@
-"""Worker threads end to end: `bench --worker-threads` and `tune` on real latency-bound pipelines."""
+"""Worker threads end to end: `bench --worker-threads` and `tune` on real latency-bound
+pipelines."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import jsonschema
 
+from stallscope.analysis import recommendations
 from stallscope.commands import bench as bench_command
 from stallscope.schema import record_schema
 
@@ -88,11 +90,12 @@ def test_tune_picks_threads_in_a_few_processes_on_a_latency_bound_source(tmp_pat
     check = record["search"]["space"]["worker_threads_check"]
     assert check["counts"] and check["thread_safety"]["safe"]
     best = record["best"]["config"]
-    # Threads in a few processes: where 8 or 16 processes win depends on the machine's load (16 measured
-    # 15% above 8 on a quiet 2-core VM); plain processes would need 64 or more for the same rate.
+    # Threads in a few processes: where 8 or 16 processes win depends on the machine's load (16
+    # measured 15% above 8 on a quiet 2-core VM); plain processes would need 64 or more for the
+    # same rate.
     assert best["worker_threads"] > 0 and 1 <= best["num_workers"] <= 16
     assert any(t["phase"] == "threads" for t in record["trials"])
-    assert any(r["id"] == "worker-threads" for r in record["recommendations"])
+    assert any(r.id == "worker-threads" for r in recommendations(record))
     # --emit python: one line wraps the dataset, before the DataLoader call with the tuned workers.
     code = proc.stdout
     (wrap,) = [line for line in code.splitlines() if "ss.threaded_dataset(" in line]

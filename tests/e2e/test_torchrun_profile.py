@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from stallscope.analysis import recommendations
+
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
@@ -53,7 +55,7 @@ def test_stallscope_profile_under_torchrun_names_the_slow_rank(tmp_path):
     assert record["distributed"]["slowest_rank"] == 1
     fast, slow = record["ranks"]
     assert slow["data_wait_ms_per_step"] > 3 * fast["data_wait_ms_per_step"]
-    assert record["recommendations"][0]["id"] == "profile-straggler-rank"
+    assert recommendations(record)[0].id == "profile-straggler-rank"
     assert "slowest rank 1" in proc.stdout  # rank 0 printed the job summary, once
     assert proc.stdout.count("Per step (steady state)") == 1
     # per time window (aligned by index from each rank's first batch), the rank that waited longest

@@ -1,4 +1,5 @@
-"""A worker that dies (exit code 3, or SIGKILL as the OOM killer does) gives exit 2 and one sentence, every time.
+"""A worker that dies (exit code 3, or SIGKILL as the OOM killer does) gives exit 2 and one
+sentence, every time.
 
 torch notices a dead worker in several ways depending on timing (NOTE [worker death]
 in runtime/processes.py); 30 runs in a row catch the rare ones. In-process through

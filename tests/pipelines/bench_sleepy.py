@@ -1,4 +1,5 @@
-"""Datasets of known per-item cost for measurement tests (sleep-based: stable on a loaded machine)."""
+"""Datasets of known per-item cost for measurement tests (sleep-based: stable on a
+loaded machine)."""
 
 from __future__ import annotations
 

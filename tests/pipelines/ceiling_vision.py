@@ -22,7 +22,8 @@ STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 
 
 def make_jpegs(count: int, size: tuple[int, int] = SOURCE_SIZE, seed: int = 0) -> list[bytes]:
-    """``count`` photograph-like JPEGs: smooth gradients, blobs and noise (so the decoder has detail)."""
+    """``count`` photograph-like JPEGs: smooth gradients, blobs and noise (so the decoder
+    has detail)."""
     rng = np.random.default_rng(seed)
     w, h = size
     y, x = np.mgrid[0:h, 0:w].astype(np.float32)

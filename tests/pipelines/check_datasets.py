@@ -116,7 +116,8 @@ def growing_cache():
 
 
 class AnnotationsDataset(Dataset):
-    """COCO-style metadata as a list of dicts of lists: reading it writes refcounts on shared pages."""
+    """COCO-style metadata as a list of dicts of lists: reading it writes refcounts on
+    shared pages."""
 
     def __init__(self, n: int = 30_000) -> None:
         self.records = [
@@ -275,7 +276,7 @@ class BuggyDataset(SharedGeneratorDataset):
         return self.transform(x), y
 
 
-# -- memory growth, by cause (Python heap vs native) -------------------------------------------------
+# -- memory growth, by cause (Python heap vs native) -----------------------------------------------
 
 
 class LeakyCacheDataset(Dataset):
@@ -331,7 +332,8 @@ _LEAKED: list[torch.Tensor] = []
 
 
 class NativeLeakDataset(Dataset):
-    """Keeps a 256 KiB tensor per fetch in a module-level list: native memory that never stops growing."""
+    """Keeps a 256 KiB tensor per fetch in a module-level list: native memory that never
+    stops growing."""
 
     def __init__(self, n: int = 256) -> None:
         self.n = n

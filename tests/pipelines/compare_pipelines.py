@@ -20,7 +20,8 @@ EXTRA = 0.20  # plus20's extra cost per item, as a share of COST_S
 
 
 class SleepItems(Dataset):
-    """Each item sleeps ``cost_s``; ``durations`` (in-process runs) collects how long each really took."""
+    """Each item sleeps ``cost_s``; ``durations`` (in-process runs) collects how long each
+    really took."""
 
     def __init__(self, cost_s: float, n: int = 4096) -> None:
         self.cost_s, self.n = cost_s, n

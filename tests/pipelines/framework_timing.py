@@ -24,7 +24,8 @@ from torch.utils.data import Dataset
 
 
 class TimedItems(Dataset):
-    """``length`` items, each costing ``cost_s`` of sleep; ``fetches`` logs (start, end) of every call."""
+    """``length`` items, each costing ``cost_s`` of sleep; ``fetches`` logs (start, end) of
+    every call."""
 
     def __init__(self, length: int, cost_s: float, *, as_dict: bool = False) -> None:
         self.length, self.cost_s, self.as_dict = length, cost_s, as_dict
@@ -65,7 +66,8 @@ def true_stall(
 def assert_stall_near_truth(
     profile: dict, truth: float, *, steps: int, framework: str, tolerance: float = 0.05
 ) -> None:
-    """The callback timed the fetch itself, covered ``steps`` steady steps, and its stall is within ``tolerance``."""
+    """The callback timed the fetch itself, covered ``steps`` steady steps, and its stall is within
+    ``tolerance``."""
     print(
         f"{framework}: reported stall {profile['stall_fraction']:.4f}, truth {truth:.4f}"
     )  # shown with pytest -s

@@ -1,4 +1,5 @@
-"""Targets for the memory-drift tests: a dataset that keeps 256 KB of every sample it fetches, and one that does not.
+"""Targets for the memory-drift tests: a dataset that keeps 256 KB of every sample it fetches, and
+one that does not.
 
 The leak is a module-level list, so it grows in whichever process fetches
 (each worker, or the main process with num_workers=0). The bytes are written
@@ -18,7 +19,8 @@ KEPT: list[bytes] = []
 
 
 class KeepingDataset(Dataset):
-    """``length`` items of shape (4,), each costing ``cost_s``; with ``leak``, each fetch keeps ``leak_bytes``."""
+    """``length`` items of shape (4,), each costing ``cost_s``; with ``leak``, each fetch keeps
+    ``leak_bytes``."""
 
     def __init__(
         self,

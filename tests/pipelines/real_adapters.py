@@ -133,8 +133,8 @@ def wave_batches():
 
 
 def accelerate_loader():
-    """accelerate's own adapter: ``Accelerator.prepare`` returns a ``DataLoaderShard`` that passes for a
-    DataLoader and iterates the one it built inside (``base_dataloader``)."""
+    """accelerate's own adapter: ``Accelerator.prepare`` returns a ``DataLoaderShard`` that passes
+    for a DataLoader and iterates the one it built inside (``base_dataloader``)."""
     from accelerate import Accelerator
 
     return Accelerator(cpu=True).prepare(
@@ -143,7 +143,8 @@ def accelerate_loader():
 
 
 def lightning_combined():
-    """Lightning's ``CombinedLoader`` over two named loaders (it iterates a flat list made when built)."""
+    """Lightning's ``CombinedLoader`` over two named loaders (it iterates a flat list made
+    when built)."""
     from lightning.pytorch.utilities import CombinedLoader
 
     return CombinedLoader(

@@ -55,7 +55,8 @@ class MergeTokenizer:
     """Byte-level tokenizer with greedy pair merges (a toy BPE), all in Python."""
 
     def __init__(self, merges: int = 120, seed: int = 0) -> None:
-        # Learn merges as BPE does: repeatedly merge the most frequent adjacent pair of a small corpus.
+        # Learn merges as BPE does: repeatedly merge the most frequent adjacent pair of a small
+        # corpus.
         rng = random.Random(seed)
         words = [list(_word(rng).encode()) for _ in range(200)]
         pairs: list[tuple[int, int]] = []
@@ -90,7 +91,8 @@ class MergeTokenizer:
         self._build()
 
     def encode(self, text: str) -> list[int]:
-        """Byte-pair encoding: merge the lowest-ranked adjacent pair until none is left (no cache)."""
+        """Byte-pair encoding: merge the lowest-ranked adjacent pair until none is left
+        (no cache)."""
         out: list[int] = []
         merge_of = self.merge_of
         for word in unicodedata.normalize("NFKC", text).lower().split():

@@ -35,7 +35,8 @@ class Features(collections.UserDict):
 
 
 class ShardedRecordStream(IterableDataset):
-    """Records ``rank, rank + world_size, ...``, split again by worker, shuffled through a buffer."""
+    """Records ``rank, rank + world_size, ...``, split again by worker, shuffled through
+    a buffer."""
 
     def __init__(
         self,

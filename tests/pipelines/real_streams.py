@@ -106,7 +106,8 @@ def split_in_worker(worker_id: int) -> None:
 
 
 class RandomStream(IterableDataset):
-    """Endless random vectors from the worker's ``torch`` generator (DataLoader seeds it per worker)."""
+    """Endless random vectors from the worker's ``torch`` generator (DataLoader seeds it
+    per worker)."""
 
     def __iter__(self):
         while True:

@@ -158,7 +158,8 @@ def _derive(r: dict, pools: Pools) -> None:
     pools.add(
         "any", sum(1 for t in r.get("trials") or [] if isinstance(t, dict) and t.get("error"))
     )
-    # speed-ups: tuned best and each trial against the tuner's baseline; a result against num_workers=0
+    # speed-ups: tuned best and each trial against the tuner's baseline; a result against
+    # num_workers=0
     baseline = (
         _rate((r.get("baseline") or {}).get("samples_per_s"))
         if isinstance(r.get("baseline"), dict)
@@ -198,7 +199,8 @@ def _derive(r: dict, pools: Pools) -> None:
             "any",
             *[math.ceil(length / c["batch_size"]) for c, _ in _configs(r) if c.get("batch_size")],
         )
-    # in-flight memory: batch bytes scaled to the batch size × prefetch × workers, against /dev/shm and RAM
+    # in-flight memory: batch bytes scaled to the batch size × prefetch × workers, against /dev/shm
+    # and RAM
     ref_bytes, ref_bs = _num(dataset.get("batch_bytes")), _num(dataset.get("batch_size"))
     shm, ram = _num(host.get("shm_free_bytes")), _num(host.get("memory_available_bytes"))
     for config, res in _configs(r, trials=False):
@@ -237,7 +239,8 @@ def _derive(r: dict, pools: Pools) -> None:
         total = sum(stage_ms)
         pools.add("ms", total)
         pools.add("any", *[x / total for x in stage_ms])
-    # training loop: mean data wait and compute per step (record means, else the timeline's) and a mean step
+    # training loop: mean data wait and compute per step (record means, else the timeline's) and a
+    # mean step
     means = {}
     for key in ("data_ms", "compute_ms"):
         summary = r.get(key)
@@ -269,7 +272,8 @@ def _derive(r: dict, pools: Pools) -> None:
         cores = _num(evidence.get("cores")) or _num(host.get("cores"))
         if w and t and cores:
             pools.add("any", w * t, w * t / cores)
-    # the ceiling: the share of it the pick leaves; the training step with free data against the loop's
+    # the ceiling: the share of it the pick leaves; the training step with free data against the
+    # loop's
     fraction = (
         _num((r.get("ceiling") or {}).get("pick_fraction"))
         if isinstance(r.get("ceiling"), dict)
@@ -316,7 +320,8 @@ def _candidates(pools: Pools, unit: str) -> list[float]:
 
 
 def unexplained_numbers(text: str, record: dict) -> list[str]:
-    """Printed numbers that are neither record values nor derived from them under the formatting rules."""
+    """Printed numbers that are neither record values nor derived from them under the
+    formatting rules."""
     pools = pools_for(record)
     cache: dict[str, list[float]] = {}
     bad = []

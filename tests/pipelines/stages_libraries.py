@@ -68,7 +68,8 @@ class OpenCVImages(Dataset):
 
 
 class WaveClips(Dataset):
-    """The standard ``wave`` module (``wave.open`` + ``readframes``), or ``scipy.io.wavfile.read``."""
+    """The standard ``wave`` module (``wave.open`` + ``readframes``), or
+    ``scipy.io.wavfile.read``."""
 
     def __init__(self, paths: list[str], reader: str = "wave") -> None:
         self.paths = paths

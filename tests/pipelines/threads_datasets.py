@@ -1,4 +1,5 @@
-"""Datasets for worker threads (``ss.threaded_dataset``, ``worker_threads``) and their thread-safety check.
+"""Datasets for worker threads (``ss.threaded_dataset``, ``worker_threads``) and their
+thread-safety check.
 
 Module-level classes and factories: spawned workers import them, and the CLI takes
 ``tests/pipelines/threads_datasets.py:<fn>`` as a target.

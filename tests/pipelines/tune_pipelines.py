@@ -1,4 +1,5 @@
-"""Small real pipelines for the tuner's tests (module-level classes: importable by spawned workers)."""
+"""Small real pipelines for the tuner's tests (module-level classes: importable by
+spawned workers)."""
 
 from __future__ import annotations
 
@@ -68,12 +69,14 @@ class ReplayingStream(IterableDataset):
 
 
 def slow_loader() -> DataLoader:
-    """0.3 s per batch of 8 in one process (a remote read per item): a 20 s budget fits only a few windows."""
+    """0.3 s per batch of 8 in one process (a remote read per item): a 20 s budget fits only a
+    few windows."""
     return DataLoader(WaitingDataset(n=256, wait_s=0.3 / 8), batch_size=8, num_workers=0)
 
 
 def sleepy_worker_init(worker_id: int) -> None:
-    """A worker that takes 0.3 s to get ready (opening files, loading an index, importing a library)."""
+    """A worker that takes 0.3 s to get ready (opening files, loading an index, importing
+    a library)."""
     time.sleep(0.3)
 
 

@@ -1,4 +1,5 @@
-"""A simulated :class:`~stallscope.tuning.trial.Evaluator` for testing the search without workers."""
+"""A simulated :class:`~stallscope.tuning.trial.Evaluator` for testing the search
+without workers."""
 
 from __future__ import annotations
 

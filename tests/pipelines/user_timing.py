@@ -21,7 +21,8 @@ def samples_in(module: ModuleType, batch: Any) -> int:
 
 
 def independent_rate(module: ModuleType, window_s: float) -> float:
-    """Samples/s of ``module.make_loader(num_workers=0)`` over ``window_s`` after two warm-up batches."""
+    """Samples/s of ``module.make_loader(num_workers=0)`` over ``window_s`` after two
+    warm-up batches."""
     loader = module.make_loader(num_workers=0)
     seen = 0
     started = None

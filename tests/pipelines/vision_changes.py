@@ -29,7 +29,8 @@ decode_calls = 0
 
 
 def paint(index: int, width: int = WIDTH, height: int = HEIGHT) -> bytes:
-    """One photo-like JPEG: smooth colour gradients, a few discs and fine noise (seeded by ``index``)."""
+    """One photo-like JPEG: smooth colour gradients, a few discs and fine noise (seeded by
+    ``index``)."""
     rng = np.random.default_rng(1000 + index)
     y, x = np.mgrid[0:height, 0:width].astype(np.float32)
     image = np.empty((height, width, 3), np.float32)

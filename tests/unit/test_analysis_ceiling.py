@@ -90,7 +90,7 @@ def test_cores_needed_is_target_times_cpu_per_sample_over_the_picks_efficiency()
     assert n["target_source"] == "--target-rate"
 
 
-def test_where_the_picks_cpu_was_measured_the_efficiency_is_cpu_in_one_process_over_cpu_at_the_pick():
+def test_where_the_picks_cpu_was_measured_efficiency_is_cpu_in_one_process_over_cpu_at_the_pick():
     r = bench_record()
     r["results"][1]["cpu_ms_per_sample"] = 2.8  # main process and workers, per sample, at w=2
     r["trials"] = [
@@ -109,8 +109,9 @@ def test_where_the_picks_cpu_was_measured_the_efficiency_is_cpu_in_one_process_o
     )  # target × the CPU each sample costs at the pick
     r.update(ceiling_sections(r, 5000.0))
     assert ceiling_facts(r).cores_sentence.startswith(
-        "At 5,000 samples/s this pipeline needs 14.5 cores (5,000 samples/s × 2.50 ms of CPU per sample in one process "
-        "÷ 86.2% CPU efficiency of w=2 bs=32, whose processes spend 2.90 ms of CPU per sample)"
+        "At 5,000 samples/s this pipeline needs 14.5 cores (5,000 samples/s × 2.50 ms of CPU per "
+        "sample in one process ÷ 86.2% CPU efficiency of w=2 bs=32, whose processes spend 2.90 "
+        "ms of CPU per sample)"
     )
 
 
@@ -176,14 +177,15 @@ def test_the_sentences_state_the_ceiling_the_fraction_and_what_follows():
     r.update(ceiling_sections(r, 5000.0))
     facts = ceiling_facts(r)
     assert facts.ceiling_sentence == (
-        "The pick (w=2 bs=32, 750 samples/s) reaches 93.8% of this machine's ceiling of 800 samples/s "
-        "(2 usable cores ÷ 2.50 ms of CPU per sample): more workers cannot help; only less CPU per sample "
-        "(a cheaper decode, augmentation on the accelerator, caching the deterministic part) or more cores can."
+        "The pick (w=2 bs=32, 750 samples/s) reaches 93.8% of this machine's ceiling of 800 "
+        "samples/s (2 usable cores ÷ 2.50 ms of CPU per sample): more workers cannot help; only "
+        "less CPU per sample (a cheaper decode, augmentation on the accelerator, caching the "
+        "deterministic part) or more cores can."
     )
     assert facts.cores_sentence == (
-        "At 5,000 samples/s this pipeline needs 13.3 cores (5,000 samples/s × 2.50 ms of CPU per sample ÷ 93.8% "
-        "parallel efficiency of w=2 bs=32); this machine has 2 usable: short by 11.3 cores: decode on the "
-        "accelerator, a cheaper decode, or more CPU per accelerator."
+        "At 5,000 samples/s this pipeline needs 13.3 cores (5,000 samples/s × 2.50 ms of CPU per "
+        "sample ÷ 93.8% parallel efficiency of w=2 bs=32); this machine has 2 usable: short by "
+        "11.3 cores: decode on the accelerator, a cheaper decode, or more CPU per accelerator."
     )
     low = bench_record(rate=400.0, efficiency=0.5)
     low.update(ceiling_sections(low, 100.0))
@@ -203,13 +205,15 @@ def test_the_sentences_state_the_ceiling_the_fraction_and_what_follows():
         (
             1.9,
             0.1,
-            "kept 1.90 of the 2 usable cores busy, so 50.0% of it is the CPU the hand-off between processes costs",
+            "kept 1.90 of the 2 usable cores busy, so 50.0% of it is the CPU the hand-off "
+            "between processes costs",
         ),
         (1.0, 0.1, "kept only 1.00 of the 2 usable cores busy: 50.0% of it is lost to waits"),
         (
             1.0,
             1.2,
-            "other processes kept 1.20 of the 2 usable cores busy while the CPU cost was measured: 50.0% of it may be theirs",
+            "other processes kept 1.20 of the 2 usable cores busy while the CPU cost was "
+            "measured: 50.0% of it may be theirs",
         ),
         (None, None, "50.0% of it is lost to the loader's own overheads"),
     ],
@@ -225,7 +229,10 @@ def test_below_the_ceiling_the_report_says_where_the_rest_went(busy, others, say
     r.update(ceiling_sections(r, 1000.0))
     assert r["ceiling"]["pick_cpu_cores"] == busy
     assert says in ceiling_facts(r).ceiling_sentence
-    shared = "other processes kept 1.20 of the 2 usable cores busy meanwhile: the efficiency may read low"
+    shared = (
+        "other processes kept 1.20 of the 2 usable cores busy meanwhile: the efficiency may "
+        "read low"
+    )
     assert (shared in ceiling_facts(r).cores_sentence) == (others == 1.2)
 
 

@@ -1,4 +1,5 @@
-"""compare's statistics: fixed rounds in, exact ratios, intervals, verdicts and gate decisions out."""
+"""compare's statistics: fixed rounds in, exact ratios, intervals, verdicts and gate
+decisions out."""
 
 from __future__ import annotations
 

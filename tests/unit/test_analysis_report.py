@@ -10,6 +10,7 @@ import pytest
 
 from stallscope import analysis as an
 from stallscope.analysis.checklist_rules import check_batch_time_consistency, check_data_wait
+from stallscope.thresholds import INPUT_BOUND_AT
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -151,12 +152,20 @@ def test_batch_time_consistency_check(p95, status):
 
 
 def test_data_wait_check_agrees_with_the_profilers_threshold():
+    # Without a recorded threshold, today's input-bound threshold is the pass boundary: a run the
+    # profiler calls input-bound never passes the checklist.
     record = {"stall_fraction": 0.2, "verdict": "input-bound"}
-    assert check_data_wait(record).status == "pass"  # below the 30% target
-    record["thresholds"] = {"input_bound_at": 0.15}
     row = check_data_wait(record)
-    assert row.target.good == 0.15
+    assert row.target.good == INPUT_BOUND_AT
     assert row.status == "warn"
+    # A record judged by another threshold is checked against the one it states.
+    record["thresholds"] = {"input_bound_at": 0.25}
+    row = check_data_wait(record)
+    assert (row.target.good, row.target.bad) == (0.25, 0.5)
+    assert row.status == "pass"
+    record["thresholds"] = {"input_bound_at": 0.6}
+    row = check_data_wait(record)
+    assert (row.target.good, row.target.bad) == (0.6, 0.6)
 
 
 def test_checklist_rules_run_in_order_and_skip_missing_data():
@@ -189,7 +198,7 @@ def test_verdict_rules_first_match_wins():
     assert (v.label, v.values["errors"], v.values["codes"]) == ("unsafe", 1, ["hang"])
 
 
-def test_derived_recommendations_yield_to_the_records_own():
+def test_one_rule_per_advice_over_the_measurements_only():
     record = bench_record()
     # A start-up time is no measurement of persistent_workers: only the epoch-boundary gap is.
     assert [r.id for r in an.recommendations(record)] == ["use-best-config"]
@@ -213,25 +222,28 @@ def test_derived_recommendations_yield_to_the_records_own():
         0.5,
     )
     assert rec.values["epoch_s"] == pytest.approx(4.0)
-    del record["search"], record["best"], record["baseline"]
+    # Advice a record carries (an older stallscope's) is not read: today's rules decide.
     record["recommendations"] = [
-        {
-            "id": "persistent-workers",
-            "title": "keep workers",
-            "detail": "d",
-            "measured": "m",
-            "expected_gain": 1.1,
-        }
+        {"id": "stale", "title": "keep workers", "detail": "d", "measured": "m"}
     ]
+    record["advice"] = "stale advice"
+    assert [r.id for r in an.recommendations(record)] == ["use-best-config", "persistent-workers"]
+    # The tuner's own verdict on its pick replaces the generic switch: one recommendation each.
+    record["best"].update(speedup=2.5, label="w=2 bs=10 pf=2", rounds=3, confidence=0.9)
     recs = an.recommendations(record)
     assert [(r.id, r.source) for r in recs] == [
-        ("persistent-workers", "record"),
-        ("use-best-config", "analysis"),
+        ("loader-config", "text"),
+        ("persistent-workers", "analysis"),
     ]
-    record["recommendations"].append(
-        {"id": "loader-config", "title": "Use the tuned DataLoader settings"}
+    # A training-loop profile that measured the epoch start-up says persistent_workers itself.
+    record.update(
+        stall_fraction=0.02,
+        verdict="compute-bound",
+        first_batch_s=2.0,
+        startup_share=0.2,
+        config=cfg(2),
     )
-    assert [r.id for r in an.recommendations(record)] == ["persistent-workers", "loader-config"]
+    assert [r.id for r in an.recommendations(record)] == ["loader-config", "profile-epoch-startup"]
 
 
 def test_memory_growth_is_projected_over_an_epoch_and_the_workers():
@@ -278,7 +290,8 @@ def test_stage_shares_accept_percentages():
 
 
 def test_best_configuration_snippet_is_the_code_that_ran():
-    """NOTE [verified snippets]: reports print the advice's code only where it ran, for that config."""
+    """NOTE [verified snippets]: reports print the advice's code only where it ran, for
+    that config."""
     pick = cfg(4, in_order=False, persistent_workers=True)
     code = (
         "from m import pad\nloader = DataLoader(d, batch_size=10, collate_fn=pad, num_workers=4)\n"
@@ -357,7 +370,7 @@ def test_trials_by_config_takes_the_median_of_each_configs_runs():
     assert rows[2]["rate"] is None and rows[2]["error"] == "worker died"
 
 
-# -- one winner, keep yours (issue 10) --------------------------------------------------------------
+# -- one winner, keep yours (issue 10) -------------------------------------------------------------
 
 
 def _doctor_record(
@@ -398,7 +411,8 @@ def test_the_tuner_pick_stands_when_it_raced_the_sweeps_best():
 
 
 def test_an_unraced_faster_sweep_best_overrules_the_tuner_pick():
-    # 250/s in the sweep vs 200/s for the pick, and they never met: the report names the sweep's best.
+    # 250/s in the sweep vs 200/s for the pick, and they never met: the report names the sweep's
+    # best.
     record = _doctor_record(
         200.0, [{"config": cfg(3), "samples_per_s": 200.0, "rounds": 2, "role": "tuner"}]
     )

@@ -1,4 +1,5 @@
-"""``stages`` on a real albumentations ``Compose``: each transform is a stage, by name, timed in the workers."""
+"""``stages`` on a real albumentations ``Compose``: each transform is a stage, by name, timed in
+the workers."""
 
 from __future__ import annotations
 

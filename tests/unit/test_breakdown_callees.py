@@ -165,5 +165,6 @@ def test_a_wrapper_dataset_is_seen_through_and_its_own_calls_still_count():
     totals, _, _ = recorder.take()
     # the inner dataset's calls, as if it were the dataset itself
     assert {CALLEE_PREFIX + "load()", CALLEE_PREFIX + "spectrum()"} <= set(totals)
-    # the sleep of the inner __getitem__ (2 ms) and the wrapper's own (3 ms), in the 2 traced fetches
+    # the sleep of the inner __getitem__ (2 ms) and the wrapper's own (3 ms), in the 2 traced
+    # fetches
     assert totals[CALLEE_PREFIX + "time.sleep()"] >= 2 * 0.005 * 0.98

@@ -1,5 +1,5 @@
-"""Stages that add up (NOTE [stages add up]): a row that cannot fit in the measured time per batch is
-doubtful, not a cost; deserialise is the main thread's CPU time (NOTE [deserialise timing])."""
+"""Stages that add up (NOTE [stages add up]): a row that cannot fit in the measured time per batch
+is doubtful, not a cost; deserialise is the main thread's CPU time (NOTE [deserialise timing])."""
 
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ def test_a_main_side_stage_longer_than_the_time_per_batch_is_doubtful():
 def test_stages_that_fit_are_left_alone():
     rows = mark_doubtful(_table(0.05), batch_interval_ms=30.0, num_workers=2, samples_per_batch=8)
     assert not any(r.doubtful for r in rows)
-    # worker stages: 3.15 ms x 8 = 25 ms per batch fits in 2 workers x 30 ms, not in 1 worker x 12 ms
+    # worker stages: 3.15 ms x 8 = 25 ms per batch fits in 2 workers x 30 ms, not in 1 worker
+    # x 12 ms
     rows = mark_doubtful(_table(0.05), batch_interval_ms=12.0, num_workers=1, samples_per_batch=8)
     assert [r.name for r in rows if r.doubtful] == ["other (__getitem__)"]
 

@@ -172,7 +172,8 @@ def _stream_memory(boundaries_per_worker, points_per_worker):
 
 
 def _sawtooth(amplitude: float, leak_per_epoch: float):
-    """Points inside the epochs rise by ``amplitude`` MB and fall back; each epoch end reads ``leak``× higher."""
+    """Points inside the epochs rise by ``amplitude`` MB and fall back; each epoch end reads
+    ``leak``× higher."""
     points, boundaries = [], [[0, 0.0, 100.0, 0.0, 0.1, 0]]
     for epoch in range(3):
         for k in range(1, 11):
@@ -219,8 +220,9 @@ def _cow(points):
 
 
 def test_copy_on_write_is_not_hidden_by_lazily_mapped_library_pages():
-    # [samples, rss, uss, t, private_dirty, anonymous]: worker 2's RSS rose 13 MB of shared library code
-    # after the baseline; its private-dirty memory rose 10 MB with no new anonymous memory: copied.
+    # [samples, rss, uss, t, private_dirty, anonymous]: worker 2's RSS rose 13 MB of shared library
+    # code after the baseline; its private-dirty memory rose 10 MB with no new anonymous
+    # memory: copied.
     worker1 = [[16, 220.3, 10.1, 0.0, 9.0, 60.0], [1536, 220.6, 16.2, 1.4, 15.0, 60.2]]
     worker2 = [[16, 207.6, 5.5, 0.0, 5.0, 60.0], [1536, 220.6, 16.0, 1.4, 15.2, 60.2]]
     [finding] = detect_copy_on_write(_cow([worker1, worker2]))

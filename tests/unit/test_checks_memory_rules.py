@@ -31,7 +31,8 @@ def _worker(
     containers: tuple = ({}, {}),
     sites=None,
 ) -> dict:
-    """Readings ``[samples, heap MB, RSS MB, t, tracemalloc MB]`` with RSS = 150 + heap + native + tracemalloc."""
+    """Readings ``[samples, heap MB, RSS MB, t, tracemalloc MB]`` with RSS = 150 + heap + native +
+    tracemalloc."""
     points = [
         [x, heap(x), 150.0 + heap(x) + native(x) + 0.5, x / 100, 0.5]
         for x in range(step, samples + 1, step)
@@ -225,7 +226,7 @@ def test_copy_on_write_needs_private_growth_with_flat_rss_and_a_python_heap():
     assert detect_copy_on_write({"memory": memory}) == []
 
 
-# -- which indices check fetches ----------------------------------------------------------------------
+# -- which indices check fetches -------------------------------------------------------------------
 
 
 def test_stratified_draws_one_index_per_stratum():

@@ -156,7 +156,7 @@ def test_timing_summary_median_and_mad():
     assert timing_summary([]) == {"count": 0}
 
 
-# -- hang / getitem / collate -----------------------------------------------------------------------
+# -- hang / getitem / collate ----------------------------------------------------------------------
 
 
 def test_hang_names_index_and_line():
@@ -173,9 +173,8 @@ def test_hang_names_index_and_line():
     assert (
         finding.evidence["index"] == 3 and finding.evidence["where"] == "/d/ds.py:42 in __getitem__"
     )
-    assert (
-        finding.message
-        == "dataset[3] did not return within 2 s; the worker was stuck at /d/ds.py:42 in __getitem__."
+    assert finding.message == (
+        "dataset[3] did not return within 2 s; the worker was stuck at /d/ds.py:42 in __getitem__."
     )
 
 
@@ -242,7 +241,7 @@ def test_collate_error_names_the_mixed_shapes():
     assert "pad" in finding.fix
 
 
-# -- shm and threads --------------------------------------------------------------------------------------
+# -- shm and threads -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -287,7 +286,7 @@ def test_oversubscription_counts_blas_only_when_workers_ran_parallel():
     assert finding.evidence["pools"] == {"torch": 1, "cv2": 8}
 
 
-# -- unpicklable --------------------------------------------------------------------------------------------
+# -- unpicklable -----------------------------------------------------------------------------------
 
 
 class _Holder:
@@ -387,7 +386,7 @@ def test_detect_unpicklable_message_and_severity():
     assert "freshly spawned worker cannot load it" in finding.message
 
 
-# -- rng ------------------------------------------------------------------------------------------------------
+# -- rng -------------------------------------------------------------------------------------------
 
 
 def test_find_rng_attributes_skips_global_generators():
@@ -480,7 +479,7 @@ def test_deterministic_pipeline_is_not_duplicate_rng():
     assert detect_duplicate_rng({"rng": record}) == []
 
 
-# -- stacks ------------------------------------------------------------------------------------------------------
+# -- stacks ----------------------------------------------------------------------------------------
 
 
 def test_parse_stack_takes_the_main_thread_and_the_user_frame():

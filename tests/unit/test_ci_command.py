@@ -24,3 +24,11 @@ def test_ci_runs_the_readme_test_command_verbatim():
     assert "torch==2.13.0" in readme[0]
     for extra in ("test", "lightning", "hf", "tensorboard"):
         assert re.search(rf"[\[,]{extra}[\],]", readme[0]), extra
+    # The code is checked as the tests are: lint, format and types before pytest.
+    checks = readme[0].split(" && ")
+    assert checks[-4:] == [
+        "ruff check .",
+        "ruff format --check .",
+        "mypy",
+        "python -m pytest",
+    ]

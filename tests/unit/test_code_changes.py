@@ -187,7 +187,10 @@ def test_the_compose_list_is_found_with_qualified_names_and_comments():
 
     from stallscope.changes.source import SourceFile, block_end, constructor_block, expression_of
 
-    text = "def make():\n    return T.Compose([\n        T.RandomCrop(224),\n        # why\n        T.ToTensor(),\n        T.Normalize(MEAN, STD),  # ImageNet\n    ])\n"
+    text = (
+        "def make():\n    return T.Compose([\n        T.RandomCrop(224),\n        # why\n"
+        "        T.ToTensor(),\n        T.Normalize(MEAN, STD),  # ImageNet\n    ])\n"
+    )
     source = SourceFile(Path("x.py"), types.ModuleType("x"), text)
     found = constructor_block([source], ["ToTensor", "Normalize"])
     assert found is not None and found[1] == 4
@@ -197,7 +200,8 @@ def test_the_compose_list_is_found_with_qualified_names_and_comments():
 
 
 class FolderLike:
-    """Deterministic stages (Halve, Scale) before the first random one: the cache keeps their output."""
+    """Deterministic stages (Halve, Scale) before the first random one: the cache keeps
+    their output."""
 
     def __init__(self, transform):
         self.data = [np.full((8, 8), i, np.float32) for i in range(8)]

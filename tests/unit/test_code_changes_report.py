@@ -1,4 +1,5 @@
-"""The code-change section of a record: analysis facts and every renderer (fixed record, no probes)."""
+"""The code-change section of a record: analysis facts and every renderer (fixed record,
+no probes)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,9 @@ def record() -> dict:
             "verified": False,
             "unverified_reason": "no line `x = self.transform(x)` in __getitem__",
             "side_effect": {
-                "summary": "caches read + decode in shared memory; later passes give the same samples",
+                "summary": (
+                    "caches read + decode in shared memory; later passes give the same samples"
+                ),
                 "alters_output": False,
             },
             "error": None,

@@ -1,4 +1,5 @@
-"""Batched fetching: a vectorised fetch is offered only when it returns exactly the collated batch."""
+"""Batched fetching: a vectorised fetch is offered only when it returns exactly the
+collated batch."""
 
 from __future__ import annotations
 

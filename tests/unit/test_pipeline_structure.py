@@ -1,4 +1,5 @@
-"""Sizes and shapes of batches whatever holds them: Mapping (not only dict), dataclasses, named tuples."""
+"""Sizes and shapes of batches whatever holds them: Mapping (not only dict), dataclasses,
+named tuples."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Worker threads: ``ss.threaded_dataset``, ``LoaderConfig.worker_threads`` and the thread-safety check."""
+"""Worker threads: ``ss.threaded_dataset``, ``LoaderConfig.worker_threads`` and the
+thread-safety check."""
 
 from __future__ import annotations
 

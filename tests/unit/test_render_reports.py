@@ -1,4 +1,5 @@
-"""Markdown and HTML reports: every renderer over every fixture record, number provenance, self-containment."""
+"""Markdown and HTML reports: every renderer over every fixture record, number provenance,
+self-containment."""
 
 from __future__ import annotations
 
@@ -352,7 +353,8 @@ def test_the_console_summary_is_the_commands_own_section():
     bench, tune = _console("bench"), _console("tune")
     assert "DataLoader throughput" in bench and "Configs measured" not in bench
     assert "Configs measured" in tune and "DataLoader throughput" not in tune
-    # A tune ends as its reports do: the one winner, its code (or the change in words) and the advice.
+    # A tune ends as its reports do: the one winner, its code (or the change in words) and the
+    # advice.
     assert "What to set and why" in tune and "What to set and why" not in bench
 
 

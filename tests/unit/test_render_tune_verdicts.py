@@ -72,15 +72,6 @@ def _keep_yours() -> dict:
             },
         ],
     )
-    record["recommendations"] = [
-        {
-            "id": "keep-yours",
-            "title": "Keep your DataLoader settings",
-            "detail": "Your loader is within 0.97% of the best found.",
-            "measured": "m",
-            "expected_gain": "none beyond the noise",
-        }
-    ]
     record["search"]["persistent_workers"] = {
         "measured_on": "w=2 bs=64 pf=2",
         "gap_without_s": 0.61,

@@ -1,4 +1,5 @@
-"""ResourceSampler: CPU % counted from the window start, checked against processes that burn known CPU."""
+"""ResourceSampler: CPU % counted from the window start, checked against processes that burn
+known CPU."""
 
 from __future__ import annotations
 

@@ -77,8 +77,8 @@ def test_a_20_percent_dearer_sample_fails_the_gate_and_the_interval_covers_the_t
         a, b, window_s=0.3, budget_s=25, precision=0.03, level=0.99, sample_resources=False
     )
     facts = compare_facts(run.rounds, fail_if_slower_pct=10, level=0.99)
-    # The true ratio of the rates: each side's real time per item plus the same loader overhead per sample,
-    # the overhead measured on a free dataset.
+    # The true ratio of the rates: each side's real time per item plus the same loader overhead per
+    # sample, the overhead measured on a free dataset.
     free = pipeline_from_object({"dataset": cp.SleepItems(0.0), "batch_size": 4})
     overhead = 1.0 / measure(free, free.baseline, min_window_s=0.3).samples_per_s
     true = (statistics.fmean(a.dataset.durations) + overhead) / (
@@ -86,8 +86,8 @@ def test_a_20_percent_dearer_sample_fails_the_gate_and_the_interval_covers_the_t
     )
     ratio = facts["ratio"]
     print(
-        f"+20%: rounds {ratio['rounds']}, B/A {ratio['estimate']:.4f} [{ratio['low']:.4f}, {ratio['high']:.4f}], "
-        f"true {true:.4f}"
+        f"+20%: rounds {ratio['rounds']}, B/A {ratio['estimate']:.4f} [{ratio['low']:.4f}, "
+        f"{ratio['high']:.4f}], true {true:.4f}"
     )
     assert facts["verdict"] == "slower"
     assert facts["gate"]["failed"] is True

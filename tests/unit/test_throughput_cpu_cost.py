@@ -1,5 +1,5 @@
-"""The CPU cost per sample (throughput/cpu_cost.py) and the main process's receive cost (measure.py),
-on datasets of known cost: CPU time, not wall time."""
+"""The CPU cost per sample (throughput/cpu_cost.py) and the main process's receive cost
+(measure.py), on datasets of known cost: CPU time, not wall time."""
 
 from __future__ import annotations
 

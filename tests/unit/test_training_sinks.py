@@ -1,4 +1,5 @@
-"""The watch's outputs through the sink protocol: the null sink, and real TensorBoard event files."""
+"""The watch's outputs through the sink protocol: the null sink, and real TensorBoard
+event files."""
 
 from __future__ import annotations
 

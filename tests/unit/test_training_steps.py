@@ -1,4 +1,5 @@
-"""The watch's per-step record: clock readings stored, data wait and compute derived exactly (fake clock)."""
+"""The watch's per-step record: clock readings stored, data wait and compute derived exactly
+(fake clock)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ class FakeClock:
 
 
 def costed(clock: FakeClock, costs: list[float], *, fail_after: int | None = None):
-    """A source whose i-th next() costs ``costs[i]`` of fake time; raises after ``fail_after`` items."""
+    """A source whose i-th next() costs ``costs[i]`` of fake time; raises after
+    ``fail_after`` items."""
 
     class Source:
         def __iter__(self):

@@ -438,11 +438,15 @@ def test_summary_text_and_record_keys():
         "occupancy",
         "resources",
         "ranks",
-        "advice",
-        "recommendations",
+        "usable_cores",
+        "local_world_size",
     ):
         assert key in d
-    assert any(r["id"] == "profile-input-bound" for r in d["recommendations"])
+    # The watch records measurements; its advice is analysis over them, asked for at the API.
+    assert "recommendations" not in d and "advice" not in d
+    assert any(r.id == "profile-input-bound" for r in w.recommendations())
+    assert (w.advice() or "").startswith("input-bound: 67% of each step waits for data")
+    assert f"advice: {w.advice()}" in text
 
 
 # -- manual API (plain loops; what the integrations drive) ---------------------------------------
@@ -519,7 +523,8 @@ def test_pause_keeps_validation_out_of_steps_and_samples():
 
 
 def test_timed_iterator_for_a_consumer_that_fetches_one_batch_ahead():
-    """Like Lightning's fetcher on a stream: prefetch at iter(), then one refill per step, the last one ends it."""
+    """Like Lightning's fetcher on a stream: prefetch at iter(), then one refill per step, the last
+    one ends it."""
     clock = FakeClock()
     w = Watch(None, clock=clock, sample_resources=False, gpu=False)
     w.epoch_start()

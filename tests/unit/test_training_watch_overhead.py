@@ -261,8 +261,8 @@ def test_a_single_process_loader_is_read_inline_with_exact_figures():
         wall += time.perf_counter() - wall0
         cpu += time.process_time() - cpu0
     assert w._sampler is None
-    # Readings reach the watch's time windows (the sampler keeps no list of ticks: a run can last a week):
-    # about one per 50 ms of the three epochs' ~1.2 s, all in the first 60 s window.
+    # Readings reach the watch's time windows (the sampler keeps no list of ticks: a run can last a
+    # week): about one per 50 ms of the three epochs' ~1.2 s, all in the first 60 s window.
     readings = w._resource_windows.figures(0)
     assert 9 <= w._resource_windows._slots[0]["readings"] <= 48 and readings["main_rss_mb"] > 0
     resources = w.to_dict()["resources"]

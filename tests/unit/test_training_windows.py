@@ -1,4 +1,5 @@
-"""Time windows of long runs: exact per-window figures with a fake clock, the memory drift rule, JSON lines, schema."""
+"""Time windows of long runs: exact per-window figures with a fake clock, the memory drift rule,
+JSON lines, schema."""
 
 from __future__ import annotations
 
@@ -100,7 +101,8 @@ def test_windows_skip_a_pause_and_count_warmup_out():
     assert [w["index"] for w in windows] == [0, 5]
     assert [w["steps"] for w in windows] == [1, 2]  # steps 0 and 1 are the first batch and warm-up
     assert [w["end_samples"] for w in windows] == [24, 40]
-    # only the steps of the range are read: the watch asks for the windows that closed since its last write
+    # only the steps of the range are read: the watch asks for the windows that closed since its
+    # last write
     assert [
         w["index"]
         for w in step_windows(
@@ -328,7 +330,8 @@ def test_window_length_must_be_positive():
 
 
 def test_the_sampler_hands_every_reading_on_and_keeps_none_without_keep_ticks():
-    # A watch's epoch can stay open for days: its sampler keeps no list of readings, the windows get each one.
+    # A watch's epoch can stay open for days: its sampler keeps no list of readings, the windows get
+    # each one.
     from stallscope.runtime.resources import ResourceSampler
 
     heard = []

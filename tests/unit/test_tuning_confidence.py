@@ -41,7 +41,7 @@ def _log(samples: dict[LoaderConfig, list[float]]) -> RaceLog:
     return log
 
 
-# -- Student's t ------------------------------------------------------------------------------------
+# -- Student's t -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -67,7 +67,7 @@ def test_t_cdf_is_the_cauchy_at_one_degree_and_symmetric():
     assert t_cdf(3.0, 30) == pytest.approx(0.99733, abs=2e-4)  # near the normal's 0.99865
 
 
-# -- the confidence ----------------------------------------------------------------------------------
+# -- the confidence --------------------------------------------------------------------------------
 
 
 def test_one_round_gives_no_confidence():
@@ -103,7 +103,8 @@ def test_four_clearly_separated_rounds_are_sure():
 
 
 def test_overlapping_rates_are_a_tie_and_the_cheaper_config_is_kept():
-    # 8 workers lead by a median 1%, rounds overlap: within the 3% margin, so the cheaper w=4 is the pick.
+    # 8 workers lead by a median 1%, rounds overlap: within the 3% margin, so the cheaper w=4 is the
+    # pick.
     samples = {_cfg(4): [100, 97, 103, 99, 101, 98], _cfg(8): [101, 99, 102, 101, 100, 100]}
     decision = decide(_log(samples))
     assert decision.leader == _cfg(8)
@@ -169,7 +170,7 @@ def test_clearly_slower_needs_separation_beyond_noise():
     assert not clearly_slower([0.9], tolerance=0.01)  # one round is never enough
 
 
-# -- the record and the renderers ---------------------------------------------------------------------
+# -- the record and the renderers ------------------------------------------------------------------
 
 
 def test_the_tuner_record_says_tie_and_the_renderers_print_the_tie_sentence():

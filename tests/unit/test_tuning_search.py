@@ -1,4 +1,5 @@
-"""The search strategy on a simulated, deterministic cost model (no workers, fake clock, injected noise)."""
+"""The search strategy on a simulated, deterministic cost model (no workers, fake clock,
+injected noise)."""
 
 from __future__ import annotations
 
@@ -325,7 +326,8 @@ def test_trial_dict_reports_memory_in_mb():
 
 
 def test_a_seed_races_head_to_head_with_its_role():
-    # The sweep's best, in a shape the tuner would not scan itself (prefetch 4), races the finalists.
+    # The sweep's best, in a shape the tuner would not scan itself (prefetch 4), races the
+    # finalists.
     seed = LoaderConfig(num_workers=2, batch_size=CPU_BOUND.batch_size, prefetch_factor=4)
     result, ev = _search(CPU_BOUND, seeds=[(seed, "sweep-best")])
     assert seed in ev.measured

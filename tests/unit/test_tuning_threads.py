@@ -1,4 +1,5 @@
-"""Processes × threads in the search (tuning/threads.py), on the simulated cost model, and thread eligibility."""
+"""Processes × threads in the search (tuning/threads.py), on the simulated cost model, and thread
+eligibility."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from torch.utils.data import TensorDataset
 from tune_pipelines import ArrayDataset, WaitingDataset
 
 import stallscope as ss
+from stallscope.analysis import recommendations
 from stallscope.analysis.tune_rules import tune_recommendations
 from stallscope.errors import UsageError
 from stallscope.target import pipeline_from_object
@@ -52,11 +53,10 @@ def test_tune_on_in_memory_tensors_measures_batched_fetching():
     # Indexing once per batch beats 64 __getitem__ calls + collate by far, even on a loaded machine.
     assert max(t.samples_per_s for t in batched) > 2 * max(t.samples_per_s for t in plain)
     section = json.loads(json.dumps(result.to_dict()))
-    assert {"baseline", "best", "trials", "tuning_seconds", "recommendations", "search"} <= set(
-        section
-    )
+    assert {"baseline", "best", "trials", "tuning_seconds", "search"} <= set(section)
+    assert "recommendations" not in section  # the tuner records measurements; analysis advises
     assert section["best"]["config"]["batched_fetch"] is True
-    assert any(r["id"] == "batched-fetch" for r in section["recommendations"])
+    assert any(r.id == "batched-fetch" for r in result.recommendations())
 
 
 def test_tune_rejects_bad_arguments():
@@ -132,12 +132,19 @@ def _effect(knob, gain, source="confirm"):
     }
 
 
+def _ids(section):
+    return [r.id for r in recommendations(section)]
+
+
 def test_recommendations_carry_their_measured_gain():
-    recs = tune_recommendations(
-        _section([_effect("batched_fetch", 0.8), _effect("in_order", 0.12, "scan")])
-    )
-    ids = [r["id"] for r in recs]
-    assert ids == ["loader-config", "batched-fetch", "in-order-false", "persistent-workers"]
+    section = _section([_effect("batched_fetch", 0.8), _effect("in_order", 0.12, "scan")])
+    assert _ids(section) == [
+        "loader-config",
+        "batched-fetch",
+        "in-order-false",
+        "persistent-workers",
+    ]
+    recs = tune_recommendations(section)
     for rec in recs:
         assert rec["measured"] and rec["expected_gain"]
     assert recs[0]["expected_gain"] == "2.00x throughput"
@@ -145,22 +152,26 @@ def test_recommendations_carry_their_measured_gain():
 
 
 def test_no_recommendation_within_the_noise():
-    recs = tune_recommendations(
-        _section([_effect("in_order", 0.04, "scan"), _effect("batched_fetch", 0.02)], speedup=1.02)
+    section = _section(
+        [_effect("in_order", 0.04, "scan"), _effect("batched_fetch", 0.02)], speedup=1.02
     )
-    assert [r["id"] for r in recs] == ["persistent-workers"]
+    assert tune_recommendations(section) == []
+    assert _ids(section) == ["persistent-workers"]
 
 
 def test_persistent_workers_only_with_its_measured_gap():
-    # A start-up time alone is no evidence: without the epoch-boundary measurement, no recommendation.
-    assert "persistent-workers" not in [r["id"] for r in tune_recommendations(_section(gap=None))]
+    # A start-up time alone is no evidence: without the epoch-boundary measurement, no
+    # recommendation.
+    assert "persistent-workers" not in _ids(_section(gap=None))
     not_worth_it = dict(_GAP, recommended=False, gap_without_s=0.05, saved_s=0.01)
-    assert "persistent-workers" not in [
-        r["id"] for r in tune_recommendations(_section(gap=not_worth_it))
-    ]
-    rec = next(r for r in tune_recommendations(_section()) if r["id"] == "persistent-workers")
-    assert "0.52 s without" in rec["measured"] and "0.04 s with" in rec["measured"]
-    assert rec["expected_gain"].startswith("0.48 s saved per epoch")
+    assert "persistent-workers" not in _ids(_section(gap=not_worth_it))
+    rec = next(r for r in recommendations(_section()) if r.id == "persistent-workers")
+    assert (rec.values["gap_without_s"], rec.values["gap_with_s"]) == (0.52, 0.04)
+    assert rec.values["saved_s"] == 0.48
+    # Users who already keep their workers alive are not told to.
+    section = _section()
+    section["baseline"]["config"]["persistent_workers"] = True
+    assert "persistent-workers" not in _ids(section)
 
 
 def test_keep_yours_recommends_no_change():
@@ -231,7 +242,6 @@ def test_emit_keeps_the_users_config_when_the_best_is_within_noise():
             "rounds": 3,
             "confidence": 0.55,
         },
-        "recommendations": [],
     }
     config, comment = emitted_config("t.py:fn", section)
     assert config == base

@@ -1,4 +1,5 @@
-"""The version a user sees (``stallscope --version``, every record's ``tool_version``) is the release's.
+"""The version a user sees (``stallscope --version``, every record's ``tool_version``) is
+the release's.
 
 pyproject.toml names where the version lives; this test resolves it from there the way a build
 does, so a release bump in one place reaches every report, and a stale copy fails here.

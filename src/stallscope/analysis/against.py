@@ -1,4 +1,5 @@
-"""``stallscope report NEW.json --against OLD.json``: two saved records side by side. Pure functions.
+"""``stallscope report NEW.json --against OLD.json``: two saved records side by side. Pure
+functions.
 
 Two records of the same command, taken at different times, each figure with the noise
 its own record states (a bench result's min-max over repeats, a compare ratio's
@@ -12,7 +13,7 @@ makes the records incomparable: host, torch version, knobs.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from .readers import number
 
@@ -141,20 +142,22 @@ def warnings(new: dict[str, Any], old: dict[str, Any]) -> list[str]:
 
 
 def against_facts(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
-    """Side by side: ``{command, rows: [{key, title, unit, new, old, ratio, judged}], warnings, counts}``."""
+    """Side by side: ``{command, rows: [{key, title, unit, new, old, ratio, judged}], warnings,
+    counts}``."""
     new_figures = {f["key"]: f for f in record_figures(new)}
     old_figures = {f["key"]: f for f in record_figures(old)}
     rows = []
     for key in list(new_figures) + [k for k in old_figures if k not in new_figures]:
         n, o = new_figures.get(key), old_figures.get(key)
+        either = cast("dict[str, Any]", n or o)  # each key comes from one record or the other
         ratio = None
         if n and o and n["value"] is not None and o["value"] and o["value"] > 0:
             ratio = n["value"] / o["value"]
         rows.append(
             {
                 "key": key,
-                "title": (n or o)["title"],
-                "unit": (n or o)["unit"],
+                "title": either["title"],
+                "unit": either["unit"],
                 "new": n,
                 "old": o,
                 "ratio": ratio,

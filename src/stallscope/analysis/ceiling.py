@@ -10,7 +10,8 @@ Two limits bound what any loader configuration can deliver on this machine:
   samples/s.
 * **main-process**: with workers, the main process receives every batch (unpickling, rebuilding
   tensors from shared memory, freeing them); its measured CPU per batch (``main_ms_per_batch``,
-  NOTE [receive cost] in ``throughput/measure.py``) allows at most ``batch_size / main_s_per_batch``.
+  NOTE [receive cost] in ``throughput/measure.py``) allows at most
+  ``batch_size / main_s_per_batch``.
 
 The lower of the two is the ceiling, and its ``basis`` says which. ``pick_fraction`` is the
 report's one winner (``sections.best_configuration``) over the ceiling: near 1, more workers
@@ -18,15 +19,16 @@ cannot help, only a cheaper pipeline (or more cores) can.
 
 Cores needed at a target rate: ``target × cpu_s_per_sample ÷ efficiency``. The efficiency is the
 pick's CPU efficiency where its CPU was measured (every steady-state window clocks the CPU of the
-main process and its workers, ``LoaderCpuClock`` in ``throughput/measure.py``): CPU per sample in one
-process over CPU per sample at the pick, so that the cores needed are ``target ×`` the CPU each sample
-costs at the pick. CPU time is what the configuration costs whoever else runs on the machine; a rate
-ratio is not: measured moments apart on a shared machine, the pick's rate and the single-process
-rate each carry whatever load was there then (on a busy 2-core machine, SPEC §3.2's efficiency of
-a CPU-bound pick at one worker read 10, the sweep's 0-worker row running torch's default intra-op
-threads against everything else). Where no CPU was measured at the pick, SPEC §3.2's efficiency
-stands in: the pick's rate over ``min(cores, workers)`` single-process rates at one intra-op thread
-(the probe's), else the sweep's. An efficiency above 1 saves waiting, not CPU, so it counts as 1.
+main process and its workers, ``LoaderCpuClock`` in ``throughput/measure.py``): CPU per sample in
+one process over CPU per sample at the pick, so that the cores needed are ``target ×`` the CPU each
+sample costs at the pick. CPU time is what the configuration costs whoever else runs on the machine;
+a rate ratio is not: measured moments apart on a shared machine, the pick's rate and the
+single-process rate each carry whatever load was there then (on a busy 2-core machine, SPEC §3.2's
+efficiency of a CPU-bound pick at one worker read 10, the sweep's 0-worker row running torch's
+default intra-op threads against everything else). Where no CPU was measured at the pick, SPEC
+§3.2's efficiency stands in: the pick's rate over ``min(cores, workers)`` single-process rates at
+one intra-op thread (the probe's), else the sweep's. An efficiency above 1 saves waiting, not CPU,
+so it counts as 1.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ AT_CEILING = 0.85
 @dataclass
 class Pick:
     label: str
-    config: dict
+    config: dict[str, Any]
     samples_per_s: float
     efficiency: float | None  # as the sweep measured it, when it did
     main_ms_per_batch: float | None
@@ -66,10 +68,11 @@ class Pick:
 
 @dataclass
 class CeilingFacts:
-    """The record's ``ceiling`` and ``cores_needed`` sections, with the sentences a report prints."""
+    """The record's ``ceiling`` and ``cores_needed`` sections, with the sentences a report
+    prints."""
 
-    ceiling: dict | None
-    cores_needed: dict | None
+    ceiling: dict[str, Any] | None
+    cores_needed: dict[str, Any] | None
     ceiling_sentence: str | None
     cores_sentence: str | None
     free_data_sentence: str | None = None
@@ -78,7 +81,7 @@ class CeilingFacts:
 # -- from the record -----------------------------------------------------------------------------
 
 
-def _steady(config: Any) -> dict:
+def _steady(config: Any) -> dict[str, Any]:
     return {k: v for k, v in (config or {}).items() if k != "persistent_workers"}
 
 
@@ -86,7 +89,8 @@ def pick_of(r: Record) -> Pick | None:
     """The report's one winner, else the loader the training loop ran (``loader_rate``, profile)."""
     best = best_configuration(r)
     if best is not None and best.samples_per_s and best.samples_per_s > 0:
-        # persistent_workers changes epoch boundaries only: the sweep's row without it measured the same steady state
+        # persistent_workers changes epoch boundaries only: the sweep's row without it measured the
+        # same steady state
         result = (
             best.result
             or result_for_config(r, best.config)
@@ -127,13 +131,16 @@ def _busy_cores(resources: Any) -> float | None:
     if not isinstance(resources, dict) or number(resources.get("main_cpu_percent")) is None:
         return None
     return round(
-        (resources["main_cpu_percent"] + (number(resources.get("workers_cpu_percent")) or 0.0))
+        (
+            float(resources["main_cpu_percent"])
+            + (number(resources.get("workers_cpu_percent")) or 0.0)
+        )
         / 100.0,
         2,
     )
 
 
-def _measured(r: Record, key: str, *, with_workers: bool) -> list[tuple[dict, float]]:
+def _measured(r: Record, key: str, *, with_workers: bool) -> list[tuple[dict[str, Any], float]]:
     """(config, figure ``key``) of every measurement: sweep rows, tuner trials, loader_rate."""
     rows = [res for res in ok_results(r)]
     rows += [t for t in r.get("trials") or [] if isinstance(t, dict) and not t.get("error")]
@@ -174,9 +181,9 @@ def loader_cpu_ms_per_sample(r: Record, pick: Pick) -> float | None:
 
 
 def busy_cores(r: Record, pick: Pick, cores: int) -> float | None:
-    """Cores the loader's processes kept busy at the pick: its rate × its CPU per sample (both from the
-    pick's own windows); else the sweep's CPU sampling of that configuration, which may come from
-    another moment (another load) than the pick's rate."""
+    """Cores the loader's processes kept busy at the pick: its rate × its CPU per sample (both from
+    the pick's own windows); else the sweep's CPU sampling of that configuration, which may come
+    from another moment (another load) than the pick's rate."""
     at_pick = loader_cpu_ms_per_sample(r, pick)
     busy = pick.samples_per_s * at_pick / 1000.0 if at_pick else pick.cpu_cores
     return None if busy is None else round(min(busy, float(cores)), 2)
@@ -193,13 +200,14 @@ def usable_cores_of(r: Record) -> int | None:
     return None
 
 
-def _cost(r: Record) -> dict:
+def _cost(r: Record) -> dict[str, Any]:
     cost = r.get("cpu_cost")
     return cost if isinstance(cost, dict) else {}
 
 
 def ceiling_section(r: Record) -> dict[str, Any] | None:
-    """The record's ``ceiling`` key (NOTE [ceiling]); None without a measured CPU cost and a pick."""
+    """The record's ``ceiling`` key (NOTE [ceiling]); None without a measured CPU cost and a
+    pick."""
     cost = _cost(r)
     cpu_s = number(cost.get("cpu_s_per_sample"))
     cores = usable_cores_of(r)
@@ -262,7 +270,8 @@ def target_rate_of(r: Record, given: float | None = None) -> tuple[float | None,
 
 
 def cores_needed_section(r: Record, target_rate: float | None = None) -> dict[str, Any] | None:
-    """The record's ``cores_needed`` key: cores this pipeline needs at the target rate (NOTE [ceiling])."""
+    """The record's ``cores_needed`` key: cores this pipeline needs at the target rate (NOTE
+    [ceiling])."""
     target, source = target_rate_of(r, target_rate)
     cpu_s = number(_cost(r).get("cpu_s_per_sample"))
     cores = usable_cores_of(r)
@@ -292,7 +301,8 @@ def cores_needed_section(r: Record, target_rate: float | None = None) -> dict[st
 
 
 def ceiling_sections(r: Record, target_rate: float | None = None) -> dict[str, Any]:
-    """``{"ceiling": ..., "cores_needed": ...}`` for the keys this record supports (for record.add)."""
+    """``{"ceiling": ..., "cores_needed": ...}`` for the keys this record supports (for
+    record.add)."""
     out: dict[str, Any] = {}
     ceiling = ceiling_section(r)
     if ceiling is not None:
@@ -314,26 +324,34 @@ def _pct(fraction: float) -> str:
     return f"{fraction * 100:.1f}%"
 
 
-def ceiling_sentence(c: dict) -> str:
-    """ "The pick reaches 94% of this machine's ceiling of 800 samples/s (...): more workers cannot help; ..."."""
+def ceiling_sentence(c: dict[str, Any]) -> str:
+    """ "The pick reaches 94% of this machine's ceiling of 800 samples/s (...): more workers cannot
+    help; ..."."""
     fraction = c["pick_fraction"]
     main = number(c.get("main_ms_per_batch"))
     if c.get("basis") == "main-process" and main is not None:
-        how = f"what the main process can receive: {main:.2f} ms of CPU per batch of {c.get('batch_size') or '?'}"
+        how = (
+            f"what the main process can receive: {main:.2f} ms of CPU per batch of "
+            f"{c.get('batch_size') or '?'}"
+        )
     else:
         cores = c.get("usable_cores")
-        how = f"{cores} usable core{'s' if cores != 1 else ''} ÷ {c['cpu_ms_per_sample']:.2f} ms of CPU per sample"
+        how = (
+            f"{cores} usable core{'s' if cores != 1 else ''} ÷ {c['cpu_ms_per_sample']:.2f} ms "
+            "of CPU per sample"
+        )
     who = "Your loader" if c.get("pick_source") == "profile" else "The pick"
     text = (
-        f"{who} ({c.get('pick_label') or 'the best configuration'}, {_rate(c['pick_samples_per_s'])} samples/s) reaches {_pct(fraction)} of this "
+        f"{who} ({c.get('pick_label') or 'the best configuration'}, "
+        f"{_rate(c['pick_samples_per_s'])} samples/s) reaches {_pct(fraction)} of this "
         f"machine's ceiling of {_rate(c['samples_per_s'])} samples/s ({how})"
     )
     if fraction >= AT_CEILING:
         if c.get("basis") != "main-process":
             return (
-                text
-                + ": more workers cannot help; only less CPU per sample (a cheaper decode, augmentation "
-                "on the accelerator, caching the deterministic part) or more cores can."
+                text + ": more workers cannot help; only less CPU per sample (a cheaper decode, "
+                "augmentation on the accelerator, caching the deterministic part) or more cores "
+                "can."
             )
         return (
             text
@@ -349,7 +367,7 @@ BUSY_SHARE = 0.8
 OTHERS_SHARE = 0.25
 
 
-def _why_below(c: dict) -> str:
+def _why_below(c: dict[str, Any]) -> str:
     """Where the rest of the ceiling went, from what was measured beside the rate."""
     lost = f"{_pct(1 - c['pick_fraction'])} of it"
     cores, busy, others = (
@@ -359,71 +377,82 @@ def _why_below(c: dict) -> str:
     )
     if isinstance(cores, int) and others is not None and others >= OTHERS_SHARE * cores:
         return (
-            f"other processes kept {others:.2f} of the {cores} usable cores busy while the CPU cost was measured: "
-            f"{lost} may be theirs; measure on a quiet machine for the loader's own share."
+            f"other processes kept {others:.2f} of the {cores} usable cores busy while the CPU "
+            f"cost was measured: {lost} may be theirs; measure on a quiet machine for the loader's "
+            "own share."
         )
     if isinstance(cores, int) and busy is not None and busy >= BUSY_SHARE * cores:
         return (
-            f"the loader's processes kept {busy:.2f} of the {cores} usable cores busy, so {lost} is the CPU "
-            "the hand-off between processes costs (serialising, the main process receiving), not waiting."
+            f"the loader's processes kept {busy:.2f} of the {cores} usable cores busy, so {lost} "
+            "is the CPU the hand-off between processes costs (serialising, the main process "
+            "receiving), not waiting."
         )
     if isinstance(cores, int) and busy is not None:
         return (
-            f"the loader's processes kept only {busy:.2f} of the {cores} usable cores busy: {lost} is lost "
-            "to waits (workers blocked, too few workers or too small a prefetch), not to the cores."
+            f"the loader's processes kept only {busy:.2f} of the {cores} usable cores busy: {lost} "
+            "is lost to waits (workers blocked, too few workers or too small a prefetch), not to "
+            "the cores."
         )
-    return f"{lost} is lost to the loader's own overheads (hand-off between processes, waits), not to the cores."
+    return (
+        f"{lost} is lost to the loader's own overheads (hand-off between processes, waits), not "
+        "to the cores."
+    )
 
 
-def cores_sentence(n: dict) -> str:
+def cores_sentence(n: dict[str, Any]) -> str:
     """ "At 5,000 samples/s this pipeline needs 14.1 cores (...): short by 12.1 cores: ..."."""
     pick = n.get("efficiency_of") or "the pick"
     at_pick = number(n.get("pick_cpu_ms_per_sample"))
     if n.get("efficiency_from") == "cpu" and at_pick is not None:
         how = (
-            f"{_rate(n['target_rate'])} samples/s × {n['cpu_ms_per_sample']:.2f} ms of CPU per sample in one process "
-            f"÷ {_pct(n['efficiency_used'])} CPU efficiency of {pick}, whose processes spend {at_pick:.2f} ms of CPU "
-            "per sample"
+            f"{_rate(n['target_rate'])} samples/s × {n['cpu_ms_per_sample']:.2f} ms of CPU per "
+            f"sample in one process ÷ {_pct(n['efficiency_used'])} CPU efficiency of {pick}, whose "
+            f"processes spend {at_pick:.2f} ms of CPU per sample"
         )
     else:
         how = (
-            f"{_rate(n['target_rate'])} samples/s × {n['cpu_ms_per_sample']:.2f} ms of CPU per sample ÷ "
-            f"{_pct(n['efficiency_used'])} parallel efficiency of {pick}"
+            f"{_rate(n['target_rate'])} samples/s × {n['cpu_ms_per_sample']:.2f} ms of CPU per "
+            f"sample ÷ {_pct(n['efficiency_used'])} parallel efficiency of {pick}"
         )
     source = (
         " (the training step's rate with free data)"
         if n.get("target_source") == "train_step with free data"
         else ""
     )
-    text = f"At {_rate(n['target_rate'])} samples/s{source} this pipeline needs {n['cores']:,.1f} cores ({how})"
+    text = (
+        f"At {_rate(n['target_rate'])} samples/s{source} this pipeline needs {n['cores']:,.1f} "
+        f"cores ({how})"
+    )
     usable = n.get("usable_cores")
     others = number(n.get("others_busy_cores"))
     if isinstance(usable, int) and others is not None and others >= OTHERS_SHARE * usable:
         if n.get("efficiency_from") != "cpu":  # a rate ratio carries the load; CPU time does not
             text += (
-                f" (other processes kept {others:.2f} of the {usable} usable cores busy meanwhile: the efficiency "
-                "may read low and the cores high; measure on a quiet machine)"
+                f" (other processes kept {others:.2f} of the {usable} usable cores busy meanwhile: "
+                "the efficiency may read low and the cores high; measure on a quiet machine)"
             )
     if isinstance(usable, int) and n["cores"] > usable:
         return text + (
-            f"; this machine has {usable} usable: short by {n['short_by']:,.1f} cores: decode on the "
-            "accelerator, a cheaper decode, or more CPU per accelerator."
+            f"; this machine has {usable} usable: short by {n['short_by']:,.1f} cores: decode on "
+            "the accelerator, a cheaper decode, or more CPU per accelerator."
         )
     return (
         text
-        + f"; the {usable} usable cores are enough: the loader's settings decide whether it gets there."
+        + f"; the {usable} usable cores are enough: the loader's settings decide whether it gets "
+        "there."
     )
 
 
 def free_data_sentence(r: Record) -> str | None:
-    """The training step with free data (``training/replay.py``) against the step the loop measured."""
+    """The training step with free data (``training/replay.py``) against the step the loop
+    measured."""
     step = number(r.get("free_data_step_s"))
     if not step or step <= 0:
         return None
     batches = r.get("free_data_batches")
     text = (
-        f"With free data ({batches} cached batches replayed, the loader shut down) train_step takes "
-        f"{step * 1000:,.2f} ms per step"
+        f"With free data ({batches} cached batches replayed, the loader shut down) train_step "
+        f"takes {step * 1000:,.2f} ms per step"
     )
     data_ms = (
         number((r.get("data_ms") or {}).get("mean")) if isinstance(r.get("data_ms"), dict) else None
@@ -437,16 +466,16 @@ def free_data_sentence(r: Record) -> str | None:
         return text + "."
     loop_ms = data_ms + compute_ms
     return text + (
-        f", against {loop_ms:,.2f} ms in the profiled loop: fixing the loader can make the loop at most "
-        f"{max(1.0, loop_ms / (step * 1000)):.2f}× faster."
+        f", against {loop_ms:,.2f} ms in the profiled loop: fixing the loader can make the loop at "
+        f"most {max(1.0, loop_ms / (step * 1000)):.2f}× faster."
     )
 
 
 def ceiling_facts(r: Record) -> CeilingFacts | None:
-    """The ``ceiling`` and ``cores_needed`` keys of the record with their sentences, and the free-data
-    step; None when the record has none of them."""
-    ceiling: dict = r["ceiling"] if isinstance(r.get("ceiling"), dict) else {}
-    cores: dict = r["cores_needed"] if isinstance(r.get("cores_needed"), dict) else {}
+    """The ``ceiling`` and ``cores_needed`` keys of the record with their sentences, and the
+    free-data step; None when the record has none of them."""
+    ceiling: dict[str, Any] = r["ceiling"] if isinstance(r.get("ceiling"), dict) else {}
+    cores: dict[str, Any] = r["cores_needed"] if isinstance(r.get("cores_needed"), dict) else {}
     ceiling_ok = bool(ceiling) and all(
         number(ceiling.get(k)) is not None
         for k in ("samples_per_s", "pick_fraction", "pick_samples_per_s", "cpu_ms_per_sample")

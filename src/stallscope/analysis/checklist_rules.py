@@ -1,4 +1,5 @@
-"""The checklist: one small named rule per row, each comparing a measured value with its named target."""
+"""The checklist: one small named rule per row, each comparing a measured value with its named
+target."""
 
 from __future__ import annotations
 
@@ -18,11 +19,9 @@ def check_data_wait(r: Record) -> CheckRow | None:
     training = training_facts(r)
     if training is None or training.stall_fraction is None:
         return None
-    goal = target("data_wait_fraction")
-    if training.input_bound_at is not None:
-        # Agree with the profiler's verdict: its input-bound threshold is the pass boundary.
-        goal.good = training.input_bound_at
-        goal.bad = max(goal.bad, training.input_bound_at)
+    # The pass boundary is the input-bound threshold the profiler recorded, so the row agrees with
+    # the record's verdict; records without one were judged by today's.
+    goal = target("data_wait_fraction", good=training.input_bound_at)
     return CheckRow("Data wait share of step time", training.stall_fraction, "fraction", goal)
 
 
@@ -55,7 +54,7 @@ def check_batch_time_consistency(r: Record) -> CheckRow | None:
     result = best.result if best else None
     latency = (result or {}).get("batch_ms") or {}
     p50, p95 = number(latency.get("p50")), number(latency.get("p95"))
-    if not p50 or p95 is None:
+    if best is None or not p50 or p95 is None:
         return None
     return CheckRow(
         "Batch-time consistency (p95/p50)",
@@ -69,7 +68,7 @@ def check_batch_time_consistency(r: Record) -> CheckRow | None:
 def check_parallel_efficiency(r: Record) -> CheckRow | None:
     best = best_configuration(r)
     eff = number((best.result or {}).get("efficiency")) if best else None
-    if eff is None or workers_of(best.config) == 0:
+    if best is None or eff is None or workers_of(best.config) == 0:
         return None
     return CheckRow(
         "Parallel efficiency",
@@ -83,7 +82,7 @@ def check_parallel_efficiency(r: Record) -> CheckRow | None:
 def check_measurement_noise(r: Record) -> CheckRow | None:
     best = best_configuration(r)
     noise = number((best.result or {}).get("noise")) if best else None
-    if noise is None:
+    if best is None or noise is None:
         return None
     return CheckRow(
         "Measurement noise (max−min)/median",
@@ -120,7 +119,7 @@ def _memory_check(r: Record, name: str, fraction: str) -> CheckRow | None:
     budget = memory_facts(r)
     row = budget.rows[0] if budget else None
     value = getattr(row, fraction) if row is not None else None
-    if value is None:
+    if row is None or value is None:
         return None
     return CheckRow(name, value, "fraction", target(fraction), row.label)
 

@@ -1,4 +1,5 @@
-"""``compare``: two pipelines raced in paired rounds, judged by the ratio of their rates. Pure functions.
+"""``compare``: two pipelines raced in paired rounds, judged by the ratio of their rates. Pure
+functions.
 
 NOTE [paired comparison]
 Two records of the same pipeline taken minutes apart on a shared machine
@@ -25,7 +26,10 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-# Two-sided Student-t quantiles by degrees of freedom, for the levels offered (scipy is not a dependency).
+from ..thresholds import CONFIDENCE_LEVEL, TIE_MARGIN
+
+# Two-sided Student-t quantiles by degrees of freedom, for the levels offered (scipy is not a
+# dependency).
 _T_QUANTILES = {
     0.95: [
         12.706,
@@ -129,8 +133,11 @@ LEVELS = tuple(_T_QUANTILES)
 
 # Fewer rounds than this give no interval (one round is one ratio; two give a t of 12.7).
 MIN_ROUNDS = 3
-DEFAULT_LEVEL = 0.95
-DEFAULT_PRECISION = 0.03
+# Intervals are stated at stallscope's claim level (thresholds.py).
+DEFAULT_LEVEL = CONFIDENCE_LEVEL
+# Rounds stop once the interval is this tight (±): the tie margin, since a closer call than the
+# tuner's own tie would change no decision.
+DEFAULT_PRECISION = TIE_MARGIN
 
 # The figures compared per side; the first is the rate the verdict and the gate read.
 METRICS = ("samples_per_s", "batch_ms_p95", "cpu_ms_per_sample", "workers_rss_mb", "worker_uss_mb")
@@ -140,7 +147,8 @@ HIGHER, LOWER = "higher", "lower"
 
 
 def t_quantile(df: int, level: float = DEFAULT_LEVEL) -> float:
-    """The two-sided Student-t quantile for ``df`` degrees of freedom at ``level`` (0.90, 0.95 or 0.99)."""
+    """The two-sided Student-t quantile for ``df`` degrees of freedom at ``level`` (0.90, 0.95 or
+    0.99)."""
     if level not in _T_QUANTILES:
         raise ValueError(f"level must be one of {', '.join(str(v) for v in LEVELS)}, not {level}")
     if df < 1:
@@ -154,11 +162,12 @@ def round_value(windows: Sequence[dict[str, Any]], metric: str) -> float | None:
     values = [w.get(metric) for w in windows]
     if not values or any(v is None or not math.isfinite(v) for v in values):
         return None
-    return statistics.fmean(values)
+    return statistics.fmean([v for v in values if v is not None])  # none is None, checked above
 
 
 def log_ratios(rounds: Sequence[dict[str, Any]], metric: str = "samples_per_s") -> list[float]:
-    """Per round, log(B / A) of the metric; rounds where either side is missing or not positive are skipped."""
+    """Per round, log(B / A) of the metric; rounds where either side is missing or not positive are
+    skipped."""
     out = []
     for r in rounds:
         a, b = round_value(r.get("a") or [], metric), round_value(r.get("b") or [], metric)
@@ -168,11 +177,13 @@ def log_ratios(rounds: Sequence[dict[str, Any]], metric: str = "samples_per_s") 
 
 
 def ratio_interval(logs: Sequence[float], level: float = DEFAULT_LEVEL) -> dict[str, Any] | None:
-    """The ratio B/A from per-round log-ratios: ``{median, estimate, low, high, level, rounds, half_width}``.
+    """The ratio B/A from per-round log-ratios: ``{median, estimate, low, high, level, rounds,
+    half_width}``.
 
-    ``median`` is the median round's ratio; ``estimate`` (the geometric mean of the rounds' ratios) is
-    the centre of the t interval ``[low, high]``; ``half_width`` is the interval's relative half-width
-    (``sqrt(high / low) - 1``). Below :data:`MIN_ROUNDS` rounds low, high and half_width are None.
+    ``median`` is the median round's ratio; ``estimate`` (the geometric mean of the rounds' ratios)
+    is the centre of the t interval ``[low, high]``; ``half_width`` is the interval's relative
+    half-width (``sqrt(high / low) - 1``). Below :data:`MIN_ROUNDS` rounds low, high and half_width
+    are None.
     """
     n = len(logs)
     if n == 0:
@@ -205,8 +216,8 @@ def precise_enough(logs: Sequence[float], precision: float, level: float = DEFAU
 
 
 def verdict(interval: dict[str, Any] | None, *, rate: bool = True) -> str:
-    """B against A: faster / slower (a rate) or higher / lower (another figure) when the whole interval lies
-    on one side of 1, within noise when it holds 1, undecided without an interval."""
+    """B against A: faster / slower (a rate) or higher / lower (another figure) when the whole
+    interval lies on one side of 1, within noise when it holds 1, undecided without an interval."""
     if not interval or interval.get("low") is None:
         return UNDECIDED
     if interval["low"] > 1.0:
@@ -223,11 +234,12 @@ def gate_fails(interval: dict[str, Any] | None, fail_if_slower_pct: float | None
     """
     if fail_if_slower_pct is None or not interval or interval.get("high") is None:
         return False
-    return interval["high"] < 1.0 - fail_if_slower_pct / 100.0
+    return bool(interval["high"] < 1.0 - fail_if_slower_pct / 100.0)
 
 
 def side_figures(rounds: Sequence[dict[str, Any]], side: str, metric: str) -> dict[str, Any] | None:
-    """One side's metric over all its windows: ``{median, min, max, noise}`` (noise = (max-min)/median)."""
+    """One side's metric over all its windows: ``{median, min, max, noise}`` (noise =
+    (max-min)/median)."""
     values = [w.get(metric) for r in rounds for w in r.get(side) or []]
     values = [float(v) for v in values if v is not None and math.isfinite(v)]
     if not values:
@@ -249,8 +261,9 @@ def compare_facts(
     precision: float = DEFAULT_PRECISION,
     fail_if_slower_pct: float | None = None,
 ) -> dict[str, Any]:
-    """Everything ``compare`` concludes from its rounds: the record keys ``ratio``, ``change``, ``verdict``,
-    ``precise``, ``gate`` and ``figures`` (per metric: A's and B's figures and the paired ratio B/A)."""
+    """Everything ``compare`` concludes from its rounds: the record keys ``ratio``, ``change``,
+    ``verdict``, ``precise``, ``gate`` and ``figures`` (per metric: A's and B's figures and the
+    paired ratio B/A)."""
     ratio = ratio_interval(log_ratios(rounds), level)
     figures: dict[str, Any] = {}
     for metric in METRICS:
@@ -297,7 +310,8 @@ def _change(ratio: dict[str, Any] | None) -> dict[str, Any] | None:
 def stage_differences(
     a_stages: Sequence[dict[str, Any]], b_stages: Sequence[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """The stage tables side by side: per stage name, ms per sample on A and B and B - A, largest change first."""
+    """The stage tables side by side: per stage name, ms per sample on A and B and B - A, largest
+    change first."""
     a = {s["name"]: s.get("ms_per_sample") for s in a_stages if s.get("name")}
     b = {s["name"]: s.get("ms_per_sample") for s in b_stages if s.get("name")}
     rows = []

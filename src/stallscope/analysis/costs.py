@@ -54,7 +54,13 @@ def epoch_estimate(r: Record) -> EpochEstimate | None:
 
 
 def _epoch_row(
-    r: Record, role: str, label: str, config: dict, rate: float, length: int, result: dict | None
+    r: Record,
+    role: str,
+    label: str,
+    config: dict[str, Any],
+    rate: float,
+    length: int,
+    result: dict[str, Any] | None,
 ) -> EpochRow:
     bs = batch_size_of(config)
     startup = number(result.get("startup_s")) if result else None
@@ -89,7 +95,7 @@ def memory_facts(r: Record) -> MemoryFacts | None:
     host = r.get("host") or {}
     shm = number(host.get("shm_free_bytes"))
     ram = number(host.get("memory_available_bytes"))
-    candidates: list[tuple[str, str, dict, dict | None]] = []
+    candidates: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = []
     best = best_configuration(r)
     if best is not None and workers_of(best.config) > 0:
         candidates.append(("best", best.label, best.config, best.result))
@@ -123,8 +129,8 @@ def _memory_row(
     r: Record,
     role: str,
     label: str,
-    config: dict,
-    result: dict | None,
+    config: dict[str, Any],
+    result: dict[str, Any] | None,
     *,
     shm: float | None,
     ram: float | None,

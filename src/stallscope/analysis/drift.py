@@ -1,4 +1,5 @@
-"""Memory drift over the time windows of a long training run (``watch``/``profile``). Pure functions.
+"""Memory drift over the time windows of a long training run (``watch``/``profile``). Pure
+functions.
 
 Each window holds the memory of the main process and of each loader worker
 at the window's end (RSS every reading, USS where it was read). Per process
@@ -7,7 +8,7 @@ the readings are judged by ``check``'s memory-growth rule
 fitted against time for a rate per hour:
 
 - ``growing``: it grew by at least the rule's minimum and keeps growing;
-- ``plateaued``: it grew, then levelled off (past 1.5 passes over the data);
+- ``plateaued``: it grew, then levelled off (past ``PLATEAU_AFTER_PASSES`` passes over the data);
 - ``flat``: it never grew by the rule's minimum.
 
 A worker's samples are the run's samples divided by the number of workers
@@ -20,7 +21,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .growth import GROWTH_MIN_POINTS, NATIVE_MIN_MB, channel_growth, grows, linear_fit
+from .growth import (
+    GROWTH_MIN_POINTS,
+    NATIVE_MIN_MB,
+    PLATEAU_AFTER_PASSES,
+    channel_growth,
+    grows,
+    linear_fit,
+)
 
 GROWING, PLATEAUED, FLAT = "growing", "plateaued", "flat"
 
@@ -33,7 +41,8 @@ def judge_channel(
     *,
     minimum_mb: float = NATIVE_MIN_MB,
 ) -> dict[str, Any] | None:
-    """One process's memory (MB) against its samples ``xs`` and the run's ``hours``: verdict and rates.
+    """One process's memory (MB) against its samples ``xs`` and the run's ``hours``: verdict and
+    rates.
 
     RSS and USS hold the whole process (Python heap, native memory, allocator
     slack), so the minimum is the rule's native one. None below
@@ -88,10 +97,10 @@ def memory_drift(
     by_samples = all(w.get("end_samples") is not None for w in rows)
     xs = [float(w["end_samples"] if by_samples else w["end_step"]) for w in rows]
     hours = [float(w.get("end_s") or 0.0) / 3600 for w in rows]
-    pass_x = pass_samples if pass_samples else xs[-1] / 1.5
+    pass_x = pass_samples if pass_samples else xs[-1] / PLATEAU_AFTER_PASSES
     main = judge_channel(xs, hours, [w["main_rss_mb"] for w in rows], pass_x)
     n_workers = max((len(w.get("workers") or []) for w in rows), default=0)
-    workers = []
+    workers: list[dict[str, Any]] = []
     for k in range(n_workers):
         share = [x / n_workers for x in xs]
         rss = [_worker_value(w, k, "rss_mb") for w in rows]
@@ -103,12 +112,12 @@ def memory_drift(
                 "uss": judge_channel(share, hours, uss, pass_x / n_workers),
             }
         )
-    judged = [("main process", main)] + [
+    channels = [("main process", main)] + [
         (f"worker {w['worker']} {kind.upper()}", w[kind])
         for w in workers
         for kind in ("rss", "uss")
     ]
-    judged = [(name, ch) for name, ch in judged if ch is not None]
+    judged = [(name, ch) for name, ch in channels if ch is not None]
     if not judged:
         return {
             "verdict": None,
@@ -144,9 +153,9 @@ def _worker_value(window: dict[str, Any], k: int, key: str) -> float | None:
 
 
 def _worst(judged: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    """The channel to headline: a growing one first, RSS before USS (RSS holds the private pages too,
-    so the two grow alike and the headline would otherwise flip between them), then the largest rate
-    per hour."""
+    """The channel to headline: a growing one first, RSS before USS (RSS holds the private pages
+    too, so the two grow alike and the headline would otherwise flip between them), then the largest
+    rate per hour."""
     order = {GROWING: 0, PLATEAUED: 1, FLAT: 2}
     name, ch = min(
         judged,
@@ -160,12 +169,13 @@ def _worst(judged: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
 
 
 def slowest_rank_per_window(per_rank: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Across ranks, per window index: the rank that waited longest for data, and the job's worst stall.
+    """Across ranks, per window index: the rank that waited longest for data, and the job's worst
+    stall.
 
     ``per_rank``: ``{"rank": r, "windows": [{index, data_wait_s, stall_fraction, ...}]}`` per rank.
     Windows are aligned by index (each rank counts its windows from its first batch request).
     """
-    by_index: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    by_index: dict[int, list[tuple[Any, dict[str, Any]]]] = {}
     for entry in per_rank:
         for w in entry.get("windows") or []:
             if isinstance(w, dict) and isinstance(w.get("index"), int):

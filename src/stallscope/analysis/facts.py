@@ -1,4 +1,5 @@
-"""The facts a report states, as plain dataclasses, and the named targets its checklist compares against.
+"""The facts a report states, as plain dataclasses, and the named targets its checklist compares
+against.
 
 The rule modules build these from a record; renderers turn them into sentences, tables and plots.
 """
@@ -8,20 +9,39 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# Targets of the checklist: (pass boundary, fail boundary). Between the two a
-# check warns. Sources: the 30% data-wait bar of issue 6; half the available
-# RAM is the tuner's default memory budget (SPEC §7, like tf.data's ram_budget).
+from ..thresholds import (
+    INPUT_BOUND_AT,
+    MEMORY_BUDGET_SHARE,
+    SHM_WARN_FRACTION,
+    STARTUP_SHARE_NOTABLE,
+)
+
+# Targets of the checklist: (pass boundary, fail boundary). Between the two a check warns.
+# Pass boundaries shared with a rule elsewhere come from thresholds.py, so that a checklist row
+# and the verdict or finding on the same number cannot disagree.
 TARGETS: dict[str, tuple[float, float]] = {
-    "data_wait_fraction": (0.30, 0.50),
+    # Passes below the share at which the profiler calls a run input-bound; fails once the loop
+    # waits for data half the time (a 2x what-if speed-up).
+    "data_wait_fraction": (INPUT_BOUND_AT, 0.50),
+    # A GPU busy 80% of the time is fed; under half, the input (or the host) starves it.
     "gpu_util_percent": (80.0, 50.0),
+    # Random augmentation up to 30% of a sample's cost is usual; past 60% it is the pipeline.
     "augmentation_percent": (30.0, 60.0),
+    # p95 within 1.5x the p50 batch time is steady; past 3x, stragglers stall the loop.
     "batch_time_ratio": (1.5, 3.0),
+    # Workers scaling at 70% of linear use their cores; under 40%, more workers mostly contend.
     "parallel_efficiency": (0.70, 0.40),
+    # Repeats within 5% of each other are trustworthy; past 15% a comparison needs more rounds.
     "measurement_noise": (0.05, 0.15),
+    # Up to 1.1x over the user's loader there is little to gain; 2x means it was badly set.
     "tuning_headroom": (1.10, 2.0),
-    "shm_fraction": (0.50, 1.0),
-    "ram_fraction": (0.50, 0.80),
-    "startup_fraction": (0.05, 0.20),
+    # The shm-too-small finding's warning share; fails when in-flight batches exceed free /dev/shm.
+    "shm_fraction": (SHM_WARN_FRACTION, 1.0),
+    # Passes within the tuner's default memory budget (SPEC §7); past 80%, the OOM killer nears.
+    "ram_fraction": (MEMORY_BUDGET_SHARE, 0.80),
+    # Start-up worth advice from its notable share; a fifth of every epoch fails.
+    "startup_fraction": (STARTUP_SHARE_NOTABLE, 0.20),
+    # Any error finding fails.
     "error_findings": (0, 0),
 }
 
@@ -29,17 +49,17 @@ TARGETS: dict[str, tuple[float, float]] = {
 @dataclass
 class ConfigRate:
     label: str
-    config: dict
+    config: dict[str, Any]
     samples_per_s: float
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 @dataclass
 class BenchRow:
     label: str
-    config: dict
+    config: dict[str, Any]
     samples_per_s: float | None
     min_samples_per_s: float | None
     max_samples_per_s: float | None
@@ -85,7 +105,7 @@ class HeadToHeadRow:
     """A config that raced the pick in the same interleaved rounds, and why it was there."""
 
     label: str
-    config: dict
+    config: dict[str, Any]
     samples_per_s: float
     rounds: int | None
     role: str  # baseline | sweep-best | tuner | other
@@ -135,12 +155,13 @@ class TuningFacts:
 class BestConfig:
     source: str  # "tune" or "bench"
     label: str
-    config: dict
+    config: dict[str, Any]
     samples_per_s: float
     speedup: float | None  # vs the baseline below
     baseline: ConfigRate | None
-    result: dict | None  # the bench result with this config, when measured there
-    snippet: str = ""  # the user's loader call with this config (tuning/emit.py, the one builder)
+    result: dict[str, Any] | None  # the bench result with this config, when measured there
+    # The user's loader call with this config (render/loader_code.py, the one builder).
+    snippet: str = ""
     # "Keep yours": the config above is the user's own, within ``within_pct`` % of ``best_found``.
     keep_baseline: bool = False
     within_pct: float | None = None
@@ -186,7 +207,7 @@ class StageFacts:
     top: StageRow | None
     augmentation: AugmentationFacts | None
     hotspots: list[HotspotRow]
-    run: dict = field(default_factory=dict)  # how the stages were measured (stage_run)
+    run: dict[str, Any] = field(default_factory=dict)  # how the stages were measured (stage_run)
     notes: list[str] = field(default_factory=list)
 
 
@@ -201,13 +222,13 @@ class TrainingFacts:
     mean_data_ms: float | None  # steady state (the record's data_ms.mean), else over the timeline
     mean_compute_ms: float | None
     occupancy: Any
-    ranks: list[dict]
+    ranks: list[dict[str, Any]]
     advice: list[str]
-    resources: dict | None
+    resources: dict[str, Any] | None
     config_label: str | None = None  # the loader the loop ran with
     epoch_steps: int | None = None
     first_batch_share: float | None = None  # of one epoch (startup_share_per_epoch)
-    distributed: dict | None = None
+    distributed: dict[str, Any] | None = None
     input_bound_at: float | None = None  # the profiler's own threshold, when recorded
 
 
@@ -287,8 +308,14 @@ class Target:
         return "pass" if value <= self.good else "warn" if value <= self.bad else "fail"
 
 
-def target(key: str, *, higher_is_better: bool = False) -> Target:
-    good, bad = TARGETS[key]
+def target(key: str, *, higher_is_better: bool = False, good: float | None = None) -> Target:
+    """The named target; ``good`` is the pass boundary a record says it was judged by (a profile
+    records its input-bound threshold), in place of today's, so a checklist row agrees with the
+    verdict stored beside it."""
+    default_good, bad = TARGETS[key]
+    if good is None:
+        return Target(key, higher_is_better, default_good, bad)
+    bad = min(bad, good) if higher_is_better else max(bad, good)
     return Target(key, higher_is_better, good, bad)
 
 
@@ -310,7 +337,7 @@ class FindingView:
     code: str
     severity: str
     message: str
-    evidence: dict
+    evidence: dict[str, Any]
     fix: str | None
     derived: dict[str, float] = field(default_factory=dict)
 
@@ -324,7 +351,7 @@ class FindingFacts:
 @dataclass
 class Recommendation:
     id: str
-    source: str  # "record" or "analysis"
+    source: str  # "text" (sentences) or "analysis" (values a renderer words)
     title: Any = None
     detail: Any = None
     measured: Any = None

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from .costs import dataset_length, memory_facts
 from .facts import FindingFacts, FindingView
 from .readers import Record, number, workers_of
 from .sections import best_configuration
 
-FindingRule = Callable[[dict, Record], dict]
+FindingRule = Callable[[dict[str, Any], Record], dict[str, Any]]
 
 
-def project_memory_growth(finding: dict, r: Record) -> dict[str, float]:
+def project_memory_growth(finding: dict[str, Any], r: Record) -> dict[str, float]:
     """MB per 1,000 samples × the epoch's samples, per worker and for the best config's workers."""
     evidence = finding.get("evidence") or {}
     rate = next(
@@ -34,7 +35,7 @@ def project_memory_growth(finding: dict, r: Record) -> dict[str, float]:
     return derived
 
 
-def relate_shm_to_budget(finding: dict, r: Record) -> dict[str, float]:
+def relate_shm_to_budget(finding: dict[str, Any], r: Record) -> dict[str, float]:
     budget = memory_facts(r)
     if budget is None or budget.shm_free_bytes is None:
         return {}
@@ -46,17 +47,18 @@ def relate_shm_to_budget(finding: dict, r: Record) -> dict[str, float]:
     }
 
 
-def find_slowest_sample(finding: dict, r: Record) -> dict[str, float]:
+def find_slowest_sample(finding: dict[str, Any], r: Record) -> dict[str, float]:
     """The slowest outlier and the median fetch time, from the evidence (seconds)."""
     evidence = finding.get("evidence") or {}
     indices, seconds = evidence.get("indices") or [], evidence.get("seconds") or []
     times = [number(s) for s in seconds]
     if not times or len(times) != len(indices) or None in times:
         return {}
-    slowest = max(range(len(times)), key=lambda i: times[i])
-    derived = {
+    known = [t for t in times if t is not None]  # every entry, after the check above
+    slowest = max(range(len(known)), key=lambda i: known[i])
+    derived: dict[str, float] = {
         "slowest_index": float(indices[slowest]) if number(indices[slowest]) is not None else -1.0,
-        "slowest_s": times[slowest],
+        "slowest_s": known[slowest],
     }
     median = number(evidence.get("median_s"))
     if median:
@@ -64,7 +66,7 @@ def find_slowest_sample(finding: dict, r: Record) -> dict[str, float]:
     return derived if derived["slowest_index"] >= 0 else {}
 
 
-def count_threads(finding: dict, r: Record) -> dict[str, float]:
+def count_threads(finding: dict[str, Any], r: Record) -> dict[str, float]:
     """Workers × threads per worker against the usable cores."""
     evidence = finding.get("evidence") or {}
     workers, per_worker = (
@@ -107,7 +109,7 @@ def finding_facts(r: Record, rules: dict[str, FindingRule] | None = None) -> Fin
                 code=code,
                 severity=str(f.get("severity", "info")),
                 message=str(f.get("message", "")),
-                evidence=f.get("evidence") if isinstance(f.get("evidence"), dict) else {},
+                evidence=f["evidence"] if isinstance(f.get("evidence"), dict) else {},
                 fix=str(f["fix"]) if f.get("fix") else None,
                 derived=rule(f, r) if rule else {},
             )

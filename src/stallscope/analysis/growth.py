@@ -1,4 +1,5 @@
-"""The memory-growth rule, shared by ``check`` (memory-growth) and ``watch``/``profile`` (memory drift). Pure functions.
+"""The memory-growth rule, shared by ``check`` (memory-growth) and ``watch``/``profile`` (memory
+drift). Pure functions.
 
 One rule for both: a memory channel (MB readings against samples) grows when
 it gained at least a channel's minimum in all and at least
@@ -15,18 +16,25 @@ from __future__ import annotations
 from typing import Any
 
 # A channel counts when it grew by this much per process.
-HEAP_MIN_MB = 8.0  # tracemalloc is exact: no allocator noise to allow for
-NATIVE_MIN_MB = (
-    32.0  # clean pipelines grow too: allocator arenas (Pillow, glibc) and pages a fork child
-)
-# touches first; the demo grew 13–35 MB per probe worker over three passes, and in one process stays flat
+# The Python heap: tracemalloc is exact, so no allocator noise to allow for.
+HEAP_MIN_MB = 8.0
+# Native memory: clean pipelines grow too, from allocator arenas (Pillow, glibc) and pages a fork
+# child touches first; the demo grew 13–35 MB per probe worker over three passes, and in one
+# process stays flat.
+NATIVE_MIN_MB = 32.0
+# ...and at least this much per 1,000 samples: slower growth is an arena settling, not a leak a
+# training run of millions of samples would notice.
 GROWTH_MIN_MB_PER_1000 = 0.5
+# A rate fitted over fewer readings than this says nothing about where the growth goes.
 GROWTH_MIN_POINTS = 5
 # A channel has plateaued when its last third of readings grows at less than this share of
 # its first third's rate, and by less than half the channel's minimum in all.
 PLATEAU_RATE_SHARE = 1 / 3
 # The plateau starts at the first point within this share of the total growth of its final level.
 PLATEAU_LEVEL_SHARE = 0.1
+# A plateau is judged only past this many passes over the data: a cache filling on the first pass
+# levels off after it, so half a pass more is the least that shows it.
+PLATEAU_AFTER_PASSES = 1.5
 
 
 def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
@@ -70,7 +78,7 @@ def channel_growth(
         "plateaued_after": None,
     }
     end = xs[-1]
-    if not pass_samples or end < 1.5 * pass_samples:
+    if not pass_samples or end < PLATEAU_AFTER_PASSES * pass_samples:
         return result
     head = [(x, y) for x, y in zip(xs, ys) if x <= end / 3]
     tail = [(x, y) for x, y in zip(xs, ys) if x >= 2 * end / 3]
@@ -94,5 +102,8 @@ def channel_growth(
 
 
 def grows(channel: dict[str, Any], minimum_mb: float) -> bool:
-    """Whether a :func:`channel_growth` result counts as growth (before asking whether it plateaued)."""
-    return channel["grew_mb"] >= minimum_mb and channel["mb_per_1000"] >= GROWTH_MIN_MB_PER_1000
+    """Whether a :func:`channel_growth` result counts as growth (before asking whether it
+    plateaued)."""
+    return bool(
+        channel["grew_mb"] >= minimum_mb and channel["mb_per_1000"] >= GROWTH_MIN_MB_PER_1000
+    )

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..record.sections import BenchSection
 
-Record = dict  # a RunRecord.to_dict()
+Record = dict[str, Any]  # a RunRecord.to_dict()
 
 MIB = 1024 * 1024  # resources.py reports memory in MiB ("MB" there)
 
@@ -24,7 +24,8 @@ def as_record_dict(record: Any) -> Record:
         return record
     to_dict = getattr(record, "to_dict", None)
     if callable(to_dict):
-        return to_dict()
+        as_dict: Record = to_dict()
+        return as_dict
     raise TypeError(f"expected a RunRecord or a record dict, got {type(record).__name__}")
 
 
@@ -64,12 +65,12 @@ def _measured(res: Any) -> bool:
     )
 
 
-def ok_results(r: Record) -> list[dict]:
+def ok_results(r: Record) -> list[dict[str, Any]]:
     """Bench results that measured a rate (no error)."""
     return [res for res in BenchSection.from_dict(r).results if _measured(res)]
 
 
-def best_result(r: Record) -> dict | None:
+def best_result(r: Record) -> dict[str, Any] | None:
     """The bench result the sweep called best (scaling.best_index), else the fastest."""
     bench = BenchSection.from_dict(r)
     index = bench.scaling.best_index if bench.scaling else None
@@ -81,7 +82,7 @@ def best_result(r: Record) -> dict | None:
     return max(ok, key=lambda res: rate_of(res["samples_per_s"]) or 0.0) if ok else None
 
 
-def result_for_config(r: Record, config: Any) -> dict | None:
+def result_for_config(r: Record, config: Any) -> dict[str, Any] | None:
     """The bench result measured with exactly this config, if any."""
     if not isinstance(config, dict):
         return None
@@ -116,7 +117,7 @@ def prefetch_of(config: Any) -> int:
     return int(value) if isinstance(value, int) and value > 0 else 2
 
 
-def single_process_result(r: Record, batch_size: int | None = None) -> dict | None:
+def single_process_result(r: Record, batch_size: int | None = None) -> dict[str, Any] | None:
     """The num_workers=0 result, preferring the given batch size."""
     zero = [res for res in ok_results(r) if workers_of(res.get("config")) == 0]
     for res in zero:

@@ -1,19 +1,37 @@
-"""Recommendations: the record's own, then advice derived by small named rules."""
+"""Recommendations: one list of small named rules over the record's measurements.
+
+Each rule reads what the probes measured and gives its recommendations; no rule reads advice a
+record may carry from an older stallscope (``recommendations``, ``advice``): re-rendering a saved
+record applies today's rules. Each piece of advice has one rule, so nothing is said twice.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Optional
+from typing import Any
 
 from .costs import epoch_estimate
 from .facts import TARGETS, Recommendation
-from .readers import Record
 from .sections import best_configuration, tuning_facts
+from .training import profile_recommendations
+from .tune_rules import is_tune_section, knob_recommendations, tune_pick
 
-RecommendationRule = Callable[[Record], Optional[Recommendation]]
+RecommendationRule = Callable[[dict[str, Any]], list[Recommendation]]
 
 
-def recommend_best_config(r: Record) -> Recommendation | None:
+def _from_text(rec: dict[str, Any]) -> Recommendation:
+    """A rule's recommendation written as sentences (title, detail, measured, expected gain)."""
+    return Recommendation(
+        str(rec["id"]),
+        "text",
+        rec.get("title"),
+        rec.get("detail"),
+        rec.get("measured"),
+        rec.get("expected_gain"),
+    )
+
+
+def _use_best_config(r: dict[str, Any]) -> Recommendation | None:
     best = best_configuration(r)
     good, _ = TARGETS["tuning_headroom"]
     if (
@@ -37,13 +55,14 @@ def recommend_best_config(r: Record) -> Recommendation | None:
     )
 
 
-def recommend_persistent_workers(r: Record) -> Recommendation | None:
-    """Only on its measurement: the epoch-boundary gap with and without persistent workers (issue 10)."""
+def _persistent_workers(r: dict[str, Any]) -> Recommendation | None:
     tuning = tuning_facts(r)
     gap = tuning.persistent if tuning is not None else None
+    baseline = tuning.baseline.config if tuning is not None and tuning.baseline else {}
     if (
         gap is None
         or not gap.recommended
+        or baseline.get("persistent_workers")
         or gap.saved_s is None
         or gap.gap_without_s is None
         or gap.gap_with_s is None
@@ -65,48 +84,51 @@ def recommend_persistent_workers(r: Record) -> Recommendation | None:
     )
 
 
-RECOMMENDATION_RULES: list[RecommendationRule] = [
-    recommend_best_config,
-    recommend_persistent_workers,
-]
+def recommend_config(r: dict[str, Any]) -> list[Recommendation]:
+    """The one config to use (issue 10, "one winner"): the tuner's verdict on its pick ("keep
+    yours", or switch), unless the sweep's best overrules the pick; then, or without a tuner, the
+    report's best configuration when it clears the headroom target."""
+    if is_tune_section(r):
+        pick = tune_pick(r)
+        best = best_configuration(r)
+        overruled = best is not None and best.overruled is not None
+        if pick is not None and not (overruled and pick["id"] == "loader-config"):
+            return [_from_text(pick)]
+    rec = _use_best_config(r)
+    return [rec] if rec is not None else []
 
-# Record recommendations (by id) that already give a derived one's advice: the tuner's pick, the profiler's
-# epoch start-up advice.
-SAME_ADVICE: dict[str, set[str]] = {
-    "use-best-config": {"loader-config", "keep-yours"},
-    "persistent-workers": {"profile-epoch-startup"},
-}
+
+def recommend_tuned_knobs(r: dict[str, Any]) -> list[Recommendation]:
+    """Knobs the tuner measured beyond its pick (batched fetch, in_order, threads, more workers
+    than cores)."""
+    return [_from_text(rec) for rec in knob_recommendations(r)] if is_tune_section(r) else []
+
+
+def recommend_persistent_workers(r: dict[str, Any]) -> list[Recommendation]:
+    """Only on its measurement: the epoch-boundary gap with and without persistent workers (issue
+    10). Where a training-loop profile measured the epoch start-up, its advice (which names
+    persistent_workers with that cost) says it instead."""
+    if any(rec["id"] == "profile-epoch-startup" for rec in profile_recommendations(r)):
+        return []
+    rec = _persistent_workers(r)
+    return [rec] if rec is not None else []
+
+
+def recommend_for_training_loop(r: dict[str, Any]) -> list[Recommendation]:
+    """What a training-loop profile's stall figures call for (``analysis.training.advise``)."""
+    return [_from_text(rec) for rec in profile_recommendations(r)]
+
+
+RECOMMENDATION_RULES: list[RecommendationRule] = [
+    recommend_config,
+    recommend_tuned_knobs,
+    recommend_persistent_workers,
+    recommend_for_training_loop,
+]
 
 
 def recommendations(
-    r: Record, rules: Sequence[RecommendationRule] | None = None
+    r: dict[str, Any], rules: Sequence[RecommendationRule] | None = None
 ) -> list[Recommendation]:
-    """The record's recommendations first, then derived ones whose id the record lacks."""
-    out: list[Recommendation] = []
-    seen: set[str] = set()
-    best = best_configuration(r)
-    # One winner: when the sweep's best overrules the tuner's pick, the tuner's own advice to switch goes.
-    overruled = best is not None and best.overruled is not None
-    for rec in r.get("recommendations") or []:
-        if not isinstance(rec, dict) or (overruled and rec.get("id") == "loader-config"):
-            continue
-        rid = str(rec.get("id") or f"recommendation-{len(out) + 1}")
-        if rid in seen:
-            continue
-        seen.add(rid)
-        out.append(
-            Recommendation(
-                rid,
-                "record",
-                rec.get("title"),
-                rec.get("detail"),
-                rec.get("measured"),
-                rec.get("expected_gain"),
-            )
-        )
-    for rule in RECOMMENDATION_RULES if rules is None else rules:
-        rec = rule(r)
-        if rec is not None and rec.id not in seen and not SAME_ADVICE.get(rec.id, set()) & seen:
-            seen.add(rec.id)
-            out.append(rec)
-    return out
+    """Every rule's recommendations for the record, in the order of the rules."""
+    return [rec for rule in (RECOMMENDATION_RULES if rules is None else rules) for rec in rule(r)]

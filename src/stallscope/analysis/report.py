@@ -1,4 +1,5 @@
-"""Report analysis: one entry, :func:`report_facts`, from a run record to every fact a report states.
+"""Report analysis: one entry, :func:`report_facts`, from a run record to every fact a report
+states.
 
 Renderers never compute: they ask :func:`report_facts` for a :class:`~.facts.ReportFacts` and turn
 each fact into sentences, tables and plots. Every function of this layer reads only the record
@@ -10,7 +11,7 @@ the checklist's named targets), ``sections`` (bench, tuning, best configuration,
 loop), ``costs`` (epoch time, memory, CPU), and the rule lists, kept the way pyinstrument keeps its
 default processors: ``verdict_rules.VERDICT_RULES`` (first match wins),
 ``checklist_rules.CHECKLIST_RULES`` (one row each), ``recommendation_rules.RECOMMENDATION_RULES``
-(derived advice, skipped where the record already carries the same advice) and
+(each piece of advice from one rule, over the measurements; advice a record carries is not read) and
 ``finding_rules.FINDING_RULES`` (per finding code, numbers that help troubleshoot). A caller can
 pass its own lists.
 
@@ -35,7 +36,7 @@ from .sections import bench_facts, best_configuration, stage_facts, training_fac
 from .verdict_rules import verdict
 
 # ReportFacts field -> the function of the record that gives it.
-SECTIONS: dict[str, Callable[[dict], Any]] = {
+SECTIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "verdict": verdict,
     "bench": bench_facts,
     "tuning": tuning_facts,

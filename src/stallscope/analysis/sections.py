@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ..thresholds import TIE_MARGIN
 from .facts import (
     AugmentationFacts,
     BenchFacts,
@@ -33,10 +34,11 @@ from .readers import (
     single_process_result,
     workers_of,
 )
+from .training import profile_advice
 
-LATENCY_BOUND_MARGIN = 1.1  # speed-up must beat the core count by this factor, beyond noise
-# Two measurements of one config differ by this much on a quiet machine; a record's own noise can raise it.
-NOISE_FLOOR = 0.03
+# A sweep is latency-bound when its best speed-up over one process beats the core count by this
+# factor: 10% is beyond the noise of a speed-up, itself the ratio of two noisy rates.
+LATENCY_BOUND_MARGIN = 1.1
 
 
 def bench_facts(r: Record) -> BenchFacts | None:
@@ -46,7 +48,7 @@ def bench_facts(r: Record) -> BenchFacts | None:
     best = best_result(r)
     rows = []
     for res in results:
-        spread = res.get("samples_per_s") if isinstance(res.get("samples_per_s"), dict) else {}
+        spread = res["samples_per_s"] if isinstance(res.get("samples_per_s"), dict) else {}
         latency = res.get("batch_ms") or {}
         rows.append(
             BenchRow(
@@ -74,10 +76,8 @@ def bench_facts(r: Record) -> BenchFacts | None:
     cores = cores if isinstance(cores, int) else None
     plateau = scaling.get("plateau_workers")
     ok = ok_results(r)
-    timed = [
-        res.get("batches_measured") for res in ok if isinstance(res.get("batches_measured"), int)
-    ]
-    windows = [number(res.get("window_s")) for res in ok if number(res.get("window_s")) is not None]
+    timed = [res["batches_measured"] for res in ok if isinstance(res.get("batches_measured"), int)]
+    windows = [v for v in (number(res.get("window_s")) for res in ok) if v is not None]
     return BenchFacts(
         batches_timed=sum(timed) if timed else None,
         window_s=sum(windows) if windows else None,
@@ -104,11 +104,9 @@ def bench_facts(r: Record) -> BenchFacts | None:
 
 def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
     best = r.get("best")
-    if not isinstance(best, dict) or rate_of(best.get("samples_per_s")) is None:
+    if not isinstance(best, dict) or (best_value := rate_of(best.get("samples_per_s"))) is None:
         return None
-    best_rate = ConfigRate(
-        config_label(best.get("config")), best.get("config") or {}, rate_of(best["samples_per_s"])
-    )
+    best_rate = ConfigRate(config_label(best.get("config")), best.get("config") or {}, best_value)
     baseline = _config_rate(r.get("baseline"))
     speedup = number(best.get("speedup"))
     if speedup is None and baseline and baseline.samples_per_s > 0:
@@ -117,10 +115,11 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
     measured = [
         t for t in trials if not t.get("error") and (rate_of(t.get("samples_per_s")) or 0.0) > 0
     ]
-    ranked = sorted(measured, key=lambda t: rate_of(t["samples_per_s"]), reverse=True)[:top]
+    # measured holds positive rates only: the "or 0.0" never applies
+    ranked = sorted(measured, key=lambda t: rate_of(t["samples_per_s"]) or 0.0, reverse=True)[:top]
     rows = []
     for t in ranked:
-        rate = rate_of(t["samples_per_s"])
+        rate = rate_of(t["samples_per_s"]) or 0.0
         vs = rate / baseline.samples_per_s if baseline and baseline.samples_per_s > 0 else None
         rows.append(
             TrialRow(config_label(t.get("config"), t.get("label")), t.get("phase"), rate, vs)
@@ -130,8 +129,8 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
         for t in trials
         if t.get("error")
     ]
-    search = r.get("search") if isinstance(r.get("search"), dict) else {}
-    region = search.get("region") if isinstance(search.get("region"), dict) else {}
+    search = r["search"] if isinstance(r.get("search"), dict) else {}
+    region = search["region"] if isinstance(search.get("region"), dict) else {}
     runner_up = best.get("runner_up")
     return TuningFacts(
         baseline=baseline,
@@ -169,13 +168,13 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
 def _head_to_head(entries: Any) -> list[HeadToHeadRow]:
     rows = []
     for e in entries or []:
-        if isinstance(e, dict) and rate_of(e.get("samples_per_s")) is not None:
+        if isinstance(e, dict) and (rate := rate_of(e.get("samples_per_s"))) is not None:
             rounds = e.get("rounds")
             rows.append(
                 HeadToHeadRow(
                     config_label(e.get("config"), e.get("label")),
                     e.get("config") or {},
-                    rate_of(e["samples_per_s"]),
+                    rate,
                     rounds if isinstance(rounds, int) else None,
                     str(e.get("role") or "other"),
                 )
@@ -224,12 +223,10 @@ def trials_by_config(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _config_rate(entry: Any) -> ConfigRate | None:
-    if not isinstance(entry, dict) or rate_of(entry.get("samples_per_s")) is None:
+    if not isinstance(entry, dict) or (rate := rate_of(entry.get("samples_per_s"))) is None:
         return None
     return ConfigRate(
-        config_label(entry.get("config"), entry.get("label")),
-        entry.get("config") or {},
-        rate_of(entry["samples_per_s"]),
+        config_label(entry.get("config"), entry.get("label")), entry.get("config") or {}, rate
     )
 
 
@@ -272,21 +269,23 @@ def best_configuration(r: Record) -> BestConfig | None:
     if best is None:
         return None
     single = single_process_result(r, batch_size_of(best.get("config")))
+    # best_result and single_process_result return only results with a rate: "or 0.0" never applies
+    best_rate = rate_of(best["samples_per_s"]) or 0.0
     baseline = None
     if single is not None and single is not best:
         baseline = ConfigRate(
             config_label(single.get("config"), single.get("label")),
             single.get("config") or {},
-            rate_of(single["samples_per_s"]),
+            rate_of(single["samples_per_s"]) or 0.0,
         )
     speedup = number(best.get("speedup"))
     if speedup is None and baseline is not None and baseline.samples_per_s > 0:
-        speedup = rate_of(best["samples_per_s"]) / baseline.samples_per_s
+        speedup = best_rate / baseline.samples_per_s
     return BestConfig(
         source="bench",
         label=config_label(best.get("config"), best.get("label")),
         config=best.get("config") or {},
-        samples_per_s=rate_of(best["samples_per_s"]),
+        samples_per_s=best_rate,
         speedup=speedup,
         baseline=baseline,
         result=best,
@@ -295,13 +294,15 @@ def best_configuration(r: Record) -> BestConfig | None:
     )
 
 
-def _steady_state(config: Any) -> dict:
-    """The knobs that set steady-state throughput (persistent_workers only changes epoch boundaries)."""
+def _steady_state(config: Any) -> dict[str, Any]:
+    """The knobs that set steady-state throughput (persistent_workers only changes epoch
+    boundaries)."""
     return {k: v for k, v in (config or {}).items() if k != "persistent_workers"}
 
 
-def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> dict | None:
-    """The sweep's best when it beat the tuner's pick by more than the noise without racing it, else None.
+def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> dict[str, Any] | None:
+    """The sweep's best when it beat the tuner's pick by more than the noise without racing it, else
+    None.
 
     Rule: a report never recommends a config that another config in the same
     report beat by more than the noise, unless the two raced head to head
@@ -315,16 +316,16 @@ def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> dict | None:
         return None
     if _steady_state(sweep.get("config")) == _steady_state(tuning.best.config):
         return None
-    search = r.get("search") if isinstance(r.get("search"), dict) else {}
-    noise = max(NOISE_FLOOR, number(sweep.get("noise")) or 0.0, number(search.get("noise")) or 0.0)
+    search = r["search"] if isinstance(r.get("search"), dict) else {}
+    noise = max(TIE_MARGIN, number(sweep.get("noise")) or 0.0, number(search.get("noise")) or 0.0)
     sweep_rate = rate_of(sweep.get("samples_per_s")) or 0.0
     return sweep if sweep_rate > tuning.best.samples_per_s * (1 + noise) else None
 
 
-def loader_snippet(r: Record, config: dict) -> str:
-    """The user's own loader call with ``config``'s knobs, as ``--emit python`` writes it, where that
-    code was run before (NOTE [verified snippets] in pipeline/verify.py); else ""."""
-    advice = r.get("loader_code") if isinstance(r.get("loader_code"), dict) else {}
+def loader_snippet(r: Record, config: dict[str, Any]) -> str:
+    """The user's own loader call with ``config``'s knobs, as ``--emit python`` writes it, where
+    that code was run before (NOTE [verified snippets] in pipeline/verify.py); else ""."""
+    advice = r["loader_code"] if isinstance(r.get("loader_code"), dict) else {}
     if not advice.get("verified") or advice.get("config") != config:
         return ""
     return str(advice.get("python") or "")
@@ -340,13 +341,14 @@ def stage_facts(r: Record, *, top_hotspots: int = 8) -> StageFacts | None:
     hotspots = _hotspots(r.get("hotspots"), top_hotspots)
     if not stages and aug is None and not hotspots:
         return None
-    total = sum(number(s["ms_per_sample"]) for s in stages if not s.get("doubtful"))
+    # stages hold numeric ms_per_sample only: the "or 0.0" below never applies
+    total = sum(number(s["ms_per_sample"]) or 0.0 for s in stages if not s.get("doubtful"))
     shares = [number(s.get("share")) for s in stages]
     # "share" is a fraction of the total; accept percentages from older writers.
-    as_percent = all(v is not None for v in shares) and sum(shares) > 1.5
+    as_percent = all(v is not None for v in shares) and sum(v or 0.0 for v in shares) > 1.5
     rows = []
     for s, share in zip(stages, shares):
-        ms = number(s["ms_per_sample"])
+        ms = number(s["ms_per_sample"]) or 0.0
         if share is None:
             share = ms / total if total > 0 else 0.0
         elif as_percent:
@@ -359,7 +361,7 @@ def stage_facts(r: Record, *, top_hotspots: int = 8) -> StageFacts | None:
         )
     trusted = [row for row in rows if not row.doubtful]
     top = max(trusted, key=lambda row: row.ms_per_sample) if trusted else None
-    run = r.get("stage_run") if isinstance(r.get("stage_run"), dict) else {}
+    run = r["stage_run"] if isinstance(r.get("stage_run"), dict) else {}
     notes = [str(n) for n in r.get("stage_notes") or [] if n]
     return StageFacts(
         rows=rows,
@@ -411,15 +413,14 @@ def _hotspots(entries: Any, top: int) -> list[HotspotRow]:
 
 
 def training_facts(r: Record) -> TrainingFacts | None:
-    timeline = r.get("step_timeline") if isinstance(r.get("step_timeline"), dict) else {}
+    timeline = r["step_timeline"] if isinstance(r.get("step_timeline"), dict) else {}
     data = [v for v in (number(x) for x in timeline.get("data_ms") or []) if v is not None]
     compute = [v for v in (number(x) for x in timeline.get("compute_ms") or []) if v is not None]
     measured = ("stall_fraction", "verdict", "what_if_speedup", "first_batch_s")
     if not data and not compute and all(r.get(k) is None for k in measured):
         return None
-    advice = r.get("advice")
-    if isinstance(advice, str):
-        advice = [advice]
+    # Today's rules on the measurements: advice stored in an older record is not read.
+    advice = profile_advice(r)
     steps = r.get("steps")
     verdict = r.get("verdict")
     mean_data = (
@@ -435,7 +436,7 @@ def training_facts(r: Record) -> TrainingFacts | None:
         mean_compute = sum(compute) / len(compute) if compute else None
     epoch_steps = r.get("epoch_steps")
     config = r.get("config")
-    thresholds = r.get("thresholds") if isinstance(r.get("thresholds"), dict) else {}
+    thresholds = r["thresholds"] if isinstance(r.get("thresholds"), dict) else {}
     return TrainingFacts(
         verdict=verdict if isinstance(verdict, str) else None,
         stall_fraction=number(r.get("stall_fraction")),
@@ -447,7 +448,7 @@ def training_facts(r: Record) -> TrainingFacts | None:
         mean_compute_ms=mean_compute,
         occupancy=r.get("occupancy"),
         ranks=[x for x in r.get("ranks") or [] if isinstance(x, dict)],
-        advice=[str(a) for a in advice or [] if a],
+        advice=[advice] if advice else [],
         resources=r.get("resources") if isinstance(r.get("resources"), dict) else None,
         config_label=config_label(config, r.get("config_label"))
         if isinstance(config, dict)

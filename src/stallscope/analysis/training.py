@@ -2,8 +2,9 @@
 
 Nothing here measures or prints. :mod:`stallscope.training.watch` and
 :mod:`stallscope.training.runner` record per-step data-wait and compute times; these
-functions turn them into the ``profile`` section of the run record (SPEC §5,
-the record schema, stallscope/schema/record-v1.json) and into recommendations that say what was measured.
+functions turn them into the figures of the ``profile`` section of the run record (SPEC §5,
+the record schema, stallscope/schema/record-v1.json) and, from a record, into recommendations
+that say what was measured (:func:`profile_recommendations`, :func:`profile_advice`).
 
 Definitions (per step, one step = one batch):
 - data wait: time the loop spent blocked in ``next()`` on the loader;
@@ -13,11 +14,10 @@ Definitions (per step, one step = one batch):
 - what-if speed-up = total / compute: how much faster the same steps would
   run if data arrived instantly.
 
-Verdict thresholds (steady-state stall fraction):
-- ``input-bound`` at ``INPUT_BOUND_AT`` (0.15) or more: the loader costs at
-  least ~18% of the run (what-if >= 1.18x); the input pipeline is worth fixing;
-- ``compute-bound`` below ``COMPUTE_BOUND_BELOW`` (0.05): a faster loader
-  would gain < ~5%;
+Verdict thresholds (steady-state stall fraction; the numbers and why in
+:mod:`stallscope.thresholds`, where the checklist reads them too):
+- ``input-bound`` at ``INPUT_BOUND_AT`` or more: the input pipeline is worth fixing;
+- ``compute-bound`` below ``COMPUTE_BOUND_BELOW``: a faster loader would gain little;
 - ``balanced`` in between: the loader mostly keeps up, with visible waits.
 """
 
@@ -28,14 +28,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-INPUT_BOUND_AT = 0.15
-COMPUTE_BOUND_BELOW = 0.05
-# A prefetch buffer emptier than this on average means the workers cannot keep up.
+from ..thresholds import COMPUTE_BOUND_BELOW, INPUT_BOUND_AT, STARTUP_SHARE_NOTABLE
+
+# A prefetch buffer emptier than this on average means the workers cannot keep up: a quarter
+# full leaves one batch of slack in a typical 2-worker x prefetch-2 buffer.
 BUFFER_STARVED_BELOW = 0.25
 # ...and fuller than this means batches wait for the model (spare loader capacity).
 BUFFER_FULL_ABOVE = 0.75
-# First batch of an epoch costing more than this share of the run is worth fixing.
-STARTUP_SHARE_NOTABLE = 0.05
 TIMELINE_POINTS = 2000
 
 
@@ -172,7 +171,8 @@ def _pct(value: float | None) -> str:
 
 
 def advise(profile: dict[str, Any], context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Recommendations from a ``profile`` section, each with what was measured and the expected gain.
+    """Recommendations from a ``profile`` section, each with what was measured and the expected
+    gain.
 
     ``context`` may carry ``target`` (the TARGET string for a hand-off to
     ``tune``), ``config`` (the LoaderConfig dict used), ``cores`` and
@@ -194,6 +194,36 @@ def advise(profile: dict[str, Any], context: dict[str, Any] | None = None) -> li
         if rec is not None:
             recommendations.append(rec)
     return recommendations
+
+
+def is_profile(r: dict[str, Any]) -> bool:
+    """Whether ``r`` carries a training-loop profile (the steady-state stall figures)."""
+    return "stall_fraction" in r and "verdict" in r
+
+
+def profile_context(r: dict[str, Any]) -> dict[str, Any]:
+    """What the advice reads beside the step figures, from the record: the TARGET, the loader
+    config, the usable cores and the ranks per host (the host's cores in records without them)."""
+    host = r.get("host")
+    cores = host.get("cores") if isinstance(host, dict) else None
+    config = r.get("config")
+    return {
+        "target": r.get("target"),
+        "config": config if isinstance(config, dict) else {},
+        "config_label": r.get("config_label"),
+        "cores": r.get("usable_cores") or cores,
+        "local_world_size": r.get("local_world_size"),
+    }
+
+
+def profile_recommendations(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The training-loop advice for a record or profile dict (none without a profile)."""
+    return advise(r, profile_context(r)) if is_profile(r) else []
+
+
+def profile_advice(r: dict[str, Any]) -> str | None:
+    """The "next knob" sentence for a record or profile dict (None without a profile)."""
+    return next_knob(r, profile_recommendations(r)) if is_profile(r) else None
 
 
 def _measured_line(profile: dict[str, Any]) -> str:
@@ -236,9 +266,9 @@ def _advise_input_bound(profile: dict[str, Any], context: dict[str, Any]) -> dic
     else:
         cause = f"the loader cannot keep up with {label}"
     detail = (
-        f"The training loop waits for data {_pct(profile.get('stall_fraction'))} of the time; {cause}. "
-        f"Run `stallscope tune {target}` to find a faster loader config (workers, prefetch, batched fetching), "
-        f"or `stallscope stages {target}` to see which stage is slow."
+        f"The training loop waits for data {_pct(profile.get('stall_fraction'))} of the time; "
+        f"{cause}. Run `stallscope tune {target}` to find a faster loader config (workers, "
+        f"prefetch, batched fetching), or `stallscope stages {target}` to see which stage is slow."
     )
     return {
         "id": "profile-input-bound",
@@ -269,9 +299,10 @@ def _advise_main_process_wait(
         "title": "Batches are ready but next() is still slow: the cost is in the main process",
         "detail": (
             f"The prefetch buffer was {_pct(fraction)} full on average, yet the loop still waited "
-            f"{_pct(profile.get('stall_fraction'))} of each step: the time goes into moving batches to the main "
-            "process (unpickling, shared-memory transfer, pin_memory) rather than producing them. Return fewer, "
-            "smaller tensors per batch (uint8 instead of float32, no Python objects), or move the work into the workers."
+            f"{_pct(profile.get('stall_fraction'))} of each step: the time goes into moving "
+            "batches to the main process (unpickling, shared-memory transfer, pin_memory) rather "
+            "than producing them. Return fewer, smaller tensors per batch (uint8 instead of "
+            "float32, no Python objects), or move the work into the workers."
         ),
         "measured": _measured_line(profile),
         "expected_gain": f"up to {speedup:.2f}x" if speedup else "unknown",
@@ -295,7 +326,8 @@ def _advise_startup(profile: dict[str, Any], context: dict[str, Any]) -> dict[st
     fix = (
         "set persistent_workers=True so workers survive between epochs"
         if config.get("num_workers") and not config.get("persistent_workers")
-        else "keep worker start-up cheap (persistent_workers=True, a lighter dataset __init__ or forkserver)"
+        else "keep worker start-up cheap (persistent_workers=True, a lighter dataset __init__ or "
+        "forkserver)"
     )
     return {
         "id": "profile-epoch-startup",
@@ -317,8 +349,9 @@ def _advise_spare_loader(profile: dict[str, Any], context: dict[str, Any]) -> di
         "id": "profile-spare-loader-capacity",
         "title": "The loader has capacity to spare: speed up the model, not the data",
         "detail": (
-            f"The prefetch buffer was {_pct(fraction)} full on average and the loop waited for data only "
-            f"{_pct(profile.get('stall_fraction'))} of the time. More loader work will not speed training up; "
+            f"The prefetch buffer was {_pct(fraction)} full on average and the loop waited for "
+            f"data only {_pct(profile.get('stall_fraction'))} of the time. More loader work will "
+            "not speed training up; "
             + (
                 f"fewer than {workers} workers would likely keep up and free CPU cores. "
                 if workers and workers > 1
@@ -339,9 +372,10 @@ def _advise_gpu_idle(profile: dict[str, Any], context: dict[str, Any]) -> dict[s
         "id": "profile-gpu-underused",
         "title": "Compute-bound, yet the GPU is often idle: the CPU side of the step is slow",
         "detail": (
-            f"The loop rarely waits for data, but the GPU was busy only {util:.0f}% of the time: kernel launches, "
-            "Python overhead or host-side work inside the step dominate. Try larger batches, CUDA graphs/torch.compile, "
-            "or moving host-side preprocessing into the loader workers."
+            f"The loop rarely waits for data, but the GPU was busy only {util:.0f}% of the time: "
+            "kernel launches, Python overhead or host-side work inside the step dominate. Try "
+            "larger batches, CUDA graphs/torch.compile, or moving host-side preprocessing into "
+            "the loader workers."
         ),
         "measured": f"GPU utilisation {util:.0f}%; {_measured_line(profile)}",
         "expected_gain": f"up to {100 / max(util, 1):.1f}x if the GPU were kept busy",
@@ -360,13 +394,19 @@ def _advise_straggler_rank(
         return None
     return {
         "id": "profile-straggler-rank",
-        "title": f"Rank {dist['slowest_rank']} waits longest for data and holds the other ranks back",
-        "detail": (
-            f"Rank {dist['slowest_rank']} waits {worst:.2f} ms per step for data, {spread:.2f} ms more than the fastest "
-            "rank; in synchronous data-parallel training every rank waits for it at the gradient all-reduce. "
-            "Check that rank's storage/node, its shard of the data, and its worker count."
+        "title": (
+            f"Rank {dist['slowest_rank']} waits longest for data and holds the other ranks back"
         ),
-        "measured": f"max data wait {worst:.2f} ms/step on rank {dist['slowest_rank']}; spread {spread:.2f} ms/step",
+        "detail": (
+            f"Rank {dist['slowest_rank']} waits {worst:.2f} ms per step for data, {spread:.2f} ms "
+            "more than the fastest rank; in synchronous data-parallel training every rank waits "
+            "for it at the gradient all-reduce. Check that rank's storage/node, its shard of the "
+            "data, and its worker count."
+        ),
+        "measured": (
+            f"max data wait {worst:.2f} ms/step on rank {dist['slowest_rank']}; spread "
+            f"{spread:.2f} ms/step"
+        ),
         "expected_gain": f"up to {spread:.2f} ms per step for every rank",
     }
 
@@ -384,14 +424,20 @@ def _advise_workers_per_rank(
         return None
     return {
         "id": "profile-workers-per-rank",
-        "title": f"{local} local ranks share {cores} cores: use at most {suggested} loader workers per rank",
+        "title": (
+            f"{local} local ranks share {cores} cores: use at most {suggested} loader workers per "
+            "rank"
+        ),
         "detail": (
-            f"Each rank runs {workers} loader workers plus its own main process: {(workers + 1) * local} busy processes "
-            f"on {cores} usable cores, which slow each other down. usable cores // local ranks = "
-            f"{max(1, cores // local)} per rank; num_workers={suggested} leaves one core for each rank's training loop."
+            f"Each rank runs {workers} loader workers plus its own main process: "
+            f"{(workers + 1) * local} busy processes on {cores} usable cores, which slow each "
+            f"other down. usable cores // local ranks = {max(1, cores // local)} per rank; "
+            f"num_workers={suggested} leaves one core for each rank's training loop."
         ),
         "measured": f"{cores} usable cores, {local} local ranks, num_workers={workers} per rank",
-        "expected_gain": "less CPU contention between ranks; confirm with `stallscope profile` under torchrun",
+        "expected_gain": (
+            "less CPU contention between ranks; confirm with `stallscope profile` under torchrun"
+        ),
     }
 
 
@@ -413,4 +459,7 @@ def next_knob(profile: dict[str, Any], recommendations: Sequence[dict[str, Any]]
         )
     if verdict == "compute-bound":
         return f"{head}. The loader keeps up; speed up the model step instead."
-    return f"{head}. The loader mostly keeps up; tuning it would gain at most {profile.get('what_if_speedup') or 1:.2f}x."
+    return (
+        f"{head}. The loader mostly keeps up; tuning it would gain at most "
+        f"{profile.get('what_if_speedup') or 1:.2f}x."
+    )

@@ -4,42 +4,57 @@ One verdict per report (issue 10): either the tuned settings, with the
 interleaved rounds and confidence behind them, or "keep yours" when the best
 found is within noise of the user's own loader; then nothing else that would
 change the loader's steady state is recommended either. ``persistent_workers``
-is recommended only on its measured epoch-boundary gap.
+is recommended only on its measured epoch-boundary gap (``recommendation_rules``).
+The tuner records measurements only; these rules read them, in a saved record too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..thresholds import TIE_MARGIN
+from .readers import config_label
+
+# A knob effect seen only in single scan measurements (never raced) counts from this gain on, and
+# so does a gain from more workers than cores: 5%, above the tie margin, because one measurement
+# per config carries the whole noise of a run instead of a paired ratio's.
+SCAN_MIN_GAIN = 0.05
+
 _KNOB_ADVICE = {
     "batched_fetch": (
         "batched-fetch",
         "Fetch whole batches instead of single items",
-        "Per-item __getitem__ calls and the collate dominate for this in-memory dataset. Give the dataset a "
-        "__getitems__(indices) that indexes its arrays once per batch (for tensors: "
+        "Per-item __getitem__ calls and the collate dominate for this in-memory dataset. Give the "
+        "dataset a __getitems__(indices) that indexes its arrays once per batch (for tensors: "
         "t.index_select(0, torch.as_tensor(indices)), which stays off the intra-op thread pool), "
-        "or build the loader with ss.make_loader(..., config) where the config has batched_fetch: true.",
+        "or build the loader with ss.make_loader(..., config) where the config has "
+        "batched_fetch: true.",
     ),
     "in_order": (
         "in-order-false",
         "Let batches arrive out of order (in_order=False)",
-        "Fetch times are jittery: with in_order=True one slow batch holds back every batch behind it. "
-        "in_order=False (torch >= 2.6) lets the other workers' batches through; sample order within an epoch "
-        "then varies between runs.",
+        "Fetch times are jittery: with in_order=True one slow batch holds back every batch behind "
+        "it. in_order=False (torch >= 2.6) lets the other workers' batches through; sample order "
+        "within an epoch then varies between runs.",
     ),
     "torch_threads": (
         "intra-op-threads",
         "Cap the main process's intra-op threads",
-        "Loading runs in the main process here; its torch ops contend with torch's own thread pool. "
-        "Call torch.set_num_threads(n) with the measured n before building the loader.",
+        "Loading runs in the main process here; its torch ops contend with torch's own thread "
+        "pool. Call torch.set_num_threads(n) with the measured n before building the loader.",
     ),
 }
 
 
+def _label(entry: dict[str, Any]) -> str:
+    """A best/baseline/trial entry's label (from its config in records that lack one)."""
+    return config_label(entry.get("config"), entry.get("label"))
+
+
 def tie_pct(best: dict[str, Any]) -> str:
-    """The tie margin as a percentage (3% in records from before it was stored)."""
+    """The tie margin as a percentage (today's margin in records from before it was stored)."""
     margin = best.get("tie_margin")
-    return f"{(margin if isinstance(margin, (int, float)) else 0.03):.0%}"
+    return f"{(margin if isinstance(margin, (int, float)) else TIE_MARGIN):.0%}"
 
 
 TIE_SENTENCE = "a tie within noise; the cheaper config was kept"
@@ -62,51 +77,78 @@ def keep_yours_sentence(best: dict[str, Any], baseline: dict[str, Any]) -> str:
     within = best.get("within_pct") or 0.0
     if best.get("config") == baseline.get("config"):
         return (
-            f"your settings ({best['label']}, {baseline['samples_per_s']:,.1f} samples/s) were the fastest found; "
-            "no change is recommended"
+            f"your settings ({_label(best)}, {baseline['samples_per_s']:,.1f} samples/s) were "
+            "the fastest found; no change is recommended"
         )
     return (
-        f"your loader is within {within:.1f}% of the best found ({best['label']} at "
-        f"{best['samples_per_s']:,.1f} vs your {baseline['samples_per_s']:,.1f} samples/s); no change is recommended"
+        f"your loader is within {within:.1f}% of the best found ({_label(best)} at "
+        f"{best['samples_per_s']:,.1f} vs your {baseline['samples_per_s']:,.1f} samples/s); no "
+        "change is recommended"
     )
 
 
-def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """Recommendations from a tune section, each with what was measured and the expected gain.
+def is_tune_section(r: dict[str, Any]) -> bool:
+    """Whether ``r`` carries what the tuner measured (its pick against the user's baseline)."""
+    best, baseline = r.get("best"), r.get("baseline")
+    return (
+        isinstance(best, dict)
+        and isinstance(baseline, dict)
+        and isinstance(best.get("config"), dict)
+        and isinstance(baseline.get("config"), dict)
+        and isinstance(best.get("samples_per_s"), (int, float))
+        and isinstance(baseline.get("samples_per_s"), (int, float))
+    )
 
-    A knob effect counts only beyond the noise: 3% (or the race's noise) when
-    measured interleaved, 5% (or twice the noise) from single scan measurements.
-    """
+
+def tune_pick(section: dict[str, Any]) -> dict[str, Any] | None:
+    """The tuner's verdict on its pick: "keep yours", or switch when the speed-up clears the noise
+    (the tie margin or the race's noise); None when neither holds."""
     best, baseline = section["best"], section["baseline"]
-    search = section.get("search", {})
-    noise = search.get("noise") or 0.0
     if best.get("keep_baseline"):
-        return [_keep_yours(best, baseline), *_persistent(section)]
-    recs: list[dict[str, Any]] = []
+        return _keep_yours(best, baseline)
+    noise = (section.get("search") or {}).get("noise") or 0.0
     speedup = best.get("speedup")
     if (
-        speedup is not None
-        and speedup >= 1 + max(0.03, noise)
-        and best["config"] != baseline["config"]
+        speedup is None
+        or speedup < 1 + max(TIE_MARGIN, noise)
+        or best["config"] == baseline["config"]
     ):
-        recs.append(
-            {
-                "id": "loader-config",
-                "title": "Use the tuned DataLoader settings",
-                "detail": f"{best['label']} instead of {baseline['label']} (`stallscope tune --emit python` prints the call).",
-                "measured": (
-                    f"{best['samples_per_s']:.1f} vs {baseline['samples_per_s']:.1f} samples/s in steady state; "
-                    + how_sure(best)
-                ),
-                "expected_gain": f"{speedup:.2f}x throughput",
-            }
-        )
+        return None
+    return {
+        "id": "loader-config",
+        "title": "Use the tuned DataLoader settings",
+        "detail": f"{_label(best)} instead of {_label(baseline)} "
+        "(`stallscope tune --emit python` prints the call).",
+        "measured": (
+            f"{best['samples_per_s']:.1f} vs {baseline['samples_per_s']:.1f} samples/s "
+            "in steady state; " + how_sure(best)
+        ),
+        "expected_gain": f"{speedup:.2f}x throughput",
+    }
+
+
+def knob_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the tuner measured beyond its pick: single knobs that paid, workers beyond the cores,
+    threads per worker. Nothing that changes the steady state when the verdict is "keep yours".
+
+    A knob effect counts only beyond the noise: the tie margin (or the race's noise) when
+    measured interleaved, ``SCAN_MIN_GAIN`` (or twice the noise) from single scan measurements.
+    """
+    if section["best"].get("keep_baseline"):
+        return []
+    search = section.get("search") or {}
+    noise = search.get("noise") or 0.0
+    recs: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for effect in sorted(search.get("effects", []), key=lambda e: -e["gain"]):
+    for effect in sorted(search.get("effects") or [], key=lambda e: -e["gain"]):
         advice = _KNOB_ADVICE.get(effect["knob"])
         if advice is None or advice[0] in seen:
             continue
-        floor = max(0.03, noise) if effect["source"] == "confirm" else max(0.05, 2 * noise)
+        floor = (
+            max(TIE_MARGIN, noise)
+            if effect["source"] == "confirm"
+            else max(SCAN_MIN_GAIN, 2 * noise)
+        )
         if effect["gain"] < floor:
             continue
         seen.add(advice[0])
@@ -125,9 +167,16 @@ def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     recs.extend(_beyond_cores(section))
-    recs.extend(_persistent(section))
     recs.extend(_worker_threads(section))
     return recs
+
+
+def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """A tune section's own advice (``ss.tune(...).recommendations()``): the pick's verdict, then
+    the knobs beyond it; ``persistent_workers`` is judged with the rest of the report
+    (``recommendation_rules.recommend_persistent_workers``)."""
+    pick = tune_pick(section)
+    return ([pick] if pick is not None else []) + knob_recommendations(section)
 
 
 def _keep_yours(best: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
@@ -143,7 +192,8 @@ def _keep_yours(best: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any
 
 
 def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """Latency-bound and the pick has more workers than cores: say so, with the measured gain over cores workers."""
+    """Latency-bound and the pick has more workers than cores: say so, with the measured gain over
+    cores workers."""
     search = section.get("search", {})
     cores = search.get("space", {}).get("cores")
     workers = section["best"]["config"]["num_workers"]
@@ -152,15 +202,15 @@ def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
     at_cores = [
         t
         for t in section.get("trials", [])
-        if t["config"]["num_workers"] == cores
-        and t["error"] is None
-        and t["phase"] in {"scale", "climb"}
+        if t["config"].get("num_workers") == cores
+        and t.get("error") is None
+        and t.get("phase") in {"scale", "climb"}
     ]
     if not at_cores:
         return []
     rate = max(t["samples_per_s"] for t in at_cores)
     gain = section["best"]["samples_per_s"] / rate - 1 if rate > 0 else 0.0
-    if gain < 0.05:
+    if gain < SCAN_MIN_GAIN:
         return []
     cpu = search.get("profile", {}).get("cpu_per_wall")
     return [
@@ -168,11 +218,13 @@ def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
             "id": "workers-beyond-cores",
             "title": f"Use more workers than cores ({workers} on {cores} core(s))",
             "detail": (
-                "The fetch mostly waits (storage, network, sleep) rather than computing, so workers overlap their "
-                "waits; the usual num_workers = cores leaves that idle time on the table."
+                "The fetch mostly waits (storage, network, sleep) rather than computing, so "
+                "workers overlap their waits; the usual num_workers = cores leaves that idle time "
+                "on the table."
             ),
             "measured": (
-                f"{section['best']['samples_per_s']:.1f} samples/s with {workers} workers vs {rate:.1f} with {cores}"
+                f"{section['best']['samples_per_s']:.1f} samples/s with {workers} workers vs "
+                f"{rate:.1f} with {cores}"
                 + (f"; the fetch used {cpu:.0%} CPU per wall second" if cpu is not None else "")
             ),
             "expected_gain": f"+{gain:.0%} throughput",
@@ -180,34 +232,9 @@ def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _persistent(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """persistent_workers=True only with its measured epoch-boundary gap (search.persistent_workers)."""
-    gap = section.get("search", {}).get("persistent_workers")
-    if (
-        not gap
-        or not gap.get("recommended")
-        or section["baseline"]["config"].get("persistent_workers")
-    ):
-        return []
-    return [
-        {
-            "id": "persistent-workers",
-            "title": "Keep workers alive between epochs (persistent_workers=True)",
-            "detail": (
-                "Without it every epoch shuts the workers down, starts new ones and waits for their first batch; "
-                "steady-state throughput is the same either way."
-            ),
-            "measured": (
-                f"gap at an epoch boundary ({gap['measured_on']}): {gap['gap_without_s']:.2f} s without, "
-                f"{gap['gap_with_s']:.2f} s with persistent workers"
-            ),
-            "expected_gain": f"{gap['saved_s']:.2f} s saved per epoch after the first",
-        }
-    ]
-
-
 def _worker_threads(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """The pick fetches with threads: say how, against the best plain worker count measured (pure)."""
+    """The pick fetches with threads: say how, against the best plain worker count measured
+    (pure)."""
     best = section["best"]
     threads = best["config"].get("worker_threads", 0)
     if not threads:
@@ -215,11 +242,11 @@ def _worker_threads(section: dict[str, Any]) -> list[dict[str, Any]]:
     plain = [
         t
         for t in section.get("trials", [])
-        if t["error"] is None
+        if t.get("error") is None
         and not t["config"].get("worker_threads")
-        and t["config"]["num_workers"] > 0
+        and (t["config"].get("num_workers") or 0) > 0
     ]
-    measured = f"{best['samples_per_s']:,.1f} samples/s with {best['label']}"
+    measured = f"{best['samples_per_s']:,.1f} samples/s with {_label(best)}"
     gain = None
     if plain:
         top = max(plain, key=lambda t: t["samples_per_s"])
@@ -227,7 +254,8 @@ def _worker_threads(section: dict[str, Any]) -> list[dict[str, Any]]:
             best["samples_per_s"] / top["samples_per_s"] - 1 if top["samples_per_s"] > 0 else None
         )
         measured += (
-            f" vs {top['samples_per_s']:,.1f} with the best plain worker count measured ({top['label']}, "
+            f" vs {top['samples_per_s']:,.1f} with the best plain worker count measured "
+            f"({_label(top)}, "
             f"{top['config']['num_workers']} processes)"
         )
     workers = best["config"]["num_workers"]
@@ -237,9 +265,10 @@ def _worker_threads(section: dict[str, Any]) -> list[dict[str, Any]]:
             "id": "worker-threads",
             "title": f"Fetch each batch's items with {threads} threads per worker",
             "detail": (
-                f"The fetch mostly waits, and the dataset passed the thread-safety check: {where} fetches a batch's "
-                f"items with {threads} threads, which overlaps the waits like more processes would, for a fraction of "
-                f"their memory. Wrap the dataset: dataset = ss.threaded_dataset(dataset, threads={threads})."
+                f"The fetch mostly waits, and the dataset passed the thread-safety check: {where} "
+                f"fetches a batch's items with {threads} threads, which overlaps the waits like "
+                "more processes would, for a fraction of their memory. Wrap the dataset: dataset "
+                f"= ss.threaded_dataset(dataset, threads={threads})."
             ),
             "measured": measured,
             "expected_gain": (

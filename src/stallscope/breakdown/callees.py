@@ -36,7 +36,9 @@ from typing import Any
 
 CALLEE_PREFIX = "call: "  # recorder key of a first-level call, e.g. "call: _mosaic()"
 OTHER_TRACED = "other (__getitem__, traced)"  # recorder key of the rest of a traced fetch
+# Only every second fetch pays the tracing hook; the others time the remaining stages unslowed.
 TRACE_EVERY = 2
+# A call under 5% of the sample time is no stage of its own: it folds back into ``other``.
 CALLEE_MIN_SHARE = 0.05
 # Calls that only dispatch to an object (nn.Module, a callable class): named after the object.
 _DISPATCH = frozenset({"__call__", "_wrapped_call_impl", "_call_impl", "forward"})

@@ -116,7 +116,9 @@ class InstrumentedDataset:
         self.inner = inner
         self.callees = callees
         if not callable(getattr(inner, "__getitems__", None)):
-            self.__getitems__ = None  # the fetcher then indexes item by item, like the original
+            # The fetcher then indexes item by item, like the original: it skips a falsy
+            # __getitems__, so the method is shadowed per instance on purpose.
+            self.__getitems__ = None  # type: ignore[method-assign,assignment]
 
     def __len__(self) -> int:
         return len(self.inner)
@@ -136,7 +138,7 @@ class InstrumentedDataset:
             _end_getitem(recorder, token, tracer, len(indices))
 
 
-class InstrumentedIterableDataset(IterableDataset):
+class InstrumentedIterableDataset(IterableDataset[Any]):
     """An iterable dataset whose every ``next()`` runs under the stage recorder."""
 
     def __init__(self, inner: Any, callees: bool = True) -> None:
@@ -166,7 +168,7 @@ class InstrumentedIterableDataset(IterableDataset):
 class TimedCollate:
     """Times the collate function and attaches the worker's stage totals to the batch."""
 
-    def __init__(self, collate: Callable[[list], Any]) -> None:
+    def __init__(self, collate: Callable[[list[Any]], Any]) -> None:
         self.collate = collate
 
     def __call__(self, samples: Any) -> StageBatch:

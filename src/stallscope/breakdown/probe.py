@@ -39,7 +39,7 @@ def stages(
     target: Any,
     *,
     batch_size: int | None = None,
-    collate: str | Callable[[list], Any] | None = None,
+    collate: str | Callable[[list[Any]], Any] | None = None,
     num_workers: int | None = None,
     samples: int = 256,
     max_seconds: float = 15.0,
@@ -132,7 +132,8 @@ def stages(
             storage = measure_storage_split(pipeline, progress=progress)
     if drop_cache and storage is None:
         notes.append(
-            "--drop-cache: no file reads through Python's open() were seen, so there was nothing to drop."
+            "--drop-cache: no file reads through Python's open() were seen, so there "
+            "was nothing to drop."
         )
     return StagesResult(
         stages=table,
@@ -176,13 +177,17 @@ def _notes(slots: Sequence[TransformSlot], table: Sequence[StageTime]) -> list[s
     notes: list[str] = []
     if not slots:
         notes.append(
-            "no transform pipeline was found on the dataset (a Compose or list of callables in an attribute); "
-            "its work is in 'other (__getitem__)' and the calls broken out of it. Mark stages with `with ss.stage(NAME):`."
+            "no transform pipeline was found on the dataset (a Compose or list of "
+            "callables in an attribute); "
+            "its work is in 'other (__getitem__)' and the calls broken out of it. Mark "
+            "stages with `with ss.stage(NAME):`."
         )
     kinds = {s.kind for s in table}
     if "read" not in kinds and "decode" not in kinds:
         notes.append(
-            "read and decode were not seen (no Pillow, OpenCV, NumPy, torch, wave, soundfile, scipy, librosa, "
-            "torchaudio or pandas reads, no ss.stage markers); they are part of 'other (__getitem__)'."
+            "read and decode were not seen (no Pillow, OpenCV, NumPy, torch, wave, "
+            "soundfile, scipy, librosa, "
+            "torchaudio or pandas reads, no ss.stage markers); they are part of 'other "
+            "(__getitem__)'."
         )
     return notes

@@ -15,8 +15,8 @@ dataset calls a well-known reader or decoder (Pillow, OpenCV, NumPy, torch, wave
 soundfile, scipy, librosa, torchaudio, pandas: ``known_calls.py``). What is left of
 ``__getitem__`` is broken down by the functions it calls directly (``callees.py``),
 each exclusive of the known stages inside it. The wrappers that travel to the
-workers live in ``instrumented.py``. The recorder's totals since the previous batch ride along with the
-batch itself (:class:`StageBatch`), so no extra queue is needed under fork or
+workers live in ``instrumented.py``. The recorder's totals since the previous batch ride along with
+the batch itself (:class:`StageBatch`), so no extra queue is needed under fork or
 spawn. The transfer is timed by stamps that execute while the batch is being
 pickled in the worker's queue feeder thread and unpickled in the main process:
 serialise (thread CPU time of pickling: for tensors, moving their storage into
@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import UsageError
 
@@ -163,7 +163,7 @@ class StageMarker:
             self._recorder = recorder
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         recorder = self._recorder
         if recorder is not None:
             self._recorder = None
@@ -199,9 +199,8 @@ class TransferTimes:
     handoff: float  # end of collate to start of pickling (queue feeder thread wake-up)
     queue: float  # end of pickling in the worker to start of unpickling in the main process
     deserialise: float  # the main thread's CPU time of unpickling (NOTE [deserialise timing])
-    deserialise_wait: float = (
-        0.0  # unpickling's wall time beyond that: waiting for the worker to hand over storages
-    )
+    # unpickling's wall time beyond that: waiting for the worker to hand over storages
+    deserialise_wait: float = 0.0
 
 
 class StageBatch:

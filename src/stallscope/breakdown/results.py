@@ -25,7 +25,9 @@ class StageTime:
     name: str
     ms_per_sample: float
     share: float
-    kind: str  # read | decode | user | transform | other | collate | serialise | queue | deserialise | pin | h2d
+    # read | decode | user | transform | other | collate | serialise | queue | deserialise | pin
+    # | h2d
+    kind: str
     where: str  # worker | worker→main | main
     random: bool = False
     p50_ms: float | None = None  # per-sample percentiles, over the samples the stage ran in

@@ -28,12 +28,12 @@ def _files_opened() -> Iterator[set[str]]:
 
     builtins.open = tracking_open
     io_open = io.open
-    io.open = tracking_open  # type: ignore[assignment]
+    io.open = tracking_open
     try:
         yield seen
     finally:
         builtins.open = original
-        io.open = io_open  # type: ignore[assignment]
+        io.open = io_open
 
 
 def drop_from_page_cache(paths: Sequence[str]) -> int:

@@ -149,7 +149,8 @@ def mark_doubtful(
                 else f"{parallel} worker{'s' if parallel != 1 else ''}"
             )
             row.doubtful = (
-                f"{spent:.1f} ms per batch, but {where} received a batch every {interval:.1f} ms in the same run"
+                f"{spent:.1f} ms per batch, but {where} received a batch every "
+                f"{interval:.1f} ms in the same run"
                 + (
                     f" ({parallel} × {interval:.1f} ms for the workers together)"
                     if side == "worker"

@@ -121,7 +121,8 @@ def measure_worker_stages(
             raise
         except Exception as exc:
             dead = stop_workers(iterator, exc)  # NOTE [worker death]
-            # A worker dying mid-message can surface as a broken connection before its exit code shows.
+            # A worker dying mid-message can surface as a broken connection before its exit code
+            # shows.
             if dead or is_worker_death(exc) or isinstance(exc, (ConnectionError, EOFError)):
                 raise PipelineError(
                     describe_worker_death(dead, " while its stages were timed", exc)
@@ -225,7 +226,7 @@ def _to_device(batch: Any, device: Any) -> dict[str, float]:
     from torch.utils.data._utils.pin_memory import pin_memory
 
     start = time.perf_counter()
-    pinned = pin_memory(batch)
+    pinned = pin_memory(batch)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
     pinned_at = time.perf_counter()
     _move(pinned, device)
     torch.cuda.synchronize(device)

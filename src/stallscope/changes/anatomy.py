@@ -54,7 +54,8 @@ def as_array(value: Any) -> np.ndarray | None:
     if isinstance(value, np.ndarray):
         return value
     if hasattr(value, "detach") and hasattr(value, "numpy"):
-        return value.detach().cpu().numpy()
+        array: np.ndarray = value.detach().cpu().numpy()
+        return array
     if hasattr(value, "getbands") and hasattr(value, "size"):  # a PIL image
         return np.asarray(value)
     return None
@@ -96,7 +97,8 @@ def run_stages(stages: Sequence[Any], value: Any) -> Any:
 
 
 class StagesCompose:
-    """The stages in order, as a Compose with a ``.transforms`` list (stages still finds and times them)."""
+    """The stages in order, as a Compose with a ``.transforms`` list (stages still finds and times
+    them)."""
 
     def __init__(self, transforms: Sequence[Any]) -> None:
         self.transforms = list(transforms)
@@ -197,7 +199,8 @@ def get_slot(item: Any, slot: tuple[Any, ...]) -> Any:
 
 
 def examine(dataset: Any, *, items: int = 3) -> Anatomy:
-    """The anatomy of a map-style dataset with a composed transform pipeline (raises NotApplicable)."""
+    """The anatomy of a map-style dataset with a composed transform pipeline (raises
+    NotApplicable)."""
     if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
         raise NotApplicable("the dataset is not map-style (no __getitem__ and __len__)")
     length = len(dataset)
@@ -206,7 +209,8 @@ def examine(dataset: Any, *, items: int = 3) -> Anatomy:
     slots = [s for s in find_transforms(dataset) if len(s.path) >= 2 and s.path[-2] == "transforms"]
     if not slots:
         raise NotApplicable(
-            "no composed transform pipeline (an object with a .transforms list) was found on the dataset"
+            "no composed transform pipeline (an object with a .transforms list) was "
+            "found on the dataset"
         )
     compose_path = slots[0].path[:-2]
     mine = [s for s in slots if s.path[:-2] == compose_path]

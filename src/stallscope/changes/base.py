@@ -38,9 +38,8 @@ class Patch:
     description: str  # the change in words (always)
     verified: bool
     reason: str | None = None  # why no diff is shown
-    apply: str | None = (
-        None  # the command that applies the diff (``patch -p0 -d FOLDER < change.diff``)
-    )
+    # the command that applies the diff (``patch -p0 -d FOLDER < change.diff``)
+    apply: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"verified": self.verified, "reason": self.reason, "description": self.description}
@@ -83,13 +82,15 @@ def reference_batches(anatomy: Anatomy, pipeline: Any) -> list[Any]:
     key = ("batches", pipeline.batch_size)
     if key not in anatomy.memo:
         anatomy.memo[key] = batches(anatomy.dataset, pipeline)
-    return anatomy.memo[key]
+    taken: list[Any] = anatomy.memo[key]
+    return taken
 
 
 def max_difference(
     ours: Sequence[Any], theirs: Sequence[Any], slot: tuple[Any, ...]
 ) -> float | None:
-    """Largest absolute difference at ``slot`` between two lists of batches (None: not comparable)."""
+    """Largest absolute difference at ``slot`` between two lists of batches (None: not
+    comparable)."""
     worst = 0.0
     for a, b in zip(ours, theirs):
         x, y = as_array(get_slot(a, slot)), as_array(get_slot(b, slot))
@@ -118,8 +119,8 @@ def run_two_batches(
     *,
     tolerance: float | None,
 ) -> str | None:
-    """Build the patched pipeline with ``make`` and take two batches; None when they match the user's
-    in structure (and within ``tolerance`` at the image slot, when given), else why not."""
+    """Build the patched pipeline with ``make`` and take two batches; None when they match the
+    user's in structure (and within ``tolerance`` at the image slot, when given), else why not."""
     try:
         dataset, step = make()
         ours = batches(dataset, pipeline, main_step=step)
@@ -139,8 +140,9 @@ def run_two_batches(
 def fastest_seconds(
     fn: Callable[[], Any], *, repeats: int = 7, threads: int | None = None
 ) -> float:
-    """The fastest of ``repeats`` calls: CPU cost, without the time slices a busy machine takes away.
-    ``threads=1`` times work as a DataLoader worker runs it (torch sets one intra-op thread there)."""
+    """The fastest of ``repeats`` calls: CPU cost, without the time slices a busy machine takes
+    away. ``threads=1`` times work as a DataLoader worker runs it (torch sets one intra-op thread
+    there)."""
     import torch
 
     previous = torch.get_num_threads()

@@ -47,7 +47,8 @@ BATCH_TRANSFORMS = [{expressions}]
 
 
 def augment_batch(images):
-    """Run on each batch (N×C×H×W), in the main process or on the accelerator after moving it there."""
+    """Run on each batch (N×C×H×W), in the main process or on the accelerator after moving
+    it there."""
     for transform in BATCH_TRANSFORMS:
         images = transform(images)
     return images
@@ -134,13 +135,18 @@ class BatchAugmentation(Change):
         main_cost = fastest_seconds(lambda: applied.main_step(copy_batch(raw[0])), repeats=5)  # type: ignore[misc]
         if randoms:
             summary = (
-                f"alters what the model sees: {', '.join(randoms)} draw once per batch of {pipeline.batch_size} "
+                f"alters what the model sees: {', '.join(randoms)} draw once per batch "
+                f"of {pipeline.batch_size} "
                 "instead of once per sample"
             )
         else:
-            summary = f"deterministic: batches equal yours within {difference if difference is not None else float('nan'):.1e}"
+            summary = (
+                "deterministic: batches equal yours within "
+                f"{difference if difference is not None else float('nan'):.1e}"
+            )
         summary += (
-            f"; {', '.join(moved)} leave the workers ({1000 * worker:.2f} ms per sample) and cost the main "
+            f"; {', '.join(moved)} leave the workers ({1000 * worker:.2f} ms per "
+            "sample) and cost the main "
             f"process {1000 * main_cost:.2f} ms per batch on this CPU"
         )
         return {

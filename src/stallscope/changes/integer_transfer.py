@@ -99,7 +99,10 @@ class IntegerTransfer(Change):
             return "no transform turns a uint8 image into a float tensor"
         randoms = [anatomy.names[j] for j in range(start, len(anatomy.stages)) if anatomy.random[j]]
         if randoms:
-            return f"{', '.join(randoms)} runs on the float tensor after the conversion (random, per sample)"
+            return (
+                f"{', '.join(randoms)} runs on the float tensor after the conversion "
+                "(random, per sample)"
+            )
         before = array_of(first.outputs[start - 1] if start else first.input)
         after = first.outputs[-1]
         channel: int | None
@@ -112,7 +115,10 @@ class IntegerTransfer(Change):
         elif tuple(after.shape) == before.shape:
             permute, channel = None, (before.ndim - 1 if before.ndim == 3 else None)
         else:
-            return f"the float output's shape {tuple(after.shape)} is not a layout of the image's {before.shape}"
+            return (
+                f"the float output's shape {tuple(after.shape)} is not a layout of the "
+                f"image's {before.shape}"
+            )
         layout = Uint8Layout(permute)
         xs, ys = [], []
         for sample in anatomy.samples:
@@ -136,7 +142,10 @@ class IntegerTransfer(Change):
             if np.max(np.abs(a * x[c] + b - y[c])) > TOLERANCE * max(
                 1.0, float(np.max(np.abs(y[c])))
             ):
-                return f"{', '.join(anatomy.names[start:])} is not a per-channel scale and shift of the uint8 image"
+                return (
+                    f"{', '.join(anatomy.names[start:])} is not a per-channel scale and "
+                    "shift of the uint8 image"
+                )
             scale.append(float(a))
             shift.append(float(b))
         self.start, self.permute, self.channel, self.scale, self.shift = (
@@ -178,9 +187,12 @@ class IntegerTransfer(Change):
         alters = difference is None or difference > TOLERANCE
         return {
             "summary": (
-                f"workers send uint8 ({bytes_after / 2**20:,.2f} MB per batch instead of {bytes_before / 2**20:,.2f} MB) "
-                f"and save {1000 * (worker_before - worker_after):.2f} ms of CPU per sample; the main process adds "
-                f"{1000 * main_cost:.2f} ms per batch on this CPU (less on an accelerator); batches equal yours "
+                f"workers send uint8 ({bytes_after / 2**20:,.2f} MB per batch instead "
+                f"of {bytes_before / 2**20:,.2f} MB) "
+                f"and save {1000 * (worker_before - worker_after):.2f} ms of CPU per "
+                "sample; the main process adds "
+                f"{1000 * main_cost:.2f} ms per batch on this CPU (less on an "
+                "accelerator); batches equal yours "
                 f"within {difference if difference is not None else float('nan'):.1e}"
             ),
             "alters_output": alters,
@@ -193,8 +205,10 @@ class IntegerTransfer(Change):
     def patch(self, anatomy: Anatomy, pipeline: Any) -> Patch:
         names = [type(s).__name__ for s in anatomy.stages[self.start :]]
         words = (
-            f"Replace {', '.join(names)} in the transforms by a conversion to a uint8 tensor, and normalise each "
-            f"batch in the main process or on the accelerator: x.float() * {_fmt(self.scale)} + {_fmt(self.shift)} per channel."
+            f"Replace {', '.join(names)} in the transforms by a conversion to a uint8 "
+            "tensor, and normalise each "
+            "batch in the main process or on the accelerator: x.float() * "
+            f"{_fmt(self.scale)} + {_fmt(self.shift)} per channel."
         )
         files = candidate_files(
             [

@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 
 from ..pipeline.transforms import get_path, replace_transforms
+from ..thresholds import MEMORY_BUDGET_SHARE
 from .anatomy import Anatomy, get_slot, same, seeded
 from .base import Applied, Change, Patch, run_two_batches
 from .source import (
@@ -36,13 +37,14 @@ from .wrappers import (
 )
 
 SHM = "/dev/shm"
-MEMORY_SHARE = 0.5  # of available RAM, as the tuner's memory budget
-SPACE_SHARE = 0.5  # of the free space where the cache goes
+# A cache takes at most half the free space where it goes: the rest stays for the user's files.
+SPACE_SHARE = 0.5
 
 
 def placement(total_bytes: int) -> tuple[str, str] | None:
-    """("shared memory" | "local disk", folder) for a cache of ``total_bytes``, or None when neither fits."""
-    budget = MEMORY_SHARE * psutil.virtual_memory().available
+    """("shared memory" | "local disk", folder) for a cache of ``total_bytes``, or None when neither
+    fits."""
+    budget = MEMORY_BUDGET_SHARE * psutil.virtual_memory().available
     if (
         os.path.isdir(SHM)
         and total_bytes <= budget
@@ -68,12 +70,18 @@ class PrefixCache(Change):
 
     def applies(self, anatomy: Anatomy, pipeline: Any) -> str | None:
         if anatomy.item_slot is None:
-            return "the dataset does not return its transforms' output as it is, so a cached part cannot be put back"
+            return (
+                "the dataset does not return its transforms' output as it is, so a cached "
+                "part cannot be put back"
+            )
         per_item = max(dump_size((self._prefix_output(anatomy, s), None)) for s in anatomy.samples)
         total = per_item * len(anatomy.dataset)
         where = placement(total)
         if where is None:
-            return f"the cache ({total / 2**20:,.0f} MB) fits neither the memory budget nor the free disk space"
+            return (
+                f"the cache ({total / 2**20:,.0f} MB) fits neither the memory budget nor "
+                "the free disk space"
+            )
         self.bytes_per_item, self.total_bytes, self.where = per_item, total, where
         return None
 
@@ -99,7 +107,8 @@ class PrefixCache(Change):
 
     def side_effect(self, anatomy: Anatomy, pipeline: Any, applied: Applied) -> dict[str, Any]:
         cache: SharedPrefixCache = applied.notes["cache"]
-        # The cached item, run on, equals the user's under the same seeds: nothing the model sees changes.
+        # The cached item, run on, equals the user's under the same seeds: nothing the model sees
+        # changes.
         sample = anatomy.samples[0]
         ours = applied.dataset
         with seeded(3):
@@ -119,7 +128,8 @@ class PrefixCache(Change):
         return {
             "summary": (
                 f"caches {self.prefix_label(anatomy)} ({per_item / 2**10:,.0f} KB per item, "
-                f"{full / 2**20:,.0f} MB for all {len(anatomy.dataset):,} items) in {self.where[0]}; "
+                f"{full / 2**20:,.0f} MB for all {len(anatomy.dataset):,} items) in "
+                f"{self.where[0]}; "
                 "the first pass pays the full cost and writes the cache"
                 + (
                     "; later passes give the same samples"
@@ -143,7 +153,8 @@ class PrefixCache(Change):
         attr = anatomy.compose_path[-1]
         owner = get_path(anatomy.dataset, owner_path)
         words = (
-            f"In {type(owner).__name__}.__getitem__, look the index up in a cache shared by the workers "
+            f"In {type(owner).__name__}.__getitem__, look the index up in a cache "
+            "shared by the workers "
             f"(files in {self.where[1]}) before reading and decoding; on a miss, compute "
             f"{self.prefix_label(anatomy)} and store it; then run only the transforms from "
             f"{anatomy.names[k] if k < len(anatomy.names) else 'the end'} on."
@@ -169,7 +180,8 @@ class PrefixCache(Change):
         block = [i for i in range(start, at) if assign.match(lines[i]) and is_statement(lines[i])]
         if not block:
             return Patch(None, words, False, f"no assignment to `{var}` before the transform call")
-        # The last run of consecutive assignments to the variable: what produces the transforms' input.
+        # The last run of consecutive assignments to the variable: what produces the transforms'
+        # input.
         run = [block[-1]]
         while run[0] - 1 in block:
             run.insert(0, run[0] - 1)
@@ -197,7 +209,8 @@ class PrefixCache(Change):
         helpers = (
             PREFIX_CACHE_SOURCE.strip()
             + (
-                "\n\n\ndef _run_stages(stages, value):\n    for stage in stages:\n        value = stage(value)\n    return value\n"
+                "\n\n\ndef _run_stages(stages, value):\n    for stage in stages:\n     "
+                "   value = stage(value)\n    return value\n"
                 if k
                 else "\n"
             )
@@ -217,7 +230,7 @@ class PrefixCache(Change):
         )
 
     def _verify(
-        self, anatomy: Anatomy, pipeline: Any, source: Any, text: str, owner_path: tuple
+        self, anatomy: Anatomy, pipeline: Any, source: Any, text: str, owner_path: tuple[Any, ...]
     ) -> str | None:
         owner = get_path(anatomy.dataset, owner_path)
         folder = tempfile.mkdtemp(prefix="stallscope-verify-")
@@ -234,7 +247,8 @@ class PrefixCache(Change):
                         anatomy.dataset, {owner_path: clone}
                     ) if owner_path else clone, None
 
-                # First pass fills the cache, second pass reads it: both must give the user's batches.
+                # First pass fills the cache, second pass reads it: both must give the user's
+                # batches.
                 for _ in range(2):
                     why = run_two_batches(make, anatomy, pipeline, tolerance=0.0)
                     if why:

@@ -91,7 +91,8 @@ def code_changes(
     result.items = items
     if items < length:
         result.notes.append(
-            f"raced on the first {items:,} of {length:,} items (the budget), the same items for every entrant"
+            f"raced on the first {items:,} of {length:,} items (the budget), the same "
+            "items for every entrant"
         )
     applied: list[Prepared] = []
     try:

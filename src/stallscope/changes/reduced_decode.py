@@ -56,12 +56,18 @@ class ReducedDecode(Change):
             big = height_width(sample.outputs[geometric - 1] if geometric else sample.input)
             out = height_width(sample.outputs[geometric])
             if big is None or out is None:
-                return "the image size could not be read before and after the first geometric transform"
+                return (
+                    "the image size could not be read before and after the first geometric "
+                    "transform"
+                )
             shrink = min(shrink, min(big) / max(out))
             factor = min(factor, next((f for f in FACTORS if min(big) / f >= max(out)), 1))
         name = anatomy.names[geometric]
         if factor < 2:
-            return f"the first geometric transform, {name}, shrinks the image by {shrink:.1f}×, less than 2×"
+            return (
+                f"the first geometric transform, {name}, shrinks the image by "
+                f"{shrink:.1f}×, less than 2×"
+            )
         calls: list[int] = []
         reduced = self._inputs(anatomy, factor, calls)
         if not calls:
@@ -127,8 +133,10 @@ class ReducedDecode(Change):
             "summary": (
                 f"alters what the model sees: JPEGs are decoded at 1/{self.factor} size "
                 f"({full_hw[1]}×{full_hw[0]} → {small_hw[1]}×{small_hw[0]}) before "
-                f"{anatomy.names[self.geometric]} shrinks them to {out_w}×{out_h}; the same crops differ "
-                f"from full decode by PSNR {mean:.1f} dB on average (worst {worst:.1f} dB, {len(values)} crops)"
+                f"{anatomy.names[self.geometric]} shrinks them to {out_w}×{out_h}; the "
+                "same crops differ "
+                f"from full decode by PSNR {mean:.1f} dB on average (worst {worst:.1f} "
+                f"dB, {len(values)} crops)"
             ),
             "alters_output": True,
             "factor": self.factor,
@@ -142,8 +150,10 @@ class ReducedDecode(Change):
         owner_path = anatomy.compose_path[:-1]
         owner = get_path(anatomy.dataset, owner_path)
         words = (
-            f'Right after Image.open(...), call image.draft("RGB", (image.width // {f}, image.height // {f})) '
-            f"(OpenCV: cv2.imread(path, cv2.IMREAD_REDUCED_COLOR_{f})), so JPEGs decode at 1/{f} size."
+            'Right after Image.open(...), call image.draft("RGB", (image.width // '
+            f"{f}, image.height // {f})) "
+            f"(OpenCV: cv2.imread(path, cv2.IMREAD_REDUCED_COLOR_{f})), so JPEGs "
+            f"decode at 1/{f} size."
         )
         source = source_file(type(owner))
         if source is None:
@@ -156,7 +166,8 @@ class ReducedDecode(Change):
             m = opened.match(line.rstrip("\n"))
             if m and is_statement(line):
                 new.append(
-                    f'{m.group(1)}{m.group(2)}.draft("RGB", ({m.group(2)}.width // {f}, {m.group(2)}.height // {f}))'
+                    f'{m.group(1)}{m.group(2)}.draft("RGB", ({m.group(2)}.width // '
+                    f"{f}, {m.group(2)}.height // {f}))"
                     f"  # decode JPEGs at 1/{f} size\n"
                 )
                 changed += 1

@@ -71,7 +71,8 @@ def candidate_files(objects: Iterable[Any]) -> list[SourceFile]:
 
 def display_path(path: Path) -> tuple[str, str]:
     """(folder to apply the diff in, the name the diff gives the file): relative to the working
-    folder when the file is below it, else the file's own folder (``patch`` refuses absolute names)."""
+    folder when the file is below it, else the file's own folder (``patch`` refuses absolute
+    names)."""
     try:
         return ".", str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
@@ -93,7 +94,8 @@ def unified_diff(path: Path, old: str, new: str) -> str:
 
 
 def method_lines(cls: type, name: str) -> tuple[SourceFile, int, int] | None:
-    """(file, first line index, end index) of ``cls.name``'s source, from the class that defines it."""
+    """(file, first line index, end index) of ``cls.name``'s source, from the class that defines
+    it."""
     for klass in cls.__mro__:
         if name in vars(klass):
             func = vars(klass)[name]
@@ -119,8 +121,9 @@ def is_statement(text: str) -> bool:
 def constructor_block(
     files: Iterable[SourceFile], names: list[str]
 ) -> tuple[SourceFile, int] | None:
-    """Where ``names`` are constructed one per line, in order (``ToTensor(),`` then ``Normalize(),``):
-    the file and the index of the first line. Lines between them may only be comments."""
+    """Where ``names`` are constructed one per line, in order (``ToTensor(),`` then
+    ``Normalize(),``): the file and the index of the first line. Lines between them may only be
+    comments."""
     patterns = [constructor_line(n) for n in names]
     for found in files:
         lines = found.lines

@@ -60,7 +60,8 @@ exec(compile(PREFIX_CACHE_SOURCE, __file__ + ":PREFIX_CACHE_SOURCE", "exec"), _n
 _PrintedCache: Any = _namespace["SharedPrefixCache"]
 
 
-class SharedPrefixCache(_PrintedCache):
+# The base class is built by exec from the printed source above, so mypy sees only Any.
+class SharedPrefixCache(_PrintedCache):  # type: ignore[misc]
     """:data:`PREFIX_CACHE_SOURCE`'s class, importable by workers (see the module docstring)."""
 
     def __len__(self) -> int:
@@ -77,7 +78,8 @@ class SharedPrefixCache(_PrintedCache):
 
 
 class PrefixCachedDataset:
-    """The user's items with the output of their deterministic prefix kept in a :class:`SharedPrefixCache`.
+    """The user's items with the output of their deterministic prefix kept in a
+    :class:`SharedPrefixCache`.
 
     ``filling`` is the user's dataset with its Compose split (prefix, then a sink, then the rest);
     a hit needs none of it: the rest of the item (a label, say) is cached with the prefix output.
@@ -138,7 +140,8 @@ _REDUCED_FLAGS = {
 
 @contextlib.contextmanager
 def reduced_decode(factor: int, calls: list[int] | None = None) -> Iterator[None]:
-    """Inside: Pillow opens JPEGs in draft mode at 1/``factor`` size, OpenCV reads colour images reduced."""
+    """Inside: Pillow opens JPEGs in draft mode at 1/``factor`` size, OpenCV reads colour images
+    reduced."""
     from PIL import Image
 
     original_open = Image.open

@@ -26,11 +26,13 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
+from .health_state import HealthSettings as HealthSettings
+from .health_state import WorkerSlot, callable_name
+from .health_state import timing_summary as timing_summary
 from .health_worker import STACK_SIGNAL, health_worker
 from .messages import (
     AskThreads,
@@ -64,36 +66,6 @@ Plan = Callable[[set[Any], float, float], list[int]]
 # -- in the main process ---------------------------------------------------------------------------
 
 
-@dataclass
-class _Slot:
-    """One probe worker as the main process sees it."""
-
-    worker_id: int
-    process: Any
-    conn: Any
-    stack_path: Path
-    started_at: float
-    ready: bool = False
-    busy: bool = False
-    pending: list[Any] = field(default_factory=list)  # indices sent, not yet answered
-    current: Any = None
-    current_since: float = 0.0
-    exhausted: bool = False
-
-
-@dataclass
-class HealthSettings:
-    timeout: float
-    deadline: float  # time.monotonic() by which the probe stops
-    workers: int
-    start_method: str
-    batch_size: int
-    seed: int = 0
-    max_hangs: int = 3
-    startup_timeout: float = 60.0
-    sample_limit: int | None = None  # iterable datasets: stop after this many items
-
-
 class HealthProbe:
     def __init__(
         self,
@@ -114,7 +86,7 @@ class HealthProbe:
             .random_(generator=torch.Generator().manual_seed(settings.seed))
             .item()
         )
-        self.slots: list[_Slot] = []
+        self.slots: list[WorkerSlot] = []
         self.times: dict[Any, float] = {}
         self.retimes: dict[Any, float] = {}
         self.errors: list[dict[str, Any]] = []
@@ -137,11 +109,13 @@ class HealthProbe:
         self.checked: set[Any] = set()  # every index fetched, whatever the outcome
 
     # -- worker lifecycle --------------------------------------------------------------------
-    def _start(self, worker_id: int) -> _Slot:
+    def _start(self, worker_id: int) -> WorkerSlot:
         parent, child = self.ctx.Pipe(duplex=True)
         self._spawned += 1
         stack_path = self.workdir / f"stack-{worker_id}-{self._spawned}.txt"
-        process = self.ctx.Process(
+        # typeshed's BaseContext (what get_context(str) returns) lacks Process; every concrete
+        # start-method context has it.
+        process = self.ctx.Process(  # type: ignore[attr-defined]
             target=health_worker,
             args=(
                 worker_id,
@@ -158,9 +132,9 @@ class HealthProbe:
         )
         process.start()
         child.close()
-        return _Slot(worker_id, process, parent, stack_path, time.monotonic())
+        return WorkerSlot(worker_id, process, parent, stack_path, time.monotonic())
 
-    def _stop(self, slot: _Slot, *, kill: bool = False) -> None:
+    def _stop(self, slot: WorkerSlot, *, kill: bool = False) -> None:
         if not kill and not slot.busy and slot.process.is_alive():
             with contextlib.suppress(Exception):
                 slot.conn.send(Stop())
@@ -171,7 +145,7 @@ class HealthProbe:
         with contextlib.suppress(Exception):
             slot.conn.close()
 
-    def _replace(self, slot: _Slot) -> _Slot:
+    def _replace(self, slot: WorkerSlot) -> WorkerSlot:
         self._stop(slot, kill=True)
         self.restarts += 1
         fresh = self._start(slot.worker_id)
@@ -184,7 +158,7 @@ class HealthProbe:
         self.slots = []
 
     # -- message handling ------------------------------------------------------------------
-    def _handle(self, slot: _Slot, message: Reply) -> None:
+    def _handle(self, slot: WorkerSlot, message: Reply) -> None:
         if isinstance(message, Ready):
             slot.ready = True
         elif isinstance(message, Started):
@@ -249,10 +223,10 @@ class HealthProbe:
                 "worker": slot.worker_id,
             }
 
-    def _label(self, slot: _Slot, index: Any) -> Any:
+    def _label(self, slot: WorkerSlot, index: Any) -> Any:
         return f"w{slot.worker_id}#{index}" if self.pipeline.is_iterable else index
 
-    def _drain(self, slot: _Slot) -> bool:
+    def _drain(self, slot: WorkerSlot) -> bool:
         """Handle every message waiting on ``slot``; False when its pipe is closed."""
         try:
             while slot.conn.poll():
@@ -262,7 +236,7 @@ class HealthProbe:
         return True
 
     # -- failure handling ----------------------------------------------------------------------
-    def _dump_stack(self, slot: _Slot) -> list[dict[str, Any]]:
+    def _dump_stack(self, slot: WorkerSlot) -> list[dict[str, Any]]:
         if STACK_SIGNAL is None:
             return []
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -278,7 +252,7 @@ class HealthProbe:
             previous = text
         return parse_stack(text)
 
-    def _on_hang(self, slot: _Slot, now: float) -> _Slot | None:
+    def _on_hang(self, slot: WorkerSlot, now: float) -> WorkerSlot | None:
         frames = self._dump_stack(slot)
         where = stuck_frame(frames)
         index = self._label(slot, slot.current)
@@ -297,7 +271,8 @@ class HealthProbe:
         return self._requeue_after(slot, skip=slot.current)
 
     def _note_unfinished(self, now: float) -> None:
-        """Samples still being fetched, suspiciously long, when the budget ran out: where are they?"""
+        """Samples still being fetched, suspiciously long, when the budget ran out: where are
+        they?"""
         values = sorted(self.times.values())
         median = values[len(values) // 2] if values else 0.0
         for slot in self.slots:
@@ -323,7 +298,7 @@ class HealthProbe:
                 }
             )
 
-    def _on_crash(self, slot: _Slot) -> _Slot | None:
+    def _on_crash(self, slot: WorkerSlot) -> WorkerSlot | None:
         slot.process.join(1.0)
         code = slot.process.exitcode
         name = None
@@ -372,7 +347,7 @@ class HealthProbe:
                 )
         return self._requeue_after(slot, skip=slot.current)
 
-    def _requeue_after(self, slot: _Slot, *, skip: Any) -> _Slot | None:
+    def _requeue_after(self, slot: WorkerSlot, *, skip: Any) -> WorkerSlot | None:
         if self.pipeline.is_iterable:
             # A fresh worker would restart this shard from its first item and meet the
             # same sample again: retire the worker instead.
@@ -385,7 +360,7 @@ class HealthProbe:
         return self._replace(slot)
 
     # -- the loop ------------------------------------------------------------------------------
-    def _assign(self, slot: _Slot, work: Any) -> None:
+    def _assign(self, slot: WorkerSlot, work: Any) -> None:
         slot.busy = True
         slot.current = None
         if self.pipeline.is_iterable:
@@ -395,7 +370,7 @@ class HealthProbe:
             slot.pending = list(work)
             slot.conn.send(Fetch(list(work), not self._retiming))
 
-    def _next_work(self, slot: _Slot) -> Any:
+    def _next_work(self, slot: WorkerSlot) -> Any:
         if self.pipeline.is_iterable:
             if slot.exhausted:
                 return None
@@ -548,7 +523,7 @@ class HealthProbe:
                 "errors": self.collate_errors,
                 "max_batch_bytes": max(self.batch_bytes) if self.batch_bytes else None,
                 "batch_structure": self.batch_structure,
-                "collate_fn": _callable_name(self.pipeline.collate),
+                "collate_fn": callable_name(self.pipeline.collate),
             },
             "init_error": self.init_error,
             "threads": self.threads,
@@ -557,34 +532,6 @@ class HealthProbe:
             "seconds": round(seconds, 3),
             "timeout_s": self.s.timeout,
         }
-
-
-def timing_summary(values: list[float]) -> dict[str, Any]:
-    """Median, MAD and tail quantiles of sorted fetch times (seconds)."""
-    if not values:
-        return {"count": 0}
-    n = len(values)
-
-    def quantile(q: float) -> float:
-        return values[min(n - 1, int(q * (n - 1) + 0.5))]
-
-    median = quantile(0.5)
-    mad = sorted(abs(v - median) for v in values)[n // 2]
-    return {
-        "count": n,
-        "median_s": round(median, 6),
-        "mad_s": round(mad, 6),
-        "p90_s": round(quantile(0.9), 6),
-        "p99_s": round(quantile(0.99), 6),
-        "max_s": round(values[-1], 6),
-        "total_s": round(sum(values), 4),
-    }
-
-
-def _callable_name(fn: Any) -> str:
-    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-    module = getattr(fn, "__module__", None) or ""
-    return f"{module}.{name}" if module and module != "builtins" else name
 
 
 def probe_health(

@@ -56,7 +56,8 @@ def _where_raised(exc: BaseException) -> str | None:
 
 
 def _watch_parent(parent_pid: int) -> None:
-    """Exit when the parent is gone (we get re-parented), even while the main thread is stuck in a fetch.
+    """Exit when the parent is gone (we get re-parented), even while the main thread is stuck in a
+    fetch.
 
     The parent is the process that started us: the main process under fork and
     spawn, the fork server under forkserver (which exits with the main process).
@@ -106,7 +107,7 @@ def _structure_groups(items: list[Any], indices: list[Any]) -> list[list[Any]]:
 
 def _collate(
     conn: Any,
-    collate: Callable[[list], Any],
+    collate: Callable[[list[Any]], Any],
     items: list[Any],
     indices: list[Any],
     report_structure: bool,
@@ -137,7 +138,7 @@ def _collate(
 def _fetch_indices(
     conn: Any,
     dataset: Any,
-    collate: Callable[[list], Any],
+    collate: Callable[[list[Any]], Any],
     indices: list[int],
     do_collate: bool,
     first: bool,
@@ -173,7 +174,7 @@ def health_worker(
     worker_id: int,
     num_workers: int,
     dataset: Any,
-    collate: Callable[[list], Any],
+    collate: Callable[[list[Any]], Any],
     init_fn: Any,
     base_seed: int,
     conn: Any,
@@ -188,7 +189,8 @@ def health_worker(
     stack_file.flush()
     if STACK_SIGNAL is not None:
         faulthandler.register(STACK_SIGNAL, file=stack_file, all_threads=True)
-    # A segfault or abort in native code (a decoder on a corrupt file) leaves its Python stack there too.
+    # A segfault or abort in native code (a decoder on a corrupt file) leaves its Python stack there
+    # too.
     faulthandler.enable(file=stack_file, all_threads=True)
     threading.Thread(
         target=_watch_parent, args=(os.getppid(),), name="stallscope-parent-watch", daemon=True

@@ -59,7 +59,8 @@ _SLOWEST_KEPT = 20
 
 
 class IndexCycler(Sampler[int]):
-    """``total`` draws from ``indices``, reshuffled on each pass (like RandomSampler over epochs)."""
+    """``total`` draws from ``indices``, reshuffled on each pass (like RandomSampler over
+    epochs)."""
 
     def __init__(self, indices: list[int], total: int, *, seed: int = 0) -> None:
         self.indices = list(indices)
@@ -164,7 +165,8 @@ def smaps_rollup_mb(pid: int) -> tuple[float, float] | None:
 
 class _MemorySampler:
     """Per worker ``[samples_per_worker, rss_mb, uss_mb, t, private_dirty_mb, anonymous_mb]``
-    points (the last two where ``/proc/PID/smaps_rollup`` is readable: NOTE [copy-on-write measure]).
+    points (the last two where ``/proc/PID/smaps_rollup`` is readable: NOTE [copy-on-write
+    measure]).
 
     The main loop calls :meth:`sample` every few batches, which spreads the
     points evenly over samples processed; a background thread adds a point when
@@ -313,7 +315,8 @@ def probe_memory(
             inside.add(metas)
             delivered.update(meta["w"] for meta in metas)
             if not baseline and (len(delivered) >= workers or k >= 2 * workers):
-                # The baseline: every worker is up and has made a batch (NOTE [copy-on-write measure]).
+                # The baseline: every worker is up and has made a batch (NOTE [copy-on-write
+                # measure]).
                 baseline = True
                 sampler.sample()
                 sampler.start()
@@ -353,7 +356,8 @@ def probe_memory(
 
 
 class _WorkerReports:
-    """What the workers' records say (``memory_worker``), gathered batch by batch in the main process."""
+    """What the workers' records say (``memory_worker``), gathered batch by batch in the main
+    process."""
 
     def __init__(self) -> None:
         self.workers: dict[int, dict[str, Any]] = {}
@@ -378,10 +382,11 @@ class _WorkerReports:
                 },
             )
             if meta["pid"] != worker["pid"]:
-                continue  # a replacement worker (persistent_workers off never happens here): keep the first
-            if (
-                "b" in meta
-            ):  # a reading at an epoch boundary of a stream (NOTE [stream epochs] in memory_worker.py)
+                # a replacement worker (persistent_workers off never happens here): keep the first
+                continue
+            if "b" in meta:
+                # a reading at an epoch boundary of a stream (NOTE [stream epochs] in
+                # memory_worker.py)
                 worker.setdefault("epoch_boundaries", []).append(meta["b"])
             if "p" not in meta:
                 continue
@@ -396,8 +401,9 @@ class _WorkerReports:
         return [self.workers[w] for w in sorted(self.workers)]
 
     def fetch_times(self, already_checked: set[Any] | None) -> dict[str, Any]:
-        """The timing of every fetch: a summary, the slowest with their second fetch, the coverage gained."""
-        from .health import timing_summary
+        """The timing of every fetch: a summary, the slowest with their second fetch, the coverage
+        gained."""
+        from .health_state import timing_summary
 
         first = {index: seen[0] for index, seen in self.times.items()}
         slowest = sorted(self.times.items(), key=lambda kv: kv[1][0], reverse=True)[:_SLOWEST_KEPT]

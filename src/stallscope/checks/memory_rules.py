@@ -28,6 +28,7 @@ from ..analysis.growth import (  # noqa: F401 - re-exported: the rule's home bef
     GROWTH_MIN_POINTS,
     HEAP_MIN_MB,
     NATIVE_MIN_MB,
+    PLATEAU_AFTER_PASSES,
     PLATEAU_LEVEL_SHARE,
     PLATEAU_RATE_SHARE,
     channel_growth,
@@ -38,7 +39,8 @@ from .findings import ERROR, INFO, WARNING, Finding
 
 MB = 1024 * 1024
 
-# The growth rule itself (minimums, plateau test) lives in analysis/growth.py, shared with the watch's memory drift.
+# The growth rule itself (minimums, plateau test) lives in analysis/growth.py, shared with the
+# watch's memory drift.
 
 # Allocation sites below this share of the biggest are noise (interpreter caches, queues).
 SITE_MIN_SHARE = 0.05
@@ -141,7 +143,8 @@ def growing_containers(
 
 
 def allocation_sites(sites: list[list[Any]]) -> list[dict[str, Any]]:
-    """The sites holding a meaningful share of the traced growth, as ``{where, called_from, mb, blocks}``."""
+    """The sites holding a meaningful share of the traced growth, as ``{where, called_from, mb,
+    blocks}``."""
     top = max((site[1] for site in sites), default=0.0)
     return [
         {"where": where, "called_from": caller, "mb": mb, "blocks": blocks}
@@ -168,7 +171,8 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
         return []
     length = memory.get("dataset_length")
     available = (probes.get("host") or {}).get("memory_available_bytes")
-    # A leak (still growing) before first-pass growth; the Python heap (nameable) before native memory.
+    # A leak (still growing) before first-pass growth; the Python heap (nameable) before native
+    # memory.
     candidates = [("python-heap", g, g["heap"]) for g in heap_growing] + [
         ("native", g, g["native"]) for g in native_growing
     ]
@@ -221,23 +225,32 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
     }
     if plateau is not None:
         return [_first_pass_finding(cause, channel, evidence, workers, length)]
-    # One epoch: each worker fetches length / workers samples, so all workers together grow by rate x length.
+    # One epoch: each worker fetches length / workers samples, so all workers together grow by rate
+    # x length.
     projected = channel["mb_per_1000"] * length / 1000 if length else None
     evidence["projected_mb_per_epoch"] = None if projected is None else round(projected, 1)
     severity = (
         ERROR if projected is not None and available and projected * MB > available else WARNING
     )
     epoch = (
-        f"; over one epoch of {length:,} samples that is {projected:,.0f} MB across {workers} workers"
+        f"; over one epoch of {length:,} samples that is {projected:,.0f} MB across "
+        f"{workers} workers"
         if projected
         else ""
     )
-    rate = f"{channel['mb_per_1000']:.1f} MB per 1,000 samples (+{channel['grew_mb']:.0f} MB over {worst['samples']:,.0f} samples per worker)"
+    rate = (
+        f"{channel['mb_per_1000']:.1f} MB per 1,000 samples (+{channel['grew_mb']:.0f} MB "
+        f"over {worst['samples']:,.0f} samples per worker)"
+    )
     if worst["epoch_ends"]:
-        rate += f", read at the end of each of {worst['epoch_ends']} epochs of the stream (it does not return when an epoch ends)"
+        rate += (
+            f", read at the end of each of {worst['epoch_ends']} epochs of the stream (it "
+            "does not return when an epoch ends)"
+        )
     elif memory.get("iterable"):
         rate += (
-            " within the stream's first epoch (the probe did not reach its end, so memory a stream frees at the end of "
+            " within the stream's first epoch (the probe did not reach its end, so "
+            "memory a stream frees at the end of "
             "each epoch would look the same)"
         )
     if cause == "python-heap":
@@ -245,17 +258,23 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
     passes = worst["samples"] / per_worker_pass if per_worker_pass else 0.0
     if worst["epoch_ends"] >= 2:
         judged = "is not given back at the end of an epoch: a native leak"
-    elif passes >= 1.5:
+    elif passes >= PLATEAU_AFTER_PASSES:
         judged = f"does not level off over {passes:.1f} passes over the same samples: a native leak"
     else:
         judged = (
-            "keeps growing over the samples measured: a native leak, or a cache still filling (fewer than two "
+            "keeps growing over the samples measured: a native leak, or a cache still "
+            "filling (fewer than two "
             "passes fit in the budget; a larger --budget shows whether it levels off)"
         )
-    message = f"Native memory (outside the Python heap) of each worker grows by {rate} and {judged}{epoch}."
+    message = (
+        f"Native memory (outside the Python heap) of each worker grows by {rate} and "
+        f"{judged}{epoch}."
+    )
     fix = (
-        "Find what keeps native buffers per sample: tensors held in a module-level list or global cache, a C extension or "
-        "decoder that is never closed (files, codecs, sessions); run the pipeline with num_workers=0 under memray or "
+        "Find what keeps native buffers per sample: tensors held in a module-level "
+        "list or global cache, a C extension or "
+        "decoder that is never closed (files, codecs, sessions); run the pipeline with "
+        "num_workers=0 under memray or "
         "heaptrack to see the allocation."
     )
     return [Finding("memory-growth", severity, message, evidence, fix)]
@@ -272,15 +291,27 @@ def _heap_leak_finding(
         top = containers[0]
         name = top["attribute"]
         what = f"{name} grows from {top['entries_before']:,} to {top['entries_after']:,} entries"
-        message = f"{what} while the Python heap of each worker grows by {rate}: the dataset keeps something from every sample{site}{epoch}."
+        message = (
+            f"{what} while the Python heap of each worker grows by {rate}: the dataset "
+            f"keeps something from every sample{site}{epoch}."
+        )
         fix = (
-            f"Bound {name}: a size-limited cache (functools.lru_cache(maxsize=...) or an LRU dict) instead of an unbounded "
-            "list/dict on the dataset, or drop it; if everything must be cached, build it once in the parent (a NumPy array "
+            f"Bound {name}: a size-limited cache (functools.lru_cache(maxsize=...) or "
+            "an LRU dict) instead of an unbounded "
+            "list/dict on the dataset, or drop it; if everything must be cached, build "
+            "it once in the parent (a NumPy array "
             "or a file) before the workers start."
         )
     else:
-        message = f"The Python heap of each worker grows by {rate}: something keeps every sample (no container on the dataset grew: a module-level or closure cache?){site}{epoch}."
-        fix = "Bound the cache at the allocation site above (functools.lru_cache(maxsize=...)), or build what must be kept once in the parent."
+        message = (
+            f"The Python heap of each worker grows by {rate}: something keeps every sample "
+            "(no container on the dataset grew: a module-level or closure "
+            f"cache?){site}{epoch}."
+        )
+        fix = (
+            "Bound the cache at the allocation site above "
+            "(functools.lru_cache(maxsize=...)), or build what must be kept once in the parent."
+        )
     return Finding("memory-growth", severity, message, evidence, fix)
 
 
@@ -291,21 +322,26 @@ def _first_pass_finding(
     after = evidence["plateaued_after_samples"]
     if cause == "native":
         message = (
-            f"First-pass growth of {grew:.0f} MB per worker, flat afterwards (after {after:,} samples per worker), e.g. a "
+            f"First-pass growth of {grew:.0f} MB per worker, flat afterwards (after "
+            f"{after:,} samples per worker), e.g. a "
             "library cache per input shape: budget for it, it is not a leak."
         )
         fix = (
-            f"Budget about {grew:.0f} MB per worker ({grew * workers:.0f} MB for {workers} workers) on top of the pipeline's "
+            f"Budget about {grew:.0f} MB per worker ({grew * workers:.0f} MB for "
+            f"{workers} workers) on top of the pipeline's "
             "memory, and keep persistent_workers=True so the cache is not rebuilt every epoch."
         )
         return Finding("memory-growth", INFO, message, evidence, fix)
     name = evidence["containers"][0]["attribute"] if evidence["containers"] else "a cache"
     message = (
-        f"The Python heap of each worker grows {grew:.0f} MB during the first pass over the samples and stays flat afterwards "
-        f"(after {after:,} samples per worker): {name} keeps one entry per distinct sample, a copy in every worker."
+        f"The Python heap of each worker grows {grew:.0f} MB during the first pass "
+        "over the samples and stays flat afterwards "
+        f"(after {after:,} samples per worker): {name} keeps one entry per distinct "
+        "sample, a copy in every worker."
     )
     fix = (
-        f"Budget for {name} in every worker, bound it (functools.lru_cache(maxsize=...)), or fill it once in the parent "
+        f"Budget for {name} in every worker, bound it "
+        "(functools.lru_cache(maxsize=...)), or fill it once in the parent "
         "before the workers start so they share it."
     )
     return Finding("memory-growth", WARNING, message, evidence, fix)
@@ -329,7 +365,8 @@ def detect_copy_on_write(probes: dict[str, Any]) -> list[Finding]:
         d_rss = last[1] - first[1]
         if len(first) > 5 and len(last) > 5:
             # Shared pages copied on write turn private-dirty without adding anonymous memory; new
-            # allocations add both; library pages mapped lazily, neither (NOTE [copy-on-write measure]).
+            # allocations add both; library pages mapped lazily, neither (NOTE [copy-on-write
+            # measure]).
             d_anon = last[5] - first[5]
             copied.append(max(0.0, (last[4] - first[4]) - max(0.0, d_anon)))
             anon_change.append(d_anon)
@@ -353,9 +390,12 @@ def detect_copy_on_write(probes: dict[str, Any]) -> list[Finding]:
     at_least = "" if heap.get("complete", True) else "at least "
     share = f" ({fraction:.0%} of the dataset)" if fraction is not None else ""
     message = (
-        f"Each fork worker copied {mean_copied:.0f} MB of the parent's memory while reading {per_worker_samples:,.0f} samples{share}: "
-        f"reading the dataset's {at_least}{objects:,} Python objects ({heap_mb:.0f} MB) writes their reference counts, which copies their pages "
-        f"into every worker (up to {projected:.0f} MB per worker, {projected * workers:.0f} MB for {workers} workers, per epoch)."
+        f"Each fork worker copied {mean_copied:.0f} MB of the parent's memory while "
+        f"reading {per_worker_samples:,.0f} samples{share}: "
+        f"reading the dataset's {at_least}{objects:,} Python objects ({heap_mb:.0f} "
+        "MB) writes their reference counts, which copies their pages "
+        f"into every worker (up to {projected:.0f} MB per worker, "
+        f"{projected * workers:.0f} MB for {workers} workers, per epoch)."
     )
     evidence = {
         "mb_per_worker": round(mean_copied, 1),
@@ -373,8 +413,10 @@ def detect_copy_on_write(probes: dict[str, Any]) -> list[Finding]:
         "workers": workers,
     }
     fix = (
-        "Hold per-sample metadata in NumPy arrays (or Arrow/pandas columns, or one bytes buffer with offsets) instead of a "
-        "list/dict of Python objects, so reading a sample writes no reference counts on shared pages; calling gc.freeze() "
+        "Hold per-sample metadata in NumPy arrays (or Arrow/pandas columns, or one "
+        "bytes buffer with offsets) instead of a "
+        "list/dict of Python objects, so reading a sample writes no reference counts "
+        "on shared pages; calling gc.freeze() "
         "before creating the DataLoader also stops the garbage collector from touching them."
     )
     return [Finding("copy-on-write", WARNING, message, evidence, fix)]

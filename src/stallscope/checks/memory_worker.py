@@ -1,4 +1,5 @@
-"""The memory probe's side inside the DataLoader workers: time each fetch, split heap from native memory.
+"""The memory probe's side inside the DataLoader workers: time each fetch, split heap from native
+memory.
 
 The probe wraps the user's dataset in :class:`ProbedDataset` (or
 :class:`ProbedIterable`) and the collate in :class:`ProbedCollate`, so every
@@ -49,7 +50,7 @@ _CONTAINERS = (list, dict, set, frozenset, deque, bytearray)
 _MAX_ATTRIBUTES = 200
 
 
-def _array_types() -> tuple[type, ...]:
+def _array_types() -> tuple[type[Any], ...]:
     import numpy as np
     import torch
 
@@ -143,7 +144,8 @@ class _WorkerState:
         return report
 
     def sites(self) -> list[list[Any]]:
-        """Where memory allocated since the first fetch (still alive) came from: ``[file:line, MB, blocks, caller]``.
+        """Where memory allocated since the first fetch (still alive) came from: ``[file:line, MB,
+        blocks, caller]``.
 
         ``caller`` is the innermost frame outside the standard library and
         installed packages: the dataset's line that called ``np.full``.
@@ -197,8 +199,9 @@ def _record(dataset: Any, index: Any, seconds: float, every: int) -> dict[str, A
     return meta
 
 
-class ProbedDataset(Dataset):
-    """The user's map-style dataset, each item paired with its worker's record (see the module docstring)."""
+class ProbedDataset(Dataset[Any]):
+    """The user's map-style dataset, each item paired with its worker's record (see the module
+    docstring)."""
 
     def __init__(self, dataset: Any, every: int) -> None:
         self.dataset = dataset
@@ -214,7 +217,7 @@ class ProbedDataset(Dataset):
         return item, _record(self.dataset, index, time.perf_counter() - start, self.every)
 
 
-class ProbedIterable(IterableDataset):
+class ProbedIterable(IterableDataset[Any]):
     """The user's iterable dataset, each item paired with its worker's record; iterated again
     when it ends, with a memory reading at every epoch boundary (NOTE [stream epochs])."""
 
@@ -257,7 +260,7 @@ class ProbedIterable(IterableDataset):
 class ProbedCollate:
     """The user's collate over the items; the records travel beside the batch."""
 
-    def __init__(self, collate: Callable[[list], Any]) -> None:
+    def __init__(self, collate: Callable[[list[Any]], Any]) -> None:
         self.collate = collate
 
     def __call__(self, pairs: list[tuple[Any, dict[str, Any]]]) -> tuple[Any, list[dict[str, Any]]]:

@@ -77,7 +77,8 @@ class Fetched:
 
 @dataclass(frozen=True)
 class FetchFailed:
-    """Fetching ``index`` raised after ``seconds``; ``where`` is the frame that raised (``file:line in function``)."""
+    """Fetching ``index`` raised after ``seconds``; ``where`` is the frame that raised (``file:line
+    in function``)."""
 
     index: Any
     seconds: float
@@ -88,7 +89,8 @@ class FetchFailed:
 
 @dataclass(frozen=True)
 class Collated:
-    """The items of ``indices`` were collated in ``seconds`` into a batch of ``nbytes`` (its ``structure`` on request)."""
+    """The items of ``indices`` were collated in ``seconds`` into a batch of ``nbytes`` (its
+    ``structure`` on request)."""
 
     indices: list[Any]
     seconds: float
@@ -98,7 +100,8 @@ class Collated:
 
 @dataclass(frozen=True)
 class CollateFailed:
-    """Collating the items of ``indices`` raised; ``item_structures`` groups them by shape: ``[[kind, [indices]], ...]``."""
+    """Collating the items of ``indices`` raised; ``item_structures`` groups them by shape:
+    ``[[kind, [indices]], ...]``."""
 
     indices: list[Any]
     error: str

@@ -27,7 +27,7 @@ arrays by value (a plain ``pickle.Pickler``: no shared memory is touched). When
 that cannot be done (the payload is too large to copy, or the objects only
 pickle through multiprocessing's own reducers), the load is *not checked*, with
 the reason, and never reported as a finding. Worker probes follow the same rule
-(``runner.py``: a probe that cannot run is recorded under ``not_checked``).
+(``check_run.py``: a probe that cannot run is recorded under ``not_checked``).
 """
 
 from __future__ import annotations
@@ -45,11 +45,12 @@ import time
 import types
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
 from ..errors import describe_exception
+from .pickler import pickle_real as pickle_real
+from .pickler import try_pickle as try_pickle
 
 # Long containers are bisected rather than pickled item by item.
 _BISECT_ABOVE = 32
@@ -57,123 +58,6 @@ _MAX_CULPRITS = 10
 _WALK_SECONDS = 10.0
 # Above this much array payload, the fresh load (which needs the real payload) is not tried.
 FRESH_LOAD_MAX_ARRAY_BYTES = 512 * 1024 * 1024
-
-
-class _ArrayStandIn:
-    """What a tensor or array becomes in the probe's pickle (its bytes never matter here)."""
-
-    def __init__(self, description: str) -> None:
-        self.description = description
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_ArrayStandIn, (self.description,))
-
-
-class _CountingSink:
-    """A write-only file that counts bytes (optionally forwarding them to a real file)."""
-
-    def __init__(self, target: Any = None) -> None:
-        self.bytes = 0
-        self.target = target
-
-    def write(self, data: bytes) -> int:
-        self.bytes += len(data)
-        if self.target is not None:
-            self.target.write(data)
-        return len(data)
-
-
-class _SpawningPopenStandIn:
-    """Makes objects that only pickle "while spawning" (multiprocessing locks, queues) pickle.
-
-    A DataLoader under spawn pickles its arguments inside ``Process.start()``,
-    where multiprocessing marks the pickle as part of spawning a child; outside
-    that, ``multiprocessing.Lock`` refuses to pickle. We reproduce the mark so the
-    probe does not report what the real spawn path accepts.
-    """
-
-    def __init__(self) -> None:
-        self.duplicated_fds = 0
-
-    def duplicate_for_child(self, fd: int) -> int:
-        self.duplicated_fds += 1
-        return fd
-
-    def DupFd(self, fd: int) -> int:  # noqa: N802 - multiprocessing's name
-        return fd
-
-
-class _ProbePickler(ForkingPickler):
-    def __init__(self, file: Any) -> None:
-        super().__init__(file, pickle.DEFAULT_PROTOCOL)
-        self.array_bytes = 0
-
-    def reducer_override(self, obj: Any) -> Any:
-        described = _describe_array(obj)
-        if described is None:
-            return NotImplemented
-        text, size = described
-        self.array_bytes += size
-        return (_ArrayStandIn, (text,))
-
-
-def _describe_array(obj: Any) -> tuple[str, int] | None:
-    """``(description, payload bytes)`` for a tensor, storage or ndarray; None otherwise."""
-    module = type(obj).__module__ or ""
-    if not (module.startswith("torch") or module.startswith("numpy")):
-        return None
-    import numpy as np
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return f"Tensor{list(obj.shape)}", obj.element_size() * obj.nelement()
-    if isinstance(obj, (torch.UntypedStorage, torch.TypedStorage)):
-        return "Storage", int(obj.nbytes())
-    if isinstance(obj, np.ndarray) and obj.dtype != object:
-        return f"ndarray{list(obj.shape)}", int(obj.nbytes)
-    return None
-
-
-@contextlib.contextmanager
-def _as_if_spawning() -> Any:
-    from multiprocessing import context
-
-    stand_in = _SpawningPopenStandIn()
-    previous = context.get_spawning_popen()
-    context.set_spawning_popen(stand_in)
-    try:
-        yield stand_in
-    finally:
-        context.set_spawning_popen(previous)
-
-
-def try_pickle(obj: Any, file: Any = None) -> tuple[BaseException | None, int, int, int]:
-    """Pickle ``obj`` as the spawn path would: (error or None, bytes, array bytes, fds duplicated)."""
-    sink = _CountingSink(file)
-    pickler = _ProbePickler(sink)
-    with _as_if_spawning() as spawning:
-        try:
-            pickler.dump(obj)
-        except RecursionError as exc:
-            return exc, sink.bytes, pickler.array_bytes, spawning.duplicated_fds
-        except (
-            Exception
-        ) as exc:  # pickling raises anything: TypeError, PicklingError, AttributeError...
-            return exc, sink.bytes, pickler.array_bytes, spawning.duplicated_fds
-    return None, sink.bytes, pickler.array_bytes, spawning.duplicated_fds
-
-
-def pickle_real(obj: Any, file: Any) -> BaseException | None:
-    """Pickle ``obj`` with its real payloads, arrays by value, as a spawned worker would receive
-    it (NOTE [probes on real objects]); the error, or None."""
-    with _as_if_spawning():
-        try:
-            pickle.Pickler(file, pickle.DEFAULT_PROTOCOL).dump(obj)
-        except RecursionError as exc:
-            return exc
-        except Exception as exc:  # pickling raises anything
-            return exc
-    return None
 
 
 # -- describing what failed ---------------------------------------------------------
@@ -229,7 +113,8 @@ def describe_object(obj: Any) -> tuple[str, str]:
             )
         return (
             "function",
-            f"function {obj.__module__}.{obj.__qualname__} defined at {where}, not importable by that name",
+            f"function {obj.__module__}.{obj.__qualname__} defined at {where}, not "
+            "importable by that name",
         )
     if isinstance(obj, types.GeneratorType):
         return "generator", f"generator {obj.__qualname__}"
@@ -258,18 +143,47 @@ def describe_object(obj: Any) -> tuple[str, str]:
 
 
 FIXES = {
-    "lambda": "Replace the lambda with a module-level function or a callable class (functools.partial of a module-level function also pickles).",
-    "local function": "Move the nested function to module level, or turn it into a callable class that stores what it closes over as attributes.",
-    "function": "Define the function in an importable module (not in a notebook or the __main__ of an interactive session).",
-    "generator": "Store what the generator is made from and create the generator in __iter__/__getitem__ inside the worker.",
-    "open file": "Keep the path in __init__ and open the file lazily in each worker (on first __getitem__ or in worker_init_fn); drop the handle in __getstate__.",
-    "connection": "Keep the connection parameters in __init__ and connect lazily in each worker (on first use or in worker_init_fn); drop the handle in __getstate__.",
-    "socket": "Connect lazily in each worker instead of in __init__; drop the socket in __getstate__.",
-    "lock": "Create the lock lazily inside each worker (or drop it in __getstate__); a lock cannot cross into another process.",
+    "lambda": (
+        "Replace the lambda with a module-level function or a callable class "
+        "(functools.partial of a module-level function also pickles)."
+    ),
+    "local function": (
+        "Move the nested function to module level, or turn it into a callable class that "
+        "stores what it closes over as attributes."
+    ),
+    "function": (
+        "Define the function in an importable module (not in a notebook or the __main__ of "
+        "an interactive session)."
+    ),
+    "generator": (
+        "Store what the generator is made from and create the generator in "
+        "__iter__/__getitem__ inside the worker."
+    ),
+    "open file": (
+        "Keep the path in __init__ and open the file lazily in each worker (on first "
+        "__getitem__ or in worker_init_fn); drop the handle in __getstate__."
+    ),
+    "connection": (
+        "Keep the connection parameters in __init__ and connect lazily in each worker (on "
+        "first use or in worker_init_fn); drop the handle in __getstate__."
+    ),
+    "socket": (
+        "Connect lazily in each worker instead of in __init__; drop the socket in __getstate__."
+    ),
+    "lock": (
+        "Create the lock lazily inside each worker (or drop it in __getstate__); a lock "
+        "cannot cross into another process."
+    ),
     "thread": "Start the thread lazily inside each worker; drop it in __getstate__.",
     "module": "Import the module where it is used instead of storing it on the object.",
-    "object": "Make the object picklable (define __getstate__/__setstate__ that leave out the unpicklable part) or create it lazily in each worker.",
-    "import": "Define the class in an importable module (not in a notebook or the __main__ script) so a fresh worker can import it, or keep using the fork start method.",
+    "object": (
+        "Make the object picklable (define __getstate__/__setstate__ that leave out the "
+        "unpicklable part) or create it lazily in each worker."
+    ),
+    "import": (
+        "Define the class in an importable module (not in a notebook or the __main__ "
+        "script) so a fresh worker can import it, or keep using the fork start method."
+    ),
 }
 
 
@@ -473,15 +387,20 @@ class PicklingProbe:
         if not self.load_in_spawn or not picklable:
             return self
         if fds_needed:
-            self.note = "not checked: loading in a fresh interpreter (the objects carry open file descriptors)"
+            self.note = (
+                "not checked: loading in a fresh interpreter (the objects carry open file "
+                "descriptors)"
+            )
             return self
         if array_bytes > FRESH_LOAD_MAX_ARRAY_BYTES:
             self.note = (
-                f"not checked: loading in a fresh interpreter (the objects hold {array_bytes / 2**20:,.0f} MB of "
+                "not checked: loading in a fresh interpreter (the objects hold "
+                f"{array_bytes / 2**20:,.0f} MB of "
                 "arrays, too much to copy for the probe)"
             )
             return self
-        # The fresh interpreter loads the real objects, never the stand-ins (NOTE [probes on real objects]).
+        # The fresh interpreter loads the real objects, never the stand-ins (NOTE [probes on real
+        # objects]).
         blobs: dict[str, bytes] = {}
         for name, obj in picklable.items():
             buffer = io.BytesIO()
@@ -497,7 +416,10 @@ class PicklingProbe:
             # A spawned worker re-runs the __main__ script to find these; we will not run
             # the user's script behind their back, so that part is not verified.
             del blobs[name]
-            self.note = f"not checked: loading {name} in a fresh interpreter (it refers to objects defined in the __main__ script)"
+            self.note = (
+                f"not checked: loading {name} in a fresh interpreter (it refers to objects "
+                "defined in the __main__ script)"
+            )
         if not blobs:
             return self
         in_path = self.workdir / "fresh-load.pkl"
@@ -506,7 +428,8 @@ class PicklingProbe:
         # worker starts from (without re-running the __main__ script).
         code = (
             "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
-            "from stallscope.checks.pickling import load_pickles; load_pickles(sys.argv[2], sys.argv[3])"
+            "from stallscope.checks.pickling import load_pickles; "
+            "load_pickles(sys.argv[2], sys.argv[3])"
         )
         try:
             self.process = subprocess.Popen(
@@ -532,7 +455,10 @@ class PicklingProbe:
                 _, stderr = self.process.communicate(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 self.cancel()
-                self.note = "not checked: loading in a fresh interpreter (it did not finish within the budget)"
+                self.note = (
+                    "not checked: loading in a fresh interpreter (it did not finish within "
+                    "the budget)"
+                )
             else:
                 self._read_load_results(stderr.decode(errors="replace"))
         return {
@@ -551,7 +477,10 @@ class PicklingProbe:
             verdicts = json.loads(self.out_path.read_text())
         except (OSError, ValueError):
             last = stderr.strip().splitlines()[-1:] or [""]
-            self.note = f"not checked: loading in a fresh interpreter (it exited with code {self.process.returncode} before reporting {last[0]})"
+            self.note = (
+                "not checked: loading in a fresh interpreter (it exited with code "
+                f"{self.process.returncode} before reporting {last[0]})"
+            )
             return
         for result in self.results:
             if result.name in verdicts:

@@ -263,7 +263,8 @@ def _run_workers(
     epochs: int,
     seed: int,
 ) -> list[list[dict[str, Any]]]:
-    """Per epoch, one hash report per worker (sorted by worker id); fewer epochs past ``deadline``."""
+    """Per epoch, one hash report per worker (sorted by worker id); fewer epochs past
+    ``deadline``."""
     import torch
     from torch.utils.data import DataLoader
 

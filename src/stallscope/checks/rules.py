@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from ..thresholds import SHM_WARN_FRACTION
 from .findings import ERROR, WARNING, Finding, sort_findings
 from .memory_rules import detect_copy_on_write, detect_memory_growth
 from .pickling import FIXES as PICKLE_FIXES
@@ -23,16 +24,22 @@ MB = 1024 * 1024
 
 # slow-samples: an outlier is slower than median + max(K·σ_MAD, MIN_GAP, (RATIO−1)·median)
 # and is slow again when fetched a second time (a scheduler hiccup is not).
+# Six robust standard deviations: a normal fetch time lands there about once in 10^9 draws.
 SLOW_K_MAD = 6.0
+# 50 ms: a scheduler slice or page fault costs less, so a smaller gap is no sample's own cost.
 SLOW_MIN_GAP_S = 0.05
+# 4x the median: a sample must cost several ordinary ones to stall a worker's batch visibly.
 SLOW_MIN_RATIO = 4.0
+# Fewer timed samples than this give no median and MAD to trust.
 SLOW_MIN_SAMPLES = 8
+# At most this many outliers are fetched again, to bound the second pass's time.
 SLOW_MAX_RETIMED = 20
 
-# shm-too-small: error when in-flight batches exceed free /dev/shm, warning above this share.
-SHM_WARN_FRACTION = 0.5
+# shm-too-small: error when in-flight batches exceed free /dev/shm, warning above
+# SHM_WARN_FRACTION of it (thresholds.py, shared with the checklist).
 
-# oversubscription: a BLAS/OpenMP pool counts once a worker was seen using more than this many cores.
+# oversubscription: a BLAS/OpenMP pool counts once a worker was seen using more than this many
+# cores (1.3: one core plus more than a bookkeeping thread's share).
 ACTIVE_POOL_CORES = 1.3
 
 Rule = Callable[[dict[str, Any]], list[Finding]]
@@ -60,7 +67,7 @@ def _subject(index: Any, iterable: bool) -> str:
     return f"dataset[{index}]"
 
 
-# -- unpicklable ---------------------------------------------------------------------------------------
+# -- unpicklable -----------------------------------------------------------------------------------
 
 
 def detect_unpicklable(probes: dict[str, Any]) -> list[Finding]:
@@ -76,16 +83,26 @@ def detect_unpicklable(probes: dict[str, Any]) -> list[Finding]:
             first = culprits[0] if culprits else None
             if first is not None:
                 more = (
-                    f" ({len(culprits) - 1} more attribute{'s' if len(culprits) > 2 else ''} fail too)"
+                    f" ({len(culprits) - 1} more "
+                    f"attribute{'s' if len(culprits) > 2 else ''} fail too)"
                     if len(culprits) > 1
                     else ""
                 )
-                message = f"{first['path']} is a {first['description']}, which cannot be pickled for spawn/forkserver workers{more}."
+                message = (
+                    f"{first['path']} is a {first['description']}, which cannot be pickled "
+                    f"for spawn/forkserver workers{more}."
+                )
                 fix = PICKLE_FIXES.get(first["kind"], PICKLE_FIXES["object"])
             else:
-                message = f"{root['name']} ({root['type']}) cannot be pickled for spawn/forkserver workers."
+                message = (
+                    f"{root['name']} ({root['type']}) cannot be pickled for "
+                    "spawn/forkserver workers."
+                )
                 fix = PICKLE_FIXES["object"]
-            fix += " Until then only the fork start method works; spawn is the default on macOS and Windows, forkserver on Linux from Python 3.14."
+            fix += (
+                " Until then only the fork start method works; spawn is the default on "
+                "macOS and Windows, forkserver on Linux from Python 3.14."
+            )
             findings.append(
                 Finding(
                     "unpicklable",
@@ -108,7 +125,8 @@ def detect_unpicklable(probes: dict[str, Any]) -> list[Finding]:
                 Finding(
                     "unpicklable",
                     severity,
-                    f"{root['name']} pickles, but a freshly spawned worker cannot load it ({root['load_error']}).",
+                    f"{root['name']} pickles, but a freshly spawned worker cannot load "
+                    f"it ({root['load_error']}).",
                     {
                         "object": root["name"],
                         "type": root["type"],
@@ -123,7 +141,7 @@ def detect_unpicklable(probes: dict[str, Any]) -> list[Finding]:
     return findings
 
 
-# -- duplicate-rng ---------------------------------------------------------------------------------------
+# -- duplicate-rng ---------------------------------------------------------------------------------
 
 
 def detect_duplicate_rng(probes: dict[str, Any]) -> list[Finding]:
@@ -152,17 +170,28 @@ def detect_duplicate_rng(probes: dict[str, Any]) -> list[Finding]:
             f"{named}, created before the workers started, is copied into each with the same state"
         )
     elif verdict["globals"]:
-        cause = f"the global {'/'.join(verdict['globals'])} RNG is seeded identically in every worker (a worker_init_fn that reseeds it with a constant?)"
+        cause = (
+            f"the global {'/'.join(verdict['globals'])} RNG is seeded identically in every "
+            "worker (a worker_init_fn that reseeds it with a constant?)"
+        )
     else:
-        cause = "a random generator the dataset does not hold as an attribute (module level or in a closure) starts from the same state in every worker"
+        cause = (
+            "a random generator the dataset does not hold as an attribute (module level or "
+            "in a closure) starts from the same state in every worker"
+        )
     fix = (
-        "Seed per worker: pass worker_init_fn=ss.seed_worker (reseeds random, NumPy, torch and the generators the dataset holds "
-        "from torch's per-worker seed), or create the generator lazily inside the worker from torch.utils.data.get_worker_info().seed."
+        "Seed per worker: pass worker_init_fn=ss.seed_worker (reseeds random, NumPy, "
+        "torch and the generators the dataset holds "
+        "from torch's per-worker seed), or create the generator lazily inside the "
+        "worker from torch.utils.data.get_worker_info().seed."
     )
     if fixed:
         fix += " Verified: with ss.seed_worker the workers' samples differ."
     elif fixed is False:
-        fix += " Here ss.seed_worker did not help (the generator is out of its reach): seed that generator yourself in worker_init_fn."
+        fix += (
+            " Here ss.seed_worker did not help (the generator is out of its reach): seed "
+            "that generator yourself in worker_init_fn."
+        )
     evidence = {
         "workers": rng.get("workers"),
         "start_method": rng.get("start_method"),
@@ -176,11 +205,12 @@ def detect_duplicate_rng(probes: dict[str, Any]) -> list[Finding]:
     return [Finding("duplicate-rng", WARNING, f"{head}: {cause}.", evidence, fix)]
 
 
-# -- slow-samples, hang, getitem-error, collate-error ------------------------------------------------------------
+# -- slow-samples, hang, getitem-error, collate-error ----------------------------------------------
 
 
 def outlier_threshold(median_s: float, mad_s: float) -> float:
-    """Fetch time above which a sample is an outlier (robust: median and MAD, plus absolute floors)."""
+    """Fetch time above which a sample is an outlier (robust: median and MAD, plus absolute
+    floors)."""
     return median_s + max(
         SLOW_K_MAD * 1.4826 * mad_s, SLOW_MIN_GAP_S, (SLOW_MIN_RATIO - 1.0) * median_s
     )
@@ -248,8 +278,10 @@ def detect_slow_samples(probes: dict[str, Any]) -> list[Finding]:
     shown = ", ".join(str(i) for i, _, _ in confirmed[:10]) + (", …" if len(confirmed) > 10 else "")
     count = len(confirmed)
     message = (
-        f"{count} sample{'s' if count > 1 else ''} take{'' if count > 1 else 's'} up to {factor:,.0f}× the median fetch time "
-        f"({_fmt_s(worst)} vs {_fmt_s(median)}), again when fetched a second time: {'indices' if count > 1 else 'index'} {shown}."
+        f"{count} sample{'s' if count > 1 else ''} take{'' if count > 1 else 's'} up "
+        f"to {factor:,.0f}× the median fetch time "
+        f"({_fmt_s(worst)} vs {_fmt_s(median)}), again when fetched a second time: "
+        f"{'indices' if count > 1 else 'index'} {shown}."
     )
     evidence = {
         "indices": [i for i, _, _ in confirmed],
@@ -262,8 +294,10 @@ def detect_slow_samples(probes: dict[str, Any]) -> list[Finding]:
         "transient": transient,
     }
     fix = (
-        "Look at these samples (unusually large files, remote reads, decoder fallbacks or retries) and pre-process or cache them; "
-        "DataLoader(in_order=False) keeps one slow sample from holding back the batches queued behind it."
+        "Look at these samples (unusually large files, remote reads, decoder fallbacks "
+        "or retries) and pre-process or cache them; "
+        "DataLoader(in_order=False) keeps one slow sample from holding back the "
+        "batches queued behind it."
     )
     return [Finding("slow-samples", WARNING, message, evidence, fix)]
 
@@ -281,7 +315,8 @@ def detect_hang(probes: dict[str, Any]) -> list[Finding]:
         return _subject(index, iterable)
 
     fix = (
-        "Bound the blocking call at that line (a timeout on network/file reads and lock waits) and set DataLoader(timeout=...) "
+        "Bound the blocking call at that line (a timeout on network/file reads and "
+        "lock waits) and set DataLoader(timeout=...) "
         "so a stuck worker raises instead of silently stalling training."
     )
     if not hangs:
@@ -289,7 +324,8 @@ def detect_hang(probes: dict[str, Any]) -> list[Finding]:
         first = unfinished[0]
         where = first.get("where") or "an unknown place"
         message = (
-            f"{subject(first['index'])} was still being fetched after {first['running_s']:g} s when the check's budget ran out "
+            f"{subject(first['index'])} was still being fetched after "
+            f"{first['running_s']:g} s when the check's budget ran out "
             f"(before its {timeout:g} s timeout); the worker was at {where}."
         )
         evidence = {
@@ -313,9 +349,15 @@ def detect_hang(probes: dict[str, Any]) -> list[Finding]:
     first = hangs[0]
     where = first.get("where") or "an unknown place (no Python stack could be read)"
     if first["index"] == "<worker start-up>":
-        message = f"A worker did not finish starting within {timeout:g} s (worker_init_fn or loading the dataset); it was stuck at {where}."
+        message = (
+            f"A worker did not finish starting within {timeout:g} s (worker_init_fn or "
+            f"loading the dataset); it was stuck at {where}."
+        )
     else:
-        message = f"{subject(first['index'])} did not return within {timeout:g} s; the worker was stuck at {where}."
+        message = (
+            f"{subject(first['index'])} did not return within {timeout:g} s; the worker "
+            f"was stuck at {where}."
+        )
     if len(hangs) > 1:
         message = (
             message[:-1]
@@ -347,7 +389,8 @@ def detect_getitem_error(probes: dict[str, Any]) -> list[Finding]:
             Finding(
                 "getitem-error",
                 ERROR,
-                f"worker_init_fn raised {init['message']} in a worker, so no sample could be fetched.",
+                f"worker_init_fn raised {init['message']} in a worker, so no sample "
+                "could be fetched.",
                 {
                     "index": None,
                     "stage": "worker_init_fn",
@@ -368,13 +411,20 @@ def detect_getitem_error(probes: dict[str, Any]) -> list[Finding]:
     subject = _subject(first["index"], health.get("kind") == "iterable")
     if first["type"] == "WorkerCrash":
         at = f" at {first['where']}" if first.get("where") else ""
-        head = f"The worker process died while fetching {subject} ({first['message'].split('(')[-1].rstrip(')')}){at}"
-        fix = "A worker died on this sample (often a decoder crashing on a corrupt file, or the OOM killer): inspect the file and the decoder."
+        head = (
+            f"The worker process died while fetching {subject} "
+            f"({first['message'].split('(')[-1].rstrip(')')}){at}"
+        )
+        fix = (
+            "A worker died on this sample (often a decoder crashing on a corrupt file, or "
+            "the OOM killer): inspect the file and the decoder."
+        )
     else:
         head = f"{subject} raised {first['message']}"
         where = f" (raised at {first['where']})" if first.get("where") else ""
         fix = (
-            f"Fix the code path{where} or the data it reads; if some samples are known to be bad, filter them out of the index "
+            f"Fix the code path{where} or the data it reads; if some samples are known "
+            "to be bad, filter them out of the index "
             "up front: an exception in a worker stops the whole DataLoader."
         )
     tail = f"; {total} of {checked} fetched samples fail" if total > 1 else ""
@@ -412,12 +462,14 @@ def detect_collate_error(probes: dict[str, Any]) -> list[Finding]:
     shaped = [s for s in structures if "Tensor[" in s or "ndarray[" in s]
     if len(structures) > 1 and len(shaped) == len(structures):
         fix = (
-            "Give every item the same shape (resize, crop or pad in the transform) or pass a collate_fn that pads variable-size "
+            "Give every item the same shape (resize, crop or pad in the transform) or "
+            "pass a collate_fn that pads variable-size "
             "items (e.g. torch.nn.utils.rnn.pad_sequence) with --collate MODULE:FN."
         )
     else:
         fix = (
-            "Return tensors, NumPy arrays, numbers, strings, dicts or lists of them from __getitem__ (never None or custom objects), "
+            "Return tensors, NumPy arrays, numbers, strings, dicts or lists of them "
+            "from __getitem__ (never None or custom objects), "
             "or pass a collate_fn that knows how to batch them (--collate MODULE:FN)."
         )
     evidence = {
@@ -432,7 +484,7 @@ def detect_collate_error(probes: dict[str, Any]) -> list[Finding]:
     return [Finding("collate-error", ERROR, message, evidence, fix)]
 
 
-# -- shm-too-small, oversubscription --------------------------------------------------------------------------
+# -- shm-too-small, oversubscription ---------------------------------------------------------------
 
 
 def detect_shm_too_small(probes: dict[str, Any]) -> list[Finding]:
@@ -449,8 +501,10 @@ def detect_shm_too_small(probes: dict[str, Any]) -> list[Finding]:
     severity = ERROR if in_flight > free else WARNING
     relation = "more than" if in_flight > free else f"over {SHM_WARN_FRACTION:.0%} of"
     message = (
-        f"{workers} workers × prefetch_factor {prefetch} × {_mb(batch):,} MB batches keep {_mb(in_flight):,} MB in shared memory, "
-        f"{relation} the {_mb(free):,} MB free in /dev/shm (workers die with 'bus error' when it fills)."
+        f"{workers} workers × prefetch_factor {prefetch} × {_mb(batch):,} MB batches "
+        f"keep {_mb(in_flight):,} MB in shared memory, "
+        f"{relation} the {_mb(free):,} MB free in /dev/shm (workers die with 'bus "
+        "error' when it fills)."
     )
     evidence = {
         "batch_mb": _mb(batch),
@@ -462,8 +516,10 @@ def detect_shm_too_small(probes: dict[str, Any]) -> list[Finding]:
         "measured_free": shm.get("measured_free", True),
     }
     fix = (
-        "Give the container more shared memory (docker run --shm-size=8g or --ipc=host; Kubernetes: an emptyDir with "
-        "medium: Memory mounted at /dev/shm), or lower prefetch_factor / num_workers, or make batches smaller (uint8 images "
+        "Give the container more shared memory (docker run --shm-size=8g or "
+        "--ipc=host; Kubernetes: an emptyDir with "
+        "medium: Memory mounted at /dev/shm), or lower prefetch_factor / num_workers, "
+        "or make batches smaller (uint8 images "
         "instead of float32 are 4× smaller)."
     )
     return [Finding("shm-too-small", severity, message, evidence, fix)]
@@ -493,7 +549,10 @@ def detect_oversubscription(probes: dict[str, Any]) -> list[Finding]:
         return []
     heavy = {k: v for k, v in pools.items() if v > 1}
     listed = ", ".join(f"{k} {v}" for k, v in heavy.items())
-    message = f"{workers} workers × {per_worker} threads each ({listed}) = {demand} threads compete for {cores} cores."
+    message = (
+        f"{workers} workers × {per_worker} threads each ({listed}) = {demand} threads "
+        f"compete for {cores} cores."
+    )
     evidence = {
         "num_workers": workers,
         "threads_per_worker": per_worker,
@@ -505,8 +564,10 @@ def detect_oversubscription(probes: dict[str, Any]) -> list[Finding]:
         "worker_cpu_percent": cpu,
     }
     fix = (
-        "Cap the threads inside each worker: call torch.set_num_threads(1) (and cv2.setNumThreads(0) if you use OpenCV) in "
-        "worker_init_fn, or export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1; keep num_workers × threads "
+        "Cap the threads inside each worker: call torch.set_num_threads(1) (and "
+        "cv2.setNumThreads(0) if you use OpenCV) in "
+        "worker_init_fn, or export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 "
+        "OPENBLAS_NUM_THREADS=1; keep num_workers × threads "
         "per worker within the cores."
     )
     return [Finding("oversubscription", WARNING, message, evidence, fix)]

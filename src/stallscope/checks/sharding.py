@@ -180,7 +180,8 @@ def duplication_verdict(record: dict[str, Any]) -> dict[str, Any]:
     )
     if repeat > MAX_REPEAT_FRACTION:
         out["reason"] = (
-            f"{repeat:.0%} of each worker's own samples repeat, so equal samples across workers prove nothing"
+            f"{repeat:.0%} of each worker's own samples repeat, so equal samples "
+            "across workers prove nothing"
         )
         return out
     out["duplicated"] = duplicated / total >= MIN_DUPLICATE_FRACTION
@@ -242,13 +243,20 @@ def replayed_stream(pipeline: Any, *, seconds: float) -> str | None:
 
     seen = stream_duplicates(pipeline, seconds=seconds)
     if seen["duplicated"]:
-        evidence = f"{seen['duplicated_samples']} of {seen['samples_compared']} samples hashed from {seen['workers']} workers were duplicates"
+        evidence = (
+            f"{seen['duplicated_samples']} of {seen['samples_compared']} samples hashed "
+            f"from {seen['workers']} workers were duplicates"
+        )
     elif seen["duplicated"] is None and not shards_by_worker(pipeline.dataset):
-        evidence = f"its __iter__ does not consult get_worker_info() and the samples could not tell: {seen['reason']}"
+        evidence = (
+            "its __iter__ does not consult get_worker_info() and the samples could not "
+            f"tell: {seen['reason']}"
+        )
     else:
         return None
     return (
-        f"the IterableDataset is not sharded by worker ({evidence}): each worker would replay the whole stream and "
+        f"the IterableDataset is not sharded by worker ({evidence}): each worker would "
+        "replay the whole stream and "
         "samples/s would count the copies, so only num_workers=0 was measured (shard by "
         "torch.utils.data.get_worker_info() to use workers)"
     )
@@ -280,9 +288,12 @@ def detect_iterable_duplicates(probes: dict[str, Any]) -> list[Finding]:
     )
     order = ", in the same order" if verdict["same_order"] else ""
     message = (
-        f"{head}: {verdict['duplicated_samples']:,} of the {verdict['samples_compared']:,} samples hashed from {workers} workers "
-        f"({counts}) were also yielded by another worker{order}; the IterableDataset does not shard its stream by "
-        "torch.utils.data.get_worker_info(), so with num_workers=N training sees each of these samples N times."
+        f"{head}: {verdict['duplicated_samples']:,} of the "
+        f"{verdict['samples_compared']:,} samples hashed from {workers} workers "
+        f"({counts}) were also yielded by another worker{order}; the IterableDataset "
+        "does not shard its stream by "
+        "torch.utils.data.get_worker_info(), so with num_workers=N training sees each "
+        "of these samples N times."
     )
     evidence = {
         "duplicated_samples": verdict["duplicated_samples"],
@@ -296,7 +307,8 @@ def detect_iterable_duplicates(probes: dict[str, Any]) -> list[Finding]:
         "prefix_items": sharding.get("prefix"),
     }
     fix = (
-        "Give each worker its own part of the stream in __iter__ (by item stride, or by file/shard), e.g.:\n"
+        "Give each worker its own part of the stream in __iter__ (by item stride, or "
+        "by file/shard), e.g.:\n"
         f"{SHARD_EXAMPLE}\n"
         "or split the files: self.files[info.id::info.num_workers]. Until then keep num_workers=0."
     )

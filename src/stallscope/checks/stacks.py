@@ -53,7 +53,8 @@ _STDLIB_PATTERN = re.compile(r"[/\\]lib[/\\]python\d+(\.\d+)?[/\\]")
 
 @functools.lru_cache(maxsize=4096)
 def is_library(path: str, *, packages: bool = False) -> bool:
-    """Frames of this probe or of the standard library (where a wait is, not why); installed packages too with ``packages``."""
+    """Frames of this probe or of the standard library (where a wait is, not why); installed
+    packages too with ``packages``."""
     if path.startswith(THIS_PACKAGE) or path.startswith("<"):
         return True
     if "site-packages" in path or "dist-packages" in path:
@@ -68,7 +69,8 @@ def _stdlib() -> str:
 
 
 def stuck_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The innermost frame outside the standard library and this probe (where the user's code waits)."""
+    """The innermost frame outside the standard library and this probe (where the user's code
+    waits)."""
     for frame in frames:
         if not is_library(frame["file"]):
             return frame

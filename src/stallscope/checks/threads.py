@@ -75,7 +75,8 @@ def native_thread_pools() -> dict[str, int]:
 
 
 def _modules_of(objects: Any, depth: int = 2) -> set[str]:
-    """Modules defining the classes and functions of ``objects`` and of their attributes (shallow)."""
+    """Modules defining the classes and functions of ``objects`` and of their attributes
+    (shallow)."""
     names: set[str] = set()
     seen: set[int] = set()
     todo = [(obj, 0) for obj in objects]
@@ -99,7 +100,8 @@ def _modules_of(objects: Any, depth: int = 2) -> set[str]:
 
 
 def uses_module(objects: Any, module: Any) -> bool:
-    """Whether code that defines ``objects`` (the dataset, its transforms, the collate) imports ``module``."""
+    """Whether code that defines ``objects`` (the dataset, its transforms, the collate) imports
+    ``module``."""
     for name in _modules_of(objects):
         namespace = getattr(sys.modules.get(name), "__dict__", {})
         if any(value is module for value in namespace.values()):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import describe_exception, worker_traceback_tail
 
 
@@ -25,7 +27,8 @@ def describe_worker_exception(exc: BaseException, limit: int = 300) -> str:
 _MACHINERY_ERRORS = (
     (
         "daemonic processes are not allowed to have children",
-        "the pipeline starts worker processes of its own (a wrapped DataLoader), which cannot start inside "
+        "the pipeline starts worker processes of its own (a wrapped DataLoader), which "
+        "cannot start inside "
         "the probe's worker processes",
     ),
     ("_ArrayStandIn", "the probe's stand-in for an array reached the pipeline"),
@@ -43,7 +46,7 @@ def machinery_error(text: str | None) -> str | None:
     return None
 
 
-def probe_error_texts(record: dict | None) -> list[str]:
+def probe_error_texts(record: dict[str, Any] | None) -> list[str]:
     """Every error text a probe's record holds (health: per index, start-up and collate; the
     DataLoader-based probes: their one ``error``)."""
     if not isinstance(record, dict):
@@ -56,3 +59,20 @@ def probe_error_texts(record: dict | None) -> list[str]:
     for entry in (record.get("collate") or {}).get("errors") or []:
         texts.append(str(entry.get("error") or ""))
     return [t for t in texts if t]
+
+
+def health_blocked(health: dict[str, Any], iterable: bool) -> str | None:
+    """Why the DataLoader-based probes cannot run after the sample-health probe's ``health``
+    record (None: they can)."""
+    if health.get("init_error"):
+        return "the workers could not start"
+    if iterable:
+        # A stream cannot skip a bad item: a DataLoader over it would stall or stop on it again.
+        stuck = (health.get("hangs") or []) + (health.get("unfinished") or [])
+        if stuck:
+            return f"the stream hangs at item {stuck[0]['index']}"
+        if health.get("errors"):
+            return f"the stream raises at item {health['errors'][0]['index']}"
+    if health and not health.get("fetched") and (health.get("errors_total") or health.get("hangs")):
+        return "no sample could be fetched"
+    return None

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..thresholds import CONFIDENCE_LEVEL, TIE_MARGIN
 from . import _common as common
 
 
@@ -67,9 +68,11 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument(
         "--precision",
         type=float,
-        default=3.0,
+        default=round(100 * TIE_MARGIN, 6),
         metavar="PCT",
-        help="stop once the ratio's interval is narrower than ±PCT%% (default 3)",
+        help=(
+            f"stop once the ratio's interval is narrower than ±PCT%% (default {100 * TIE_MARGIN:g})"
+        ),
     )
     parser.add_argument(
         "--budget",
@@ -88,9 +91,9 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument(
         "--level",
         type=float,
-        default=0.95,
+        default=CONFIDENCE_LEVEL,
         choices=[0.90, 0.95, 0.99],
-        help="confidence level of the interval (default 0.95)",
+        help=f"confidence level of the interval (default {CONFIDENCE_LEVEL})",
     )
     parser.add_argument(
         "--fail-if-slower",

@@ -148,7 +148,7 @@ def _run(ctx: common.CommandContext) -> int:
                 # A step may hand over what it measured before Ctrl-C (the sweep does).
                 partial = getattr(interrupt, "partial", None)
                 if partial is not None:
-                    _merge(record, partial.to_dict())
+                    record.add(**partial.to_dict())
                 raise
             except PipelineError as exc:
                 # One failing step (a pipeline that breaks only under spawn, say) must not
@@ -156,7 +156,7 @@ def _run(ctx: common.CommandContext) -> int:
                 failures.append({"step": step, "message": str(exc)})
                 progress.update(task, completed=1.0, description=f"[red]failed[/]: {exc}")
                 continue
-            _merge(record, sections)
+            record.add(**sections)
             progress.update(
                 task, completed=1.0, description=f"done in {time.perf_counter() - started:.0f} s"
             )
@@ -202,20 +202,6 @@ def _build_demo(ctx: common.CommandContext) -> None:
         build = build_demo_dataset()
     if not ctx.quiet and getattr(build, "built", False):
         ctx.console.print(f"built the demo dataset in {build.seconds:.1f} s at {build.path}")
-
-
-def _merge(record: RunRecord, sections: dict[str, Any]) -> None:
-    """Add a step's sections; recommendations from several steps are concatenated by id."""
-    sections = dict(sections)
-    new_recs = sections.pop("recommendations", None) or []
-    record.add(**sections)
-    if new_recs:
-        existing = record.sections.get("recommendations", [])
-        ids = {r.get("id") for r in existing}
-        record.add(
-            recommendations=existing
-            + [r for r in new_recs if r.get("id") not in ids or r.get("id") is None]
-        )
 
 
 # -- steps: each returns record sections ------------------------------------------------

@@ -1,8 +1,9 @@
 """``stallscope report RUN.json``: render a saved run record again (Markdown, HTML, plots, console).
 
-Nothing is measured: the record written by ``--json`` is loaded as it is and
-handed to the renderers, so a report can be made later, elsewhere, or in
-another format.
+Nothing is measured: the record written by ``--json`` is loaded and handed to
+the renderers, which analyse its measurements with today's rules (advice an
+older record carries is not read), so a report can be made later, elsewhere,
+or in another format.
 """
 
 from __future__ import annotations

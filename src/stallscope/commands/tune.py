@@ -71,7 +71,13 @@ def build_parser() -> common.ArgumentParser:
 
 def _run(ctx: common.CommandContext) -> int:
     from ..analysis.tune_rules import advice_in_words
-    from ..tuning.emit import render_diff, render_python, render_yaml, snippet_for_record, to_yaml
+    from ..render.loader_code import (
+        render_diff,
+        render_python,
+        render_yaml,
+        snippet_for_record,
+        to_yaml,
+    )
     from ..tuning.tuner import tune
 
     args = ctx.args
@@ -160,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def emitted_config(target: str, section: dict) -> tuple[LoaderConfig, str]:
     """The config --emit prints and its comment: the user's own when the best is within noise of it."""
+    from ..analysis import recommendations
     from ..analysis.tune_rules import how_sure, keep_yours_sentence
 
     best, baseline = section["best"], section["baseline"]
@@ -167,10 +174,14 @@ def emitted_config(target: str, section: dict) -> tuple[LoaderConfig, str]:
     if best.get("keep_baseline"):
         config = LoaderConfig.from_dict(baseline["config"])
         lines.append(f"Keep yours: {keep_yours_sentence(best, baseline)}.")
-        for rec in section.get("recommendations") or []:
-            if rec["id"] == "persistent-workers":
+        for rec in recommendations(section):
+            if rec.id == "persistent-workers":
+                x = rec.values
                 lines.append(
-                    f"Optional: persistent_workers=True ({rec['measured']}; {rec['expected_gain']})."
+                    f"Optional: persistent_workers=True (gap at an epoch boundary "
+                    f"({x['label']}): {x['gap_without_s']:.2f} s without, {x['gap_with_s']:.2f} s "
+                    f"with persistent workers; {x['saved_s']:.2f} s saved per epoch after the "
+                    "first)."
                 )
         return config, "\n".join(lines)
     config = LoaderConfig.from_dict(best["config"])

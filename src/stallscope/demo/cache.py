@@ -64,7 +64,8 @@ def _expected_marker(images_per_class: int) -> dict[str, Any]:
 
 def _read_marker(folder: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((folder / MARKER).read_text())
+        marker: dict[str, Any] = json.loads((folder / MARKER).read_text())
+        return marker
     except (OSError, ValueError):
         return None
 

@@ -37,11 +37,12 @@ def train_step(model: Any, batch: Any) -> float:
     images, labels = batch
     optimizer.zero_grad(set_to_none=True)
     loss = F.cross_entropy(model(images), labels)
-    loss.backward()
+    loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
     optimizer.step()
     return float(loss.detach())
 
 
 def pipeline_with_model() -> dict[str, Any]:
-    """TARGET ``stallscope.demo:pipeline_with_model``: the demo plus a tiny CNN and its train_step."""
+    """TARGET ``stallscope.demo:pipeline_with_model``: the demo plus a tiny CNN and its
+    train_step."""
     return {**pipeline(), "model": _tiny_cnn(), "train_step": train_step}

@@ -124,8 +124,8 @@ def _ground(
     )[..., None]
     ground = far * (1 - depth) + near * depth
     texture = _texture("ground", width, height, rng)
-    ground = ground * (1.0 + palette["texture"] * texture[..., None])
-    return ground
+    textured: np.ndarray = ground * (1.0 + palette["texture"] * texture[..., None])
+    return textured
 
 
 def _details_beach(
@@ -244,7 +244,8 @@ _SCENE_DETAILS: dict[str, Callable[..., None]] = {
     "mountains": _details_mountains,
 }
 
-# Per scene: sky colours (top, near the horizon), ground colours (near, far), texture and cloud strength.
+# Per scene: sky colours (top, near the horizon), ground colours (near, far), texture and cloud
+# strength.
 _PALETTES: dict[str, dict[str, Any]] = {
     "beach": dict(
         sky_top=(60, 120, 200),

@@ -1,7 +1,8 @@
 """Torchvision-style transforms, Pillow + NumPy only (no torchvision): RandomResizedCrop,
 RandomHorizontalFlip, ColorJitter, ToTensor, Normalize, composed by :class:`Compose`, whose
 ``.transforms`` list ``stallscope stages`` times one by one. Random draws use Python's ``random``
-module, which DataLoader reseeds in every worker, so workers never repeat each other's augmentations.
+module, which DataLoader reseeds in every worker, so workers never repeat each other's
+augmentations.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ class RandomHorizontalFlip:
 
 
 class ColorJitter:
-    """Random brightness, contrast, saturation (Pillow enhancers) and hue (HSV shift), in random order."""
+    """Random brightness, contrast, saturation (Pillow enhancers) and hue (HSV shift), in random
+    order."""
 
     def __init__(
         self,
@@ -130,7 +132,10 @@ class ColorJitter:
         return Image.fromarray(hsv, "HSV").convert("RGB")
 
     def __repr__(self) -> str:
-        return f"ColorJitter(brightness={self.brightness}, contrast={self.contrast}, saturation={self.saturation}, hue={self.hue})"
+        return (
+            f"ColorJitter(brightness={self.brightness}, contrast={self.contrast}, "
+            f"saturation={self.saturation}, hue={self.hue})"
+        )
 
 
 class ToTensor:

@@ -1,4 +1,5 @@
-"""Framework integrations of :mod:`stallscope.training.watch` (optional frameworks, imported lazily).
+"""Framework integrations of :mod:`stallscope.training.watch` (optional frameworks, imported
+lazily).
 
 - :class:`stallscope.integrations.lightning.StallscopeCallback` — PyTorch Lightning
   (``lightning`` or ``pytorch_lightning``; works as a plain object without them).

@@ -33,16 +33,19 @@ NOTE [where the Hugging Face Trainer waits for data]
 from __future__ import annotations
 
 import sys
+from types import FrameType
 from typing import Any
 
 from ..render.console_profile import stall_summary
 from ..training.watch import TimedIterator, Watch
 
 HOOK_GAPS_NOTE = (
-    "no Trainer.get_batch_samples to wrap, so data wait is the gap between on_step_end and the next "
+    "no Trainer.get_batch_samples to wrap, so data wait is the gap between on_step_end "
+    "and the next "
     "on_step_begin: other callbacks' on_step_end work counts as data wait"
 )
-# Frames between the callback's hook and the Trainer's training loop (CallbackHandler.call_event, on_train_begin).
+# Frames between the callback's hook and the Trainer's training loop (CallbackHandler.call_event,
+# on_train_begin).
 _FRAMES_TO_SEARCH = 8
 _MISSING = object()
 
@@ -57,11 +60,12 @@ def _callback_base() -> type:
 
 
 def _running_trainer() -> Any:
-    """The ``transformers.Trainer`` whose training loop called us, found in the caller's frames (else None)."""
+    """The ``transformers.Trainer`` whose training loop called us, found in the caller's frames
+    (else None)."""
     trainer_class = getattr(sys.modules.get("transformers"), "Trainer", None)
     if trainer_class is None:
         return None
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(_FRAMES_TO_SEARCH):
         if frame is None:
             return None
@@ -73,7 +77,8 @@ def _running_trainer() -> Any:
 
 
 class StallscopeTrainerCallback(_callback_base()):  # type: ignore[misc]
-    """Arguments are those of :func:`stallscope.training.watch`; ``summary()``/``to_dict()`` after training."""
+    """Arguments are those of :func:`stallscope.training.watch`; ``summary()``/``to_dict()`` after
+    training."""
 
     def __init__(self, *, print_summary: bool = True, **watch_options: Any) -> None:
         self.watch = Watch(None, **watch_options)

@@ -45,13 +45,15 @@ from ..render.console_profile import stall_summary
 from ..training.watch import TimedIterator, Watch
 
 HOOK_GAPS_NOTE = (
-    "this Lightning's fit loop could not be wrapped, so data wait is the gap between on_train_batch_end "
+    "this Lightning's fit loop could not be wrapped, so data wait is the gap between "
+    "on_train_batch_end "
     "and the next on_train_batch_start: other callbacks' per-batch work counts as data wait"
 )
 
 
 def _callback_base() -> type:
-    """Lightning's Callback class when Lightning is installed, else ``object`` (duck-typed hooks)."""
+    """Lightning's Callback class when Lightning is installed, else ``object`` (duck-typed
+    hooks)."""
     try:
         from lightning.pytorch import Callback  # noqa: PLC0415 - optional dependency
 
@@ -59,21 +61,23 @@ def _callback_base() -> type:
     except ImportError:
         pass
     try:
-        from pytorch_lightning import Callback  # noqa: PLC0415 - optional dependency
+        from pytorch_lightning import Callback as LegacyCallback  # noqa: PLC0415 - optional
 
-        return Callback
+        return LegacyCallback
     except ImportError:
         return object
 
 
 class _TimedLoader:
-    """Stands in for the fit loop's CombinedLoader inside the data fetcher: each ``iter()`` is timed."""
+    """Stands in for the fit loop's CombinedLoader inside the data fetcher: each ``iter()`` is
+    timed."""
 
     def __init__(self, loader: Any, watch: Watch, fetcher: Any) -> None:
         self.loader, self._watch, self._fetcher = loader, watch, fetcher
 
     def __iter__(self) -> TimedIterator:
-        # The fetcher calls iter() at the epoch's start, then prefetches from it when the loader has no length.
+        # The fetcher calls iter() at the epoch's start, then prefetches from it when the loader has
+        # no length.
         ahead = _prefetched(self._fetcher, self.loader)
         return self._watch.timed(iter(self.loader), ahead=ahead, stop_ends_wait=ahead > 0)
 
@@ -85,7 +89,8 @@ class _TimedLoader:
 
 
 def _prefetched(fetcher: Any, loader: Any) -> int:
-    """Batches Lightning's fetcher takes ahead of the loop: ``prefetch_batches``, only for an unsized loader."""
+    """Batches Lightning's fetcher takes ahead of the loop: ``prefetch_batches``, only for an
+    unsized loader."""
     try:
         len(loader)
         return 0
@@ -116,7 +121,7 @@ class StallscopeCallback(_callback_base()):  # type: ignore[misc]
 
     # -- wrapping the fit loop's fetch (NOTE [where Lightning waits for data]) --------------
     def _attach(self, trainer: Any) -> None:
-        fetcher = getattr(getattr(trainer, "fit_loop", None), "_data_fetcher", None)
+        fetcher: Any = getattr(getattr(trainer, "fit_loop", None), "_data_fetcher", None)
         loader = getattr(fetcher, "_combined_loader", None)
         if loader is None or not hasattr(fetcher, "iterator"):
             if self._fetcher is None:
@@ -126,10 +131,9 @@ class StallscopeCallback(_callback_base()):  # type: ignore[misc]
             self._detach()  # the fit loop built a new fetcher (reloaded dataloaders)
         if not isinstance(loader, _TimedLoader):
             fetcher._combined_loader = _TimedLoader(loader, self.watch, fetcher)
-        if (
-            fetcher.iterator is not None
-        ):  # created in setup_data, before any hook: the first epoch's
-            # Its prefetch (unsized loader) already happened, untimed: the loop's fetches follow.
+        if fetcher.iterator is not None:
+            # Created in setup_data, before any hook: the first epoch's. Its prefetch (unsized
+            # loader) already happened, untimed: the loop's fetches follow.
             ahead = _prefetched(fetcher, fetcher._combined_loader.loader)
             fetcher.iterator = self.watch.timed(fetcher.iterator, stop_ends_wait=ahead > 0)
             self.watch.observe(fetcher.iterator)

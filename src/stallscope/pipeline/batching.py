@@ -54,7 +54,8 @@ _FETCHER_KEY = "_stallscope_batch_fetcher"
 
 
 class TensorIndexFetch:
-    """``TensorDataset``: index each tensor with the batch's indices (a list, as default_collate returns for tuples)."""
+    """``TensorDataset``: index each tensor with the batch's indices (a list, as default_collate
+    returns for tuples)."""
 
     kind = "tensor-index"
 
@@ -71,7 +72,10 @@ class ArrayIndexFetch:
     kind = "array-index"
 
     def __call__(self, dataset: Any, indices: Sequence[int]) -> Any:
-        return default_convert(dataset[np.asarray(indices, dtype=np.int64)])
+        # torch leaves default_convert and default_collate unannotated.
+        return default_convert(  # type: ignore[no-untyped-call]
+            dataset[np.asarray(indices, dtype=np.int64)]
+        )
 
 
 class SubsetFetch:
@@ -91,7 +95,7 @@ class ItemsFetch:
 
     kind = "items"
 
-    def __init__(self, collate: Callable[[list], Any] | None = None) -> None:
+    def __init__(self, collate: Callable[[list[Any]], Any] | None = None) -> None:
         self.collate = collate
 
     def __call__(self, dataset: Any, indices: Sequence[int]) -> Any:
@@ -100,7 +104,7 @@ class ItemsFetch:
         return (self.collate or default_collate)(items)
 
 
-class BatchedDataset(Dataset):
+class BatchedDataset(Dataset[Any]):
     """A map-style view whose items are whole batches: ``view[list_of_indices] -> batch``."""
 
     def __init__(self, dataset: Any, fetch: Callable[[Any, Sequence[int]], Any]) -> None:
@@ -135,7 +139,8 @@ class FetcherCheck:
 
 
 def same_batch(a: Any, b: Any) -> bool:
-    """Structural equality of two batches (tensor values and dtypes; list and tuple interchangeable)."""
+    """Structural equality of two batches (tensor values and dtypes; list and tuple
+    interchangeable)."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return (
             isinstance(a, torch.Tensor)
@@ -176,7 +181,7 @@ def _candidate(dataset: Any) -> Callable[[Any, Sequence[int]], Any] | None:
 
 def vectorised_fetcher(
     dataset: Any,
-    collate_fn: Callable[[list], Any] | None = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
     *,
     probe_indices: Sequence[int] | None = None,
 ) -> FetcherCheck:
@@ -204,9 +209,9 @@ def vectorised_fetcher(
         return FetcherCheck(None, None, "no vectorised index path for this dataset type")
     indices = list(probe_indices) if probe_indices is not None else _spread(length, 8)
     try:
-        expected = default_collate([dataset[i] for i in indices])
+        expected = default_collate([dataset[i] for i in indices])  # type: ignore[no-untyped-call]
         got = fetch(dataset, indices)
-        again = default_collate([dataset[i] for i in indices])
+        again = default_collate([dataset[i] for i in indices])  # type: ignore[no-untyped-call]
     except Exception as exc:  # the dataset does not take an index array: not vectorisable
         return FetcherCheck(None, None, f"indexing with an array failed ({type(exc).__name__})")
     if not same_batch(expected, again):
@@ -241,7 +246,8 @@ def _spread(length: int, count: int) -> list[int]:
 def _fetcher_for(pipeline: Any) -> Callable[[Any, Sequence[int]], Any]:
     extras = getattr(pipeline, "extras", None)
     if isinstance(extras, dict) and _FETCHER_KEY in extras:
-        return extras[_FETCHER_KEY]
+        fetcher: Callable[[Any, Sequence[int]], Any] = extras[_FETCHER_KEY]
+        return fetcher
     check = vectorised_fetcher(pipeline.dataset, pipeline.collate_fn)
     fetch = check.fetch or ItemsFetch(pipeline.collate_fn)
     if isinstance(extras, dict):
@@ -258,7 +264,7 @@ def batched_loader(
     sampler: Sampler[int] | None = None,
     drop_last: bool = False,
     generator: torch.Generator | None = None,
-) -> DataLoader:
+) -> DataLoader[Any]:
     """A DataLoader whose every fetch returns a whole batch (``config.batched_fetch``).
 
     ``kwargs`` are the DataLoader arguments built from ``config``

@@ -30,7 +30,8 @@ def is_nodes_graph(obj: Any) -> bool:
 def _graph_nodes(root: Any) -> list[Any]:
     """Every node reachable from ``root`` through attributes, root first."""
     nodes = _nodes()
-    out, queue, seen = [], deque([root]), {id(root)}
+    out: list[Any] = []
+    queue, seen = deque([root]), {id(root)}
     while queue and len(out) < SEARCH_OBJECTS:
         node = queue.popleft()
         out.append(node)
@@ -114,15 +115,19 @@ class NodesKind(LoaderKind):
             return {}
 
         fresh = _rebuild(root, overrides, {})
+        loader: Iterable[Any]
         if isinstance(self.graph, nodes.Loader):
-            return nodes.Loader(
+            loader = nodes.Loader(
                 fresh, restart_on_stop_iteration=self.graph.restart_on_stop_iteration
             )
-        return nodes.Loader(fresh)
+        else:
+            loader = nodes.Loader(fresh)
+        return loader
 
 
 class RepeatedEpochs:
-    """The user's sampler, epoch after epoch (``set_epoch`` called on each, as a training loop does)."""
+    """The user's sampler, epoch after epoch (``set_epoch`` called on each, as a training loop
+    does)."""
 
     def __init__(self, sampler: Any) -> None:
         self.sampler = sampler
@@ -143,7 +148,8 @@ class RepeatedEpochs:
 
 
 def _main_mapper(root: Any) -> Any:
-    """The ParallelMapper with the most workers (the one doing the heavy work), nearest the root on ties."""
+    """The ParallelMapper with the most workers (the one doing the heavy work), nearest the root on
+    ties."""
     nodes = _nodes()
     mappers = [n for n in _graph_nodes(root) if isinstance(n, nodes.ParallelMapper)]
     return max(mappers, key=lambda m: m.num_workers, default=None)

@@ -11,7 +11,8 @@ from typing import Any
 
 
 def shards_by_worker(dataset: Any) -> bool:
-    """Whether an IterableDataset's ``__iter__`` consults ``get_worker_info()`` (so workers split the stream)."""
+    """Whether an IterableDataset's ``__iter__`` consults ``get_worker_info()`` (so workers split
+    the stream)."""
     try:
         source = inspect.getsource(type(dataset).__iter__)
     except (OSError, TypeError):

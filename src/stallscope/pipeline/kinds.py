@@ -1,4 +1,5 @@
-"""Loader kinds: what a TARGET built, which knobs it has, and how a trial is built with other values.
+"""Loader kinds: what a TARGET built, which knobs it has, and how a trial is built with other
+values.
 
 NOTE [loader kinds]
 A target may return anything that yields batches. Each kind is one adapter
@@ -152,7 +153,8 @@ class CopiedLoaderKind(LoaderKind):
     loader: Any = None
 
     def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
-        return reconfigured_copy(self.loader, config, **options)
+        copy: Iterable[Any] = reconfigured_copy(self.loader, config, **options)
+        return copy
 
 
 def reconfigured_copy(
@@ -218,7 +220,7 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-# -- loaders inside wrappers ------------------------------------------------------------------------
+# -- loaders inside wrappers -----------------------------------------------------------------------
 
 Path = tuple[tuple[str, Any], ...]  # ("attr", name) | ("item", index or key)
 
@@ -227,8 +229,8 @@ def find_all(
     obj: Any, wanted: Callable[[Any], bool], *, depth: int = SEARCH_DEPTH
 ) -> list[tuple[Path, Any]]:
     """Every distinct object ``wanted`` accepts among ``obj``'s attributes, items and their own (not
-    inside one already found), with the path it was first reached by: breadth first, at most ``depth``
-    levels and ``SEARCH_OBJECTS`` objects."""
+    inside one already found), with the path it was first reached by: breadth first, at most
+    ``depth`` levels and ``SEARCH_OBJECTS`` objects."""
     found: list[tuple[Path, Any]] = []
     seen = {id(obj)}
     queue: deque[tuple[Path, Any]] = deque([((), obj)])
@@ -283,7 +285,8 @@ def path_text(path: Path) -> str:
 
 
 def replaced_at(obj: Any, path: Path, value: Any) -> Any:
-    """A copy of ``obj`` with the object at ``path`` replaced by ``value`` (containers on the way copied)."""
+    """A copy of ``obj`` with the object at ``path`` replaced by ``value`` (containers on the way
+    copied)."""
     if not path:
         return value
     (kind, key), rest = path[0], path[1:]
@@ -309,7 +312,8 @@ def replaced_at(obj: Any, path: Path, value: Any) -> Any:
 def shallow_copy(obj: Any) -> Any:
     """``copy.copy(obj)``, except for an object that disguises its class (a ``__class__`` property,
     as adapters that pass for a DataLoader have): copying goes by ``__class__`` and would make the
-    class it claims, losing the adapter's own iteration. Such an object is copied as its real type."""
+    class it claims, losing the adapter's own iteration. Such an object is copied as its real
+    type."""
     if type(obj) is not obj.__class__ and isinstance(getattr(obj, "__dict__", None), dict):
         clone = object.__new__(type(obj))
         clone.__dict__.update(obj.__dict__)
@@ -339,8 +343,9 @@ def paths_to(obj: Any, target: Any, *, depth: int = SEARCH_DEPTH) -> list[Path]:
 
 
 class _TaggedBatches:
-    """The user's batch sampler, noting when it is iterated: a DataLoader iterator over a loader that
-    holds it starts by iterating it, so the tag says whether that loader is the one that ran."""
+    """The user's batch sampler, noting when it is iterated: a DataLoader iterator over a loader
+    that holds it starts by iterating it, so the tag says whether that loader is the one that
+    ran."""
 
     def __init__(self, batches: Any) -> None:
         self.batches = batches
@@ -390,16 +395,18 @@ class WrappedLoaderKind(LoaderKind):
     inner: Any = None
 
     def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
-        return replaced_at(
+        wrapper: Iterable[Any] = replaced_at(
             self.wrapper, self.path, reconfigured_copy(self.inner, config, **options)
         )
+        return wrapper
 
 
-# -- factories whose parameters are knobs -----------------------------------------------------------
+# -- factories whose parameters are knobs ----------------------------------------------------------
 
 
 def knob_parameters(factory: Callable[..., Any]) -> dict[str, tuple[str, Any]]:
-    """``{parameter: (LoaderConfig field, default)}`` for the factory's keyword parameters named like knobs."""
+    """``{parameter: (LoaderConfig field, default)}`` for the factory's keyword parameters named
+    like knobs."""
     try:
         params = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
@@ -419,7 +426,8 @@ def knob_parameters(factory: Callable[..., Any]) -> dict[str, tuple[str, Any]]:
 def factory_arguments(
     parameters: dict[str, tuple[str, Any]], config: LoaderConfig, baseline: LoaderConfig
 ) -> dict[str, Any]:
-    """The keyword arguments that give ``config`` through the factory: only knobs that differ from its own."""
+    """The keyword arguments that give ``config`` through the factory: only knobs that differ from
+    its own."""
     out = {}
     for name, (field_name, _default) in parameters.items():
         value = getattr(config, field_name)
@@ -440,7 +448,10 @@ class FactoryKind(LoaderKind):
 
     def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
         assert self.factory is not None and self.baseline is not None
-        return self.factory(**factory_arguments(self.parameters, config, self.baseline))
+        built: Iterable[Any] = self.factory(
+            **factory_arguments(self.parameters, config, self.baseline)
+        )
+        return built
 
 
 def factory_baseline(parameters: dict[str, tuple[str, Any]], product: Any) -> LoaderConfig:
@@ -464,7 +475,8 @@ def factory_baseline(parameters: dict[str, tuple[str, Any]], product: Any) -> Lo
 
 
 def is_one_shot(obj: Any) -> bool:
-    """An iterator (a generator, a file-like stream): iterating it again continues, never restarts."""
+    """An iterator (a generator, a file-like stream): iterating it again continues, never
+    restarts."""
     try:
         return iter(obj) is obj
     except TypeError:
@@ -472,8 +484,10 @@ def is_one_shot(obj: Any) -> bool:
 
 
 ONE_SHOT = (
-    "{what} is a one-shot iterator: a measurement would use up the batches the next one needs. Pass "
-    "a function that returns a fresh one (TARGET path/to/file.py:fn); each pass then calls it again."
+    "{what} is a one-shot iterator: a measurement would use up the batches the next "
+    "one needs. Pass "
+    "a function that returns a fresh one (TARGET path/to/file.py:fn); each pass then "
+    "calls it again."
 )
 
 
@@ -486,18 +500,22 @@ class IterableKind(LoaderKind):
     factory: Callable[[], Any] | None = None
 
     def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
-        if not is_one_shot(self.loader):
-            return self.loader
+        loader: Iterable[Any] = self.loader
+        if not is_one_shot(loader):
+            return loader
         if self.factory is None:
             from ..errors import UsageError
 
             raise UsageError(ONE_SHOT.format(what=self.description))
-        return self.factory()
+        fresh: Iterable[Any] = self.factory()
+        return fresh
 
 
 UNTUNABLE = (
-    "{what} exposes no knob stallscope can set; it is measured as it is. To tune it, give the TARGET "
-    "function keyword parameters such as num_workers=… or prefetch_factor=… and pass them on: trials then call "
+    "{what} exposes no knob stallscope can set; it is measured as it is. To tune it, "
+    "give the TARGET "
+    "function keyword parameters such as num_workers=… or prefetch_factor=… and pass "
+    "them on: trials then call "
     "it with other values."
 )
 NO_DATASET = "{what} has no Dataset for stallscope's per-sample probes to fetch from"
@@ -509,7 +527,7 @@ def dataset_limits(what: str) -> dict[str, str]:
     return {"check": reason, "stages": reason, "profile": reason}
 
 
-# -- shutting a trial down --------------------------------------------------------------------------
+# -- shutting a trial down -------------------------------------------------------------------------
 
 
 def close_trial(loader: Any, iterator: Any) -> None:
@@ -542,8 +560,10 @@ def close_trial(loader: Any, iterator: Any) -> None:
 
 
 def _reachable(root: Any, limit: int = SEARCH_OBJECTS) -> list[Any]:
-    """Objects reachable from ``root`` through attributes, containers and generator frames (bounded)."""
-    out, queue, seen = [], deque([(root, 0)]), {id(root)}
+    """Objects reachable from ``root`` through attributes, containers and generator frames
+    (bounded)."""
+    out: list[Any] = []
+    queue, seen = deque([(root, 0)]), {id(root)}
     while queue and len(out) < limit:
         obj, depth = queue.popleft()
         out.append(obj)

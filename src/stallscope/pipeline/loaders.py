@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -50,7 +50,7 @@ class CyclingSampler(Sampler[int]):
         while emitted < self.total:
             if self.shuffle:
                 gen = torch.Generator().manual_seed(self.seed + epoch)
-                order = torch.randperm(self.length, generator=gen).tolist()
+                order: Sequence[int] = torch.randperm(self.length, generator=gen).tolist()
             else:
                 order = range(self.length)
             for index in order:
@@ -75,7 +75,7 @@ def quiet_worker_warning() -> Iterator[None]:
         yield
 
 
-def close_threads(loader: DataLoader) -> None:
+def close_threads(loader: DataLoader[Any]) -> None:
     """Stop the fetch threads of a loader built with ``worker_threads`` in this process (0 workers)
     now, so that no idle pool is left over when the next configuration forks its workers."""
     dataset = getattr(loader, "dataset", None)
@@ -154,7 +154,8 @@ def epoch_batches(
     orders the random one where the user gave no generator).
     """
     if pipeline.batch_sampler is not None:
-        return pipeline.batch_sampler
+        batches: Iterable[list[int]] = pipeline.batch_sampler
+        return batches
     sampler = pipeline.sampler
     if sampler is None:
         if pipeline.shuffle:
@@ -181,19 +182,21 @@ def build_loader(
     drop_last: bool | None = None,
     seed: int | None = None,
     inside: bool = False,
-) -> DataLoader:
-    """A DataLoader over the pipeline's dataset with ``config``'s knobs and the user's everything else.
+) -> DataLoader[Any]:
+    """A DataLoader over the pipeline's dataset with ``config``'s knobs and the user's everything
+    else.
 
     ``cycle=N`` walks the user's epochs for N batches (see the module docstring);
     ``sampler`` instead gives index draws of the caller's (rank sharding), batched
     by ``config.batch_size``. ``worker_init_fn="pipeline"`` keeps the user's own.
     ``timeout`` bounds every wait on a worker where the user set none (see NOTE
-    [worker shutdown]); ``generator`` defaults to the user's. ``inside``: of a wrapper, the DataLoader
-    it holds alone (probes that follow their own batch objects from the workers, such as stage timing,
-    cannot follow them through the wrapper's own processing).
+    [worker shutdown]); ``generator`` defaults to the user's. ``inside``: of a wrapper, the
+    DataLoader it holds alone (probes that follow their own batch objects from the workers, such as
+    stage timing, cannot follow them through the wrapper's own processing).
     """
     if not pipeline.kind.rebuilds_from_parts:
-        return _kind_trial(
+        # A loader-like iterable the kind builds; callers use it as a DataLoader.
+        trial: DataLoader[Any] = _kind_trial(
             pipeline,
             config,
             cycle=cycle,
@@ -204,6 +207,7 @@ def build_loader(
             drop_last=drop_last,
             inside=inside,
         )
+        return trial
     kwargs = config.to_kwargs()
     kwargs.pop("batch_size", None)
     if worker_init_fn == "pipeline":

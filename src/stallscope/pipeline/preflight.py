@@ -1,6 +1,7 @@
 """Pre-flight: one batch fetched and collated in this process before any worker starts, so that an
 empty dataset, a batch size larger than the dataset, a ``__getitem__`` that raises or items the
-collate cannot batch are one sentence (``UsageError``/``PipelineError``), not a worker's traceback."""
+collate cannot batch are one sentence (``UsageError``/``PipelineError``), not a worker's
+traceback."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def preflight(pipeline: Any, *, items: int | None = None) -> Preflight:
             raise UsageError("the dataset is empty (len(dataset) == 0): there is nothing to load.")
         if bs > length:
             raise UsageError(
-                f"batch size {bs} is larger than the dataset ({length} items); pass --batch-size {length} or smaller."
+                f"batch size {bs} is larger than the dataset ({length} items); pass "
+                f"--batch-size {length} or smaller."
             )
     want = min(bs, items or bs)
     samples: list[Any] = []
@@ -68,7 +70,8 @@ def preflight(pipeline: Any, *, items: int | None = None) -> Preflight:
         kinds = sorted({describe_structure(s) for s in samples})
         shown = "; ".join(kinds[:3]) + ("; ..." if len(kinds) > 3 else "")
         raise PipelineError(
-            f"the collate function cannot batch these items ({describe_exception(exc, 120)}); items look like: {shown}. "
+            "the collate function cannot batch these items "
+            f"({describe_exception(exc, 120)}); items look like: {shown}. "
             "Pad them to one shape or pass --collate MODULE:FN."
         ) from exc
     return Preflight(
@@ -98,7 +101,8 @@ def _loader_preflight(pipeline: Any) -> Preflight:
         raise
     except Exception as exc:
         raise PipelineError(
-            f"taking a first batch from {pipeline.kind.description} raised {describe_exception(exc)}."
+            f"taking a first batch from {pipeline.kind.description} raised "
+            f"{describe_exception(exc)}."
         ) from exc
     finally:
         close_trial(loader, iterator)

@@ -34,7 +34,8 @@ MAX_CONTAINER = 64
 
 @dataclass
 class SeedReport:
-    """What :func:`seed_worker` seeded (returned for tests and diagnostics; DataLoader ignores it)."""
+    """What :func:`seed_worker` seeded (returned for tests and diagnostics; DataLoader ignores
+    it)."""
 
     worker_id: int
     base_seed: int
@@ -124,13 +125,14 @@ def is_rng(obj: Any) -> bool:
 
 
 def find_rngs(obj: Any, path: str, *, depth: int = MAX_DEPTH) -> Iterator[tuple[str, Any]]:
-    """RNG objects reachable from ``obj`` through attributes, lists, tuples and dicts, with their paths.
+    """RNG objects reachable from ``obj`` through attributes, lists, tuples and dicts, with their
+    paths.
 
     Skips the module-level global RNGs (seeded separately) and anything seen
     before; walks at most ``depth`` levels and containers of at most
     ``MAX_CONTAINER`` entries.
     """
-    seen: set[int] = {id(random._inst), id(np.random.mtrand._rand)}  # type: ignore[attr-defined]
+    seen: set[int] = {id(random._inst), id(np.random.mtrand._rand)}
     yield from _walk(obj, path, depth, seen)
 
 

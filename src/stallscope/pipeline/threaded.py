@@ -88,8 +88,9 @@ def own_batched_fetch(dataset: Any) -> str | None:
     return None
 
 
-class ThreadedDataset(Dataset):
-    """A map-style dataset whose batches are fetched by ``threads`` threads (NOTE [worker threads])."""
+class ThreadedDataset(Dataset[Any]):
+    """A map-style dataset whose batches are fetched by ``threads`` threads (NOTE [worker
+    threads])."""
 
     def __init__(self, dataset: Any, threads: int) -> None:
         if isinstance(dataset, IterableDataset):
@@ -159,7 +160,8 @@ class ThreadedDataset(Dataset):
     # -- the batch ----------------------------------------------------------------------
     def __getitems__(self, indices: Sequence[Any]) -> list[Any]:
         if self.delegates_to is not None:
-            return self.dataset.__getitems__(indices)
+            items: list[Any] = self.dataset.__getitems__(indices)
+            return items
         indices = list(indices)
         if len(indices) <= 1 or self.threads == 1:
             return [_fetch_one(self.dataset, i) for i in indices]
@@ -181,7 +183,8 @@ _NOTE_PATTERN = re.compile(r"while fetching dataset\[(.+?)\] \(stallscope\.threa
 
 
 def noted_index(text: str) -> str | None:
-    """The index named by a threaded fetch's note in an error text (torch's forwarded traceback), or None."""
+    """The index named by a threaded fetch's note in an error text (torch's forwarded traceback), or
+    None."""
     match = _NOTE_PATTERN.search(text)
     return match.group(1) if match else None
 
@@ -196,10 +199,10 @@ def _note_index(exc: BaseException, index: Any) -> None:
     if hasattr(exc, "add_note"):
         exc.add_note(note)
     else:  # Python < 3.11: kept where our error messages look for it
-        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]
 
 
-def _results_in_order(futures: list[Future]) -> list[Any]:
+def _results_in_order(futures: list[Future[Any]]) -> list[Any]:
     out = []
     for n, future in enumerate(futures):
         try:
@@ -240,9 +243,8 @@ class ThreadSafety:
     indices: list[int] = field(default_factory=list)
     mismatched: list[int] = field(default_factory=list)
     fields: int = 0  # leaves compared per item, summed over the checked items
-    random_fields: int = (
-        0  # leaves that differed between two one-at-a-time fetches: compared by structure
-    )
+    # leaves that differed between two one-at-a-time fetches: compared by structure
+    random_fields: int = 0
     rounds: int = 0
     seconds: float = 0.0
 
@@ -278,9 +280,9 @@ def check_thread_safety(
 
     Fetches ``indices`` (default: ``max(8, threads)`` spread over the dataset)
     one at a time, then each twice from ``2 × threads`` threads at once (more
-    fetches meeting in a race window), round after round in shuffled orders, until a difference is confirmed, ``max_seconds`` have
-    passed (at least two rounds) or ``max_rounds``: a race is a matter of
-    chance, so the check keeps rolling the dice while it can afford to.
+    fetches meeting in a race window), round after round in shuffled orders, until a difference is
+    confirmed, ``max_seconds`` have passed (at least two rounds) or ``max_rounds``: a race is a
+    matter of chance, so the check keeps rolling the dice while it can afford to.
 
     A field that comes back different is fetched once more, one at a time: if
     it differs then too, it is random (augmentation; threads share one global
@@ -294,7 +296,10 @@ def check_thread_safety(
     try:
         length = len(dataset)
     except TypeError:
-        result.reason = "the dataset has no length (an iterable stream), so it has no indices to fetch concurrently"
+        result.reason = (
+            "the dataset has no length (an iterable stream), so it has no indices to fetch "
+            "concurrently"
+        )
         return result
     picks = list(indices) if indices is not None else _spread(length, max(8, threads))
     result.indices = picks
@@ -324,14 +329,15 @@ def check_thread_safety(
                 round_start = time.perf_counter()
                 futures = [(k, pool.submit(dataset.__getitem__, picks[k])) for k in order]
                 result.rounds += 1
-                suspects = []
+                suspects: list[tuple[int, Any]] = []
                 for k, future in futures:
                     try:
                         where = references[k].differs(future.result(), loose)
                     except Exception as exc:
                         result.mismatched.append(picks[k])
                         result.reason = (
-                            f"dataset[{picks[k]}] raised {type(exc).__name__} when {result.threads} threads fetched at once, "
+                            f"dataset[{picks[k]}] raised {type(exc).__name__} when "
+                            f"{result.threads} threads fetched at once, "
                             "but not when fetched one at a time: the dataset is not thread-safe "
                             "(a shared file handle or client)"
                         )
@@ -339,7 +345,8 @@ def check_thread_safety(
                     if where is not None and all(k != s for s, _ in suspects):
                         suspects.append((k, where))
                 per_round = time.perf_counter() - round_start
-                # Outside the round (no other fetch running): random, or a difference only under concurrency?
+                # Outside the round (no other fetch running): random, or a difference only under
+                # concurrency?
                 for k, where in suspects:
                     if not result.mismatched and not references[k].confirm_random(
                         dataset[picks[k]], where, loose
@@ -363,7 +370,8 @@ def check_thread_safety(
         else "deterministic fields exactly, random ones by type and shape"
     )
     result.reason = (
-        f"{len(picks)} items fetched twice each by {result.threads} threads at once ({result.rounds} round(s)) matched "
+        f"{len(picks)} items fetched twice each by {result.threads} threads at once "
+        f"({result.rounds} round(s)) matched "
         f"one-at-a-time fetches ({checked})"
     )
     return result
@@ -371,9 +379,11 @@ def check_thread_safety(
 
 def _unsafe_reason(index: int, where: str, threads: int) -> str:
     return (
-        f"dataset[{index}]{where} came back different when {threads} threads fetched at once, but the same when "
+        f"dataset[{index}]{where} came back different when {threads} threads fetched "
+        "at once, but the same when "
         "fetched one at a time: the dataset shares state between fetches that is not thread-safe "
-        "(e.g. one file handle read with seek()+read(), or a client that is not thread-safe); open such "
+        "(e.g. one file handle read with seek()+read(), or a client that is not "
+        "thread-safe); open such "
         "handles per thread (threading.local) to use worker threads"
     )
 
@@ -398,12 +408,12 @@ class _Reference:
     def __init__(self, item: Any) -> None:
         self.leaves = dict(_leaves(item))
         self.top = _kind(item)
-        self.loose = (
-            False  # its structure varies between fetches: only the top-level kind is compared
-        )
+        # its structure varies between fetches: only the top-level kind is compared
+        self.loose = False
 
     def differs(self, item: Any, loose: _Loose) -> str | None:
-        """Where ``item`` departs from the reference (``[0]['x']``; ``""`` for the structure), or None."""
+        """Where ``item`` departs from the reference (``[0]['x']``; ``""`` for the structure), or
+        None."""
         if self.loose:
             return None if _kind(item) == self.top else ""
         got = dict(_leaves(item))
@@ -452,7 +462,7 @@ def _leaves(item: Any, path: str = "") -> Iterator[tuple[str, Any]]:
         yield path, item
 
 
-def _kind(value: Any) -> tuple:
+def _kind(value: Any) -> tuple[Any, ...]:
     if isinstance(value, torch.Tensor):
         return ("Tensor", str(value.dtype), tuple(value.shape))
     if isinstance(value, np.ndarray):

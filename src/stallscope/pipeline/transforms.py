@@ -114,7 +114,7 @@ def find_transforms(dataset: Any) -> list[TransformSlot]:
     return slots
 
 
-def _walk(obj: Any, path: tuple[Any, ...], found: list, *, depth: int, seen: set[int]) -> None:
+def _walk(obj: Any, path: tuple[Any, ...], found: list[Any], *, depth: int, seen: set[int]) -> None:
     if depth > _MAX_DEPTH or id(obj) in seen:
         return
     seen.add(id(obj))

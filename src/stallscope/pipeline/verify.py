@@ -48,8 +48,9 @@ def run_snippet(
     timeout: float = 60.0,
 ) -> SnippetRun:
     """Execute ``code``, take two batches from its ``loader``, compare with ``reference`` (a
-    ``describe_structure`` of the user's batch) and check ``config``'s knobs on the DataLoader, which
-    sits at ``loader_path`` inside ``loader`` when the code puts it back into the user's wrapper."""
+    ``describe_structure`` of the user's batch) and check ``config``'s knobs on the DataLoader,
+    which sits at ``loader_path`` inside ``loader`` when the code puts it back into the user's
+    wrapper."""
     from ..pipeline.structure import describe_structure
     from ..runtime.processes import no_orphans, stop_workers
     from .kinds import close_trial
@@ -93,12 +94,13 @@ def run_snippet(
 
 
 def _knobs_not_set(loader: Any, config: LoaderConfig | None) -> str | None:
-    """``num_workers=4`` when the DataLoader the code built has another value than ``config`` asks."""
+    """``num_workers=4`` when the DataLoader the code built has another value than ``config``
+    asks."""
     from torch.utils.data import DataLoader
 
     if config is None or not isinstance(loader, DataLoader):
         return None
-    wanted = {"num_workers": config.num_workers}
+    wanted: dict[str, Any] = {"num_workers": config.num_workers}
     if config.num_workers:
         wanted["prefetch_factor"] = config.prefetch_factor
         wanted["persistent_workers"] = config.persistent_workers

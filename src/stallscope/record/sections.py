@@ -144,6 +144,9 @@ class ProfileSection(Section):
     resources: JSON | None = doc("profile: CPU and memory of the main process and workers")
     sync: JSON | None = doc("profile: the device sync used to time compute")
     config: JSON | None = doc("profile: the loader config profiled")
+    usable_cores: int | None = doc("profile: the cores this process may use (affinity, cgroup)")
+    local_world_size: int | None = doc("profile: ranks sharing this host's cores")
+    thresholds: JSON | None = doc("profile: the stall fractions the verdict was judged at")
     config_label: str | None = doc("profile: that config's label")
     device: str | None = doc("profile: the device the step ran on")
     train_step_call: str | None = doc("profile: how train_step was called")
@@ -204,20 +207,6 @@ class CompareSection(Section):
     stages_compared: JSON | None = doc("compare: both sides' stage tables and differences")
 
 
-@dataclass
-class OlderAdvice(Section):
-    """Advice from older records; analysis ignores them (it builds advice from the measurements).
-
-    Probes still write these keys for now; they go once no probe writes them.
-    """
-
-    recommendations: list[JSON] = doc(
-        "advice from older records; analysis ignores it", default_factory=list
-    )
-    advice: str | None = doc("profile: advice from older records; analysis ignores it")
-    thresholds: JSON | None = doc("profile: verdict thresholds; advice from older records")
-
-
 SECTIONS: tuple[type[Section], ...] = (
     PipelineSection,
     BenchSection,
@@ -230,12 +219,14 @@ SECTIONS: tuple[type[Section], ...] = (
     LongRunSection,
     CeilingSection,
     CompareSection,
-    OlderAdvice,
 )
 
 # Keys of older (0.3) records that no section declares, each with why it is dropped on load.
 LEGACY_KEYS: dict[str, str] = {
     "steady_steps": "0.3 profile records counted the steady steps here; `steps` holds them now",
+    "recommendations": "advice written by the probes of 0.3 and earlier; analysis derives today's "
+    "from the measurements",
+    "advice": "0.3 profile records' one-line advice; analysis derives it from the measurements",
 }
 
 

@@ -18,10 +18,10 @@ from ..record import RunRecord
 
 
 class Renderer(Protocol):
-    def render(self, record: RunRecord | dict) -> Any:
+    def render(self, record: RunRecord | dict[str, Any]) -> Any:
         """The output for one record, in memory."""
 
-    def write(self, record: RunRecord | dict, path: Path) -> list[Path]:
+    def write(self, record: RunRecord | dict[str, Any], path: Path) -> list[Path]:
         """Write the output at ``path``; return every file written."""
 
 
@@ -46,7 +46,8 @@ _EXTENSIONS = {
 def renderer_for(fmt: str) -> Renderer:
     module_name, class_name = RENDERERS[fmt]
     module = import_module(f".{module_name}", __name__)
-    return getattr(module, class_name)()
+    renderer: Renderer = getattr(module, class_name)()
+    return renderer
 
 
 def format_for_path(path: Path) -> str | None:
@@ -54,7 +55,8 @@ def format_for_path(path: Path) -> str | None:
 
 
 def write_report(record: RunRecord, path: Path, *, fmt: str | None = None) -> list[Path]:
-    """Write ``record`` at ``path`` in ``fmt`` (default: by the file's extension); the files written."""
+    """Write ``record`` at ``path`` in ``fmt`` (default: by the file's extension); the files
+    written."""
     fmt = fmt or format_for_path(path)
     if fmt is None:
         raise ValueError(f"cannot tell the report format of {path}; use .json, .md or .html")

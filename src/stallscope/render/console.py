@@ -52,7 +52,8 @@ VIEWS = ("summary", "report")
 
 
 class ConsoleRenderer:
-    """``print(record, console)`` to a rich console; ``render(record)`` as plain text; ``write`` to a file."""
+    """``print(record, console)`` to a rich console; ``render(record)`` as plain text; ``write`` to
+    a file."""
 
     def __init__(self, view: str = "summary", *, width: int = 140) -> None:
         if view not in VIEWS:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
@@ -22,11 +22,12 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         title_justify="left",
     )
     tokens = any(r.get("tokens_per_s") for r in results)  # token batches: tokens/s beside samples/s
-    for column, justify in [
+    token_columns: list[tuple[str, JustifyMethod]] = [("tokens/s", "right")] if tokens else []
+    columns: list[tuple[str, JustifyMethod]] = [
         ("config", "left"),
         ("samples/s", "right"),
         ("range", "right"),
-        *([("tokens/s", "right")] if tokens else []),
+        *token_columns,
         ("batches/s", "right"),
         ("start-up s", "right"),
         ("batch ms p50", "right"),
@@ -35,7 +36,8 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         ("speed-up", "right"),
         ("efficiency", "right"),
         ("workers CPU %", "right"),
-    ]:
+    ]
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     for i, r in enumerate(results):
         if r.get("error") or not isinstance(r.get("samples_per_s"), dict):
@@ -88,7 +90,8 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
     if dataset.get("batching") == "batch_sampler" and sizes:
         console.print(
             f"Batches come from your batch_sampler: {sizes['min']:,}–{sizes['max']:,} samples each "
-            f"(mean {sizes['mean']:,.1f}, the bs= in the labels); samples are counted as each batch holds them."
+            f"(mean {sizes['mean']:,.1f}, the bs= in the labels); samples are counted as each "
+            "batch holds them."
         )
     per_sample = scaling.get("single_process_ms_per_sample")
     if per_sample:

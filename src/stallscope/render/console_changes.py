@@ -44,7 +44,8 @@ def render_code_changes(data: dict[str, Any], console: Console) -> None:
     for row in facts.rows:
         if row.diff and row.worth_it:
             console.print(
-                f"[bold]{escape(row.title)}[/] ({fmt_ratio(row.speedup)}), run for two batches first:"
+                f"[bold]{escape(row.title)}[/] ({fmt_ratio(row.speedup)}), run for two batches "
+                "first:"
             )
             console.print(row.diff, markup=False, highlight=False)
             if row.apply:

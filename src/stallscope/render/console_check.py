@@ -1,4 +1,5 @@
-"""Console summary of a check record: findings (errors first) with evidence and fix, then coverage."""
+"""Console summary of a check record: findings (errors first) with evidence and fix, then
+coverage."""
 
 from __future__ import annotations
 
@@ -55,14 +56,17 @@ def _coverage_line(coverage: dict[str, Any]) -> str:
         if length:
             fraction = coverage.get("fraction_checked") or 0.0
             parts.append(
-                f"fetched {checked:,} of {length:,} samples ({fraction:.1%}, {coverage.get('mode')}{'' if coverage.get('mode') == 'full' else '; --full for all'})"
+                f"fetched {checked:,} of {length:,} samples ({fraction:.1%}, "
+                f"{coverage.get('mode')}"
+                f"{'' if coverage.get('mode') == 'full' else '; --full for all'})"
             )
         else:
             parts.append(f"fetched {checked:,} samples (iterable dataset)")
     if coverage.get("memory_samples"):
         parts.append(f"memory probe: {coverage['memory_samples']:,} samples")
     parts.append(
-        f"{coverage.get('num_workers')} workers ({coverage.get('worker_start_method') or coverage.get('start_method')})"
+        f"{coverage.get('num_workers')} workers "
+        f"({coverage.get('worker_start_method') or coverage.get('start_method')})"
     )
     if coverage.get("timeout_s") is not None:  # absent from records of older versions
         parts.append(f"timeout {coverage['timeout_s']:g} s per sample")
@@ -124,7 +128,8 @@ def render_check(data: dict[str, Any], console: Console) -> None:
         for entry in unchecked:
             codes = ", ".join(entry.get("codes") or []) or entry.get("probe", "")
             console.print(
-                f"[yellow]not checked: {escape(codes)}[/][dim] ({escape(str(entry.get('probe')))} probe): {escape(str(entry.get('reason')))}[/]"
+                f"[yellow]not checked: {escape(codes)}[/][dim] ({escape(str(entry.get('probe')))} "
+                f"probe): {escape(str(entry.get('reason')))}[/]"
             )
         named = {str(e.get("probe")) for e in unchecked}
         skipped = {

@@ -1,7 +1,9 @@
-"""Console summary of a compare record: the verdict, the CI gate, both sides' figures and stage tables."""
+"""Console summary of a compare record: the verdict, the CI gate, both sides' figures and stage
+tables."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
@@ -26,9 +28,9 @@ _STYLES = {
 }
 
 
-def plain(parts: list) -> str:
+def plain(parts: Sequence[dm.Cell]) -> str:
     """Inline document parts as console text (markup escaped)."""
-    out = []
+    out: list[str] = []
     for part in parts:
         if isinstance(part, (dm.Code, dm.Strong)):
             out.append(part.text)

@@ -1,4 +1,5 @@
-"""Console summary of a ``profile`` section (``stallscope profile``, ``ss.watch`` and the integrations).
+"""Console summary of a ``profile`` section (``stallscope profile``, ``ss.watch`` and the
+integrations).
 
 Reads only the record dict. :func:`summary_lines` gives plain text (for
 :func:`stall_summary` (``ss.stall_summary(w)``), the callbacks' ``summary()``
@@ -13,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..analysis.training import profile_advice
 from .console_advice import render_recommendations
 from .document_windows import long_run_lines
 
@@ -52,8 +54,8 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
         + (f", {profile['steps_per_s']:.1f} steps/s" if profile.get("steps_per_s") else "")
     )
     lines.append(
-        f"  steps: {profile.get('total_steps', 0)} total, {profile.get('warmup_steps', 0)} warm-up, "
-        f"{profile.get('epochs', 0)} epoch(s); thresholds: input-bound >= "
+        f"  steps: {profile.get('total_steps', 0)} total, {profile.get('warmup_steps', 0)} "
+        f"warm-up, {profile.get('epochs', 0)} epoch(s); thresholds: input-bound >= "
         f"{profile['thresholds']['input_bound_at'] * 100:.0f}%, compute-bound < "
         f"{profile['thresholds']['compute_bound_below'] * 100:.0f}%"
         if profile.get("thresholds")
@@ -73,8 +75,9 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
         lines.append(f"  timing: {timing['method']}: {timing['note']}")
     if occ := profile.get("occupancy"):
         lines.append(
-            f"  prefetch buffer: {occ['mean_ready']:.1f}/{occ['capacity']} batches ready on average "
-            f"(empty {_pct(occ['empty_fraction'])}, full {_pct(occ['full_fraction'])} of {occ['samples']} samples)"
+            f"  prefetch buffer: {occ['mean_ready']:.1f}/{occ['capacity']} batches ready on "
+            f"average (empty {_pct(occ['empty_fraction'])}, full {_pct(occ['full_fraction'])} of "
+            f"{occ['samples']} samples)"
         )
     else:
         lines.append("  prefetch buffer: not available (num_workers=0 or not a torch DataLoader)")
@@ -87,37 +90,44 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
     elif gpu.get("reason"):
         lines.append(f"  GPU: not sampled ({gpu['reason']})")
     if res := profile.get("resources"):
-        cpu = f"main {res['main_cpu_percent']:.0f}%, workers {res['workers_cpu_percent']:.0f}% ({res['n_workers']} workers)"
+        cpu = (
+            f"main {res['main_cpu_percent']:.0f}%, workers {res['workers_cpu_percent']:.0f}% "
+            f"({res['n_workers']} workers)"
+        )
         lines.append(
-            f"  CPU: {cpu}; RSS main {res['main_rss_mb']:.0f} MB, workers {res['workers_rss_mb']:.0f} MB"
+            f"  CPU: {cpu}; RSS main {res['main_rss_mb']:.0f} MB, workers "
+            f"{res['workers_rss_mb']:.0f} MB"
         )
     if sync := profile.get("sync"):
         lines.append(
-            f"  sync ({sync['mode']}): {sync['calls']} calls, {sync.get('mean_ms') or 0:.3f} ms mean, "
-            f"{_pct(sync.get('share_of_wall'))} of wall time (counted as compute)"
+            f"  sync ({sync['mode']}): {sync['calls']} calls, {sync.get('mean_ms') or 0:.3f} ms "
+            f"mean, {_pct(sync.get('share_of_wall'))} of wall time (counted as compute)"
         )
     dist = profile.get("distributed")
     if dist:
         lines.append(
-            f"  job ({dist['world_size']} ranks, figures above are rank {profile.get('rank', 0)}'s): "
-            f"{dist.get('job_verdict') or 'n/a'} at the most-stalled rank's {_pct(dist.get('max_stall_fraction'))}; "
-            f"slowest rank {dist['slowest_rank']} waits "
-            f"{dist['max_data_wait_ms_per_step']:.2f} ms/step for data (fastest "
+            f"  job ({dist['world_size']} ranks, figures above are rank "
+            f"{profile.get('rank', 0)}'s): {dist.get('job_verdict') or 'n/a'} at the most-stalled "
+            f"rank's {_pct(dist.get('max_stall_fraction'))}; slowest rank {dist['slowest_rank']} "
+            f"waits {dist['max_data_wait_ms_per_step']:.2f} ms/step for data (fastest "
             f"{dist['min_data_wait_ms_per_step']:.2f} ms/step)"
         )
         for r in profile.get("ranks") or []:
             lines.append(
-                f"    rank {r['rank']} ({r.get('host', '')}): stall {_pct(r.get('stall_fraction'))}, "
-                f"data {r.get('data_wait_ms_per_step') or 0:.2f} ms/step, compute {r.get('compute_ms_per_step') or 0:.2f} ms/step"
+                f"    rank {r['rank']} ({r.get('host', '')}): stall "
+                f"{_pct(r.get('stall_fraction'))}, data {r.get('data_wait_ms_per_step') or 0:.2f} "
+                f"ms/step, compute {r.get('compute_ms_per_step') or 0:.2f} ms/step"
             )
     lines.extend(long_run_lines(profile))
-    if profile.get("advice"):
-        lines.append(f"  advice: {profile['advice']}")
+    advice = profile_advice(profile)
+    if advice:
+        lines.append(f"  advice: {advice}")
     return lines
 
 
 def stall_summary(source: Any) -> str:
-    """Plain-text summary of a profile dict, or of anything with ``to_dict()`` (a watch, a callback)."""
+    """Plain-text summary of a profile dict, or of anything with ``to_dict()`` (a watch, a
+    callback)."""
     profile = source if isinstance(source, dict) else source.to_dict()
     return "\n".join(summary_lines(profile))
 
@@ -146,5 +156,6 @@ def render_profile(data: dict[str, Any], console: Console) -> None:
             continue
         console.print(line, highlight=False, markup=False)
     render_recommendations(data, console, bullet="→")
-    if data.get("advice"):
-        console.print(f"[bold]Advice:[/] {escape(data['advice'])}", highlight=False)
+    advice = profile_advice(data)
+    if advice:
+        console.print(f"[bold]Advice:[/] {escape(advice)}", highlight=False)

@@ -56,7 +56,8 @@ def _bytes(count: int) -> str:
 
 
 class StagesSummary:
-    """Prints the ``stages`` section of a record to a rich console (``render.console`` chooses it)."""
+    """Prints the ``stages`` section of a record to a rich console (``render.console`` chooses
+    it)."""
 
     def print(self, record: RunRecord | Mapping[str, Any], console: Console) -> None:
         data = _as_dict(record)
@@ -86,8 +87,9 @@ class StagesSummary:
         method = f" ({run['start_method']})" if run.get("start_method") and workers else ""
         device = f", copies to {run['device']}" if run.get("device") else ""
         return (
-            f"[bold]Stage breakdown[/] of {data.get('target', '?')}: {run.get('samples', 0)} samples "
-            f"({run.get('batches', 0)} batches of {run.get('batch_size', '?')}) measured {where}{method}{device}"
+            f"[bold]Stage breakdown[/] of {data.get('target', '?')}: {run.get('samples', 0)} "
+            f"samples ({run.get('batches', 0)} batches of {run.get('batch_size', '?')}) measured "
+            f"{where}{method}{device}"
         )
 
     @staticmethod
@@ -124,8 +126,8 @@ class StagesSummary:
         trusted = [s for s in stages if not s.get("doubtful")] or stages
         largest = max(trusted, key=lambda s: s.get("ms_per_sample") or 0.0)
         lines.append(
-            f"Largest stage: [bold]{largest['name']}[/], {_ms(largest['ms_per_sample'])} ms per sample "
-            f"({100 * (largest.get('share') or 0.0):.0f}% of the time)."
+            f"Largest stage: [bold]{largest['name']}[/], {_ms(largest['ms_per_sample'])} ms per "
+            f"sample ({100 * (largest.get('share') or 0.0):.0f}% of the time)."
         )
         for item in stages:
             if item.get("doubtful"):
@@ -149,20 +151,24 @@ class StagesSummary:
                 diff = aug.get("differential_ms_per_sample") or 0.0
                 pct = aug.get("differential_percent")
                 line += (
-                    f" With vs without them, __getitem__ in-process: {_ms(aug['with_ms_per_sample'])} vs "
-                    f"{_ms(aug['without_ms_per_sample'])} ms ({diff:+.2f} ms"
-                    + (f", {pct:+.0f}%)." if pct is not None else ").")
+                    " With vs without them, __getitem__ in-process: "
+                    f"{_ms(aug['with_ms_per_sample'])} vs {_ms(aug['without_ms_per_sample'])} ms "
+                    f"({diff:+.2f} ms" + (f", {pct:+.0f}%)." if pct is not None else ").")
                 )
             lines.append(line)
         transfer = data.get("transfer")
         if transfer:
             lines.append(
-                f"Worker→main transfer per batch ({_bytes(int(transfer.get('batch_bytes') or 0))}): "
-                f"serialise {_ms(transfer.get('serialise_ms_per_batch'))} ms, queue {_ms(transfer.get('queue_ms_per_batch'))} ms, "
-                f"deserialise {_ms(transfer.get('deserialise_ms_per_batch'))} ms "
-                f"(plus {_ms(transfer.get('handoff_ms_per_batch'))} ms waiting for the worker's queue thread"
+                "Worker→main transfer per batch "
+                f"({_bytes(int(transfer.get('batch_bytes') or 0))}): serialise "
+                f"{_ms(transfer.get('serialise_ms_per_batch'))} ms, queue "
+                f"{_ms(transfer.get('queue_ms_per_batch'))} ms, deserialise "
+                f"{_ms(transfer.get('deserialise_ms_per_batch'))} ms (plus "
+                f"{_ms(transfer.get('handoff_ms_per_batch'))} ms waiting for the worker's queue "
+                "thread"
                 + (
-                    f" and {_ms(transfer['deserialise_wait_ms_per_batch'])} ms waiting for the worker to hand over shared memory"
+                    f" and {_ms(transfer['deserialise_wait_ms_per_batch'])} ms waiting for the "
+                    "worker to hand over shared memory"
                     if transfer.get("deserialise_wait_ms_per_batch")
                     else ""
                 )
@@ -171,8 +177,9 @@ class StagesSummary:
         storage = data.get("storage")
         if storage:
             lines.append(
-                f"Page cache ({storage['files']} files, {_bytes(int(storage['bytes']))}): warm {_ms(storage['warm_ms_per_sample'])} ms, "
-                f"cold {_ms(storage['cold_ms_per_sample'])} ms per sample → fetching from storage "
+                f"Page cache ({storage['files']} files, {_bytes(int(storage['bytes']))}): warm "
+                f"{_ms(storage['warm_ms_per_sample'])} ms, cold "
+                f"{_ms(storage['cold_ms_per_sample'])} ms per sample → fetching from storage "
                 f"{_ms(storage['fetch_ms_per_sample'])} ms ({100 * storage['fetch_share']:.0f}%), "
                 f"preparation on the CPU {_ms(storage['prepare_ms_per_sample'])} ms."
             )

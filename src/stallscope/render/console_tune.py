@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
 from ..analysis import best_configuration, recommendations, trials_by_config
 from ..analysis.readers import config_label
 from ..analysis.tune_rules import TIE_SENTENCE, tie_pct
+from . import document_model as dm
 from .console_advice import inline_markup, render_recommendations
 from .document_results import best_section
 from .report_format import fmt_fixed
@@ -24,21 +26,26 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     region = search.get("region") or {}
     if region:
         console.print(
-            f"[bold]Region:[/] {escape(region.get('name', '?'))} — {escape(region.get('reason', ''))}"
+            f"[bold]Region:[/] {escape(region.get('name', '?'))} — "
+            f"{escape(region.get('reason', ''))}"
         )
     rows = trials_by_config(data.get("trials") or [])
     table = Table(
-        title=f"Configs measured ({len(data.get('trials') or [])} runs in {data.get('tuning_seconds', 0):.1f} s)",
+        title=(
+            f"Configs measured ({len(data.get('trials') or [])} runs in "
+            f"{data.get('tuning_seconds', 0):.1f} s)"
+        ),
         title_justify="left",
     )
-    for column, justify in [
+    columns: list[tuple[str, JustifyMethod]] = [
         ("config", "left"),
         ("phases", "left"),
         ("samples/s", "right"),
         ("runs", "right"),
         ("vs baseline", "right"),
         ("start-up s", "right"),
-    ]:
+    ]
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     base_rate = baseline.get("samples_per_s") or 0.0
     # The schema does not require labels: name a config from its settings where the record has none.
@@ -81,21 +88,23 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
             f"; runner-up {escape(runner)} at {1 / margin:.1%} of it" if runner and margin else ""
         )
         console.print(
-            f"Confidence {confidence:.0%} that no other finalist is more than {tie_pct(best)} faster "
-            f"({rounds} interleaved round(s){extra})."
+            f"Confidence {confidence:.0%} that no other finalist is more than {tie_pct(best)} "
+            f"faster ({rounds} interleaved round(s){extra})."
         )
     elif "rounds" in best:
         console.print(
-            f"[bold yellow]Not confirmed: the budget ran out[/] after {rounds} interleaved round(s); no confidence."
+            f"[bold yellow]Not confirmed: the budget ran out[/] after {rounds} interleaved "
+            "round(s); no confidence."
         )
     if best.get("tie"):
         console.print(
-            f"{TIE_SENTENCE[0].upper() + TIE_SENTENCE[1:]} (rates within {tie_pct(best)}, paired by round)."
+            f"{TIE_SENTENCE[0].upper() + TIE_SENTENCE[1:]} (rates within {tie_pct(best)}, "
+            "paired by round)."
         )
     if best.get("keep_baseline"):
         console.print(
-            f"[bold]Keep yours:[/] your loader ({escape(baseline['label'])}) is within {best.get('within_pct') or 0:.1f}% "
-            f"of the best found; no change is recommended."
+            f"[bold]Keep yours:[/] your loader ({escape(baseline['label'])}) is within "
+            f"{best.get('within_pct') or 0:.1f}% of the best found; no change is recommended."
         )
     _render_head_to_head(best.get("head_to_head") or [], console)
     for skipped in best.get("skipped") or []:
@@ -117,12 +126,13 @@ def _render_head_to_head(rows: list[dict[str, Any]], console: Console) -> None:
     if not rows:
         return
     table = Table(title="Raced head to head (same interleaved rounds)", title_justify="left")
-    for column, justify in [
+    columns: list[tuple[str, JustifyMethod]] = [
         ("config", "left"),
         ("role", "left"),
         ("median samples/s", "right"),
         ("rounds", "right"),
-    ]:
+    ]
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     for row in rows:
         table.add_row(
@@ -138,7 +148,9 @@ def _same_knobs(label: str, pick_label: str | None) -> bool:
     """The pick may add persistent workers (same steady state): match the rest of the label."""
     if pick_label is None:
         return False
-    strip = lambda text: " ".join(p for p in text.split() if p != "persistent")  # noqa: E731
+    strip: Callable[[str], str] = lambda text: " ".join(  # noqa: E731
+        p for p in text.split() if p != "persistent"
+    )
     return strip(label) == strip(pick_label)
 
 
@@ -146,8 +158,8 @@ def render_what_to_set(
     data: dict[str, Any], console: Console, *, with_recommendations: bool = True
 ) -> None:
     """The one winner in the reports' own sentence (``document_results.best_section``), the user's
-    loader call with its knobs as run first (``loader_code``, NOTE [verified snippets]) or the change
-    in words, then the analysed recommendations: what the Markdown and HTML reports say."""
+    loader call with its knobs as run first (``loader_code``, NOTE [verified snippets]) or the
+    change in words, then the analysed recommendations: what the Markdown and HTML reports say."""
     best = best_configuration(data)
     advice = data.get("loader_code") or {}
     code = advice.get("python") if advice.get("verified") else None
@@ -157,7 +169,8 @@ def render_what_to_set(
     console.rule("[bold]What to set and why")
     if best is not None:
         section, _ = best_section(best, data)
-        console.print(inline_markup(section.blocks[0].parts))
+        # best_section opens with its paragraph
+        console.print(inline_markup(cast(dm.Paragraph, section.blocks[0]).parts))
         if code:
             console.print(escape(code))
         else:

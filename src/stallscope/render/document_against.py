@@ -1,8 +1,10 @@
-"""``report NEW.json --against OLD.json``: the two records side by side, each figure with its own noise."""
+"""``report NEW.json --against OLD.json``: the two records side by side, each figure with its own
+noise."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..analysis.against import BEYOND, against_facts
@@ -11,19 +13,21 @@ from . import document_model as dm
 from . import report_format as rf
 
 
-def _value(figure: dict | None, unit: str) -> str:
+def _value(figure: dict[str, Any] | None, unit: str) -> str:
     if figure is None or figure["value"] is None:
         return rf.DASH
-    fmt = {"ms": rf.fmt_ms, "fraction": rf.fmt_fraction, "ratio": lambda v: f"{v:.3f}×"}.get(
-        unit, rf.fmt_rate
-    )
+    fmt: Callable[[Any], str] = {
+        "ms": rf.fmt_ms,
+        "fraction": rf.fmt_fraction,
+        "ratio": lambda v: f"{v:.3f}×",
+    }.get(unit, rf.fmt_rate)
     text = fmt(figure["value"])
     if figure["low"] is not None and figure["high"] is not None:
         text += f" ({fmt(figure['low'])} to {fmt(figure['high'])})"
     return text
 
 
-def _when(r: dict) -> str:
+def _when(r: dict[str, Any]) -> str:
     started = number(r.get("started_at"))
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)) if started else "?"
 
@@ -41,7 +45,7 @@ def against_document(new: Any, old: Any) -> dm.Document:
         ]
         for row in facts["rows"]
     ]
-    intro = [
+    intro: list[dm.Block] = [
         dm.Paragraph(
             [
                 f"{facts['command']} record of ",
@@ -53,13 +57,13 @@ def against_document(new: Any, old: Any) -> dm.Document:
         )
     ]
     beyond = facts["counts"].get(BEYOND, 0)
-    summary = [
+    summary: list[dm.Block] = [
         dm.Paragraph(
             [
                 dm.Strong(f"Verdict: {dm.plural(beyond, 'figure')} beyond the noise."),
-                " A difference inside the noise either record states is no difference; figures whose "
-                "records state no noise are not judged. To measure a change, race both in one run "
-                "with ",
+                " A difference inside the noise either record states is no difference; figures "
+                "whose records state no noise are not judged. To measure a change, race both in "
+                "one run with ",
                 dm.Code("stallscope compare"),
                 ".",
             ],

@@ -1,5 +1,6 @@
-"""The report section "This machine's ceiling": the ceiling, the cores needed at a target rate and the
-training step with free data, in the sentences ``analysis/ceiling.py`` builds, with their figures."""
+"""The report section "This machine's ceiling": the ceiling, the cores needed at a target rate and
+the training step with free data, in the sentences ``analysis/ceiling.py`` builds, with their
+figures."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from . import document_model as dm
 from . import report_format as rf
 
 
-def ceiling_section(facts: Any, r: dict) -> tuple[dm.Section | None, list | None]:
-    blocks: list = []
-    headline: list | None = None
+def ceiling_section(facts: Any, r: dict[str, Any]) -> tuple[dm.Section | None, dm.Text | None]:
+    blocks: list[dm.Block] = []
+    headline: dm.Text | None = None
     ceiling, cores = facts.ceiling, facts.cores_needed
     if facts.ceiling_sentence:
         blocks.append(dm.Paragraph([facts.ceiling_sentence]))
@@ -22,7 +23,7 @@ def ceiling_section(facts: Any, r: dict) -> tuple[dm.Section | None, list | None
             headline = [dm.Strong("Cores needed:"), " ", facts.cores_sentence]
     if facts.free_data_sentence:
         blocks.append(dm.Paragraph([facts.free_data_sentence]))
-    rows: list[list] = []
+    rows: list[list[dm.Cell]] = []
     if ceiling is not None:
         rows.append(
             [

@@ -4,17 +4,21 @@ effect and the diff (shown only where the patched code ran for two batches)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..analysis.code_changes import CodeChangeFacts, CodeChangeRow
 from . import document_model as dm
 from . import report_format as rf
 
 
-def code_changes_section(facts: CodeChangeFacts, r: dict):
-    blocks: list = []
+def code_changes_section(
+    facts: CodeChangeFacts, r: dict[str, Any]
+) -> tuple[dm.Section | None, dm.Text | None]:
+    blocks: list[dm.Block] = []
     if facts.pick_label:
         text = (
-            "Each change was applied inside stallscope's probes (your files were not touched) and raced against "
-            "the best knob config, "
+            "Each change was applied inside stallscope's probes (your files were not touched) and "
+            "raced against the best knob config, "
         )
         blocks.append(
             dm.Paragraph(
@@ -51,12 +55,12 @@ def code_changes_section(facts: CodeChangeFacts, r: dict):
                 [[dm.Strong(title), f": not applied, {why}."] for title, why in facts.not_applied]
             )
         )
-    headline = None
+    headline: dm.Text | None = None
     best = facts.best
     if best is not None:
         headline = [
-            f"Code change: {best.title.lower()} measured {rf.fmt_ratio(best.speedup)} the best knob config "
-            f"over {dm.plural(best.rounds, 'round')}"
+            f"Code change: {best.title.lower()} measured {rf.fmt_ratio(best.speedup)} the best "
+            f"knob config over {dm.plural(best.rounds, 'round')}"
             + (" (alters what the model sees)" if best.alters_output else "")
             + "."
         ]
@@ -71,16 +75,16 @@ def _speedup(row: CodeChangeRow) -> str:
 
 
 def _change(row: CodeChangeRow, n: int) -> dm.Section:
-    blocks: list = []
+    blocks: list[dm.Block] = []
     if row.error:
         blocks.append(dm.Paragraph([f"The race failed: {row.error}."]))
     elif row.speedup is not None:
         blocks.append(
             dm.Paragraph(
                 [
-                    f"{rf.fmt_ratio(row.speedup)} the best knob config ({rf.fmt_rate(row.samples_per_s)} vs "
-                    f"{rf.fmt_rate(row.pick_samples_per_s)} samples/s, median of "
-                    f"{dm.plural(row.rounds, 'interleaved round')})."
+                    f"{rf.fmt_ratio(row.speedup)} the best knob config "
+                    f"({rf.fmt_rate(row.samples_per_s)} vs {rf.fmt_rate(row.pick_samples_per_s)} "
+                    f"samples/s, median of {dm.plural(row.rounds, 'interleaved round')})."
                 ]
             )
         )

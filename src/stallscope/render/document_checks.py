@@ -1,4 +1,5 @@
-"""Report sections that judge: the checklist, the findings, the recommendations and troubleshooting."""
+"""Report sections that judge: the checklist, the findings, the recommendations and
+troubleshooting."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from . import document_model as dm
 from . import report_format as rf
 
 
-# -- checklist ---------------------------------------------------------------------------------
+# -- checklist -------------------------------------------------------------------------------------
 def _target_text(row: CheckRow) -> str:
     sign = "≥" if row.target.higher_is_better else "≤"
     return f"{sign} {rf.fmt_quantity(row.target.good, row.unit)}"
 
 
-def checklist_section(checklist: list[CheckRow], r: dict):
+def checklist_section(
+    checklist: list[CheckRow], r: dict[str, Any]
+) -> tuple[dm.Section, dm.Text | None]:
     rows = [
         [
             row.name,
@@ -31,14 +34,14 @@ def checklist_section(checklist: list[CheckRow], r: dict):
     return dm.Section("checklist", "Checklist", [table]), None
 
 
-# -- findings ------------------------------------------------------------------------------------
-def findings_section(found: FindingFacts, r: dict):
+# -- findings --------------------------------------------------------------------------------------
+def findings_section(found: FindingFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
     c = found.counts
     summary = (
-        f"{dm.plural(len(found.findings), 'finding')}: {dm.plural(c['error'], 'error')}, {dm.plural(c['warning'], 'warning')}, "
-        f"{dm.plural(c['info'], 'note')}."
+        f"{dm.plural(len(found.findings), 'finding')}: {dm.plural(c['error'], 'error')}, "
+        f"{dm.plural(c['warning'], 'warning')}, {dm.plural(c['info'], 'note')}."
     )
-    blocks: list = [dm.Paragraph([summary])]
+    blocks: list[dm.Block] = [dm.Paragraph([summary])]
     coverage = r.get("coverage")
     if isinstance(coverage, dict) and coverage:
         blocks.append(
@@ -68,7 +71,7 @@ def findings_section(found: FindingFacts, r: dict):
                 )
             )
     if found.findings:
-        rows = [
+        rows: list[list[dm.Cell]] = [
             [
                 dm.Status({"error": "fail", "warning": "warn"}.get(f.severity, "info")),
                 dm.Code(f.code),
@@ -78,16 +81,17 @@ def findings_section(found: FindingFacts, r: dict):
         ]
         blocks.append(dm.Table(["Severity", "Code", "Finding"], rows, "lll"))
     codes = sorted({f.code for f in found.findings if f.severity in ("error", "warning")})
-    headline = [
-        f"Checks: {dm.plural(c['error'], 'error')}, {dm.plural(c['warning'], 'warning')}, {dm.plural(c['info'], 'note')}"
-        + (f" ({', '.join(codes)})" if codes else "")
-        + "."
+    headline: dm.Text = [
+        f"Checks: {dm.plural(c['error'], 'error')}, {dm.plural(c['warning'], 'warning')}, "
+        f"{dm.plural(c['info'], 'note')}" + (f" ({', '.join(codes)})" if codes else "") + "."
     ]
     return dm.Section("findings", "Check findings", blocks), headline
 
 
-# -- recommendations --------------------------------------------------------------------------------
-def recommendations_section(recommendations: list[Recommendation], r: dict):
+# -- recommendations -------------------------------------------------------------------------------
+def recommendations_section(
+    recommendations: list[Recommendation], r: dict[str, Any]
+) -> tuple[dm.Section | None, dm.Text | None]:
     items = [recommendation_parts(rec) for rec in recommendations]
     items = [i for i in items if i]
     if not items:
@@ -95,10 +99,10 @@ def recommendations_section(recommendations: list[Recommendation], r: dict):
     return dm.Section("recommendations", "Recommendations", [dm.Bullets(items)]), None
 
 
-def recommendation_parts(rec: Recommendation) -> list:
+def recommendation_parts(rec: Recommendation) -> dm.Text:
     """One recommendation as inline parts (the console prints the same, ``console_advice``)."""
-    if rec.source == "record":
-        parts: list = [dm.Strong(rf.fmt_value(rec.title or rec.id).replace("`", ""))]
+    if rec.source == "text":
+        parts: dm.Text = [dm.Strong(rf.fmt_value(rec.title or rec.id).replace("`", ""))]
         if rec.detail:
             parts += [" — ", *dm.record_text(rf.fmt_value(rec.detail))]
         if rec.measured is not None:
@@ -106,7 +110,8 @@ def recommendation_parts(rec: Recommendation) -> list:
         if rec.expected_gain is not None:
             gain = rec.expected_gain
             parts.append(
-                f" Expected gain: {rf.fmt_ratio(gain) if isinstance(gain, float) else rf.fmt_value(gain)}."
+                " Expected gain: "
+                f"{rf.fmt_ratio(gain) if isinstance(gain, float) else rf.fmt_value(gain)}."
             )
         return parts
     x = rec.values
@@ -126,26 +131,29 @@ def recommendation_parts(rec: Recommendation) -> list:
             dm.Strong("Set persistent_workers=True"),
             " — at ",
             dm.Code(x["label"]),
-            f" the gap at an epoch boundary measured {rf.fmt_seconds(x['gap_without_s'])} without it and "
-            f"{rf.fmt_seconds(x['gap_with_s'])} with it. Expected gain: {rf.fmt_seconds(x['saved_s'])} per epoch "
-            f"after the first{epoch}.",
+            f" the gap at an epoch boundary measured {rf.fmt_seconds(x['gap_without_s'])} without "
+            f"it and {rf.fmt_seconds(x['gap_with_s'])} with it. Expected gain: "
+            f"{rf.fmt_seconds(x['saved_s'])} per epoch after the first{epoch}.",
         ]
     return []
 
 
-# -- troubleshooting -----------------------------------------------------------------------------------
+# -- troubleshooting -------------------------------------------------------------------------------
 _STACK_KEYS = ("stack", "traceback", "where")
 
 
-def troubleshooting_section(found: FindingFacts, r: dict):
+def troubleshooting_section(
+    found: FindingFacts, r: dict[str, Any]
+) -> tuple[dm.Section | None, dm.Text | None]:
     if not found.findings:
         return None, None
     section = dm.Section("troubleshooting", "Troubleshooting")
     for f in found.findings:
-        blocks: list = []
+        blocks: list[dm.Block] = []
         if f.message:
             blocks.append(dm.Paragraph(dm.record_text(f.message)))
-        evidence, stacks = [], []
+        evidence: list[dm.Text] = []
+        stacks: list[str] = []
         for key, value in f.evidence.items():
             if value is None or value == [] or value == {}:
                 continue
@@ -180,7 +188,8 @@ def _stack_line(frame: Any) -> str:
 
 
 def evidence_value(key: str, value: Any) -> str:
-    """Evidence by the unit its key names: *_bytes, *_mb, *_ms, *_s; indices and pids as plain integers."""
+    """Evidence by the unit its key names: *_bytes, *_mb, *_ms, *_s; indices and pids as plain
+    integers."""
     if isinstance(value, dict):
         return "; ".join(f"{k}: {evidence_value(str(k), v)}" for k, v in value.items())
     if (
@@ -212,15 +221,15 @@ def evidence_value(key: str, value: Any) -> str:
     return rf.fmt_value(value)
 
 
-def _derived_text(f: FindingView) -> list:
+def _derived_text(f: FindingView) -> dm.Text:
     d = f.derived
     if f.code == "memory-growth" and "epoch_mb_per_worker" in d:
         text = (
             f"At {rf.fmt_value(d['mb_per_1000'])} MB per thousand samples, one epoch of "
-            f"{rf.fmt_count(d['epoch_samples'])} samples adds about {rf.fmt_value(d['epoch_mb_per_worker'])} MB per "
-            "worker"
+            f"{rf.fmt_count(d['epoch_samples'])} samples adds about "
+            f"{rf.fmt_value(d['epoch_mb_per_worker'])} MB per worker"
         )
-        parts: list = [text]
+        parts: dm.Text = [text]
         if "epoch_mb_all_workers" in d:
             parts.append(
                 f", {rf.fmt_value(d['epoch_mb_all_workers'])} MB across {int(d['workers'])} workers"
@@ -229,7 +238,8 @@ def _derived_text(f: FindingView) -> list:
         return parts
     if f.code == "slow-samples" and "slowest_s" in d:
         parts = [
-            f"The slowest sample, index {int(d['slowest_index'])}, took {rf.fmt_seconds(d['slowest_s'])}"
+            f"The slowest sample, index {int(d['slowest_index'])}, took "
+            f"{rf.fmt_seconds(d['slowest_s'])}"
         ]
         if "median_s" in d:
             parts.append(
@@ -240,12 +250,13 @@ def _derived_text(f: FindingView) -> list:
     if f.code == "oversubscription" and "threads" in d:
         return [
             f"{int(d['num_workers'])} workers × {int(d['threads_per_worker'])} threads each = "
-            f"{int(d['threads'])} threads for {int(d['cores'])} usable cores, {rf.fmt_ratio(d['threads'] / d['cores'])} "
-            "oversubscribed."
+            f"{int(d['threads'])} threads for {int(d['cores'])} usable cores, "
+            f"{rf.fmt_ratio(d['threads'] / d['cores'])} oversubscribed."
         ]
     if f.code == "shm-too-small" and "in_flight_bytes" in d:
         return [
             f"The largest in-flight set measured is {int(d['in_flight_batches'])} batches, "
-            f"{rf.fmt_bytes(d['in_flight_bytes'])}, against {rf.fmt_bytes(d['shm_free_bytes'])} free in /dev/shm."
+            f"{rf.fmt_bytes(d['in_flight_bytes'])}, against {rf.fmt_bytes(d['shm_free_bytes'])} "
+            "free in /dev/shm."
         ]
     return []

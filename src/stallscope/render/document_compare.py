@@ -1,10 +1,14 @@
-"""The ``compare`` report: B against A, the ratio with its interval, each side's figures and the stage tables.
+"""The ``compare`` report: B against A, the ratio with its interval, each side's figures and the
+stage tables.
 
 Sentences and tables only; the figures were concluded by ``analysis.comparison`` when the record was
-made (``ratio``, ``change``, ``verdict``, ``gate``, ``figures``). Numbers print through ``report_format``.
+made (``ratio``, ``change``, ``verdict``, ``gate``, ``figures``). Numbers print through
+``report_format``.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from ..analysis.readers import number
 from . import document_model as dm
@@ -31,12 +35,12 @@ def _fmt(value: float | None, kind: str) -> str:
     return rf.fmt_quantity(value, kind)
 
 
-def _level(ratio: dict) -> str:
+def _level(ratio: dict[str, Any]) -> str:
     level = number(ratio.get("level"))
     return "" if level is None else f"{level * 100:.0f}% "
 
 
-def verdict_sentence(r: dict) -> list:
+def verdict_sentence(r: dict[str, Any]) -> dm.Text:
     """The one-line verdict: how B compares with A, and how sure that is."""
     ratio = r.get("ratio") or {}
     change = r.get("change") or {}
@@ -46,17 +50,18 @@ def verdict_sentence(r: dict) -> list:
         return [
             dm.Strong("Verdict: undecided."),
             f" {dm.plural(rounds, 'round')} measured (B/A "
-            f"{fmt_exact_ratio(number(ratio.get('estimate')))}): too few for an interval; raise --budget.",
+            f"{fmt_exact_ratio(number(ratio.get('estimate')))}): too few for an interval; raise "
+            "--budget.",
         ]
     interval = (
-        f" ({_level(ratio)}interval {fmt_exact_ratio(ratio['low'])} to {fmt_exact_ratio(ratio['high'])}, "
-        f"{dm.plural(rounds, 'paired round')})"
+        f" ({_level(ratio)}interval {fmt_exact_ratio(ratio['low'])} to "
+        f"{fmt_exact_ratio(ratio['high'])}, {dm.plural(rounds, 'paired round')})"
     )
     if verdict == "within noise":
         return [
             dm.Strong("Verdict: within noise."),
-            " B/A samples/s is "
-            f"{fmt_exact_ratio(ratio['estimate'])}{interval}: no difference the measurement can tell apart.",
+            f" B/A samples/s is {fmt_exact_ratio(ratio['estimate'])}{interval}: no difference the "
+            "measurement can tell apart.",
         ]
     direction = "slower" if verdict == "slower" else "faster"
     return [
@@ -67,7 +72,7 @@ def verdict_sentence(r: dict) -> list:
     ]
 
 
-def gate_sentence(r: dict) -> list | None:
+def gate_sentence(r: dict[str, Any]) -> dm.Text | None:
     gate = r.get("gate")
     if not gate:
         return None
@@ -84,7 +89,7 @@ def gate_sentence(r: dict) -> list | None:
     ]
 
 
-def settings_sentence(r: dict) -> list | None:
+def settings_sentence(r: dict[str, Any]) -> dm.Text | None:
     a, b = r.get("a") or {}, r.get("b") or {}
     if a.get("config") == b.get("config"):
         return ["Both sides ran at ", dm.Code(str(a.get("label", "?"))), "."]
@@ -97,7 +102,7 @@ def settings_sentence(r: dict) -> list | None:
     ]
 
 
-def stop_sentence(r: dict) -> list | None:
+def stop_sentence(r: dict[str, Any]) -> dm.Text | None:
     stopped = r.get("stopped")
     seconds = number(r.get("comparison_seconds"))
     settings = r.get("settings") or {}
@@ -116,7 +121,7 @@ def stop_sentence(r: dict) -> list | None:
     return None
 
 
-def figures_table(r: dict) -> dm.Table | None:
+def figures_table(r: dict[str, Any]) -> dm.Table | None:
     figures = r.get("figures") or {}
     rows = []
     for metric, (title, kind) in METRIC_ROWS.items():
@@ -159,12 +164,12 @@ def figures_table(r: dict) -> dm.Table | None:
     )
 
 
-def _noise(side: dict) -> str:
+def _noise(side: dict[str, Any]) -> str:
     """A side's own window-to-window spread, (max - min) / median."""
     return rf.fmt_fraction(number(side.get("noise")))
 
 
-def stage_table(r: dict) -> tuple[dm.Table | None, str | None]:
+def stage_table(r: dict[str, Any]) -> tuple[dm.Table | None, str | None]:
     stages = r.get("stages_compared") or {}
     if stages.get("error"):
         return None, stages["error"]
@@ -188,9 +193,9 @@ def _signed_ms(value: float | None) -> str:
     return ("+" if value > 0 else "−" if value < 0 else "") + rf.fmt_ms(abs(value))
 
 
-def compare_sections(r: dict) -> list[dm.Section]:
+def compare_sections(r: dict[str, Any]) -> list[dm.Section]:
     """The executive summary (verdict, gate), the figures side by side and the stage tables."""
-    summary: list = [
+    summary: list[dm.Block] = [
         dm.Paragraph(
             verdict_sentence(r),
             style="verdict " + str(r.get("verdict") or "undecided").replace(" ", "-"),
@@ -218,8 +223,9 @@ def compare_sections(r: dict) -> list[dm.Section]:
                 [
                     dm.Paragraph(
                         [
-                            "Every figure of one side is the median of its windows, its spread (max − min) / median over "
-                            "its windows; B/A and its interval come from the paired rounds, as the rate's do."
+                            "Every figure of one side is the median of its windows, its spread "
+                            "(max − min) / median over its windows; B/A and its interval come from "
+                            "the paired rounds, as the rate's do."
                         ]
                     ),
                     table,
@@ -228,18 +234,18 @@ def compare_sections(r: dict) -> list[dm.Section]:
         )
     stage, error = stage_table(r)
     if stage is not None or error:
-        blocks: list = (
+        blocks: list[dm.Block] = (
             [
                 dm.Paragraph(
                     [
-                        "Where the difference comes from: each side's stage breakdown, the stage that "
-                        "changed most first."
+                        "Where the difference comes from: each side's stage breakdown, the stage "
+                        "that changed most first."
                     ]
                 ),
                 stage,
             ]
             if stage is not None
-            else [dm.Paragraph([error])]
+            else [dm.Paragraph([str(error)])]
         )
         sections.append(dm.Section("stages", "Stages of A and B", blocks))
     return sections

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..analysis import CpuUse, EpochEstimate, MemoryFacts
 from . import document_model as dm
 from . import report_format as rf
 
 
 # -- epoch -------------------------------------------------------------------------------
-def epoch_section(epoch: EpochEstimate, r: dict):
-    rows = []
+def epoch_section(epoch: EpochEstimate, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
+    rows: list[list[dm.Cell]] = []
     for row in epoch.rows:
         start = rf.DASH
         if row.startup_s is not None:
@@ -26,11 +28,11 @@ def epoch_section(epoch: EpochEstimate, r: dict):
                 start,
             ]
         )
-    blocks: list = [
+    blocks: list[dm.Block] = [
         dm.Paragraph(
             [
-                f"For an epoch of {rf.fmt_count(epoch.length)} samples (the dataset's length) at the measured "
-                "steady-state rates:"
+                f"For an epoch of {rf.fmt_count(epoch.length)} samples (the dataset's length) at "
+                "the measured steady-state rates:"
             ]
         ),
         dm.Table(
@@ -40,7 +42,7 @@ def epoch_section(epoch: EpochEstimate, r: dict):
         ),
     ]
     best = epoch.rows[0]
-    notes: list = []
+    notes: dm.Text = []
     if epoch.saving_s is not None and len(epoch.rows) > 1:
         notes += [
             dm.config_code(best.label),
@@ -50,13 +52,14 @@ def epoch_section(epoch: EpochEstimate, r: dict):
         ]
     if best.startup_s is not None and not best.persistent and best.seconds > 0:
         notes.append(
-            f" Without persistent_workers each epoch also pays {rf.fmt_seconds(best.startup_s)} of worker "
-            f"start-up ({rf.fmt_fraction(best.startup_s / best.seconds)} of the epoch)."
+            f" Without persistent_workers each epoch also pays {rf.fmt_seconds(best.startup_s)} of "
+            f"worker start-up ({rf.fmt_fraction(best.startup_s / best.seconds)} of the epoch)."
         )
     if notes:
         blocks.append(dm.Paragraph(notes))
-    headline: list = [
-        f"One epoch of {rf.fmt_count(epoch.length)} samples takes about {rf.fmt_seconds(best.seconds)} with ",
+    headline: dm.Text = [
+        f"One epoch of {rf.fmt_count(epoch.length)} samples takes about "
+        f"{rf.fmt_seconds(best.seconds)} with ",
         dm.config_code(best.label),
     ]
     if len(epoch.rows) > 1:
@@ -69,14 +72,14 @@ def epoch_section(epoch: EpochEstimate, r: dict):
 
 
 # -- memory -------------------------------------------------------------------------------
-def memory_section(memory: MemoryFacts, r: dict):
-    blocks: list = []
+def memory_section(memory: MemoryFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
+    blocks: list[dm.Block] = []
     ref = f"One collated batch measured {rf.fmt_bytes(memory.reference_batch_bytes)}"
     if memory.reference_batch_size:
         ref += f" at batch size {memory.reference_batch_size}"
     blocks.append(dm.Paragraph([ref + "."]))
     for row in memory.rows:
-        parts: list = [
+        parts: dm.Text = [
             "At ",
             dm.config_code(row.label),
             f", {row.workers} workers × prefetch_factor {row.prefetch_factor} = "
@@ -85,8 +88,8 @@ def memory_section(memory: MemoryFacts, r: dict):
         ]
         if row.shm_fraction is not None:
             parts.append(
-                f", {rf.fmt_fraction(row.shm_fraction)} of the {rf.fmt_bytes(memory.shm_free_bytes)} free in "
-                "/dev/shm"
+                f", {rf.fmt_fraction(row.shm_fraction)} of the "
+                f"{rf.fmt_bytes(memory.shm_free_bytes)} free in /dev/shm"
             )
         parts.append(".")
         if row.workers_rss_bytes is not None:
@@ -96,12 +99,12 @@ def memory_section(memory: MemoryFacts, r: dict):
             )
             if row.ram_fraction is not None:
                 parts.append(
-                    f", {rf.fmt_fraction(row.ram_fraction)} of the {rf.fmt_bytes(memory.ram_available_bytes)} "
-                    "of RAM available"
+                    f", {rf.fmt_fraction(row.ram_fraction)} of the "
+                    f"{rf.fmt_bytes(memory.ram_available_bytes)} of RAM available"
                 )
             parts.append(".")
         blocks.append(dm.Paragraph(parts))
-    rows = [
+    rows: list[list[dm.Cell]] = [
         [
             dm.Code(row.label),
             row.role,
@@ -131,7 +134,7 @@ def memory_section(memory: MemoryFacts, r: dict):
         )
     )
     first = memory.rows[0]
-    headline: list = [
+    headline: dm.Text = [
         "In-flight batches at ",
         dm.config_code(first.label),
         f": {rf.fmt_bytes(first.in_flight_bytes)}",
@@ -143,9 +146,9 @@ def memory_section(memory: MemoryFacts, r: dict):
 
 
 # -- CPU -------------------------------------------------------------------------------------
-def cpu_section(cpu: CpuUse, r: dict):
+def cpu_section(cpu: CpuUse, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
     f = cpu.focus
-    where: list = [
+    where: dm.Text = [
         "In the training loop" if f.label == "training loop" else "At ",
         *([] if f.label == "training loop" else [dm.config_code(f.label)]),
     ]
@@ -155,7 +158,7 @@ def cpu_section(cpu: CpuUse, r: dict):
         text += f": {rf.fmt_percent(f.total_percent)} of one core in all"
     if f.capacity_fraction is not None:
         text += f", {rf.fmt_fraction(f.capacity_fraction)} of the {cpu.cores} usable cores"
-    blocks: list = [dm.Paragraph([*where, text + "."])]
+    blocks: list[dm.Block] = [dm.Paragraph([*where, text + "."])]
     rows = [
         [
             row.label if row.label == "training loop" else dm.Code(row.label),
@@ -183,11 +186,12 @@ def cpu_section(cpu: CpuUse, r: dict):
             "lrrrrrr",
         )
     )
-    headline = None
+    headline: dm.Text | None = None
     if f.capacity_fraction is not None:
+        keeps: dm.Text = [] if f.label == "training loop" else [dm.config_code(f.label), " keeps "]
         headline = [
             "CPU: ",
-            *([] if f.label == "training loop" else [dm.config_code(f.label), " keeps "]),
+            *keeps,
             f"{rf.fmt_fraction(f.capacity_fraction)} of the {cpu.cores} usable cores busy.",
         ]
     return dm.Section("cpu", "CPU use", blocks), headline

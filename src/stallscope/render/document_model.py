@@ -1,11 +1,12 @@
 """The report as a small document model: paragraphs, tables, figures and sections of inline parts.
 
-``report_document`` builds one from the analysis facts; the Markdown and HTML renderers serialise it.
+``report_document`` builds one from the analysis facts; the Markdown and HTML renderers serialise
+it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -23,7 +24,7 @@ class Strong:
 
 
 Inline = Union[str, Code, Strong]
-Text = list  # a list of Inline
+Text = list[Inline]
 
 
 @dataclass
@@ -33,24 +34,24 @@ class Status:
     value: str
 
 
-Cell = Union[str, Code, Strong, Status, list]
+Cell = Union[str, Code, Strong, Status, Text]
 
 
 @dataclass
 class Paragraph:
-    parts: list
+    parts: Text
     style: str = ""  # "verdict <label>" marks the executive verdict
 
 
 @dataclass
 class Bullets:
-    items: list  # each a list of Inline
+    items: list[Text]
 
 
 @dataclass
 class Table:
     headers: list[str]
-    rows: list[list[Cell]]
+    rows: Sequence[Sequence[Cell]]
     align: str = ""  # one letter per column: l or r (default l)
 
 
@@ -66,18 +67,21 @@ class Figure:
     caption: str
 
 
+Block = Union[Paragraph, Bullets, Table, CodeBlock, Figure]
+
+
 @dataclass
 class Section:
     key: str  # anchor id
     title: str
-    blocks: list = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
     subsections: list[Section] = field(default_factory=list)
 
 
 @dataclass
 class Document:
     title: str
-    intro: list
+    intro: list[Block]
     sections: list[Section]
 
     def figures(self) -> list[Figure]:
@@ -93,7 +97,7 @@ class Document:
         return found
 
 
-def record_text(text: Any) -> list:
+def record_text(text: Any) -> Text:
     """A string from the record, with its `backtick` spans as inline code."""
     pieces = str(text).split("`")
     if len(pieces) % 2 == 0:  # unbalanced backticks: keep the text as it is
@@ -104,10 +108,20 @@ def record_text(text: Any) -> list:
 class DocumentWriter:
     """What the Markdown and HTML writers share: which method writes which block or inline part.
 
-    A writer supplies ``paragraph``, ``bullets``, ``table``, ``code_block`` and ``figure`` (given the
-    image the figure shows, or None) for blocks, and ``text``, ``code``, ``strong`` and ``status``
-    for inline parts.
+    A writer supplies ``paragraph``, ``bullets``, ``table``, ``code_block`` and ``figure`` (given
+    the image the figure shows, or None) for blocks, and ``text``, ``code``, ``strong`` and
+    ``status`` for inline parts.
     """
+
+    paragraph: Callable[[Paragraph], Any]
+    bullets: Callable[[Bullets], Any]
+    table: Callable[[Table], Any]
+    code_block: Callable[[CodeBlock], Any]
+    figure: Callable[[Figure, str | None], Any]
+    text: Callable[[Any], str]
+    code: Callable[[str], str]
+    strong: Callable[[str], str]
+    status: Callable[[str], str]
 
     def block(self, block: Any, images: dict[str, str]) -> Any:
         if isinstance(block, Paragraph):
@@ -123,7 +137,7 @@ class DocumentWriter:
         raise TypeError(f"unknown block {type(block).__name__}")
 
     def inline(self, parts: Sequence[Any]) -> str:
-        out = []
+        out: list[str] = []
         for part in parts:
             if isinstance(part, Code):
                 out.append(self.code(part.text))

@@ -1,6 +1,6 @@
-"""Report sections on what was measured: the bench sweep, the tuner, the best configuration, the stage
-breakdown and the training loop. Each builder returns ``(section, headline)``; ``None`` where the facts
-are absent."""
+"""Report sections on what was measured: the bench sweep, the tuner, the best configuration, the
+stage breakdown and the training loop. Each builder returns ``(section, headline)``; ``None`` where
+the facts are absent."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ..analysis import (
     TuningFacts,
 )
 from ..analysis.readers import number, workers_of
+from ..thresholds import TIE_MARGIN
 from . import document_model as dm
 from . import report_format as rf
 from .document_checks import evidence_value
@@ -21,10 +22,12 @@ from .document_windows import long_run_blocks
 
 
 # -- benchmark ---------------------------------------------------------------------
-def bench_section(bench: BenchFacts, r: dict):
+def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
     if bench.measured == 0:
-        rows = [[dm.Code(row.label), row.error or rf.DASH] for row in bench.rows]
-        blocks = [
+        rows: list[list[dm.Cell]] = [
+            [dm.Code(row.label), row.error or rf.DASH] for row in bench.rows
+        ]
+        blocks: list[dm.Block] = [
             dm.Paragraph([f"All {dm.plural(bench.failed, 'configuration')} failed:"]),
             dm.Table(["Configuration", "error"], rows),
         ]
@@ -36,8 +39,8 @@ def bench_section(bench: BenchFacts, r: dict):
         intro += f", on {bench.cores} usable cores"
     if bench.batches_timed and bench.window_s:
         intro += (
-            f"; rates come from {bench.batches_timed:,} batches timed over {rf.fmt_seconds(bench.window_s)} of "
-            "steady state, start-up excluded"
+            f"; rates come from {bench.batches_timed:,} batches timed over "
+            f"{rf.fmt_seconds(bench.window_s)} of steady state, start-up excluded"
         )
     intro += "."
     if bench.single_process_ms_per_sample is not None:
@@ -67,7 +70,7 @@ def bench_section(bench: BenchFacts, r: dict):
                 rf.fmt_fraction(row.noise),
             ]
         )
-    blocks: list = [
+    blocks = [
         dm.Paragraph([intro]),
         dm.Table(
             [
@@ -87,10 +90,10 @@ def bench_section(bench: BenchFacts, r: dict):
     failed = [row for row in bench.rows if row.error]
     if failed:
         blocks.append(dm.Bullets([[dm.Code(row.label), f" failed: {row.error}"] for row in failed]))
-    headline = None
+    headline: dm.Text | None = None
     if bench.best is not None:
         best = bench.best
-        parts: list = [
+        parts: dm.Text = [
             "Fastest: ",
             dm.config_code(best.label),
             f" at {rf.fmt_rate(best.samples_per_s)} samples/s",
@@ -111,9 +114,9 @@ def bench_section(bench: BenchFacts, r: dict):
                 )
         if bench.latency_bound:
             parts.append(
-                f" The best uses {workers_of(best.config)} workers on {bench.cores} cores and beats one process "
-                f"by more than {bench.cores}×, so the source is latency-bound: extra workers overlap waiting, "
-                "not computation."
+                f" The best uses {workers_of(best.config)} workers on {bench.cores} cores and "
+                f"beats one process by more than {bench.cores}×, so the source is latency-bound: "
+                "extra workers overlap waiting, not computation."
             )
         blocks.append(dm.Paragraph(parts))
         headline = [
@@ -133,8 +136,8 @@ def bench_section(bench: BenchFacts, r: dict):
 
 
 # -- tuning --------------------------------------------------------------------------
-def tuning_section(tuning: TuningFacts, r: dict):
-    parts: list = [f"The tuner measured {dm.plural(tuning.trials, 'trial')}"]
+def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
+    parts: dm.Text = [f"The tuner measured {dm.plural(tuning.trials, 'trial')}"]
     if tuning.seconds is not None:
         parts.append(f" in {rf.fmt_seconds(tuning.seconds)}")
     parts += [
@@ -158,7 +161,7 @@ def tuning_section(tuning: TuningFacts, r: dict):
         if tuning.rounds is not None:
             parts.append(f" over {dm.plural(tuning.rounds, 'interleaved round')}")
     parts.append(".")
-    blocks: list = [dm.Paragraph(parts)]
+    blocks: list[dm.Block] = [dm.Paragraph(parts)]
     if tuning.plan:
         blocks.append(
             dm.Paragraph(
@@ -167,7 +170,7 @@ def tuning_section(tuning: TuningFacts, r: dict):
         )
     if tuning.tie:
         within = rf.fmt_percent(
-            100 * (tuning.tie_margin if tuning.tie_margin is not None else 0.03)
+            100 * (tuning.tie_margin if tuning.tie_margin is not None else TIE_MARGIN)
         )
         blocks.append(
             dm.Paragraph(
@@ -182,7 +185,8 @@ def tuning_section(tuning: TuningFacts, r: dict):
             dm.Paragraph(
                 [
                     dm.Strong("Not confirmed: the budget ran out"),
-                    f" after {dm.plural(tuning.rounds or 0, 'interleaved round')}, so there is no confidence.",
+                    f" after {dm.plural(tuning.rounds or 0, 'interleaved round')}, so there is "
+                    "no confidence.",
                 ]
             )
         )
@@ -193,12 +197,13 @@ def tuning_section(tuning: TuningFacts, r: dict):
                     dm.Strong("Keep yours:"),
                     " your loader ",
                     dm.config_code(tuning.baseline.label),
-                    f" is within {rf.fmt_percent(tuning.within_pct)} of the best found; no change is recommended.",
+                    f" is within {rf.fmt_percent(tuning.within_pct)} of the best found; no "
+                    "change is recommended.",
                 ]
             )
         )
     if tuning.head_to_head:
-        rows = [
+        rows: list[list[dm.Cell]] = [
             [dm.Code(h.label), h.role, rf.fmt_rate(h.samples_per_s), rf.fmt_count(h.rounds)]
             for h in tuning.head_to_head
         ]
@@ -222,7 +227,8 @@ def tuning_section(tuning: TuningFacts, r: dict):
                     "Epoch boundary at ",
                     dm.Code(gap.measured_on),
                     f": {rf.fmt_seconds(gap.gap_without_s)} without and "
-                    f"{rf.fmt_seconds(gap.gap_with_s)} with persistent workers, so persistent_workers=True is {verdict}.",
+                    f"{rf.fmt_seconds(gap.gap_with_s)} with persistent workers, so "
+                    f"persistent_workers=True is {verdict}.",
                 ]
             )
         )
@@ -259,7 +265,7 @@ def tuning_section(tuning: TuningFacts, r: dict):
     if tuning.notes:
         blocks.append(dm.Paragraph(["Search notes:"]))
         blocks.append(dm.Bullets([dm.record_text(note) for note in tuning.notes]))
-    headline: list = ["Tuning"]
+    headline: dm.Text = ["Tuning"]
     if tuning.seconds is not None:
         headline.append(f" ({rf.fmt_seconds(tuning.seconds)}, {dm.plural(tuning.trials, 'trial')})")
     headline += [
@@ -281,18 +287,18 @@ def tuning_section(tuning: TuningFacts, r: dict):
 
 
 # -- best configuration ----------------------------------------------------------------
-def best_section(best: BestConfig, r: dict):
+def best_section(best: BestConfig, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
     if best.keep_baseline and best.best_found is not None:
-        parts: list = [
+        parts: dm.Text = [
             dm.Strong("Keep yours:"),
             " your loader ",
             dm.config_code(best.label),
             f" is within {rf.fmt_percent(best.within_pct)} of the best found, ",
             dm.config_code(best.best_found.label),
-            f" ({rf.fmt_rate(best.samples_per_s)} vs {rf.fmt_rate(best.best_found.samples_per_s)} samples/s); "
-            "no change is recommended.",
+            f" ({rf.fmt_rate(best.samples_per_s)} vs {rf.fmt_rate(best.best_found.samples_per_s)} "
+            "samples/s); no change is recommended.",
         ]
-        blocks: list = [dm.Paragraph(parts)]
+        blocks: list[dm.Block] = [dm.Paragraph(parts)]
         if best.snippet:
             blocks += [
                 dm.Paragraph(["Your loader call, unchanged:"]),
@@ -314,8 +320,8 @@ def best_section(best: BestConfig, r: dict):
         parts += [
             "; the tuner's pick ",
             dm.config_code(best.overruled.label),
-            f" ({rf.fmt_rate(best.overruled.samples_per_s)} samples/s) never raced it head to head and was slower "
-            "beyond the noise",
+            f" ({rf.fmt_rate(best.overruled.samples_per_s)} samples/s) never raced it head to "
+            "head and was slower beyond the noise",
         ]
     if not best.snippet:
         parts.append(".")
@@ -329,9 +335,9 @@ def best_section(best: BestConfig, r: dict):
 
 
 # -- stages ---------------------------------------------------------------------------
-def stage_section(stages: StageFacts, r: dict):
-    blocks: list = []
-    headline: list = []
+def stage_section(stages: StageFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
+    blocks: list[dm.Block] = []
+    headline: dm.Text = []
     if stages.rows and stages.top is not None:
         top = stages.top
         run = stages.run
@@ -352,13 +358,13 @@ def stage_section(stages: StageFacts, r: dict):
         blocks.append(
             dm.Paragraph(
                 [
-                    f"{dm.plural(len(stages.rows), 'stage')} sum to {rf.fmt_ms(stages.total_ms)} per sample; the "
-                    f"largest is {top.name} at {rf.fmt_ms(top.ms_per_sample)} "
+                    f"{dm.plural(len(stages.rows), 'stage')} sum to {rf.fmt_ms(stages.total_ms)} "
+                    f"per sample; the largest is {top.name} at {rf.fmt_ms(top.ms_per_sample)} "
                     f"({rf.fmt_fraction(top.share)})."
                 ]
             )
         )
-        rows = [
+        rows: list[list[dm.Cell]] = [
             [
                 row.name,
                 row.kind or rf.DASH,
@@ -393,7 +399,10 @@ def stage_section(stages: StageFacts, r: dict):
             amounts.append(f"{rf.fmt_percent(aug.percent)} over the pipeline without it")
         sentence = f"{text} adds {', '.join(amounts)}"
         if aug.with_ms is not None and aug.without_ms is not None:
-            sentence += f" ({rf.fmt_ms(aug.with_ms)} per sample with it, {rf.fmt_ms(aug.without_ms)} without)"
+            sentence += (
+                f" ({rf.fmt_ms(aug.with_ms)} per sample with it, {rf.fmt_ms(aug.without_ms)} "
+                "without)"
+            )
         sentence += "."
         blocks.append(dm.Paragraph([sentence]))
         headline = [*headline, " " if headline else "", sentence]
@@ -426,9 +435,9 @@ def stage_section(stages: StageFacts, r: dict):
 
 
 # -- training loop ---------------------------------------------------------------------
-def training_section(t: TrainingFacts, r: dict):
-    blocks: list = []
-    first: list = []
+def training_section(t: TrainingFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
+    blocks: list[dm.Block] = []
+    first: dm.Text = []
     if t.stall_fraction is not None:
         text = "The loop"
         if t.config_label:
@@ -439,8 +448,8 @@ def training_section(t: TrainingFacts, r: dict):
             text += f" over {rf.fmt_count(t.steps)} steps"
         if t.mean_data_ms is not None and t.mean_compute_ms is not None:
             text += (
-                f" (mean {rf.fmt_ms(t.mean_data_ms)} data wait and {rf.fmt_ms(t.mean_compute_ms)} compute per "
-                "step)"
+                f" (mean {rf.fmt_ms(t.mean_data_ms)} data wait and {rf.fmt_ms(t.mean_compute_ms)} "
+                "compute per step)"
             )
         first.append(text + ".")
     if t.verdict:
@@ -456,7 +465,10 @@ def training_section(t: TrainingFacts, r: dict):
         if t.mean_data_ms is not None and t.mean_compute_ms is not None:
             text += f", against a mean step of {rf.fmt_ms(t.mean_data_ms + t.mean_compute_ms)}"
         if t.first_batch_share is not None and t.epoch_steps is not None:
-            text += f"; over an epoch of {rf.fmt_count(t.epoch_steps)} steps that is {rf.fmt_fraction(t.first_batch_share)} of the time"
+            text += (
+                f"; over an epoch of {rf.fmt_count(t.epoch_steps)} steps that is "
+                f"{rf.fmt_fraction(t.first_batch_share)} of the time"
+            )
         first.append(text + ".")
     if first:
         if isinstance(first[0], str):
@@ -480,11 +492,11 @@ def training_section(t: TrainingFacts, r: dict):
         blocks.append(dm.Bullets([dm.record_text(a) for a in t.advice]))
     blocks.append(dm.Figure("timeline", "Data wait and compute per training step"))
     blocks.extend(long_run_blocks(r))
-    headline = None
+    headline: dm.Text | None = None
     if t.verdict and t.stall_fraction is not None:
         headline = [
-            f"The training loop is {t.verdict}: it waited for data {rf.fmt_fraction(t.stall_fraction)} of step "
-            "time"
+            f"The training loop is {t.verdict}: it waited for data "
+            f"{rf.fmt_fraction(t.stall_fraction)} of step time"
         ]
         if t.steps is not None:
             headline.append(f" over {rf.fmt_count(t.steps)} steps")
@@ -509,7 +521,10 @@ def _occupancy_text(occupancy: Any) -> str:
             number(occupancy.get("full_fraction")),
         )
         if empty is not None and full is not None:
-            text += f"; it was empty {rf.fmt_fraction(empty)} and full {rf.fmt_fraction(full)} of the time"
+            text += (
+                f"; it was empty {rf.fmt_fraction(empty)} and full {rf.fmt_fraction(full)} of "
+                "the time"
+            )
         return text + "."
     if isinstance(occupancy, dict) and occupancy:
         return "Prefetch-buffer occupancy (ready batches waiting): " + rf.fmt_value(occupancy) + "."
@@ -518,17 +533,20 @@ def _occupancy_text(occupancy: Any) -> str:
     return ""
 
 
-def _distributed_text(d: dict) -> str:
+def _distributed_text(d: dict[str, Any]) -> str:
     if d.get("slowest_rank") is None or number(d.get("max_data_wait_ms_per_step")) is None:
         return "Across ranks: " + rf.fmt_value(d) + "."
     text = "Across "
     text += f"{d['world_size']} ranks" if isinstance(d.get("world_size"), int) else "the ranks"
     text += (
-        f" the slowest, rank {d['slowest_rank']}, waited {rf.fmt_ms(d['max_data_wait_ms_per_step'])} per step for "
-        "data"
+        f" the slowest, rank {d['slowest_rank']}, waited "
+        f"{rf.fmt_ms(d['max_data_wait_ms_per_step'])} per step for data"
     )
     if number(d.get("min_data_wait_ms_per_step")) is not None:
         text += f" against {rf.fmt_ms(d['min_data_wait_ms_per_step'])} on the fastest"
     if number(d.get("max_stall_fraction")) is not None:
-        text += f"; the job runs at its pace, a stall fraction of {rf.fmt_fraction(d['max_stall_fraction'])}"
+        text += (
+            "; the job runs at its pace, a stall fraction of "
+            f"{rf.fmt_fraction(d['max_stall_fraction'])}"
+        )
     return text + "."

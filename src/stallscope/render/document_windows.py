@@ -15,7 +15,8 @@ from ..analysis.readers import number
 from . import document_model as dm
 from . import report_format as rf
 
-# Rows of the windows table in a report; longer runs show evenly spaced windows (all are in the JSON).
+# Rows of the windows table in a report; longer runs show evenly spaced windows (all are in the
+# JSON).
 TABLE_ROWS = 24
 
 
@@ -45,12 +46,10 @@ def windows_line(profile: dict[str, Any]) -> str | None:
     if stalls:
         low, high = min(stalls, key=lambda s: s[0]), max(stalls, key=lambda s: s[0])
         text += (
-            f": stall fraction {_pct(low[0])} to {_pct(high[0])} per window (worst: window {high[1]['index']}, "
-            f"from {_duration(high[1]['start_s'])})"
+            f": stall fraction {_pct(low[0])} to {_pct(high[0])} per window (worst: window "
+            f"{high[1]['index']}, from {_duration(high[1]['start_s'])})"
         )
-    p50 = [
-        number(w.get("step_ms_p50")) for w in windows if number(w.get("step_ms_p50")) is not None
-    ]
+    p50 = [v for v in (number(w.get("step_ms_p50")) for w in windows) if v is not None]
     if p50:
         text += f"; median step {rf.fmt_ms(min(p50))} to {rf.fmt_ms(max(p50))}"
     slowest = [
@@ -71,7 +70,10 @@ def drift_line(drift: dict[str, Any] | None) -> str | None:
     per = drift.get("per") or "samples"
     worst = drift.get("worst") or {}
     name = worst.get("process", "memory")
-    grew = f"{name} {_mb(worst.get('start_mb'))} → {_mb(worst.get('end_mb'))} over {drift.get('windows')} windows"
+    grew = (
+        f"{name} {_mb(worst.get('start_mb'))} → {_mb(worst.get('end_mb'))} over "
+        f"{drift.get('windows')} windows"
+    )
     rates = f"{_mb(worst.get('mb_per_1000'))} per thousand {per} it handled"
     if number(worst.get("mb_per_hour")) is not None:
         rates += f", {_mb(worst['mb_per_hour'])} per hour"
@@ -84,18 +86,19 @@ def drift_line(drift: dict[str, Any] | None) -> str | None:
         after = worst.get("after_plateau_mb_per_1000")
         since = f"; {_mb(after)} per thousand {per} since" if number(after) is not None else ""
         return (
-            f"memory drift: plateaued: {grew}, levelled off after {rf.fmt_count(worst.get('plateaued_after'))} "
-            f"{per} it handled{since}"
+            f"memory drift: plateaued: {grew}, levelled off after "
+            f"{rf.fmt_count(worst.get('plateaued_after'))} {per} it handled{since}"
         )
     return (
-        f"memory drift: flat: no process grew by the memory-growth rule's {_mb(drift.get('minimum_mb'))} "
-        f"({grew}, {rates})"
+        "memory drift: flat: no process grew by the memory-growth rule's "
+        f"{_mb(drift.get('minimum_mb'))} ({grew}, {rates})"
     )
 
 
 def long_run_lines(profile: dict[str, Any]) -> list[str]:
-    """Console lines (indented like the rest of the profile summary); none for a run that fitted in one window
-    (under torchrun: the job's windows, as the slowest rank saw them, not only this rank's)."""
+    """Console lines (indented like the rest of the profile summary); none for a run that fitted in
+    one window (under torchrun: the job's windows, as the slowest rank saw them, not only this
+    rank's)."""
     own = len([w for w in profile.get("windows") or [] if isinstance(w, dict)])
     job = len((profile.get("distributed") or {}).get("windows") or [])
     if max(own, job) < 2:
@@ -111,7 +114,8 @@ def long_run_lines(profile: dict[str, Any]) -> list[str]:
 
 
 def long_run_blocks(profile: dict[str, Any]) -> list[Any]:
-    """The training section's part on time windows: two sentences, the over-time plot, a table of windows."""
+    """The training section's part on time windows: two sentences, the over-time plot, a table of
+    windows."""
     windows = [w for w in profile.get("windows") or [] if isinstance(w, dict)]
     if len(windows) < 2:
         return []  # one window says nothing the run's own figures do not

@@ -27,7 +27,8 @@ header .wrap p { color: #c9d2dc; margin: 6px 0; }
 header code { background: rgba(255,255,255,0.12); color: #ffffff; }
 .wrap { max-width: 1080px; margin: 0 auto; padding: 0 28px; }
 h1 { margin: 0 0 8px; font-size: 28px; font-weight: 650; }
-h2 { margin: 36px 0 12px; padding-bottom: 6px; border-bottom: 1px solid var(--line); font-size: 21px; }
+h2 { margin: 36px 0 12px; padding-bottom: 6px; border-bottom: 1px solid var(--line); \
+font-size: 21px; }
 h3 { margin: 24px 0 8px; font-size: 17px; }
 nav { margin: 18px 0 0; display: flex; flex-wrap: wrap; gap: 6px 14px; font-size: 13px; }
 nav a { color: #9cc3ef; text-decoration: none; }
@@ -36,29 +37,36 @@ main { padding-bottom: 48px; }
 p { margin: 10px 0; }
 code { font: 13px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
        background: var(--soft); padding: 1px 5px; border-radius: 4px; }
-pre { background: var(--soft); border: 1px solid var(--line); border-radius: 6px; padding: 12px 14px;
+pre { background: var(--soft); border: 1px solid var(--line); border-radius: 6px; \
+padding: 12px 14px;
       overflow-x: auto; }
 pre code { background: none; padding: 0; }
 table { border-collapse: collapse; width: 100%; margin: 12px 0 16px; font-size: 14px; }
-th, td { border-bottom: 1px solid var(--line); padding: 6px 10px; text-align: left; vertical-align: top; }
+th, td { border-bottom: 1px solid var(--line); padding: 6px 10px; text-align: left; \
+vertical-align: top; }
 th { background: var(--soft); font-weight: 600; white-space: nowrap; }
 td.r, th.r { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tbody tr:nth-child(even) td { background: #fbfcfd; }
 ul { padding-left: 22px; }
 li { margin: 4px 0; }
-.verdict { border-left: 5px solid var(--info); background: #eef5fd; padding: 12px 16px; border-radius: 0 6px 6px 0;
+.verdict { border-left: 5px solid var(--info); background: #eef5fd; padding: 12px 16px; \
+border-radius: 0 6px 6px 0;
            font-size: 16px; }
 .verdict.unsafe, .verdict.input-bound { border-color: var(--fail); background: #fdf0f1; }
-.verdict.loader-limited, .verdict.balanced, .verdict.stage-bound { border-color: var(--warn); background: #fdf7e7; }
-.verdict.near-optimal, .verdict.compute-bound, .verdict.no-errors { border-color: var(--pass); background: #eef8f1; }
-.status { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600;
+.verdict.loader-limited, .verdict.balanced, .verdict.stage-bound { border-color: var(--warn); \
+background: #fdf7e7; }
+.verdict.near-optimal, .verdict.compute-bound, .verdict.no-errors { border-color: var(--pass); \
+background: #eef8f1; }
+.status { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; \
+font-weight: 600;
           white-space: nowrap; color: #ffffff; }
 .status.pass { background: var(--pass); } .status.warn { background: var(--warn); }
 .status.fail { background: var(--fail); } .status.info { background: var(--info); }
 figure { margin: 16px 0 22px; }
 figure img { max-width: 100%; height: auto; border: 1px solid var(--line); border-radius: 6px; }
 figcaption { color: var(--muted); font-size: 13px; margin-top: 4px; }
-@media print { header { background: none; color: var(--ink); } header .wrap p { color: var(--ink); } nav { display: none; } }
+@media print { header { background: none; color: var(--ink); } \
+header .wrap p { color: var(--ink); } nav { display: none; } }
 """
 
 
@@ -67,7 +75,8 @@ def esc(text: Any) -> str:
 
 
 class HTMLRenderer(dm.DocumentWriter):
-    """``render(record)`` returns one self-contained HTML page; plots are embedded as base64 PNGs."""
+    """``render(record)`` returns one self-contained HTML page; plots are embedded as base64
+    PNGs."""
 
     def __init__(self, plots: bool = True) -> None:
         self.plots = plots
@@ -99,8 +108,8 @@ class HTMLRenderer(dm.DocumentWriter):
             "<!DOCTYPE html>\n"
             '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>{esc(doc.title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-            f'<header><div class="wrap"><h1>{esc(doc.title)}</h1>{intro}<nav>{nav}</nav></div></header>\n'
+            f"<title>{esc(doc.title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n<header><div "
+            f'class="wrap"><h1>{esc(doc.title)}</h1>{intro}<nav>{nav}</nav></div></header>\n'
             f'<main><div class="wrap">{body}</div></main>\n'
             "</body>\n</html>\n"
         )
@@ -108,7 +117,10 @@ class HTMLRenderer(dm.DocumentWriter):
     def _section(self, section: dm.Section, images: dict[str, str], *, level: int) -> str:
         inner = "".join(self.block(b, images) for b in section.blocks)
         inner += "".join(self._section(s, images, level=level + 1) for s in section.subsections)
-        return f'<section id="{esc(section.key)}"><h{level}>{esc(section.title)}</h{level}>{inner}</section>\n'
+        return (
+            "<section "
+            f'id="{esc(section.key)}"><h{level}>{esc(section.title)}</h{level}>{inner}</section>\n'
+        )
 
     # -- blocks (DocumentWriter picks which) --
     def paragraph(self, block: dm.Paragraph) -> str:

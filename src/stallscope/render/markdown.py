@@ -45,7 +45,8 @@ class MarkdownRenderer(dm.DocumentWriter):
     """``render(record)`` returns the Markdown; ``write`` also writes the plots it links."""
 
     def render(self, record: Any, *, images: dict[str, str] | None = None) -> str:
-        """The report; ``images`` maps plot names to the paths the Markdown links (no figures without)."""
+        """The report; ``images`` maps plot names to the paths the Markdown links (no figures
+        without)."""
         return self.render_document(build_document(record), images or {})
 
     def render_document(self, doc: dm.Document, images: dict[str, str]) -> str:
@@ -59,7 +60,8 @@ class MarkdownRenderer(dm.DocumentWriter):
     def write(
         self, record: Any, path: Path, *, plots: bool = True, plots_dir: Path | None = None
     ) -> list[Path]:
-        """Write ``path``; with ``plots``, the PNGs it links go to ``plots_dir`` (default ``<stem>_plots/``).
+        """Write ``path``; with ``plots``, the PNGs it links go to ``plots_dir`` (default
+        ``<stem>_plots/``).
 
         Returns the files written: the Markdown, then the plots.
         """

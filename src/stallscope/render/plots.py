@@ -42,7 +42,8 @@ STAGE_COLORS = [
     "#a0522d",
     "#6b7a8f",
 ]
-# Keys LoaderConfig drops at num_workers=0; a 0-worker result joins every series that agrees on the rest.
+# Keys LoaderConfig drops at num_workers=0; a 0-worker result joins every series that agrees on the
+# rest.
 _WORKER_ONLY_KEYS = (
     "num_workers",
     "prefetch_factor",
@@ -181,17 +182,21 @@ def scaling_figure(record: Any) -> Figure | None:
     return fig
 
 
-def _scaling_series(results: list[dict]) -> dict[str, list[tuple[float, float, float, float]]]:
+def _scaling_series(
+    results: list[dict[str, Any]],
+) -> dict[str, list[tuple[float, float, float, float]]]:
     """Points (workers, median, min, max) per series: configs that differ only in num_workers."""
 
-    def shared(config: dict) -> tuple:
+    def shared(config: dict[str, Any]) -> tuple[tuple[str, str], ...]:
         return tuple(sorted((k, repr(v)) for k, v in config.items() if k not in _WORKER_ONLY_KEYS))
 
-    def series_key(config: dict) -> tuple:
+    def series_key(config: dict[str, Any]) -> tuple[tuple[str, str], ...]:
         return tuple(sorted((k, repr(v)) for k, v in config.items() if k != "num_workers"))
 
-    def point(res: dict) -> tuple[float, float, float, float]:
-        spread = res.get("samples_per_s") if isinstance(res.get("samples_per_s"), dict) else {}
+    def point(res: dict[str, Any]) -> tuple[float, float, float, float]:
+        spread: dict[str, Any] = (
+            res["samples_per_s"] if isinstance(res.get("samples_per_s"), dict) else {}
+        )
         median = rd.rate_of(res.get("samples_per_s")) or 0.0
         low, high = rd.number(spread.get("min")), rd.number(spread.get("max"))
         return (
@@ -201,7 +206,7 @@ def _scaling_series(results: list[dict]) -> dict[str, list[tuple[float, float, f
             median if high is None else high,
         )
 
-    groups: dict[tuple, tuple[dict, list[dict]]] = {}
+    groups: dict[tuple[tuple[str, str], ...], tuple[dict[str, Any], list[dict[str, Any]]]] = {}
     zero = []
     for res in results:
         config = res.get("config") or {}
@@ -209,9 +214,10 @@ def _scaling_series(results: list[dict]) -> dict[str, list[tuple[float, float, f
             groups.setdefault(series_key(config), (config, []))[1].append(res)
         else:
             zero.append(res)
-    series: dict[str, list] = {}
+    series: dict[str, list[tuple[float, float, float, float]]] = {}
     for config, members in groups.values():
-        # A series measured at one worker count stays a lone marker: a line to 0 workers would imply a trend.
+        # A series measured at one worker count stays a lone marker: a line to 0 workers would imply
+        # a trend.
         joined = members + [
             z for z in zero if len(members) > 1 and shared(z.get("config") or {}) == shared(config)
         ]
@@ -223,7 +229,7 @@ def _scaling_series(results: list[dict]) -> dict[str, list[tuple[float, float, f
     return series
 
 
-def _series_label(config: dict) -> str:
+def _series_label(config: dict[str, Any]) -> str:
     label = rd.config_label(config)
     return " ".join(part for part in label.split() if not part.startswith("w=")) or label
 
@@ -242,8 +248,8 @@ def latency_figure(record: Any) -> Figure | None:
     best_label = rd.config_label(best.get("config"), best.get("label"))
     ax.stairs(counts, edges, fill=True, color=COLORS["measured"], alpha=0.75, label=best_label)
     single = rd.single_process_result(r, rd.batch_size_of(best.get("config")))
-    if single is not None and single is not best and _histogram(single) is not None:
-        s_edges, s_counts = _histogram(single)
+    if single is not None and single is not best and (s_hist := _histogram(single)) is not None:
+        s_edges, s_counts = s_hist
         ax.stairs(
             s_counts,
             s_edges,
@@ -265,24 +271,22 @@ def latency_figure(record: Any) -> Figure | None:
     return fig
 
 
-def _histogram(result: dict) -> tuple[list[float], list[float]] | None:
+def _histogram(result: dict[str, Any]) -> tuple[list[float], list[float]] | None:
     hist = result.get("batch_ms_histogram")
     if not isinstance(hist, dict):
         return None
     edges = [rd.number(e) for e in hist.get("edges") or []]
     counts = [rd.number(c) for c in hist.get("counts") or []]
-    if (
-        not counts
-        or len(edges) != len(counts) + 1
-        or None in edges
-        or None in counts
-        or sum(counts) <= 0
-    ):
+    if not counts or len(edges) != len(counts) + 1 or None in edges or None in counts:
         return None
-    return edges, counts
+    known_edges = [e for e in edges if e is not None]
+    known_counts = [c for c in counts if c is not None]
+    if sum(known_counts) <= 0:
+        return None
+    return known_edges, known_counts
 
 
-def _percentile_figure(r: dict) -> Figure | None:
+def _percentile_figure(r: dict[str, Any]) -> Figure | None:
     """Without histograms: p50/p95/p99/max per configuration."""
     rows = [
         (rd.config_label(res.get("config"), res.get("label")), res.get("batch_ms") or {})
@@ -328,7 +332,8 @@ def stages_figure(record: Any) -> Figure | None:
             edgecolor="white",
             label=f"{row.name} ({row.ms_per_sample:.3g} ms)",
         )
-        # Name the segment inside the bar only where the text fits (about 6.5 px per character at 8 pt).
+        # Name the segment inside the bar only where the text fits (about 6.5 px per character at 8
+        # pt).
         if row.share * axes_px > 6.5 * len(row.name) + 8:
             ax.text(
                 left + row.ms_per_sample / 2,
@@ -344,7 +349,8 @@ def stages_figure(record: Any) -> Figure | None:
     ax.set_xlim(0, left)
     ax.set_xlabel("ms per sample")
     ax.set_title("Where a sample's time goes")
-    # Below the figure's own bottom edge (under the x label); bbox_inches="tight" keeps it in the PNG.
+    # Below the figure's own bottom edge (under the x label); bbox_inches="tight" keeps it in the
+    # PNG.
     fig.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3)
     return fig
 
@@ -360,14 +366,15 @@ def timeline_figure(record: Any) -> Figure | None:
     if n == 0 or not any(data[:n]) and not any(compute[:n]):
         return None
     data, compute = data[:n], compute[:n]
-    stride = (
-        timeline.get("stride")
+    stride: int = (
+        timeline["stride"]
         if isinstance(timeline.get("stride"), int) and timeline["stride"] > 1
         else 1
     )
     steps = [1 + i * stride for i in range(n)]
     fig, ax = _new_figure(7.5, 3.6)
-    # Stacked steps (one artist per series, fast for any number of steps): data wait below, compute above.
+    # Stacked steps (one artist per series, fast for any number of steps): data wait below, compute
+    # above.
     edges = steps + [steps[-1] + stride]
     total = [d + c for d, c in zip(data, compute)]
     ax.stairs(data, edges, fill=True, color=COLORS["data"], label="waiting for data")
@@ -385,7 +392,8 @@ def timeline_figure(record: Any) -> Figure | None:
 
 # -- long runs: stall and memory per time window -------------------------------------
 def over_time_figure(record: Any) -> Figure | None:
-    """Two panels over the run's time windows: stall fraction, then memory (main RSS, each worker's RSS, mean USS)."""
+    """Two panels over the run's time windows: stall fraction, then memory (main RSS, each worker's
+    RSS, mean USS)."""
     r = rd.as_record_dict(record)
     windows = [
         w
@@ -451,7 +459,7 @@ def over_time_figure(record: Any) -> Figure | None:
         return None
     bottom.set_ylabel("MiB")
     bottom.set_xlabel(f"time since the first batch request ({unit})")
-    drift = r.get("memory_drift") if isinstance(r.get("memory_drift"), dict) else {}
+    drift: dict[str, Any] = r["memory_drift"] if isinstance(r.get("memory_drift"), dict) else {}
     if drift.get("verdict"):
         bottom.set_title(f"memory: {drift['verdict']}", fontsize=9, loc="left")
     if drawn:
@@ -459,7 +467,7 @@ def over_time_figure(record: Any) -> Figure | None:
     return fig
 
 
-def _worker_mb(window: dict, k: int, key: str) -> float | None:
+def _worker_mb(window: dict[str, Any], k: int, key: str) -> float | None:
     workers = window.get("workers") or []
     return (
         rd.number(workers[k].get(key))
@@ -540,7 +548,8 @@ def render_plots(record: Any, folder: str | Path) -> list[Path]:
 
 
 class PlotsRenderer:
-    """The plots as a renderer: ``render`` gives each plot's PNG bytes by name, ``write`` a folder of PNGs."""
+    """The plots as a renderer: ``render`` gives each plot's PNG bytes by name, ``write`` a folder
+    of PNGs."""
 
     def render(self, record: Any) -> dict[str, bytes]:
         pngs = {name: plot_png(name, record) for name in PLOTS}

@@ -64,7 +64,7 @@ def build_document(record: Any) -> dm.Document:
             title="stallscope compare report", intro=_intro(r), sections=compare_sections(r)
         )
     facts = report_facts(r)
-    headlines: list[list] = []
+    headlines: list[dm.Text] = []
     sections: list[dm.Section] = []
     for field, build in SECTION_BUILDERS:
         value = getattr(facts, field)
@@ -86,9 +86,9 @@ def build_document(record: Any) -> dm.Document:
     )
 
 
-def _intro(r: dict) -> list:
-    blocks: list = []
-    parts: list = ["Target ", dm.Code(str(r.get("target", "?")))]
+def _intro(r: dict[str, Any]) -> list[dm.Block]:
+    blocks: list[dm.Block] = []
+    parts: dm.Text = ["Target ", dm.Code(str(r.get("target", "?")))]
     started = number(r.get("started_at"))
     if started:
         parts.append(", run " + time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)))
@@ -113,7 +113,7 @@ def _intro(r: dict) -> list:
     return blocks
 
 
-def _host_sentence(host: dict) -> list:
+def _host_sentence(host: dict[str, Any]) -> dm.Text:
     facts = []
     if isinstance(host.get("cores"), int):
         text = f"{host['cores']} usable cores"
@@ -141,8 +141,8 @@ def _host_sentence(host: dict) -> list:
 
 
 # -- executive summary -------------------------------------------------------------
-def _summary_section(facts: ReportFacts, headlines: list[list]) -> dm.Section | None:
-    blocks: list = []
+def _summary_section(facts: ReportFacts, headlines: list[dm.Text]) -> dm.Section | None:
+    blocks: list[dm.Block] = []
     if facts.verdict is not None:
         blocks.append(
             dm.Paragraph(
@@ -155,11 +155,12 @@ def _summary_section(facts: ReportFacts, headlines: list[list]) -> dm.Section | 
     return dm.Section("summary", "Executive summary", blocks) if blocks else None
 
 
-def _verdict_text(v: Verdict) -> list:
+def _verdict_text(v: Verdict) -> dm.Text:
     x = v.values
     if v.label == "unsafe":
         return [
-            f"{dm.plural(x['errors'], 'error finding')} ({', '.join(x['codes'])}): loading fails or misbehaves until "
+            f"{dm.plural(x['errors'], 'error finding')} ({', '.join(x['codes'])}): loading "
+            "fails or misbehaves until "
             + ("it is" if x["errors"] == 1 else "they are")
             + " fixed, whatever the loader settings."
         ]
@@ -167,7 +168,8 @@ def _verdict_text(v: Verdict) -> list:
         parts = []
         if x.get("stall_fraction") is not None:
             parts.append(
-                f"the training loop waited for data {rf.fmt_fraction(x['stall_fraction'])} of its step time"
+                f"the training loop waited for data {rf.fmt_fraction(x['stall_fraction'])} of "
+                "its step time"
             )
             if x.get("steps") is not None:
                 parts[-1] += f" over {rf.fmt_count(x['steps'])} steps"
@@ -180,14 +182,14 @@ def _verdict_text(v: Verdict) -> list:
             dm.config_code(x["baseline"]),
             f" is within {rf.fmt_percent(x.get('within_pct'))} of the best found, ",
             dm.config_code(x["best"]),
-            f" ({rf.fmt_rate(x['samples_per_s'])} vs "
-            f"{rf.fmt_rate(x['baseline_samples_per_s'])} samples/s): keep it; no change is recommended.",
+            f" ({rf.fmt_rate(x['samples_per_s'])} vs {rf.fmt_rate(x['baseline_samples_per_s'])} "
+            "samples/s): keep it; no change is recommended.",
         ]
     if v.label in ("loader-limited", "near-optimal"):
         return [
             dm.config_code(x["best"]),
-            f" delivers {rf.fmt_rate(x['samples_per_s'])} samples/s, {rf.fmt_ratio(x['speedup'])} the "
-            "baseline ",
+            f" delivers {rf.fmt_rate(x['samples_per_s'])} samples/s, {rf.fmt_ratio(x['speedup'])} "
+            "the baseline ",
             dm.config_code(x["baseline"]),
             f" ({rf.fmt_rate(x['baseline_samples_per_s'])} samples/s).",
         ]
@@ -199,11 +201,12 @@ def _verdict_text(v: Verdict) -> list:
         ]
     if v.label == "stage-bound":
         return [
-            f"{x['stage']} takes {rf.fmt_ms(x['ms_per_sample'])} per sample, {rf.fmt_fraction(x['share'])} of the "
-            "measured per-sample time."
+            f"{x['stage']} takes {rf.fmt_ms(x['ms_per_sample'])} per sample, "
+            f"{rf.fmt_fraction(x['share'])} of the measured per-sample time."
         ]
     if v.label == "no errors":
         return [
-            f"The checks found no errors ({dm.plural(x['warnings'], 'warning')}, {dm.plural(x['infos'], 'note')})."
+            f"The checks found no errors ({dm.plural(x['warnings'], 'warning')}, "
+            f"{dm.plural(x['infos'], 'note')})."
         ]
     return []

@@ -12,7 +12,8 @@ from typing import Any
 
 DASH = "—"
 KIB = 1024
-# Percentages that would round to 0.0% print as "below 0.1%" (a formatting bound, not a measurement).
+# Percentages that would round to 0.0% print as "below 0.1%" (a formatting bound, not a
+# measurement).
 SMALL_PERCENT = 0.1
 
 
@@ -31,7 +32,8 @@ def _scaled(value: float) -> str:
 
 
 def fmt_fixed(value: float | None, digits: int = 1) -> str:
-    """Console tables: fixed decimals, thousands separated, an en dash where nothing was measured."""
+    """Console tables: fixed decimals, thousands separated, an en dash where nothing was
+    measured."""
     return "–" if value is None else f"{value:,.{digits}f}"
 
 

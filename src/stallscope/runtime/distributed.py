@@ -133,7 +133,8 @@ def rank_entry(profile: dict[str, Any], info: RankInfo) -> dict[str, Any]:
         "first_batch_s": profile.get("first_batch_s"),
         "gpu_util": profile.get("gpu_util"),
         "memory_drift": (profile.get("memory_drift") or {}).get("verdict"),
-        # per time window, what rank 0 needs to name the slowest rank of each (a few numbers per window)
+        # per time window, what rank 0 needs to name the slowest rank of each (a few numbers per
+        # window)
         "windows": [{k: w.get(k) for k in _RANK_WINDOW_KEYS} for w in profile.get("windows") or []],
     }
 

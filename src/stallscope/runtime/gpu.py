@@ -43,11 +43,11 @@ class GpuMonitor(Protocol):
 class NullGpuMonitor:
     """No GPU to watch: every sample is None, and ``reason`` says why."""
 
-    available = False
-    name = None
+    available: bool = False
+    name: str | None = None
 
     def __init__(self, reason: str) -> None:
-        self.reason = reason
+        self.reason: str | None = reason
 
     def sample(self) -> GpuSample | None:
         return None
@@ -59,8 +59,8 @@ class NullGpuMonitor:
 class NvmlGpuMonitor:
     """Reads one device through NVML; a failing read returns None instead of raising."""
 
-    available = True
-    reason = None
+    available: bool = True
+    reason: str | None = None
 
     def __init__(self, nvml: Any, handle: Any, name: str | None) -> None:
         self._nvml = nvml
@@ -114,9 +114,10 @@ def open_gpu_monitor(device_index: int | None = None, *, nvml: Any = None) -> Gp
     """
     if nvml is None:
         try:
-            import pynvml as nvml  # noqa: PLC0415 - optional dependency
+            import pynvml  # noqa: PLC0415 - optional dependency
         except ImportError:
             return NullGpuMonitor("nvidia-ml-py (pynvml) is not installed")
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except Exception as exc:

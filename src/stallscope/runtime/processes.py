@@ -53,7 +53,8 @@ _MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 def default_start_method() -> str:
     """The start method a DataLoader with no ``multiprocessing_context`` uses here: the one set with
-    ``set_start_method``, else the platform's default (without fixing the user's context for good)."""
+    ``set_start_method``, else the platform's default (without fixing the user's context for
+    good)."""
     current = multiprocessing.get_start_method(allow_none=True)
     if current:
         return current
@@ -121,7 +122,8 @@ def worker_pids(iterator: Any) -> list[int]:
 # How long a connection-type error waits for a worker to show up dead (NOTE [worker death]).
 DEATH_GRACE_S = 2.0
 _DEATH_TEXT = re.compile(
-    r"DataLoader worker \(pids?\(?s?\)? ?([\d, ]+)\)[^\n]*(exited unexpectedly|killed by signal|is killed)"
+    r"DataLoader worker \(pids?\(?s?\)? ?([\d, ]+)\)[^\n]*(exited unexpectedly|killed "
+    r"by signal|is killed)"
 )
 
 
@@ -187,7 +189,7 @@ def stop_workers(
 
 
 def describe_worker_death(
-    dead: list[tuple[int, int]], where: str = "", exc: BaseException | None = None
+    dead: list[tuple[int, int]] | None, where: str = "", exc: BaseException | None = None
 ) -> str:
     """One sentence for a dead worker: pid, exit code or signal, and what to do next.
 

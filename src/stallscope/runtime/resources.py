@@ -27,6 +27,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import psutil
 
@@ -47,15 +48,23 @@ class ResourceTick:
     workers_rss_mb: float
     n_workers: int
     worker_uss_mb: list[float] | None = None  # per worker, on the ticks that read USS
-    worker_rss_mb: list[float] | None = (
-        None  # per worker, in the order of ``worker_pids`` (their worker ids)
-    )
-    worker_uss_each: list[float | None] | None = (
-        None  # per worker as worker_rss_mb, None where unreadable
-    )
+    # per worker, in the order of ``worker_pids`` (their worker ids)
+    worker_rss_mb: list[float] | None = None
+    # per worker as worker_rss_mb, None where unreadable
+    worker_uss_each: list[float | None] | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class _Peaks:
+    """The window's peaks so far (``uss``: None until a tick reads it)."""
+
+    main_rss: float = 0.0
+    workers_rss: float = 0.0
+    uss: float | None = None
+    n: int = 0
 
 
 @dataclass
@@ -71,7 +80,7 @@ class ResourceSummary:
     seconds: float = 0.0
     ticks: list[ResourceTick] = field(default_factory=list)
 
-    def to_dict(self, *, timeline: bool = False) -> dict:
+    def to_dict(self, *, timeline: bool = False) -> dict[str, Any]:
         data = {k: v for k, v in asdict(self).items() if k != "ticks"}
         for key in (
             "main_cpu_percent",
@@ -131,7 +140,7 @@ class ResourceSampler:
         self._started = 0.0
         self._at_start: dict[int, float] = {}  # pid -> CPU seconds when the window opened
         self._prev_t = 0.0
-        self._peak = {"main_rss": 0.0, "workers_rss": 0.0, "uss": None, "n": 0}
+        self._peak = _Peaks()
         self._main_cpu0 = 0.0
         self._n_ticks = 0
 
@@ -150,7 +159,8 @@ class ResourceSampler:
         return self.finish()
 
     def begin(self, at: tuple[float, float] | None = None) -> ResourceSampler:
-        """Open a window without a thread: the caller then calls :meth:`sample` and :meth:`finish` itself.
+        """Open a window without a thread: the caller then calls :meth:`sample` and :meth:`finish`
+        itself.
 
         A sampler can open one window after another (one per epoch); each starts afresh.
         ``at``: ``(time.perf_counter(), time.process_time())`` read by this process
@@ -160,15 +170,16 @@ class ResourceSampler:
         self._cpu_first, self._cpu_last, self._prev_cpu = {}, {}, {}
         self._ticks = []
         self._latest = None
-        self._peak = {"main_rss": 0.0, "workers_rss": 0.0, "uss": None, "n": 0}
+        self._peak = _Peaks()
         self._n_ticks = 0
         self._started, self._main_cpu0 = (
             at if at is not None else (time.perf_counter(), self._main_cpu())
         )
         self._prev_t = self._started
         self._prev_cpu[self.root.pid] = self._main_cpu0
-        # Every process alive now, with its CPU time: the baselines (NOTE [CPU from the window start]).
-        # Known workers are enough; while they are unknown (None), every descendant is read.
+        # Every process alive now, with its CPU time: the baselines (NOTE [CPU from the window
+        # start]). Known workers are enough; while they are unknown (None), every descendant is
+        # read.
         known = self._worker_pids() if self._worker_pids is not None else None
         alive = (
             self._workers(known) if known is not None else self._workers() + _descendants(self.root)
@@ -196,10 +207,10 @@ class ResourceSampler:
         return ResourceSummary(
             main_cpu_percent=main_cpu,
             workers_cpu_percent=workers_cpu,
-            main_rss_mb=self._peak["main_rss"],
-            workers_rss_mb=self._peak["workers_rss"],
-            worker_uss_mb=self._peak["uss"],
-            n_workers=self._peak["n"],
+            main_rss_mb=self._peak.main_rss,
+            workers_rss_mb=self._peak.workers_rss,
+            worker_uss_mb=self._peak.uss,
+            n_workers=self._peak.n,
             seconds=elapsed,
             ticks=list(self._ticks),
         )
@@ -255,9 +266,8 @@ class ResourceSampler:
         elif _born_before(
             proc, time.time() - (time.perf_counter() - self._started) - _CREATE_TIME_SLACK_S
         ):
-            first = (
-                cpu  # older than the window but not seen at its start: count from now (never more)
-            )
+            # older than the window but not seen at its start: count from now (never more)
+            first = cpu
         else:
             first = 0.0  # born inside the window: all its CPU is the window's
         self._cpu_first[proc.pid] = first
@@ -299,14 +309,12 @@ class ResourceSampler:
                 uss_each.append(None if value is None else round(value, 1))
                 if value is not None:
                     uss.append(value)
-        self._peak["main_rss"] = max(self._peak["main_rss"], main_rss)
-        self._peak["workers_rss"] = max(self._peak["workers_rss"], workers_rss)
-        self._peak["n"] = max(self._peak["n"], len(workers))
+        self._peak.main_rss = max(self._peak.main_rss, main_rss)
+        self._peak.workers_rss = max(self._peak.workers_rss, workers_rss)
+        self._peak.n = max(self._peak.n, len(workers))
         if uss:
             mean_uss = sum(uss) / len(uss)
-            self._peak["uss"] = (
-                mean_uss if self._peak["uss"] is None else max(self._peak["uss"], mean_uss)
-            )
+            self._peak.uss = mean_uss if self._peak.uss is None else max(self._peak.uss, mean_uss)
         tick = ResourceTick(
             t=round(now - self._started, 4),
             main_cpu_percent=round(main_pct, 1),
@@ -326,7 +334,8 @@ class ResourceSampler:
 
 
 def window_clocks() -> tuple[float, float]:
-    """``(time.perf_counter(), time.process_time())`` now: where a window opens or closes (``at``)."""
+    """``(time.perf_counter(), time.process_time())`` now: where a window opens or closes
+    (``at``)."""
     return time.perf_counter(), time.process_time()
 
 
@@ -369,14 +378,16 @@ class _OwnProcess:
 
 def _descendants(root: psutil.Process) -> list[psutil.Process]:
     try:
-        return root.children(recursive=True)
+        children: list[psutil.Process] = root.children(recursive=True)
+        return children
     except psutil.Error:
         return []
 
 
 def _born_before(proc: psutil.Process, wall: float) -> bool:
     try:
-        return proc.create_time() < wall
+        created: float = proc.create_time()
+        return created < wall
     except psutil.Error:
         return False
 
@@ -384,20 +395,23 @@ def _born_before(proc: psutil.Process, wall: float) -> bool:
 def _cpu_seconds(proc: psutil.Process) -> float:
     try:
         times = proc.cpu_times()
-        return times.user + times.system
+        seconds: float = times.user + times.system
+        return seconds
     except psutil.Error:
         return 0.0
 
 
 def _rss_mb(proc: psutil.Process) -> float:
     try:
-        return proc.memory_info().rss / MB
+        rss: float = proc.memory_info().rss / MB
+        return rss
     except psutil.Error:
         return 0.0
 
 
 def _uss_mb(proc: psutil.Process) -> float | None:
     try:
-        return proc.memory_full_info().uss / MB
+        uss: float = proc.memory_full_info().uss / MB
+        return uss
     except (psutil.Error, AttributeError):
         return None

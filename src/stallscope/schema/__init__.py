@@ -8,4 +8,7 @@ from typing import Any
 
 
 def record_schema() -> dict[str, Any]:
-    return json.loads(resources.files(__name__).joinpath("record-v1.json").read_text())
+    schema: dict[str, Any] = json.loads(
+        resources.files(__name__).joinpath("record-v1.json").read_text()
+    )
+    return schema

@@ -1,4 +1,5 @@
-"""Two pipelines raced in paired rounds (``stallscope compare``), NOTE [paired comparison] in analysis/comparison.py.
+"""Two pipelines raced in paired rounds (``stallscope compare``), NOTE [paired comparison] in
+analysis/comparison.py.
 
 Each window is one :func:`~stallscope.throughput.measure.measure` of one side:
 a fresh loader, its start-up and prefetch buffer kept out of the window. A
@@ -113,7 +114,8 @@ def compare(
     on_window: Callable[[int, str, dict[str, Any]], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> ComparisonRun:
-    """Race ``a`` and ``b`` (each at its own baseline config unless given) until the ratio is precise enough.
+    """Race ``a`` and ``b`` (each at its own baseline config unless given) until the ratio is
+    precise enough.
 
     ``on_window(round, side, window)`` follows every window (progress). Ctrl-C raises
     KeyboardInterrupt with ``.partial`` set to the run so far.
@@ -155,8 +157,9 @@ def compare(
             if done >= min_rounds and precise_enough(log_ratios(run.rounds), precision, level):
                 run.stopped = STOP_PRECISION
                 break
-            # Past min_rounds, no round that would end after the budget; before, only the budget itself
-            # stops the run (an interval needs min_rounds: the budget may be overrun by one round).
+            # Past min_rounds, no round that would end after the budget; before, only the budget
+            # itself stops the run (an interval needs min_rounds: the budget may be overrun by one
+            # round).
             if elapsed >= budget_s or (done >= min_rounds and elapsed + elapsed / done > budget_s):
                 run.stopped = STOP_BUDGET
                 break

@@ -1,4 +1,5 @@
-"""The CPU cost of one sample, measured in this process (issue 18: the ceiling and the cores needed).
+"""The CPU cost of one sample, measured in this process (issue 18: the ceiling and the cores
+needed).
 
 The user's own loader runs single-process (``num_workers=0``, the user's batches, sampler and
 collate) with one intra-op thread, as DataLoader workers run. After two warm-up batches the
@@ -140,8 +141,8 @@ def _busy_cpu_seconds() -> float | None:
 def measure_loader_rate(
     pipeline: Pipeline, config: LoaderConfig, *, min_window_s: float = 1.0, timeout: float = 60.0
 ) -> dict[str, Any]:
-    """One steady-state measurement of ``config``: ``{config, label, samples_per_s, main_ms_per_batch,
-    cpu_ms_per_sample}``."""
+    """One steady-state measurement of ``config``: ``{config, label, samples_per_s,
+    main_ms_per_batch, cpu_ms_per_sample}``."""
     from .sweep import loader_cpu_ms_per_sample, main_ms_per_batch
 
     m = measure(pipeline, config, min_window_s=min_window_s, timeout=timeout)

@@ -56,7 +56,8 @@ class EpochGap:
 
 
 def epoch_batches(config: LoaderConfig) -> int:
-    """Batches per short epoch: one per worker (each worker starts and serves), at least two, at most 16."""
+    """Batches per short epoch: one per worker (each worker starts and serves), at least two, at
+    most 16."""
     return max(2, min(16, config.num_workers))
 
 

@@ -67,9 +67,8 @@ class Measurement:
     batches: int = 0
     samples: int = 0
     tokens_per_s: float | None = None
-    tokens: int | None = (
-        None  # token batches (pipeline/structure.py token_counter): tokens in the window
-    )
+    # token batches (pipeline/structure.py token_counter): tokens in the window
+    tokens: int | None = None
     warmup_batches: int = 0
     exhausted: bool = False  # an iterable dataset ended before the window was full
     resources: ResourceSummary | None = None
@@ -272,8 +271,8 @@ class LoaderCpuClock:
     """CPU seconds this process and its children (the loader's workers) spend from now on.
 
     The children are those alive when the clock starts; one that ends before ``elapsed()`` makes the
-    figure unknown (None) rather than short. CPU time, unlike wall time, does not count the time other
-    processes on the machine held the cores: it is what the loader's configuration costs.
+    figure unknown (None) rather than short. CPU time, unlike wall time, does not count the time
+    other processes on the machine held the cores: it is what the loader's configuration costs.
     """
 
     def __init__(self, exclude: Sequence[Any] = ()) -> None:
@@ -296,7 +295,8 @@ class LoaderCpuClock:
     @staticmethod
     def _cpu(proc: Any) -> float:
         times = proc.cpu_times()
-        return times.user + times.system
+        seconds: float = times.user + times.system
+        return seconds
 
     def elapsed(self) -> float | None:
         if self._start is None:
@@ -421,7 +421,8 @@ def _as_pipeline_error(
         )
     if index is not None:
         return PipelineError(
-            f"dataset[{index}] raised {describe_exception(exc)} while loading with {config.label()}."
+            f"dataset[{index}] raised {describe_exception(exc)} while loading with "
+            f"{config.label()}."
         )
     return PipelineError(f"loading with {config.label()} failed: {describe_exception(exc)}.")
 

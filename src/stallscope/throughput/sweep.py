@@ -84,7 +84,8 @@ class ConfigResult:
 
 def main_ms_per_batch(measurements: Sequence[Measurement]) -> float | None:
     """Median over repeats of the main process's CPU ms per batch received from workers
-    (NOTE [receive cost] in measure.py); None at 0 workers, where the main process does everything."""
+    (NOTE [receive cost] in measure.py); None at 0 workers, where the main process does
+    everything."""
     per_batch = [
         1000.0 * m.main_cpu_s / m.batches
         for m in measurements
@@ -94,7 +95,8 @@ def main_ms_per_batch(measurements: Sequence[Measurement]) -> float | None:
 
 
 def loader_cpu_ms_per_sample(measurements: Sequence[Measurement]) -> float | None:
-    """Median over repeats of the CPU ms the whole loader (main process and workers) spent per sample."""
+    """Median over repeats of the CPU ms the whole loader (main process and workers) spent per
+    sample."""
     per_sample = [
         1000.0 * m.loader_cpu_s / m.samples
         for m in measurements
@@ -138,7 +140,8 @@ class BenchResult:
         return max(honest, key=lambda r: r.median_rate)
 
     def plateau_workers(self) -> int | None:
-        """Fewest workers reaching PLATEAU_FRACTION of the best rate (same other knobs as the best)."""
+        """Fewest workers reaching PLATEAU_FRACTION of the best rate (same other knobs as the
+        best)."""
         best = self.best
         same = [
             r
@@ -187,7 +190,8 @@ def dataset_facts(pipeline: Pipeline, pre: Preflight) -> dict[str, Any]:
         "batch": pre.batch_structure,
         "batch_bytes": pre.batch_bytes,
         "batch_size": pipeline.batch_size,
-        # "batch_sampler": the user's batch sampler decides each batch (batch_size is then their mean).
+        # "batch_sampler": the user's batch sampler decides each batch (batch_size is then their
+        # mean).
         "batching": call.batching if call is not None else "batch_size",
         "batch_sizes": call.batch_sizes if call is not None else None,
         "iterable": pipeline.is_iterable,
@@ -268,7 +272,8 @@ def bench(
     pipeline = target if isinstance(target, Pipeline) else load_target(target)
     if pipeline.batch_sampler is not None and set(batch_sizes or []) - {pipeline.batch_size}:
         raise UsageError(
-            "the loader's batch_sampler decides its batch sizes, so a batch-size grid cannot change them; "
+            "the loader's batch_sampler decides its batch sizes, so a batch-size grid "
+            "cannot change them; "
             "leave --batch-sizes out (or build the loader with batch_size=)."
         )
     pre = preflight(pipeline)
@@ -308,9 +313,10 @@ def bench(
         )
     except KeyboardInterrupt as interrupt:
         # Ctrl-C: hand what was measured so far to the caller for a partial report.
-        interrupt.partial = _summarise(
+        # The summary rides on the exception itself, as an attribute KeyboardInterrupt lacks.
+        interrupt.partial = _summarise(  # type: ignore[attr-defined]
             pipeline, pre, configs, done, cores, references=None, replay=replay
-        )  # type: ignore[attr-defined]
+        )
         raise
     return _summarise(
         pipeline, pre, configs, done, cores, references=(min_window_s, timeout), replay=replay
@@ -340,8 +346,8 @@ def _settable(pipeline: Pipeline, config: LoaderConfig) -> bool:
 
 
 def replayed_workers(pipeline: Pipeline, start_method: str | None) -> dict[str, Any] | None:
-    """The iterable-duplicates probe's verdict when the stream's workers duplicate samples, else None
-    (NOTE [unsharded streams] in ``checks/sharding.py``)."""
+    """The iterable-duplicates probe's verdict when the stream's workers duplicate samples, else
+    None (NOTE [unsharded streams] in ``checks/sharding.py``)."""
     from ..checks.sharding import stream_duplicates
 
     seen = stream_duplicates(pipeline, start_method=start_method, seconds=10.0)
@@ -351,8 +357,11 @@ def replayed_workers(pipeline: Pipeline, start_method: str | None) -> dict[str, 
         "duplicate_fraction": seen["duplicate_fraction"],
         "samples_compared": seen["samples_compared"],
         "probe_workers": seen["workers"],
-        "note": "the IterableDataset is not sharded by worker: every worker replays the stream, so this "
-        "rate counts each sample once per worker and is not a speed-up",
+        "note": (
+            "the IterableDataset is not sharded by worker: every worker replays the "
+            "stream, so this "
+            "rate counts each sample once per worker and is not a speed-up"
+        ),
     }
 
 
@@ -411,7 +420,8 @@ def _single_process_rates(results: list[ConfigResult]) -> dict[int, float]:
 def _single_process_references(
     pipeline: Pipeline, results: list[ConfigResult], *, min_window_s: float, timeout: float
 ) -> dict[int, float]:
-    """Single-process rate per batch size; measured once more where the grid has no 0-worker config."""
+    """Single-process rate per batch size; measured once more where the grid has no 0-worker
+    config."""
     single = _single_process_rates(results)
     for bs in sorted({r.config.batch_size for r in results} - set(single)):
         m = measure(

@@ -1,4 +1,5 @@
-"""A watch's figures across ranks under ``torchrun`` (SPEC §3.5): each rank measures, all of them see every rank.
+"""A watch's figures across ranks under ``torchrun`` (SPEC §3.5): each rank measures, all of them
+see every rank.
 
 :func:`exchange` is the collective (every rank calls it, through
 ``Watch.gather()``): each rank sends a small summary of its own profile
@@ -19,7 +20,8 @@ from ..runtime.distributed import gather_to_all, rank_entry, rank_info
 
 
 def exchange(profile: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every rank's summary of its ``profile`` section, in rank order (a collective: call it on every rank).
+    """Every rank's summary of its ``profile`` section, in rank order (a collective: call it on
+    every rank).
 
     Outside a distributed job: this process's summary alone.
     """
@@ -33,7 +35,8 @@ def current_rank() -> int | None:
 
 
 def distributed_section(ranks: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """The profile's ``ranks``, ``rank`` (only with ranks) and ``distributed`` entries, in that order."""
+    """The profile's ``ranks``, ``rank`` (only with ranks) and ``distributed`` entries, in that
+    order."""
     section: dict[str, Any] = {"ranks": ranks}
     if ranks:
         section["rank"] = rank_info().rank

@@ -1,12 +1,13 @@
-"""The ``profile`` section of a watch (``Watch.to_dict()``, the record schema): figures, then advice.
+"""The ``profile`` section of a watch (``Watch.to_dict()``, the record schema): measurements only.
 
 Everything here runs when the figures are asked for, never in the training
 loop: the steady-state figures from the per-step data wait and compute
 (:mod:`.summary`), what the background sampling saw (occupancy, GPU, CPU and
 memory), what synchronising cost, the ranks (:mod:`.gather`), each epoch's
 start-up against a whole epoch, the time windows and memory drift
-(:mod:`.windows`), and last the verdict's advice
-(:mod:`stallscope.analysis.training`), which reads all of the above.
+(:mod:`.windows`), and what the advice needs to know besides the steps (usable
+cores, ranks per host, the loader config). The advice itself is analysis
+(:func:`stallscope.analysis.training.profile_recommendations`), from this section or a saved record.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..analysis import training as rules
 from . import windows as time_windows
 from .gather import add_rank_windows, distributed_section
 from .sampling import Samples
@@ -80,7 +80,10 @@ def profile_section(
     profile.update(epoch_startup(profile, epoch_steps))
     profile.update(time_windows.long_run_section(windows, window_s, epoch_steps, batch_size))
     add_rank_windows(profile["distributed"], ranks)
-    recommendations = rules.advise(profile, ctx)
-    profile["advice"] = rules.next_knob(profile, recommendations)
-    profile["recommendations"] = recommendations
+    # Facts the advice reads (analysis.training.profile_context); the TARGET is the record's.
+    profile["usable_cores"] = ctx.get("cores")
+    profile["local_world_size"] = ctx.get("local_world_size")
+    for key in ("config", "config_label"):
+        if ctx.get(key) is not None:
+            profile[key] = ctx[key]
     return profile

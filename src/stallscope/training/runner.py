@@ -25,6 +25,8 @@ import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from torch.utils.data import Sampler
+
 from ..config import LoaderConfig
 from ..errors import PipelineError, UsageError, describe_exception
 from ..runtime.processes import shutdown_iterator
@@ -35,12 +37,14 @@ from .replay import MIN_STEPS as REPLAY_STEPS
 from .watch import SyncSpec, Watch, resolve_sync
 
 DEFAULT_STEPS = 50
-# Warm-up is never shorter than this (allocator, lazy initialisation, autotuning), even at num_workers=0.
+# Warm-up is never shorter than this (allocator, lazy initialisation, autotuning), even at
+# num_workers=0.
 MIN_WARMUP = 5
 
 
 def default_warmup(config: LoaderConfig) -> int:
-    """Warm-up steps: the prefetch buffer's fill plus one round per worker, at least :data:`MIN_WARMUP`.
+    """Warm-up steps: the prefetch buffer's fill plus one round per worker, at least
+    :data:`MIN_WARMUP`.
 
     When the first batch arrives the workers have been filling the buffer
     (``num_workers × prefetch_factor`` batches) while the loop started:
@@ -57,7 +61,8 @@ def default_warmup(config: LoaderConfig) -> int:
 
 
 def train_step_style(train_step: Callable[..., Any], has_model: bool) -> str:
-    """``"model, batch"`` or ``"batch"``: how to call ``train_step``, by inspecting its signature."""
+    """``"model, batch"`` or ``"batch"``: how to call ``train_step``, by inspecting its
+    signature."""
     try:
         params = list(inspect.signature(train_step).parameters.values())
     except (TypeError, ValueError):  # builtins, some C extensions
@@ -68,7 +73,8 @@ def train_step_style(train_step: Callable[..., Any], has_model: bool) -> str:
     if len(required) >= 3:
         names = ", ".join(p.name for p in required)
         raise UsageError(
-            f"train_step takes {len(required)} required arguments ({names}); it must be train_step(model, batch) or train_step(batch)."
+            f"train_step takes {len(required)} required arguments ({names}); it must be "
+            "train_step(model, batch) or train_step(batch)."
         )
     if len(required) == 2:
         return "model, batch"
@@ -81,7 +87,8 @@ def train_step_style(train_step: Callable[..., Any], has_model: bool) -> str:
     if len(positional) == 1:
         return "batch"
     raise UsageError(
-        "train_step takes no positional argument; it must be train_step(model, batch) or train_step(batch)."
+        "train_step takes no positional argument; it must be train_step(model, batch) or "
+        "train_step(batch)."
     )
 
 
@@ -100,7 +107,8 @@ def step_caller(train_step: Callable[..., Any], model: Any) -> tuple[Callable[[A
 
 
 def resolve_device(name: str | None) -> str:
-    """``cpu`` or ``cuda[:N]``; default: cuda when available. Asking for CUDA without one is a usage error."""
+    """``cpu`` or ``cuda[:N]``; default: cuda when available. Asking for CUDA without one is a usage
+    error."""
     import torch
 
     if name is None or name == "auto":
@@ -110,14 +118,16 @@ def resolve_device(name: str | None) -> str:
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
             raise UsageError(
-                f"--device {name} was asked for, but this process sees no CUDA device; use --device cpu."
+                f"--device {name} was asked for, but this process sees no CUDA device; use "
+                "--device cpu."
             )
         return name
     raise UsageError(f"--device must be cpu or cuda, not {name!r}.")
 
 
 def resolve_profile_sync(sync: bool | None, device: str) -> SyncSpec:
-    """Synchronise at step boundaries on CUDA unless told not to (honest device timing); never on CPU."""
+    """Synchronise at step boundaries on CUDA unless told not to (honest device timing); never on
+    CPU."""
     if not device.startswith("cuda"):
         return None
     if sync is False:
@@ -126,7 +136,8 @@ def resolve_profile_sync(sync: bool | None, device: str) -> SyncSpec:
 
 
 def move_to_device(batch: Any, device: Any) -> Any:
-    """Tensors inside ``batch`` (nested tuples, lists, dicts) moved to ``device``; others unchanged."""
+    """Tensors inside ``batch`` (nested tuples, lists, dicts) moved to ``device``; others
+    unchanged."""
     import torch
 
     if isinstance(batch, torch.Tensor):
@@ -158,8 +169,9 @@ def prepare_model(model: Any, device: str) -> Any:
 # -- samplers ------------------------------------------------------------------------------
 
 
-class RankShardSampler:
-    """``total`` indices of this rank's shard (rank, rank + world, ...), cycling over the dataset."""
+class RankShardSampler(Sampler[int]):
+    """``total`` indices of this rank's shard (rank, rank + world, ...), cycling over the
+    dataset."""
 
     def __init__(self, length: int, total: int, rank: int = 0, world_size: int = 1) -> None:
         if length <= 0:
@@ -214,8 +226,9 @@ def run_profile(
         raise UsageError(f"--warmup must be at least 0, not {warmup}.")
     if pipeline.train_step is None:
         raise UsageError(
-            f"{pipeline.target} has no train_step: return a dict with 'dataset', 'model' and 'train_step' "
-            "(train_step(model, batch) or train_step(batch)), or wrap your own loop with ss.watch(loader)."
+            f"{pipeline.target} has no train_step: return a dict with 'dataset', 'model' and "
+            "'train_step' (train_step(model, batch) or train_step(batch)), or wrap your own loop "
+            "with ss.watch(loader)."
         )
     call, call_style = step_caller(pipeline.train_step, pipeline.model)
     config = config or pipeline.baseline
@@ -234,7 +247,7 @@ def run_profile(
         # One process: the user's own batches, epoch after epoch (NOTE [loader fidelity]).
         loader = build_loader(pipeline, config, cycle=total, timeout=timeout)
     move = device != "cpu"
-    options = {
+    options: dict[str, Any] = {
         "warmup": warmup,
         "name": "profile",
         "sample_interval": sample_interval,

@@ -34,6 +34,7 @@ lookahead generator), so the integrations sample occupancy as ``ss.watch`` does.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -83,7 +84,8 @@ def prefetch_occupancy(iterator: Any) -> tuple[int, int] | None:
 
 
 def find_loader_iterator(obj: Any, depth: int = _SEARCH_DEPTH) -> Any:
-    """The torch DataLoader iterator behind ``obj`` (itself, or inside a framework's wrapper), else None.
+    """The torch DataLoader iterator behind ``obj`` (itself, or inside a framework's wrapper), else
+    None.
 
     Looks through what wraps it in the frameworks we integrate with, read-only:
     an ``_iterator``/``iterators`` attribute (Lightning's ``CombinedLoader``
@@ -111,7 +113,8 @@ def find_loader_iterator(obj: Any, depth: int = _SEARCH_DEPTH) -> Any:
 
 
 def open_gpu(spec: Any) -> Any:
-    """A GPU monitor: the one given (tests pass fakes), NVML when CUDA is visible, else a null monitor."""
+    """A GPU monitor: the one given (tests pass fakes), NVML when CUDA is visible, else a null
+    monitor."""
     from ..runtime.gpu import NullGpuMonitor, open_gpu_monitor
 
     if spec is False:
@@ -129,7 +132,8 @@ def open_gpu(spec: Any) -> Any:
 
 
 def needs_thread(gpu: Any, iterator: Any) -> bool:
-    """Whether sampling needs a thread: a GPU to read, workers (their buffer, their CPU), or an iterator not known yet.
+    """Whether sampling needs a thread: a GPU to read, workers (their buffer, their CPU), or an
+    iterator not known yet.
 
     A single-process DataLoader on a machine without a GPU has none of them:
     its resources are read on the loop's own thread, every half second of
@@ -163,12 +167,14 @@ class Samples:
         return self.gpu_util[-1] if self.gpu_util else None
 
 
-# Steps after an epoch's start at which the first inline resource reading is due (then every ~resource_interval).
+# Steps after an epoch's start at which the first inline resource reading is due (then every
+# ~resource_interval).
 FIRST_INLINE_TICK = 16
 
 
 class InlineReadings:
-    """CPU and RSS read on the training loop's own thread, where no sampler thread is needed (NOTE [sampler and the GIL]).
+    """CPU and RSS read on the training loop's own thread, where no sampler thread is needed (NOTE
+    [sampler and the GIL]).
 
     The watch's hot path only compares its step count with the step at which
     the next reading is due: :meth:`begin` and :meth:`tick` return it, about
@@ -278,7 +284,8 @@ class BackgroundSampler:
                 self._cond.notify_all()
 
     def end_epoch(self) -> None:
-        """The epoch is over; its results are filed in the background (:meth:`settle` waits for them)."""
+        """The epoch is over; its results are filed in the background (:meth:`settle` waits for
+        them)."""
         at = window_clocks()
         with self._cond:
             self._running = False
@@ -302,7 +309,8 @@ class BackgroundSampler:
             self._thread.join(timeout)
 
     def shutdown(self) -> None:
-        """Ask the thread to end (files the epoch in progress); does not wait. Safe from a finaliser."""
+        """Ask the thread to end (files the epoch in progress); does not wait. Safe from a
+        finaliser."""
         at = window_clocks()
         with self._cond:
             if self._running:
@@ -312,12 +320,14 @@ class BackgroundSampler:
 
     # -- the thread ----------------------------------------------------------------------
     def _worker_pids(self) -> list[int] | None:
-        """The consumed iterator's worker pids; None while the iterator is not known (then every child counts)."""
+        """The consumed iterator's worker pids; None while the iterator is not known (then every
+        child counts)."""
         iterator = self._iterator()
         return worker_pids(iterator) if isinstance(iterator, _BaseDataLoaderIter) else None
 
     def _run(self) -> None:
-        # No tick list: an epoch can stay open for days; the windows get every reading through on_tick.
+        # No tick list: an epoch can stay open for days; the windows get every reading through
+        # on_tick.
         self.resources = ResourceSampler(
             self._resource_interval,
             uss_every=8,
@@ -350,7 +360,7 @@ class BackgroundSampler:
             waited = time.perf_counter()
             with cond:
                 cond.wait_for(
-                    lambda w=window: self._over(w),
+                    functools.partial(self._over, window),
                     min(due_sample if useful else math.inf, due_resources),
                 )
                 over, running = self._over(window), self._running
@@ -406,7 +416,8 @@ def none() -> None:
 
 
 def weak_getter(obj: Any) -> Callable[[], Any]:
-    """A weak reference where possible: holding the iterator would keep a broken-out epoch's workers alive."""
+    """A weak reference where possible: holding the iterator would keep a broken-out epoch's workers
+    alive."""
     if obj is None:
         return none
     try:

@@ -50,7 +50,8 @@ class StepSource(Protocol):
 
 
 class StepSink(Protocol):
-    """One output. ``write`` covers the closed steps since its last write (each sink keeps its place)."""
+    """One output. ``write`` covers the closed steps since its last write (each sink keeps its
+    place)."""
 
     every: int
 
@@ -63,7 +64,8 @@ class StepSink(Protocol):
 
 
 class Sinks:
-    """Fan-out to several sinks; ``due_after(step)`` is the next step at which any of them wants to write."""
+    """Fan-out to several sinks; ``due_after(step)`` is the next step at which any of them wants to
+    write."""
 
     def __init__(self, sinks: Sequence[StepSink]) -> None:
         self.sinks = list(sinks)
@@ -74,7 +76,8 @@ class Sinks:
         )
 
     def at_step(self, source: StepSource, step: int) -> int:
-        """Called when ``step`` reaches the due step: the sinks due write; returns the next due step."""
+        """Called when ``step`` reaches the due step: the sinks due write; returns the next due
+        step."""
         for sink in self.sinks:
             if step % sink.every == 0:
                 sink.write(source)
@@ -135,7 +138,8 @@ def live_line(source: StepSource, start: int, end: int) -> str:
 
 
 class TensorBoardSink:
-    """Scalars under ``stallscope/<name>/``: data_ms, compute_ms, stall_fraction, buffer_ready, gpu_util."""
+    """Scalars under ``stallscope/<name>/``: data_ms, compute_ms, stall_fraction, buffer_ready,
+    gpu_util."""
 
     def __init__(self, writer: Any, every: int) -> None:
         self.every, self._writer, self._upto = every, writer, 0
@@ -175,7 +179,8 @@ class TensorBoardSink:
 
 
 class RowFileSink:
-    """Per-step rows (``step, epoch, t_s, data_ms, compute_ms, first``) appended to a JSONL or CSV file."""
+    """Per-step rows (``step, epoch, t_s, data_ms, compute_ms, first``) appended to a JSONL or CSV
+    file."""
 
     every = FLUSH_EVERY
 
@@ -264,7 +269,8 @@ def open_tensorboard(spec: Any) -> Any:
         from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415 - optional dependency
     except ImportError:
         raise UsageError(
-            f"tensorboard={str(spec)!r} needs the tensorboard package (pip install tensorboard), which is not installed."
+            f"tensorboard={str(spec)!r} needs the tensorboard package (pip install tensorboard), "
+            "which is not installed."
         ) from None
     return SummaryWriter(log_dir=str(spec))
 
@@ -274,9 +280,11 @@ def log_function(log: Any) -> Callable[[str], Any]:
     if log is None:
         return lambda line: print(line, file=sys.stderr, flush=True)
     if hasattr(log, "info"):  # a logging.Logger
-        return log.info
+        info: Callable[[str], Any] = log.info
+        return info
     if callable(log):
-        return log
+        function: Callable[[str], Any] = log
+        return function
     raise UsageError(f"log must be a callable or a logging.Logger, not {type(log).__name__}.")
 
 

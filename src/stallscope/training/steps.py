@@ -1,4 +1,5 @@
-"""The per-step record of a :class:`~stallscope.training.watch.Watch`: timestamps in, waits and compute out.
+"""The per-step record of a :class:`~stallscope.training.watch.Watch`: timestamps in, waits and
+compute out.
 
 The training loop pays for what is stored per step, so only clock readings
 are stored (NOTE [watch hot path] in watch.py): when the loop asked for a
@@ -54,7 +55,8 @@ class StepTimes:
         return len(self.delivered)
 
     def last_open(self) -> bool:
-        """Whether the latest step's compute is still running (the loop has not asked for more data)."""
+        """Whether the latest step's compute is still running (the loop has not asked for more
+        data)."""
         n = len(self.delivered)
         if n == 0 or len(self.requested) > n:
             return False
@@ -94,7 +96,7 @@ class StepTimes:
         return n > first_step and self.last_open()
 
     # -- derived, when asked ---------------------------------------------------------------
-    def data(self) -> array:
+    def data(self) -> array[float]:
         """The data wait of every step (s); extended in place as steps come."""
         n = len(self.delivered)
         k = len(self._data)
@@ -102,7 +104,7 @@ class StepTimes:
             self._data.extend(map(sub, self.delivered[k:n], self.requested[k:n]))
         return self._data
 
-    def compute(self) -> array:
+    def compute(self) -> array[float]:
         """The compute of every closed step (s); extended in place as steps close."""
         closed = self.closed
         c = len(self._compute)
@@ -131,7 +133,8 @@ class StepTimes:
     def rows(
         self, start: int, end: int | None, *, epoch_starts: Sequence[int], origin: float
     ) -> list[dict[str, Any]]:
-        """Closed steps ``[start, end)`` as per-step rows (``sinks.row``); ``t_s`` counts from ``origin``."""
+        """Closed steps ``[start, end)`` as per-step rows (``sinks.row``); ``t_s`` counts from
+        ``origin``."""
         data, compute = self.data(), self.compute()
         end = len(compute) if end is None else end
         requested = self.requested
@@ -145,7 +148,8 @@ class StepTimes:
         return rows
 
     def closed_windows_end(self, upto: int, *, origin: float, window_s: float, final: bool) -> int:
-        """Where the closed steps from ``upto`` whose time windows are over end (``upto`` when none).
+        """Where the closed steps from ``upto`` whose time windows are over end (``upto`` when
+        none).
 
         With ``final``, every closed step: the open window too.
         """

@@ -1,10 +1,11 @@
-"""Pure summaries of what a :class:`~stallscope.training.watch.Watch` recorded (tested with exact numbers).
+"""Pure summaries of what a :class:`~stallscope.training.watch.Watch` recorded (tested with exact
+numbers).
 
 Per-step arrays in, the figures of the ``profile`` section out: steady-state
 stall fraction, distributions, each epoch's first batch, buffer occupancy and
-what synchronising cost. Nothing here measures or prints; the verdicts and
-advice come from :mod:`stallscope.analysis.training`, given the context
-:func:`loader_context` reads from the loader and the host.
+what synchronising cost. Nothing here measures or prints; the verdict comes from
+:mod:`stallscope.analysis.training`; the context :func:`loader_context` reads from the loader and
+the host is recorded with the figures, for the advice analysis derives from them.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def summarize_steps(
 
 
 def loader_context(loader: Any) -> dict[str, Any]:
-    """What the advice needs to know besides the steps: usable cores, ranks per host, epoch length, loader config."""
+    """What the advice needs besides the steps: usable cores, ranks per host, epochs, config."""
     from ..runtime.distributed import rank_info
     from ..runtime.host import usable_cores
 
@@ -122,7 +123,8 @@ def occupancy_summary(ready: list[int], capacity: int | None) -> dict[str, Any] 
 def sync_summary(
     mode: str | None, sync_s: list[float], profile: dict[str, Any]
 ) -> dict[str, Any] | None:
-    """What synchronising at step boundaries cost: time inside the sync call, and its share of the run."""
+    """What synchronising at step boundaries cost: time inside the sync call, and its share of the
+    run."""
     if mode is None:
         return None
     total = sum(sync_s)
@@ -166,7 +168,8 @@ def merge_resources(parts: list[dict[str, Any]]) -> dict[str, Any] | None:
 def gpu_summary(
     gpu: Any, util: list[float], memory_used_max: float, memory_total: float | None
 ) -> dict[str, Any] | None:
-    """The ``gpu`` entry: the monitor's name and the sampled utilisation and memory (None without a monitor)."""
+    """The ``gpu`` entry: the monitor's name and the sampled utilisation and memory (None without a
+    monitor)."""
     if gpu is None:
         return None
     if not gpu.available:

@@ -1,4 +1,5 @@
-"""Timing pieces of :mod:`.watch` that stand on their own: the step-boundary synchronise and the timed iterator.
+"""Timing pieces of :mod:`.watch` that stand on their own: the step-boundary synchronise and the
+timed iterator.
 
 :func:`resolve_sync` picks what ``sync=`` calls at every step boundary;
 :class:`TimedIterator` is what the framework integrations hand to a framework
@@ -46,7 +47,8 @@ def resolve_sync(sync: SyncSpec) -> tuple[Callable[[], Any] | None, str | None]:
 
         if not torch.cuda.is_available():
             raise UsageError(
-                "sync='cuda' needs a CUDA device, and this process sees none; leave sync=None on CPU."
+                "sync='cuda' needs a CUDA device, and this process sees none; leave sync=None on "
+                "CPU."
             )
         return torch.cuda.synchronize, "cuda"
     raise UsageError(f"sync must be None, 'cuda' or a callable, not {sync!r}.")
@@ -103,7 +105,8 @@ class TimedIterator:
         else:
             watch.data_end()
         if not self._observed:
-            # Wrappers (accelerate's lookahead generator) create the loader iterator on the first next().
+            # Wrappers (accelerate's lookahead generator) create the loader iterator on the first
+            # next().
             self._observed = True
             watch.observe(self._inner)
         return batch

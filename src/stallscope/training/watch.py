@@ -25,7 +25,8 @@ framework), ``with w.data(): ...``, ``w.data_start()`` / ``w.data_end()``,
 
 The per-step record (clock readings only, waits and compute derived when
 asked) is :mod:`.steps`; outputs while the loop runs go through
-:mod:`.sinks`; background sampling lives in :mod:`.sampling`; the
+:mod:`.sinks`, which read it through :mod:`.readings`; background sampling
+lives in :mod:`.sampling`; the
 ``profile`` section is built when asked, by :mod:`.profile_section` (from
 :mod:`.summary`, and the time windows for long runs of :mod:`.windows`);
 the exchange across ranks under torchrun is :mod:`.gather`. The text summary
@@ -58,12 +59,13 @@ import weakref
 from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from . import gather as ranks
 from . import windows as time_windows
 from .profile_section import profile_section
+from .readings import WatchReadings
 from .sampling import (
     BackgroundSampler,
     InlineReadings,
@@ -78,6 +80,9 @@ from .sinks import open_sinks
 from .steps import StepTimes
 from .timing import SyncSpec, TimedIterator, resolve_sync
 
+if TYPE_CHECKING:
+    from ..analysis.facts import Recommendation
+
 __all__ = ["FETCH_TIMING", "SyncSpec", "TimedIterator", "Watch", "resolve_sync", "watch"]
 
 Clock = Callable[[], float]
@@ -86,7 +91,7 @@ Clock = Callable[[], float]
 FETCH_TIMING = "fetch"
 
 
-class Watch:
+class Watch(WatchReadings):
     """Wraps an iterable loader and records data wait vs compute per step. See the module docstring.
 
     Use :func:`watch` to create one. Iterating it iterates the loader (one
@@ -162,7 +167,8 @@ class Watch:
         self._sampling = (
             False  # the sampler is told an epoch is in progress (or the inline window is open)
         )
-        # Resources read on the loop's own thread when no thread is needed (NOTE [sampler and the GIL]).
+        # Resources read on the loop's own thread when no thread is needed (NOTE
+        # [sampler and the GIL]).
         self._inline: Any = None  # InlineReadings, from the first epoch read inline
         self._inline_open = False
         self._tick_due = sys.maxsize  # the step at which the inline reading is due
@@ -211,10 +217,12 @@ class Watch:
             self._end_epoch()
 
     def _synced_clock(self) -> float:
-        """The step boundary with ``sync``: the synchronise is device work, so compute includes it."""
-        clock = self._clock
+        """The step boundary with ``sync``: the synchronise is device work, so compute includes
+        it."""
+        clock, sync = self._clock, self._sync
+        assert sync is not None  # this clock is chosen only when there is a synchronise
         t_sync = clock()
-        self._sync()
+        sync()
         now = clock()
         self._sync_s.append(now - t_sync)
         return now
@@ -234,7 +242,8 @@ class Watch:
             self._gpu = open_gpu(self._gpu_spec)
 
     def _begin_sampling(self) -> None:
-        """Tell the background sampler an epoch runs (starting its thread at the first epoch), or read inline."""
+        """Tell the background sampler an epoch runs (starting its thread at the first epoch), or
+        read inline."""
         if self._sampling or not self.sample_resources:
             return
         if self._sampler is None and not needs_thread(self._gpu, self._iterator()):
@@ -271,7 +280,7 @@ class Watch:
             self._sampling = False
             if self._inline_open:
                 self._close_inline()
-            else:
+            elif self._sampler is not None:
                 self._sampler.end_epoch()  # files the epoch's results in the background
         self._sinks.flush(self)
 
@@ -295,13 +304,15 @@ class Watch:
             self._sampler.settle()
 
     def _in_steady_state(self) -> bool:
-        """Whether the current epoch has delivered its first batch and warm-up is over (sampler thread)."""
+        """Whether the current epoch has delivered its first batch and warm-up is over (sampler
+        thread)."""
         steps = self._steps.steps
         starts = self._epoch_starts
         return bool(starts) and steps > starts[-1] and steps > self.warmup and not self._paused
 
     def observe(self, iterator: Any) -> None:
-        """Sample this loader iterator's prefetch buffer and workers (found inside a framework's wrapper)."""
+        """Sample this loader iterator's prefetch buffer and workers (found inside a framework's
+        wrapper)."""
         found = find_loader_iterator(iterator)
         self._iterator = weak_getter(found if found is not None else iterator)
 
@@ -385,7 +396,8 @@ class Watch:
     ) -> TimedIterator:
         """``iterator`` with every ``next()`` timed as data wait (for frameworks that own the loop).
 
-        ``ahead`` and ``stop_ends_wait``: for a consumer that fetches ahead of its loop, see :class:`TimedIterator`.
+        ``ahead`` and ``stop_ends_wait``: for a consumer that fetches ahead of its loop, see
+        :class:`TimedIterator`.
         """
         if isinstance(iterator, TimedIterator):
             return iterator
@@ -407,101 +419,6 @@ class Watch:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- delegation -----------------------------------------------------------------------
-    def __len__(self) -> int:
-        return len(self._loader)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._loader, name)
-
-    @property
-    def loader(self) -> Any:
-        return self._loader
-
-    @property
-    def current_iterator(self) -> Any:
-        """The loader iterator of the latest epoch (e.g. to shut its workers down)."""
-        return self._iterator()
-
-    @property
-    def steps(self) -> int:
-        """Steps recorded so far (batches delivered)."""
-        return self._steps.steps
-
-    @property
-    def _data(self) -> array:
-        """Data wait per step (s), derived from the clock readings."""
-        return self._steps.data()
-
-    @property
-    def _compute(self) -> array:
-        """Compute per closed step (s), derived from the clock readings."""
-        return self._steps.compute()
-
-    # -- what sinks read (sinks.StepSource) --------------------------------------------------
-    @property
-    def closed_steps(self) -> int:
-        return self._steps.closed
-
-    def window(self, start: int, end: int) -> tuple[float, float]:
-        """Sums of data wait and compute (s) over the closed steps ``[start, end)``."""
-        return self._steps.sums(start, end)
-
-    def stall_between(self, start: int, end: int | None = None) -> float | None:
-        """Stall fraction of the closed steps in ``[start, end)`` (None when they took no time)."""
-        closed = self.closed_steps
-        end = closed if end is None else min(end, closed)
-        data, compute = self.window(start, end)
-        return data / (data + compute) if data + compute > 0 else None
-
-    def step_rows(self, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
-        """Closed steps as dicts: step, epoch, t_s (since the first request), data_ms, compute_ms, first."""
-        return self._steps.rows(start, end, epoch_starts=self._epoch_starts, origin=self._t0 or 0.0)
-
-    def closed_windows(self, upto: int, *, final: bool) -> list[dict[str, Any]]:
-        """Time windows of the steps from ``upto`` that are over (with ``final``, the open one too); see windows.py."""
-        if self._t0 is None:
-            return []
-        end = self._steps.closed_windows_end(
-            upto, origin=self._t0, window_s=self.window_s, final=final
-        )
-        return self._windows(upto, end) if end > upto else []
-
-    def _windows(self, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
-        if self._t0 is None:
-            return []
-        windows = time_windows.step_windows(
-            self._steps.requested,
-            self._data,
-            self._compute,
-            epoch_starts=self._epoch_starts,
-            warmup=self.warmup,
-            origin=self._t0,
-            window_s=self.window_s,
-            batch_size=self._batch_size,
-            start=start,
-            end=end,
-        )
-        return time_windows.with_resources(windows, self._resource_windows)
-
-    @property
-    def rank(self) -> int | None:
-        """This process's rank under torchrun (None outside a distributed job)."""
-        return ranks.current_rank()
-
-    def latest_buffer(self) -> tuple[int, int] | None:
-        return self._samples.latest_buffer()
-
-    def latest_gpu_util(self) -> float | None:
-        return self._samples.latest_gpu_util()
-
-    def latest_cpu(self) -> tuple[float, float] | None:
-        if not self._sampling:
-            return None
-        return self._inline.latest_cpu() if self._inline_open else self._sampler.latest_cpu()
-
     # -- results ---------------------------------------------------------------------------
     def summary(self) -> str:
         """The text of ``ss.stall_summary(w)``: verdict, stall fraction, what-if, buffer, GPU/CPU.
@@ -511,13 +428,28 @@ class Watch:
 
         return stall_summary(self.to_dict())
 
+    def recommendations(self) -> list[Recommendation]:
+        """What the stall figures call for, as ``stallscope profile`` reports it: analysis over
+        :meth:`to_dict` (the watch records measurements only)."""
+        from ..analysis import recommendations
+
+        return recommendations(self.to_dict(timeline=False))
+
+    def advice(self) -> str | None:
+        """The knob to turn next, in one sentence with the numbers behind it."""
+        from ..analysis.training import profile_advice
+
+        return profile_advice(self.to_dict(timeline=False))
+
     def to_dict(
         self, *, timeline: bool = True, context: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        """The ``profile`` section (the record schema, stallscope/schema/record-v1.json): stall fraction, verdict, what-if, occupancy, ...
+        """The ``profile`` section (the record schema, stallscope/schema/record-v1.json): stall
+        fraction, verdict, what-if, occupancy, ...
 
         Built by :func:`~.profile_section.profile_section`; ``timeline`` adds the
-        per-step timeline, ``context`` what the caller knows about the run (target, config, epoch length).
+        per-step timeline, ``context`` what the caller knows about the run (target, config, epoch
+        length).
         """
         self._settle()
         return profile_section(
@@ -574,26 +506,34 @@ def watch(
     """Wrap ``loader`` to measure data stalls in your own loop: ``for batch in ss.watch(loader):``.
 
     Args:
-        loader: what the loop iterates (a DataLoader or any iterable of batches); one epoch per ``for`` loop.
-        log_every: a live line every this many steps (data/compute ms, stall %, buffer, GPU, CPU); None: no line.
-        sync: ``"cuda"`` (or ``True``, or any callable) synchronises at each step boundary, so compute
-            includes the device's work and the data wait is time the device really idled; None: no synchronise.
+        loader: what the loop iterates (a DataLoader or any iterable of batches); one epoch per
+            ``for`` loop.
+        log_every: a live line every this many steps (data/compute ms, stall %, buffer, GPU, CPU);
+            None: no line.
+        sync: ``"cuda"`` (or ``True``, or any callable) synchronises at each step boundary, so
+            compute includes the device's work and the data wait is time the device really idled;
+            None: no synchronise.
         sample_resources: sample CPU and memory (main process and workers), the GPU (NVML) and the
-            prefetch buffer's occupancy while epochs run; False turns all of it off (no thread at all).
+            prefetch buffer's occupancy while epochs run; False turns all of it off (no thread at
+            all).
         jsonl: per-step rows (step, epoch, t_s, data_ms, compute_ms, first) to this JSON-lines file;
-            the time windows go next to it (``run.jsonl`` -> ``run.windows.jsonl``) unless ``windows_jsonl`` is given.
+            the time windows go next to it (``run.jsonl`` -> ``run.windows.jsonl``) unless
+            ``windows_jsonl`` is given.
         csv: the same per-step rows to a CSV file.
-        tensorboard: a log directory or a ``SummaryWriter`` (anything with ``add_scalar``) for scalars
-            every ``log_every`` steps (50 without it) and per time window.
+        tensorboard: a log directory or a ``SummaryWriter`` (anything with ``add_scalar``) for
+            scalars every ``log_every`` steps (50 without it) and per time window.
         name: the watch's name in live lines, scalars, windows and the profile (``"train"``).
-        warmup: steps at the start kept out of the steady-state figures (besides each epoch's first batch).
+        warmup: steps at the start kept out of the steady-state figures (besides each epoch's first
+            batch).
         log: where live lines go: a callable taking the line, or a ``logging.Logger``; None: stderr.
         sample_interval: seconds between the background samples of occupancy and GPU.
         resource_interval: seconds between CPU/memory readings (at most a quarter of ``window_s``).
-        gpu: a GPU monitor to sample instead of NVML's, or False for none; None: NVML where available.
+        gpu: a GPU monitor to sample instead of NVML's, or False for none; None: NVML where
+            available.
         clock: the clock of every step boundary (``time.perf_counter``; tests pass a fake one).
-        window_s: seconds per time window for long runs (stall, step time, CPU and memory per window, and
-            the memory drift over them: ``windows`` and ``memory_drift`` in ``to_dict()``).
+        window_s: seconds per time window for long runs (stall, step time, CPU and memory per
+            window, and the memory drift over them: ``windows`` and ``memory_drift`` in
+            ``to_dict()``).
         windows_jsonl: append each closed time window to this JSON-lines file (read back with
             ``stallscope.training.windows.read_windows``).
         batch_size: samples per step for the per-sample rates; None: the loader's ``batch_size``.

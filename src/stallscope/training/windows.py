@@ -215,7 +215,8 @@ def with_resources(
 
 # -- JSON lines and TensorBoard -------------------------------------------------------------
 class WindowSink:
-    """Appends each closed window to a JSON-lines file and/or TensorBoard scalars (a :class:`~.sinks.StepSink`).
+    """Appends each closed window to a JSON-lines file and/or TensorBoard scalars (a
+    :class:`~.sinks.StepSink`).
 
     Every ``WINDOW_CHECK_EVERY`` steps it asks the watch for the windows that
     closed since its last write (the latest step's request falls in a later
@@ -257,7 +258,7 @@ class WindowSink:
         name = getattr(self._source, "name", None)
         rank = getattr(self._source, "rank", None)
         if self.path is not None:
-            handle = self._open()
+            handle = self._open(self.path)
             lines = (
                 json.dumps({"kind": "window", "name": name, "rank": rank, **w}) + "\n"
                 for w in windows
@@ -268,10 +269,10 @@ class WindowSink:
             for w in windows:
                 _scalars(self._writer, f"stallscope/{name}/window", w)
 
-    def _open(self) -> IO[str]:
+    def _open(self, path: Path) -> IO[str]:
         if self._handle is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = self.path.open("a")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = path.open("a")
         return self._handle
 
 
@@ -305,7 +306,8 @@ def _scalars(writer: Any, prefix: str, window: dict[str, Any]) -> None:
 
 
 def windows_path_for(jsonl: str | Path) -> Path:
-    """Where windows go when only the per-step ``jsonl=`` file is given: ``run.jsonl`` -> ``run.windows.jsonl``."""
+    """Where windows go when only the per-step ``jsonl=`` file is given: ``run.jsonl`` ->
+    ``run.windows.jsonl``."""
     path = Path(jsonl)
     return path.with_name(f"{path.stem}.windows{path.suffix or '.jsonl'}")
 
@@ -313,7 +315,8 @@ def windows_path_for(jsonl: str | Path) -> Path:
 def read_windows(
     path: str | Path, *, name: str | None = None, rank: int | None = None
 ) -> list[dict[str, Any]]:
-    """The windows of a JSON-lines file written by ``windows_jsonl=`` (or next to ``jsonl=``), in order.
+    """The windows of a JSON-lines file written by ``windows_jsonl=`` (or next to ``jsonl=``), in
+    order.
 
     ``name``/``rank`` keep one watch's or one rank's windows when several
     wrote to the same file. A torn last line (the run was killed while
@@ -343,7 +346,8 @@ def read_windows(
 def long_run_section(
     windows: list[dict[str, Any]], window_s: float, epoch_steps: int | None, batch_size: int | None
 ) -> dict[str, Any]:
-    """The profile's ``window_s``, ``windows`` and ``memory_drift`` (judged over one epoch as the pass)."""
+    """The profile's ``window_s``, ``windows`` and ``memory_drift`` (judged over one epoch as the
+    pass)."""
     from ..analysis.drift import memory_drift
 
     epoch = epoch_steps * batch_size if epoch_steps and batch_size else epoch_steps
@@ -357,7 +361,8 @@ def long_run_section(
 def windows_record(
     path: str | Path, *, name: str | None = None, rank: int | None = None
 ) -> dict[str, Any]:
-    """A ``profile`` record rebuilt from a windows JSON-lines file, for ``stallscope report run.windows.jsonl``.
+    """A ``profile`` record rebuilt from a windows JSON-lines file, for
+    ``stallscope report run.windows.jsonl``.
 
     The run's stall fraction and steps are the sums over its windows; the
     memory drift is judged again (without the epoch length, which the file

@@ -76,7 +76,8 @@ def auto_config(
     if isinstance(dataset, IterableDataset):
         if not shards_by_worker(dataset):
             reasons.append(
-                "an IterableDataset that does not shard by get_worker_info() would repeat in every worker: 0 workers"
+                "an IterableDataset that does not shard by get_worker_info() would repeat in every "
+                "worker: 0 workers"
             )
             return AutoDecision(base, reasons)
         workers = cores if cores <= 4 else cores - 1
@@ -86,7 +87,8 @@ def auto_config(
         return AutoDecision(base.replace(num_workers=workers, persistent_workers=True), reasons)
     if _is_tensor_dataset(dataset):
         reasons.append(
-            "in-memory TensorDataset: whole batches indexed at once in the main process (batched_fetch)"
+            "in-memory TensorDataset: whole batches indexed at once in the main process "
+            "(batched_fetch)"
         )
         return AutoDecision(base.replace(batched_fetch=True), reasons)
     try:
@@ -124,7 +126,7 @@ def dataset_fingerprint(dataset: Any) -> dict[str, Any]:
     from ..pipeline.structure import describe_structure
 
     cls = type(dataset)
-    print_ = {"type": f"{cls.__module__}.{cls.__qualname__}"}
+    print_: dict[str, Any] = {"type": f"{cls.__module__}.{cls.__qualname__}"}
     try:
         print_["length"] = len(dataset)
     except TypeError:
@@ -176,9 +178,14 @@ def host_fingerprint() -> dict[str, Any]:
 
 
 def cache_key(
-    dataset: Any, batch_size: int, *, collate_fn: Callable | None = None, extra: dict | None = None
+    dataset: Any,
+    batch_size: int,
+    *,
+    collate_fn: Callable[..., Any] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> str:
-    """SHA-256 (first 24 hex digits) over dataset fingerprint, batch size, collate, host and torch version."""
+    """SHA-256 (first 24 hex digits) over dataset fingerprint, batch size, collate, host and torch
+    version."""
     material = {
         "dataset": dataset_fingerprint(dataset),
         "batch_size": batch_size,
@@ -245,7 +252,7 @@ def resolve_config(
     batch_size: int | None,
     config: str | Path | LoaderConfig,
     *,
-    collate_fn: Callable | None = None,
+    collate_fn: Callable[..., Any] | None = None,
     shuffle: bool = False,
     drop_last: bool = False,
     tune_budget_s: float = 60.0,
@@ -285,7 +292,8 @@ def resolve_config(
     path = Path(config)
     if not path.is_file():
         raise UsageError(
-            f"config must be 'auto', 'tuned', a LoaderConfig or a YAML file; {str(config)!r} is none of these."
+            f"config must be 'auto', 'tuned', a LoaderConfig or a YAML file; {str(config)!r} is "
+            "none of these."
         )
     try:
         loaded = LoaderConfig.load(path)
@@ -298,7 +306,7 @@ def _tune_dataset(
     dataset: Any,
     batch_size: int,
     *,
-    collate_fn: Callable | None,
+    collate_fn: Callable[..., Any] | None,
     shuffle: bool,
     drop_last: bool,
     budget_s: float,
@@ -324,7 +332,7 @@ def make_loader(
     config: str | Path | LoaderConfig = "auto",
     *,
     shuffle: bool = False,
-    collate_fn: Callable | None = None,
+    collate_fn: Callable[..., Any] | None = None,
     drop_last: bool = False,
     sampler: Any = None,
     generator: Any = None,
@@ -382,8 +390,8 @@ def make_loader(
     if chosen.worker_threads:
         if iterable:
             raise UsageError(
-                "worker_threads needs a map-style dataset (a batch of indices to fetch concurrently); "
-                f"{type(dataset).__name__} is an IterableDataset."
+                "worker_threads needs a map-style dataset (a batch of indices to fetch "
+                f"concurrently); {type(dataset).__name__} is an IterableDataset."
             )
         dataset = threaded_dataset(dataset, chosen.worker_threads)
     if chosen.batched_fetch and not iterable:

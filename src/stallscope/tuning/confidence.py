@@ -40,30 +40,35 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..config import LoaderConfig
-from .space import MIN_GAIN, PLATEAU_TOLERANCE, TIE_MARGIN, cost_key
+from ..thresholds import CONFIDENCE_LEVEL, TIE_MARGIN
+from .space import MIN_GAIN, PLATEAU_TOLERANCE, cost_key
 from .trial import Trial
 
-# The tie margin: the pick is claimed at least as fast as each rival within this fraction.
+# The pick is claimed at least as fast as each rival within this fraction: the tie margin.
 MARGIN = TIE_MARGIN
 # Fewer interleaved rounds than this give no confidence at all (NOTE [paired rounds]).
 MIN_ROUNDS = 2
-# Fewer rounds than this never give a confidence above FEW_ROUNDS_CAP (NOTE [what the confidence states]).
+# Fewer rounds than this never give a confidence above FEW_ROUNDS_CAP (NOTE
+# [what the confidence states]).
 CONFIDENT_ROUNDS = 4
 FEW_ROUNDS_CAP = 0.9
-# The per-round spread of a paired log-ratio assumed at least (a few agreeing rounds prove no less noise).
+# The per-round spread of a paired log-ratio assumed at least (a few agreeing rounds prove no less
+# noise).
 NOISE_FLOOR = 0.02
 # A rival that raced one round with the pick (dropped as far behind): its ratio's per-round spread,
-# assumed, as wide as the largest noise threshold the search allows (search.MAX_SIG).
+# assumed, as wide as the largest noise threshold the search allows (search_state.MAX_SIG).
 ONE_ROUND_NOISE = 0.10
-# The race stops once the pick is this sure (and has raced CONFIDENT_ROUNDS rounds).
-STOP_CONFIDENCE = 0.95
+# The race stops once the pick is this sure (and has raced CONFIDENT_ROUNDS rounds): the level at
+# which stallscope makes a claim (thresholds.py).
+STOP_CONFIDENCE = CONFIDENCE_LEVEL
 
 
 # -- Student's t, for integer degrees of freedom (no SciPy dependency) -----------------------------
 
 
 def t_cdf(t: float, df: int) -> float:
-    """P(T ≤ t) for Student's t with ``df`` ≥ 1 degrees of freedom (Abramowitz & Stegun 26.7.3–4)."""
+    """P(T ≤ t) for Student's t with ``df`` ≥ 1 degrees of freedom (Abramowitz & Stegun
+    26.7.3–4)."""
     if df < 1:
         raise ValueError("t_cdf needs at least 1 degree of freedom")
     if math.isinf(t):
@@ -89,7 +94,8 @@ def t_cdf(t: float, df: int) -> float:
 
 
 def t_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (bisection on :func:`t_cdf`)."""
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (bisection on
+    :func:`t_cdf`)."""
     if not 0.0 < p < 1.0:
         raise ValueError("t_quantile needs 0 < p < 1")
     lo, hi = -1e6, 1e6
@@ -272,7 +278,8 @@ def decide_from_scan(
     *,
     tolerance: float = PLATEAU_TOLERANCE,
 ) -> Decision:
-    """No round was raced: the scan's single measurements pick, with no confidence (not confirmed)."""
+    """No round was raced: the scan's single measurements pick, with no confidence (not
+    confirmed)."""
     ok = {c: t for c, t in scan.items() if t.ok}
     if not ok:
         return Decision(pick=baseline, leader=baseline, medians={}, confidence=None)
@@ -294,7 +301,9 @@ def decide_from_scan(
     )
 
 
-def clearly_slower(ratios: Sequence[float], *, tolerance: float, level: float = 0.95) -> bool:
+def clearly_slower(
+    ratios: Sequence[float], *, tolerance: float, level: float = CONFIDENCE_LEVEL
+) -> bool:
     """Whether a config is slower than the leader beyond the noise, from its paired per-round ratios
     (its rate / the leader's): the one-sided ``level`` t upper bound of the ratio stays below
     1 − tolerance (spread floored at ``NOISE_FLOOR``; never from fewer than two rounds)."""
@@ -317,7 +326,8 @@ def keeps_baseline(
     seed: int = 0,
     resamples: int = 400,
 ) -> bool:
-    """Whether the best found is within noise of the user's own config, so no change is worth making.
+    """Whether the best found is within noise of the user's own config, so no change is worth
+    making.
 
     A change must gain more than the noise: ``min_gain`` or the race's
     measured noise, whichever is larger. Where the two raced ``MIN_ROUNDS``
@@ -341,7 +351,8 @@ def keeps_baseline(
 
 
 def within_pct(best_rate: float, baseline_rate: float) -> float | None:
-    """How far the user's config is below the best found, in % of the best (0 when it is the best)."""
+    """How far the user's config is below the best found, in % of the best (0 when it is the
+    best)."""
     if best_rate <= 0 or baseline_rate <= 0:
         return None
     return max(0.0, (1 - baseline_rate / best_rate) * 100)

@@ -1,4 +1,5 @@
-"""Choices about what happens between epochs and at start-up: ``persistent_workers`` and the start method.
+"""Choices about what happens between epochs and at start-up: ``persistent_workers`` and the start
+method.
 
 Neither changes steady-state throughput, so the race cannot see them. Each is
 changed only on its own measurement: the start method when another one
@@ -20,7 +21,8 @@ from .trial import Trial
 PERSISTENT_MIN_SAVING_S = 0.05
 # ...and at least this fraction of the gap with it (a margin for the noise of single gaps).
 PERSISTENT_MIN_FRACTION = 0.2
-# A start method must reach the first batch this much sooner (fraction and seconds) to replace the default.
+# A start method must reach the first batch this much sooner (fraction and seconds) to replace the
+# default.
 START_METHOD_MIN_FRACTION = 0.25
 START_METHOD_MIN_SAVING_S = 0.1
 
@@ -28,7 +30,8 @@ START_METHOD_MIN_SAVING_S = 0.1
 def choose_persistent(
     config: LoaderConfig, without: EpochGap, with_: EpochGap, *, note: Callable[[str], None]
 ) -> tuple[LoaderConfig, dict[str, Any]]:
-    """``config`` with persistent workers when the measured epoch-boundary gap says so, and the evidence."""
+    """``config`` with persistent workers when the measured epoch-boundary gap says so, and the
+    evidence."""
     a, b = without.median_s, with_.median_s
     evidence: dict[str, Any] = {
         "measured_on": config.label(),
@@ -42,7 +45,8 @@ def choose_persistent(
     }
     if a is None or b is None:
         note(
-            f"persistent_workers was not measured ({evidence['error'] or 'no epoch boundary'}), so it is not recommended"
+            f"persistent_workers was not measured ({evidence['error'] or 'no epoch boundary'}), so "
+            "it is not recommended"
         )
         return config, evidence
     saved = a - b
@@ -50,13 +54,13 @@ def choose_persistent(
     if saved >= max(PERSISTENT_MIN_SAVING_S, PERSISTENT_MIN_FRACTION * b):
         evidence["recommended"] = True
         note(
-            f"persistent_workers=True: the gap at an epoch boundary measured {a:.2f} s without it and "
-            f"{b:.2f} s with it ({config.num_workers} workers), {saved:.2f} s saved per epoch"
+            f"persistent_workers=True: the gap at an epoch boundary measured {a:.2f} s without it "
+            f"and {b:.2f} s with it ({config.num_workers} workers), {saved:.2f} s saved per epoch"
         )
         return config.replace(persistent_workers=True), evidence
     note(
-        f"persistent_workers not recommended: the gap at an epoch boundary measured {a:.2f} s without it "
-        f"and {b:.2f} s with it"
+        f"persistent_workers not recommended: the gap at an epoch boundary measured {a:.2f} s "
+        f"without it and {b:.2f} s with it"
     )
     return config, evidence
 
@@ -69,7 +73,8 @@ def choose_start_method(
     *,
     note: Callable[[str], None],
 ) -> LoaderConfig:
-    """Another start method replaces the default only when it starts clearly faster at the same worker count."""
+    """Another start method replaces the default only when it starts clearly faster at the same
+    worker count."""
     if pick.num_workers == 0:
         return pick
     for ctx in contexts:
@@ -89,8 +94,8 @@ def choose_start_method(
             and a.startup_s - b.startup_s >= START_METHOD_MIN_SAVING_S
         ):
             note(
-                f"start method {ctx!r} reached the first batch in {b.startup_s:.2f} s vs {a.startup_s:.2f} s "
-                f"with {parent.num_workers} workers"
+                f"start method {ctx!r} reached the first batch in {b.startup_s:.2f} s vs "
+                f"{a.startup_s:.2f} s with {parent.num_workers} workers"
             )
             return pick.replace(multiprocessing_context=ctx)
     return pick

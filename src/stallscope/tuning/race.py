@@ -1,4 +1,5 @@
-"""The final race (NOTE [tuning strategy], phase 5): finalists in interleaved rounds until the pick is clear.
+"""The final race (NOTE [tuning strategy], phase 5): finalists in interleaved rounds until the pick
+is clear.
 
 Who races: the search's best few, the cheapest config within a few percent
 of them, the user's baseline (unless the scan shows it far behind), and every
@@ -49,8 +50,8 @@ def entrants(
     baseline: LoaderConfig,
 ) -> list[Entrant]:
     """The finalists, the caller's seeds and the user's baseline, each with its role (``scan``: the
-    scanned rates). The first finalist is the tuner's own best; a seed or the baseline takes over the
-    role of a finalist it coincides with."""
+    scanned rates). The first finalist is the tuner's own best; a seed or the baseline takes over
+    the role of a finalist it coincides with."""
     out = [Entrant(c, "tuner" if i == 0 else "other", scan[c]) for i, c in enumerate(finalists)]
 
     def enter(config: LoaderConfig, role: str, seeded: bool) -> None:
@@ -72,7 +73,8 @@ def entrants(
 
 
 class Race:
-    """Interleaved rounds over the entrants, within the budget the caller's ``affordable`` grants."""
+    """Interleaved rounds over the entrants, within the budget the caller's ``affordable``
+    grants."""
 
     def __init__(
         self,
@@ -143,7 +145,10 @@ class Race:
         seeded = {e.config for e in self.entrants if e.seeded}
         roles = {e.config: e.role for e in self.entrants}
         scan = {e.config: e.scan_rate for e in self.entrants}
-        rate = lambda c: self.log.median(c) or scan.get(c, 0.0)  # noqa: E731
+
+        def rate(c: LoaderConfig) -> float:
+            return self.log.median(c) or scan.get(c, 0.0)
+
         out = list(alive)
         while len(out) > 2 and not self.affordable(self.round_cost(out)):
             leader = max(out, key=rate)
@@ -162,7 +167,8 @@ class Race:
         return out
 
     def _drop_losers(self, alive: list[LoaderConfig]) -> list[LoaderConfig]:
-        """Far behind after one round, or clearly slower (paired, beyond the noise) after ``min_rounds``."""
+        """Far behind after one round, or clearly slower (paired, beyond the noise) after
+        ``min_rounds``."""
         medians = {c: self.log.median(c) or 0.0 for c in alive}
         if not medians:
             return alive
@@ -179,8 +185,8 @@ class Race:
             ):
                 continue
             keep.append(config)
-        # A confidence needs a rival in the rounds (NOTE [what the confidence states]): the best of the
-        # dropped stays until the pick has raced enough rounds for one, as the budget allows.
+        # A confidence needs a rival in the rounds (NOTE [what the confidence states]): the best of
+        # the dropped stays until the pick has raced enough rounds for one, as the budget allows.
         if len(keep) < 2 <= len(alive) and self.rounds < CONFIDENT_ROUNDS:
             dropped = [c for c in alive if c not in keep]
             if dropped:

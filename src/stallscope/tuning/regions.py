@@ -40,22 +40,25 @@ def classify(profile: Profile, r0: float, rc: float | None, cores: int, batch_si
         predicted = cores / cpu
         return Region(
             "latency-bound",
-            f"the fetch used {profile.cpu_per_wall:.0%} of a CPU per second of wall time, so it mostly waits "
-            f"(I/O, sleep, GIL released); about {predicted:.0f} workers could keep {cores} core(s) busy",
+            f"the fetch used {profile.cpu_per_wall:.0%} of a CPU per second of wall time, so it "
+            f"mostly waits (I/O, sleep, GIL released); about {predicted:.0f} workers could keep "
+            f"{cores} core(s) busy",
             predicted_workers=predicted,
         )
     batch_s = profile.batch_seconds(batch_size)
     no_gain = rc is not None and r0 > 0 and rc < r0 * 1.1
     if batch_s < OVERHEAD_BATCH_S or no_gain:
         why = (
-            f"a batch costs {batch_s * 1000:.2f} ms in-process, comparable to moving it between processes"
+            f"a batch costs {batch_s * 1000:.2f} ms in-process, comparable to moving it between "
+            "processes"
             if batch_s < OVERHEAD_BATCH_S
-            else f"{cores} workers gave {rc / r0 if r0 else 0:.2f}x the single-process rate"
+            else f"{cores} workers gave {(rc or 0.0) / r0 if r0 else 0:.2f}x the single-process "
+            "rate"
         )
         return Region("overhead-bound", why, predicted_workers=1.0)
     return Region(
         "cpu-bound",
-        f"the fetch used {profile.cpu_per_wall:.0%} of a CPU per second of wall time, so throughput scales "
-        f"with the {cores} usable core(s)",
+        f"the fetch used {profile.cpu_per_wall:.0%} of a CPU per second of wall time, so "
+        f"throughput scales with the {cores} usable core(s)",
         predicted_workers=float(cores),
     )

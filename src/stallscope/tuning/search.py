@@ -1,4 +1,5 @@
-"""The tuner's search strategy: phases of decisions over an :class:`~stallscope.tuning.trial.Evaluator`.
+"""The tuner's search strategy: phases of decisions over an
+:class:`~stallscope.tuning.trial.Evaluator`.
 
 Nothing here starts a worker. The strategy sees the pipeline only through an
 evaluator (``measure`` one config, ``interleaved`` repeats of several, and a
@@ -35,8 +36,8 @@ of the time budget:
    measured neighbours, while they are far apart.
 4. *knobs* — at the best worker count, one measurement per knob that can
    matter here: deeper prefetch (the whole ladder when the source is
-   jittery), ``in_order=False`` with two or more workers, batched fetching when available, intra-op threads at 0 workers,
-   ``pin_memory`` on CUDA, batch sizes when allowed.
+   jittery), ``in_order=False`` with two or more workers, batched fetching when available, intra-op
+   threads at 0 workers, ``pin_memory`` on CUDA, batch sizes when allowed.
 5. *race* (:mod:`.race`) — the finalists (best few, plus the fewest workers
    within a few percent), the seeds and the baseline race in interleaved
    rounds (A B … B A). Configs far behind after one round, or clearly slower
@@ -72,8 +73,8 @@ from .confidence import Decision, decide_from_scan, keeps_baseline, within_pct
 from .persistence import choose_persistent, choose_start_method
 from .race import Race, entrants
 from .regions import Region, classify
+from .search_state import MAX_SIG, SearchState  # noqa: F401 - MAX_SIG: its home before the split
 from .space import (
-    MB,
     MemoryBudget,
     Profile,
     SearchSettings,
@@ -84,15 +85,13 @@ from .space import (
     revise_plan,
 )
 from .threads import explore_threads
-from .trial import Effect, Evaluator, SearchResult, Trial, overhead_fit
+from .trial import Effect, Evaluator, SearchResult, Trial
 
-# The noise threshold for a gain never exceeds this.
-MAX_SIG = 0.10
 # Refine a bracket only while neighbour / best is at least this (finer steps are within noise).
 REFINE_RATIO = 1.3
 
 
-class Search:
+class Search(SearchState):
     """One tuning run: phases of NOTE [tuning strategy] over an evaluator."""
 
     def __init__(
@@ -122,7 +121,7 @@ class Search:
         self.effects: list[Effect] = []
         self.region = Region("cpu-bound", "not classified yet")
         self.skipped: list[dict[str, str]] = []
-        self.plan: dict = {}
+        self.plan: dict[str, Any] = {}
         self._scan: dict[LoaderConfig, Trial] = {}
         self.race = Race(
             evaluator,
@@ -140,110 +139,6 @@ class Search:
             pin_memory=space.pin_memory,
             multiprocessing_context=space.multiprocessing_context,
         )
-
-    # -- helpers ---------------------------------------------------------------------
-    def workers(self, n: int, **changes: Any) -> LoaderConfig:
-        return self._template.replace(num_workers=n, **changes)
-
-    def _note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
-
-    def _skip(self, config: LoaderConfig, why: str) -> None:
-        label = config.label()
-        if not any(s["label"] == label for s in self.skipped):
-            self.skipped.append({"label": label, "why": why})
-
-    def _sig(self, *trials: Trial) -> float:
-        """The gain that counts as real: the floor, or twice the combined window noise (capped:
-        when unsure, one more step up costs a measurement, stopping early can cost the optimum)."""
-        se = math.sqrt(sum((t.rel_se or 0.0) ** 2 for t in trials))
-        return max(self.settings.min_gain, min(2 * se, MAX_SIG))
-
-    def rate(self, config: LoaderConfig) -> float:
-        raced = self.race.log.median(config)
-        if raced is not None:
-            return raced
-        trial = self._scan.get(config)
-        return trial.samples_per_s if trial is not None and trial.ok else 0.0
-
-    def estimate_cost(self, config: LoaderConfig, window_s: float) -> float:
-        """Seconds a measurement of ``config`` will take, from what earlier ones took.
-
-        Overhead (start-up, warm-up, shutdown) is fitted as ``a + b × workers``
-        over past trials; the window stretches to ``min_batches`` batches at
-        the rate of the nearest measured config with no more workers.
-        """
-        a, b = overhead_fit(self.trials)
-        rate = self._rate_guess(config)
-        window = window_s
-        if rate > 0:
-            window = max(window_s, self.settings.min_batches * config.batch_size / rate)
-        return window + a + b * config.num_workers
-
-    def _rate_guess(self, config: LoaderConfig) -> float:
-        known = self.rate(config)
-        if known > 0:
-            return known
-        below = [
-            t.samples_per_s
-            for c, t in self._scan.items()
-            if t.ok and c.num_workers <= config.num_workers
-        ]
-        return max(below) if below else 0.0
-
-    def affordable(self, seconds: float, share: float = 1.0) -> bool:
-        return self.ev.elapsed() + seconds <= self.settings.budget_s * share
-
-    def worker_cap(self, prefetch_factor: int = 2) -> int:
-        return max(0, min(self.space.max_workers, self.memory.max_workers(prefetch_factor)))
-
-    def measure(
-        self, config: LoaderConfig, phase: str, *, share: float = 1.0, force: bool = False
-    ) -> Trial | None:
-        """Measure once (or reuse the scan result); None when the budget or memory says no."""
-        if config in self._scan:
-            return self._scan[config]
-        if not force and not self.memory.fits(config):
-            self._note(
-                f"skipped {config.label()}: needs about {self.memory.need(config) / MB:.0f} MB, "
-                f"over the {self.memory.budget_bytes / MB:.0f} MB memory budget"
-            )
-            return None
-        window = self.settings.scan_window_s
-        if not force and not self.affordable(self.estimate_cost(config, window), share):
-            self._note(f"time budget: did not measure {config.label()} in the {phase} phase")
-            self._skip(config, f"not measured: the time budget ran out in the {phase} phase")
-            return None
-        trial = self.ev.measure(config, window_s=window, phase=phase)
-        self._record(trial)
-        self._scan[config] = trial
-        return trial
-
-    def _record(self, trial: Trial) -> None:
-        self.trials.append(trial)
-        if trial.config.num_workers > 0:
-            self.memory.observe(trial.worker_bytes)
-        if trial.error:
-            self._note(f"{trial.config.label()} failed: {trial.error}")
-        if self.on_trial is not None:
-            self.on_trial(trial)
-
-    def _scanned_worker_counts(self) -> dict[int, float]:
-        """Rate per worker count among plain worker configs (the template's other knobs)."""
-        out: dict[int, float] = {}
-        for config, trial in self._scan.items():
-            if trial.ok and config == self.workers(config.num_workers):
-                out[config.num_workers] = trial.samples_per_s
-        return out
-
-    def best_scanned(
-        self, predicate: Callable[[LoaderConfig], bool] = lambda c: True
-    ) -> LoaderConfig | None:
-        found = [(t.samples_per_s, c) for c, t in self._scan.items() if t.ok and predicate(c)]
-        if not found:
-            return None
-        return max(found, key=lambda pair: pair[0])[1]
 
     # -- phases ----------------------------------------------------------------------
     def run(self, on_plan: Callable[[dict[str, Any]], None] | None = None) -> SearchResult:
@@ -289,7 +184,8 @@ class Search:
             self.measure(zero, "probe", force=True)
         for config, _role in self.seeds:
             self.measure(config, "seed", force=True)
-        # Cheap and often decisive for in-memory data: batched fetching, when the profile saw a gain.
+        # Cheap and often decisive for in-memory data: batched fetching, when the profile saw a
+        # gain.
         if self.space.batched_fetch and (self.profile.batched_speedup or 0.0) >= 1.5:
             self._try_variant(
                 "batched_fetch",
@@ -380,7 +276,8 @@ class Search:
                     return
 
     def _jittery(self) -> bool:
-        # Only the in-process per-item times: inter-batch waits with many workers are bursty by nature.
+        # Only the in-process per-item times: inter-batch waits with many workers are bursty by
+        # nature.
         return self.profile.jittery
 
     def _try_variant(
@@ -475,9 +372,9 @@ class Search:
         top = ranked[0][0]
         limit = max(2, self.settings.max_finalists)
         chosen = [c for r, c in ranked if r >= top * 0.9][:limit]
-        # Single measurements can mislead on a busy machine: the runner-up races too, however far behind
-        # the scan put it: without a rival in the rounds there is no confidence (the race keeps it only
-        # until the pick has raced enough rounds for one).
+        # Single measurements can mislead on a busy machine: the runner-up races too, however far
+        # behind the scan put it: without a rival in the rounds there is no confidence (the race
+        # keeps it only until the pick has raced enough rounds for one).
         if len(chosen) == 1 and len(ranked) > 1:
             chosen.append(ranked[1][1])
         # A plateau: the cheapest config within noise of the best may be worth fewer processes.
@@ -492,7 +389,8 @@ class Search:
         return 2 * sum(self.estimate_cost(c, confirm_window(c, self.settings)) for c in configs)
 
     def _race_affordable(self, seconds: float) -> bool:
-        """Two rounds come first; rounds beyond them leave room for the epoch-boundary measurement."""
+        """Two rounds come first; rounds beyond them leave room for the epoch-boundary
+        measurement."""
         reserve = 0.0
         if self.race.rounds >= self.settings.min_rounds:
             leader = self.best_scanned()
@@ -505,7 +403,8 @@ class Search:
         ok = {c: t.samples_per_s for c, t in self._scan.items() if t.ok}
         decision = self.race.run(entrants(ok, self.finalists(), self.seeds, self.baseline))
         if decision is None:
-            # Not one round raced: single measurements pick, and within their noise floor the cheaper config.
+            # Not one round raced: single measurements pick, and within their noise floor the
+            # cheaper config.
             tolerance = max(self.settings.tolerance, self.settings.min_gain)
             decision = decide_from_scan(self._scan, self.baseline, tolerance=tolerance)
         return decision
@@ -518,7 +417,8 @@ class Search:
         return parent, parent.replace(multiprocessing_context=ctx)
 
     def _startup(self, pick: LoaderConfig) -> None:
-        """Time to first batch under other start methods (paid every epoch without persistent workers)."""
+        """Time to first batch under other start methods (paid every epoch without persistent
+        workers)."""
         if pick.num_workers == 0 or not self.space.contexts:
             return
         # Persistent workers pay start-up once per run: only worth measuring with budget to spare.
@@ -541,8 +441,9 @@ class Search:
             self._record(trial)
             self._scan[variant] = trial
 
-    def _persistent(self, chosen: LoaderConfig) -> tuple[LoaderConfig, dict | None]:
-        """Measure the epoch-boundary gap of ``chosen`` with and without persistent workers, then decide."""
+    def _persistent(self, chosen: LoaderConfig) -> tuple[LoaderConfig, dict[str, Any] | None]:
+        """Measure the epoch-boundary gap of ``chosen`` with and without persistent workers, then
+        decide."""
         if (
             chosen.num_workers == 0
             or chosen.persistent_workers
@@ -562,8 +463,9 @@ class Search:
         return choose_persistent(chosen, without, with_, note=self._note)
 
     def _epoch_gap_cost(self, config: LoaderConfig) -> float:
-        """Seconds the two epoch-boundary runs of ``config`` take: short epochs at the measured rate,
-        and a start-up (plus half as much for the shutdown) per epoch without persistence, once with it."""
+        """Seconds the two epoch-boundary runs of ``config`` take: short epochs at the measured
+        rate, and a start-up (plus half as much for the shutdown) per epoch without persistence,
+        once with it."""
         rate = self.rate(config)
         batch_s = (
             config.batch_size / rate if rate > 0 else self.profile.batch_seconds(config.batch_size)

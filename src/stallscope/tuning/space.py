@@ -11,17 +11,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import LoaderConfig
+from ..thresholds import TIE_MARGIN
 
 MB = 1024 * 1024
 
-# A climb step must beat the best so far by this much (or by the measured noise) to count.
-MIN_GAIN = 0.03
-# Within this fraction of the leader, the cheaper config is preferred (a plateau) among single scan measurements.
+# A climb step must beat the best so far by this much (or by the measured noise) to count: the
+# tie margin (thresholds.py), since a smaller gain is one the final race would call a tie. In the
+# final race, within TIE_MARGIN of the leader (paired by round) a config is tied with it, the
+# cheapest tied config is the pick, and the confidence is that the pick is no slower than any rival
+# beyond it (NOTE [what the confidence states] in confidence.py).
+MIN_GAIN = TIE_MARGIN
+# Within this fraction of the leader, the cheaper config is preferred (a plateau) among single
+# scan measurements: 1%, below the tie margin, because one scan measurement is not raced again.
 PLATEAU_TOLERANCE = 0.01
-# In the final race: within this fraction of the leader (paired by round) a config is tied with it, the cheapest
-# tied config is the pick, and the confidence is that the pick is no slower than any rival beyond it. The noise
-# floor of a gain (NOTE [what the confidence states] in confidence.py).
-TIE_MARGIN = MIN_GAIN
 # Per-worker private memory assumed until one worker has been measured.
 DEFAULT_WORKER_BYTES = 256 * MB
 # Memory allowed per fetch thread (worker_threads) on top of its process.
@@ -167,9 +169,9 @@ class SearchSettings:
     budget_s: float = 60.0
     scan_window_s: float = 0.5
     confirm_window_s: float = 0.75
-    # A single-process config's race window: every preemption of the main process on a busy machine stops
-    # its loading outright (no workers' prefetch buffer absorbs it), so a short window is mostly scheduler
-    # noise. Worker configs pay start-up and warm-up around their window anyway.
+    # A single-process config's race window: every preemption of the main process on a busy machine
+    # stops its loading outright (no workers' prefetch buffer absorbs it), so a short window is
+    # mostly scheduler noise. Worker configs pay start-up and warm-up around their window anyway.
     single_process_window_s: float = 1.0
     min_batches: int = 8  # a window holds at least this many batches, however long they take
     min_rounds: int = 2  # rounds before a config can be dropped as clearly slower
@@ -189,13 +191,14 @@ class SearchSettings:
 
 
 def confirm_window(config: LoaderConfig, settings: SearchSettings) -> float:
-    """The race window of ``config``: longer for single-process configs (``single_process_window_s``)."""
+    """The race window of ``config``: longer for single-process configs
+    (``single_process_window_s``)."""
     if config.num_workers == 0:
         return max(settings.confirm_window_s, settings.single_process_window_s)
     return settings.confirm_window_s
 
 
-def cost_key(config: LoaderConfig) -> tuple:
+def cost_key(config: LoaderConfig) -> tuple[int, ...]:
     """Preferred first among equals: fewer workers, then fewer fetch threads per worker, shallower
     prefetch, ordered, default intra-op threads,
     smaller batches, pinned memory (a loader-only measurement cannot see the faster host-to-device
@@ -247,8 +250,9 @@ def budget_plan(
     confirmable = fits >= CONFIRMED_MEASUREMENTS
     needed_s = elapsed_s + CONFIRMED_MEASUREMENTS * measurement_s
     summary = (
-        f"plan: {batch_s:.3g} s per batch in one process; with windows of at least {n} batches a measurement "
-        f"takes about {measurement_s:.1f} s, so the {left:.0f} s left fit about {fits} measurement{'' if fits == 1 else 's'}"
+        f"plan: {batch_s:.3g} s per batch in one process; with windows of at least {n} batches a "
+        f"measurement takes about {measurement_s:.1f} s, so the {left:.0f} s left fit about {fits} "
+        f"measurement{'' if fits == 1 else 's'}"
     )
     if not confirmable:
         summary += (
@@ -268,9 +272,9 @@ def budget_plan(
 
 
 def revise_plan(plan: dict[str, Any], costs: list[float], *, left_s: float) -> str | None:
-    """Check the plan against the first real measurements (``costs``, seconds each), record what they
-    took, and say so when the plan was off by more than 2x: it came from in-process fetches, and a
-    worker process, free of the main process's thread contention, can be much faster."""
+    """Check the plan against the first real measurements (``costs``, seconds each), record what
+    they took, and say so when the plan was off by more than 2x: it came from in-process fetches,
+    and a worker process, free of the main process's thread contention, can be much faster."""
     planned = plan.get("measurement_s") or 0.0
     if not costs or planned <= 0:
         return None
@@ -279,6 +283,6 @@ def revise_plan(plan: dict[str, Any], costs: list[float], *, left_s: float) -> s
     if 0.5 <= measured / planned <= 2.0:
         return None
     return (
-        f"plan revised: the first measurements took {measured:.1f} s each, not {planned:.1f} s, so the "
-        f"{left_s:.0f} s left fit about {int(left_s // measured)} more"
+        f"plan revised: the first measurements took {measured:.1f} s each, not {planned:.1f} s, so "
+        f"the {left_s:.0f} s left fit about {int(left_s // measured)} more"
     )

@@ -1,4 +1,5 @@
-"""Processes × threads: the tuner's worker-threads phase (NOTE [worker threads] in pipeline/threaded.py).
+"""Processes × threads: the tuner's worker-threads phase (NOTE [worker threads] in
+pipeline/threaded.py).
 
 In the latency-bound region more worker processes overlap the fetch's waits,
 each at the memory and start-up of a whole Python process. K threads inside
@@ -41,7 +42,8 @@ from .regions import LATENCY_CPU_FRACTION
 # Thread counts per worker the phase may try (a worker fetches one batch at a time, so
 # counts beyond the batch size only idle: see thread_counts).
 THREAD_LADDER = (2, 4, 8, 16, 32, 64)
-# A process near this share of its GIL-bound rate (1 / Python CPU time per item) is capped by the GIL.
+# A process near this share of its GIL-bound rate (1 / Python CPU time per item) is capped by the
+# GIL.
 GIL_SHARE = 0.7
 # Seconds the thread-safety check may take, at most.
 SAFETY_CHECK_S = 1.5
@@ -107,8 +109,8 @@ def thread_eligibility(
     if profile.cpu_per_wall >= LATENCY_CPU_FRACTION:
         return ThreadEligibility(
             (),
-            f"the fetch used {profile.cpu_per_wall:.0%} of a CPU per second of wall time: threads in one process "
-            "share its GIL, so they cannot speed up CPU-bound Python",
+            f"the fetch used {profile.cpu_per_wall:.0%} of a CPU per second of wall time: threads "
+            "in one process share its GIL, so they cannot speed up CPU-bound Python",
         )
     counts = thread_counts(pipeline.batch_size)
     if not counts:
@@ -119,7 +121,8 @@ def thread_eligibility(
     if own is not None:
         return ThreadEligibility(
             (),
-            f"the dataset fetches whole batches itself ({own}.__getitems__), which threads would bypass",
+            f"the dataset fetches whole batches itself ({own}.__getitems__), which threads would "
+            "bypass",
         )
     check_s = SAFETY_CHECK_S if budget_s is None else min(SAFETY_CHECK_S, 0.04 * budget_s)
     return ThreadEligibility(
@@ -151,7 +154,8 @@ def explore_threads(search: Any) -> None:
             search.estimate_cost(first, search.settings.scan_window_s) + gate.check_s, share
         ):
             search._note(
-                f"time budget: did not check thread safety or measure {first.label()} in the threads phase"
+                f"time budget: did not check thread safety or measure {first.label()} in the "
+                "threads phase"
             )
             return
         if not gate.confirm():
@@ -163,8 +167,8 @@ def explore_threads(search: Any) -> None:
         return
     if not search._improves(first, parent):
         search._note(
-            f"worker threads did not help: {first.label()} measured {search.rate(first):,.0f} samples/s "
-            f"vs {search.rate(parent):,.0f} for {parent.label()}"
+            f"worker threads did not help: {first.label()} measured {search.rate(first):,.0f} "
+            f"samples/s vs {search.rate(parent):,.0f} for {parent.label()}"
         )
         return
     best = first
@@ -194,7 +198,8 @@ def explore_threads(search: Any) -> None:
 
 
 def _first_count(counts: tuple[int, ...], predicted_workers: float | None, procs: int) -> int:
-    """The thread count that gives ``procs`` processes the concurrency the region predicts (see classify)."""
+    """The thread count that gives ``procs`` processes the concurrency the region predicts (see
+    classify)."""
     per_process = (predicted_workers or counts[-1]) / max(1, procs)
     return next((c for c in counts if c >= per_process), counts[-1])
 
@@ -238,8 +243,9 @@ def _note_gil_cap(search: Any, parent: Any, best: Any) -> None:
         else "the processes already cover every core"
     )
     search._note(
-        f"worker threads help (+{rate / search.rate(parent) - 1:.0%} over {parent.label()}) but the GIL caps them: "
-        f"{best.label()} reached {rate:,.0f} samples/s ({per_process:,.0f} per process), with "
-        f"{other.worker_threads} threads {search.rate(other):,.0f}; each item holds the GIL for about "
-        f"{1000.0 / cap:.2f} ms of Python, which caps one process near {cap:,.0f} samples/s: {further}"
+        f"worker threads help (+{rate / search.rate(parent) - 1:.0%} over {parent.label()}) but "
+        f"the GIL caps them: {best.label()} reached {rate:,.0f} samples/s ({per_process:,.0f} per "
+        f"process), with {other.worker_threads} threads {search.rate(other):,.0f}; each item holds "
+        f"the GIL for about {1000.0 / cap:.2f} ms of Python, which caps one process near "
+        f"{cap:,.0f} samples/s: {further}"
     )

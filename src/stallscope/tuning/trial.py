@@ -1,4 +1,5 @@
-"""One measurement of one config (:class:`Trial`), the evaluator that takes it, and what a search returns.
+"""One measurement of one config (:class:`Trial`), the evaluator that takes it, and what a search
+returns.
 
 Nothing here starts a worker: the search sees the pipeline only through an
 :class:`Evaluator` (``measure`` one config, ``interleaved`` repeats of several,
@@ -83,12 +84,13 @@ class Evaluator(Protocol):
         window_s: float | Sequence[float],
         phase: str,
     ) -> list[list[Trial]]:
-        """``repeats`` rounds of A B … B A; the trials per config, in ``configs`` order (``window_s``:
-        one window for all, or one per config)."""
+        """``repeats`` rounds of A B … B A; the trials per config, in ``configs`` order
+        (``window_s``: one window for all, or one per config)."""
         ...
 
     def epoch_gap(self, config: LoaderConfig, *, epochs: int) -> EpochGap:
-        """The gaps at ``epochs - 1`` epoch boundaries of ``config`` (see :mod:`stallscope.throughput.epochs`)."""
+        """The gaps at ``epochs - 1`` epoch boundaries of ``config`` (see
+        :mod:`stallscope.throughput.epochs`)."""
         ...
 
 
@@ -236,7 +238,8 @@ class SearchResult:
 
 
 def overhead_fit(trials: Sequence[Trial]) -> tuple[float, float]:
-    """Seconds a measurement takes beyond its window (start-up, warm-up, shutdown) as ``a + b × workers``.
+    """Seconds a measurement takes beyond its window (start-up, warm-up, shutdown) as
+    ``a + b × workers``.
 
     Fitted over past trials and padded by the worst residual: an estimate
     that runs short overshoots the budget.

@@ -2,16 +2,16 @@
 
 The parts:
 
-* :func:`profile_pipeline` — cheap in-process numbers: wall and CPU time per
-  sample (CPU / wall far below 1 means the fetch waits, so more workers than
+* :func:`~.profiling.profile_pipeline` (:mod:`.profiling`) — cheap in-process numbers: wall and CPU
+  time per sample (CPU / wall far below 1 means the fetch waits, so more workers than
   cores help), collate time, batch bytes, jitter, and whether a vectorised
   batch fetch exists and what it saves.
 * :class:`LoaderEvaluator` — measurements of real DataLoaders through
   :func:`stallscope.throughput.measure.measure` (steady state, start-up apart), under
   the time budget; a failing config becomes a failed trial, not a crash.
 * :mod:`stallscope.tuning.search` — the strategy (NOTE [tuning strategy]).
-* :mod:`stallscope.analysis.tune_rules` — pure: tune section →
-  recommendations, each with the measured gain.
+* The result records measurements only; :mod:`stallscope.analysis.tune_rules` turns
+  them into recommendations, each with the measured gain (:meth:`TuneResult.recommendations`).
 """
 
 from __future__ import annotations
@@ -21,148 +21,31 @@ import multiprocessing
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from ..analysis.tune_rules import tune_recommendations
 from ..checks.sharding import replayed_stream
 from ..config import LoaderConfig, loader_supports
 from ..errors import PipelineError, UsageError
-from ..pipeline.batching import FetcherCheck, vectorised_fetcher
+from ..pipeline.batching import FetcherCheck
 from ..pipeline.kinds import LoaderKind
-from ..pipeline.structure import nbytes
 from ..runtime.host import cuda_available, usable_cores
 from ..runtime.processes import no_orphans
 from ..target import Pipeline, load_target, preflight
+from ..thresholds import MEMORY_BUDGET_SHARE
 from ..throughput.epochs import EpochGap, epoch_gap
+from .profiling import profile_loader, profile_pipeline
 from .search import Search
 from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
 from .threads import thread_eligibility
 from .trial import InterleavingEvaluator, SearchResult, Trial
 
+if TYPE_CHECKING:
+    from ..analysis.facts import Recommendation
+
 DEFAULT_BUDGET_S = 60.0
-# Default memory budget: this share of available RAM for workers + in-flight batches (tf.data's ram_budget).
-MEMORY_SHARE = 0.5
-# Batched fetching is only probed when a batch is this cheap in-process (in-memory data).
-BATCHED_PROBE_MAX_S = 0.05
-
-
-# -- the cheap profile -----------------------------------------------------------------
-
-
-def profile_pipeline(
-    pipeline: Pipeline, *, max_seconds: float = 1.0, max_items: int = 256
-) -> tuple[Profile, FetcherCheck | None]:
-    """Time single fetches in this process (wall and CPU), one collate, and the batched alternative.
-
-    Fetches at least 4 items and up to two batches' worth, within ``max_seconds``
-    (after one untimed fetch that absorbs lazy initialisation).
-    """
-    bs = pipeline.batch_size
-    length = pipeline.length()
-    want = max(4, min(max_items, 2 * bs))
-    items, walls, cpus, own = _timed_items(pipeline, length, want, max_seconds)
-    if not items:
-        raise UsageError("the dataset yielded no items to profile.")
-    batch_items = items[:bs]
-    # Best of three: the first call pays allocation and thread-pool start-up, and on a busy
-    # machine torch's intra-op threads can stall a single call by a whole time slice.
-    timings = []
-    for _ in range(3):
-        start = time.perf_counter()
-        try:
-            batch = pipeline.collate(batch_items)
-        except Exception as exc:  # preflight normally catches this first
-            raise PipelineError(
-                f"the collate function failed on {len(batch_items)} items: {exc}"
-            ) from exc
-        timings.append(time.perf_counter() - start)
-    collate_s = min(timings) * bs / len(batch_items)
-    batch_bytes = int(nbytes(batch) * bs / len(batch_items))
-    # CPU share and jitter come from wall time less run-queue waits: being preempted on a busy
-    # machine is neither waiting for data nor the source's jitter.
-    own_wall = sum(own)
-    ordered = sorted(own)
-    median = statistics.median(ordered)
-    p95 = ordered[min(len(ordered) - 1, int(math.ceil(0.95 * len(ordered))) - 1)]
-    profile = Profile(
-        seconds_per_sample=sum(walls) / len(walls),
-        cpu_per_wall=min(1.0, sum(cpus) / own_wall) if own_wall > 0 else 1.0,
-        collate_s=collate_s,
-        batch_bytes=batch_bytes,
-        jitter=p95 / median if median > 0 else 1.0,
-        spike=ordered[-1] / median if median > 0 else 1.0,
-        map_style=not pipeline.is_iterable and length is not None,
-        length=length,
-        items=len(walls),
-    )
-    check = None
-    # Not with the user's own batch sampler: ss.make_loader, which a batched pick is emitted as, batches by size.
-    cheap = profile.batch_seconds(bs) <= BATCHED_PROBE_MAX_S and pipeline.batch_sampler is None
-    if profile.map_style and cheap and length and length >= bs:
-        check = vectorised_fetcher(pipeline.dataset, pipeline.collate_fn)
-        if check.fetch is not None:
-            profile.batched_fetch = check.kind
-            profile.batched_speedup = _batched_speedup(pipeline, check, length)
-    return profile, check
-
-
-_SCHEDSTAT = "/proc/thread-self/schedstat"
-
-
-def profile_loader(
-    pipeline: Pipeline, *, max_seconds: float = 1.0, max_batches: int = 64
-) -> Profile:
-    """The profile of a loader without a Dataset of ours (NOTE [loader kinds]): its batches timed
-    in this process, single-process where the kind has ``num_workers`` (wall and CPU per sample)."""
-    from ..pipeline.kinds import close_trial
-    from ..pipeline.loaders import EpochCycle, build_loader
-    from ..pipeline.structure import batch_length
-
-    config = pipeline.baseline
-    if "num_workers" in pipeline.kind.knobs:
-        config = config.replace(num_workers=0)
-    loader = build_loader(pipeline, config, cycle=1)
-    iterator = EpochCycle(loader)
-    walls: list[float] = []
-    cpus: list[float] = []
-    sizes: list[int] = []
-    batch_bytes = 0
-    try:
-        batch = next(iterator)  # untimed: lazy initialisation
-        batch_bytes = nbytes(batch)
-        deadline = time.perf_counter() + max_seconds
-        while len(walls) < max_batches and (len(walls) < 4 or time.perf_counter() < deadline):
-            wall, cpu = time.perf_counter(), time.process_time()
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                break
-            walls.append(time.perf_counter() - wall)
-            cpus.append(time.process_time() - cpu)
-            sizes.append(max(1, batch_length(batch)))
-    except Exception as exc:
-        raise PipelineError(
-            f"timing {pipeline.kind.description} in this process raised {exc!r}."
-        ) from exc
-    finally:
-        close_trial(loader, iterator)
-    if not walls:
-        raise UsageError(f"{pipeline.kind.description} yielded too few batches to profile.")
-    per_sample = sorted(w / n for w, n in zip(walls, sizes))
-    median = statistics.median(per_sample)
-    p95 = per_sample[min(len(per_sample) - 1, int(math.ceil(0.95 * len(per_sample))) - 1)]
-    return Profile(
-        seconds_per_sample=sum(walls) / sum(sizes),
-        cpu_per_wall=min(1.0, sum(cpus) / sum(walls)) if sum(walls) > 0 else 1.0,
-        batch_bytes=batch_bytes,
-        jitter=p95 / median if median > 0 else 1.0,
-        spike=per_sample[-1] / median if median > 0 else 1.0,
-        map_style=False,
-        items=sum(sizes),
-    )
 
 
 def limit_space(space: SearchSpace, kind: LoaderKind) -> None:
@@ -191,74 +74,6 @@ def limit_space(space: SearchSpace, kind: LoaderKind) -> None:
     space.persistent_workers = space.persistent_workers and "persistent_workers" in knobs
     space.worker_methods = tuple(kind.choices.get("worker_method", ()))
     space.snapshot_steps = tuple(kind.choices.get("snapshot_every_n_steps", ()))
-
-
-def _run_queue_seconds() -> float:
-    """Seconds this thread has waited for a CPU (Linux schedstat), 0.0 where unavailable.
-
-    On a busy machine a CPU-bound fetch spends part of its wall time queued for
-    a core; that is not the fetch waiting for data, so the profile subtracts it.
-    """
-    try:
-        with open(_SCHEDSTAT) as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return 0.0
-
-
-def _timed_items(
-    pipeline: Pipeline, length: int | None, want: int, max_seconds: float
-) -> tuple[list, list[float], list[float], list[float]]:
-    """Items, their wall times, CPU times, and wall times less run-queue waits."""
-    items: list[Any] = []
-    walls: list[float] = []
-    cpus: list[float] = []
-    own: list[float] = []
-    deadline = time.perf_counter() + max_seconds
-    if pipeline.is_iterable or length is None:
-        iterator = iter(pipeline.dataset)
-        fetch: Callable[[int], Any] = lambda _i: next(iterator)  # noqa: E731
-        indices: Sequence[int] = range(want + 1)
-    else:
-        stride = max(1, length // (want + 1))
-        indices = [(i * stride) % length for i in range(want + 1)]
-        fetch = pipeline.dataset.__getitem__
-    for n, index in enumerate(indices):
-        q0, w0, c0 = _run_queue_seconds(), time.perf_counter(), time.process_time()
-        try:
-            item = fetch(index)
-        except StopIteration:
-            break
-        except Exception as exc:
-            raise PipelineError(
-                f"fetching item {index} raised {type(exc).__name__}: {exc}"
-            ) from exc
-        w1, c1, q1 = time.perf_counter(), time.process_time(), _run_queue_seconds()
-        if n > 0:  # the first fetch pays lazy initialisation (file handles, caches)
-            items.append(item)
-            walls.append(w1 - w0)
-            cpus.append(c1 - c0)
-            own.append(max(1e-9, (w1 - w0) - (q1 - q0)))
-        if len(walls) >= 4 and w1 > deadline:
-            break
-    return items, walls, cpus, own
-
-
-def _batched_speedup(pipeline: Pipeline, check: FetcherCheck, length: int) -> float | None:
-    """Per-item fetch + collate time over vectorised fetch time, for one batch, in-process (best of 3)."""
-    assert check.fetch is not None
-    bs = pipeline.batch_size
-    indices = list(range(min(bs, length)))
-    per_item, batched = [], []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        pipeline.collate([pipeline.dataset[i] for i in indices])
-        t1 = time.perf_counter()
-        check.fetch(pipeline.dataset, indices)
-        t2 = time.perf_counter()
-        per_item.append(t1 - t0)
-        batched.append(t2 - t1)
-    return min(per_item) / min(batched) if min(batched) > 0 else None
 
 
 # -- measuring real loaders ------------------------------------------------------------------
@@ -387,7 +202,8 @@ def _relative_se(batch_ms: Sequence[float], chunks: int = 4) -> float | None:
 
 
 def default_max_workers(cores: int, pipeline: Pipeline) -> int:
-    """``max(64, 8 × cores)`` capped at 256, and at the batches in one epoch (idle workers help nobody)."""
+    """``max(64, 8 × cores)`` capped at 256, and at the batches in one epoch (idle workers help
+    nobody)."""
     cap = min(256, max(64, 8 * cores))
     length = pipeline.length()
     if length:
@@ -451,7 +267,8 @@ def build_space(
 
 @dataclass
 class TuneResult:
-    """What ``ss.tune`` found. ``config`` is the pick; ``to_dict()`` gives the record sections of SPEC §5."""
+    """What ``ss.tune`` found. ``config`` is the pick; ``to_dict()`` gives the record sections of
+    SPEC §5."""
 
     config: LoaderConfig
     samples_per_s: float
@@ -463,7 +280,6 @@ class TuneResult:
     profile: Profile
     space: SearchSpace
     batched: FetcherCheck | None = None
-    recommendations: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def speedup(self) -> float | None:
@@ -517,8 +333,14 @@ class TuneResult:
                 "batched_fetch": None if self.batched is None else self.batched.to_dict(),
             },
         }
-        section["recommendations"] = tune_recommendations(section)
         return section
+
+    def recommendations(self) -> list[Recommendation]:
+        """The advice on this result, as every report gives it: analysis over :meth:`to_dict`
+        (the tuner itself records measurements only)."""
+        from ..analysis import recommendations
+
+        return recommendations(self.to_dict())
 
 
 # -- ss.tune ---------------------------------------------------------------------------------------
@@ -571,8 +393,8 @@ def tune(
     )
     if tune_batch_size and pipeline.batch_sampler is not None:
         raise UsageError(
-            "the loader's batch_sampler decides its batch sizes, so --tune-batch-size has nothing to change; "
-            "leave it out (the other knobs are tuned with your batches)."
+            "the loader's batch_sampler decides its batch sizes, so --tune-batch-size has nothing "
+            "to change; leave it out (the other knobs are tuned with your batches)."
         )
     preflight(pipeline)
     kind = pipeline.kind
@@ -598,7 +420,8 @@ def tune(
         space.worker_threads, space.thread_gate = threads.counts, threads
     if not kind.rebuilds_from_parts:
         notes.append(
-            f"the loader is {kind.description}; trials change only what it exposes: {', '.join(kind.knobs)}"
+            f"the loader is {kind.description}; trials change only what it exposes: "
+            f"{', '.join(kind.knobs)}"
         )
     limit_space(space, kind)
     if pipeline.is_iterable and space.max_workers > 0:
@@ -609,7 +432,7 @@ def tune(
     budget_bytes = (
         int(memory_budget_mb * MB)
         if memory_budget_mb
-        else int(MEMORY_SHARE * psutil.virtual_memory().available)
+        else int(MEMORY_BUDGET_SHARE * psutil.virtual_memory().available)
     )
     memory = MemoryBudget(budget_bytes=budget_bytes, batch_bytes=profile.batch_bytes)
     baseline = pipeline.baseline.replace(batch_size=pipeline.batch_size)

@@ -1,7 +1,7 @@
 """A recommendation as a change to the user's own loader: one builder, several renderings.
 
 :func:`build_snippet` takes the pick, the user's baseline knobs and the
-description of their call (``pipeline/arguments.py``, the record's ``loader``
+description of their call (``loader_call.py``, the record's ``loader``
 section; NOTE [loader fidelity]) and returns a :class:`Snippet`: every argument
 the user set, kept as they wrote it (their objects imported by name or shown as
 a marked ``<your ...>`` placeholder), the tuned knobs, and which of them
@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from ..config import LoaderConfig
-from ..pipeline.arguments import Argument, LoaderCall
+from ..loader_call import Argument, LoaderCall
 
 PLACEHOLDER = re.compile(r"<your (\w+): [^<>]*>")
 # Knobs in the order they are written, with torch's default (None: only written when set).
@@ -388,7 +388,9 @@ def _make_loader_arguments(
         elif arg.name != "batch_size":
             out.append((arg.name, arg.source))
     own = any(a.name == "worker_init_fn" and a.source != "ss.seed_worker" for a in args)
-    extra = [("seed_workers", "False")] if own and not seeding_missing else []
+    extra: list[tuple[str | None, str]] = (
+        [("seed_workers", "False")] if own and not seeding_missing else []
+    )
     return out, extra
 
 
@@ -489,9 +491,9 @@ def render_python(snippet: Snippet, *, comment: str | None = None) -> str:
     lines.append(f"{built} = {snippet.callable}(")
     for name, source in snippet.arguments:
         text = f"    {source}," if name is None else f"    {name}={source},"
-        change = marks.get(name) if name else None
-        if change is not None:
-            text += f"  # was {change.before}" if change.before is not None else "  # new"
+        mark = marks.get(name) if name else None
+        if mark is not None:
+            text += f"  # was {mark.before}" if mark.before is not None else "  # new"
         lines.append(text)
     lines.append(")")
     if snippet.loader_path:
@@ -562,7 +564,7 @@ def render_yaml(snippet: Snippet, config: LoaderConfig, *, comment: str | None =
     kept = {k: v for k, v in kept.items() if k not in dict(_KNOB_DEFAULTS)}
     if kept:
         body["keeps"] = kept
-    return header + yaml.safe_dump(body, sort_keys=False)
+    return header + str(yaml.safe_dump(body, sort_keys=False))
 
 
 # -- convenience (a config alone) ------------------------------------------------------------

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from stallscope.config import LoaderConfig, loader_supports
-from stallscope.tuning.emit import to_python, to_yaml
+from stallscope.render.loader_code import to_python, to_yaml
 
 CONFIGS = [
     LoaderConfig(batch_size=32),

@@ -11,8 +11,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from stallscope.config import LoaderConfig
 from stallscope.pipeline.arguments import LoaderCall, describe_loader, placeholder, reference
-from stallscope.target import load_target
-from stallscope.tuning.emit import (
+from stallscope.render.loader_code import (
     build_snippet,
     render_diff,
     render_python,
@@ -20,6 +19,7 @@ from stallscope.tuning.emit import (
     seeding_missing,
     snippet_for_record,
 )
+from stallscope.target import load_target
 
 
 class Squares(Dataset):
@@ -130,7 +130,8 @@ def test_python_keeps_the_users_arguments_and_marks_changed_knobs():
         and kwargs["shuffle"] == "True"
         and kwargs["drop_last"] == "True"
     )
-    # An object that cannot be imported is read from what the user's factory returns (runnable as printed).
+    # An object that cannot be imported is read from what the user's factory returns (runnable as
+    # printed).
     assert kwargs["collate_fn"] == "yours.collate_fn" and "yours = make_loader()" in snippet.prelude
     assert "from real_audio import make_loader" in snippet.imports
     assert snippet.changed == ["num_workers", "prefetch_factor"]
