@@ -160,7 +160,7 @@ class BestConfig:
     speedup: float | None  # vs the baseline below
     baseline: ConfigRate | None
     result: dict[str, Any] | None  # the bench result with this config, when measured there
-    # The user's loader call with this config (render/loader_code.py, the one builder).
+    # The user's loader call with this config (render/loader_snippet.py, the one builder).
     snippet: str = ""
     # "Keep yours": the config above is the user's own, within ``within_pct`` % of ``best_found``.
     keep_baseline: bool = False

@@ -42,9 +42,10 @@ def add_target_arguments(parser: argparse.ArgumentParser, *, required: bool = Tr
     parser.add_argument(
         "target",
         nargs=None if required else "?",
-        help="path/to/file.py:fn or package.module:fn returning a Dataset, a DataLoader (or subclass), an object "
-        "holding one, a torchdata.nodes graph, any iterable of batches, or a dict; keyword parameters of fn named "
-        "like knobs (num_workers=, prefetch_factor=, batch_size=, threads=, ...) are tuned by calling it with other values",
+        help="path/to/file.py:fn or package.module:fn returning a Dataset, a DataLoader"
+        " (or subclass), an object holding one, a torchdata.nodes graph, any iterable of batches,"
+        " or a dict; keyword parameters of fn named like knobs (num_workers=, prefetch_factor=,"
+        " batch_size=, threads=, ...) are tuned by calling it with other values",
     )
     parser.add_argument(
         "--batch-size", type=int, default=None, help="override the target's batch size"
@@ -68,7 +69,8 @@ def add_output_arguments(
     help: dict[str, str] | None = None,
     quiet_help: str = "no progress bars or console summary",
 ) -> None:
-    """``--json/--md/--html PATH`` (those in ``formats``), ``--quiet`` and ``--debug``; ``help`` rewords any."""
+    """``--json/--md/--html PATH`` (those in ``formats``), ``--quiet`` and ``--debug``; ``help``
+    rewords any."""
     for fmt in formats:
         text = (help or {}).get(fmt, OUTPUT_HELP[fmt])
         parser.add_argument(f"--{fmt}", type=Path, default=None, metavar="PATH", help=text)
@@ -83,7 +85,8 @@ def add_start_method_argument(parser: argparse.ArgumentParser, help: str) -> Non
 
 
 def add_target_rate_argument(parser: argparse.ArgumentParser) -> None:
-    """``--target-rate N``: the samples/s the training step consumes, for the cores-needed estimate."""
+    """``--target-rate N``: the samples/s the training step consumes, for the cores-needed
+    estimate."""
     parser.add_argument(
         "--target-rate",
         type=float,
@@ -258,7 +261,8 @@ def _note_interrupts(interrupts: list[float]) -> Any:
 
 
 def _reap() -> None:
-    """Reap every child; a late worker-death signal landing here must not leave the job half done."""
+    """Reap every child; a late worker-death signal landing here must not leave the job half
+    done."""
     for _ in range(3):  # torch's SIGCHLD handler raises at most once per iterator
         try:
             reap_children()
@@ -314,7 +318,8 @@ def progress_bar(
 ) -> Progress:
     """The progress display of every command: transient, silent with ``--quiet``.
 
-    By default: description, bar, ``counter`` (None for none), elapsed time; ``columns`` replaces them.
+    By default: description, bar, ``counter`` (None for none), elapsed time; ``columns`` replaces
+    them.
     """
     if columns is None:
         columns = (
@@ -327,7 +332,8 @@ def progress_bar(
 
 
 def print_summary(ctx: CommandContext, record: RunRecord, console: Console | None = None) -> None:
-    """The command's console summary, through the one console path (``render.console``) that ``stallscope report`` uses too."""
+    """The command's console summary, through the one console path (``render.console``) that
+    ``stallscope report`` uses too."""
     if ctx.quiet:
         return
     from ..render.console import ConsoleRenderer

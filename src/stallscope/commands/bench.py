@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..runtime.host import usable_cores
+from ..throughput.measure import Measurement
 from ..throughput.sweep import bench, default_worker_counts
 from . import _common as common
 
@@ -85,7 +86,7 @@ def _run(ctx: common.CommandContext) -> int:
     ) as progress:
         task = progress.add_task("benchmarking", total=n_configs * args.repeats)
 
-        def on_result(index: int, repeat: int, m) -> None:
+        def on_result(index: int, repeat: int, m: Measurement) -> None:
             progress.update(
                 task, advance=1, description=f"{m.config.label()}: {m.samples_per_s:,.0f}/s"
             )

@@ -35,7 +35,8 @@ def build_parser() -> common.ArgumentParser:
         type=float,
         default=DEFAULT_TIMEOUT_S,
         metavar="SECONDS",
-        help=f"longest one sample may take before it counts as a hang (default {DEFAULT_TIMEOUT_S:g})",
+        help="longest one sample may take before it counts as a hang"
+        f" (default {DEFAULT_TIMEOUT_S:g})",
     )
     parser.add_argument(
         "--budget",

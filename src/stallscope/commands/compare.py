@@ -1,4 +1,5 @@
-"""``stallscope compare A_TARGET B_TARGET``: two pipelines raced in one run, their ratio with its interval.
+"""``stallscope compare A_TARGET B_TARGET``: two pipelines raced in one run, their ratio with its
+interval.
 
 The rounds are measured by ``throughput.compare`` and judged by ``analysis.comparison``
 (NOTE [paired comparison]); ``--fail-if-slower PCT`` makes it a CI gate: exit 1 only when
@@ -42,8 +43,8 @@ def _config_argument(text: str) -> dict[str, Any]:
 def build_parser() -> common.ArgumentParser:
     parser = common.ArgumentParser(
         prog="stallscope compare",
-        description="Measure two pipelines interleaved in one run (A B B A rounds) until the ratio of their "
-        "throughput is known to --precision; report it with its interval and a verdict.",
+        description="Measure two pipelines interleaved in one run (A B B A rounds) until the ratio"
+        " of their throughput is known to --precision; report it with its interval and a verdict.",
     )
     parser.add_argument(
         "a_target", metavar="A_TARGET", help="the reference pipeline (e.g. main's make_loader)"
@@ -210,7 +211,8 @@ def _run(ctx: common.CommandContext) -> int:
 
 
 def _stage_tables(a: Any, b: Any, config_a: Any, config_b: Any) -> dict[str, Any]:
-    """Both sides' stage tables (a short worker run each) and their differences, or why there are none."""
+    """Both sides' stage tables (a short worker run each) and their differences, or why there are
+    none."""
     from ..analysis.comparison import stage_differences
     from ..breakdown.probe import stages
     from ..errors import StallscopeError

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from ..config import LoaderConfig
 from ..errors import PipelineError, UsageError
@@ -36,7 +36,8 @@ def build_parser() -> common.ArgumentParser:
         type=Path,
         default=Path("stallscope-report"),
         metavar="DIR",
-        help="folder for report.json, report.md, report.html and plots (default ./stallscope-report)",
+        help="folder for report.json, report.md, report.html and plots"
+        " (default ./stallscope-report)",
     )
     parser.add_argument(
         "--budget",
@@ -50,8 +51,8 @@ def build_parser() -> common.ArgumentParser:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="time budget of the code-change step: changes applied in the probes and raced against the "
-        "tuner's pick (default 30)",
+        help="time budget of the code-change step: changes applied in the probes and raced"
+        " against the tuner's pick (default 30)",
     )
     parser.add_argument(
         "--no-changes",
@@ -134,12 +135,11 @@ def _run(ctx: common.CommandContext) -> int:
                 continue
             task = progress.add_task("starting", total=1.0, step=step)
 
-            def report(text: str, fraction: float | None = None, *, _task: int = task) -> None:
-                progress.update(
-                    _task,
-                    description=text,
-                    **({"completed": fraction} if fraction is not None else {}),
-                )
+            def report(text: str, fraction: float | None = None, *, _task: TaskID = task) -> None:
+                if fraction is None:
+                    progress.update(_task, description=text)
+                else:
+                    progress.update(_task, description=text, completed=fraction)
 
             started = time.perf_counter()
             try:
@@ -186,7 +186,8 @@ def _print_failure(failures: list[dict[str, str]]) -> None:
     also = f" ({', '.join(others)} failed too)" if others else ""
     message = first["message"].rstrip(".")
     Console(stderr=True, highlight=False).print(
-        f"[bold red]error:[/] {escape(first['step'])} could not measure the pipeline{escape(also)}: {escape(message)}.",
+        f"[bold red]error:[/] {escape(first['step'])} could not measure the pipeline"
+        f"{escape(also)}: {escape(message)}.",
         markup=True,
         highlight=False,
     )
@@ -281,7 +282,8 @@ def _step_changes(
 ) -> dict[str, Any]:
     from ..changes import DEFAULT_BUDGET_S, code_changes
 
-    # The best knob config is the tuner's pick; without a tune, the sweep's best, else the user's own.
+    # The best knob config is the tuner's pick; without a tune, the sweep's best, else the user's
+    # own.
     best = (record.sections.get("best") or {}).get("config")
     pick = LoaderConfig.from_dict(best) if best else sweep_best(record.sections)
     budget = args.changes_budget or DEFAULT_BUDGET_S

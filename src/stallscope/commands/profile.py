@@ -23,9 +23,9 @@ from ..training.windows import DEFAULT_WINDOW_S
 from . import _common as common
 
 DESCRIPTION = (
-    "Run the target's train_step on a real DataLoader and measure how much of each step waits for data. "
-    "The target returns a dict with 'dataset', 'model' and 'train_step' (train_step(model, batch) or "
-    "train_step(batch)). Works under torchrun."
+    "Run the target's train_step on a real DataLoader and measure how much of each step waits"
+    " for data. The target returns a dict with 'dataset', 'model' and 'train_step'"
+    " (train_step(model, batch) or train_step(batch)). Works under torchrun."
 )
 
 
@@ -54,7 +54,8 @@ def build_parser() -> common.ArgumentParser:
         "--sync",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="synchronise the device at every step boundary for honest timing (default: on for CUDA)",
+        help="synchronise the device at every step boundary for honest timing"
+        " (default: on for CUDA)",
     )
     parser.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for any one batch (default 60)"
@@ -132,7 +133,9 @@ def _run(ctx: common.CommandContext) -> int:
                         loader_rate=measure_loader_rate(pipeline, config, timeout=args.timeout)
                     )
                 except PipelineError:
-                    pass  # the loop ran this loader; a failure on its own leaves the report without a ceiling
+                    # The loop ran this loader; a failure on its own leaves the report without
+                    # a ceiling.
+                    pass
                 common.add_ceiling(record, pipeline, target_rate)
         if not info.is_main:
             ctx.record = None  # rank 0 writes the report for the whole job

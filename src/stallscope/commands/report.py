@@ -18,7 +18,8 @@ from . import _common as common
 def build_parser() -> common.ArgumentParser:
     parser = common.command_parser(
         "stallscope report",
-        "Render a run record saved with --json as Markdown, self-contained HTML, PNG plots or console text.",
+        "Render a run record saved with --json as Markdown, self-contained HTML, PNG plots"
+        " or console text.",
         target=None,
     )
     parser.add_argument(
@@ -113,8 +114,8 @@ def _against(ctx: common.CommandContext, record: RunRecord, old: RunRecord) -> i
     args = ctx.args
     if record.command != old.command:
         raise UsageError(
-            f"{args.record} is a {record.command} record and {args.against} a {old.command} record; "
-            "--against needs two records of the same command."
+            f"{args.record} is a {record.command} record and {args.against}"
+            f" a {old.command} record; --against needs two records of the same command."
         )
     doc = against_document(record, old)
     try:

@@ -18,9 +18,9 @@ def _name_list(text: str) -> list[str]:
 def build_parser() -> common.ArgumentParser:
     parser = common.command_parser(
         "stallscope stages",
-        "Time per sample in each stage of the pipeline (read, decode, each transform, collate, worker→main transfer, "
-        "pin and host→device with CUDA), measured inside DataLoader workers; augmentation overhead; __getitem__ hot "
-        "spots.",
+        "Time per sample in each stage of the pipeline (read, decode, each transform, collate,"
+        " worker→main transfer, pin and host→device with CUDA), measured inside DataLoader"
+        " workers; augmentation overhead; __getitem__ hot spots.",
     )
     parser.add_argument(
         "--num-workers",
@@ -74,7 +74,8 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument(
         "--drop-cache",
         action="store_true",
-        help="allow dropping the dataset's files from the page cache to split storage fetch from CPU work",
+        help="allow dropping the dataset's files from the page cache to split storage fetch"
+        " from CPU work",
     )
     parser.add_argument(
         "--timeout",
@@ -86,14 +87,16 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument(
         "--no-callees",
         action="store_true",
-        help="keep 'other (__getitem__)' whole instead of breaking out the calls it makes (5%% or more)",
+        help="keep 'other (__getitem__)' whole instead of breaking out the calls it makes"
+        " (5%% or more)",
     )
     common.add_output_arguments(parser)
     return parser
 
 
 def _run(ctx: common.CommandContext) -> int:
-    from ..breakdown.probe import default_stage_workers, stages
+    from ..breakdown.probe import stages
+    from ..breakdown.workers import default_stage_workers
 
     args = ctx.args
     record = ctx.new_record("stages", args.target)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from ..config import LoaderConfig
 from ..errors import UsageError
 from . import _common as common
+
+if TYPE_CHECKING:
+    from ..tuning.trial import Trial
 
 
 def build_parser() -> common.ArgumentParser:
@@ -34,7 +38,8 @@ def build_parser() -> common.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="largest num_workers to try (default max(64, 8×cores), at most one per batch of an epoch)",
+        help="largest num_workers to try (default max(64, 8×cores), at most one per batch"
+        " of an epoch)",
     )
     parser.add_argument(
         "--memory-budget",
@@ -54,8 +59,9 @@ def build_parser() -> common.ArgumentParser:
         "--emit",
         choices=["yaml", "python", "diff"],
         default=None,
-        help="print the pick on stdout: your loader call with the tuned settings (python), only the "
-        "keyword arguments to change (diff), or LoaderConfig YAML for ss.make_loader (yaml)",
+        help="print the pick on stdout: your loader call with the tuned settings (python),"
+        " only the keyword arguments to change (diff), or LoaderConfig YAML for"
+        " ss.make_loader (yaml)",
     )
     parser.add_argument(
         "--start-methods",
@@ -96,7 +102,7 @@ def _run(ctx: common.CommandContext) -> int:
     ) as progress:
         task = progress.add_task("profiling", total=args.budget)
 
-        def on_plan(plan: dict) -> None:
+        def on_plan(plan: dict[str, Any]) -> None:
             # Said up front: on a slow pipeline the budget may fit only a few measurements.
             record.add(
                 search={"plan": plan}
@@ -106,9 +112,9 @@ def _run(ctx: common.CommandContext) -> int:
                     "P" + plan["summary"][1:] + ".", style="dim", highlight=False
                 )
 
-        measured: list[dict] = []
+        measured: list[dict[str, Any]] = []
 
-        def on_trial(trial) -> None:
+        def on_trial(trial: Trial) -> None:
             # Kept in the record as we go: Ctrl-C still leaves the trials in the partial report.
             measured.append(trial.to_dict())
             record.add(trials=measured, tuning_seconds=round(time.perf_counter() - started, 3))
@@ -164,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     return common.execute(build_parser(), argv, _run)
 
 
-def emitted_config(target: str, section: dict) -> tuple[LoaderConfig, str]:
-    """The config --emit prints and its comment: the user's own when the best is within noise of it."""
+def emitted_config(target: str, section: dict[str, Any]) -> tuple[LoaderConfig, str]:
+    """The config --emit prints and its comment: the user's own when the best is within noise of
+    it."""
     from ..analysis import recommendations
     from ..analysis.tune_rules import how_sure, keep_yours_sentence
 

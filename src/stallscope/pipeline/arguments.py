@@ -10,7 +10,7 @@ counted from the index lists the sampler yields.
 
 This module describes the call as plain data (:mod:`stallscope.loader_call`, the record's
 ``loader`` section),
-so that the one snippet builder (``render/loader_code.py``) can write a recommendation
+so that the one snippet builder (``render/loader_snippet.py``) can write a recommendation
 from a saved record: every argument the user set, each user object referred to
 by ``from module import name`` where it is importable as that very object, else
 by a marked placeholder ``<your collate_fn: module.Class instance>``.
@@ -29,7 +29,8 @@ from ..loader_call import Argument, LoaderCall
 
 # DataLoader arguments the tuner sets; the description leaves them to the config.
 KNOBS = LOADER_KNOBS
-# How many of the user's batches are read to describe their sizes (bounded: a sampler may be infinite).
+# How many of the user's batches are read to describe their sizes (bounded: a sampler may be
+# infinite).
 SIZE_SAMPLE_BATCHES = 2000
 
 
@@ -79,9 +80,11 @@ def _type_name(obj: Any) -> str:
 
 
 def placeholder(role: str, obj: Any) -> str:
-    """The marked stand-in for a user object we cannot import: ``<your collate_fn: mod.Collater instance>``."""
+    """The marked stand-in for a user object we cannot import, e.g.
+    ``<your collate_fn: mod.Collater instance>``."""
     if inspect.isroutine(obj):
-        what = f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', getattr(obj, '__name__', '?'))}"
+        name = getattr(obj, "__qualname__", getattr(obj, "__name__", "?"))
+        what = f"{getattr(obj, '__module__', '?')}.{name}"
     else:
         what = f"{_type_name(obj)} instance"
     # The marker must stay one bracketed token: <lambda> and <locals> lose their brackets.
@@ -143,7 +146,7 @@ def _sizes_of(batches: Any) -> dict[str, float] | None:
     }
 
 
-def _takes_loader_keywords(cls: type) -> bool:
+def _takes_loader_keywords(cls: type[Any]) -> bool:
     """Whether a DataLoader subclass's constructor passes DataLoader's keywords through."""
     try:
         params = inspect.signature(cls.__init__).parameters.values()
@@ -221,7 +224,9 @@ def describe_loader(loader: Any, *, modules: Sequence[str] = ()) -> LoaderCall:
     return call
 
 
-def _replay_constructor(call: LoaderCall, loader: Any, cls: type, modules: Sequence[str]) -> None:
+def _replay_constructor(
+    call: LoaderCall, loader: Any, cls: type[Any], modules: Sequence[str]
+) -> None:
     """A subclass whose constructor does not take every DataLoader argument we described (it builds
     its dataset or collate itself, or takes required keyword-only arguments of its own): write the
     call with its own parameters instead, each read back from the same-named attribute."""
@@ -249,7 +254,10 @@ def _replay_constructor(call: LoaderCall, loader: Any, cls: type, modules: Seque
         elif p.default is not p.empty:
             continue
         else:
-            call.note = f"{cls.__qualname__}() needs {p.name!r}, which the loader does not keep under that name"
+            call.note = (
+                f"{cls.__qualname__}() needs {p.name!r}, which the loader does not keep"
+                " under that name"
+            )
             return
         arg.positional = False
         args.append(arg)
@@ -271,7 +279,8 @@ def rng_attributes(dataset: Any) -> list[str]:
 def describe_dataset_call(
     dataset: Any, batch_size: int, collate_fn: Any = None, *, modules: Sequence[str] = ()
 ) -> LoaderCall:
-    """The DataLoader call for a Dataset (or dict) target: the user has no loader of their own yet."""
+    """The DataLoader call for a Dataset (or dict) target: the user has no loader of their own
+    yet."""
     data = reference("dataset", dataset, modules=modules)
     data.positional = True
     args = [data, Argument("batch_size", repr(batch_size))]
