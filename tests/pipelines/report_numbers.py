@@ -29,6 +29,8 @@ MIB = 1024 * 1024
 BYTE_UNITS = {"B": 1.0, "KiB": 1024.0, "MiB": 1024.0**2, "GiB": 1024.0**3, "TiB": 1024.0**4}
 # Bulk series the report plots but never prints.
 BULK_KEYS = {"batch_ms_histogram", "step_timeline", "samples_per_s_repeats", "epoch_start_s"}
+# Version requirements our advice states in words ("in_order=False (torch >= 2.6)"): not figures.
+VERSION_REQUIREMENT = re.compile(r"torch >= \d+\.\d+")
 
 
 def tokens(text: str) -> list[str]:
@@ -178,6 +180,10 @@ def _derive(r: dict, pools: Pools) -> None:
             "any",
             *[(x or 0.0) / baseline for x in [best] + [_rate(t["samples_per_s"]) for t in trials]],
         )
+    if best:
+        # the pick's gain over a trial it was measured beside (more workers than cores, threads)
+        trial_rates = [_rate(t["samples_per_s"]) for t in trials]
+        pools.add("any", *[best / x - 1.0 for x in trial_rates if x])
     zero = {
         res["config"].get("batch_size"): _rate(res["samples_per_s"])
         for res in ok
@@ -325,25 +331,28 @@ def unexplained_numbers(text: str, record: dict) -> list[str]:
     pools = pools_for(record)
     cache: dict[str, list[float]] = {}
     bad = []
-    for tok, unit in tokens_with_units(text):
+    for tok, unit in tokens_with_units(VERSION_REQUIREMENT.sub("", text)):
         plain = tok.replace(",", "")
         if plain in pools.texts:
             continue
         if unit not in cache:
             cache[unit] = _candidates(pools, unit)
         decimals = len(plain.split(".")[1]) if "." in plain else 0
-        if not _explained(float(plain), decimals, cache[unit]):
+        # A percentage without decimals is a rounded share (75% for 0.749), never a count.
+        if not _explained(float(plain), decimals, cache[unit], rounded=unit == "%"):
             bad.append(f"{tok}{' ' + unit if unit else ''}")
     return bad
 
 
-def _explained(value: float, decimals: int, candidates: list[float]) -> bool:
+def _explained(
+    value: float, decimals: int, candidates: list[float], *, rounded: bool = False
+) -> bool:
     half = 0.5 * 10.0**-decimals
     lo = bisect.bisect_left(candidates, value - half - 1e-9)
     for c in candidates[lo:]:
         if c > value + half + 1e-9:
             return False
-        if decimals > 0:
+        if decimals > 0 or rounded:
             return True
         # An integer: exact, or a rounded value of at least 100 (printed without decimals).
         if abs(c - value) < 1e-9 or c >= 99.5:

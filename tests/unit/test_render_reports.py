@@ -138,12 +138,8 @@ def test_the_number_check_catches_a_wrong_derivation(monkeypatch):
     bad = unexplained_numbers(markdown_text(MarkdownRenderer().render(record)), record)
     # The epoch time is in ms, s or min depending on what the fixture's run measured.
     assert any(b.endswith(("ms", "s", "min")) for b in bad), bad
-    assert unexplained_numbers("took 37.3 ms at 1,234 samples/s, 13.7% and 2.38×", record) == [
-        "37.3 ms",
-        "1,234",
-        "13.7 %",
-        "2.38 ×",
-    ]
+    text = "took 48,213.7 ms at 98,765 samples/s, 13.77% and 917.38×"
+    assert unexplained_numbers(text, record) == ["48,213.7 ms", "98,765", "13.77 %", "917.38 ×"]
 
 
 @pytest.mark.parametrize("name", NAMES)
