@@ -10,6 +10,7 @@ import pytest
 
 from stallscope import analysis as an
 from stallscope.analysis.checklist_rules import check_batch_time_consistency, check_data_wait
+from stallscope.analysis.training import profile_verdict
 from stallscope.thresholds import INPUT_BOUND_AT
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -151,21 +152,17 @@ def test_batch_time_consistency_check(p95, status):
     assert row.subject == "w=2 bs=10 pf=2"
 
 
-def test_data_wait_check_agrees_with_the_profilers_threshold():
-    # Without a recorded threshold, today's input-bound threshold is the pass boundary: a run the
-    # profiler calls input-bound never passes the checklist.
-    record = {"stall_fraction": 0.2, "verdict": "input-bound"}
+def test_data_wait_check_and_the_verdict_are_judged_by_todays_threshold():
+    # The input-bound threshold is the pass boundary: a run the verdict calls input-bound never
+    # passes the checklist.
+    record = {"stall_fraction": 0.2, "verdict": "balanced", "thresholds": {"input_bound_at": 0.25}}
     row = check_data_wait(record)
-    assert row.target.good == INPUT_BOUND_AT
+    assert (row.target.good, row.target.bad) == (INPUT_BOUND_AT, 0.5)
     assert row.status == "warn"
-    # A record judged by another threshold is checked against the one it states.
-    record["thresholds"] = {"input_bound_at": 0.25}
-    row = check_data_wait(record)
-    assert (row.target.good, row.target.bad) == (0.25, 0.5)
-    assert row.status == "pass"
-    record["thresholds"] = {"input_bound_at": 0.6}
-    row = check_data_wait(record)
-    assert (row.target.good, row.target.bad) == (0.6, 0.6)
+    # An older record judged by another threshold is judged again: its stored verdict is not read.
+    assert profile_verdict(record) == "input-bound"
+    assert profile_verdict({"stall_fraction": 0.01, "verdict": "balanced"}) == "compute-bound"
+    assert profile_verdict({"verdict": "balanced"}) == "balanced"  # no fraction: what it stored
 
 
 def test_checklist_rules_run_in_order_and_skip_missing_data():

@@ -19,9 +19,8 @@ def check_data_wait(r: Record) -> CheckRow | None:
     training = training_facts(r)
     if training is None or training.stall_fraction is None:
         return None
-    # The pass boundary is the input-bound threshold the profiler recorded, so the row agrees with
-    # the record's verdict; records without one were judged by today's.
-    goal = target("data_wait_fraction", good=training.input_bound_at)
+    # The pass boundary is the input-bound threshold, so the row agrees with the verdict.
+    goal = target("data_wait_fraction")
     return CheckRow("Data wait share of step time", training.stall_fraction, "fraction", goal)
 
 

@@ -229,7 +229,6 @@ class TrainingFacts:
     epoch_steps: int | None = None
     first_batch_share: float | None = None  # of one epoch (startup_share_per_epoch)
     distributed: dict[str, Any] | None = None
-    input_bound_at: float | None = None  # the profiler's own threshold, when recorded
 
 
 @dataclass
@@ -308,14 +307,10 @@ class Target:
         return "pass" if value <= self.good else "warn" if value <= self.bad else "fail"
 
 
-def target(key: str, *, higher_is_better: bool = False, good: float | None = None) -> Target:
-    """The named target; ``good`` is the pass boundary a record says it was judged by (a profile
-    records its input-bound threshold), in place of today's, so a checklist row agrees with the
-    verdict stored beside it."""
-    default_good, bad = TARGETS[key]
-    if good is None:
-        return Target(key, higher_is_better, default_good, bad)
-    bad = min(bad, good) if higher_is_better else max(bad, good)
+def target(key: str, *, higher_is_better: bool = False) -> Target:
+    """The named target, by today's thresholds (an older record is judged again, as its verdict
+    is: ``analysis.training.profile_verdict``)."""
+    good, bad = TARGETS[key]
     return Target(key, higher_is_better, good, bad)
 
 

@@ -34,7 +34,7 @@ from .readers import (
     single_process_result,
     workers_of,
 )
-from .training import profile_advice
+from .training import profile_advice, profile_verdict
 
 # A sweep is latency-bound when its best speed-up over one process beats the core count by this
 # factor: 10% is beyond the noise of a speed-up, itself the ratio of two noisy rates.
@@ -422,7 +422,7 @@ def training_facts(r: Record) -> TrainingFacts | None:
     # Today's rules on the measurements: advice stored in an older record is not read.
     advice = profile_advice(r)
     steps = r.get("steps")
-    verdict = r.get("verdict")
+    verdict = profile_verdict(r)
     mean_data = (
         number((r.get("data_ms") or {}).get("mean")) if isinstance(r.get("data_ms"), dict) else None
     )
@@ -436,7 +436,6 @@ def training_facts(r: Record) -> TrainingFacts | None:
         mean_compute = sum(compute) / len(compute) if compute else None
     epoch_steps = r.get("epoch_steps")
     config = r.get("config")
-    thresholds = r["thresholds"] if isinstance(r.get("thresholds"), dict) else {}
     return TrainingFacts(
         verdict=verdict if isinstance(verdict, str) else None,
         stall_fraction=number(r.get("stall_fraction")),
@@ -456,5 +455,4 @@ def training_facts(r: Record) -> TrainingFacts | None:
         epoch_steps=epoch_steps if isinstance(epoch_steps, int) and epoch_steps > 0 else None,
         first_batch_share=number(r.get("startup_share_per_epoch")),
         distributed=r.get("distributed") if isinstance(r.get("distributed"), dict) else None,
-        input_bound_at=number(thresholds.get("input_bound_at")),
     )

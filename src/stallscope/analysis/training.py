@@ -53,6 +53,16 @@ def verdict_for(stall_fraction: float | None) -> str | None:
     return "balanced"
 
 
+def profile_verdict(r: dict[str, Any]) -> str | None:
+    """The verdict today's thresholds give the record's stall fraction, so re-rendering an older
+    record re-judges it; the stored verdict only where a record has no fraction."""
+    fraction = r.get("stall_fraction")
+    if isinstance(fraction, (int, float)) and not isinstance(fraction, bool):
+        return verdict_for(float(fraction))
+    stored = r.get("verdict")
+    return stored if isinstance(stored, str) else None
+
+
 def what_if_speedup(total_s: float, compute_s: float) -> float | None:
     """Speed-up of the same steps if data were free: total / compute."""
     if total_s <= 0 or compute_s <= 0:
@@ -244,7 +254,7 @@ def _buffer_fraction(profile: dict[str, Any]) -> float | None:
 
 
 def _advise_input_bound(profile: dict[str, Any], context: dict[str, Any]) -> dict[str, Any] | None:
-    if profile.get("verdict") != "input-bound":
+    if profile_verdict(profile) != "input-bound":
         return None
     fraction = _buffer_fraction(profile)
     if fraction is not None and fraction >= BUFFER_STARVED_BELOW:
@@ -283,7 +293,7 @@ def _advise_input_bound(profile: dict[str, Any], context: dict[str, Any]) -> dic
 def _advise_main_process_wait(
     profile: dict[str, Any], context: dict[str, Any]
 ) -> dict[str, Any] | None:
-    verdict = profile.get("verdict")
+    verdict = profile_verdict(profile)
     fraction = _buffer_fraction(profile)
     if fraction is None:
         return None
@@ -339,7 +349,7 @@ def _advise_startup(profile: dict[str, Any], context: dict[str, Any]) -> dict[st
 
 
 def _advise_spare_loader(profile: dict[str, Any], context: dict[str, Any]) -> dict[str, Any] | None:
-    if profile.get("verdict") != "compute-bound":
+    if profile_verdict(profile) != "compute-bound":
         return None
     fraction = _buffer_fraction(profile)
     if fraction is None or fraction < BUFFER_FULL_ABOVE:
@@ -366,7 +376,7 @@ def _advise_spare_loader(profile: dict[str, Any], context: dict[str, Any]) -> di
 
 def _advise_gpu_idle(profile: dict[str, Any], context: dict[str, Any]) -> dict[str, Any] | None:
     util = profile.get("gpu_util")
-    if util is None or profile.get("verdict") != "compute-bound" or util >= 70:
+    if util is None or profile_verdict(profile) != "compute-bound" or util >= 70:
         return None
     return {
         "id": "profile-gpu-underused",
@@ -443,7 +453,7 @@ def _advise_workers_per_rank(
 
 def next_knob(profile: dict[str, Any], recommendations: Sequence[dict[str, Any]]) -> str:
     """One sentence: the knob to turn next, with the numbers behind it."""
-    verdict = profile.get("verdict")
+    verdict = profile_verdict(profile)
     if verdict is None:
         return "No complete steps were measured; run more steps."
     data = (profile.get("data_ms") or {}).get("mean") or 0.0

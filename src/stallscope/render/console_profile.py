@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis.training import profile_advice
+from ..analysis.training import profile_advice, profile_verdict, thresholds
 from .console_advice import render_recommendations
 from .document_windows import long_run_lines
 
@@ -34,7 +34,7 @@ def _pct(value: float | None) -> str:
 
 
 def headline(profile: dict[str, Any]) -> str:
-    verdict = profile.get("verdict") or "no complete steps"
+    verdict = profile_verdict(profile) or "no complete steps"
     speedup = profile.get("what_if_speedup")
     what_if = f"; if data were free: {speedup:.2f}x faster" if speedup else ""
     return (
@@ -53,13 +53,12 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
         f"(p95 {_ms(compute, 'p95')}), step {_ms(step)}"
         + (f", {profile['steps_per_s']:.1f} steps/s" if profile.get("steps_per_s") else "")
     )
+    limits = thresholds()
     lines.append(
         f"  steps: {profile.get('total_steps', 0)} total, {profile.get('warmup_steps', 0)} "
         f"warm-up, {profile.get('epochs', 0)} epoch(s); thresholds: input-bound >= "
-        f"{profile['thresholds']['input_bound_at'] * 100:.0f}%, compute-bound < "
-        f"{profile['thresholds']['compute_bound_below'] * 100:.0f}%"
-        if profile.get("thresholds")
-        else f"  steps: {profile.get('total_steps', 0)}"
+        f"{limits['input_bound_at'] * 100:.0f}%, compute-bound < "
+        f"{limits['compute_bound_below'] * 100:.0f}%"
     )
     first = profile.get("first_batch_s")
     if first is not None:
@@ -134,7 +133,7 @@ def stall_summary(source: Any) -> str:
 
 def render_profile(data: dict[str, Any], console: Console) -> None:
     """Rich console summary of a record carrying the profile keys."""
-    verdict = data.get("verdict")
+    verdict = profile_verdict(data)
     style = _VERDICT_STYLE.get(verdict or "", "bold")
     console.print(f"[{style}]{escape(headline(data))}[/]")
     table = Table(title="Per step (steady state)", title_justify="left")
