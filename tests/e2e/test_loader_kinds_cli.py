@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,32 @@ def _two_batches(code: str) -> str:
     return done.stdout.split("STRUCTURE", 1)[1].strip()
 
 
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory) -> Callable[[str], tuple[subprocess.CompletedProcess, Path]]:
+    """`tune --emit python --json` of a factory in KINDS, run once for all the tests that read it:
+    the console's code and the record of the same run."""
+    runs: dict[str, tuple[subprocess.CompletedProcess, Path]] = {}
+
+    def run(factory: str) -> tuple[subprocess.CompletedProcess, Path]:
+        if factory not in runs:
+            out = tmp_path_factory.mktemp(factory) / "tune.json"
+            done = run_cli(
+                "tune",
+                f"{KINDS}:{factory}",
+                "--budget",
+                "8",
+                "--emit",
+                "python",
+                "--json",
+                str(out),
+                "--quiet",
+            )
+            runs[factory] = done, out
+        return runs[factory]
+
+    return run
+
+
 @pytest.mark.parametrize(
     ("factory", "kind"),
     [
@@ -54,19 +81,8 @@ def _two_batches(code: str) -> str:
         ("stateful_text", "dataloader-subclass"),
     ],
 )
-def test_tune_prints_only_code_that_runs(factory, kind, tmp_path):
-    out = tmp_path / "tune.json"
-    done = run_cli(
-        "tune",
-        f"{KINDS}:{factory}",
-        "--budget",
-        "8",
-        "--emit",
-        "python",
-        "--json",
-        str(out),
-        "--quiet",
-    )
+def test_tune_prints_only_code_that_runs(factory, kind, tuned):
+    done, out = tuned(factory)
     assert done.returncode == 0, done.stderr[-2000:]
     record = json.loads(out.read_text())
     assert record["loader_kind"]["name"] == kind
@@ -81,8 +97,8 @@ def test_tune_prints_only_code_that_runs(factory, kind, tmp_path):
         assert all(line.startswith("#") for line in done.stdout.strip().splitlines())
 
 
-def test_a_subclass_with_required_keyword_only_arguments_is_written_with_them():
-    done = run_cli("tune", f"{KINDS}:sharded_text", "--budget", "8", "--emit", "python", "--quiet")
+def test_a_subclass_with_required_keyword_only_arguments_is_written_with_them(tuned):
+    done, _ = tuned("sharded_text")
     assert done.returncode == 0, done.stderr[-2000:]
     assert (
         "ShardedTextLoader(" in done.stdout
@@ -118,7 +134,15 @@ def test_per_sample_probes_say_why_they_cannot_run_on_a_graph(command):
 
 def test_doctor_on_a_graph_runs_what_it_can_and_names_the_rest(tmp_path):
     done = run_cli(
-        "doctor", f"{KINDS}:nodes_graph", "--budget", "8", "--out", str(tmp_path / "r"), timeout=300
+        "doctor",
+        f"{KINDS}:nodes_graph",
+        "--budget",
+        "8",
+        "--repeats",
+        "1",  # one sweep pass: nothing here reads the sweep's spread
+        "--out",
+        str(tmp_path / "r"),
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     record = json.loads((tmp_path / "r" / "report.json").read_text())
@@ -253,6 +277,8 @@ def test_doctor_on_an_adapter_runs_every_step_on_the_loader_inside(tmp_path):
         f"{ADAPTERS}:proxy_loader",
         "--budget",
         "8",
+        "--repeats",
+        "1",  # one sweep pass: nothing here reads the sweep's spread
         "--out",
         str(tmp_path / "r"),
         timeout=300,

@@ -195,7 +195,9 @@ def test_sync_makes_device_time_count_as_compute():
     unsynced = run_profile(
         load_target(_async_target(device)), steps=10, warmup=1, config=LoaderConfig(batch_size=2)
     )
-    device.synchronize()
+    # The unsynced run queued every launch of its replays (seconds of fake work): start the synced
+    # run on an idle device rather than sleeping that queue out.
+    device = FakeDevice(work_s=0.025)
     synced = run_profile(
         load_target(_async_target(device)),
         steps=10,
