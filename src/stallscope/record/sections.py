@@ -69,6 +69,9 @@ class TuneSection(Section):
     trials: list[JSON] = doc("tune: every measured trial, in order", default_factory=list)
     tuning_seconds: float | None = doc("tune: seconds the search took")
     search: JSON | None = doc("tune: the search's region, plan, finalists, space and notes")
+    memory_budget: JSON | None = doc(
+        "tune: the memory budget and the measured memory of the recommended config's workers"
+    )
 
 
 @dataclass
