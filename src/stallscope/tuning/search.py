@@ -55,8 +55,23 @@ of the time budget:
    workers, on the config to recommend (:mod:`.persistence`); the flag is
    recommended only on that measurement.
 
-The memory budget (:class:`MemoryBudget`) vetoes any config whose workers and
-in-flight batches would not fit before it is measured.
+The memory budget (:class:`MemoryBudget`, NOTE [memory budget] in space.py) is a
+limit on measured memory: no config is measured whose conservative estimate
+(the largest per-worker memory measured so far, times its workers, plus its
+in-flight batches) exceeds it, and no config whose measured footprint exceeds
+it races, is picked or is recommended. On a busy machine more processes win
+more of the CPU from the other jobs, so the scan's rates favour them: only the
+measured budget stops the climb there.
+
+Noise decides for the cheaper config. A climb or refine step whose gain would
+count (above :meth:`~.search_state.SearchState._sig`) but lies within the
+measurements' own, uncapped noise is "too noisy to tell": the dearer config
+stays out of the race and a note says so. In the race, when the rounds'
+spread exceeds ``MAX_SIG``, a cheaper config that is not clearly slower than
+the leader (paired by round, :func:`~.confidence.clearly_slower`) is tied
+with it, and the cheaper is kept (``decide(noisy=True)``; the record's
+``search.noisy_tie``); with fewer rounds than a confidence needs, the scan's
+window noise decides the same way.
 """
 
 from __future__ import annotations
