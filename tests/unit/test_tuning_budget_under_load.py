@@ -149,3 +149,19 @@ def test_a_noisy_race_keeps_the_cheaper_config_it_cannot_tell_apart():
     for _ in range(4):
         steady.add({_cfg(8): [1000.0], _cfg(32): [1300.0]})
     assert decide(steady, noisy=True).pick == _cfg(32)
+
+
+def test_estimates_use_the_largest_measured_worker_with_as_many_threads():
+    mem = MemoryBudget(budget_bytes=1500 * MB, batch_bytes=0)
+    plain, threaded = _cfg(2), _cfg(4).replace(worker_threads=16)
+    assert mem.need(_cfg(8)) == 8 * 256 * MB  # nothing measured yet: the default per worker
+    mem.observe_config(plain, 2 * 173 * MB)
+    mem.observe_config(threaded, 4 * 174 * MB)
+    # Plain workers: the largest of every measured worker; 16 threads: of those with 16 or more.
+    assert mem.need(_cfg(8)) == 8 * 174 * MB
+    assert mem.need(_cfg(8).replace(worker_threads=16)) == 8 * 174 * MB
+    assert mem.need(_cfg(8).replace(worker_threads=32)) == 8 * (173 + 32) * MB
+    # A measured config counts at its measured footprint; beyond the budget it is "over".
+    mem.observe_config(_cfg(9), 9 * 180 * MB)
+    assert mem.need(_cfg(9)) == 9 * 180 * MB and mem.over(_cfg(9)) and not mem.over(plain)
+    assert mem.to_dict()["measured_mb"]["w=9 bs=16 pf=2"] == 1620.0

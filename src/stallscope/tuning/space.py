@@ -80,9 +80,10 @@ class MemoryBudget:
     config's footprint is its workers' memory as measured (``footprints``: the peak of the workers'
     resident memory summed over them, see ``tuner._workers_bytes``) plus its in-flight batches
     (prefetch_factor × batch bytes per worker). Before a config is measured, it is estimated
-    conservatively: workers × (the largest per-worker memory measured so far + prefetch_factor ×
-    batch bytes + worker_threads × ``THREAD_BYTES``), with ``DEFAULT_WORKER_BYTES`` per worker
-    until one has been measured. The search measures no config whose estimate exceeds the budget,
+    conservatively: workers × (the largest per-worker memory measured so far on configs with at
+    least as many fetch threads per worker, :meth:`per_worker`) + its in-flight batches, with
+    ``DEFAULT_WORKER_BYTES`` (+ ``THREAD_BYTES`` per thread) per worker until one has been
+    measured. The search measures no config whose estimate exceeds the budget,
     and races, picks and recommends no config whose measured footprint does (:meth:`over`).
 
     Resident memory, not private (USS): a forked worker starts with the parent's pages shared, and
@@ -114,8 +115,20 @@ class MemoryBudget:
     def estimate(self, config: LoaderConfig) -> int:
         if config.num_workers == 0:
             return 0
-        per_worker = self.worker_bytes + config.worker_threads * THREAD_BYTES
-        return config.num_workers * per_worker + self._batches(config)
+        return config.num_workers * self.per_worker(config.worker_threads) + self._batches(config)
+
+    def per_worker(self, threads: int = 0) -> int:
+        """A worker's memory with ``threads`` fetch threads, conservatively: the largest measured
+        per worker on configs with at least as many threads (a worker's memory does not depend on
+        how many siblings it has, and does not shrink with more threads); where none has, the
+        largest measured plus ``THREAD_BYTES`` per missing thread."""
+        measured = [(b // c.num_workers, c.worker_threads) for c, b in self.footprints.items()]
+        if not measured:
+            return self.worker_bytes + threads * THREAD_BYTES
+        covering = [b for b, k in measured if k >= threads]
+        if covering:
+            return max(covering)
+        return max(b + (threads - k) * THREAD_BYTES for b, k in measured)
 
     def fits(self, config: LoaderConfig) -> bool:
         return self.need(config) <= self.budget_bytes
