@@ -165,3 +165,26 @@ def test_estimates_use_the_largest_measured_worker_with_as_many_threads():
     mem.observe_config(_cfg(9), 9 * 180 * MB)
     assert mem.need(_cfg(9)) == 9 * 180 * MB and mem.over(_cfg(9)) and not mem.over(plain)
     assert mem.to_dict()["measured_mb"]["w=9 bs=16 pf=2"] == 1620.0
+
+
+def test_a_seed_measured_over_the_budget_does_not_race():
+    # doctor's sweep best, when it holds more memory than the budget, is measured but not raced.
+    seed_config = _cfg(32)
+    profile = LATENCY_8.profile()
+    ev = SimulatedEvaluator(
+        loaded(LATENCY_8), noise=0.03, seed=0, worker_bytes_fn=lambda c: int(WORKER_MB * MB)
+    )
+    result = run_search(
+        ev,
+        SearchSpace(cores=8, batch_size=16, max_workers=64),
+        profile,
+        baseline=LoaderConfig(batch_size=16),
+        memory=MemoryBudget(budget_bytes=BUDGET_MB * MB, batch_bytes=profile.batch_bytes),
+        settings=SearchSettings(budget_s=60.0),
+        seeds=[(seed_config, "sweep-best")],
+    )
+    assert seed_config in ev.measured
+    assert all(t.config != seed_config for t in result.trials if t.phase == "confirm")
+    assert result.pick != seed_config and true_workers_mb(result.pick) <= BUDGET_MB
+    assert seed_config.label() in result.pick_memory["over_budget"]
+    assert any(s["label"] == seed_config.label() for s in result.skipped)

@@ -439,6 +439,12 @@ class Search(SearchState):
     def _confirm(self) -> Decision:
         # Only configs within the memory budget race (NOTE [memory budget] in space.py).
         usable = self.usable()
+        # The caller's seeds and the user's own config race whatever the scan's noise said, as
+        # long as they fit.
+        for config in [self.baseline, *(c for c, _ in self.seeds)]:
+            trial = self._scan.get(config)
+            if trial is not None and trial.ok and not self.memory.over(config):
+                usable[config] = trial
         ok = {c: t.samples_per_s for c, t in usable.items()}
         seeds = [(c, role) for c, role in self.seeds if c in usable]
         decision = self.race.run(entrants(ok, self.finalists(), seeds, self.baseline))
