@@ -54,7 +54,9 @@ def test_tune_cli_json_and_yaml(tmp_path, pipelines_dir):
     assert record["search"]["region"]["name"] == "latency-bound"
     # stdout carries only the YAML (pipe-able); it matches the record's pick.
     assert LoaderConfig.from_yaml(proc.stdout) == LoaderConfig.from_dict(best["config"])
-    assert "Pick:" in proc.stderr
+    # The summary (on stderr) opens with the verdict on the same config.
+    assert "Verdict" in proc.stderr and ("Use:" in proc.stderr or "Keep yours:" in proc.stderr)
+    assert record["analysis"]["config"] in (best["config"], record["baseline"]["config"])
 
 
 def test_tune_cli_emits_python(capsys, pipelines_dir, monkeypatch):

@@ -35,6 +35,7 @@ from .readers import (
     workers_of,
 )
 from .training import profile_advice, profile_verdict
+from .tune_rules import is_tune_section, keeps_yours
 
 # A sweep is latency-bound when its best speed-up over one process beats the core count by this
 # factor: 10% is beyond the noise of a speed-up, itself the ratio of two noisy rates.
@@ -235,12 +236,19 @@ def best_configuration(r: Record) -> BestConfig | None:
 
     The tuner's pick, unless the sweep measured a config faster beyond the noise
     that never raced the pick head to head (:func:`unraced_faster_sweep_best`);
-    the user's own config when the best found is within its noise ("keep yours").
+    the user's own config when the best found is within its noise ("keep yours", the one rule
+    :func:`~.tune_rules.keeps_yours` that ``tune`` and ``doctor`` share).
     Without a tuner, the sweep's best.
     """
     tuning = tuning_facts(r)
     if tuning is not None:
-        if tuning.keep_baseline and tuning.baseline is not None:
+        keep = tuning.keep_baseline or (is_tune_section(r) and keeps_yours(r))
+        if keep and tuning.baseline is not None:
+            within = tuning.within_pct
+            if within is None and tuning.best.samples_per_s > 0:
+                within = max(
+                    0.0, (1 - tuning.baseline.samples_per_s / tuning.best.samples_per_s) * 100
+                )
             return BestConfig(
                 source="tune",
                 label=tuning.baseline.label,
@@ -251,7 +259,7 @@ def best_configuration(r: Record) -> BestConfig | None:
                 result=result_for_config(r, tuning.baseline.config),
                 snippet=loader_snippet(r, tuning.baseline.config),
                 keep_baseline=True,
-                within_pct=tuning.within_pct,
+                within_pct=within,
                 best_found=tuning.best,
             )
         if unraced_faster_sweep_best(r, tuning) is None:

@@ -1,20 +1,18 @@
-"""Console summary of a tune record: what was measured, the pick, how sure, and why."""
+"""Console summary of a tune record: what the tuner measured and raced (the evidence under the
+verdict, which says the pick, how sure, and why)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis import best_configuration, recommendations, trials_by_config
-from ..analysis.readers import config_label
-from ..analysis.tune_rules import TIE_SENTENCE, tie_pct
-from . import document_model as dm
-from .console_advice import inline_markup, render_recommendations
-from .document_results import best_section
+from ..analysis import trials_by_config
+from ..analysis.readers import config_label, same_config
+from ..analysis.run_verdict import RunVerdict, decide
 from .report_format import fmt_fixed
 
 
@@ -50,9 +48,10 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     base_rate = baseline.get("samples_per_s") or 0.0
     # The schema does not require labels: name a config from its settings where the record has none.
     pick_label = config_label(best.get("config"), best.get("label"))
-    base_label = config_label(baseline.get("config"), baseline.get("label"))
+    verdict = decide(data)
+    marked = _verdict_label(verdict, data.get("trials") or [])
     for row in rows[:max_rows]:
-        mark = "★ " if _same_knobs(row["label"], pick_label) else "  "
+        mark = "★ " if _same_knobs(row["label"], marked) else "  "
         rel = "–" if not row["rate"] or not base_rate else f"{row['rate'] / base_rate:.2f}×"
         table.add_row(
             mark + escape(row["label"]),
@@ -66,45 +65,18 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     if len(rows) > max_rows:
         table.caption = f"{len(rows) - max_rows} more configs in the JSON record"
     console.print(table)
-    speedup = best.get("speedup")
-    confidence = best.get("confidence")
-    winner = best_configuration(data)
-    overruled = winner is not None and winner.overruled is not None
-    console.print(
-        ("Tuner's pick (set aside: see What to set)" if overruled else "Pick")
-        + f": [bold]{escape(pick_label)}[/] at {best['samples_per_s']:,.1f} samples/s"
-        + (
-            f", {speedup:.2f}× the baseline ({escape(base_label)}, {base_rate:,.1f}/s)"
-            if speedup
-            else ""
-        )
-        + "."
-    )
-    rounds = best.get("rounds", search.get("rounds", 0)) or 0
-    if confidence is not None:
-        runner = best.get("runner_up")
-        margin = best.get("margin")
-        extra = (
-            f"; runner-up {escape(runner)} at {1 / margin:.1%} of it" if runner and margin else ""
-        )
+    # The pick, its gain, how sure and "keep yours" are the verdict's (printed first, NOTE [one
+    # verdict]); the race's own evidence follows.
+    if verdict.overruled is not None:
         console.print(
-            f"Confidence {confidence:.0%} that no other finalist is more than {tie_pct(best)} "
-            f"faster ({rounds} interleaved round(s){extra})."
+            f"The tuner's pick, {escape(pick_label)}, never raced the sweep's faster "
+            f"{escape(verdict.label or '?')} and is set aside (see the verdict)."
         )
-    elif "rounds" in best:
+    rounds = best.get("rounds", search.get("rounds", 0)) or 0
+    if best.get("confidence") is None and "rounds" in best:
         console.print(
             f"[bold yellow]Not confirmed: the budget ran out[/] after {rounds} interleaved "
             "round(s); no confidence."
-        )
-    if best.get("tie"):
-        console.print(
-            f"{TIE_SENTENCE[0].upper() + TIE_SENTENCE[1:]} (rates within {tie_pct(best)}, "
-            "paired by round)."
-        )
-    if best.get("keep_baseline"):
-        console.print(
-            f"[bold]Keep yours:[/] your loader ({escape(baseline['label'])}) is within "
-            f"{best.get('within_pct') or 0:.1f}% of the best found; no change is recommended."
         )
     _render_head_to_head(best.get("head_to_head") or [], console)
     for skipped in best.get("skipped") or []:
@@ -154,30 +126,15 @@ def _same_knobs(label: str, pick_label: str | None) -> bool:
     return strip(label) == strip(pick_label)
 
 
-def render_what_to_set(
-    data: dict[str, Any], console: Console, *, with_recommendations: bool = True
-) -> None:
-    """The one winner in the reports' own sentence (``document_results.best_section``), the user's
-    loader call with its knobs as run first (``loader_code``, NOTE [verified snippets]) or the
-    change in words, then the analysed recommendations: what the Markdown and HTML reports say."""
-    best = best_configuration(data)
-    advice = data.get("loader_code") or {}
-    code = advice.get("python") if advice.get("verified") else None
-    if best is None and not (with_recommendations and recommendations(data)):
-        return
-    console.print()
-    console.rule("[bold]What to set and why")
-    if best is not None:
-        section, _ = best_section(best, data)
-        # best_section opens with its paragraph
-        console.print(inline_markup(cast(dm.Paragraph, section.blocks[0]).parts))
-        if code:
-            console.print(escape(code))
-        else:
-            from ..analysis.tune_rules import advice_in_words
-
-            console.print(
-                escape(advice_in_words(advice or {"config": best.config, "reason": "not run"}))
-            )
-    if with_recommendations:
-        render_recommendations(data, console)
+def _verdict_label(verdict: RunVerdict, trials: list[Any]) -> str | None:
+    """The trials' own label of the verdict's config (persistent_workers aside), to mark it."""
+    if verdict.config is None:
+        return None
+    steady = {k: v for k, v in verdict.config.items() if k != "persistent_workers"}
+    for t in trials:
+        config = t.get("config") if isinstance(t, dict) else None
+        if isinstance(config, dict) and same_config(
+            {k: v for k, v in config.items() if k != "persistent_workers"}, steady
+        ):
+            return config_label(config, t.get("label"))
+    return config_label(verdict.config)

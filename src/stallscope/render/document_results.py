@@ -94,7 +94,7 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
     if bench.best is not None:
         best = bench.best
         parts: dm.Text = [
-            "Fastest: ",
+            "Fastest in the sweep: ",
             dm.config_code(best.label),
             f" at {rf.fmt_rate(best.samples_per_s)} samples/s",
         ]
@@ -120,7 +120,7 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
             )
         blocks.append(dm.Paragraph(parts))
         headline = [
-            f"Fastest of {dm.plural(bench.measured, 'benchmarked configuration')}: ",
+            f"Fastest of {dm.plural(bench.measured, 'configuration')} in the sweep: ",
             dm.config_code(best.label),
             ", ",
             f"{rf.fmt_rate(best.samples_per_s)} samples/s",
@@ -151,13 +151,15 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
             dm.config_code(tuning.baseline.label),
             f" ({rf.fmt_rate(tuning.baseline.samples_per_s)} samples/s)",
         ]
-    if tuning.runner_up and tuning.margin is not None:
+    if tuning.runner_up and tuning.margin:
         parts += [
-            f", {rf.fmt_fraction(tuning.margin - 1.0)} faster than the runner-up ",
+            "; the runner-up ",
             dm.config_code(tuning.runner_up),
+            f" ran at {rf.fmt_fraction(1.0 / tuning.margin)} of it",
         ]
-    if tuning.confidence is not None:
-        parts.append(f"; confidence: {rf.fmt_value(tuning.confidence)}")
+    confidence = number(tuning.confidence)
+    if confidence is not None and (tuning.rounds or 0) >= 2:
+        parts.append(f"; confidence: {rf.fmt_fraction(confidence)}")
         if tuning.rounds is not None:
             parts.append(f" over {dm.plural(tuning.rounds, 'interleaved round')}")
     parts.append(".")
