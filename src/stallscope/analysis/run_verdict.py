@@ -150,7 +150,8 @@ def _winner(r: Record) -> RunVerdict:
             if rounds
             else "the tuner's measurements"
         )
-        v.confidence, problem = checked_confidence(tuning.confidence, rounds)
+        best_entry = mapping(r.get("best"))
+        v.confidence, problem = checked_confidence(best_entry.get("confidence"), rounds)
         if problem is not None:
             problems.append(problem)
         if best.keep_baseline:

@@ -22,6 +22,7 @@ from .facts import (
     TrialRow,
     TuningFacts,
 )
+from .invariants import checked_confidence
 from .readers import (
     Record,
     batch_size_of,
@@ -137,7 +138,11 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
         baseline=baseline,
         best=best_rate,
         speedup=speedup,
-        confidence=best.get("confidence"),
+        # A confidence the rounds cannot support is dropped here (NOTE [invariants]); the
+        # verdict says so.
+        confidence=checked_confidence(
+            best.get("confidence"), best["rounds"] if isinstance(best.get("rounds"), int) else None
+        )[0],
         seconds=number(r.get("tuning_seconds")),
         trials=len(trials),
         top_trials=rows,
