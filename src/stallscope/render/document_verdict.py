@@ -127,7 +127,7 @@ def _buys_more(v: RunVerdict) -> dm.Text | None:
         return None
     return [
         dm.Strong("What buys more:"),
-        f" a code change, {more['title']}, measured {rf.fmt_ratio(more['speedup'])} ",
+        f" code, not a setting: {more['title']} measured {rf.fmt_ratio(more['speedup'])} ",
         dm.config_code(str(more.get("against") or v.label or "the config above")),
         f" in {dm.plural(int(more.get('rounds') or 0), 'paired round')} (Code changes, below).",
     ]
