@@ -75,10 +75,16 @@ def readme_block(console: str, record: dict[str, Any], provenance: dict[str, Any
         )
     more = verdict.buys_more
     if more is not None:
+        rounds = int(more["rounds"] or 0)
         after.append(
             f"what buys more is code, not a setting: {more['title'].lower()} measured "
-            f"{more['speedup']:.2f}× that config in the same {more['rounds']} paired rounds, "
-            "printed as a diff that was run for two batches first"
+            f"{more['speedup']:.2f}× that config in "
+            + (
+                f"the same {rounds} paired rounds"
+                if rounds >= 2
+                else f"{rounds} round, unconfirmed"
+            )
+            + ", printed as a diff that was run for two batches first"
         )
     if after:
         tail = "; ".join(after)

@@ -145,11 +145,13 @@ def _winner(r: Record) -> RunVerdict:
     if best.source == "tune" and tuning is not None:
         rounds = tuning.rounds
         v.rounds = rounds
-        v.measurement = (
-            f"the tuner's race, median of {rounds} paired round{'s' if rounds != 1 else ''}"
-            if rounds
-            else "the tuner's measurements"
-        )
+        if rounds:
+            plural = "s" if rounds != 1 else ""
+            v.measurement = f"the tuner's race, median of {rounds} paired round{plural}"
+        elif rounds == 0:
+            v.measurement = "the tuner's single measurements; its final race ran no round"
+        else:
+            v.measurement = "the tuner's measurements"
         best_entry = mapping(r.get("best"))
         v.confidence, problem = checked_confidence(best_entry.get("confidence"), rounds)
         if problem is not None:

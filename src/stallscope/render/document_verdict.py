@@ -45,7 +45,11 @@ def _decision(v: RunVerdict) -> dm.Text:
     ]
     if v.gain is not None and v.baseline_label is not None:
         whose = "your loader " if v.source == "tune" else "one process, "
-        same = "in the same race" if v.source == "tune" else "in the same sweep"
+        same = (
+            ("in the same race" if v.rounds else "as the tuner measured it")
+            if v.source == "tune"
+            else "in the same sweep"
+        )
         parts += [
             f", {rf.fmt_ratio(v.gain)} {whose}",
             dm.config_code(v.baseline_label),
@@ -125,11 +129,13 @@ def _buys_more(v: RunVerdict) -> dm.Text | None:
     more = v.buys_more
     if more is None:
         return None
+    rounds = int(more.get("rounds") or 0)
+    sure = "" if rounds >= 2 else ", not confirmed: a claim needs two paired rounds or more"
     return [
         dm.Strong("What buys more:"),
         f" code, not a setting: {more['title']} measured {rf.fmt_ratio(more['speedup'])} ",
         dm.config_code(str(more.get("against") or v.label or "the config above")),
-        f" in {dm.plural(int(more.get('rounds') or 0), 'paired round')} (Code changes, below).",
+        f" in {dm.plural(rounds, 'paired round')}{sure} (Code changes, below).",
     ]
 
 
