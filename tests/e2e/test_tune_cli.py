@@ -128,7 +128,9 @@ def test_slow_loader_reports_rounds_and_no_confidence_without_them(tmp_path, pip
     assert best["rounds"] == record["search"]["rounds"]
     if best["rounds"] < 2:
         assert best["confidence"] is None and best["confirmed"] is False
-        assert "not confirmed: the budget ran out" in proc.stdout
+        # The tuner's evidence says why, the verdict that nothing is claimed.
+        assert "Not confirmed: the budget ran out" in proc.stdout
+        assert f"Not confirmed: {best['rounds']} paired round" in proc.stdout
         assert best["skipped"] and all(s["why"] for s in best["skipped"])
     else:
         assert 0.0 <= best["confidence"] <= 1.0 and best["confirmed"] is True
