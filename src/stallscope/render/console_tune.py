@@ -13,6 +13,7 @@ from rich.table import Table
 from ..analysis import trials_by_config
 from ..analysis.readers import config_label, same_config
 from ..analysis.run_verdict import RunVerdict, decide
+from ..analysis.tune_rules import TIE_SENTENCE, tie_pct
 from .report_format import fmt_fixed
 
 
@@ -77,6 +78,11 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
         console.print(
             f"[bold yellow]Not confirmed: the budget ran out[/] after {rounds} interleaved "
             "round(s); no confidence."
+        )
+    if best.get("tie"):
+        console.print(
+            f"{TIE_SENTENCE[0].upper() + TIE_SENTENCE[1:]} (rates within {tie_pct(best)}, "
+            "paired by round)."
         )
     _render_head_to_head(best.get("head_to_head") or [], console)
     for skipped in best.get("skipped") or []:
