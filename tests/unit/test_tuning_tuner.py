@@ -250,7 +250,11 @@ def test_emit_keeps_the_users_config_when_the_best_is_within_noise():
     config, comment = emitted_config("t.py:fn", section)
     assert config == base
     assert "Keep yours: your loader is within 1.0% of the best found" in comment
+    # Not flagged by the tuner, but 1% is inside the noise: the same "keep yours" rule as doctor's.
     section["best"]["keep_baseline"] = False
+    config, comment = emitted_config("t.py:fn", section)
+    assert config == base and "a gain the noise (3%) could make alone" in comment
+    section["best"].update(speedup=1.5, samples_per_s=148.5)
     config, comment = emitted_config("t.py:fn", section)
     assert config == best and "confidence 55%" in comment and "3 interleaved rounds" in comment
 

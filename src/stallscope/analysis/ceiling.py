@@ -37,7 +37,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from .invariants import checked_ceiling
+from .invariants import checked_ceiling, relabel
 from .readers import (
     Record,
     batch_size_of,
@@ -492,6 +492,8 @@ def ceiling_facts(r: Record) -> CeilingFacts | None:
     if ceiling_ok:
         checked, problem = checked_ceiling(r, ceiling)
         ceiling, ceiling_ok = checked or {}, checked is not None
+    if ceiling_ok and isinstance(ceiling.get("pick_label"), str):
+        ceiling = dict(ceiling, pick_label=relabel(r, ceiling["pick_label"]))
     free = free_data_sentence(r)
     if not ceiling_ok and not cores_ok and free is None and problem is None:
         return None

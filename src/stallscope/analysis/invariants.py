@@ -17,7 +17,15 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from .readers import Record, batch_size_of, mapping, number, ok_results, same_config
+from .readers import (
+    Record,
+    batch_size_of,
+    config_label,
+    mapping,
+    number,
+    ok_results,
+    same_config,
+)
 
 # NOTE [paired rounds] in tuning/confidence.py: below MIN_ROUNDS interleaved rounds there is no
 # confidence, and below CONFIDENT_ROUNDS none above FEW_ROUNDS_CAP. A record that says otherwise
@@ -159,6 +167,38 @@ def true_label(
     )
 
 
+def users_config(r: Record) -> dict[str, Any] | None:
+    """The user's own config: the tuner's baseline, else the knobs of the loader call."""
+    config = mapping(r.get("baseline")).get("config") or mapping(r.get("loader")).get("knobs")
+    return config if isinstance(config, dict) else None
+
+
+def ran_label(r: Record, config: Any, label: Any = None) -> str:
+    """The label every table and sentence prints for ``config``: the record's label (or one made
+    from the config), as :func:`true_label` makes it the config that ran."""
+    text = config_label(config, label)
+    return true_label(r, config, text, baseline=users_config(r))[0]
+
+
+def relabel(r: Record, label: str) -> str:
+    """A label stored without its config (a skipped finalist, the ceiling's pick) as the config
+    that ran: the entry of the record it names, relabelled; the label as stored where none does."""
+    best = mapping(r.get("best"))
+    entries = [
+        best,
+        r.get("baseline"),
+        *(best.get("head_to_head") or []),
+        *(r.get("results") or []),
+        *(r.get("trials") or []),
+    ]
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("config"), dict):
+            continue
+        if config_label(entry.get("config"), entry.get("label")) == label:
+            return ran_label(r, entry["config"], entry.get("label"))
+    return label
+
+
 # -- figures ---------------------------------------------------------------------------------
 
 
@@ -205,7 +245,9 @@ def checked_ceiling(
                 samples_per_s=round(rate, 2),
                 basis=basis,
                 pick_fraction=round(pick / rate, 4),
-                batch_size=round(held, 1) if held else ceiling.get("batch_size"),
+                batch_size=(round(held) if abs(held - round(held)) < 0.05 else round(held, 1))
+                if held
+                else ceiling.get("batch_size"),
                 main_process_samples_per_s=round(held / (main_ms / 1000.0), 2)
                 if held and main_ms
                 else None,

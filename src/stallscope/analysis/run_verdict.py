@@ -26,8 +26,23 @@ from typing import Any
 from .ceiling import AT_CEILING, ceiling_facts
 from .code_changes import code_change_facts
 from .facts import TARGETS, Recommendation
-from .invariants import Problem, checked_confidence, sample_unit, true_label
-from .readers import Record, as_record_dict, best_result, config_label, mapping, number
+from .invariants import (
+    Problem,
+    batch_size_ran,
+    checked_confidence,
+    sample_unit,
+    true_label,
+    users_config,
+)
+from .readers import (
+    Record,
+    as_record_dict,
+    batch_size_of,
+    best_result,
+    config_label,
+    mapping,
+    number,
+)
 from .recommendation_rules import recommendations
 from .sections import best_configuration, stage_facts, training_facts, tuning_facts
 
@@ -127,12 +142,20 @@ def _winner(r: Record) -> RunVerdict:
     if best is None:
         return RunVerdict("none")
     tuning = tuning_facts(r)
-    baseline_config = tuning.baseline.config if tuning and tuning.baseline else None
     problems: list[Problem] = []
 
     def label(config: dict[str, Any], text: str) -> str:
-        fixed, problem = true_label(r, config, text, baseline=baseline_config)
-        if problem is not None:
+        """The config that ran (the sections' labels already are): a batch size the batches
+        contradicted is said as the bug it was, once."""
+        fixed, problem = true_label(r, config, text, baseline=users_config(r))
+        ran, said = batch_size_ran(r, config), batch_size_of(config)
+        if problem is None and ran is not None and f"bs={ran}" in fixed.split():
+            problem = Problem(
+                f"the label of {fixed}",
+                f"said bs={said}, but its batches held {ran} each",
+                "relabelled",
+            )
+        if problem is not None and all(p.figure != problem.figure for p in problems):
             problems.append(problem)
         return fixed
 

@@ -8,6 +8,7 @@ from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
+from ..analysis.invariants import ran_label
 from ..analysis.run_verdict import decide
 from .report_format import fmt_fixed
 
@@ -67,7 +68,8 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         copies = bool(r.get("duplicates"))
         style = "bold green" if i == star else ("yellow" if copies else None)
         table.add_row(
-            ("★ " if i == star else "⚠ " if copies else "  ") + r["label"],
+            ("★ " if i == star else "⚠ " if copies else "  ")
+            + escape(ran_label(data, r.get("config"), r.get("label"))),
             fmt_fixed(rate["median"]),
             f"{fmt_fixed(rate['min'])}–{fmt_fixed(rate['max'])}",
             *([fmt_fixed((r.get("tokens_per_s") or {}).get("median"), 0)] if tokens else []),
@@ -92,7 +94,8 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         # The fastest row of the sweep, said as such: the verdict decides what to use.
         noise = best.get("noise")
         console.print(
-            f"Fastest in the sweep: [bold]{escape(best['label'])}[/] at "
+            f"Fastest in the sweep: [bold]"
+            f"{escape(ran_label(data, best.get('config'), best.get('label')))}[/] at "
             f"{best['samples_per_s']['median']:,.1f} samples/s"
             + (
                 f" ({best['tokens_per_s']['median']:,.0f} tokens/s)"

@@ -11,7 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..analysis import trials_by_config
-from ..analysis.readers import config_label, same_config
+from ..analysis.invariants import ran_label, relabel
+from ..analysis.readers import same_config
 from ..analysis.run_verdict import RunVerdict, decide
 from ..analysis.tune_rules import TIE_SENTENCE, tie_pct
 from .report_format import fmt_fixed
@@ -28,7 +29,7 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
             f"[bold]Region:[/] {escape(region.get('name', '?'))} — "
             f"{escape(region.get('reason', ''))}"
         )
-    rows = trials_by_config(data.get("trials") or [])
+    rows = trials_by_config(data.get("trials") or [], data)
     table = Table(
         title=(
             f"Configs measured ({len(data.get('trials') or [])} runs in "
@@ -48,9 +49,9 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
         table.add_column(column, justify=justify)
     base_rate = baseline.get("samples_per_s") or 0.0
     # The schema does not require labels: name a config from its settings where the record has none.
-    pick_label = config_label(best.get("config"), best.get("label"))
+    pick_label = ran_label(data, best.get("config"), best.get("label"))
     verdict = decide(data)
-    marked = _verdict_label(verdict, data.get("trials") or [])
+    marked = _verdict_label(data, verdict, data.get("trials") or [])
     for row in rows[:max_rows]:
         mark = "★ " if _same_knobs(row["label"], marked) else "  "
         rel = "–" if not row["rate"] or not base_rate else f"{row['rate'] / base_rate:.2f}×"
@@ -84,10 +85,11 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
             f"{TIE_SENTENCE[0].upper() + TIE_SENTENCE[1:]} (rates within {tie_pct(best)}, "
             "paired by round)."
         )
-    _render_head_to_head(best.get("head_to_head") or [], console)
+    _render_head_to_head(data, best.get("head_to_head") or [], console)
     for skipped in best.get("skipped") or []:
         console.print(
-            f"  skipped {escape(skipped['label'])}: {escape(skipped['why'])}", style="dim"
+            f"  skipped {escape(relabel(data, str(skipped['label'])))}: {escape(skipped['why'])}",
+            style="dim",
         )
     gap = search.get("persistent_workers")
     if gap and gap.get("gap_without_s") is not None and gap.get("gap_with_s") is not None:
@@ -100,7 +102,9 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
         console.print(f"  · {escape(note)}", style="dim")
 
 
-def _render_head_to_head(rows: list[dict[str, Any]], console: Console) -> None:
+def _render_head_to_head(
+    data: dict[str, Any], rows: list[dict[str, Any]], console: Console
+) -> None:
     if not rows:
         return
     table = Table(title="Raced head to head (same interleaved rounds)", title_justify="left")
@@ -114,7 +118,7 @@ def _render_head_to_head(rows: list[dict[str, Any]], console: Console) -> None:
         table.add_column(column, justify=justify)
     for row in rows:
         table.add_row(
-            escape(row["label"]),
+            escape(ran_label(data, row.get("config"), row.get("label"))),
             row["role"],
             fmt_fixed(row["samples_per_s"]),
             str(row.get("rounds") or "–"),
@@ -132,7 +136,7 @@ def _same_knobs(label: str, pick_label: str | None) -> bool:
     return strip(label) == strip(pick_label)
 
 
-def _verdict_label(verdict: RunVerdict, trials: list[Any]) -> str | None:
+def _verdict_label(data: dict[str, Any], verdict: RunVerdict, trials: list[Any]) -> str | None:
     """The trials' own label of the verdict's config (persistent_workers aside), to mark it."""
     if verdict.config is None:
         return None
@@ -142,5 +146,5 @@ def _verdict_label(verdict: RunVerdict, trials: list[Any]) -> str | None:
         if isinstance(config, dict) and same_config(
             {k: v for k, v in config.items() if k != "persistent_workers"}, steady
         ):
-            return config_label(config, t.get("label"))
-    return config_label(verdict.config)
+            return ran_label(data, config, t.get("label"))
+    return ran_label(data, verdict.config)
