@@ -174,6 +174,7 @@ def test_a_confidence_from_two_rounds_above_the_cap_is_dropped_everywhere():
     for name, text in surfaces(record).items():
         assert "Confidence 97" not in text and "confidence: 97" not in text, name
         assert "Bug caught before printing: the confidence reads 97%" in text, name
+        assert "No confidence is stated: the one recorded broke an invariant" in text, name
     assert json.loads(JSONRenderer().render(record))["analysis"]["confidence"] is None
 
 

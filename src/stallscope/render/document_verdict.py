@@ -69,9 +69,13 @@ def _how_sure(v: RunVerdict, r: dict[str, Any]) -> dm.Text | None:
             f"Confidence {rf.fmt_fraction(v.confidence)} that no other finalist is more than "
             f"{tie_pct(best)} faster ({dm.plural(v.rounds or 0, 'paired round')})."
         ]
+    elif any(p.figure == "the confidence" for p in v.problems):
+        parts = ["No confidence is stated: the one recorded broke an invariant (below)."]
+    elif v.rounds is None:
+        parts = ["No confidence: the record does not say how many paired rounds were raced."]
     else:
         parts = [
-            f"Not confirmed: {dm.plural(v.rounds or 0, 'paired round')} raced, fewer than a "
+            f"Not confirmed: {dm.plural(v.rounds, 'paired round')} raced, fewer than a "
             "claim of how sure needs."
         ]
     if v.tied_with is not None and v.tied_ratio is not None:
