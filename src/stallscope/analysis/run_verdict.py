@@ -30,6 +30,7 @@ from .invariants import (
     Problem,
     batch_size_ran,
     checked_confidence,
+    relabel,
     sample_unit,
     true_label,
     users_config,
@@ -221,7 +222,7 @@ def _tie(r: Record, tuning: Any, v: RunVerdict, label: Any) -> None:
     """A raced config within the noise of the winner: named once, with its ratio to the winner."""
     if not tuning.tie or not tuning.runner_up:
         return
-    v.tied_with = tuning.runner_up
+    v.tied_with = relabel(r, tuning.runner_up)
     best = mapping(r.get("best"))
     margin = number(best.get("margin"))
     if margin:
