@@ -317,3 +317,11 @@ def test_doctor_races_code_changes_against_the_verdicts_config(monkeypatch):
     }
     assert seen["config"].num_workers == record_dict["baseline"]["config"]["num_workers"]
     assert seen["config"].num_workers != record_dict["best"]["config"]["num_workers"]
+
+
+def test_an_unconfirmed_pick_says_another_run_may_pick_another_config():
+    record = load("tune")  # raced one round: no confidence
+    assert record["best"]["rounds"] == 1 and record["best"]["confidence"] is None
+    for name, text in surfaces(record).items():
+        assert "Not confirmed: 1 paired round raced" in text, name
+        assert "another run (doctor or tune) may pick another config" in text, name

@@ -76,7 +76,7 @@ def _how_sure(v: RunVerdict, r: dict[str, Any]) -> dm.Text | None:
     else:
         parts = [
             f"Not confirmed: {dm.plural(v.rounds, 'paired round')} raced, fewer than a "
-            "claim of how sure needs."
+            "claim of how sure needs, so another run (doctor or tune) may pick another config."
         ]
     if v.tied_with is not None and v.tied_ratio is not None:
         interval = (
