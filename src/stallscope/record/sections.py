@@ -233,6 +233,14 @@ LEGACY_KEYS: dict[str, str] = {
 }
 
 
+# Keys a record written to a file carries that no probe writes: derived from the rest by analysis
+# for readers of the JSON (a CI job), dropped on load and recomputed by whatever renders the record.
+DERIVED_KEYS: dict[str, str] = {
+    "analysis": "the run's one verdict as analysis derives it from the record (NOTE [one verdict] "
+    "in analysis/run_verdict.py): for readers of the JSON; ignored on load, recomputed by report",
+}
+
+
 @functools.cache
 def declared_keys() -> dict[str, str]:
     """Every section key with its description (a key in two sections joins both)."""
