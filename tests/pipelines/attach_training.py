@@ -1,7 +1,7 @@
 """A training job to attach to: a DataLoader with 2 workers over a dataset of known per-item
 cost, a train step of known cost, and the job's own per-step data wait in a log.
 
-Run on its own: ``python attach_training.py --setting input --steps 600 --log steps.jsonl``. Each
+Run on its own: ``python attach_training.py --setting input --steps 600 --step-log s.jsonl``; each
 line of the log is one step: ``{"t": wall-clock start, "wait_s": time in next(), "step_s": the
 step}``; the last line is ``{"done": true, "checksum": ...}``, a digest of every batch the loop
 consumed, so a run with and without ``stallscope attach`` can be shown to compute the same thing.
@@ -68,18 +68,58 @@ def train_step(batch: torch.Tensor, seconds: float) -> float:
     return float(batch.sum())
 
 
+def expected_checksum(setting: str, steps: int) -> str:
+    """The checksum a run of ``steps`` steps must log: item i is 16 values of 2i + 1, so a
+    batch's sum is exact in float32, whatever measured it."""
+    batch_size = SETTINGS[setting][2]
+    digest = hashlib.sha256()
+    for step in range(steps):
+        items = range(step * batch_size, (step + 1) * batch_size)
+        digest.update(repr(float(sum(16 * (2 * i + 1) for i in items))).encode())
+    return digest.hexdigest()
+
+
+def read_log(path: str) -> tuple[list[dict[str, float]], dict[str, object] | None]:
+    """(steps, the final line or None while the job runs)."""
+    steps, done = [], None
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            entry = json.loads(line)
+            if entry.get("done"):
+                done = entry
+            else:
+                steps.append(entry)
+    return steps, done
+
+
+def logged_wait_fraction(steps: list[dict[str, float]], start: float, end: float) -> float:
+    """The job's own data-wait share over the steps that started within [start, end)."""
+    inside = [s for s in steps if start <= s["t"] < end]
+    total = sum(s["step_s"] for s in inside)
+    return sum(s["wait_s"] for s in inside) / total if total else float("nan")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="input")
     parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--log", required=True)
+    parser.add_argument(
+        "--slow-rank", type=int, default=None, help="under torchrun: this rank reads 3x slower"
+    )
+    parser.add_argument("--step-log", required=True)
     parser.add_argument("--ready", default=None, help="file written once the loop runs")
     args = parser.parse_args()
+    rank = os.environ.get("RANK")
+    if rank is not None:  # under torchrun every rank logs on its own
+        args.step_log = f"{args.step_log}.rank{rank}"
+        args.ready = f"{args.ready}.rank{rank}" if args.ready else None
     read_ms, augment_ms, batch_size, step_ms = SETTINGS[args.setting]
+    if rank is not None and args.slow_rank == int(rank):
+        read_ms *= 3
     dataset = KnownCost(read_ms, augment_ms, stuck=args.setting == "stuck")
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=2, shuffle=False)
     digest = hashlib.sha256()
-    with open(args.log, "w", encoding="utf-8") as log:
+    with open(args.step_log, "w", encoding="utf-8") as log:
         iterator = iter(loader)
         for step in range(args.steps):
             started = time.time()
@@ -91,7 +131,7 @@ def main() -> None:
             digest.update(repr(loss).encode())
             log.write(json.dumps({"t": started, "wait_s": t1 - t0, "step_s": t2 - t0}) + "\n")
             log.flush()
-            if step == 2 and args.ready:
+            if step == 0 and args.ready:
                 with open(args.ready, "w", encoding="utf-8") as ready:
                     ready.write(str(os.getpid()))
         log.write(json.dumps({"done": True, "checksum": digest.hexdigest()}) + "\n")

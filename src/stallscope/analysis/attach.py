@@ -227,7 +227,10 @@ def wilson_interval(
     denominator = 1 + z * z / total
     centre = (p + z * z / (2 * total)) / denominator
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # at 0 or all hits a bound is exactly 0 or 1 (the formula leaves rounding dust)
+    low = 0.0 if hits == 0 else max(0.0, centre - half)
+    high = 1.0 if hits == total else min(1.0, centre + half)
+    return (low, high)
 
 
 def _is_worker_process(capture: _Capture, pid: int) -> bool:
@@ -511,7 +514,7 @@ def _worker_facts(
 
 
 def _mark_uneven(workers: list[WorkerFacts]) -> None:
-    """Name the workers whose busy share is far from the median of their loader's others. Of two
+    """Name the workers whose busy share is far from the median of their loader's workers. Of two
     workers neither is the median: the busier one is named (the other waits while it works
     through a longer shard or a slow sample)."""
     by_trainer: dict[int | None, list[WorkerFacts]] = {}
@@ -525,10 +528,11 @@ def _mark_uneven(workers: list[WorkerFacts]) -> None:
                 low.busy_fraction or 0.0
             ) >= UNEVEN_BUSY_GAP
             continue
+        if len(group) < 3:
+            continue
+        middle = median(w.busy_fraction or 0.0 for w in group)
         for w in group:
-            others = [o.busy_fraction or 0.0 for o in group if o is not w]
-            if others:
-                w.uneven = abs((w.busy_fraction or 0.0) - median(others)) >= UNEVEN_BUSY_GAP
+            w.uneven = abs((w.busy_fraction or 0.0) - middle) >= UNEVEN_BUSY_GAP
 
 
 def _stuck(

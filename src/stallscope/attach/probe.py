@@ -69,6 +69,7 @@ def attach(
 ) -> AttachCapture:
     """Sample process ``pid`` and its descendants (NOTE [attach sampling])."""
     process = target_process(pid)
+    duration_s = float(max(1, round(duration_s)))  # py-spy samples whole seconds
     binary = binary or find_py_spy()
     tree = process_tree(process)
     trainers = training_processes(tree, whole_tree=whole_tree)

@@ -100,7 +100,7 @@ def record_speedscope(
             "--rate",
             str(rate_hz),
             "--duration",
-            str(max(1, round(duration_s))),
+            str(max(1, round(duration_s))),  # py-spy takes whole seconds
             "--format",
             "speedscope",
             "--output",
