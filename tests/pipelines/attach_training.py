@@ -9,7 +9,8 @@ consumed, so a run with and without ``stallscope attach`` can be shown to comput
 Costs are sleeps, so they hold under any CPU load: an item costs ``read_ms`` in
 :func:`slow_read` and ``augment_ms`` in :func:`augment` (so ``slow_read`` holds
 ``read_ms / (read_ms + augment_ms)`` of a worker's busy time); the step costs ``step_ms`` in
-:func:`train_step`. ``--setting stuck`` makes worker item 7 block in :func:`wait_forever`.
+:func:`train_step` (``--setting cpu``: ``step_ms`` of CPU time spun instead). ``--setting stuck``
+makes worker item 7 block in :func:`wait_forever`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ SETTINGS = {
     "input": (12.0, 4.0, 4, 8.0),  # a batch every ~32 ms from 2 workers, a step of 8 ms
     "compute": (6.0, 2.0, 4, 45.0),  # a batch every ~16 ms, a step of 45 ms
     "stuck": (2.0, 1.0, 4, 5.0),
+    # as "compute", with a step that burns CPU instead of sleeping: what sampling costs a job
+    # whose step needs the cores
+    "cpu": (6.0, 2.0, 4, 30.0),
 }
 STUCK_ITEM = 7
 
@@ -63,8 +67,13 @@ class KnownCost(Dataset):
         return augment(slow_read(index, self.read_s), self.augment_s)
 
 
-def train_step(batch: torch.Tensor, seconds: float) -> float:
-    time.sleep(seconds)
+def train_step(batch: torch.Tensor, seconds: float, spin: bool = False) -> float:
+    if spin:
+        until = time.thread_time() + seconds  # this thread's CPU time, whatever else runs
+        while time.thread_time() < until:
+            pass
+    else:
+        time.sleep(seconds)
     return float(batch.sum())
 
 
@@ -108,6 +117,9 @@ def main() -> None:
     )
     parser.add_argument("--step-log", required=True)
     parser.add_argument("--ready", default=None, help="file written once the loop runs")
+    parser.add_argument(
+        "--stop-file", default=None, help="end the loop (normally) once this file exists"
+    )
     args = parser.parse_args()
     rank = os.environ.get("RANK")
     if rank is not None:  # under torchrun every rank logs on its own
@@ -126,7 +138,7 @@ def main() -> None:
             t0 = time.perf_counter()
             batch = next(iterator)
             t1 = time.perf_counter()
-            loss = train_step(batch, step_ms / 1000.0)
+            loss = train_step(batch, step_ms / 1000.0, spin=args.setting == "cpu")
             t2 = time.perf_counter()
             digest.update(repr(loss).encode())
             log.write(json.dumps({"t": started, "wait_s": t1 - t0, "step_s": t2 - t0}) + "\n")
@@ -134,6 +146,8 @@ def main() -> None:
             if step == 0 and args.ready:
                 with open(args.ready, "w", encoding="utf-8") as ready:
                     ready.write(str(os.getpid()))
+            if args.stop_file and os.path.exists(args.stop_file):
+                break
         log.write(json.dumps({"done": True, "checksum": digest.hexdigest()}) + "\n")
 
 
