@@ -18,7 +18,9 @@ workers, and the A B B A order cancels a steady drift of the machine's speed. Fi
   window (target within 0.05);
 - **top stage**: the stage table's first row and its share against the known share
   (``read_ms / (read_ms + augment_ms)`` = 0.75; target within 15% of it);
-- **results unchanged**: every run's checksum against the one its step count must give.
+- **results unchanged**: every run's checksum against the one its step count must give;
+- **attach's own CPU**: CPU seconds the CLI and its py-spy used per second of window, in cores
+  (what it takes from a machine whose cores are all busy).
 
     python benchmarks/attach_overhead.py                 # 2 jobs per setting, 20 s windows
     python benchmarks/attach_overhead.py --repeats 1 --duration 5   # a quick look
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -58,18 +61,22 @@ TOP_SHARE_TOLERANCE = 0.15  # relative
 WINDOWS = (False, True, True, False)  # bare, attached, attached, bare: a drift cancels
 
 
-def attach_window(pid: int, duration: float, out: Path) -> dict[str, Any]:
-    """Attach for ``duration`` seconds through the real CLI; the window's figures."""
+def attach_window(pid: int, duration: float, out: Path, rate: int) -> dict[str, Any]:
+    """Attach for ``duration`` seconds through the real CLI; the window's figures, with the CPU
+    seconds the CLI and its py-spy used."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(
         [sys.executable, "-m", "stallscope", "attach", str(pid)]
-        + ["--duration", str(duration), "--rate", str(RATE_HZ), "--quiet", "--json", str(out)],
+        + ["--duration", str(duration), "--rate", str(rate), "--quiet", "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=duration + 120,
         env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
     )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"attach failed: {proc.stderr.strip()}")
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     record = json.loads(out.read_text())
     attach = record["attach"]
     top = record["stages"][0] if record["stages"] else {}
@@ -82,10 +89,12 @@ def attach_window(pid: int, duration: float, out: Path) -> dict[str, Any]:
         "top_stage": top.get("name"),
         "top_stage_share": top.get("share"),
         "attach_wall_s": record["duration_s"],
+        "attach_cpu_s": cpu_s,
+        "attach_cores": cpu_s / duration,  # CPU the sampling took, in cores, over the window
     }
 
 
-def run_job(setting: str, duration: float, folder: Path) -> dict[str, Any]:
+def run_job(setting: str, duration: float, folder: Path, rate: int = RATE_HZ) -> dict[str, Any]:
     """One job, four windows of ``duration`` s in the order bare, attached, attached, bare."""
     tag = f"{setting}-{time.monotonic_ns()}"
     log, ready, stop = folder / f"{tag}.jsonl", folder / f"{tag}.ready", folder / f"{tag}.stop"
@@ -107,7 +116,7 @@ def run_job(setting: str, duration: float, folder: Path) -> dict[str, Any]:
         for i, attached in enumerate(WINDOWS):
             if attached:
                 out = folder / f"{tag}-{i}.json"
-                window = {"attached": True, **attach_window(job.pid, duration, out)}
+                window = {"attached": True, **attach_window(job.pid, duration, out, rate)}
             else:
                 window = {"attached": False, "start": time.time()}
                 time.sleep(duration)
@@ -154,6 +163,7 @@ def summarise(setting: str, jobs: list[dict[str, Any]]) -> dict[str, Any]:
         "slowdown_median": statistics.median(slowdowns),
         "slowdown_jobs": slowdowns,
         "slowdown_within_target": statistics.median(slowdowns) <= SLOWDOWN_TARGET,
+        "attach_cores": [w.get("attach_cores") for w in attached],
         "own_wait_fraction": [w["own_wait_fraction"] for w in attached],
         "attach_wait_fraction": [w["attach_wait_fraction"] for w in attached],
         "wait_diffs": diffs,
@@ -176,6 +186,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="jobs per setting (default 2)")
     parser.add_argument("--duration", type=float, default=20.0, help="attach window, s")
     parser.add_argument("--settings", default="input,compute,cpu")
+    parser.add_argument("--rate", type=int, default=RATE_HZ, help="attach --rate (default 100)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     provenance = Provenance.start()
@@ -184,7 +195,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="attach-bench-") as tmp:
         for repeat in range(args.repeats):
             for setting in settings:
-                job = run_job(setting, args.duration, Path(tmp))
+                job = run_job(setting, args.duration, Path(tmp), args.rate)
                 job["repeat"] = repeat
                 jobs.append(job)
                 print(json.dumps(job), flush=True)
@@ -193,7 +204,7 @@ def main() -> None:
         "benchmark": "attach_overhead",
         "provenance": provenance.finish(),
         "duration_s": args.duration,
-        "rate_hz": RATE_HZ,
+        "rate_hz": args.rate,
         "repeats": args.repeats,
         "targets": {
             "slowdown": SLOWDOWN_TARGET,
