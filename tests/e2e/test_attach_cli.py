@@ -92,6 +92,7 @@ def test_attach_reports_the_jobs_own_data_wait_and_top_worker_function(tmp_path)
     assert record["command"] == "attach" and record["target"] == f"pid {job.pid}"
     attach = record["attach"]
     assert attach["pid"] == job.pid and attach["rate_hz"] == 100
+    assert isinstance(attach["sampler_errors"], int)
     assert attach["verdict"] == "input-bound"
     logged, done = read_log(str(log))
     start = record["attach_capture"]["started_at"]

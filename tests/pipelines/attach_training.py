@@ -2,9 +2,10 @@
 cost, a train step of known cost, and the job's own per-step data wait in a log.
 
 Run on its own: ``python attach_training.py --setting input --steps 600 --step-log s.jsonl``; each
-line of the log is one step: ``{"t": wall-clock start, "wait_s": time in next(), "step_s": the
-step}``; the last line is ``{"done": true, "checksum": ...}``, a digest of every batch the loop
-consumed, so a run with and without ``stallscope attach`` can be shown to compute the same thing.
+line of the log is one step: ``{"t": wall-clock start, "wait_s": time in next(), "step_s": next()
+and the step}``; the last line is ``{"done": true, "checksum": ...}``, a digest of every batch
+the loop consumed, so a run with and without ``stallscope attach`` can be shown to compute the same
+thing.
 
 Costs are sleeps, so they hold under any CPU load: an item costs ``read_ms`` in
 :func:`slow_read` and ``augment_ms`` in :func:`augment` (so ``slow_read`` holds
@@ -102,10 +103,19 @@ def read_log(path: str) -> tuple[list[dict[str, float]], dict[str, object] | Non
 
 
 def logged_wait_fraction(steps: list[dict[str, float]], start: float, end: float) -> float:
-    """The job's own data-wait share over the steps that started within [start, end)."""
-    inside = [s for s in steps if start <= s["t"] < end]
-    total = sum(s["step_s"] for s in inside)
-    return sum(s["wait_s"] for s in inside) / total if total else float("nan")
+    """The job's own data-wait share of its loop's wall time, over the steps that started within
+    [start, end): from the first one's start to the start of the step after the last (the loop's
+    logging counts as loop time, as it does for a sampler)."""
+    inside = [i for i, s in enumerate(steps) if start <= s["t"] < end]
+    if not inside:
+        return float("nan")
+    first, last = inside[0], inside[-1]
+    if last + 1 < len(steps):
+        wall = steps[last + 1]["t"] - steps[first]["t"]
+    else:
+        wall = steps[last]["t"] + steps[last]["step_s"] - steps[first]["t"]
+    waited = sum(steps[i]["wait_s"] for i in inside)
+    return waited / wall if wall > 0 else float("nan")
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from stallscope.attach.pyspy import (
     find_py_spy,
     parse_speedscope,
     run_lengths,
+    sampler_errors,
 )
 from stallscope.errors import UsageError
 
@@ -45,6 +46,11 @@ def test_parse_keeps_every_thread_in_time_order_and_drops_pseudo_frames():
 def test_parse_skips_profiles_it_cannot_name_and_empty_documents():
     empty = parse_speedscope({"shared": {"frames": []}, "profiles": [{"name": "x", "samples": []}]})
     assert empty.threads == [] and empty.frames == [] and empty.parents == {}
+
+
+def test_the_samples_py_spy_could_not_read_are_counted():
+    assert sampler_errors("py-spy> Wrote speedscope file to 'x'. Samples: 1341 Errors: 3") == 3
+    assert sampler_errors("nothing said") is None
 
 
 def test_run_lengths_keep_time_order():

@@ -162,6 +162,7 @@ class AttachFacts:
     loader_seen: bool
     doing: list[FunctionShare] = field(default_factory=list)  # the training thread's top frames
     sampler: str | None = None
+    sampler_errors: int | None = None  # samples the sampler could not read
 
     @property
     def uneven(self) -> list[WorkerFacts]:
@@ -433,6 +434,9 @@ def attach_facts(r: Record) -> AttachFacts | None:
         loader_seen=loader_seen,
         doing=doing,
         sampler=str(raw["sampler"]) if raw.get("sampler") else None,
+        sampler_errors=int(raw["sampler_errors"])
+        if isinstance(raw.get("sampler_errors"), int)
+        else None,
     )
 
 
@@ -611,6 +615,7 @@ def attach_summary(facts: AttachFacts) -> dict[str, Any]:
         "verdict": facts.verdict,
         "counts": facts.counts,
         "hang_after_s": facts.hang_after_s,
+        "sampler_errors": facts.sampler_errors,
         "threads": [asdict(t) for t in facts.threads],
         "workers": [
             {

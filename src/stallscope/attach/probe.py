@@ -39,6 +39,7 @@ class AttachCapture:
     stacks: list[list[int]]
     threads: list[dict[str, Any]]
     sampler: str | None = None
+    sampler_errors: int | None = None  # samples py-spy could not read (a torn stack)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,6 +52,7 @@ class AttachCapture:
             "trainers": list(self.trainers),
             "whole_tree": self.whole_tree,
             "sampler": self.sampler,
+            "sampler_errors": self.sampler_errors,
             "processes": [p.to_dict() for p in self.processes],
             "frames": self.frames,
             "stacks": self.stacks,
@@ -74,7 +76,7 @@ def attach(
     tree = process_tree(process)
     trainers = training_processes(tree, whole_tree=whole_tree)
     started = time.time()
-    document = record_speedscope(pid, duration_s=duration_s, rate_hz=rate_hz, binary=binary)
+    document, errors = record_speedscope(pid, duration_s=duration_s, rate_hz=rate_hz, binary=binary)
     capture = parse_speedscope(document)
     known = {p.pid for p in tree}
     for seen, parent in capture.parents.items():  # processes started while sampling
@@ -98,6 +100,7 @@ def attach(
         stacks=[list(s) for s in capture.stacks],
         threads=threads,
         sampler=_version(binary),
+        sampler_errors=errors,
     )
 
 

@@ -27,6 +27,7 @@ from ..errors import UsageError
 _PROFILE_NAME = re.compile(r'^Process (\d+) Thread (\d+)(?: "(.*)")?\s*$')
 _PROCESS_FRAME = re.compile(r"^process (\d+):")
 _THREAD_FRAME = re.compile(r"^thread \((\d+)\)")
+_COUNTS = re.compile(r"Samples: (\d+) Errors: (\d+)")
 
 PTRACE_HINT = (
     "allow it with `sysctl kernel.yama.ptrace_scope=0` on the host (or run stallscope as the "
@@ -78,9 +79,10 @@ def record_speedscope(
     rate_hz: int,
     subprocesses: bool = True,
     binary: str | None = None,
-) -> dict[str, Any]:
-    """Sample ``pid`` (and its descendants) for ``duration_s`` without pausing it; py-spy's
-    speedscope document. One-sentence UsageErrors for the ways it fails that the user can fix."""
+) -> tuple[dict[str, Any], int | None]:
+    """Sample ``pid`` (and its descendants) for ``duration_s`` without pausing it: py-spy's
+    speedscope document, and the samples py-spy says it could not read (None where it does not
+    say). One-sentence UsageErrors for the ways it fails that the user can fix."""
     binary = binary or find_py_spy()
     if binary is None:
         raise UsageError(
@@ -126,7 +128,13 @@ def record_speedscope(
             data: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise UsageError(f"py-spy wrote no readable profile of process {pid}: {exc}.") from None
-        return data
+        return data, sampler_errors(done.stdout + done.stderr)
+
+
+def sampler_errors(output: str) -> int | None:
+    """The samples py-spy reports it could not read (its closing ``Samples: N Errors: M``)."""
+    found = _COUNTS.search(output)
+    return int(found.group(2)) if found else None
 
 
 def describe_failure(pid: int, output: str) -> str:

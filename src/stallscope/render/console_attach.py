@@ -77,13 +77,20 @@ def render_attach(record: Mapping[str, Any], console: Console) -> None:
                 (rank.verdict or "–") + mark,
             )
         console.print(ranks)
+    if facts.sampler_errors:
+        console.print(
+            f"  py-spy could not read {facts.sampler_errors} samples (left out)", highlight=False
+        )
     if facts.workers:
+        ranked = len(facts.ranks) > 1
         workers = Table(title="Loader workers", title_justify="left")
-        for column in ("pid", "kind", "samples", "busy", "top function", ""):
+        columns = ("pid", *(("of",) if ranked else ()), "kind", "samples", "busy", "top function")
+        for column in (*columns, ""):
             workers.add_column(column, justify="right" if column in ("samples", "busy") else "left")
         for w in facts.workers:
             workers.add_row(
                 str(w.pid),
+                *((str(w.trainer or "?"),) if ranked else ()),
                 w.kind,
                 rf.fmt_count(w.samples),
                 rf.fmt_fraction(w.busy_fraction),

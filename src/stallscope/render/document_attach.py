@@ -38,6 +38,11 @@ def _training_section(facts: AttachFacts) -> dm.Section:
             f" of {rf.fmt_count(facts.samples)} samples (95% interval {rf.fmt_fraction(low)} to "
             f"{rf.fmt_fraction(high)}, treating the samples as independent)."
         )
+    if facts.sampler_errors:
+        sampled += (
+            f" py-spy could not read {rf.fmt_count(facts.sampler_errors)} samples (a stack read "
+            "while it changed); they are left out."
+        )
     blocks.append(dm.Paragraph([sampled]))
     rows = [
         [category, rf.fmt_count(n), rf.fmt_fraction(n / facts.samples if facts.samples else None)]
@@ -70,10 +75,11 @@ def _workers_section(facts: AttachFacts) -> dm.Section:
     if facts.workers:
         blocks.append(
             dm.Table(
-                ["worker", "kind", "samples", "busy", "top function", "uneven"],
+                ["worker", "of process", "kind", "samples", "busy", "top function", "uneven"],
                 [
                     [
                         str(w.pid),
+                        str(w.trainer or "?"),
                         w.kind,
                         rf.fmt_count(w.samples),
                         rf.fmt_fraction(w.busy_fraction),
@@ -82,7 +88,7 @@ def _workers_section(facts: AttachFacts) -> dm.Section:
                     ]
                     for w in facts.workers
                 ],
-                "llrrll",
+                "lllrrll",
             )
         )
     if facts.stages:
