@@ -7,6 +7,7 @@ machine; the tight agreement is measured by ``benchmarks/attach_overhead.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from attach_training import expected_checksum, logged_wait_fraction, read_log
 
@@ -52,19 +54,21 @@ def start_job(tmp_path: Path, setting: str, steps: int) -> tuple[subprocess.Pope
 
 
 def stop(job: subprocess.Popen) -> None:
-    """Stop the job and its workers (the whole session)."""
-    if job.poll() is None:
+    """Stop the job and every process under it: its session, and the processes that left it
+    (torchrun starts each rank in a session of its own)."""
+    try:
+        family = psutil.Process(job.pid).children(recursive=True)
+    except psutil.Error:
+        family = []
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(job.pid, signal.SIGKILL)
+    for process in family:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    _, alive = psutil.wait_procs(family, timeout=30)
     job.wait(timeout=30)
+    assert not alive, f"left behind: {[p.pid for p in alive]}"
     job.stderr.close()
-    # workers left behind by a killed parent: same session, gone with the group
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(job.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
 
 
 def stallscope(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -85,7 +89,11 @@ def test_attach_reports_the_jobs_own_data_wait_and_top_worker_function(tmp_path)
         time.sleep(1.0)  # past the first batches
         proc = stallscope("attach", str(job.pid), "--duration", "5", "--json", str(out))
         assert proc.returncode == 0, proc.stderr
+        workers = psutil.Process(job.pid).children(recursive=True)
         assert job.wait(timeout=120) == 0, job.stderr.read().decode()[-500:]
+        # the job shut its own workers down as it ended: nothing attach did kept one alive
+        _, alive = psutil.wait_procs(workers, timeout=10)
+        assert len(workers) == 2 and not alive
     finally:
         stop(job)
     record = json.loads(out.read_text())
