@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 
 from stallscope.analysis import report_facts
+from stallscope.analysis.against import against_facts
 from stallscope.analysis.attach import (
     attach_facts,
     attach_stage_rows,
@@ -268,3 +269,15 @@ def test_the_record_validates_renders_and_gives_the_one_verdict():
     markdown = MarkdownRenderer().render(data)
     assert "Attached: where the loader's workers spend their time" in markdown
     assert "| `slow_read` | user | 83 | 69.7% |" in markdown
+
+
+def test_two_attaches_side_by_side_judge_the_data_wait_by_its_interval():
+    before = {"command": "attach", "attach_capture": fixture_capture("input")}
+    after = {"command": "attach", "attach_capture": fixture_capture("stuck")}
+    rows = {row["key"]: row for row in against_facts(after, before)["rows"]}
+    wait = rows["attach:data-wait"]
+    assert wait["new"]["value"] == 1.0 and wait["old"]["value"] == pytest.approx(43 / 59)
+    assert wait["judged"] == "beyond noise"  # [0.94, 1] against [0.60, 0.83]
+    assert rows["attach-stage:slow_read"]["judged"] == "in one record only"
+    same = against_facts(before, before)["rows"]
+    assert {row["judged"] for row in same} == {"inside noise"}
