@@ -129,7 +129,10 @@ def run_job(setting: str, duration: float, folder: Path, rate: int = RATE_HZ) ->
             start = window["start"]
             inside = [i for i, s in enumerate(steps) if start <= s["t"] < start + duration]
             # the loop's wall time per step: from the window's first step to the step after it
-            wall = steps[inside[-1] + 1]["t"] - steps[inside[0]]["t"]
+            last = inside[-1]
+            ended = steps[last + 1]["t"] if last + 1 < len(steps) else None
+            ended = ended or steps[last]["t"] + steps[last]["step_s"]
+            wall = ended - steps[inside[0]]["t"]
             window.update(
                 window_steps=len(inside),
                 mean_step_ms=1000 * wall / len(inside),
