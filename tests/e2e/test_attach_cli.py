@@ -125,6 +125,8 @@ def test_attach_names_a_stuck_worker_and_its_function(tmp_path):
         proc = stallscope(
             "attach", str(job.pid), "--duration", "3", "--hang-after", "1.5", "--json", str(out)
         )
+        idle_worker = psutil.Process(job.pid).children()[0]
+        worker_attach = stallscope("attach", str(idle_worker.pid), "--duration", "1")
     finally:
         stop(job)
     assert proc.returncode == 0, proc.stderr
@@ -133,6 +135,8 @@ def test_attach_names_a_stuck_worker_and_its_function(tmp_path):
     assert len(workers) == 1 and workers[0]["seconds"] >= 1.5
     assert workers[0]["stack"][-1].startswith("wait_forever ")
     assert "stuck:" in proc.stdout and "wait_forever" in proc.stdout
+    # a worker's PID instead of the job's: one sentence naming the job
+    assert str(job.pid) in _one_sentence(worker_attach)
 
 
 def _one_sentence(proc: subprocess.CompletedProcess) -> str:

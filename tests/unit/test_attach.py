@@ -233,6 +233,14 @@ def test_no_loader_in_sight_says_what_the_process_does():
     assert [(d.name, d.share) for d in facts.doing] == [("spin", 0.75), ("sleep_a_bit", 0.25)]
 
 
+def test_a_worker_given_as_the_target_is_named_with_its_parent():
+    frames = [frame("_worker_loop", WORKER), frame("Queue.get", QUEUES)]
+    threads = [{"pid": 7, "tid": 7, "name": "MainThread", "runs": [[0, 100]]}]
+    processes = [{"pid": 7, "parent": 3}]
+    facts = attach_facts(synthetic(threads, frames, [[0, 1]], (7,), processes))
+    assert not facts.loader_seen and facts.worker_of == 3
+
+
 def test_a_thread_pool_loader_counts_its_threads_as_workers():
     frames = [
         frame("main"),

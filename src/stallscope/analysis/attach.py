@@ -163,6 +163,7 @@ class AttachFacts:
     doing: list[FunctionShare] = field(default_factory=list)  # the training thread's top frames
     sampler: str | None = None
     sampler_errors: int | None = None  # samples the sampler could not read
+    worker_of: int | None = None  # the target is a DataLoader worker: its parent's pid
 
     @property
     def uneven(self) -> list[WorkerFacts]:
@@ -413,6 +414,11 @@ def attach_facts(r: Record) -> AttachFacts | None:
     )
     stuck = _stuck(capture, training_threads, workers_pids, hang_after)
     doing = [] if loader_seen else _doing(capture, list(training_threads.values()))
+    target = int(raw.get("pid", 0))
+    worker_of = None
+    if not loader_seen and _is_worker_process(capture, target):
+        parent = capture.processes.get(target, {}).get("parent")
+        worker_of = int(parent) if isinstance(parent, int) else None
     return AttachFacts(
         pid=int(raw.get("pid", 0)),
         duration_s=number(raw.get("duration_s")),
@@ -434,6 +440,7 @@ def attach_facts(r: Record) -> AttachFacts | None:
         loader_seen=loader_seen,
         doing=doing,
         sampler=str(raw["sampler"]) if raw.get("sampler") else None,
+        worker_of=worker_of,
         sampler_errors=int(raw["sampler_errors"])
         if isinstance(raw.get("sampler_errors"), int)
         else None,

@@ -87,8 +87,12 @@ def describe(process: psutil.Process, parent: int | None) -> ProcessInfo:
 
 
 def process_tree(process: psutil.Process) -> list[ProcessInfo]:
-    """The target and every descendant alive now, parents before children."""
-    infos = [describe(process, None)]
+    """The target (with its own parent) and every descendant alive now, parents before
+    children."""
+    parent = None
+    with contextlib.suppress(psutil.Error):
+        parent = process.ppid() or None
+    infos = [describe(process, parent)]
     with contextlib.suppress(psutil.Error):
         for child in process.children(recursive=True):
             parent = None

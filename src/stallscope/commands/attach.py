@@ -113,6 +113,11 @@ def _run(ctx: common.CommandContext) -> int:
     record.add(attach_capture=capture)
     facts = attach_facts(record.to_dict())
     assert facts is not None
+    if not facts.loader_seen and facts.worker_of is not None:
+        raise UsageError(
+            f"process {args.pid} is a DataLoader worker, not the training process; attach to "
+            f"its parent, PID {facts.worker_of}."
+        )
     if not facts.loader_seen:
         record.sections.pop("attach_capture")
         doing = ", ".join(f"{f.name} ({f.share * 100:.0f}%)" for f in facts.doing) or "nothing"
