@@ -160,3 +160,11 @@ def test_training_processes_are_the_target_or_the_ranks_under_a_launcher():
     assert training_processes(launcher) == [11, 12]
     # --tree: every Python child is a rank when RANK cannot be read
     assert training_processes(plain, whole_tree=True) == [11, 12]
+
+
+def test_py_spy_missing_is_one_sentence(monkeypatch):
+    from stallscope.attach import pyspy
+
+    monkeypatch.setattr(pyspy, "find_py_spy", lambda: None)
+    with pytest.raises(UsageError, match=r"py-spy is not installed; install it with `pip install"):
+        pyspy.record_speedscope(os.getpid(), duration_s=1, rate_hz=10)
