@@ -210,6 +210,20 @@ class CompareSection(Section):
     stages_compared: JSON | None = doc("compare: both sides' stage tables and differences")
 
 
+@dataclass
+class AttachSection(Section):
+    """``attach``: a running process sampled from outside (NOTE [attach sampling])."""
+
+    attach: JSON | None = doc(
+        "attach: data wait of the training thread with its interval, threads, workers, stuck "
+        "threads and ranks, as counted from attach_capture"
+    )
+    attach_capture: JSON | None = doc(
+        "attach: the samples (frames, stacks, each thread's run-length coded samples in time "
+        "order), the process tree and the settings the figures are recounted from"
+    )
+
+
 SECTIONS: tuple[type[Section], ...] = (
     PipelineSection,
     BenchSection,
@@ -222,6 +236,7 @@ SECTIONS: tuple[type[Section], ...] = (
     LongRunSection,
     CeilingSection,
     CompareSection,
+    AttachSection,
 )
 
 # Keys of older (0.3) records that no section declares, each with why it is dropped on load.

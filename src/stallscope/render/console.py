@@ -19,6 +19,7 @@ from rich.console import Console
 
 from ..analysis.readers import as_record_dict
 from .console_advice import render_verdict
+from .console_attach import render_attach
 from .console_bench import render_bench
 from .console_ceiling import render_ceiling
 from .console_changes import render_code_changes
@@ -39,6 +40,7 @@ SECTIONS: dict[str, Section] = {
     "tune": render_tune,
     "profile": render_profile,
     "compare": render_compare,
+    "attach": render_attach,
 }
 _SECTION_KEYS = {
     "check": "findings",
@@ -47,6 +49,7 @@ _SECTION_KEYS = {
     "tune": "best",
     "profile": "stall_fraction",
     "compare": "ratio",
+    "attach": "attach_capture",
 }
 
 VIEWS = ("summary", "report")

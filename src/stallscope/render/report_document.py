@@ -17,6 +17,7 @@ from ..analysis import ReportFacts, Verdict, report_facts
 from ..analysis.readers import as_record_dict, number
 from . import document_model as dm
 from . import report_format as rf
+from .document_attach import attach_sections
 from .document_ceiling import ceiling_section
 from .document_changes import code_changes_section
 from .document_checks import (
@@ -79,6 +80,7 @@ def build_document(record: Any) -> dm.Document:
         # second judge (NOTE [one verdict]).
         if headline and field not in ("bench", "tuning"):
             headlines.append(headline)
+    sections[0:0] = attach_sections(r)
     summary = _summary_section(facts, headlines, verdict_blocks(r))
     if summary is not None:
         sections.insert(0, summary)
