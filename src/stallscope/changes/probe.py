@@ -16,6 +16,8 @@ from ..target import Pipeline
 from .anatomy import Anatomy, NotApplicable, examine
 from .base import Applied, Change, Patch
 from .batch_augment import BatchAugmentation
+from .inline import InlineAnatomy, examine_inline
+from .inline_changes import inline_changes
 from .integer_transfer import IntegerTransfer
 from .prefix_cache import PrefixCache
 from .race import PICK, Entrant, fill, race_pipeline, run_race, speedup
@@ -78,12 +80,29 @@ def code_changes(
         result.notes.append("raced against the user's own config: no tuned pick in this run")
     say = progress or _silent
     changes = all_changes() if changes is None else changes
+    anatomy: Any
     try:
-        anatomy = _anatomy(pipeline)
+        _wrappable(pipeline)
     except NotApplicable as exc:
         result.not_applied = [{"id": c.id, "title": c.title, "why": str(exc)} for c in changes]
         result.seconds = time.perf_counter() - started
         return result
+    try:
+        anatomy = _anatomy(pipeline)
+    except NotApplicable as exc:
+        try:  # no transform list: the work is inline in __getitem__ (NOTE [inline prefix])
+            anatomy = _inline_anatomy(pipeline)
+        except NotApplicable as inline:
+            why = f"{exc}, and in __getitem__ {inline}" if str(inline) != str(exc) else str(exc)
+            result.not_applied = [{"id": c.id, "title": c.title, "why": why} for c in changes]
+            result.seconds = time.perf_counter() - started
+            return result
+        changes = inline_changes([c.id for c in changes])
+        result.notes.append(
+            f"no transform list: the changes were found in {anatomy.cls.__name__}.__getitem__ "
+            f"({anatomy.source.path.name}); the first random draw is at "
+            f"{anatomy.first_random_text()}"
+        )
     length = len(anatomy.dataset)
     workers = max(1, config.num_workers)
     items = int(FILL_SHARE * budget_s * workers / max(anatomy.seconds_per_sample, 1e-6))
@@ -140,7 +159,7 @@ def _silent(text: str, fraction: float | None = None) -> None:
     """Progress nobody listens to."""
 
 
-def _anatomy(pipeline: Pipeline) -> Anatomy:
+def _wrappable(pipeline: Pipeline) -> None:
     if not pipeline.kind.rebuilds_from_parts:
         raise NotApplicable(f"{pipeline.kind.description} has no dataset stallscope can wrap")
     if pipeline.batch_sampler is not None:
@@ -149,7 +168,27 @@ def _anatomy(pipeline: Pipeline) -> Anatomy:
         )
     if pipeline.is_iterable:
         raise NotApplicable("the dataset is iterable; the changes need items by index")
-    return examine(pipeline.dataset)
+
+
+def _anatomy(pipeline: Pipeline) -> Anatomy:
+    try:
+        return examine(pipeline.dataset)
+    except NotApplicable:
+        raise
+    except Exception as exc:  # a Compose that is not called with the image alone (albumentations)
+        raise NotApplicable(
+            "the transform pipeline could not be run stage by stage "
+            f"({describe_exception(exc, 120)})"
+        ) from exc
+
+
+def _inline_anatomy(pipeline: Pipeline) -> InlineAnatomy:
+    try:
+        return examine_inline(pipeline.dataset)
+    except NotApplicable:
+        raise
+    except Exception as exc:  # the user's __getitem__ failed under the tracer
+        raise NotApplicable(f"running it raised {describe_exception(exc, 120)}") from exc
 
 
 def _median(values: list[float]) -> float | None:

@@ -1,0 +1,259 @@
+"""Code changes for datasets that work inline in ``__getitem__`` (NOTE [inline prefix]): the first
+random statement found by tracing, and each change's diff applied with ``patch`` and run."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from stallscope.changes.anatomy import NotApplicable, seeded
+from stallscope.changes.base import batches
+from stallscope.changes.inline import examine_inline
+from stallscope.changes.inline_changes import InlinePrefixCache, InlineReducedDecode, equal
+from stallscope.target import load_target
+
+PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
+
+# -- which statement draws: found at run time ----------------------------------------------------
+
+
+class DrawsFromSelfGenerator:
+    def __init__(self):
+        self.rng = np.random.default_rng(0)
+        self.data = [np.full((16, 16), i, np.float32) for i in range(4)]
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, index):
+        x = self.data[index]
+        x = x * 2
+        shift = self.rng.integers(0, 3)  # a Generator held by the dataset
+        return np.roll(x, shift), index
+
+
+class DrawsFromTorch:
+    def __init__(self):
+        self.data = [torch.full((4, 4), float(i)) for i in range(4)]
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, index):
+        x = self.data[index].clone()
+        x = x + 1
+        if index >= 0:
+            x = x + torch.rand(())  # inside an if: the if statement draws
+        return x
+
+
+class CreatesAGenerator:
+    def __init__(self):
+        self.data = list(range(4))
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, index):
+        value = self.data[index]
+        rng = random.Random(index)  # seeded per index: cached, it would replay the same draws
+        return value + rng.random()
+
+
+def _first(anatomy):
+    return anatomy.statements[anatomy.first_random].text
+
+
+def test_a_generator_held_by_the_dataset_is_traced():
+    anatomy = examine_inline(DrawsFromSelfGenerator())
+    assert _first(anatomy).startswith("shift = self.rng.integers")
+    assert "self.rng" in anatomy.random_by
+    assert anatomy.live == ["x"]
+
+
+def test_torch_draws_inside_an_if_count_for_the_if():
+    anatomy = examine_inline(DrawsFromTorch())
+    assert _first(anatomy) == "if index >= 0:"
+    assert "torch" in anatomy.random_by
+
+
+def test_creating_a_generator_ends_the_prefix():
+    anatomy = examine_inline(CreatesAGenerator())
+    assert _first(anatomy).startswith("rng = random.Random")
+
+
+def test_a_library_dataset_is_not_examined():
+    from torch.utils.data import TensorDataset
+
+    with pytest.raises(NotApplicable):
+        examine_inline(TensorDataset(torch.zeros(4, 2)))
+
+
+# -- the real pipelines: PIL + NumPy, OpenCV, albumentations --------------------------------------
+
+
+def _copy(name: str, tmp_path: Path) -> Path:
+    """The pipeline file in a folder of its own (the diff is applied to the copy)."""
+    target = tmp_path / name
+    shutil.copy(PIPELINES / name, target)
+    return target
+
+
+def _load(path: Path, module: str):
+    spec = importlib.util.spec_from_file_location(module, path)
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[module] = loaded
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+def _apply(diff: str, path: Path) -> None:
+    done = subprocess.run(
+        ["patch", "-p0", "-d", str(path.parent)], input=diff, text=True, capture_output=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _patched_batches(path: Path, module: str, factory: str, tmp_path: Path, pipeline):
+    """Two batches from the patched file, imported as a module of its own, its cache in a
+    temporary folder."""
+    patched = _load(path, module)
+    try:
+        if hasattr(patched, "_PREFIX_CACHE"):
+            patched._PREFIX_CACHE.folder = str(tmp_path / "cache")
+        made = getattr(patched, factory)()
+        return [batches(made["dataset"], pipeline) for _ in range(2)]
+    finally:
+        sys.modules.pop(module, None)
+
+
+@pytest.fixture
+def pil(tmp_path):
+    path = _copy("inline_pil.py", tmp_path)
+    return path, load_target(f"{path}:small_pipeline")
+
+
+def test_pil_prefix_ends_at_the_first_numpy_draw(pil):
+    _, pipeline = pil
+    anatomy = examine_inline(pipeline.dataset)
+    assert _first(anatomy).startswith("top = np.random.randint")
+    assert anatomy.random_by == "np.random drew"
+    assert anatomy.live == ["label", "array"]
+    assert "Image.open" in anatomy.prefix_label()
+
+
+def test_pil_prefix_cache_diff_applies_and_runs(pil, tmp_path):
+    path, pipeline = pil
+    anatomy = examine_inline(pipeline.dataset)
+    change = InlinePrefixCache()
+    assert change.applies(anatomy, pipeline) is None
+    patch = change.patch(anatomy, pipeline)
+    assert patch.verified, patch.reason
+    assert "_PREFIX_CACHE.get(index)" in patch.diff
+    _apply(patch.diff, path)
+    runs = _patched_batches(path, "inline_pil_patched", "small_pipeline", tmp_path, pipeline)
+    theirs = batches(pipeline.dataset, pipeline)
+    for ours in runs:  # the first run fills the cache, the second reads it
+        assert all(equal(a, b) for a, b in zip(ours, theirs))
+    assert len(list((tmp_path / "cache").glob("*.pkl"))) == 2 * pipeline.batch_size
+
+
+def test_pil_cache_in_the_probe_serves_the_users_items(pil):
+    _, pipeline = pil
+    anatomy = examine_inline(pipeline.dataset)
+    change = InlinePrefixCache()
+    assert change.applies(anatomy, pipeline) is None
+    applied = change.apply(anatomy, pipeline)
+    try:
+        for _ in range(2):
+            with seeded(5):
+                ours = applied.dataset[1]
+            with seeded(5):
+                theirs = pipeline.dataset[1]
+            assert equal(ours, theirs)
+        side = change.side_effect(anatomy, pipeline, applied)
+        assert side["alters_output"] is False
+        assert side["items_cached"] >= 1 and side["bytes_per_item"] > 768 * 576 * 3
+    finally:
+        applied.cleanup()
+
+
+def test_pil_without_a_resize_reduced_decode_says_why(pil):
+    _, pipeline = pil
+    why = InlineReducedDecode().applies(examine_inline(pipeline.dataset), pipeline)
+    assert why is not None and "no resize follows the decode" in why
+
+
+def test_pil_resized_reduced_decode_diff_applies_and_runs(tmp_path):
+    path = _copy("inline_pil.py", tmp_path)
+    pipeline = load_target(f"{path}:resized_pipeline")
+    pipeline.dataset.paths = pipeline.dataset.paths[:8]
+    pipeline.batch_size = 4
+    anatomy = examine_inline(pipeline.dataset)
+    change = InlineReducedDecode()
+    assert change.applies(anatomy, pipeline) is None
+    assert change.factor == 2  # 768×576 → 320×240: 1/2 (384×288) still covers it, 1/4 does not
+    side = change.side_effect(anatomy, pipeline, change.apply(anatomy, pipeline))
+    assert side["alters_output"] is True and 25.0 < side["psnr_db"] < 80.0
+    patch = change.patch(anatomy, pipeline)
+    assert patch.verified, patch.reason
+    assert 'image.draft("RGB"' in patch.diff
+    _apply(patch.diff, path)
+    patched = _load(path, "inline_pil_draft")
+    try:
+        dataset = patched.InlineJpegDataset(pipeline.dataset.paths, resize=(320, 240))
+        out = batches(dataset, pipeline)
+        assert tuple(out[0][0].shape) == (4, 3, 224, 224)
+    finally:
+        sys.modules.pop("inline_pil_draft", None)
+
+
+def test_opencv_prefix_cache_and_reduced_decode_diffs_apply_and_run(tmp_path):
+    path = _copy("inline_opencv.py", tmp_path)
+    pipeline = load_target(f"{path}:small_pipeline")
+    anatomy = examine_inline(pipeline.dataset)
+    assert _first(anatomy).startswith("top = random.randint")
+    assert "cv2.imread" in anatomy.prefix_label() and "cv2.resize" in anatomy.prefix_label()
+    decode = InlineReducedDecode()
+    assert decode.applies(anatomy, pipeline) is None and decode.factor == 2
+    decode_patch = decode.patch(anatomy, pipeline)
+    assert decode_patch.verified, decode_patch.reason
+    assert "cv2.IMREAD_REDUCED_COLOR_2" in decode_patch.diff
+    cache = InlinePrefixCache()
+    assert cache.applies(anatomy, pipeline) is None
+    cache_patch = cache.patch(anatomy, pipeline)
+    assert cache_patch.verified, cache_patch.reason
+    _apply(cache_patch.diff, path)
+    runs = _patched_batches(path, "inline_opencv_patched", "small_pipeline", tmp_path, pipeline)
+    theirs = batches(pipeline.dataset, pipeline)
+    for ours in runs:
+        assert all(equal(a, b) for a, b in zip(ours, theirs))
+
+
+def test_albumentations_prefix_found_by_the_compose_generators(tmp_path):
+    path = _copy("inline_albumentations.py", tmp_path)
+    pipeline = load_target(f"{path}:small_pipeline")
+    anatomy = examine_inline(pipeline.dataset)
+    assert _first(anatomy).startswith('image = self.transform(image=image)["image"]')
+    assert "self.transform" in anatomy.random_by and "py_random" in anatomy.random_by
+    cache = InlinePrefixCache()
+    assert cache.applies(anatomy, pipeline) is None
+    patch = cache.patch(anatomy, pipeline)
+    assert patch.verified, patch.reason
+    _apply(patch.diff, path)
+    runs = _patched_batches(
+        path, "inline_albumentations_patched", "small_pipeline", tmp_path, pipeline
+    )
+    theirs = batches(pipeline.dataset, pipeline)
+    for ours in runs:  # albumentations draws from its own generators: compare shapes and labels
+        for a, b in zip(ours, theirs):
+            assert a[0].shape == b[0].shape and a[0].dtype == b[0].dtype
+            assert torch.equal(a[1], b[1])
