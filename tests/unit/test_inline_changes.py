@@ -17,7 +17,12 @@ import torch
 from stallscope.changes.anatomy import NotApplicable, seeded
 from stallscope.changes.base import batches
 from stallscope.changes.inline import examine_inline
-from stallscope.changes.inline_changes import InlinePrefixCache, InlineReducedDecode, equal
+from stallscope.changes.inline_changes import (
+    InlineIntegerTransfer,
+    InlinePrefixCache,
+    InlineReducedDecode,
+    equal,
+)
 from stallscope.target import load_target
 
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
@@ -257,3 +262,40 @@ def test_albumentations_prefix_found_by_the_compose_generators(tmp_path):
         for a, b in zip(ours, theirs):
             assert a[0].shape == b[0].shape and a[0].dtype == b[0].dtype
             assert torch.equal(a[1], b[1])
+
+
+def test_opencv_integer_transfer_drops_the_normalise_line_and_normalises_per_batch(tmp_path):
+    path = _copy("inline_opencv.py", tmp_path)
+    pipeline = load_target(f"{path}:small_pipeline")
+    anatomy = examine_inline(pipeline.dataset)
+    change = InlineIntegerTransfer()
+    assert change.applies(anatomy, pipeline) is None
+    assert change.slot == (0,) and change.channel == 0 and change.name == "image"
+    applied = change.apply(anatomy, pipeline)
+    raw = batches(applied.dataset, pipeline)
+    assert raw[0][0].dtype == torch.uint8
+    theirs = batches(pipeline.dataset, pipeline)
+    for ours, reference in zip(raw, theirs):
+        normalised = applied.main_step(ours)
+        assert torch.max(torch.abs(normalised[0] - reference[0])).item() < 1e-4
+    side = change.side_effect(anatomy, pipeline, applied)
+    assert side["bytes_per_batch"]["after"] * 4 == side["bytes_per_batch"]["before"]
+    patch = change.patch(anatomy, pipeline)
+    assert patch.verified, patch.reason
+    assert "-        image = (image.astype(np.float32) / 255.0 - MEAN) / STD" in patch.diff
+    _apply(patch.diff, path)
+    patched = _load(path, "inline_opencv_uint8")
+    try:
+        dataset = patched.OpenCVDataset(pipeline.dataset.paths)
+        for ours, reference in zip(batches(dataset, pipeline), theirs):
+            assert ours[0].dtype == torch.uint8
+            images = patched.normalize_batch(ours[0])
+            assert torch.max(torch.abs(images - reference[0])).item() < 1e-4
+    finally:
+        sys.modules.pop("inline_opencv_uint8", None)
+
+
+def test_pil_integer_transfer_names_the_jitter_on_the_float_image(pil):
+    _, pipeline = pil
+    why = InlineIntegerTransfer().applies(examine_inline(pipeline.dataset), pipeline)
+    assert why is not None and "brightness = np.random.uniform" in why
