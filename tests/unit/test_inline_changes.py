@@ -299,3 +299,80 @@ def test_pil_integer_transfer_names_the_jitter_on_the_float_image(pil):
     _, pipeline = pil
     why = InlineIntegerTransfer().applies(examine_inline(pipeline.dataset), pipeline)
     assert why is not None and "brightness = np.random.uniform" in why
+
+
+# -- decoders raced on the user's files ------------------------------------------------------------
+
+
+def _clocked(monkeypatch, ms: dict[str, float]) -> None:
+    """Decoder timings from ``ms`` (per image) instead of the clock; pixels still decoded."""
+    from stallscope.changes import decoders
+
+    real = decoders.available_decoders
+    called: list[str] = []
+
+    def tagged(name, decode):
+        def run(data):
+            called.append(name)
+            return decode(data)
+
+        return run
+
+    def available(factor):
+        return {name: tagged(name, d) for name, d in real(factor).items()}
+
+    def fastest(fn, **_):
+        called.clear()
+        fn()
+        return ms[called[-1]] / 1000 * len(called)
+
+    monkeypatch.setattr(decoders, "available_decoders", available)
+    monkeypatch.setattr(decoders, "fastest_seconds", fastest)
+
+
+def test_decoders_importable_here_include_pil_and_opencv():
+    from _jpeg_files import jpeg_paths
+
+    from stallscope.changes.decoders import available_decoders
+
+    found = available_decoders(2)
+    assert {"PIL", "OpenCV imdecode", "PIL + draft 1/2"} <= set(found)
+    data = jpeg_paths(1)[0].read_bytes()
+    assert found["PIL"](data).shape == found["OpenCV imdecode"](data).shape == (576, 768, 3)
+    assert found["PIL + draft 1/2"](data).shape == (288, 384, 3)
+
+
+def test_faster_decode_swaps_in_the_faster_decoder_and_its_diff_runs(monkeypatch, pil, tmp_path):
+    from stallscope.changes.decoders import FasterDecode
+
+    path, pipeline = pil
+    _clocked(monkeypatch, {"PIL": 9.0, "OpenCV imdecode": 4.0})
+    anatomy = examine_inline(pipeline.dataset)
+    change = FasterDecode()
+    assert change.applies(anatomy, pipeline) is None
+    assert change.best["decoder"] == "OpenCV imdecode" and change.user == "PIL"
+    assert [row["decoder"] for row in change.table] == ["OpenCV imdecode", "PIL"]
+    applied = change.apply(anatomy, pipeline)
+    with seeded(4):
+        ours = applied.dataset[2]
+    with seeded(4):
+        theirs = pipeline.dataset[2]
+    side = change.side_effect(anatomy, pipeline, applied)
+    if change.best["psnr_db"] is None:  # the same pixels: the same item
+        assert equal(ours, theirs) and side["alters_output"] is False
+    patch = change.patch(anatomy, pipeline)
+    assert patch.verified, patch.reason
+    assert "cv2.imread(str(path))" in patch.diff and "+import cv2" in patch.diff
+    _apply(patch.diff, path)
+    runs = _patched_batches(path, "inline_pil_cv2", "small_pipeline", tmp_path, pipeline)
+    assert tuple(runs[0][0][0].shape) == (4, 3, 224, 224)
+
+
+def test_faster_decode_says_when_the_decoder_in_use_is_fastest(monkeypatch, pil):
+    from stallscope.changes.decoders import FasterDecode
+
+    _, pipeline = pil
+    _clocked(monkeypatch, {"PIL": 4.0, "OpenCV imdecode": 9.0})
+    why = FasterDecode().applies(examine_inline(pipeline.dataset), pipeline)
+    assert why is not None and why.startswith("PIL, the decoder in use, is the fastest")
+    assert "OpenCV imdecode 9.00 ms" in why

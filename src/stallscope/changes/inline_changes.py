@@ -754,6 +754,8 @@ class NotMoved(Change):
 
 
 def inline_changes(ids: list[str] | None = None) -> list[Change]:
+    from .decoders import FasterDecode
+
     every: list[Change] = [
         InlinePrefixCache(),
         InlineReducedDecode(),
@@ -764,5 +766,6 @@ def inline_changes(ids: list[str] | None = None) -> list[Change]:
             "the augmentations are statements of {name}.__getitem__, not stages of a transform "
             "list; this change moves tensor stages to the batch only from a list",
         ),
+        FasterDecode(),
     ]
     return every if ids is None else [c for c in every if c.id in ids]

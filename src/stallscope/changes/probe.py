@@ -79,6 +79,7 @@ def code_changes(
     if pick is None:
         result.notes.append("raced against the user's own config: no tuned pick in this run")
     say = progress or _silent
+    chosen = changes is not None
     changes = all_changes() if changes is None else changes
     anatomy: Any
     try:
@@ -97,7 +98,7 @@ def code_changes(
             result.not_applied = [{"id": c.id, "title": c.title, "why": why} for c in changes]
             result.seconds = time.perf_counter() - started
             return result
-        changes = inline_changes([c.id for c in changes])
+        changes = inline_changes([c.id for c in changes] if chosen else None)
         result.notes.append(
             f"no transform list: the changes were found in {anatomy.cls.__name__}.__getitem__ "
             f"({anatomy.source.path.name}); the first random draw is at "
