@@ -251,8 +251,20 @@ def test_albumentations_prefix_found_by_the_compose_generators(tmp_path):
     assert "self.transform" in anatomy.random_by and "py_random" in anatomy.random_by
     cache = InlinePrefixCache()
     assert cache.applies(anatomy, pipeline) is None
+    # A.Resize (p=1, deterministic) joins the prefix; RandomCrop, the first random one, does not
+    assert cache.head is not None and cache.head.names == ["Resize"]
+    assert cache.values["image"].shape == (288, 384, 3)
     patch = cache.patch(anatomy, pipeline)
     assert patch.verified, patch.reason
+    assert "for transform in self.transform.transforms[:1]:" in patch.diff
+    assert '+        image = _compose_tail(self.transform, 1)(image=image)["image"]' in patch.diff
+    applied = cache.apply(anatomy, pipeline)
+    try:
+        assert tuple(batches(applied.dataset, pipeline)[0][0].shape) == (4, 3, 224, 224)
+        side = cache.side_effect(anatomy, pipeline, applied)
+        assert side["alters_output"] is False and "Resize of self.transform" in side["prefix"]
+    finally:
+        applied.cleanup()
     _apply(patch.diff, path)
     runs = _patched_batches(
         path, "inline_albumentations_patched", "small_pipeline", tmp_path, pipeline
@@ -348,6 +360,7 @@ def test_faster_decode_swaps_in_the_faster_decoder_and_its_diff_runs(monkeypatch
     path, pipeline = pil
     _clocked(monkeypatch, {"PIL": 9.0, "OpenCV imdecode": 4.0})
     anatomy = examine_inline(pipeline.dataset)
+    anatomy.seconds_per_sample = 0.012  # decoding: 9 of 12 ms
     change = FasterDecode()
     assert change.applies(anatomy, pipeline) is None
     assert change.best["decoder"] == "OpenCV imdecode" and change.user == "PIL"
@@ -368,11 +381,17 @@ def test_faster_decode_swaps_in_the_faster_decoder_and_its_diff_runs(monkeypatch
     assert tuple(runs[0][0][0].shape) == (4, 3, 224, 224)
 
 
-def test_faster_decode_says_when_the_decoder_in_use_is_fastest(monkeypatch, pil):
+def test_faster_decode_says_when_decoding_is_small_or_already_fastest(monkeypatch, pil):
     from stallscope.changes.decoders import FasterDecode
 
     _, pipeline = pil
+    _clocked(monkeypatch, {"PIL": 4.0, "OpenCV imdecode": 2.0})
+    anatomy = examine_inline(pipeline.dataset)
+    anatomy.seconds_per_sample = 0.040  # decoding: 4 of 40 ms
+    why = FasterDecode().applies(anatomy, pipeline)
+    assert why is not None and why.startswith("decoding is 10% of an item")
     _clocked(monkeypatch, {"PIL": 4.0, "OpenCV imdecode": 9.0})
-    why = FasterDecode().applies(examine_inline(pipeline.dataset), pipeline)
+    anatomy.seconds_per_sample = 0.008
+    why = FasterDecode().applies(anatomy, pipeline)
     assert why is not None and why.startswith("PIL, the decoder in use, is the fastest")
     assert "OpenCV imdecode 9.00 ms" in why

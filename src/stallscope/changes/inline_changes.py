@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 import textwrap
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -110,6 +111,123 @@ def check_batches(ours: list[Any], anatomy: InlineAnatomy, pipeline: Any) -> str
     return same_structure(ours, theirs)
 
 
+TAIL_SOURCE = '''
+_TAILS = {}
+
+
+def _compose_tail(compose, start):
+    """``compose`` without its first ``start`` transforms (they run before the cache), made once
+    per process."""
+    tail = _TAILS.get((id(compose), start))
+    if tail is None:
+        tail = _TAILS[(id(compose), start)] = type(compose)(compose.transforms[start:], p=compose.p)
+    return tail
+'''
+
+# Albumentations transforms that, applied always (p=1), do the same to every call; a transform
+# joins the prefix only if it is of one of these kinds and gives the same output twice.
+DETERMINISTIC_KINDS = {
+    "Resize",
+    "LongestMaxSize",
+    "SmallestMaxSize",
+    "CenterCrop",
+    "Crop",
+    "PadIfNeeded",
+    "ToGray",
+    "ToRGB",
+    "ToFloat",
+    "FromFloat",
+    "Normalize",
+}
+
+
+@dataclass
+class ComposeHead:
+    compose: str  # the expression naming the Compose in __getitem__ (``self.transform``)
+    source: str  # the variable passed as image= (and assigned the output)
+    count: int  # leading transforms that join the prefix
+    names: list[str]
+    line: int  # the file line of the call
+    transforms: list[Any]
+
+    def run(self, image: Any) -> Any:
+        for transform in self.transforms:
+            image = transform(image=image)["image"]
+        return image
+
+
+def compose_head(anatomy: InlineAnatomy, values: dict[str, Any]) -> ComposeHead | None:
+    """Where the first random statement is ``x = self.T(image=x)["image"]`` with ``self.T`` an
+    albumentations Compose: its leading transforms that are deterministic by kind and by running
+    (the same output twice, p=1), or None."""
+    if anatomy.first_random >= len(anatomy.statements):
+        return None
+    statement = anatomy.statements[anatomy.first_random]
+    text = "".join(anatomy.source.lines[statement.first - 1 : statement.last])
+    try:
+        node = ast.parse(textwrap.dedent(text)).body[0]
+    except (SyntaxError, IndexError):
+        return None
+    self_name = anatomy.function.args.args[0].arg
+    if not (
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Subscript)
+        and isinstance(node.value.slice, ast.Constant)
+        and node.value.slice.value == "image"
+        and isinstance(node.value.value, ast.Call)
+    ):
+        return None
+    call = node.value.value
+    func = call.func
+    if not (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == self_name
+        and not call.args
+        and len(call.keywords) == 1
+        and call.keywords[0].arg == "image"
+        and isinstance(call.keywords[0].value, ast.Name)
+    ):
+        return None
+    source = call.keywords[0].value.id
+    if node.targets[0].id != source or source not in values:
+        return None
+    compose = getattr(anatomy.dataset, func.attr, None)
+    if (
+        compose is None
+        or not type(compose).__module__.startswith("albumentations")
+        or not isinstance(getattr(compose, "transforms", None), list)
+        or getattr(compose, "p", 1.0) < 1.0
+    ):
+        return None
+    image = values[source]
+    head: list[Any] = []
+    for transform in compose.transforms:
+        if type(transform).__name__ not in DETERMINISTIC_KINDS or getattr(transform, "p", 0) < 1:
+            break
+        try:
+            first = transform(image=image)["image"]
+            again = transform(image=image)["image"]
+        except Exception:
+            break
+        if not equal(first, again):
+            break
+        head.append(transform)
+        image = first
+    if not head or len(head) == len(compose.transforms):
+        return None
+    return ComposeHead(
+        compose=f"{self_name}.{func.attr}",
+        source=source,
+        count=len(head),
+        names=[type(t).__name__ for t in head],
+        line=statement.first,
+        transforms=head,
+    )
+
+
 def method_source(text: str, class_name: str) -> str | None:
     """The text of ``class_name.__getitem__`` in the module ``text``, dedented."""
     tree = ast.parse(text)
@@ -140,6 +258,9 @@ class InlinePrefixCache(Change):
         if not anatomy.live:
             return f"the statements before {where} leave nothing the rest of __getitem__ reads"
         self.values = prefix_values(anatomy, anatomy.indices[0])
+        self.head = compose_head(anatomy, self.values)
+        if self.head is not None:  # the Compose's deterministic leading transforms join the prefix
+            self.values[self.head.source] = self.head.run(self.values[self.head.source])
         per_item = dump_size(tuple(self.values[n] for n in anatomy.live))
         total = per_item * len(anatomy.dataset)
         found = placement(total)
@@ -169,12 +290,29 @@ class InlinePrefixCache(Change):
         unpack = f"({live[0]},)" if len(live) == 1 else ", ".join(live)
         body = [f"{indent}{cached} = _PREFIX_CACHE.get({idx})\n", f"{indent}if {cached} is None:\n"]
         body += [("    " + line) if line.strip() else line for line in lines[first:last]]
+        head = self.head
+        if head is not None:
+            used = set().union(*(st.stores | st.loads for st in anatomy.statements))
+            step = next(n for n in ("transform", "_transform", "_stallscope_t") if n not in used)
+            body += [
+                f"{indent}    for {step} in {head.compose}.transforms[:{head.count}]:  "
+                f"# {', '.join(head.names)}: the same every epoch\n",
+                f'{indent}        {head.source} = {step}(image={head.source})["image"]\n',
+            ]
         body.append(f"{indent}    {cached} = _PREFIX_CACHE.put({idx}, {packed})\n")
         body.append(f"{indent}{unpack} = {cached}\n")
-        new = [*lines[:first], *body, *lines[last:]]
+        rest = list(lines[last:])
+        if head is not None:
+            at = head.line - 1 - last
+            rest[at] = rest[at].replace(
+                f"{head.compose}(", f"_compose_tail({head.compose}, {head.count})(", 1
+            )
+        new = [*lines[:first], *body, *rest]
         helpers = (
             PREFIX_CACHE_SOURCE.strip() + f"\n\n\n_PREFIX_CACHE = SharedPrefixCache({folder!r})\n"
         )
+        if head is not None:
+            helpers += "\n\n" + TAIL_SOURCE.strip() + "\n"
         return "".join(new) + helper_block(
             f"cache of the deterministic prefix of {anatomy.cls.__name__}.__getitem__", helpers
         )
@@ -190,6 +328,7 @@ class InlinePrefixCache(Change):
             method,
             str(anatomy.source.path),
             folder,
+            helpers=TAIL_SOURCE if self.head is not None else "",
         )
         return Applied(
             dataset,
@@ -222,6 +361,8 @@ class InlinePrefixCache(Change):
         per_item = measured / cached if cached else self.bytes_per_item
         full = per_item * len(anatomy.dataset)
         label = anatomy.prefix_label()
+        if self.head is not None:
+            label += f" + {', '.join(self.head.names)} of {self.head.compose}"
         summary = (
             f"caches {label} of {anatomy.cls.__name__}.__getitem__ ({', '.join(anatomy.live)}: "
             f"{per_item / 2**10:,.0f} KB per item, {full / 2**20:,.0f} MB for all "

@@ -273,8 +273,15 @@ class PatchedMethodDataset:
     of ``cache_folder``. Workers rebuild the method after unpickling (it is kept as text)."""
 
     def __init__(
-        self, dataset: Any, module: str, source: str, filename: str, cache_folder: str
+        self,
+        dataset: Any,
+        module: str,
+        source: str,
+        filename: str,
+        cache_folder: str,
+        helpers: str = "",
     ) -> None:
+        self.helpers = helpers  # module-level code the patched method calls
         self.dataset = dataset
         self.module = module
         self.source = source
@@ -290,6 +297,8 @@ class PatchedMethodDataset:
         namespace = dict(vars(base))
         namespace["SharedPrefixCache"] = SharedPrefixCache
         namespace["_PREFIX_CACHE"] = SharedPrefixCache(self.cache_folder)
+        if self.helpers:
+            exec(compile(self.helpers, self.filename, "exec"), namespace)  # noqa: S102 - ours
         exec(compile(self.source, self.filename, "exec"), namespace)  # noqa: S102 - the user's method, patched
         return namespace["__getitem__"]
 
