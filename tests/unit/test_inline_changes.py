@@ -395,3 +395,21 @@ def test_faster_decode_says_when_decoding_is_small_or_already_fastest(monkeypatc
     why = FasterDecode().applies(anatomy, pipeline)
     assert why is not None and why.startswith("PIL, the decoder in use, is the fastest")
     assert "OpenCV imdecode 9.00 ms" in why
+
+
+def test_an_installed_packages_dataset_is_not_examined():
+    import albumentations
+
+    class Installed:  # stands for a dataset class defined in site-packages
+        __module__ = "albumentations"
+
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, index):
+            return index
+
+    Installed.__getitem__.__module__ = "albumentations"
+    assert "site-packages" in albumentations.__file__
+    with pytest.raises(NotApplicable, match="installed package"):
+        examine_inline(Installed())

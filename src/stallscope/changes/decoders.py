@@ -57,9 +57,23 @@ def cv2_decode(data: bytes, factor: int = 1) -> np.ndarray:
     return np.ascontiguousarray(bgr[:, :, ::-1])
 
 
+_LIBRARIES: dict[str, dict[str, Decoder]] = {}  # per process: a failed import is tried once
+
+
 def available_decoders(factor: int | None) -> dict[str, Decoder]:
     """Name → decoder, for every library that imports here (torchvision's import may raise
     anything, not only ImportError)."""
+    if "found" not in _LIBRARIES:
+        _LIBRARIES["found"] = _importable()
+    found = dict(_LIBRARIES["found"])
+    if factor:
+        found[f"PIL + draft 1/{factor}"] = lambda data: pil_decode(data, factor)
+        if "OpenCV imdecode" in found:
+            found[f"OpenCV IMREAD_REDUCED_COLOR_{factor}"] = lambda data: cv2_decode(data, factor)
+    return found
+
+
+def _importable() -> dict[str, Decoder]:
     found: dict[str, Decoder] = {"PIL": pil_decode}
     try:
         import cv2  # noqa: F401
@@ -87,10 +101,6 @@ def available_decoders(factor: int | None) -> dict[str, Decoder]:
         found["torchvision decode_jpeg"] = tv
     except Exception:
         pass
-    if factor:
-        found[f"PIL + draft 1/{factor}"] = lambda data: pil_decode(data, factor)
-        if "OpenCV imdecode" in found:
-            found[f"OpenCV IMREAD_REDUCED_COLOR_{factor}"] = lambda data: cv2_decode(data, factor)
     return found
 
 
@@ -147,14 +157,21 @@ class DecoderSwapDataset:
         self.dataset = dataset
         self.decoder = decoder
         self.factor = factor
+        self._decode: Decoder | None = None
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> Any:
-        decode = available_decoders(self.factor)[self.decoder]
-        with swapped_decode(decode):
+        if self._decode is None:
+            self._decode = available_decoders(self.factor)[self.decoder]
+        with swapped_decode(self._decode):
             return self.dataset[index]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_decode"] = None  # a lambda: each worker looks it up again
+        return state
 
 
 @contextmanager

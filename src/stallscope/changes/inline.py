@@ -544,6 +544,11 @@ def examine_inline(dataset: Any, *, items: int = SAMPLES) -> InlineAnatomy:
     source = source_file(cls)
     if source is None:
         raise NotApplicable(f"the source file of {cls.__name__} could not be read")
+    if {"site-packages", "dist-packages"} & set(source.path.parts):
+        raise NotApplicable(
+            f"{cls.__name__} comes from an installed package ({module}), not code of yours to "
+            "change"
+        )
     try:
         function, statements, index_param = _statements(source, cls.__dict__["__getitem__"])
     except (OSError, TypeError, SyntaxError) as exc:

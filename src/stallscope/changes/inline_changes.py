@@ -8,10 +8,15 @@ line instead of by stage.
   the text the diff prints).
 * ``reduced-decode``: where a resize follows the decode and shrinks the image by 2× or more in
   each direction, JPEGs are decoded at 1/2, 1/4 or 1/8 size (Pillow's ``draft``, OpenCV's
-  ``IMREAD_REDUCED_COLOR_*``); the side effect is the PSNR of the resize's output against the
-  full decode's.
-* ``integer-transfer`` and ``batch-augment`` say why they do not apply (the float conversion and
-  the tensor stages are statements of the method, which these changes do not move).
+  ``IMREAD_REDUCED_COLOR_*``); the side effect is the PSNR of the decoded images, full and
+  reduced, resized alike to the resize's output size.
+* ``integer-transfer``: where the item's float image is a per-channel scale and shift of a uint8
+  image some statement leaves, the statements after it are dropped and each batch is normalised
+  in the main process.
+* ``batch-augment`` says why it does not apply (it moves stages of a transform list only).
+* ``faster-decode`` (``decoders``) races the JPEG decoders this machine has on the user's files.
+  For an albumentations ``Compose`` called in ``__getitem__``, its leading deterministic transforms
+  join the cached prefix (``compose_head``).
 """
 
 from __future__ import annotations
