@@ -324,9 +324,9 @@ def _clocked(monkeypatch, ms: dict[str, float]) -> None:
     called: list[str] = []
 
     def tagged(name, decode):
-        def run(data):
+        def run(data, target):
             called.append(name)
-            return decode(data)
+            return decode(data, target)
 
         return run
 
@@ -336,7 +336,7 @@ def _clocked(monkeypatch, ms: dict[str, float]) -> None:
     def fastest(fn, **_):
         called.clear()
         fn()
-        return ms[called[-1]] / 1000 * len(called)
+        return ms.get(called[-1], 50.0) / 1000 * len(called)  # unnamed decoders: slow
 
     monkeypatch.setattr(decoders, "available_decoders", available)
     monkeypatch.setattr(decoders, "fastest_seconds", fastest)
@@ -350,8 +350,11 @@ def test_decoders_importable_here_include_pil_and_opencv():
     found = available_decoders(2)
     assert {"PIL", "OpenCV imdecode", "PIL + draft 1/2"} <= set(found)
     data = jpeg_paths(1)[0].read_bytes()
-    assert found["PIL"](data).shape == found["OpenCV imdecode"](data).shape == (576, 768, 3)
-    assert found["PIL + draft 1/2"](data).shape == (288, 384, 3)
+    assert found["PIL"](data, "bgr").shape == found["OpenCV imdecode"](data, "bgr").shape
+    assert found["OpenCV imdecode"](data, "pil").size == found["PIL"](data, "pil").size
+    assert found["PIL + draft 1/2"](data, "bgr").shape == (288, 384, 3)
+    # the same libjpeg underneath: the same pixels, in the layout each call site returns
+    assert np.array_equal(found["PIL"](data, "bgr"), found["OpenCV imdecode"](data, "bgr"))
 
 
 def test_faster_decode_swaps_in_the_faster_decoder_and_its_diff_runs(monkeypatch, pil, tmp_path):
@@ -413,3 +416,31 @@ def test_an_installed_packages_dataset_is_not_examined():
     assert "site-packages" in albumentations.__file__
     with pytest.raises(NotApplicable, match="installed package"):
         examine_inline(Installed())
+
+
+def test_faster_decode_for_an_opencv_reader_rewrites_imread(monkeypatch, tmp_path):
+    from stallscope.changes.decoders import FasterDecode
+
+    path = _copy("inline_opencv.py", tmp_path)
+    pipeline = load_target(f"{path}:small_pipeline")
+    _clocked(monkeypatch, {"PIL": 3.0, "OpenCV imdecode": 8.0})
+    anatomy = examine_inline(pipeline.dataset)
+    anatomy.seconds_per_sample = 0.010
+    change = FasterDecode()
+    assert change.applies(anatomy, pipeline) is None
+    assert change.user == "OpenCV imdecode" and change.best["decoder"] == "PIL"
+    # timed in the layout imread returns; the reduced decoders are listed, not offered
+    assert any(row["reduced"] for row in change.table)
+    applied = change.apply(anatomy, pipeline)
+    with seeded(1):
+        ours = applied.dataset[0]
+    with seeded(1):
+        theirs = pipeline.dataset[0]
+    assert equal(ours, theirs)  # the same pixels, in the same BGR layout
+    patch = change.patch(anatomy, pipeline)
+    assert patch.verified, patch.reason
+    assert "cv2.cvtColor(np.asarray(Image.open(self.paths[index])" in patch.diff
+    _apply(patch.diff, path)
+    runs = _patched_batches(path, "inline_opencv_pil", "small_pipeline", tmp_path, pipeline)
+    theirs_batches = batches(pipeline.dataset, pipeline)
+    assert all(equal(a, b) for a, b in zip(runs[0], theirs_batches))

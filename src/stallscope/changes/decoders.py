@@ -38,24 +38,43 @@ MIN_SHARE = 0.25  # decoding must be at least this share of an item
 MIN_GAIN = 1.05  # the faster decoder must save at least 5 % of the decode
 MIN_PSNR_DB = 40.0  # and give nearly the same pixels
 
-Decoder = Callable[[bytes], np.ndarray]  # JPEG bytes → H×W×3 RGB uint8
+# JPEG bytes → what the user's decode call returns: "pil", a loaded RGB image (``Image.open``), or
+# "bgr", a BGR array (``cv2.imread``); each decoder is timed producing that, conversions included.
+Decoder = Callable[[bytes, str], Any]
 
 
-def pil_decode(data: bytes, factor: int = 1) -> np.ndarray:
+def _from_rgb(rgb: np.ndarray, target: str) -> Any:
+    if target == "pil":
+        from PIL import Image
+
+        return Image.fromarray(rgb)
+    import cv2
+
+    return cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+
+
+def pil_decode(data: bytes, target: str, factor: int = 1) -> Any:
     from PIL import Image
 
-    image = Image.open(io.BytesIO(data))
+    image: Any = Image.open(io.BytesIO(data))
     if factor > 1:
         image.draft("RGB", (image.width // factor, image.height // factor))
-    return np.asarray(image.convert("RGB"))
+    image.load()
+    if image.mode != "RGB":
+        image = image.convert("RGB")
+    return image if target == "pil" else _from_rgb(np.asarray(image), target)
 
 
-def cv2_decode(data: bytes, factor: int = 1) -> np.ndarray:
+def cv2_decode(data: bytes, target: str, factor: int = 1) -> Any:
     import cv2
 
     flag = cv2.IMREAD_COLOR if factor == 1 else getattr(cv2, f"IMREAD_REDUCED_COLOR_{factor}")
     bgr: Any = cv2.imdecode(np.frombuffer(data, np.uint8), flag)
-    return np.ascontiguousarray(bgr[:, :, ::-1])
+    if target == "bgr":
+        return bgr
+    from PIL import Image
+
+    return Image.fromarray(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
 
 
 _LIBRARIES: dict[str, dict[str, Decoder]] = {}  # per process: a failed import is tried once
@@ -68,9 +87,11 @@ def available_decoders(factor: int | None) -> dict[str, Decoder]:
         _LIBRARIES["found"] = _importable()
     found = dict(_LIBRARIES["found"])
     if factor:
-        found[f"PIL + draft 1/{factor}"] = lambda data: pil_decode(data, factor)
+        found[f"PIL + draft 1/{factor}"] = lambda data, target: pil_decode(data, target, factor)
         if "OpenCV imdecode" in found:
-            found[f"OpenCV IMREAD_REDUCED_COLOR_{factor}"] = lambda data: cv2_decode(data, factor)
+            found[f"OpenCV IMREAD_REDUCED_COLOR_{factor}"] = lambda data, target: cv2_decode(
+                data, target, factor
+            )
     return found
 
 
@@ -85,19 +106,21 @@ def _importable() -> dict[str, Decoder]:
     try:
         import simplejpeg
 
-        found["simplejpeg"] = lambda data: np.asarray(
-            simplejpeg.decode_jpeg(data, colorspace="RGB")
-        )
+        def sj(data: bytes, target: str) -> Any:
+            if target == "bgr":
+                return simplejpeg.decode_jpeg(data, colorspace="BGR")
+            return _from_rgb(simplejpeg.decode_jpeg(data, colorspace="RGB"), target)
+
+        found["simplejpeg"] = sj
     except Exception:
         pass
     try:
         import torch
         from torchvision.io import decode_jpeg
 
-        def tv(data: bytes) -> np.ndarray:
+        def tv(data: bytes, target: str) -> Any:
             tensor = decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8))
-            array: np.ndarray = tensor.permute(1, 2, 0).numpy()
-            return array
+            return _from_rgb(np.ascontiguousarray(tensor.permute(1, 2, 0).numpy()), target)
 
         found["torchvision decode_jpeg"] = tv
     except Exception:
@@ -151,8 +174,8 @@ def caught_decodes(seen: list[tuple[str, Any]]) -> Iterator[None]:
 
 class DecoderSwapDataset:
     """The user's items with their JPEG decode call answered by another decoder (while an item is
-    fetched): ``Image.open`` returns an RGB image decoded by it, ``cv2.imread``/``imdecode`` its
-    BGR array."""
+    fetched): ``Image.open`` returns a loaded RGB image decoded by it, ``cv2.imread``/``imdecode``
+    a BGR array."""
 
     def __init__(self, dataset: Any, decoder: str, factor: int | None) -> None:
         self.dataset = dataset
@@ -180,10 +203,10 @@ def swapped_decode(decode: Decoder) -> Iterator[None]:
     restore: list[tuple[Any, str, Any]] = []
     inside: list[bool] = []  # the other decoder may call the patched functions itself
 
-    def decoded(data: bytes) -> np.ndarray:
+    def decoded(data: bytes, target: str) -> Any:
         inside.append(True)
         try:
-            return decode(data)
+            return decode(data, target)
         finally:
             inside.pop()
 
@@ -194,7 +217,7 @@ def swapped_decode(decode: Decoder) -> Iterator[None]:
         def open_with(source: Any, *args: Any, **kw: Any) -> Any:
             data = None if inside else _bytes_of(source)
             if data is not None and data[:2] == b"\xff\xd8":
-                return pil.fromarray(decoded(data))
+                return decoded(data, "pil")
             return original_open(source, *args, **kw)
 
         pil.open = open_with
@@ -208,7 +231,7 @@ def swapped_decode(decode: Decoder) -> Iterator[None]:
                 flags = kw.get("flags", args[0] if args else cv2.IMREAD_COLOR)
                 data = None if inside else _bytes_of(source)
                 if flags == cv2.IMREAD_COLOR and data is not None and data[:2] == b"\xff\xd8":
-                    return np.ascontiguousarray(decoded(data)[:, :, ::-1])
+                    return decoded(data, "bgr")
                 return _original(source, *args, **kw)
 
             setattr(cv2, name, swapped)
@@ -250,13 +273,14 @@ class FasterDecode(Change):
         decoders = available_decoders(self.factor)
         if self.user not in decoders:
             return f"{self.user} is the decoder in use but does not import here"
-        reference = [decoders[self.user](b) for b in files]
+        target = "pil" if self.user == "PIL" else "bgr"
+        reference = [np.asarray(decoders[self.user](b, target)) for b in files]
         psnrs: dict[str, float] = {}
         for name, decode in decoders.items():
             try:
                 values = []
                 for data, ref in zip(files, reference):
-                    got = decode(data)
+                    got = np.asarray(decode(data, target))
                     if got.shape != ref.shape:
                         if out is None:
                             raise ValueError("another size")
@@ -275,7 +299,7 @@ class FasterDecode(Change):
             for name in names if round_ % 2 == 0 else names[::-1]:
                 decode = decoders[name]
                 seconds = fastest_seconds(
-                    lambda decode=decode: [decode(b) for b in files],  # type: ignore[misc]
+                    lambda decode=decode: [decode(b, target) for b in files],  # type: ignore[misc]
                     repeats=1,
                     threads=1,
                 )
@@ -372,14 +396,14 @@ class FasterDecode(Change):
             m = CV2_READ.match(line)
             if best == "PIL" and m:
                 new[i] = (
-                    f"{m.group(1)}np.ascontiguousarray(np.asarray(Image.open({m.group(2)})"
-                    f'.convert("RGB"))[:, :, ::-1]){m.group(3)}  # Pillow decodes faster here\n'
+                    f"{m.group(1)}cv2.cvtColor(np.asarray(Image.open({m.group(2)})"
+                    f'.convert("RGB")), cv2.COLOR_RGB2BGR){m.group(3)}'
+                    "  # Pillow decodes faster here\n"
                 )
                 changed += 1
         if not changed:
             return Patch(None, words, False, "no decode line of a form stallscope rewrites")
-        needs = ["import cv2"] if best == "OpenCV imdecode" else ["import numpy as np"]
-        needs += ["from PIL import Image"]
+        needs = ["import cv2", "import numpy as np", "from PIL import Image"]
         text = _with_imports("".join(new), anatomy.source.module, needs)
         try:
             with exec_patched(anatomy.source, text) as module:
