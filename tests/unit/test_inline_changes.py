@@ -444,3 +444,8 @@ def test_faster_decode_for_an_opencv_reader_rewrites_imread(monkeypatch, tmp_pat
     runs = _patched_batches(path, "inline_opencv_pil", "small_pipeline", tmp_path, pipeline)
     theirs_batches = batches(pipeline.dataset, pipeline)
     assert all(equal(a, b) for a, b in zip(runs[0], theirs_batches))
+
+
+def test_integer_transfer_needs_a_uint8_image():
+    why = InlineIntegerTransfer().applies(examine_inline(DrawsFromTorch()), None)
+    assert why is not None and "leaves a uint8 image" in why

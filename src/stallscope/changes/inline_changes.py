@@ -722,6 +722,11 @@ class InlineIntegerTransfer(Change):
             ),
             default=None,
         )
+        if last_uint8 is None:
+            return (
+                f"no statement of {anatomy.cls.__name__}.__getitem__ leaves a uint8 image "
+                "(H×W×C) for the item to be a scale and shift of"
+            )
         if last_uint8 is not None:
             drawn = [
                 s
@@ -909,8 +914,8 @@ def inline_changes(ids: list[str] | None = None) -> list[Change]:
         NotMoved(
             "batch-augment",
             "Batch-level augmentation",
-            "the augmentations are statements of {name}.__getitem__, not stages of a transform "
-            "list; this change moves tensor stages to the batch only from a list",
+            "no transform list: {name}.__getitem__ does its work in statements, and this change "
+            "moves tensor stages of a transform list only",
         ),
         FasterDecode(),
     ]
