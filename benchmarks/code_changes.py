@@ -83,6 +83,7 @@ def run_one(name: str, target: str, args: argparse.Namespace) -> dict[str, Any]:
                 "id": change["id"],
                 "title": change["title"],
                 "speedup": change["speedup"],
+                "speedup_interval_90": change.get("speedup_interval"),
                 "rounds": change["rounds"],
                 "samples_per_s": change["samples_per_s"],
                 "pick_samples_per_s": change["pick_samples_per_s"],

@@ -88,6 +88,8 @@ def test_doctor_applies_races_and_prints_a_diff_that_runs(name, tmp_path):
         # raced against the pick in the same rounds
         assert change["rounds"] >= 1 and change["speedup"] and change["speedup"] > 0, change
         assert change["pick_samples_per_s"] and change["samples_per_s"], change
+        interval = change["speedup_interval"]  # two rounds or more: a 90 % interval
+        assert interval is None or 0 < interval[0] <= interval[1], change
         assert change["verified"] and change["diff"], change
         assert change["side_effect"]["summary"], change
     assert changes["prefix-cache"]["side_effect"]["bytes_per_item"] > 0

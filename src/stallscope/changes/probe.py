@@ -20,7 +20,7 @@ from .inline import InlineAnatomy, examine_inline
 from .inline_changes import inline_changes
 from .integer_transfer import IntegerTransfer
 from .prefix_cache import PrefixCache
-from .race import PICK, Entrant, fill, race_pipeline, run_race, speedup
+from .race import PICK, Entrant, fill, race_pipeline, run_race, speedup, speedup_interval
 from .reduced_decode import ReducedDecode
 
 DEFAULT_BUDGET_S = 30.0
@@ -274,10 +274,13 @@ def _entry(prepared: Prepared, pick: Entrant) -> dict[str, Any]:
             f"(the pick without the change: {rate:,.0f})"
         )
     ratio = speedup(entrant, pick)
+    interval = speedup_interval(entrant, pick) if entrant.error is None else None
     return {
         "id": change.id,
         "title": change.title,
         "speedup": None if ratio is None else round(ratio, 3),
+        # 90 % t-interval of the paired round ratios (None below two rounds)
+        "speedup_interval": None if interval is None else [round(v, 3) for v in interval],
         "rounds": sum(1 for v in entrant.rates if math.isfinite(v)) if entrant.error is None else 0,
         "samples_per_s": _median(entrant.rates),
         "pick_samples_per_s": rate,
