@@ -902,21 +902,3 @@ class NotMoved(Change):
 
     def applies(self, anatomy: Any, pipeline: Any) -> str | None:
         return self.why.format(name=anatomy.cls.__name__)
-
-
-def inline_changes(ids: list[str] | None = None) -> list[Change]:
-    from .decoders import FasterDecode
-
-    every: list[Change] = [
-        InlinePrefixCache(),
-        InlineReducedDecode(),
-        InlineIntegerTransfer(),
-        NotMoved(
-            "batch-augment",
-            "Batch-level augmentation",
-            "no transform list: {name}.__getitem__ does its work in statements, and this change "
-            "moves tensor stages of a transform list only",
-        ),
-        FasterDecode(),
-    ]
-    return every if ids is None else [c for c in every if c.id in ids]

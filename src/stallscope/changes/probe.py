@@ -16,8 +16,9 @@ from ..target import Pipeline
 from .anatomy import Anatomy, NotApplicable, examine
 from .base import Applied, Change, Patch
 from .batch_augment import BatchAugmentation
+from .decoders import FasterDecode
 from .inline import InlineAnatomy, examine_inline
-from .inline_changes import inline_changes
+from .inline_changes import InlineIntegerTransfer, InlinePrefixCache, InlineReducedDecode, NotMoved
 from .integer_transfer import IntegerTransfer
 from .prefix_cache import PrefixCache
 from .race import PICK, Entrant, fill, race_pipeline, run_race, speedup, speedup_interval
@@ -31,6 +32,22 @@ MAX_ROUNDS = 3
 
 def all_changes() -> list[Change]:
     return [PrefixCache(), ReducedDecode(), IntegerTransfer(), BatchAugmentation()]
+
+
+def inline_changes(ids: list[str] | None = None) -> list[Change]:
+    every: list[Change] = [
+        InlinePrefixCache(),
+        InlineReducedDecode(),
+        InlineIntegerTransfer(),
+        NotMoved(
+            "batch-augment",
+            "Batch-level augmentation",
+            "no transform list: {name}.__getitem__ does its work in statements, and this change "
+            "moves tensor stages of a transform list only",
+        ),
+        FasterDecode(),
+    ]
+    return every if ids is None else [c for c in every if c.id in ids]
 
 
 @dataclass
