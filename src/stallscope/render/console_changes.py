@@ -18,7 +18,7 @@ def render_code_changes(data: dict[str, Any], console: Console) -> None:
     if facts is None:
         return
     table = Table(
-        title="Code changes, applied and raced against the knob config"
+        title="Code changes, applied and measured against the knob config they raced"
         + (f" ({facts.pick_label})" if facts.pick_label else ""),
         title_justify="left",
     )
