@@ -275,9 +275,24 @@ def _kind_trial(
     from torch.utils.data import IterableDataset
 
     from .graphs import NodesKind
-    from .kinds import CopiedLoaderKind, WrappedLoaderKind, reconfigured_copy
+    from .kinds import CopiedLoaderKind, FactoryKind, WrappedLoaderKind, reconfigured_copy
 
     kind = pipeline.kind
+    if isinstance(kind, FactoryKind) and isinstance(
+        kind.inner, (CopiedLoaderKind, WrappedLoaderKind)
+    ):
+        # Trials call the factory; a probe that puts its own dataset, collate or worker_init_fn
+        # inside the loader (or takes the inner loader alone) needs the adapter of what it built.
+        own = kind.inner.loader if isinstance(kind.inner, CopiedLoaderKind) else kind.inner.inner
+        swapped = (
+            loader_dataset(pipeline, config) is not own.dataset
+            or (pipeline.collate_fn is not None and pipeline.collate_fn is not own.collate_fn)
+            or worker_init_fn != "pipeline"
+            or sampler is not None
+            or inside
+        )
+        if swapped:
+            kind = kind.inner
     if isinstance(kind, NodesKind):
         return kind.build(config, cycle=cycle is not None)
     if not isinstance(kind, (CopiedLoaderKind, WrappedLoaderKind)):

@@ -1,0 +1,123 @@
+"""The user's own API first (NOTE [loader kinds]): a TARGET factory that takes a knob is what
+trials call and what the printed code calls, whatever it builds; an IterableDataset that holds a
+DataLoader yields that loader's batches and is not re-batched; the stage probe's stand-in for the
+user's dataset answers to the library's own class checks and methods."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from stallscope.breakdown.instrumented import InstrumentedDataset, InstrumentedIterableDataset
+from stallscope.pipeline.preflight import preflight
+from stallscope.render.loader_code import render_python, snippet_for_record
+from stallscope.target import load_target
+
+
+class Squares(Dataset):
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.full((3,), float(index * index))
+
+
+class ShardLoader(DataLoader):
+    """Required keyword-only arguments, as training frameworks' loaders have."""
+
+    def __init__(self, *, rank: int, world_size: int, batch_size: int, num_workers: int = 0):
+        self.rank, self.world_size = rank, world_size
+        super().__init__(Squares(), batch_size=batch_size, num_workers=num_workers)
+
+
+calls: list[dict[str, Any]] = []
+
+
+def make_shard_loader(num_workers: int | None = None) -> ShardLoader:
+    calls.append({"num_workers": num_workers})
+    return ShardLoader(rank=0, world_size=1, batch_size=4, num_workers=num_workers or 0)
+
+
+class Batches(IterableDataset):
+    """Yields ready batches of 5 (as webdataset's ``.batched()`` does inside the workers)."""
+
+    def __iter__(self):
+        for start in range(0, 20, 5):
+            yield torch.arange(start, start + 5).float().unsqueeze(1).repeat(1, 2)
+
+
+class LoaderPipeline(IterableDataset):
+    """An IterableDataset that holds a DataLoader and iterates it (webdataset's WebLoader)."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.pipeline = [loader]
+
+    def __iter__(self):
+        return iter(self.pipeline[0])
+
+
+def make_batch_pipeline(num_workers: int = 0) -> LoaderPipeline:
+    return LoaderPipeline(DataLoader(Batches(), batch_size=None, num_workers=num_workers))
+
+
+def test_a_factory_taking_a_knob_is_what_trials_call_for_a_subclass():
+    pipeline = load_target(make_shard_loader)
+    assert pipeline.kind.name == "factory"
+    assert pipeline.kind.knobs == ("num_workers",)
+    assert pipeline.baseline.num_workers == 0  # None: the product's own value
+    calls.clear()
+    trial = pipeline.kind.build(pipeline.baseline.replace(num_workers=2))
+    assert calls == [{"num_workers": 2}]
+    assert isinstance(trial, ShardLoader) and trial.num_workers == 2
+    pipeline.kind.build(pipeline.baseline)
+    assert calls[-1] == {"num_workers": None}  # the baseline calls it as the target did
+
+
+def test_the_printed_code_calls_the_factory_and_never_sets_attributes():
+    pipeline = load_target(make_shard_loader)
+    assert pipeline.call is not None and pipeline.call.arguments  # the subclass's own call
+    record = {
+        "loader": pipeline.call.to_dict(),
+        "loader_kind": pipeline.kind.to_dict(),
+        "baseline": {"config": pipeline.baseline.to_dict()},
+        "best": {"config": pipeline.baseline.replace(num_workers=2).to_dict()},
+    }
+    snippet = snippet_for_record(record)
+    assert snippet is not None and snippet.form == "factory"
+    code = render_python(snippet)
+    assert "make_shard_loader(\n    num_workers=2,  # was 0\n)" in code
+    assert "ShardLoader(" not in code and "prefetch_factor" not in code
+    assert snippet_for_record(record, form="attributes") is None
+    record["best"] = {"config": pipeline.baseline.to_dict()}
+    unchanged = render_python(snippet_for_record(record))
+    assert "loader = make_shard_loader()\n" in unchanged
+
+
+def test_an_iterable_dataset_holding_a_dataloader_is_a_wrapper_not_a_dataset():
+    pipeline = load_target(make_batch_pipeline)
+    assert pipeline.kind.name == "factory"
+    inner = pipeline.kind.inner
+    assert inner is not None and inner.name == "wrapped-dataloader"
+    # batch_size=None: items are batches, converted and never collated again.
+    from torch.utils.data._utils.collate import default_convert
+
+    assert pipeline.collate is default_convert
+    pre = preflight(pipeline)
+    assert pre.batch_structure == "Tensor[5,2] float32"  # the loader's own batch, not re-batched
+
+
+def test_the_stage_probes_stand_in_passes_the_libraries_class_checks_and_pickles():
+    stream = Batches()
+    stream.reset_state = lambda: "reset"  # a library's own method on the dataset it holds
+    wrapped = InstrumentedIterableDataset(stream, callees=False)
+    assert isinstance(wrapped, Batches) and isinstance(wrapped, IterableDataset)
+    assert wrapped.reset_state() == "reset"
+    again = pickle.loads(pickle.dumps(InstrumentedIterableDataset(Batches(), callees=False)))
+    assert type(again) is InstrumentedIterableDataset and isinstance(again, Batches)
+    assert len(list(again)) == 4
+    mapped = InstrumentedDataset(Squares(), callees=False)
+    assert isinstance(mapped, Squares) and len(mapped) == 40
+    assert float(pickle.loads(pickle.dumps(mapped))[3][0]) == 9.0
