@@ -129,3 +129,33 @@ def test_webdataset_shards_read_by_every_worker_are_flagged(factory, flagged, tm
     else:
         assert done.returncode == 0, done.stderr[-2000:]
         assert "iterable-duplicates" not in found
+
+
+@pytest.mark.parametrize("factory", ["make_loader", "make_stream_loader"])
+def test_doctor_on_hugging_face_datasets_runs_every_step_and_its_code(factory, tmp_path):
+    """Map-style with ``with_transform`` and a padding collate, and ``to_iterable_dataset``: a
+    plain DataLoader over each, so the printed code is the user's own DataLoader call."""
+    pytest.importorskip("datasets")
+    out = tmp_path / "report.json"
+    done = run_cli(
+        "doctor",
+        f"real_hf_datasets.py:{factory}",
+        "--budget",
+        "8",
+        "--changes-budget",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--json",
+        str(out),
+        "--quiet",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert not record.get("step_failures") and not record.get("not_run")
+    assert record["stages"] and record["best"]["samples_per_s"] > 0
+    # HF's IterableDataset splits its shards between workers itself: nothing is duplicated.
+    assert "iterable-duplicates" not in {f["code"] for f in record.get("findings") or []}
+    code = record["loader_code"]
+    assert code["verified"], code
+    assert _two_batches(code["python"]).startswith("{input_ids: Tensor")

@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from stallscope.breakdown.instrumented import InstrumentedDataset, InstrumentedIterableDataset
+from stallscope.config import LoaderConfig
 from stallscope.pipeline.preflight import preflight
 from stallscope.render.loader_code import render_python, snippet_for_record
 from stallscope.target import load_target
@@ -121,3 +122,65 @@ def test_the_stage_probes_stand_in_passes_the_libraries_class_checks_and_pickles
     mapped = InstrumentedDataset(Squares(), callees=False)
     assert isinstance(mapped, Squares) and len(mapped) == 40
     assert float(pickle.loads(pickle.dumps(mapped))[3][0]) == 9.0
+
+
+class StrictLoader(DataLoader):
+    """A library's loader that takes another path for a dataset not exactly of its own type."""
+
+    def __iter__(self):
+        if type(self.dataset) is not Squares:
+            raise TypeError("expected the library's own dataset")
+        return super().__iter__()
+
+
+def strict_loader() -> StrictLoader:
+    return StrictLoader(Squares(), batch_size=4)
+
+
+def test_a_stand_in_the_loader_refuses_is_not_measured_and_says_why():
+    import pytest
+
+    from stallscope.breakdown.probe import stages
+    from stallscope.errors import NotMeasured, PipelineError
+
+    with pytest.raises(NotMeasured, match="instrumented copy") as caught:
+        stages(strict_loader, num_workers=0, hotspots=0, differential=False, device=None)
+    assert isinstance(caught.value, PipelineError)  # `stallscope stages` alone: exit 2
+    # The same probe on a loader that takes the stand-in measures as before.
+    result = stages(
+        lambda: DataLoader(Squares(), batch_size=4),
+        num_workers=0,
+        samples=8,
+        hotspots=0,
+        differential=False,
+        device=None,
+    )
+    assert result.stages
+
+
+class EngineLoader(DataLoader):
+    """Holds DataLoader attributes but makes its batches elsewhere (an engine of its own)."""
+
+    def __iter__(self):
+        for start in range(0, 12, 4):
+            yield torch.arange(start, start + 4)
+
+
+def engine_loader() -> EngineLoader:
+    return EngineLoader(Squares(), batch_size=4)
+
+
+def test_an_attribute_the_object_never_reads_is_not_printed_as_a_change():
+    from stallscope.pipeline.verify import run_snippet
+
+    here = "from test_pipeline_factory_first import engine_loader, make_shard_loader\n"
+    knobs = "loader.num_workers = 2\nloader.prefetch_factor = 2\n"
+    config = LoaderConfig(num_workers=2, batch_size=4)
+    engine = run_snippet(here + "loader = engine_loader()\n" + knobs, reference=None, config=config)
+    assert not engine.ok and "not seen to be read" in (engine.reason or "")
+    read = run_snippet(
+        here + "loader = make_shard_loader()\n" + knobs,
+        reference=None,
+        config=config,
+    )
+    assert read.ok, read.reason

@@ -71,6 +71,9 @@ def run_snippet(
                 iterator = iter(loader)
                 first = next(iterator)
                 next(iterator)
+                unread = _workers_not_read(inner, iterator, config)
+                if unread:
+                    return SnippetRun(False, unread)
             except StopIteration:
                 return SnippetRun(False, "the loader it builds yielded fewer than two batches")
             except Exception as exc:
@@ -91,6 +94,36 @@ def run_snippet(
             False, f"its batches look like {structure}, yours like {reference}", structure
         )
     return SnippetRun(True, None, structure)
+
+
+def _workers_not_read(loader: Any, iterator: Any, config: LoaderConfig | None) -> str | None:
+    """Why the ``num_workers`` the code sets on a DataLoader is not what runs, or None where a
+    DataLoader iterator behind the batches runs that many workers: the object may hold the
+    attribute and never read it (a subclass whose batches come from an engine of its own), and a
+    change is printed only where it was seen to take effect (NOTE [verified snippets])."""
+    from torch.utils.data import DataLoader
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    from .kinds import _reachable
+
+    if config is None or not isinstance(loader, DataLoader):
+        return None
+    running = [
+        obj
+        for root in (iterator, loader)
+        for obj in _reachable(root)
+        if isinstance(obj, _BaseDataLoaderIter)
+    ]
+    wanted = config.num_workers
+    if not running:
+        return (
+            f"its batches do not come from a DataLoader iterator, so the num_workers={wanted} it "
+            "sets is not seen to be read"
+        )
+    if not any(getattr(it, "_num_workers", None) == wanted for it in running):
+        ran = sorted({getattr(it, "_num_workers", None) for it in running}, key=str)
+        return f"it sets num_workers={wanted}, but the DataLoader iterator it runs has {ran[0]}"
+    return None
 
 
 def _knobs_not_set(loader: Any, config: LoaderConfig | None) -> str | None:
