@@ -184,3 +184,41 @@ def test_an_attribute_the_object_never_reads_is_not_printed_as_a_change():
         config=config,
     )
     assert read.ok, read.reason
+
+
+class ShortStream:
+    """Three batches of 4 an epoch, as a stream with a shard per worker ends after a few."""
+
+    def __init__(self, threads: int = 1) -> None:
+        self.threads = threads
+        self.epochs = 0
+
+    def __iter__(self):
+        self.epochs += 1
+        for i in range(3):
+            yield torch.full((4, 2), float(i))
+
+
+def short_stream(threads: int = 1) -> ShortStream:
+    return ShortStream(threads)
+
+
+def test_a_factory_stream_that_ends_is_re_iterated_with_each_restart_off_the_window():
+    from stallscope.pipeline.loaders import EpochCycle
+    from stallscope.throughput.measure import measure
+
+    cycle = EpochCycle(ShortStream())
+    firsts = [cycle.fresh for _ in range(7) if next(cycle) is not None]
+    assert firsts == [False, False, False, True, False, False, True]
+    assert cycle.epochs == 2 and cycle.restart_s >= 0.0
+
+    pipeline = load_target(short_stream)
+    assert pipeline.kind.name == "factory"
+    result = measure(pipeline, pipeline.baseline, min_window_s=0.05, min_batches=12)
+    assert not result.exhausted  # one epoch of three batches is not a steady state
+    # Each epoch's first batch is start-up: neither its wait nor its samples are in the window.
+    assert result.batches >= 12 and result.samples == 4 * result.batches
+    # The same for a stream the factory builds over an IterableDataset (webdataset's shape).
+    stream = load_target(make_batch_pipeline)
+    result = measure(stream, stream.baseline, min_window_s=0.05, min_batches=12)
+    assert not result.exhausted and result.samples == 5 * result.batches

@@ -15,6 +15,7 @@ sampler yields, in order, so a probe counts the samples a batch really holds.
 from __future__ import annotations
 
 import contextlib
+import time
 import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -342,17 +343,26 @@ class EpochCycle:
         self.loader = loader
         self.current = iter(loader)
         self.epochs = 0
+        # The batch just returned is a new epoch's first: the wait for it (workers started again,
+        # shards opened) is start-up, which a steady-state window leaves out (``restart_s``).
+        self.fresh = False
+        self.restart_s = 0.0
 
     def __iter__(self) -> EpochCycle:
         return self
 
     def __next__(self) -> Any:
+        self.fresh = False
         try:
             return next(self.current)
         except StopIteration:
+            began = time.perf_counter()
             self.epochs += 1
             self.current = iter(self.loader)
-            return next(self.current)
+            batch = next(self.current)
+            self.restart_s += time.perf_counter() - began
+            self.fresh = True
+            return batch
 
     @property
     def _workers(self) -> Any:  # read by runtime.processes.worker_pids / stop_workers

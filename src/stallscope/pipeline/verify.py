@@ -68,10 +68,15 @@ def run_snippet(
                 wrong = _knobs_not_set(inner, config)
                 if wrong:
                     return SnippetRun(False, f"the loader it builds does not take {wrong}")
-                iterator = iter(loader)
-                first = next(iterator)
-                next(iterator)
-                unread = _workers_not_read(inner, iterator, config)
+                watch = _IteratorWatch.install(inner) if config is not None else None
+                try:
+                    iterator = iter(loader)
+                    first = next(iterator)
+                    next(iterator)
+                finally:
+                    if watch is not None:
+                        watch.remove()
+                unread = _workers_not_read(watch, config)
                 if unread:
                     return SnippetRun(False, unread)
             except StopIteration:
@@ -96,33 +101,51 @@ def run_snippet(
     return SnippetRun(True, None, structure)
 
 
-def _workers_not_read(loader: Any, iterator: Any, config: LoaderConfig | None) -> str | None:
-    """Why the ``num_workers`` the code sets on a DataLoader is not what runs, or None where a
-    DataLoader iterator behind the batches runs that many workers: the object may hold the
-    attribute and never read it (a subclass whose batches come from an engine of its own), and a
-    change is printed only where it was seen to take effect (NOTE [verified snippets])."""
-    from torch.utils.data import DataLoader
-    from torch.utils.data.dataloader import _BaseDataLoaderIter
+class _IteratorWatch:
+    """Notes the ``num_workers`` a DataLoader reads each time it builds an iterator: set on the
+    instance, it shadows DataLoader's ``_get_iterator``, which every ``__iter__`` (torch's,
+    torchdata's, a subclass's calling ``super().__iter__()``) goes through."""
 
-    from .kinds import _reachable
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self.seen: list[int] = []
+        self.original = loader._get_iterator
 
-    if config is None or not isinstance(loader, DataLoader):
+    def __call__(self) -> Any:
+        self.seen.append(int(self.loader.num_workers))
+        return self.original()
+
+    @classmethod
+    def install(cls, loader: Any) -> _IteratorWatch | None:
+        from torch.utils.data import DataLoader
+
+        if not isinstance(loader, DataLoader):
+            return None
+        watch = cls(loader)
+        object.__setattr__(loader, "_get_iterator", watch)
+        return watch
+
+    def remove(self) -> None:
+        with contextlib.suppress(Exception):
+            vars(self.loader).pop("_get_iterator", None)
+
+
+def _workers_not_read(watch: _IteratorWatch | None, config: LoaderConfig | None) -> str | None:
+    """Why the ``num_workers`` the code sets on a DataLoader is not what runs, or None where the
+    loader built its iterator with that many workers: the object may hold the attribute and never
+    read it (a subclass whose batches come from an engine of its own), and a change is printed only
+    where it was seen to take effect (NOTE [verified snippets])."""
+    if config is None or watch is None:
         return None
-    running = [
-        obj
-        for root in (iterator, loader)
-        for obj in _reachable(root)
-        if isinstance(obj, _BaseDataLoaderIter)
-    ]
     wanted = config.num_workers
-    if not running:
+    if not watch.seen:
         return (
             f"its batches do not come from a DataLoader iterator, so the num_workers={wanted} it "
             "sets is not seen to be read"
         )
-    if not any(getattr(it, "_num_workers", None) == wanted for it in running):
-        ran = sorted({getattr(it, "_num_workers", None) for it in running}, key=str)
-        return f"it sets num_workers={wanted}, but the DataLoader iterator it runs has {ran[0]}"
+    if wanted not in watch.seen:
+        built = watch.seen[0]
+        return f"it sets num_workers={wanted}, but the DataLoader built its iterator with {built}"
     return None
 
 
