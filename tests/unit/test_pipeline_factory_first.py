@@ -176,12 +176,15 @@ def test_an_attribute_the_object_never_reads_is_not_printed_as_a_change():
     here = "from test_pipeline_factory_first import engine_loader, make_shard_loader\n"
     knobs = "loader.num_workers = 2\nloader.prefetch_factor = 2\n"
     config = LoaderConfig(num_workers=2, batch_size=4)
-    engine = run_snippet(here + "loader = engine_loader()\n" + knobs, reference=None, config=config)
+    engine = run_snippet(
+        here + "loader = engine_loader()\n" + knobs, reference=None, config=config, attributes=True
+    )
     assert not engine.ok and "not seen to be read" in (engine.reason or "")
     read = run_snippet(
         here + "loader = make_shard_loader()\n" + knobs,
         reference=None,
         config=config,
+        attributes=True,
     )
     assert read.ok, read.reason
 

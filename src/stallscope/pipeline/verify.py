@@ -46,11 +46,13 @@ def run_snippet(
     config: LoaderConfig | None = None,
     loader_path: str = "",
     timeout: float = 60.0,
+    attributes: bool = False,
 ) -> SnippetRun:
     """Execute ``code``, take two batches from its ``loader``, compare with ``reference`` (a
     ``describe_structure`` of the user's batch) and check ``config``'s knobs on the DataLoader,
     which sits at ``loader_path`` inside ``loader`` when the code puts it back into the user's
-    wrapper."""
+    wrapper. ``attributes``: the code sets the knobs as attributes on an object already built, so
+    the DataLoader must be seen to build its iterator with them."""
     from ..pipeline.structure import describe_structure
     from ..runtime.processes import no_orphans, stop_workers
     from .kinds import close_trial
@@ -68,7 +70,9 @@ def run_snippet(
                 wrong = _knobs_not_set(inner, config)
                 if wrong:
                     return SnippetRun(False, f"the loader it builds does not take {wrong}")
-                watch = _IteratorWatch.install(inner) if config is not None else None
+                # Knobs set as attributes after building must be seen read (a constructor's
+                # arguments are checked above, on the object it built).
+                watch = _IteratorWatch.install(inner) if attributes and config else None
                 try:
                     iterator = iter(loader)
                     first = next(iterator)
