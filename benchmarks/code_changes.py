@@ -1,8 +1,13 @@
 """Code changes, applied and measured (issue 18, part 3; SPEC §8).
 
-For each pipeline, the built-in demo (``stallscope.demo:pipeline``) and a CPU-bound look-alike
+For each pipeline, the built-in demo (``stallscope.demo:pipeline``), a CPU-bound look-alike
 (``tests/pipelines/vision_changes.py:pipeline``: JPEG decode of 768×576 sources, random resized
-crop to 224, flip, colour jitter, normalise to float):
+crop to 224, flip, colour jitter, normalise to float), and three datasets that do their work inline
+in ``__getitem__`` with no transform list (JPEG files of 768×576 on disk): PIL + NumPy
+(``inline_pil.py``: decode, NumPy random crop, flip, brightness/contrast jitter, normalise), OpenCV
+(``inline_opencv.py``: imread, resize to 320×240, random crop, flip, normalise) and albumentations
+(``inline_albumentations.py``: imread, ``A.Compose`` of resize, random crop, flip,
+brightness/contrast, normalise):
 
 1. ``ss.tune`` (``--tune-budget`` s) picks the best knob config, as ``doctor`` does.
 2. ``stallscope.changes.code_changes`` applies every applicable change inside its probes and races
@@ -16,6 +21,11 @@ a verified diff and a measured side effect. Exit code 0 when it passes, 1 otherw
 
     python benchmarks/code_changes.py          # writes benchmarks/results/code_changes.json
     python benchmarks/code_changes.py --quick  # a check that the script works
+    python benchmarks/code_changes.py --only inline-pil --only inline-opencv  # those again; the
+                                               # other pipelines keep their figures in the JSON
+
+Each pipeline's entry carries its own provenance block (commit, host, load average at its start
+and end: ``benchmarks/_provenance.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +40,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "pipelines"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _provenance import Provenance  # noqa: E402
 
 from stallscope.changes import code_changes  # noqa: E402
 from stallscope.runtime.host import host_info  # noqa: E402
@@ -39,11 +52,16 @@ from stallscope.tuning.tuner import tune  # noqa: E402
 PIPELINES = {
     "demo": "stallscope.demo:pipeline",
     "cpu-vision-look-alike": str(ROOT / "tests" / "pipelines" / "vision_changes.py") + ":pipeline",
+    "inline-pil": str(ROOT / "tests" / "pipelines" / "inline_pil.py") + ":pipeline",
+    "inline-opencv": str(ROOT / "tests" / "pipelines" / "inline_opencv.py") + ":pipeline",
+    "inline-albumentations": str(ROOT / "tests" / "pipelines" / "inline_albumentations.py")
+    + ":pipeline",
 }
 BAR = 1.3
 
 
 def run_one(name: str, target: str, args: argparse.Namespace) -> dict[str, Any]:
+    provenance = Provenance.start()
     pipeline = load_target(target)
     load_before = os.getloadavg()[0]
     started_at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -65,10 +83,13 @@ def run_one(name: str, target: str, args: argparse.Namespace) -> dict[str, Any]:
                 "id": change["id"],
                 "title": change["title"],
                 "speedup": change["speedup"],
+                "speedup_interval_90": change.get("speedup_interval"),
                 "rounds": change["rounds"],
                 "samples_per_s": change["samples_per_s"],
                 "pick_samples_per_s": change["pick_samples_per_s"],
                 "verified_diff": change["verified"],
+                "unverified_reason": change["unverified_reason"],
+                "diff": change["diff"],
                 "side_effect": change["side_effect"],
                 "error": change["error"],
             }
@@ -87,6 +108,7 @@ def run_one(name: str, target: str, args: argparse.Namespace) -> dict[str, Any]:
     ]
     return {
         "target": target,
+        "provenance": provenance.finish(),
         "started_at": started_at,
         "load_average": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
         "pick": {
@@ -119,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds (at most)")
     parser.add_argument("--window", type=float, default=1.0, help="measurement window, seconds")
-    parser.add_argument("--only", choices=sorted(PIPELINES), default=None)
+    parser.add_argument(
+        "--only", choices=sorted(PIPELINES), action="append", help="this pipeline (repeatable)"
+    )
     parser.add_argument(
         "--quick", action="store_true", help="short budgets: checks that the script works"
     )
@@ -132,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         name: run_one(name, target, args)
         for name, target in PIPELINES.items()
-        if args.only in (None, name)
+        if not args.only or name in args.only
     }
     if (
         args.only and args.json.exists()

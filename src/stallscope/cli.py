@@ -20,6 +20,7 @@ COMMANDS = {
     "compare": (
         "two pipelines interleaved in one run: throughput ratio with its interval, a CI gate"
     ),
+    "attach": "sample a running training process (PID): data wait, workers' stages, stuck threads",
     "report": "render a saved --json record as Markdown, HTML or console text; --against another",
 }
 

@@ -83,8 +83,9 @@ def test_doctor_writes_one_complete_report(tmp_path):
     md = (out / "report.md").read_text()
     html = (out / "report.html").read_text()
     assert "samples/s" in md and "<table" in html
-    assert "What to set and why" in proc.stdout
-    assert "DataLoader(" in proc.stdout
+    # The verdict first, with the code to set, then the evidence.
+    assert proc.stdout.index("Verdict") < proc.stdout.index("DataLoader(")
+    assert proc.stdout.index("DataLoader(") < proc.stdout.index("Evidence")
 
 
 def test_doctor_exit_1_on_error_findings(tmp_path):

@@ -1,6 +1,6 @@
 """One run, one answer: the console, Markdown, HTML and JSON of a ``bench``, ``tune`` and ``doctor``
-name the same winner, the same sentence about it and the same recommendations (all of them read
-the record through ``analysis``; NOTE in ``render/console_advice.py``)."""
+name the same winner, the same verdict sentence about it and the same recommendations (all of them
+read one verdict, NOTE [one verdict] in ``analysis/run_verdict.py``)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from stallscope.analysis import best_configuration, recommendations
+from stallscope.analysis import best_configuration
+from stallscope.analysis.run_verdict import decide
 from stallscope.render import document_model as dm
 from stallscope.render.document_checks import recommendation_parts
-from stallscope.render.document_results import best_section
+from stallscope.render.document_verdict import _SAID_BY_THE_VERDICT, verdict_blocks
 
 PIPELINES = Path(__file__).parent.parent / "pipelines"
 TARGET = "tune_pipelines.py:waiting_loader"
@@ -84,15 +85,25 @@ def test_every_surface_names_the_same_winner_and_advice(command, tmp_path):
     }
 
     winner = best_configuration(record)
-    assert winner is not None
+    verdict = decide(record)
+    assert winner is not None and verdict.config == winner.config
+    # The JSON carries the same verdict, derived (SPEC §5 "analysis").
+    assert record["analysis"]["label"] == verdict.label
+    assert record["analysis"]["config"] == verdict.config
+    first = verdict_blocks(record, verdict)[0]
+    assert isinstance(first, dm.Paragraph)
+    sentence = _words(_Plain().inline(first.parts))
     for name, text in surfaces.items():
-        assert winner.label in text, name
+        assert verdict.label in text, name
+        assert sentence in text, (name, sentence)  # the same sentence, first
+        assert "Best:" not in text and "Best configuration" not in text, name
     if command[0] != "bench":
-        sentence = _words(_Plain().inline(best_section(winner, record)[0].blocks[0].parts))
-        for name, text in surfaces.items():
-            assert sentence in text, (name, sentence)
         assert record["loader_code"]["config"] == winner.config  # the printed code is the winner's
-    advice = [_words(_Plain().inline(recommendation_parts(rec))) for rec in recommendations(record)]
+    advice = [
+        _words(_Plain().inline(recommendation_parts(rec)))
+        for rec in verdict.recommendations
+        if rec.id not in _SAID_BY_THE_VERDICT
+    ]
     for line in advice:
         for name, text in surfaces.items():
             assert line in text, (name, line)

@@ -96,6 +96,10 @@ def test_tune_picks_threads_in_a_few_processes_on_a_latency_bound_source(tmp_pat
     assert best["worker_threads"] > 0 and 1 <= best["num_workers"] <= 16
     assert any(t["phase"] == "threads" for t in record["trials"])
     assert any(r.id == "worker-threads" for r in recommendations(record))
+    # The budget bounds the pick's measured memory (its workers' resident memory, summed).
+    memory = record["memory_budget"]
+    assert memory["budget_mb"] == 1500 and memory["measured"] and memory["within_budget"]
+    assert 0 < memory["workers_mb"] <= 1500
     # --emit python: one line wraps the dataset, before the DataLoader call with the tuned workers.
     code = proc.stdout
     (wrap,) = [line for line in code.splitlines() if "ss.threaded_dataset(" in line]

@@ -54,7 +54,9 @@ def test_tune_cli_json_and_yaml(tmp_path, pipelines_dir):
     assert record["search"]["region"]["name"] == "latency-bound"
     # stdout carries only the YAML (pipe-able); it matches the record's pick.
     assert LoaderConfig.from_yaml(proc.stdout) == LoaderConfig.from_dict(best["config"])
-    assert "Pick:" in proc.stderr
+    # The summary (on stderr) opens with the verdict on the same config.
+    assert "Verdict" in proc.stderr and ("Use:" in proc.stderr or "Keep yours:" in proc.stderr)
+    assert record["analysis"]["config"] in (best["config"], record["baseline"]["config"])
 
 
 def test_tune_cli_emits_python(capsys, pipelines_dir, monkeypatch):
@@ -126,7 +128,9 @@ def test_slow_loader_reports_rounds_and_no_confidence_without_them(tmp_path, pip
     assert best["rounds"] == record["search"]["rounds"]
     if best["rounds"] < 2:
         assert best["confidence"] is None and best["confirmed"] is False
-        assert "not confirmed: the budget ran out" in proc.stdout
+        # The tuner's evidence says why, the verdict that nothing is claimed.
+        assert "Not confirmed: the budget ran out" in proc.stdout
+        assert f"Not confirmed: {best['rounds']} paired round" in proc.stdout
         assert best["skipped"] and all(s["why"] for s in best["skipped"])
     else:
         assert 0.0 <= best["confidence"] <= 1.0 and best["confirmed"] is True

@@ -175,6 +175,14 @@ def _derive(r: dict, pools: Pools) -> None:
     margin = _num((r.get("best") or {}).get("margin")) if isinstance(r.get("best"), dict) else None
     if margin is not None:
         pools.add("any", margin - 1.0)  # how much faster than the runner-up
+        if margin > 0:
+            pools.add("any", 1.0 / margin)  # the runner-up's rate over the pick's
+    interval = (
+        (r.get("best") or {}).get("margin_interval") if isinstance(r.get("best"), dict) else None
+    )
+    for end in interval if isinstance(interval, list) else []:
+        if _num(end):
+            pools.add("any", 1.0 / end)  # the runner-up over the pick, at each end
     if baseline:
         pools.add(
             "any",

@@ -210,8 +210,10 @@ def test_one_rule_per_advice_over_the_measurements_only():
     }
     record["best"] = {"config": cfg(2), "samples_per_s": 250.0}
     record["baseline"] = {"config": cfg(0), "samples_per_s": 100.0}
+    # The tuner's pick and baseline: its own verdict, the speed-up read from the two rates.
     ids = [r.id for r in an.recommendations(record)]
-    assert ids == ["use-best-config", "persistent-workers"]
+    assert ids == ["loader-config", "persistent-workers"]
+    assert an.recommendations(record)[0].expected_gain == "2.50x throughput"
     rec = an.recommendations(record)[1]
     assert (rec.values["gap_without_s"], rec.values["gap_with_s"], rec.values["saved_s"]) == (
         0.6,
@@ -224,8 +226,8 @@ def test_one_rule_per_advice_over_the_measurements_only():
         {"id": "stale", "title": "keep workers", "detail": "d", "measured": "m"}
     ]
     record["advice"] = "stale advice"
-    assert [r.id for r in an.recommendations(record)] == ["use-best-config", "persistent-workers"]
-    # The tuner's own verdict on its pick replaces the generic switch: one recommendation each.
+    assert [r.id for r in an.recommendations(record)] == ["loader-config", "persistent-workers"]
+    # With its rounds and confidence recorded: still one recommendation each.
     record["best"].update(speedup=2.5, label="w=2 bs=10 pf=2", rounds=3, confidence=0.9)
     recs = an.recommendations(record)
     assert [(r.id, r.source) for r in recs] == [

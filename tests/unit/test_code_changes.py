@@ -254,3 +254,18 @@ def test_a_diff_outside_the_working_folder_names_the_file_in_its_own_folder(tmp_
     assert display_path(inside) == (str(inside.parent), "data.py")
     assert apply_command(inside) == f"patch -p0 -d {inside.parent} < change.diff"
     assert unified_diff(inside, "a\n", "b\n").startswith("--- data.py\n+++ data.py\n")
+
+
+def test_speedup_interval_from_paired_rounds():
+    import math
+
+    from stallscope.changes.race import Entrant, speedup, speedup_interval
+
+    pick = Entrant("pick", None, rates=[100.0, 80.0, 120.0, math.nan])
+    change = Entrant("c", None, rates=[200.0, 170.0, 230.0, 250.0])
+    low, high = speedup_interval(change, pick)
+    assert low < speedup(change, pick) < high  # the rounds pair up: ratios 2.0, 2.125, 1.917
+    assert 1.5 < low and high < 2.6
+    assert (
+        speedup_interval(Entrant("c", None, rates=[200.0]), Entrant("pick", None, [100.0])) is None
+    )

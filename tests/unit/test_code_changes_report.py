@@ -148,6 +148,6 @@ def test_markdown_numbers_come_from_the_record_and_the_section_follows_the_stage
 
 def test_console_prints_the_table_and_the_diff_of_a_change_worth_it():
     text = ConsoleRenderer().render(record())
-    assert "Code changes, applied and measured against the best knob config" in text
+    assert "Code changes, applied and raced against the knob config" in text
     assert "image.draft(" in text and "1.41×" in text
     assert "not applied: Integer transfer" in text

@@ -28,6 +28,7 @@ PROBES = (
     "integrations",
     "demo",
     "target",
+    "attach",
 )
 # Surfaces call renderers by design: a command prints its report, a training-loop callback its
 # summary. Watch.summary() is the same surface on ss.watch(...), kept from 0.1.

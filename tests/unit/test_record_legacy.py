@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
 import pytest
 
 from stallscope import analysis as an
+from stallscope.analysis.run_verdict import decide
 from stallscope.record import LEGACY_KEYS, SECTIONS, RunRecord
 from stallscope.render import renderer_for
 
@@ -47,8 +49,16 @@ def test_an_old_record_renders_again(name, fmt):
     renderer = renderer_for(fmt)
     if fmt == "html":
         renderer.plots = False
-    text = renderer.render(record)
+    text = html.unescape(renderer.render(record))
+    verdict = decide(record)
     if fmt == "json":
-        assert json.loads(text)["command"] == name
+        data = json.loads(text)
+        assert data["command"] == name
+        assert data["analysis"]["label"] == verdict.label  # today's verdict, derived again
         return
-    assert f"stallscope {name} report" in text and "Verdict:" in text
+    assert f"stallscope {name} report" in text and "Verdict" in text
+    # The one config to use is named in the report, with its one rate's measurement.
+    if verdict.label is not None:
+        assert verdict.label in text and str(verdict.measurement) in text
+    else:
+        assert "Verdict:" in text  # a check or a profile: the executive label

@@ -14,6 +14,7 @@ from report_numbers import markdown_text, tokens, unexplained_numbers, visible_h
 
 from stallscope import analysis as an
 from stallscope.analysis import costs
+from stallscope.analysis.run_verdict import decide
 from stallscope.record import RunRecord
 from stallscope.render import renderer_for, write_report
 from stallscope.render.html import HTMLRenderer
@@ -61,11 +62,21 @@ def test_every_renderer_renders_every_record(name, fmt):
         renderer.plots = False  # plots are covered below; keep this test fast
     text = renderer.render(record)
     assert isinstance(text, str) and text.endswith("\n")
+    verdict = decide(load(name))
     if fmt == "json":
-        assert json.loads(text) == load(name)
+        data = json.loads(text)
+        # The record as it was, and the verdict analysis derives from it (SPEC §5 "analysis").
+        assert data.pop("analysis") == json.loads(json.dumps(verdict.to_dict()))
+        assert data == load(name)
         return
     assert f"stallscope {name} report" in text
-    assert "Executive summary" in text and "Verdict:" in text
+    # The verdict opens the report: the one config to use, or the executive label.
+    first = text.index("Verdict")
+    assert all(first < text.index(h) for h in SECTION_KEYS if h in text)
+    if verdict.label is not None:
+        assert escape(verdict.label) in text or verdict.label in text
+    else:
+        assert "Verdict:" in text
     for heading, key in SECTION_KEYS.items():
         present = key in load(name)
         assert (heading in text) == present, (
@@ -79,9 +90,8 @@ def test_a_bench_record_renders_a_bench_report_and_a_doctor_record_everything():
     bench = MarkdownRenderer().render(load("bench"))
     headings = re.findall(r"^## (.+)$", bench, flags=re.M)
     assert headings == [
-        "Executive summary",
+        "Verdict",
         "Benchmark",
-        "Best configuration",
         "This machine's ceiling",
         "Estimated epoch time",
         "Memory budget of in-flight batches",
@@ -91,10 +101,9 @@ def test_a_bench_record_renders_a_bench_report_and_a_doctor_record_everything():
     ]
     doctor = re.findall(r"^## (.+)$", MarkdownRenderer().render(load("doctor")), flags=re.M)
     assert doctor == [
-        "Executive summary",
+        "Verdict",
         "Benchmark",
         "Tuning",
-        "Best configuration",
         "This machine's ceiling",
         "Stage breakdown",
         "Code changes, applied and measured",
@@ -349,27 +358,29 @@ def test_the_console_summary_is_the_commands_own_section():
     bench, tune = _console("bench"), _console("tune")
     assert "DataLoader throughput" in bench and "Configs measured" not in bench
     assert "Configs measured" in tune and "DataLoader throughput" not in tune
-    # A tune ends as its reports do: the one winner, its code (or the change in words) and the
-    # advice.
-    assert "What to set and why" in tune and "What to set and why" not in bench
+    # Each opens as its reports do: the one verdict (the config, its code or the change in words,
+    # the advice), then the evidence.
+    for text, evidence in ((tune, "Configs measured"), (bench, "DataLoader throughput")):
+        assert text.index("Verdict") < text.index("Evidence") < text.index(evidence)
 
 
-def test_a_doctor_console_summary_has_every_section_it_measured_then_what_to_set():
+def test_a_doctor_console_summary_opens_with_the_verdict_then_every_section_it_measured():
     record = load("doctor")
     record.pop("loader_code", None)  # as when the snippet did not run
     text = _console("doctor", record=record)
     order = [
+        "Verdict",
+        "Evidence",
         "DataLoader throughput",
         "Configs measured",
         "Per step (steady state)",
-        "What to set and why",
     ]
     positions = [text.index(heading) for heading in order]
     assert positions == sorted(positions)
+    verdict = text[: positions[1]]
+    assert decide(record).label in verdict
     # NOTE [verified snippets]: a record without code that ran says the change in words, not code.
-    assert (
-        "DataLoader(" not in text[positions[-1] :] and "no code is shown" in text[positions[-1] :]
-    )
+    assert "DataLoader(" not in verdict and "no code is shown" in verdict
 
 
 def test_what_to_set_prints_the_code_that_ran():
@@ -388,4 +399,4 @@ def test_what_to_set_prints_the_code_that_ran():
 
 def test_the_console_report_view_is_the_report_document():
     text = _console("bench", view="report")
-    assert "Executive summary" in text and "Verdict: loader-limited." in text
+    assert "Verdict" in text and f"Use: {decide(load('bench')).label} at" in text

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import io
 import json
 import math
 
 import jsonschema
 import pytest
-from rich.console import Console
 
 from stallscope.config import LoaderConfig
-from stallscope.render.console_tune import render_tune
+from stallscope.render.console import ConsoleRenderer
 from stallscope.render.html import HTMLRenderer
 from stallscope.render.markdown import MarkdownRenderer
 from stallscope.schema import record_schema
@@ -207,11 +205,11 @@ def test_the_tuner_record_says_tie_and_the_renderers_print_the_tie_sentence():
     )
     record["best"].update(tie=True, tie_margin=0.03, rounds=5, confidence=0.62, confirmed=True)
     jsonschema.validate(record, record_schema())
-    out = io.StringIO()
-    render_tune(record, Console(file=out, width=200, color_system=None))
-    console = out.getvalue()
+    # The tune command's console: the verdict (how sure, the tie), then the tuner's evidence.
+    console = " ".join(ConsoleRenderer(width=200).render(record).split())
     assert "A tie within noise; the cheaper config was kept" in console
     assert "more than 3% faster" in console
+    assert "within the noise, so the cheaper config was kept" in console
     md = MarkdownRenderer().render(record)
     assert "A tie within noise; the cheaper config was kept" in md
     assert "A tie within noise; the cheaper config was kept" in HTMLRenderer(plots=False).render(

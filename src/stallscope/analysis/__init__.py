@@ -6,7 +6,8 @@ tuning, best configuration, stages, training loop) and ``costs`` (epoch, memory,
 dataclasses of ``facts``; the small named rules of ``verdict_rules``, ``checklist_rules``,
 ``finding_rules`` and ``recommendation_rules`` judge them; ``readers`` reads the record safely.
 ``training`` judges a training loop's step timeline (verdict, stall fraction, advice) for
-``watch``/``profile``.
+``watch``/``profile``. ``run_verdict.decide(record)`` is the run's one verdict every surface prints
+first (NOTE [one verdict]), after the checks of ``invariants`` (NOTE [invariants]).
 
 The names below are the layer's interface; renderers and tests import them from here.
 """
@@ -45,6 +46,7 @@ from .facts import (
 from .finding_rules import FINDING_RULES, SEVERITY_ORDER, finding_facts
 from .recommendation_rules import RECOMMENDATION_RULES, recommendations
 from .report import report_facts
+from .run_verdict import RunVerdict, decide
 from .sections import (
     bench_facts,
     best_configuration,
@@ -80,6 +82,7 @@ __all__ = [
     "MemoryRow",
     "Recommendation",
     "ReportFacts",
+    "RunVerdict",
     "StageFacts",
     "StageRow",
     "Target",
@@ -91,6 +94,7 @@ __all__ = [
     "best_configuration",
     "checklist",
     "cpu_use",
+    "decide",
     "epoch_estimate",
     "finding_facts",
     "loader_snippet",

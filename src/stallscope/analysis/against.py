@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, cast
 
+from .attach import attach_facts, wilson_interval
 from .readers import number
 
 INSIDE, BEYOND, UNKNOWN, ONLY_ONE = (
@@ -86,6 +87,28 @@ def record_figures(r: dict[str, Any]) -> Iterator[dict[str, Any]]:
             ratio.get("high"),
             "ratio",
         )
+    attach = attach_facts(r)
+    if attach is not None and attach.data_wait_fraction is not None and attach.interval:
+        low, high = attach.interval
+        yield _figure(
+            "attach:data-wait",
+            "training thread's data-wait fraction",
+            attach.data_wait_fraction,
+            low,
+            high,
+            "fraction",
+        )
+        busy = sum(stage.samples for stage in attach.stages)
+        for stage in attach.stages:
+            low, high = wilson_interval(stage.samples, busy) or (0.0, 1.0)
+            yield _figure(
+                f"attach-stage:{stage.name}",
+                f"workers' share in {stage.name}",
+                stage.share,
+                low,
+                high,
+                "fraction",
+            )
 
 
 def judge(new: dict[str, Any] | None, old: dict[str, Any] | None) -> str:

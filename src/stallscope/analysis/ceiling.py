@@ -37,6 +37,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from .invariants import checked_ceiling, relabel
 from .readers import (
     Record,
     batch_size_of,
@@ -76,6 +77,9 @@ class CeilingFacts:
     ceiling_sentence: str | None
     cores_sentence: str | None
     free_data_sentence: str | None = None
+    # A figure that broke an invariant (NOTE [invariants]): said as a bug, the figure dropped or
+    # recomputed.
+    problem: Any = None
 
 
 # -- from the record -----------------------------------------------------------------------------
@@ -484,8 +488,14 @@ def ceiling_facts(r: Record) -> CeilingFacts | None:
         number(cores.get(k)) is not None
         for k in ("target_rate", "cores", "cpu_ms_per_sample", "efficiency_used", "short_by")
     )
+    problem = None
+    if ceiling_ok:
+        checked, problem = checked_ceiling(r, ceiling)
+        ceiling, ceiling_ok = checked or {}, checked is not None
+    if ceiling_ok and isinstance(ceiling.get("pick_label"), str):
+        ceiling = dict(ceiling, pick_label=relabel(r, ceiling["pick_label"]))
     free = free_data_sentence(r)
-    if not ceiling_ok and not cores_ok and free is None:
+    if not ceiling_ok and not cores_ok and free is None and problem is None:
         return None
     return CeilingFacts(
         ceiling=ceiling if ceiling_ok else None,
@@ -493,4 +503,5 @@ def ceiling_facts(r: Record) -> CeilingFacts | None:
         ceiling_sentence=ceiling_sentence(ceiling) if ceiling_ok else None,
         cores_sentence=cores_sentence(cores) if cores_ok else None,
         free_data_sentence=free,
+        problem=problem,
     )

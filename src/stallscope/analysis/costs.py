@@ -6,11 +6,11 @@ import math
 from typing import Any
 
 from .facts import CpuRow, CpuUse, EpochEstimate, EpochRow, MemoryFacts, MemoryRow
+from .invariants import ran_label
 from .readers import (
     MIB,
     Record,
     batch_size_of,
-    config_label,
     number,
     ok_results,
     prefetch_of,
@@ -108,7 +108,7 @@ def memory_facts(r: Record) -> MemoryFacts | None:
                 _memory_row(
                     r,
                     "largest",
-                    config_label(largest.get("config"), largest.get("label")),
+                    ran_label(r, largest.get("config"), largest.get("label")),
                     largest.get("config") or {},
                     largest,
                     shm=shm,
@@ -165,7 +165,7 @@ def cpu_use(r: Record) -> CpuUse | None:
     best = best_configuration(r)
     for res in ok_results(r):
         row = _cpu_row(
-            config_label(res.get("config"), res.get("label")),
+            ran_label(r, res.get("config"), res.get("label")),
             workers_of(res.get("config")),
             res.get("resources"),
             cores,

@@ -36,6 +36,11 @@ def number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def mapping(value: Any) -> dict[str, Any]:
+    """A dict value as it is; anything else (None, a list from an older writer) as {}."""
+    return value if isinstance(value, dict) else {}
+
+
 def rate_of(value: Any) -> float | None:
     """samples/s given either as a number or as a {median, min, max} spread."""
     if isinstance(value, dict):

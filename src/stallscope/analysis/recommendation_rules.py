@@ -89,11 +89,10 @@ def recommend_config(r: dict[str, Any]) -> list[Recommendation]:
     yours", or switch), unless the sweep's best overrules the pick; then, or without a tuner, the
     report's best configuration when it clears the headroom target."""
     if is_tune_section(r):
-        pick = tune_pick(r)
         best = best_configuration(r)
-        overruled = best is not None and best.overruled is not None
-        if pick is not None and not (overruled and pick["id"] == "loader-config"):
-            return [_from_text(pick)]
+        if best is None or best.overruled is None:
+            pick = tune_pick(r)
+            return [_from_text(pick)] if pick is not None else []
     rec = _use_best_config(r)
     return [rec] if rec is not None else []
 

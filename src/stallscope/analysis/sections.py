@@ -22,6 +22,7 @@ from .facts import (
     TrialRow,
     TuningFacts,
 )
+from .invariants import checked_confidence, ran_label, relabel
 from .readers import (
     Record,
     batch_size_of,
@@ -35,6 +36,7 @@ from .readers import (
     workers_of,
 )
 from .training import profile_advice, profile_verdict
+from .tune_rules import is_tune_section, keeps_yours
 
 # A sweep is latency-bound when its best speed-up over one process beats the core count by this
 # factor: 10% is beyond the noise of a speed-up, itself the ratio of two noisy rates.
@@ -52,7 +54,7 @@ def bench_facts(r: Record) -> BenchFacts | None:
         latency = res.get("batch_ms") or {}
         rows.append(
             BenchRow(
-                label=config_label(res.get("config"), res.get("label")),
+                label=ran_label(r, res.get("config"), res.get("label")),
                 config=res.get("config") or {},
                 samples_per_s=rate_of(res.get("samples_per_s")),
                 min_samples_per_s=number(spread.get("min")),
@@ -106,8 +108,10 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
     best = r.get("best")
     if not isinstance(best, dict) or (best_value := rate_of(best.get("samples_per_s"))) is None:
         return None
-    best_rate = ConfigRate(config_label(best.get("config")), best.get("config") or {}, best_value)
-    baseline = _config_rate(r.get("baseline"))
+    best_rate = ConfigRate(
+        ran_label(r, best.get("config"), best.get("label")), best.get("config") or {}, best_value
+    )
+    baseline = _config_rate(r, r.get("baseline"))
     speedup = number(best.get("speedup"))
     if speedup is None and baseline and baseline.samples_per_s > 0:
         speedup = best_rate.samples_per_s / baseline.samples_per_s
@@ -122,10 +126,10 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
         rate = rate_of(t["samples_per_s"]) or 0.0
         vs = rate / baseline.samples_per_s if baseline and baseline.samples_per_s > 0 else None
         rows.append(
-            TrialRow(config_label(t.get("config"), t.get("label")), t.get("phase"), rate, vs)
+            TrialRow(ran_label(r, t.get("config"), t.get("label")), t.get("phase"), rate, vs)
         )
     failed = [
-        (config_label(t.get("config"), t.get("label")), str(t["error"]))
+        (ran_label(r, t.get("config"), t.get("label")), str(t["error"]))
         for t in trials
         if t.get("error")
     ]
@@ -136,7 +140,11 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
         baseline=baseline,
         best=best_rate,
         speedup=speedup,
-        confidence=best.get("confidence"),
+        # A confidence the rounds cannot support is dropped here (NOTE [invariants]); the
+        # verdict says so.
+        confidence=checked_confidence(
+            best.get("confidence"), best["rounds"] if isinstance(best.get("rounds"), int) else None
+        )[0],
         seconds=number(r.get("tuning_seconds")),
         trials=len(trials),
         top_trials=rows,
@@ -148,9 +156,9 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
         notes=[str(n) for n in search.get("notes") or [] if n],
         rounds=int(best["rounds"]) if isinstance(best.get("rounds"), int) else None,
         confirmed=best.get("confirmed") if isinstance(best.get("confirmed"), bool) else None,
-        head_to_head=_head_to_head(best.get("head_to_head")),
+        head_to_head=_head_to_head(r, best.get("head_to_head")),
         skipped=[
-            (str(s.get("label")), str(s.get("why")))
+            (relabel(r, str(s.get("label"))), str(s.get("why")))
             for s in best.get("skipped") or []
             if isinstance(s, dict)
         ],
@@ -165,14 +173,14 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
     )
 
 
-def _head_to_head(entries: Any) -> list[HeadToHeadRow]:
+def _head_to_head(r: Record, entries: Any) -> list[HeadToHeadRow]:
     rows = []
     for e in entries or []:
         if isinstance(e, dict) and (rate := rate_of(e.get("samples_per_s"))) is not None:
             rounds = e.get("rounds")
             rows.append(
                 HeadToHeadRow(
-                    config_label(e.get("config"), e.get("label")),
+                    ran_label(r, e.get("config"), e.get("label")),
                     e.get("config") or {},
                     rate,
                     rounds if isinstance(rounds, int) else None,
@@ -194,14 +202,18 @@ def _persistent_gap(entry: Any) -> PersistentGap | None:
     )
 
 
-def trials_by_config(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def trials_by_config(trials: list[dict[str, Any]], r: Record | None = None) -> list[dict[str, Any]]:
     """One row per config of the tuner's trials: the phases it was measured in, its median rate and
     start-up over the runs, the runs; fastest first."""
     rows: dict[str, dict[str, Any]] = {}
     for t in trials:
         if not isinstance(t, dict):
             continue
-        label = config_label(t.get("config"), t.get("label"))
+        label = (
+            ran_label(r, t.get("config"), t.get("label"))
+            if r is not None
+            else config_label(t.get("config"), t.get("label"))
+        )
         row = rows.setdefault(
             label, {"label": label, "phases": [], "rates": [], "startup": [], "error": None}
         )
@@ -222,11 +234,11 @@ def trials_by_config(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: -(r["rate"] or 0.0))
 
 
-def _config_rate(entry: Any) -> ConfigRate | None:
+def _config_rate(r: Record, entry: Any) -> ConfigRate | None:
     if not isinstance(entry, dict) or (rate := rate_of(entry.get("samples_per_s"))) is None:
         return None
     return ConfigRate(
-        config_label(entry.get("config"), entry.get("label")), entry.get("config") or {}, rate
+        ran_label(r, entry.get("config"), entry.get("label")), entry.get("config") or {}, rate
     )
 
 
@@ -235,12 +247,19 @@ def best_configuration(r: Record) -> BestConfig | None:
 
     The tuner's pick, unless the sweep measured a config faster beyond the noise
     that never raced the pick head to head (:func:`unraced_faster_sweep_best`);
-    the user's own config when the best found is within its noise ("keep yours").
+    the user's own config when the best found is within its noise ("keep yours", the one rule
+    :func:`~.tune_rules.keeps_yours` that ``tune`` and ``doctor`` share).
     Without a tuner, the sweep's best.
     """
     tuning = tuning_facts(r)
     if tuning is not None:
-        if tuning.keep_baseline and tuning.baseline is not None:
+        keep = tuning.keep_baseline or (is_tune_section(r) and keeps_yours(r))
+        if keep and tuning.baseline is not None:
+            within = tuning.within_pct
+            if within is None and tuning.best.samples_per_s > 0:
+                within = max(
+                    0.0, (1 - tuning.baseline.samples_per_s / tuning.best.samples_per_s) * 100
+                )
             return BestConfig(
                 source="tune",
                 label=tuning.baseline.label,
@@ -251,7 +270,7 @@ def best_configuration(r: Record) -> BestConfig | None:
                 result=result_for_config(r, tuning.baseline.config),
                 snippet=loader_snippet(r, tuning.baseline.config),
                 keep_baseline=True,
-                within_pct=tuning.within_pct,
+                within_pct=within,
                 best_found=tuning.best,
             )
         if unraced_faster_sweep_best(r, tuning) is None:
@@ -274,7 +293,7 @@ def best_configuration(r: Record) -> BestConfig | None:
     baseline = None
     if single is not None and single is not best:
         baseline = ConfigRate(
-            config_label(single.get("config"), single.get("label")),
+            ran_label(r, single.get("config"), single.get("label")),
             single.get("config") or {},
             rate_of(single["samples_per_s"]) or 0.0,
         )
@@ -283,7 +302,7 @@ def best_configuration(r: Record) -> BestConfig | None:
         speedup = best_rate / baseline.samples_per_s
     return BestConfig(
         source="bench",
-        label=config_label(best.get("config"), best.get("label")),
+        label=ran_label(r, best.get("config"), best.get("label")),
         config=best.get("config") or {},
         samples_per_s=best_rate,
         speedup=speedup,

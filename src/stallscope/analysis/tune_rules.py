@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..thresholds import TIE_MARGIN
-from .readers import config_label
+from .readers import config_label, mapping
 
 # A knob effect seen only in single scan measurements (never raced) counts from this gain on, and
 # so does a gain from more workers than cores: 5%, above the tie margin, because one measurement
@@ -73,8 +73,13 @@ def how_sure(best: dict[str, Any]) -> str:
     )
 
 
-def keep_yours_sentence(best: dict[str, Any], baseline: dict[str, Any]) -> str:
-    within = best.get("within_pct") or 0.0
+def keep_yours_sentence(
+    best: dict[str, Any], baseline: dict[str, Any], floor: float | None = None
+) -> str:
+    within = best.get("within_pct")
+    if not isinstance(within, (int, float)):
+        rate, base = best.get("samples_per_s") or 0.0, baseline.get("samples_per_s") or 0.0
+        within = max(0.0, (1 - base / rate) * 100) if rate > 0 else 0.0
     if best.get("config") == baseline.get("config"):
         return (
             f"your settings ({_label(best)}, {baseline['samples_per_s']:,.1f} samples/s) were "
@@ -82,8 +87,13 @@ def keep_yours_sentence(best: dict[str, Any], baseline: dict[str, Any]) -> str:
         )
     return (
         f"your loader is within {within:.1f}% of the best found ({_label(best)} at "
-        f"{best['samples_per_s']:,.1f} vs your {baseline['samples_per_s']:,.1f} samples/s); no "
-        "change is recommended"
+        f"{best['samples_per_s']:,.1f} vs your {baseline['samples_per_s']:,.1f} samples/s)"
+        + (
+            f", a gain the noise ({floor - 1:.0%}) could make alone"
+            if floor is not None and not best.get("keep_baseline")
+            else ""
+        )
+        + "; no change is recommended"
     )
 
 
@@ -100,20 +110,33 @@ def is_tune_section(r: dict[str, Any]) -> bool:
     )
 
 
-def tune_pick(section: dict[str, Any]) -> dict[str, Any] | None:
-    """The tuner's verdict on its pick: "keep yours", or switch when the speed-up clears the noise
-    (the tie margin or the race's noise); None when neither holds."""
+def gain_floor(section: dict[str, Any]) -> float:
+    """The least speed-up over the user's loader that is more than the noise: the tie margin or
+    the race's measured noise, whichever is larger."""
+    noise = mapping(section.get("search")).get("noise")
+    return 1 + max(TIE_MARGIN, noise if isinstance(noise, (int, float)) else 0.0)
+
+
+def keeps_yours(section: dict[str, Any]) -> bool:
+    """The one rule behind "keep yours", for ``tune`` and ``doctor`` alike: the tuner found the
+    user's loader within the noise of the best, or the pick's speed-up over it does not clear the
+    noise (:func:`gain_floor`), or the pick is the user's own config."""
     best, baseline = section["best"], section["baseline"]
-    if best.get("keep_baseline"):
-        return _keep_yours(best, baseline)
-    noise = (section.get("search") or {}).get("noise") or 0.0
+    if best.get("keep_baseline") or best.get("config") == baseline.get("config"):
+        return True
     speedup = best.get("speedup")
-    if (
-        speedup is None
-        or speedup < 1 + max(TIE_MARGIN, noise)
-        or best["config"] == baseline["config"]
-    ):
-        return None
+    if not isinstance(speedup, (int, float)):
+        rate, base = best.get("samples_per_s"), baseline.get("samples_per_s")
+        speedup = rate / base if base else None
+    return speedup is None or speedup < gain_floor(section)
+
+
+def tune_pick(section: dict[str, Any]) -> dict[str, Any] | None:
+    """The tuner's verdict on its pick: "keep yours" (:func:`keeps_yours`), or switch."""
+    best, baseline = section["best"], section["baseline"]
+    if keeps_yours(section):
+        return _keep_yours(section)
+    speedup = best.get("speedup") or best["samples_per_s"] / baseline["samples_per_s"]
     return {
         "id": "loader-config",
         "title": "Use the tuned DataLoader settings",
@@ -134,7 +157,7 @@ def knob_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
     A knob effect counts only beyond the noise: the tie margin (or the race's noise) when
     measured interleaved, ``SCAN_MIN_GAIN`` (or twice the noise) from single scan measurements.
     """
-    if section["best"].get("keep_baseline"):
+    if keeps_yours(section):
         return []
     search = section.get("search") or {}
     noise = search.get("noise") or 0.0
@@ -179,8 +202,9 @@ def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
     return ([pick] if pick is not None else []) + knob_recommendations(section)
 
 
-def _keep_yours(best: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
-    sentence = keep_yours_sentence(best, baseline)
+def _keep_yours(section: dict[str, Any]) -> dict[str, Any]:
+    best, baseline = section["best"], section["baseline"]
+    sentence = keep_yours_sentence(best, baseline, gain_floor(section))
     return {
         "id": "keep-yours",
         "title": "Keep your DataLoader settings",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Optional
 
+from .attach import attach_facts
 from .facts import TARGETS, Verdict
 from .finding_rules import finding_facts
 from .readers import Record
@@ -31,6 +32,21 @@ def verdict_from_training(r: Record) -> Verdict | None:
             "stall_fraction": training.stall_fraction,
             "steps": training.steps,
             "what_if_speedup": training.what_if_speedup,
+        },
+    )
+
+
+def verdict_from_attach(r: Record) -> Verdict | None:
+    facts = attach_facts(r)
+    if facts is None or facts.verdict is None or facts.data_wait_fraction is None:
+        return None
+    waited = facts.data_wait_fraction
+    return Verdict(
+        facts.verdict,
+        {
+            "stall_fraction": waited,
+            "steps": None,
+            "what_if_speedup": 1.0 / (1.0 - waited) if waited < 1.0 else None,
         },
     )
 
@@ -106,6 +122,7 @@ def verdict_from_clean_checks(r: Record) -> Verdict | None:
 VERDICT_RULES: list[VerdictRule] = [
     verdict_from_errors,
     verdict_from_training,
+    verdict_from_attach,
     verdict_from_headroom,
     verdict_from_sweep,
     verdict_from_stages,

@@ -15,7 +15,9 @@ a unified diff against the user's own file (``source``). A diff is shown only af
 module ran for two batches matching the user's (NOTE [verified snippets]); otherwise the change is
 described in words with the reason. What the probes know about the pipeline (its stages, which
 are random, where the transforms' output sits in an item) is measured on a few items
-(``anatomy``), not assumed from names.
+(``anatomy``), not assumed from names. A dataset without a transform list, doing its work inline in
+``__getitem__``, is read line by line instead (NOTE [inline prefix] in ``inline``; its changes in
+``inline_changes`` and ``decoders``).
 """
 
 from __future__ import annotations

@@ -46,19 +46,22 @@ class Patch:
 
 
 class Change:
+    """One code change; ``anatomy`` is an ``anatomy.Anatomy`` (a transform list) or an
+    ``inline.InlineAnatomy`` (work inline in ``__getitem__``)."""
+
     id = "change"
     title = "a code change"
 
-    def applies(self, anatomy: Anatomy, pipeline: Any) -> str | None:
+    def applies(self, anatomy: Any, pipeline: Any) -> str | None:
         raise NotImplementedError
 
-    def apply(self, anatomy: Anatomy, pipeline: Any) -> Applied:
+    def apply(self, anatomy: Any, pipeline: Any) -> Applied:
         raise NotImplementedError
 
-    def side_effect(self, anatomy: Anatomy, pipeline: Any, applied: Applied) -> dict[str, Any]:
+    def side_effect(self, anatomy: Any, pipeline: Any, applied: Applied) -> dict[str, Any]:
         raise NotImplementedError
 
-    def patch(self, anatomy: Anatomy, pipeline: Any) -> Patch:
+    def patch(self, anatomy: Any, pipeline: Any) -> Patch:
         raise NotImplementedError
 
 

@@ -16,9 +16,12 @@ from ..target import Pipeline
 from .anatomy import Anatomy, NotApplicable, examine
 from .base import Applied, Change, Patch
 from .batch_augment import BatchAugmentation
+from .decoders import FasterDecode
+from .inline import InlineAnatomy, examine_inline
+from .inline_changes import InlineIntegerTransfer, InlinePrefixCache, InlineReducedDecode, NotMoved
 from .integer_transfer import IntegerTransfer
 from .prefix_cache import PrefixCache
-from .race import PICK, Entrant, fill, race_pipeline, run_race, speedup
+from .race import PICK, Entrant, fill, race_pipeline, run_race, speedup, speedup_interval
 from .reduced_decode import ReducedDecode
 
 DEFAULT_BUDGET_S = 30.0
@@ -29,6 +32,22 @@ MAX_ROUNDS = 3
 
 def all_changes() -> list[Change]:
     return [PrefixCache(), ReducedDecode(), IntegerTransfer(), BatchAugmentation()]
+
+
+def inline_changes(ids: list[str] | None = None) -> list[Change]:
+    every: list[Change] = [
+        InlinePrefixCache(),
+        InlineReducedDecode(),
+        InlineIntegerTransfer(),
+        NotMoved(
+            "batch-augment",
+            "Batch-level augmentation",
+            "no transform list: {name}.__getitem__ does its work in statements, and this change "
+            "moves tensor stages of a transform list only",
+        ),
+        FasterDecode(),
+    ]
+    return every if ids is None else [c for c in every if c.id in ids]
 
 
 @dataclass
@@ -77,13 +96,31 @@ def code_changes(
     if pick is None:
         result.notes.append("raced against the user's own config: no tuned pick in this run")
     say = progress or _silent
+    chosen = changes is not None
     changes = all_changes() if changes is None else changes
+    anatomy: Any
     try:
-        anatomy = _anatomy(pipeline)
+        _wrappable(pipeline)
     except NotApplicable as exc:
         result.not_applied = [{"id": c.id, "title": c.title, "why": str(exc)} for c in changes]
         result.seconds = time.perf_counter() - started
         return result
+    try:
+        anatomy = _anatomy(pipeline)
+    except NotApplicable as exc:
+        try:  # no transform list: the work is inline in __getitem__ (NOTE [inline prefix])
+            anatomy = _inline_anatomy(pipeline)
+        except NotApplicable as inline:
+            why = f"{exc}, and in __getitem__ {inline}" if str(inline) != str(exc) else str(exc)
+            result.not_applied = [{"id": c.id, "title": c.title, "why": why} for c in changes]
+            result.seconds = time.perf_counter() - started
+            return result
+        changes = inline_changes([c.id for c in changes] if chosen else None)
+        result.notes.append(
+            f"no transform list: the changes were found in {anatomy.cls.__name__}.__getitem__ "
+            f"({anatomy.source.path.name}); the first random draw is at "
+            f"{anatomy.first_random_text()}"
+        )
     length = len(anatomy.dataset)
     workers = max(1, config.num_workers)
     items = int(FILL_SHARE * budget_s * workers / max(anatomy.seconds_per_sample, 1e-6))
@@ -140,7 +177,7 @@ def _silent(text: str, fraction: float | None = None) -> None:
     """Progress nobody listens to."""
 
 
-def _anatomy(pipeline: Pipeline) -> Anatomy:
+def _wrappable(pipeline: Pipeline) -> None:
     if not pipeline.kind.rebuilds_from_parts:
         raise NotApplicable(f"{pipeline.kind.description} has no dataset stallscope can wrap")
     if pipeline.batch_sampler is not None:
@@ -149,7 +186,27 @@ def _anatomy(pipeline: Pipeline) -> Anatomy:
         )
     if pipeline.is_iterable:
         raise NotApplicable("the dataset is iterable; the changes need items by index")
-    return examine(pipeline.dataset)
+
+
+def _anatomy(pipeline: Pipeline) -> Anatomy:
+    try:
+        return examine(pipeline.dataset)
+    except NotApplicable:
+        raise
+    except Exception as exc:  # a Compose that is not called with the image alone (albumentations)
+        raise NotApplicable(
+            "the transform pipeline could not be run stage by stage "
+            f"({describe_exception(exc, 120)})"
+        ) from exc
+
+
+def _inline_anatomy(pipeline: Pipeline) -> InlineAnatomy:
+    try:
+        return examine_inline(pipeline.dataset)
+    except NotApplicable:
+        raise
+    except Exception as exc:  # the user's __getitem__ failed under the tracer
+        raise NotApplicable(f"running it raised {describe_exception(exc, 120)}") from exc
 
 
 def _median(values: list[float]) -> float | None:
@@ -234,10 +291,13 @@ def _entry(prepared: Prepared, pick: Entrant) -> dict[str, Any]:
             f"(the pick without the change: {rate:,.0f})"
         )
     ratio = speedup(entrant, pick)
+    interval = speedup_interval(entrant, pick) if entrant.error is None else None
     return {
         "id": change.id,
         "title": change.title,
         "speedup": None if ratio is None else round(ratio, 3),
+        # 90 % t-interval of the paired round ratios (None below two rounds)
+        "speedup_interval": None if interval is None else [round(v, 3) for v in interval],
         "rounds": sum(1 for v in entrant.rates if math.isfinite(v)) if entrant.error is None else 0,
         "samples_per_s": _median(entrant.rates),
         "pick_samples_per_s": rate,

@@ -136,3 +136,18 @@ def speedup(entrant: Entrant, pick: Entrant) -> float | None:
         if math.isfinite(a) and math.isfinite(b) and b > 0
     ]
     return statistics.median(pairs) if pairs else None
+
+
+def speedup_interval(
+    entrant: Entrant, pick: Entrant, level: float = 0.9
+) -> tuple[float, float] | None:
+    """The two-sided ``level`` t-interval of the entrant's rate ÷ the pick's over the paired rounds
+    (``tuning.confidence.ratio_interval``); None below two rounds."""
+    from ..tuning.confidence import ratio_interval
+
+    logs = [
+        math.log(a / b)
+        for a, b in zip(entrant.rates, pick.rates)
+        if math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0
+    ]
+    return ratio_interval(logs, level)

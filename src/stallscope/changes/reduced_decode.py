@@ -38,6 +38,34 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
 
 
+OPENED = re.compile(r"^(\s*)(\w+)\s*=\s*(?:PIL\.)?Image\.open\(.*\)\s*(#.*)?$")
+IMREAD = re.compile(r"^(.*cv2\.im(?:read|decode)\()([^,()]+(?:\([^()]*\))?)(\).*)$")
+
+
+def reduced_decode_text(lines: list[str], f: int) -> tuple[str, int]:
+    """The source with a draft call after each ``x = Image.open(...)`` line and
+    ``cv2.IMREAD_REDUCED_COLOR_f`` in each one-argument ``cv2.imread``/``imdecode`` call; the text
+    and how many lines changed."""
+    new: list[str] = []
+    changed = 0
+    for line in lines:
+        new.append(line)
+        m = OPENED.match(line.rstrip("\n"))
+        if m and is_statement(line):
+            new.append(
+                f'{m.group(1)}{m.group(2)}.draft("RGB", ({m.group(2)}.width // '
+                f"{f}, {m.group(2)}.height // {f}))"
+                f"  # decode JPEGs at 1/{f} size\n"
+            )
+            changed += 1
+            continue
+        m = IMREAD.match(line.rstrip("\n"))
+        if m and "IMREAD" not in line:
+            new[-1] = f"{m.group(1)}{m.group(2)}, cv2.IMREAD_REDUCED_COLOR_{f}{m.group(3)}\n"
+            changed += 1
+    return "".join(new), changed
+
+
 class ReducedDecode(Change):
     id = "reduced-decode"
     title = "Reduced-size decode"
@@ -158,24 +186,7 @@ class ReducedDecode(Change):
         source = source_file(type(owner))
         if source is None:
             return Patch(None, words, False, "the dataset's source file could not be read")
-        opened = re.compile(r"^(\s*)(\w+)\s*=\s*(?:PIL\.)?Image\.open\(.*\)\s*(#.*)?$")
-        imread = re.compile(r"^(.*cv2\.im(?:read|decode)\()([^,()]+(?:\([^()]*\))?)(\).*)$")
-        lines, new, changed = source.lines, [], 0
-        for line in lines:
-            new.append(line)
-            m = opened.match(line.rstrip("\n"))
-            if m and is_statement(line):
-                new.append(
-                    f'{m.group(1)}{m.group(2)}.draft("RGB", ({m.group(2)}.width // '
-                    f"{f}, {m.group(2)}.height // {f}))"
-                    f"  # decode JPEGs at 1/{f} size\n"
-                )
-                changed += 1
-                continue
-            m = imread.match(line.rstrip("\n"))
-            if m and "IMREAD" not in line:
-                new[-1] = f"{m.group(1)}{m.group(2)}, cv2.IMREAD_REDUCED_COLOR_{f}{m.group(3)}\n"
-                changed += 1
+        text, changed = reduced_decode_text(source.lines, f)
         if not changed:
             return Patch(
                 None,
@@ -183,7 +194,6 @@ class ReducedDecode(Change):
                 False,
                 f"no `x = Image.open(...)` or cv2.imread line in {source.path.name}",
             )
-        text = "".join(new)
         try:
             with exec_patched(source, text) as module:
                 patched = getattr(module, type(owner).__name__, None)

@@ -262,3 +262,55 @@ class BatchStages:
 
 def dump_size(value: Any) -> int:
     return len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+# -- a patched __getitem__ (inline datasets) ---------------------------------------------------
+
+
+class PatchedMethodDataset:
+    """The user's dataset with ``__getitem__`` replaced by the patched method's text (the code the
+    diff prints), compiled in a copy of the namespace of the user's module, with the prefix cache
+    of ``cache_folder``. Workers rebuild the method after unpickling (it is kept as text)."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        module: str,
+        source: str,
+        filename: str,
+        cache_folder: str,
+        helpers: str = "",
+    ) -> None:
+        self.helpers = helpers  # module-level code the patched method calls
+        self.dataset = dataset
+        self.module = module
+        self.source = source
+        self.filename = filename
+        self.cache_folder = cache_folder
+        self._getitem: Any = None
+
+    def _build(self) -> Any:
+        import importlib
+        import sys
+
+        base = sys.modules.get(self.module) or importlib.import_module(self.module)
+        namespace = dict(vars(base))
+        namespace["SharedPrefixCache"] = SharedPrefixCache
+        namespace["_PREFIX_CACHE"] = SharedPrefixCache(self.cache_folder)
+        if self.helpers:
+            exec(compile(self.helpers, self.filename, "exec"), namespace)  # noqa: S102 - ours
+        exec(compile(self.source, self.filename, "exec"), namespace)  # noqa: S102 - the user's method, patched
+        return namespace["__getitem__"]
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        if self._getitem is None:
+            self._getitem = self._build()
+        return self._getitem(self.dataset, index)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_getitem"] = None
+        return state

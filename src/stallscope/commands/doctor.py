@@ -52,7 +52,7 @@ def build_parser() -> common.ArgumentParser:
         default=None,
         metavar="SECONDS",
         help="time budget of the code-change step: changes applied in the probes and raced"
-        " against the tuner's pick (default 30)",
+        " against the config the verdict picks (default 30)",
     )
     parser.add_argument(
         "--no-changes",
@@ -253,7 +253,8 @@ def _step_stages(
 
 
 def sweep_best(sections: dict[str, Any]) -> LoaderConfig | None:
-    """The config the sweep measured fastest (``scaling.best_index``), if the sweep ran."""
+    """The config the sweep measured fastest (``scaling.best_index``), if the sweep ran: it races
+    the tuner's finalists; it is not, by itself, what to use."""
     from ..record.sections import BenchSection
 
     bench = BenchSection.from_dict(sections)
@@ -287,12 +288,13 @@ def _step_tune(pipeline: Pipeline, args: Any, report: Report, record: RunRecord)
 def _step_changes(
     pipeline: Pipeline, args: Any, report: Report, record: RunRecord
 ) -> dict[str, Any]:
+    from ..analysis.run_verdict import decide
     from ..changes import DEFAULT_BUDGET_S, code_changes
 
-    # The best knob config is the tuner's pick; without a tune, the sweep's best, else the user's
-    # own.
-    best = (record.sections.get("best") or {}).get("config")
-    pick = LoaderConfig.from_dict(best) if best else sweep_best(record.sections)
+    # Changes race the run's one verdict (NOTE [one verdict]): the config the report tells the user
+    # to set (the user's own where keeping it is the verdict), never a config the race set aside.
+    chosen = decide(record.to_dict()).config
+    pick = LoaderConfig.from_dict(chosen) if chosen else sweep_best(record.sections)
     budget = args.changes_budget or DEFAULT_BUDGET_S
     result = code_changes(pipeline, pick, budget_s=budget, progress=report)
     return result.to_dict()

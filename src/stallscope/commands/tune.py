@@ -174,13 +174,13 @@ def emitted_config(target: str, section: dict[str, Any]) -> tuple[LoaderConfig, 
     """The config --emit prints and its comment: the user's own when the best is within noise of
     it."""
     from ..analysis import recommendations
-    from ..analysis.tune_rules import how_sure, keep_yours_sentence
+    from ..analysis.tune_rules import gain_floor, how_sure, keep_yours_sentence, keeps_yours
 
     best, baseline = section["best"], section["baseline"]
     lines = [f"stallscope tune {target}"]
-    if best.get("keep_baseline"):
+    if keeps_yours(section):  # the rule doctor's verdict reads too (NOTE [one verdict])
         config = LoaderConfig.from_dict(baseline["config"])
-        lines.append(f"Keep yours: {keep_yours_sentence(best, baseline)}.")
+        lines.append(f"Keep yours: {keep_yours_sentence(best, baseline, gain_floor(section))}.")
         for rec in recommendations(section):
             if rec.id == "persistent-workers":
                 x = rec.values

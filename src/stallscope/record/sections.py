@@ -69,6 +69,9 @@ class TuneSection(Section):
     trials: list[JSON] = doc("tune: every measured trial, in order", default_factory=list)
     tuning_seconds: float | None = doc("tune: seconds the search took")
     search: JSON | None = doc("tune: the search's region, plan, finalists, space and notes")
+    memory_budget: JSON | None = doc(
+        "tune: the memory budget and the measured memory of the recommended config's workers"
+    )
 
 
 @dataclass
@@ -207,6 +210,20 @@ class CompareSection(Section):
     stages_compared: JSON | None = doc("compare: both sides' stage tables and differences")
 
 
+@dataclass
+class AttachSection(Section):
+    """``attach``: a running process sampled from outside (NOTE [attach sampling])."""
+
+    attach: JSON | None = doc(
+        "attach: data wait of the training thread with its interval, threads, workers, stuck "
+        "threads and ranks, as counted from attach_capture"
+    )
+    attach_capture: JSON | None = doc(
+        "attach: the samples (frames, stacks, each thread's run-length coded samples in time "
+        "order), the process tree and the settings the figures are recounted from"
+    )
+
+
 SECTIONS: tuple[type[Section], ...] = (
     PipelineSection,
     BenchSection,
@@ -219,6 +236,7 @@ SECTIONS: tuple[type[Section], ...] = (
     LongRunSection,
     CeilingSection,
     CompareSection,
+    AttachSection,
 )
 
 # Keys of older (0.3) records that no section declares, each with why it is dropped on load.
@@ -227,6 +245,14 @@ LEGACY_KEYS: dict[str, str] = {
     "recommendations": "advice written by the probes of 0.3 and earlier; analysis derives today's "
     "from the measurements",
     "advice": "0.3 profile records' one-line advice; analysis derives it from the measurements",
+}
+
+
+# Keys a record written to a file carries that no probe writes: derived from the rest by analysis
+# for readers of the JSON (a CI job), dropped on load and recomputed by whatever renders the record.
+DERIVED_KEYS: dict[str, str] = {
+    "analysis": "the run's one verdict as analysis derives it from the record (NOTE [one verdict] "
+    "in analysis/run_verdict.py): for readers of the JSON; ignored on load, recomputed by report",
 }
 
 

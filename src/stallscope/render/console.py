@@ -2,8 +2,9 @@
 
 Two views of the same record. ``summary`` is what a command prints when it ends, chosen by the
 record's ``command``: its own tables (``console_bench``, ``console_tune``, ``console_check``,
-``console_stages``, ``console_profile``); a ``doctor`` record prints every section it holds, then
-"What to set and why" and any step that failed. ``report`` is the whole report document (the
+``console_stages``, ``console_profile``), after the run's one verdict where it has one
+(``bench``, ``tune``); a ``doctor`` record prints the verdict, then every section it holds as the
+evidence, then any step that failed. ``report`` is the whole report document (the
 Markdown one, shown by rich), what ``stallscope report RUN.json`` prints when asked for no file.
 """
 
@@ -17,7 +18,8 @@ from typing import Any
 from rich.console import Console
 
 from ..analysis.readers import as_record_dict
-from .console_advice import render_recommendations
+from .console_advice import render_verdict
+from .console_attach import render_attach
 from .console_bench import render_bench
 from .console_ceiling import render_ceiling
 from .console_changes import render_code_changes
@@ -25,7 +27,7 @@ from .console_check import render_check
 from .console_compare import render_compare
 from .console_profile import render_profile
 from .console_stages import render_stages
-from .console_tune import render_tune, render_what_to_set
+from .console_tune import render_tune
 
 Section = Callable[[dict[str, Any], Console], None]
 
@@ -38,6 +40,7 @@ SECTIONS: dict[str, Section] = {
     "tune": render_tune,
     "profile": render_profile,
     "compare": render_compare,
+    "attach": render_attach,
 }
 _SECTION_KEYS = {
     "check": "findings",
@@ -46,6 +49,7 @@ _SECTION_KEYS = {
     "tune": "best",
     "profile": "stall_fraction",
     "compare": "ratio",
+    "attach": "attach_capture",
 }
 
 VIEWS = ("summary", "report")
@@ -70,12 +74,10 @@ class ConsoleRenderer:
 
             console.print(Markdown(MarkdownRenderer().render(data)))
         elif data.get("command") in SECTIONS:
+            if data["command"] in ("tune", "bench"):
+                render_verdict(data, console)
             SECTIONS[data["command"]](data, console)
             render_ceiling(data, console)
-            if data["command"] == "tune":
-                render_what_to_set(data, console)
-            elif data["command"] == "bench":
-                render_recommendations(data, console)
         else:
             _print_everything(data, console)
 
@@ -94,7 +96,9 @@ class ConsoleRenderer:
 
 
 def _print_everything(data: dict[str, Any], console: Console) -> None:
-    """A doctor record: every section it holds, then what to set, then the steps that failed."""
+    """A doctor record: the verdict first, then every section it holds (the evidence), then the
+    steps that failed."""
+    render_verdict(data, console)
     for command, section in SECTIONS.items():
         if _SECTION_KEYS[command] not in data:
             continue
@@ -105,7 +109,6 @@ def _print_everything(data: dict[str, Any], console: Console) -> None:
         console.print()
         render_code_changes(data, console)
     render_ceiling(data, console)
-    render_what_to_set(data, console)
     for failure in data.get("step_failures", []):
         console.print(f"[red]{failure['step']} failed:[/] {failure['message']}")
     for item in data.get("not_run", []):

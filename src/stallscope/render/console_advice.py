@@ -41,3 +41,28 @@ def render_recommendations(data: dict[str, Any], console: Console, *, bullet: st
         parts = recommendation_parts(rec)
         if parts:
             console.print(f"{bullet} " + inline_markup(parts))
+
+
+def print_blocks(blocks: list[Any], console: Console) -> None:
+    """Document blocks (paragraphs, bullets, code) on the console, in the reports' words."""
+    for block in blocks:
+        if isinstance(block, dm.Paragraph):
+            console.print(inline_markup(block.parts))
+        elif isinstance(block, dm.Bullets):
+            for item in block.items:
+                console.print("• " + inline_markup(item))
+        elif isinstance(block, dm.CodeBlock):
+            console.print(escape(block.text))
+
+
+def render_verdict(data: dict[str, Any], console: Console) -> None:
+    """The run's one verdict (NOTE [one verdict] in analysis/run_verdict.py), under a rule: printed
+    first, the evidence after it."""
+    from .document_verdict import verdict_blocks
+
+    blocks = verdict_blocks(data)
+    if not blocks:
+        return
+    console.rule("[bold]Verdict")
+    print_blocks(blocks, console)
+    console.rule("[dim]Evidence", style="dim")

@@ -1,4 +1,4 @@
-"""Console summary of a bench record: one table, best marked, noise stated."""
+"""Console summary of a bench record: one table, the verdict's config marked, noise stated."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
+from ..analysis.invariants import ran_label
+from ..analysis.run_verdict import decide
 from .report_format import fmt_fixed
 
 
@@ -17,6 +19,19 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         return
     scaling = data.get("scaling") or {}
     best_index = scaling.get("best_index")
+    # ★ marks the verdict's config (NOTE [one verdict]) where the sweep measured it.
+    chosen = decide(data).config
+    steady = {k: v for k, v in (chosen or {}).items() if k != "persistent_workers"}
+    star = next(
+        (
+            i
+            for i, r in enumerate(results)
+            if chosen is not None
+            and {k: v for k, v in (r.get("config") or {}).items() if k != "persistent_workers"}
+            == steady
+        ),
+        None,
+    )
     table = Table(
         title="DataLoader throughput (steady state; start-up reported separately)",
         title_justify="left",
@@ -51,9 +66,10 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         rate = r["samples_per_s"]
         res = r.get("resources") or {}
         copies = bool(r.get("duplicates"))
-        style = "bold green" if i == best_index else ("yellow" if copies else None)
+        style = "bold green" if i == star else ("yellow" if copies else None)
         table.add_row(
-            ("★ " if i == best_index else "⚠ " if copies else "  ") + r["label"],
+            ("★ " if i == star else "⚠ " if copies else "  ")
+            + escape(ran_label(data, r.get("config"), r.get("label"))),
             fmt_fixed(rate["median"]),
             f"{fmt_fixed(rate['min'])}–{fmt_fixed(rate['max'])}",
             *([fmt_fixed((r.get("tokens_per_s") or {}).get("median"), 0)] if tokens else []),
@@ -75,9 +91,12 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         )
     best = results[best_index] if best_index is not None else None
     if best is not None:
+        # The fastest row of the sweep, said as such: the verdict decides what to use.
         noise = best.get("noise")
         console.print(
-            f"Best: [bold]{best['label']}[/] at {best['samples_per_s']['median']:,.1f} samples/s"
+            f"Fastest in the sweep: [bold]"
+            f"{escape(ran_label(data, best.get('config'), best.get('label')))}[/] at "
+            f"{best['samples_per_s']['median']:,.1f} samples/s"
             + (
                 f" ({best['tokens_per_s']['median']:,.0f} tokens/s)"
                 if best.get("tokens_per_s")

@@ -1,4 +1,4 @@
-"""Console section of the code-change step: each change's speed-up over the best knob config,
+"""Console section of the code-change step: each change's speed-up over the knob config it raced,
 its rounds, its side effect, and the diff."""
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ def render_code_changes(data: dict[str, Any], console: Console) -> None:
     if facts is None:
         return
     table = Table(
-        title="Code changes, applied and measured against the best knob config"
+        title="Code changes, applied and raced against the knob config"
         + (f" ({facts.pick_label})" if facts.pick_label else ""),
         title_justify="left",
     )
     table.add_column("change")
-    table.add_column("vs best knobs", justify="right")
+    table.add_column("vs that config", justify="right")
     table.add_column("rounds", justify="right")
     table.add_column("side effect")
     for row in facts.rows:

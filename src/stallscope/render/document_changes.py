@@ -1,5 +1,5 @@
 """The report's "Code changes, applied and measured" section: each change stallscope applied inside
-its probes, its speed-up over the best knob config with the rounds behind it, its measured side
+its probes, its speed-up over the knob config it raced with the rounds behind it, its measured side
 effect and the diff (shown only where the patched code ran for two batches)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def code_changes_section(
     if facts.pick_label:
         text = (
             "Each change was applied inside stallscope's probes (your files were not touched) and "
-            "raced against the best knob config, "
+            "raced against the knob config "
         )
         blocks.append(
             dm.Paragraph(
@@ -43,7 +43,7 @@ def code_changes_section(
         ]
         blocks.append(
             dm.Table(
-                ["Change", "vs best knobs", "rounds", "samples/s", "alters samples"], rows, "lrrrl"
+                ["Change", "vs that config", "rounds", "samples/s", "alters samples"], rows, "lrrrl"
             )
         )
     for note in facts.notes:
@@ -82,7 +82,7 @@ def _change(row: CodeChangeRow, n: int) -> dm.Section:
         blocks.append(
             dm.Paragraph(
                 [
-                    f"{rf.fmt_ratio(row.speedup)} the best knob config "
+                    f"{rf.fmt_ratio(row.speedup)} the knob config it raced "
                     f"({rf.fmt_rate(row.samples_per_s)} vs {rf.fmt_rate(row.pick_samples_per_s)} "
                     f"samples/s, median of {dm.plural(row.rounds, 'interleaved round')})."
                 ]

@@ -1,6 +1,6 @@
-"""Report sections on what was measured: the bench sweep, the tuner, the best configuration, the
-stage breakdown and the training loop. Each builder returns ``(section, headline)``; ``None`` where
-the facts are absent."""
+"""Report sections on what was measured: the bench sweep, the tuner, the stage breakdown and the
+training loop (the config to use is the verdict's, ``document_verdict``). Each builder returns
+``(section, headline)``; ``None`` where the facts are absent."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 
 from ..analysis import (
     BenchFacts,
-    BestConfig,
     StageFacts,
     TrainingFacts,
     TuningFacts,
@@ -94,7 +93,7 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
     if bench.best is not None:
         best = bench.best
         parts: dm.Text = [
-            "Fastest: ",
+            "Fastest in the sweep: ",
             dm.config_code(best.label),
             f" at {rf.fmt_rate(best.samples_per_s)} samples/s",
         ]
@@ -120,7 +119,7 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
             )
         blocks.append(dm.Paragraph(parts))
         headline = [
-            f"Fastest of {dm.plural(bench.measured, 'benchmarked configuration')}: ",
+            f"Fastest of {dm.plural(bench.measured, 'configuration')} in the sweep: ",
             dm.config_code(best.label),
             ", ",
             f"{rf.fmt_rate(best.samples_per_s)} samples/s",
@@ -151,13 +150,15 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
             dm.config_code(tuning.baseline.label),
             f" ({rf.fmt_rate(tuning.baseline.samples_per_s)} samples/s)",
         ]
-    if tuning.runner_up and tuning.margin is not None:
+    if tuning.runner_up and tuning.margin:
         parts += [
-            f", {rf.fmt_fraction(tuning.margin - 1.0)} faster than the runner-up ",
+            "; the runner-up ",
             dm.config_code(tuning.runner_up),
+            f" ran at {rf.fmt_fraction(1.0 / tuning.margin)} of it",
         ]
-    if tuning.confidence is not None:
-        parts.append(f"; confidence: {rf.fmt_value(tuning.confidence)}")
+    confidence = number(tuning.confidence)
+    if confidence is not None and (tuning.rounds or 0) >= 2:
+        parts.append(f"; confidence: {rf.fmt_fraction(confidence)}")
         if tuning.rounds is not None:
             parts.append(f" over {dm.plural(tuning.rounds, 'interleaved round')}")
     parts.append(".")
@@ -284,54 +285,6 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
         headline.append(" (not confirmed: the budget ran out)")
     headline.append(".")
     return dm.Section("tuning", "Tuning", blocks), headline
-
-
-# -- best configuration ----------------------------------------------------------------
-def best_section(best: BestConfig, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
-    if best.keep_baseline and best.best_found is not None:
-        parts: dm.Text = [
-            dm.Strong("Keep yours:"),
-            " your loader ",
-            dm.config_code(best.label),
-            f" is within {rf.fmt_percent(best.within_pct)} of the best found, ",
-            dm.config_code(best.best_found.label),
-            f" ({rf.fmt_rate(best.samples_per_s)} vs {rf.fmt_rate(best.best_found.samples_per_s)} "
-            "samples/s); no change is recommended.",
-        ]
-        blocks: list[dm.Block] = [dm.Paragraph(parts)]
-        if best.snippet:
-            blocks += [
-                dm.Paragraph(["Your loader call, unchanged:"]),
-                dm.CodeBlock(best.snippet, "python"),
-            ]
-        return dm.Section("best-configuration", "Best configuration", blocks), None
-    where = "by the tuner" if best.source == "tune" else "in the benchmark sweep"
-    parts = [
-        dm.config_code(best.label),
-        f" measured {rf.fmt_rate(best.samples_per_s)} samples/s {where}",
-    ]
-    if best.baseline is not None and best.speedup is not None:
-        parts += [
-            f", {rf.fmt_ratio(best.speedup)} ",
-            dm.config_code(best.baseline.label),
-            f" ({rf.fmt_rate(best.baseline.samples_per_s)} samples/s)",
-        ]
-    if best.overruled is not None:
-        parts += [
-            "; the tuner's pick ",
-            dm.config_code(best.overruled.label),
-            f" ({rf.fmt_rate(best.overruled.samples_per_s)} samples/s) never raced it head to "
-            "head and was slower beyond the noise",
-        ]
-    if not best.snippet:
-        parts.append(".")
-        return dm.Section("best-configuration", "Best configuration", [dm.Paragraph(parts)]), None
-    parts += [". Your loader call with these settings (", dm.Code("# was"), " marks what changed):"]
-    return dm.Section(
-        "best-configuration",
-        "Best configuration",
-        [dm.Paragraph(parts), dm.CodeBlock(best.snippet, "python")],
-    ), None
 
 
 # -- stages ---------------------------------------------------------------------------

@@ -53,9 +53,11 @@ li { margin: 4px 0; }
 border-radius: 0 6px 6px 0;
            font-size: 16px; }
 .verdict.unsafe, .verdict.input-bound { border-color: var(--fail); background: #fdf0f1; }
-.verdict.loader-limited, .verdict.balanced, .verdict.stage-bound { border-color: var(--warn); \
+.verdict.loader-limited, .verdict.balanced, .verdict.stage-bound, .verdict.switch { \
+border-color: var(--warn);
 background: #fdf7e7; }
-.verdict.near-optimal, .verdict.compute-bound, .verdict.no-errors { border-color: var(--pass); \
+.verdict.near-optimal, .verdict.compute-bound, .verdict.no-errors, .verdict.keep-yours { \
+border-color: var(--pass);
 background: #eef8f1; }
 .status { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; \
 font-weight: 600;

@@ -17,6 +17,7 @@ from ..analysis import ReportFacts, Verdict, report_facts
 from ..analysis.readers import as_record_dict, number
 from . import document_model as dm
 from . import report_format as rf
+from .document_attach import attach_sections
 from .document_ceiling import ceiling_section
 from .document_changes import code_changes_section
 from .document_checks import (
@@ -29,18 +30,17 @@ from .document_compare import compare_sections
 from .document_costs import cpu_section, epoch_section, memory_section
 from .document_results import (
     bench_section,
-    best_section,
     stage_section,
     training_section,
     tuning_section,
 )
+from .document_verdict import verdict_blocks
 
 # (ReportFacts field, builder), in report order: each builder gets that field's facts and returns
 # (section or None, headline or None).
 SECTION_BUILDERS = (
     ("bench", bench_section),
     ("tuning", tuning_section),
-    ("best", best_section),
     ("ceiling", ceiling_section),
     ("stages", stage_section),
     ("code_changes", code_changes_section),
@@ -76,9 +76,12 @@ def build_document(record: Any) -> dm.Document:
             section.subsections or any(not isinstance(b, dm.Figure) for b in section.blocks)
         ):
             sections.append(section)
-        if headline:
+        # The config and its rate are the verdict's: a section's own headline on them would be a
+        # second judge (NOTE [one verdict]).
+        if headline and field not in ("bench", "tuning"):
             headlines.append(headline)
-    summary = _summary_section(facts, headlines)
+    sections[0:0] = attach_sections(r)
+    summary = _summary_section(facts, headlines, verdict_blocks(r))
     if summary is not None:
         sections.insert(0, summary)
     return dm.Document(
@@ -141,9 +144,13 @@ def _host_sentence(host: dict[str, Any]) -> dm.Text:
 
 
 # -- executive summary -------------------------------------------------------------
-def _summary_section(facts: ReportFacts, headlines: list[dm.Text]) -> dm.Section | None:
-    blocks: list[dm.Block] = []
-    if facts.verdict is not None:
+def _summary_section(
+    facts: ReportFacts, headlines: list[dm.Text], verdict: list[dm.Block]
+) -> dm.Section | None:
+    """The verdict first: what to use, how sure, what bounds it, what buys more, what was not
+    measured (``document_verdict``); then the checks' and the other sections' headlines."""
+    blocks: list[dm.Block] = list(verdict)
+    if facts.verdict is not None and facts.verdict.label not in _SAID_BY_THE_VERDICT:
         blocks.append(
             dm.Paragraph(
                 [dm.Strong(f"Verdict: {facts.verdict.label}."), " ", *_verdict_text(facts.verdict)],
@@ -152,7 +159,11 @@ def _summary_section(facts: ReportFacts, headlines: list[dm.Text]) -> dm.Section
         )
     if headlines:
         blocks.append(dm.Bullets(headlines))
-    return dm.Section("summary", "Executive summary", blocks) if blocks else None
+    return dm.Section("summary", "Verdict", blocks) if blocks else None
+
+
+# Headline labels whose content (the config to use and its rate) the verdict says itself.
+_SAID_BY_THE_VERDICT = {"near-optimal", "loader-limited", "measured"}
 
 
 def _verdict_text(v: Verdict) -> dm.Text:

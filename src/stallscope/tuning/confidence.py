@@ -199,6 +199,7 @@ class Decision:
         False  # another raced config was within tie_margin of the leader; the cheapest was kept
     )
     tie_margin: float = MARGIN
+    noisy_tie: bool = False  # the rounds were too noisy to tell the pick from a faster leader
 
 
 def decide(
@@ -207,15 +208,19 @@ def decide(
     margin: float = MARGIN,
     min_rounds: int = MIN_ROUNDS,
     confident_rounds: int = CONFIDENT_ROUNDS,
+    noisy: bool = False,
 ) -> Decision:
     """Pick among raced configs: the cheapest of those tied with the leader, and how sure that is.
 
     The leader has the highest median rate. A config is tied with it when its
     paired median ratio to the leader is at least 1 − ``margin``; the cheapest
-    tied config is the pick (``tie`` when there was more than one). The
-    confidence is NOTE [what the confidence states]'s: None when the pick raced
-    fewer than ``min_rounds`` rounds, at most ``FEW_ROUNDS_CAP`` below
-    ``confident_rounds``.
+    tied config is the pick (``tie`` when there was more than one). ``noisy``
+    (the rounds' spread is beyond what the search can resolve): a config that
+    raced ``min_rounds`` rounds or more and is not :func:`clearly_slower` than
+    the leader is tied with it too: the rounds cannot tell them apart, and
+    the cheaper config is kept (``noisy_tie``). The confidence is NOTE [what the
+    confidence states]'s: None when the pick raced fewer than ``min_rounds``
+    rounds, at most ``FEW_ROUNDS_CAP`` below ``confident_rounds``.
     """
     medians = {c: m for c in log.configs() if (m := log.median(c)) is not None}
     if not medians:
@@ -228,8 +233,17 @@ def decide(
             return statistics.median(paired)
         return medians[config] / medians[leader] if medians[leader] > 0 else 0.0
 
-    tied = [c for c in medians if c == leader or to_leader(c) >= 1 - margin]
+    def indistinct(config: LoaderConfig) -> bool:
+        return (
+            noisy
+            and log.rounds_of(config) >= min_rounds
+            and not clearly_slower(log.ratios(config, leader), tolerance=margin)
+        )
+
+    within = [c for c in medians if c == leader or to_leader(c) >= 1 - margin]
+    tied = within + [c for c in medians if c not in within and indistinct(c)]
     pick = min(tied, key=cost_key)
+    noisy_tie = pick not in within
     tie = len(tied) > 1
     rivals = [c for c in medians if c != pick]
     mine = log.rounds_of(pick)
@@ -251,6 +265,7 @@ def decide(
             margin=margin_ratio,
             tie=tie,
             tie_margin=margin,
+            noisy_tie=noisy_tie,
         )
     doubt = 0.0
     for rival in rivals:
@@ -269,6 +284,7 @@ def decide(
         margin_interval=interval,
         tie=tie,
         tie_margin=margin,
+        noisy_tie=noisy_tie,
     )
 
 

@@ -55,8 +55,23 @@ of the time budget:
    workers, on the config to recommend (:mod:`.persistence`); the flag is
    recommended only on that measurement.
 
-The memory budget (:class:`MemoryBudget`) vetoes any config whose workers and
-in-flight batches would not fit before it is measured.
+The memory budget (:class:`MemoryBudget`, NOTE [memory budget] in space.py) is a
+limit on measured memory: no config is measured whose conservative estimate
+(the largest per-worker memory measured so far, times its workers, plus its
+in-flight batches) exceeds it, and no config whose measured footprint exceeds
+it races, is picked or is recommended. On a busy machine more processes win
+more of the CPU from the other jobs, so the scan's rates favour them: only the
+measured budget stops the climb there.
+
+Noise decides for the cheaper config. A climb or refine step whose gain would
+count (above :meth:`~.search_state.SearchState._sig`) but lies within the
+measurements' own, uncapped noise is "too noisy to tell": the dearer config
+stays out of the race and a note says so. In the race, when the rounds'
+spread exceeds ``MAX_SIG``, a cheaper config that is not clearly slower than
+the leader (paired by round, :func:`~.confidence.clearly_slower`) is tied
+with it, and the cheaper is kept (``decide(noisy=True)``; the record's
+``search.noisy_tie``); with fewer rounds than a confidence needs, the scan's
+window noise decides the same way.
 """
 
 from __future__ import annotations
@@ -69,12 +84,13 @@ from typing import Any
 
 from ..config import LoaderConfig
 from ..throughput.epochs import epoch_batches
-from .confidence import Decision, decide_from_scan, keeps_baseline, within_pct
+from .confidence import Decision, decide, decide_from_scan, keeps_baseline, within_pct
 from .persistence import choose_persistent, choose_start_method
 from .race import Race, entrants
 from .regions import Region, classify
-from .search_state import MAX_SIG, SearchState  # noqa: F401 - MAX_SIG: its home before the split
+from .search_state import MAX_SIG, SearchState
 from .space import (
+    MB,
     MemoryBudget,
     Profile,
     SearchSettings,
@@ -123,6 +139,8 @@ class Search(SearchState):
         self.skipped: list[dict[str, str]] = []
         self.plan: dict[str, Any] = {}
         self._scan: dict[LoaderConfig, Trial] = {}
+        # Configs whose gain over a cheaper one was within the noise: kept out of the race.
+        self.unresolved: set[LoaderConfig] = set()
         self.race = Race(
             evaluator,
             self.settings,
@@ -242,9 +260,14 @@ class Search(SearchState):
             trial = self.measure(self.workers(nxt), "climb", share=share)
             if trial is None or not trial.ok:
                 return
+            if self.memory.over(trial.config):
+                return  # measured beyond the memory budget (noted): no further up
             gain = trial.samples_per_s / here.samples_per_s if here.samples_per_s > 0 else 0.0
             if gain < 1 + self._sig(here, trial):
                 return  # plateau or decline: refine between the neighbours instead
+            if self.too_noisy(here, trial, gain):
+                self.unresolved.add(trial.config)
+                return  # the noise hides whether the step gained: keep the cheaper
             current, last_gain, last_factor = nxt, gain, float(nxt) / current
 
     def _refine(self, rounds: int = 3) -> None:
@@ -254,8 +277,10 @@ class Search(SearchState):
             if not scanned:
                 return
             best = max(scanned, key=lambda w: scanned[w])
-            lower = [w for w in scanned if w < best]
-            upper = [w for w in scanned if w > best]
+            # Neighbours measured over the memory budget bound the bracket too: a midpoint may fit.
+            every = self._scanned_worker_counts(within_budget=False)
+            lower = [w for w in every if w < best]
+            upper = [w for w in every if w > best]
             mids = []
             for neighbour in (max(lower) if lower else None, min(upper) if upper else None):
                 if neighbour is None:
@@ -267,13 +292,25 @@ class Search(SearchState):
                     mid = int(round(math.sqrt(lo * hi)))
                 else:
                     mid = None
-                if mid is not None and lo < mid < hi and mid not in scanned:
+                if mid is not None and lo < mid < hi and mid not in every:
                     mids.append(mid)
             if not mids:
                 return
             for mid in mids:
-                if self.measure(self.workers(mid), "refine", share=share) is None:
+                trial = self.measure(self.workers(mid), "refine", share=share)
+                if trial is None:
                     return
+                self._resolve(self._scan[self.workers(best)], trial)
+
+    def _resolve(self, a: Trial, b: Trial) -> None:
+        """Of two measured worker counts, the dearer one stays out of the race where its gain over
+        the cheaper is within the measurements' noise (:meth:`too_noisy`)."""
+        if not (a.ok and b.ok):
+            return
+        cheaper, dearer = sorted((a, b), key=lambda t: cost_key(t.config))
+        gain = dearer.samples_per_s / cheaper.samples_per_s if cheaper.samples_per_s > 0 else 0.0
+        if gain > 1 and self.too_noisy(cheaper, dearer, gain):
+            self.unresolved.add(dearer.config)
 
     def _jittery(self) -> bool:
         # Only the in-process per-item times: inter-batch waits with many workers are bursty by
@@ -302,7 +339,7 @@ class Search(SearchState):
 
     def _improves(self, variant: LoaderConfig, parent: LoaderConfig) -> bool:
         a, b = self._scan.get(variant), self._scan.get(parent)
-        if a is None or b is None or not a.ok or not b.ok:
+        if a is None or b is None or not a.ok or not b.ok or self.memory.over(variant):
             return False
         return a.samples_per_s > b.samples_per_s * (1 + self._sig(a, b) / 2)
 
@@ -365,7 +402,7 @@ class Search(SearchState):
     def finalists(self) -> list[LoaderConfig]:
         """The best few scanned configs, plus the cheapest one within a few percent of the best."""
         ranked = sorted(
-            ((t.samples_per_s, c) for c, t in self._scan.items() if t.ok), key=lambda p: -p[0]
+            ((t.samples_per_s, c) for c, t in self.usable().items()), key=lambda p: -p[0]
         )
         if not ranked:
             return []
@@ -400,13 +437,54 @@ class Search(SearchState):
         return self.affordable(seconds + reserve)
 
     def _confirm(self) -> Decision:
-        ok = {c: t.samples_per_s for c, t in self._scan.items() if t.ok}
-        decision = self.race.run(entrants(ok, self.finalists(), self.seeds, self.baseline))
+        # Only configs within the memory budget race (NOTE [memory budget] in space.py).
+        usable = self.usable()
+        # The caller's seeds and the user's own config race whatever the scan's noise said, as
+        # long as they fit.
+        for config in [self.baseline, *(c for c, _ in self.seeds)]:
+            trial = self._scan.get(config)
+            if trial is not None and trial.ok and not self.memory.over(config):
+                usable[config] = trial
+        ok = {c: t.samples_per_s for c, t in usable.items()}
+        seeds = [(c, role) for c, role in self.seeds if c in usable]
+        decision = self.race.run(entrants(ok, self.finalists(), seeds, self.baseline))
         if decision is None:
             # Not one round raced: single measurements pick, and within their noise floor the
             # cheaper config.
             tolerance = max(self.settings.tolerance, self.settings.min_gain)
-            decision = decide_from_scan(self._scan, self.baseline, tolerance=tolerance)
+            return decide_from_scan(usable, self.baseline, tolerance=tolerance)
+        noise = self.race.noise()
+        if self.race.rounds < self.settings.min_rounds:
+            return self._cheaper_within_window_noise(decision)
+        if noise is not None and noise > MAX_SIG:
+            # The rounds spread wider than the search can resolve: configs they cannot tell apart
+            # from the fastest are tied with it, and the cheaper is kept.
+            decision = decide(self.race.log, margin=self.settings.tie_margin, noisy=True)
+            if decision.noisy_tie:
+                self._note(
+                    f"too noisy to tell {decision.pick.label()} from {decision.leader.label()}: "
+                    f"the rounds' rates spread {noise:.0%} (beyond the {MAX_SIG:.0%} the search "
+                    f"resolves) and {decision.pick.label()} was not clearly slower, so the "
+                    "cheaper config is kept"
+                )
+        return decision
+
+    def _cheaper_within_window_noise(self, decision: Decision) -> Decision:
+        """Fewer rounds than a confidence needs: the cheapest raced config whose single
+        measurements cannot tell it from the pick (:meth:`too_noisy`) is kept instead."""
+        pick = decision.pick
+        mine = self._scan.get(pick)
+        if mine is None or pick not in decision.medians:
+            return decision
+        for config in sorted(decision.medians, key=cost_key):
+            if cost_key(config) >= cost_key(pick):
+                break
+            theirs = self._scan.get(config)
+            rate = decision.medians[config]
+            if theirs is None or rate <= 0:
+                continue
+            if self.too_noisy(theirs, mine, decision.medians[pick] / rate):
+                return dataclasses.replace(decision, pick=config, tie=True, noisy_tie=True)
         return decision
 
     # -- start-up and epoch boundaries ----------------------------------------------------
@@ -490,6 +568,12 @@ class Search(SearchState):
             min_gain=self.settings.min_gain,
             seed=self.settings.seed,
         )
+        if keep and self.memory.over(self.baseline):
+            keep = False  # the user's own config is beyond the budget: not a config to keep
+            self._note(
+                f"your config {self.baseline.label()} measured beyond the memory budget, so the "
+                f"pick is {pick.label()}, within it"
+            )
         startup = self._startup_of(pick)
         if keep:
             _, persistent = self._persistent(self.baseline)
@@ -531,7 +615,31 @@ class Search(SearchState):
             within_pct=within_pct(rate, base_rate),
             plan=self.plan,
             persistent=persistent,
+            pick_memory=self._pick_memory(self.baseline if keep else pick),
+            noisy_tie=None
+            if not decision.noisy_tie
+            else {
+                "pick": decision.pick.label(),
+                "leader": decision.leader.label(),
+                "rounds_noise": None if noise is None else round(noise, 4),
+                "resolvable_noise": MAX_SIG,
+            },
         )
+
+    def _pick_memory(self, config: LoaderConfig) -> dict[str, Any]:
+        """The budget and the measured memory of the config to recommend (NOTE [memory budget])."""
+        memory = self.memory
+        measured = memory.measured_bytes(_memory_shape(config, self._scan))
+        need = measured if measured is not None else memory.need(config)
+        return {
+            "budget_mb": round(memory.budget_bytes / MB, 1),
+            "workers_mb": round(need / MB, 1),
+            "measured": measured is not None,
+            "within_budget": need <= memory.budget_bytes,
+            "over_budget": [
+                c.label() for c in sorted(memory.footprints, key=cost_key) if memory.over(c)
+            ],
+        }
 
     def _startup_of(self, config: LoaderConfig) -> float | None:
         values = [
@@ -540,6 +648,17 @@ class Search(SearchState):
             if t.config == config and t.ok and t.startup_s is not None
         ]
         return statistics.median(values) if values else None
+
+
+def _memory_shape(config: LoaderConfig, scan: dict[LoaderConfig, Trial]) -> LoaderConfig:
+    """The measured config that holds the same memory as ``config``: the pick may differ from it
+    only in persistent_workers, which keeps the same workers alive across epochs."""
+    if config in scan:
+        return config
+    for other in scan:
+        if other.replace(persistent_workers=config.persistent_workers) == config:
+            return other
+    return config
 
 
 def run_search(

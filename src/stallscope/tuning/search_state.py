@@ -38,6 +38,7 @@ class SearchState:
     skipped: list[dict[str, str]]
     race: Race
     _scan: dict[LoaderConfig, Trial]
+    unresolved: set[LoaderConfig]
     _template: LoaderConfig
 
     def workers(self, n: int, **changes: Any) -> LoaderConfig:
@@ -55,8 +56,27 @@ class SearchState:
     def _sig(self, *trials: Trial) -> float:
         """The gain that counts as real: the floor, or twice the combined window noise (capped:
         when unsure, one more step up costs a measurement, stopping early can cost the optimum)."""
-        se = math.sqrt(sum((t.rel_se or 0.0) ** 2 for t in trials))
-        return max(self.settings.min_gain, min(2 * se, MAX_SIG))
+        return max(self.settings.min_gain, min(self._window_noise(*trials), MAX_SIG))
+
+    @staticmethod
+    def _window_noise(*trials: Trial) -> float:
+        """Twice the combined window noise of single measurements, uncapped."""
+        return 2 * math.sqrt(sum((t.rel_se or 0.0) ** 2 for t in trials))
+
+    def too_noisy(self, cheaper: Trial, dearer: Trial, gain: float) -> bool:
+        """Whether the dearer config's gain over the cheaper one, large enough to count as real by
+        :meth:`_sig` (capped at ``MAX_SIG``), is still within the measurements' noise: single
+        measurements cannot tell the two apart, so the cheaper is kept (said in a note) rather than
+        paid for in processes and memory."""
+        noise = self._window_noise(cheaper, dearer)
+        if noise <= MAX_SIG or gain >= 1 + noise or gain < 1 + self._sig(cheaper, dearer):
+            return False  # quiet enough, beyond the noise, or no gain that would count anyway
+        self._note(
+            f"too noisy to tell {dearer.config.label()} from {cheaper.config.label()}: "
+            f"{gain - 1:+.0%} is within the measurements' noise (±{noise:.0%}), so the cheaper "
+            f"{cheaper.config.label()} is kept"
+        )
+        return True
 
     def rate(self, config: LoaderConfig) -> float:
         raced = self.race.log.median(config)
@@ -107,6 +127,7 @@ class SearchState:
                 f"skipped {config.label()}: needs about {self.memory.need(config) / MB:.0f} MB, "
                 f"over the {self.memory.budget_bytes / MB:.0f} MB memory budget"
             )
+            self._skip(config, "not measured: its estimated memory exceeds the memory budget")
             return None
         window = self.settings.scan_window_s
         if not force and not self.affordable(self.estimate_cost(config, window), share):
@@ -120,25 +141,48 @@ class SearchState:
 
     def _record(self, trial: Trial) -> None:
         self.trials.append(trial)
-        if trial.config.num_workers > 0:
-            self.memory.observe(trial.worker_bytes)
+        config = trial.config
+        if config.num_workers > 0:
+            total = trial.workers_bytes
+            if total is None and trial.worker_bytes is not None:
+                total = trial.worker_bytes * config.num_workers
+            self.memory.observe_config(config, total)
+            if self.memory.over(config):
+                self._note(
+                    f"{config.label()} measured {self.memory.need(config) / MB:,.0f} MB (workers "
+                    f"and in-flight batches), over the {self.memory.budget_bytes / MB:,.0f} MB "
+                    "memory budget: it is not raced, picked or recommended"
+                )
+                self._skip(config, "its measured memory exceeds the memory budget")
         if trial.error:
             self._note(f"{trial.config.label()} failed: {trial.error}")
         if self.on_trial is not None:
             self.on_trial(trial)
 
-    def _scanned_worker_counts(self) -> dict[int, float]:
-        """Rate per worker count among plain worker configs (the template's other knobs)."""
+    def _scanned_worker_counts(self, *, within_budget: bool = True) -> dict[int, float]:
+        """Rate per worker count among plain worker configs (the template's other knobs); only
+        those within the memory budget unless ``within_budget`` is False."""
         out: dict[int, float] = {}
         for config, trial in self._scan.items():
+            if within_budget and self.memory.over(config):
+                continue
             if trial.ok and config == self.workers(config.num_workers):
                 out[config.num_workers] = trial.samples_per_s
         return out
 
+    def usable(self) -> dict[LoaderConfig, Trial]:
+        """The scan's successful trials within the memory budget: the ones that may race or be
+        picked (NOTE [memory budget])."""
+        return {
+            c: t
+            for c, t in self._scan.items()
+            if t.ok and not self.memory.over(c) and c not in self.unresolved
+        }
+
     def best_scanned(
         self, predicate: Callable[[LoaderConfig], bool] = lambda c: True
     ) -> LoaderConfig | None:
-        found = [(t.samples_per_s, c) for c, t in self._scan.items() if t.ok and predicate(c)]
+        found = [(t.samples_per_s, c) for c, t in self.usable().items() if predicate(c)]
         if not found:
             return None
         return max(found, key=lambda pair: pair[0])[1]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import LoaderConfig
@@ -75,26 +75,67 @@ class Profile:
 class MemoryBudget:
     """Workers and in-flight batches must fit in ``budget_bytes`` (tf.data's ``ram_budget`` idea).
 
-    Need = workers × (private memory per worker + prefetch_factor × batch bytes
-    + worker_threads × ``THREAD_BYTES``). Per-worker memory is assumed
-    (``DEFAULT_WORKER_BYTES``) until a worker has been measured, then the
-    largest measured value is used. A fetch thread costs far less than a
-    process: its touched stack pages and the item it holds.
+    NOTE [memory budget]
+    The budget is a limit on what the workers were *measured* to hold, not a preference. A measured
+    config's footprint is its workers' memory as measured (``footprints``: the peak of the workers'
+    resident memory summed over them, see ``tuner._workers_bytes``) plus its in-flight batches
+    (prefetch_factor × batch bytes per worker). Before a config is measured, it is estimated
+    conservatively: workers × (the largest per-worker memory measured so far on configs with at
+    least as many fetch threads per worker, :meth:`per_worker`) + its in-flight batches, with
+    ``DEFAULT_WORKER_BYTES`` (+ ``THREAD_BYTES`` per thread) per worker until one has been
+    measured. The search measures no config whose estimate exceeds the budget,
+    and races, picks and recommends no config whose measured footprint does (:meth:`over`).
+
+    Resident memory, not private (USS): a forked worker starts with the parent's pages shared, and
+    Python's reference counts and garbage collector copy them one by one as the worker runs, so a
+    short early reading of private memory (12 MB per worker on a latency-bound source) said 125
+    workers fit in 1500 MB, where each held 150 MB resident. Counting every page a worker maps
+    overstates what the workers add together while pages are still shared, never understates it.
     """
 
     budget_bytes: int
     batch_bytes: int = 0
     worker_bytes: int = DEFAULT_WORKER_BYTES
     measured: bool = False
+    # Measured workers' memory per config (bytes, in-flight batches not included).
+    footprints: dict[LoaderConfig, int] = field(default_factory=dict)
+
+    def _batches(self, config: LoaderConfig) -> int:
+        return config.num_workers * (config.prefetch_factor or 2) * self.batch_bytes
 
     def need(self, config: LoaderConfig) -> int:
+        """The config's footprint: measured where it was, else the conservative estimate."""
         if config.num_workers == 0:
             return 0
-        per_worker = self.worker_bytes + (config.prefetch_factor or 2) * self.batch_bytes
-        return config.num_workers * (per_worker + config.worker_threads * THREAD_BYTES)
+        measured = self.footprints.get(config)
+        if measured is not None:
+            return measured + self._batches(config)
+        return self.estimate(config)
+
+    def estimate(self, config: LoaderConfig) -> int:
+        if config.num_workers == 0:
+            return 0
+        return config.num_workers * self.per_worker(config.worker_threads) + self._batches(config)
+
+    def per_worker(self, threads: int = 0) -> int:
+        """A worker's memory with ``threads`` fetch threads, conservatively: the largest measured
+        per worker on configs with at least as many threads (a worker's memory does not depend on
+        how many siblings it has, and does not shrink with more threads); where none has, the
+        largest measured plus ``THREAD_BYTES`` per missing thread."""
+        measured = [(b // c.num_workers, c.worker_threads) for c, b in self.footprints.items()]
+        if not measured:
+            return self.worker_bytes + threads * THREAD_BYTES
+        covering = [b for b, k in measured if k >= threads]
+        if covering:
+            return max(covering)
+        return max(b + (threads - k) * THREAD_BYTES for b, k in measured)
 
     def fits(self, config: LoaderConfig) -> bool:
         return self.need(config) <= self.budget_bytes
+
+    def over(self, config: LoaderConfig) -> bool:
+        """Measured, and its measured footprint exceeds the budget."""
+        return config in self.footprints and not self.fits(config)
 
     def max_workers(self, prefetch_factor: int = 2) -> int:
         per_worker = self.worker_bytes + prefetch_factor * self.batch_bytes
@@ -108,6 +149,20 @@ class MemoryBudget:
         )
         self.measured = True
 
+    def observe_config(self, config: LoaderConfig, workers_bytes: int | None) -> None:
+        """A measurement of ``config``'s workers (their memory summed): its footprint (the peak of
+        every measurement of it) and the per-worker figure the estimates use."""
+        if config.num_workers == 0 or workers_bytes is None or workers_bytes <= 0:
+            return
+        self.footprints[config] = max(workers_bytes, self.footprints.get(config, 0))
+        self.observe(workers_bytes // config.num_workers)
+
+    def measured_bytes(self, config: LoaderConfig) -> int | None:
+        """The config's measured footprint (workers and in-flight batches); 0 for no worker."""
+        if config.num_workers == 0:
+            return 0
+        return self.need(config) if config in self.footprints else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "budget_mb": round(self.budget_bytes / MB, 1),
@@ -115,6 +170,10 @@ class MemoryBudget:
             "worker_mb_measured": self.measured,
             "batch_mb": round(self.batch_bytes / MB, 3),
             "max_workers_at_prefetch_2": self.max_workers(2),
+            "measured_mb": {
+                c.label(): round(self.need(c) / MB, 1)
+                for c in sorted(self.footprints, key=cost_key)
+            },
         }
 
 

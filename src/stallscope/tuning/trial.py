@@ -32,7 +32,8 @@ class Trial:
     batch_p50_ms: float | None = None
     batch_p95_ms: float | None = None
     rel_se: float | None = None  # relative standard error of the rate within its window
-    worker_bytes: int | None = None  # measured private memory per worker
+    worker_bytes: int | None = None  # measured memory per worker
+    workers_bytes: int | None = None  # measured memory of all its workers (NOTE [memory budget])
     cost_s: float = 0.0  # wall time the measurement took, start-up included
     error: str | None = None
     main_ms_per_batch: float | None = (
@@ -56,6 +57,7 @@ class Trial:
             "batch_ms": {"p50": _round(self.batch_p50_ms, 3), "p95": _round(self.batch_p95_ms, 3)},
             "rel_se": _round(self.rel_se, 4),
             "worker_mb": None if self.worker_bytes is None else round(self.worker_bytes / MB, 1),
+            "workers_mb": None if self.workers_bytes is None else round(self.workers_bytes / MB, 1),
             "cost_s": _round(self.cost_s, 3),
             "error": self.error,
             "main_ms_per_batch": _round(self.main_ms_per_batch, 4),
@@ -190,6 +192,10 @@ class SearchResult:
     persistent: dict[str, Any] | None = (
         None  # the measured epoch-boundary gaps behind persistent_workers
     )
+    # The budget and the pick's measured memory (NOTE [memory budget] in space.py).
+    pick_memory: dict[str, Any] | None = None
+    # Raced configs the rounds could not tell apart, where the cheaper was kept.
+    noisy_tie: dict[str, Any] | None = None
 
     @property
     def confirmed(self) -> bool:
@@ -234,6 +240,8 @@ class SearchResult:
             "within_pct": _round(self.within_pct, 2),
             "plan": dict(self.plan),
             "persistent_workers": None if self.persistent is None else dict(self.persistent),
+            "pick_memory": None if self.pick_memory is None else dict(self.pick_memory),
+            "noisy_tie": None if self.noisy_tie is None else dict(self.noisy_tie),
         }
 
 

@@ -102,6 +102,8 @@ class LoaderEvaluator(InterleavingEvaluator):
         self.seed = seed
         self.on_trial = on_trial
         self._memory_sampled = False
+        # Configs whose workers' memory was measured (NOTE [memory budget] in space.py).
+        self._memory_of: set[LoaderConfig] = set()
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -114,9 +116,10 @@ class LoaderEvaluator(InterleavingEvaluator):
         from ..throughput.measure import latency_stats, measure
         from ..throughput.sweep import loader_cpu_ms_per_sample, main_ms_per_batch
 
-        # One worker trial samples memory (needs a window long enough for a USS reading).
-        sample = config.num_workers > 0 and not self._memory_sampled
-        window = max(window_s, 1.0) if sample else window_s
+        # The first measurement of every worker config samples its workers' memory (the budget
+        # bounds what was measured); the first of all gets a window long enough for a USS reading.
+        sample = config.num_workers > 0 and config not in self._memory_of
+        window = max(window_s, 1.0) if sample and not self._memory_sampled else window_s
         timeout = self.timeout
         if phase == "startup":
             # An optional comparison: it may not outrun the budget, however slow the start method.
@@ -138,9 +141,12 @@ class LoaderEvaluator(InterleavingEvaluator):
             return Trial(config, 0.0, phase, cost_s=time.perf_counter() - t0, error=str(exc))
         cost = time.perf_counter() - t0
         stats = latency_stats(m.batch_ms)
-        worker_bytes = _worker_bytes(m)
-        if worker_bytes is not None:
+        workers_bytes = _workers_bytes(m)
+        worker_bytes = None
+        if workers_bytes is not None:
             self._memory_sampled = True
+            self._memory_of.add(config)
+            worker_bytes = workers_bytes // max(1, m.resources.n_workers if m.resources else 1)
         trial = Trial(
             config=config,
             samples_per_s=m.samples_per_s,
@@ -152,6 +158,7 @@ class LoaderEvaluator(InterleavingEvaluator):
             batch_p95_ms=stats["p95"],
             rel_se=_relative_se(m.batch_ms),
             worker_bytes=worker_bytes,
+            workers_bytes=workers_bytes,
             cost_s=cost,
             error=m.error,
             main_ms_per_batch=main_ms_per_batch([m]),
@@ -167,14 +174,13 @@ class LoaderEvaluator(InterleavingEvaluator):
             return EpochGap(config=config, cost_s=time.perf_counter() - t0, error=str(exc))
 
 
-def _worker_bytes(m: Any) -> int | None:
+def _workers_bytes(m: Any) -> int | None:
+    """The workers' memory in the window: the peak of their resident memory summed over them
+    (NOTE [memory budget] in space.py: every page a worker maps, shared or copied, counts)."""
     res = m.resources
-    if res is None or not res.n_workers:
+    if res is None or not res.n_workers or res.workers_rss_mb <= 0:
         return None
-    if res.worker_uss_mb is not None:
-        return int(res.worker_uss_mb * MB)
-    # Without USS, RSS per worker (counts shared pages too, so it errs on the safe side).
-    return int(res.workers_rss_mb / res.n_workers * MB)
+    return int(res.workers_rss_mb * MB)
 
 
 def _relative_se(batch_ms: Sequence[float], chunks: int = 4) -> float | None:
@@ -328,10 +334,12 @@ class TuneResult:
                 "memory": search["memory"],
                 "plan": search["plan"],
                 "persistent_workers": search["persistent_workers"],
+                "noisy_tie": search["noisy_tie"],
                 "space": self.space.to_dict(),
                 "profile": self.profile.to_dict(),
                 "batched_fetch": None if self.batched is None else self.batched.to_dict(),
             },
+            "memory_budget": search["pick_memory"],
         }
         return section
 

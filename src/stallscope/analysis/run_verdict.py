@@ -1,0 +1,356 @@
+"""One verdict per run (issue 25): what every surface says first, decided once from the record.
+
+NOTE [one verdict]
+A run measures one config in several ways (the sweep's repeats, the tuner's scan, the final
+race's paired rounds, the code-change race), and each measurement had its own judge: the sweep's
+fastest, the tuner's pick, "keep yours", the ceiling. :func:`decide` is the only place that
+decides; console, Markdown, HTML, JSON (its ``analysis`` block) and ``report`` print its
+:class:`RunVerdict` and put the evidence after it. The rules, in order:
+
+* the config: the report's one winner (``sections.best_configuration``): the tuner's pick unless
+  the sweep measured a config faster beyond the noise that never raced it, and the user's own
+  loader whenever the gain does not clear the noise (``tune_rules.keeps_yours``, the same rule
+  for ``tune`` and ``doctor``). A config that loses or ties the race is never the winner, and the
+  sweep's fastest row is "fastest in the sweep", never "best";
+* one rate for it, with the measurement it comes from (the race's median over its paired rounds,
+  or the sweep's median over its repeats), and the gain over the user's loader from the same
+  measurement;
+* figures that cannot be true are caught first (NOTE [invariants]) and said as bugs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .ceiling import AT_CEILING, ceiling_facts
+from .code_changes import code_change_facts
+from .facts import TARGETS, Recommendation
+from .invariants import (
+    Problem,
+    batch_size_ran,
+    checked_confidence,
+    relabel,
+    sample_unit,
+    true_label,
+    users_config,
+)
+from .readers import (
+    Record,
+    as_record_dict,
+    batch_size_of,
+    best_result,
+    config_label,
+    mapping,
+    number,
+)
+from .recommendation_rules import recommendations
+from .sections import best_configuration, stage_facts, training_facts, tuning_facts
+
+
+@dataclass
+class RunVerdict:
+    """What a run says, once: the config to use, its one rate, how sure, what bounds it, what
+    buys more, and what was not measured."""
+
+    action: str  # "switch" | "keep-yours" | "measured" (a sweep's fastest, no race) | "none"
+    label: str | None = None  # the config that ran, as it ran (NOTE [invariants])
+    config: dict[str, Any] | None = None
+    samples_per_s: float | None = None
+    measurement: str | None = None  # which measurement the rate is
+    baseline_label: str | None = None
+    baseline_samples_per_s: float | None = None
+    gain: float | None = None  # over the user's loader (or one process), same measurement
+    gain_interval: list[float] | None = None
+    confidence: float | None = None
+    rounds: int | None = None
+    tied_with: str | None = None  # a raced config within the noise of the winner
+    tied_ratio: float | None = None  # its rate over the winner's, paired by round
+    tied_interval: list[float] | None = None  # 90% interval of that ratio
+    best_found: str | None = None  # keep-yours: the fastest config found, within the noise
+    best_found_samples_per_s: float | None = None
+    within_pct: float | None = None
+    fastest_in_sweep: str | None = None  # when the sweep's fastest is not the winner
+    fastest_in_sweep_note: str | None = None
+    overruled: str | None = None  # the tuner's pick set aside for an unraced faster sweep row
+    sample_unit: str | None = None  # images, tokens, sequences; None where the batch does not say
+    bound: str | None = None
+    ceiling_samples_per_s: float | None = None
+    ceiling_share: float | None = None
+    ceiling_basis: str | None = None
+    buys_more: dict[str, Any] | None = None  # the best measured code change beyond the noise
+    recommendations: list[Recommendation] = field(default_factory=list)
+    not_measured: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
+    problems: list[Problem] = field(default_factory=list)
+    source: str | None = None  # tune | bench
+
+    @property
+    def unit(self) -> str:
+        return self.sample_unit or "samples"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record's derived ``analysis`` block (SPEC §5): ignored on load, recomputed by
+        ``report``."""
+        return {
+            "action": self.action,
+            "config": self.config,
+            "label": self.label,
+            "samples_per_s": self.samples_per_s,
+            "measurement": self.measurement,
+            "sample_unit": self.sample_unit,
+            "baseline": None
+            if self.baseline_label is None
+            else {"label": self.baseline_label, "samples_per_s": self.baseline_samples_per_s},
+            "gain": self.gain,
+            "gain_interval": self.gain_interval,
+            "confidence": self.confidence,
+            "rounds": self.rounds,
+            "tied_with": self.tied_with,
+            "fastest_in_sweep": self.fastest_in_sweep,
+            "bound": self.bound,
+            "ceiling": None
+            if self.ceiling_share is None
+            else {
+                "samples_per_s": self.ceiling_samples_per_s,
+                "share": self.ceiling_share,
+                "basis": self.ceiling_basis,
+            },
+            "buys_more": self.buys_more,
+            "recommendations": [
+                {k: v for k, v in asdict(rec).items() if v not in (None, {}, "")}
+                for rec in self.recommendations
+            ],
+            "not_measured": [{"what": what, "why": why} for what, why in self.not_measured],
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+def decide(record: Any) -> RunVerdict:
+    """The run's one verdict (NOTE [one verdict]), from a RunRecord or its dict."""
+    r = as_record_dict(record)
+    v = _winner(r)
+    v.sample_unit = sample_unit(r)
+    _ceiling(r, v)
+    _buys_more(r, v)
+    v.bound = _bound(r, v)
+    v.recommendations = recommendations(r)
+    v.not_measured += _not_measured(r)
+    return v
+
+
+def _winner(r: Record) -> RunVerdict:
+    best = best_configuration(r)
+    if best is None:
+        return RunVerdict("none")
+    tuning = tuning_facts(r)
+    problems: list[Problem] = []
+
+    def label(config: dict[str, Any], text: str) -> str:
+        """The config that ran (the sections' labels already are): a batch size the batches
+        contradicted is said as the bug it was, once."""
+        fixed, problem = true_label(r, config, text, baseline=users_config(r))
+        ran, said = batch_size_ran(r, config), batch_size_of(config)
+        if problem is None and ran is not None and f"bs={ran}" in fixed.split():
+            problem = Problem(
+                f"the label of {fixed}",
+                f"said bs={said}, but its batches held {ran} each",
+                "relabelled",
+            )
+        if problem is not None and all(p.figure != problem.figure for p in problems):
+            problems.append(problem)
+        return fixed
+
+    v = RunVerdict("measured", source=best.source, config=best.config)
+    v.label = label(best.config, best.label)
+    v.samples_per_s = best.samples_per_s
+    if best.baseline is not None:
+        v.baseline_label = label(best.baseline.config, best.baseline.label)
+        v.baseline_samples_per_s = best.baseline.samples_per_s
+    if best.source == "tune" and tuning is not None:
+        rounds = tuning.rounds
+        v.rounds = rounds
+        if rounds:
+            plural = "s" if rounds != 1 else ""
+            v.measurement = f"the tuner's race, median of {rounds} paired round{plural}"
+        elif rounds == 0:
+            v.measurement = "the tuner's single measurements; its final race ran no round"
+        else:
+            v.measurement = "the tuner's measurements"
+        best_entry = mapping(r.get("best"))
+        v.confidence, problem = checked_confidence(best_entry.get("confidence"), rounds)
+        if problem is not None:
+            problems.append(problem)
+        if best.keep_baseline:
+            v.action = "keep-yours"
+            found = best.best_found or tuning.best
+            v.best_found = label(found.config, found.label)
+            v.best_found_samples_per_s = found.samples_per_s
+            v.within_pct = best.within_pct
+        else:
+            v.action = "switch"
+            v.gain = best.speedup
+            _tie(r, tuning, v, label)
+            _gain_interval(tuning, v)
+    else:
+        result = best.result or {}
+        repeats = result.get("repeats") if isinstance(result.get("repeats"), int) else None
+        v.measurement = (
+            f"the sweep, median of {repeats} repeat{'s' if repeats != 1 else ''}"
+            if repeats
+            else "the sweep"
+        )
+        v.gain = best.speedup
+        good, _ = TARGETS["tuning_headroom"]
+        if best.overruled is not None:
+            v.overruled = label(best.overruled.config, best.overruled.label)
+            v.action = "switch"
+        elif best.speedup is not None and best.speedup >= good:
+            v.action = "switch"
+        v.not_measured.append(
+            (
+                "a confidence",
+                "the sweep measured each config on its own, not in paired rounds"
+                + (" against the tuner's pick" if best.overruled is not None else ""),
+            )
+        )
+    _fastest_in_sweep(r, v, label)
+    v.problems = problems
+    return v
+
+
+def _tie(r: Record, tuning: Any, v: RunVerdict, label: Any) -> None:
+    """A raced config within the noise of the winner: named once, with its ratio to the winner."""
+    if not tuning.tie or not tuning.runner_up:
+        return
+    v.tied_with = relabel(r, tuning.runner_up)
+    best = mapping(r.get("best"))
+    margin = number(best.get("margin"))
+    if margin:
+        v.tied_ratio = round(1 / margin, 4)
+    interval = best.get("margin_interval")
+    if isinstance(interval, list) and len(interval) == 2 and all(number(x) for x in interval):
+        v.tied_interval = [round(1 / interval[1], 4), round(1 / interval[0], 4)]
+
+
+def _gain_interval(tuning: Any, v: RunVerdict) -> None:
+    """The gain's interval needs the pick and the user's loader paired over two rounds or more;
+    the race records the interval against the runner-up only."""
+    base = next((h for h in tuning.head_to_head if h.role == "baseline"), None)
+    rounds = base.rounds if base is not None else None
+    if rounds is not None and rounds < 2:
+        why = (
+            f"your loader raced the pick in {rounds} round"
+            f"{'s' if rounds != 1 else ''}; an interval needs two paired rounds or more"
+        )
+    else:
+        why = "the race recorded no per-round ratio of the pick to your loader"
+    v.not_measured.append(("an interval for the gain", why))
+
+
+def _fastest_in_sweep(r: Record, v: RunVerdict, label: Any) -> None:
+    sweep = best_result(r)
+    if sweep is None or v.config is None:
+        return
+    steady = {k: x for k, x in (sweep.get("config") or {}).items() if k != "persistent_workers"}
+    mine = {k: x for k, x in v.config.items() if k != "persistent_workers"}
+    if steady == mine:
+        return
+    name = label(sweep.get("config") or {}, config_label(sweep.get("config"), sweep.get("label")))
+    v.fastest_in_sweep = name
+    tuning = tuning_facts(r)
+    raced = next(
+        (
+            h
+            for h in (tuning.head_to_head if tuning else [])
+            if {k: x for k, x in h.config.items() if k != "persistent_workers"} == steady
+        ),
+        None,
+    )
+    if v.overruled is not None:
+        v.fastest_in_sweep_note = "the winner"
+    elif raced is not None:
+        v.fastest_in_sweep_note = (
+            "within the noise of the winner in the race"
+            if v.tied_with == raced.label or v.action == "keep-yours"
+            else "slower than the winner in the race"
+        )
+    else:
+        v.fastest_in_sweep_note = "not faster beyond the noise, and not raced"
+
+
+def _ceiling(r: Record, v: RunVerdict) -> None:
+    facts = ceiling_facts(r)
+    if facts is None:
+        return
+    if facts.problem is not None:
+        v.problems.append(facts.problem)
+    c = facts.ceiling
+    if c is None:
+        if facts.problem is not None:
+            v.not_measured.append(
+                ("the ceiling", "the figure broke an invariant and was left out (see above)")
+            )
+        return
+    v.ceiling_samples_per_s = number(c.get("samples_per_s"))
+    v.ceiling_share = number(c.get("pick_fraction"))
+    v.ceiling_basis = str(c.get("basis") or "") or None
+
+
+def _buys_more(r: Record, v: RunVerdict) -> None:
+    facts = code_change_facts(r)
+    if facts is None:
+        return
+    best = facts.best
+    if best is not None:
+        v.buys_more = {
+            "id": best.id,
+            "title": best.title,
+            "speedup": best.speedup,
+            "rounds": best.rounds,
+            "against": facts.pick_label,
+        }
+    for title, why in facts.not_applied:
+        v.not_measured.append((title, why))
+
+
+def _bound(r: Record, v: RunVerdict) -> str | None:
+    """What bounds the pipeline, from the strongest evidence the record holds."""
+    training = training_facts(r)
+    if training is not None and training.verdict:
+        return f"the training loop is {training.verdict} (its measured data-wait share)"
+    if v.ceiling_share is not None and v.ceiling_share >= AT_CEILING:
+        return (
+            "the main process receiving batches, near this machine's ceiling"
+            if v.ceiling_basis == "main-process"
+            else "this machine's CPU, near its ceiling"
+        )
+    search = mapping(r.get("search"))
+    region = mapping(search.get("region"))
+    if isinstance(region.get("name"), str):
+        return f"{region['name']} (the tuner's reading of the fetch)"
+    stages = stage_facts(r)
+    if stages is not None and stages.top is not None:
+        return f"the {stages.top.name} stage, the largest measured"
+    return None
+
+
+def _not_measured(r: Record) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for item in r.get("not_run") or []:
+        if isinstance(item, dict):
+            out.append((str(item.get("step", "?")), str(item.get("why", "")).rstrip(".")))
+    for item in r.get("step_failures") or []:
+        if isinstance(item, dict):
+            out.append(
+                (
+                    str(item.get("step", "?")),
+                    "it failed: " + str(item.get("message", "")).rstrip("."),
+                )
+            )
+    cost = mapping(r.get("cpu_cost"))
+    if cost.get("error"):
+        out.append(("the ceiling", str(cost["error"]).rstrip(".")))
+    return out
+
+
+__all__ = ["RunVerdict", "decide"]
