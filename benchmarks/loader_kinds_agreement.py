@@ -102,11 +102,19 @@ def independent(factory, window_s: float, warmup: int = 8) -> float:
         close_trial(loader, iterator)
 
 
+def _pythonpath() -> str:
+    """The test pipelines' folder first, then whatever PYTHONPATH already says (the checkout's
+    ``src`` when the package is not installed from it)."""
+    return os.pathsep.join(
+        p for p in (str(HERE.parent / "tests" / "pipelines"), os.environ.get("PYTHONPATH")) if p
+    )
+
+
 def tune_pick(name: str, budget: float) -> dict:
     """Run the real ``stallscope tune`` on ``name``; its record's pick and printed code."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "tune.json"
-        env = dict(os.environ, PYTHONPATH=str(HERE.parent / "tests" / "pipelines"))
+        env = dict(os.environ, PYTHONPATH=_pythonpath())
         subprocess.run(
             [
                 sys.executable,
@@ -139,7 +147,7 @@ def doctor_summary(name: str, budget: float) -> dict:
     steps, code."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "doctor.json"
-        env = dict(os.environ, PYTHONPATH=str(HERE.parent / "tests" / "pipelines"))
+        env = dict(os.environ, PYTHONPATH=_pythonpath())
         done = subprocess.run(
             [
                 sys.executable,

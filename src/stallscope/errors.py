@@ -31,6 +31,13 @@ class PipelineError(UsageError):
     """The user's pipeline failed while being measured (dataset raised, worker died)."""
 
 
+class NotMeasured(PipelineError):
+    """A step's own stand-in for the user's loader (an instrumented dataset, a rebuilt loader)
+    could not be built or does not yield batches like the user's: the step says "not measured:
+    why" and a command that runs several steps goes on (NOTE [verified stand-ins] in
+    ``breakdown/probe.py``); a command of that step alone exits 2 with the sentence."""
+
+
 def describe_exception(exc: BaseException, limit: int = 200) -> str:
     """``TypeName: message`` on one line, shortened to ``limit`` characters."""
     text = " ".join(str(exc).split())

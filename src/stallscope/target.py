@@ -200,10 +200,11 @@ def _adopt_factory(
         }
     if isinstance(pipeline.kind, IterableKind):
         pipeline.kind.factory = factory  # a generator is made anew for each pass
-    if not parameters or pipeline.kind.tunable:
+    if not parameters or not _factory_first(pipeline.kind):
         return
-    baseline = factory_baseline(parameters, product)
+    baseline = factory_baseline(parameters, product, pipeline.baseline)
     what = pipeline.kind.description
+    inner = pipeline.kind if pipeline.kind.tunable else None
     pipeline.kind = FactoryKind(
         "factory",
         f"{what}, built by {getattr(factory, '__qualname__', 'the target')}() with knob parameters",
@@ -213,12 +214,22 @@ def _adopt_factory(
         factory=factory,
         parameters=parameters,
         baseline=baseline,
+        inner=inner,
     )
     pipeline.kind.limits.pop("tune", None)
     pipeline.baseline = baseline
     pipeline.batch_size = baseline.batch_size
     if pipeline.call is not None:
         pipeline.call.knobs = baseline.to_dict()
+
+
+def _factory_first(kind: LoaderKind) -> bool:
+    """Whether trials go through the user's factory rather than the kind's own adapter (NOTE
+    [loader kinds]): always, except where the adapter rebuilds the user's own call (a DataLoader
+    from its parts, a torchdata.nodes graph through each node's constructor), which is their API
+    as much as the factory is. A copy of a subclass or of a wrapper's loader with knobs set on it
+    is not: the factory may pass the knob on through arguments the copy never sees."""
+    return kind.name not in ("dataset", "dataloader", "torchdata-nodes")
 
 
 def _set_argument(pipeline: Pipeline, name: str, value: Any) -> None:
@@ -291,7 +302,7 @@ def pipeline_from_object(
         elif pipeline.call is not None:
             pipeline.call.prefix_paths('["dataset"]')
         return pipeline
-    if not _looks_like_dataset(obj):
+    if not _looks_like_dataset(obj) or _holds_loader(obj):
         return _from_other(obj, label, modules)
     return Pipeline(
         dataset=obj,
@@ -332,6 +343,12 @@ def _copy_choices(loader: DataLoader[Any]) -> dict[str, tuple[Any, ...]]:
     if not isinstance(own, int):
         return {}
     return {"snapshot_every_n_steps": tuple(n for n in (max(own * 16, 64),) if n != own)}
+
+
+def _holds_loader(obj: Any) -> bool:
+    """An IterableDataset that holds a DataLoader (webdataset's ``WebLoader`` is a
+    ``DataPipeline`` over one): it yields that loader's batches, not samples to batch."""
+    return isinstance(obj, IterableDataset) and bool(find_all(obj, is_dataloader))
 
 
 def _looks_like_dataset(obj: Any) -> bool:
@@ -380,6 +397,12 @@ def _from_other(obj: Any, label: str, modules: tuple[str, ...]) -> Pipeline:
             "DataLoader, an iterable of batches "
             "or a dict with 'dataset'."
         )
+    # An IterableDataset that holds a DataLoader (webdataset's WebLoader is a DataPipeline over
+    # one) yields that loader's batches: re-batching them as a Dataset's samples would stack
+    # batches, so it is a wrapper whatever its base class says.
+    loaders = find_all(obj, is_dataloader)
+    if loaders:
+        return _from_wrapper(obj, loaders, label, modules)
     if isinstance(obj, IterableDataset):
         return Pipeline(
             dataset=obj,
@@ -388,9 +411,6 @@ def _from_other(obj: Any, label: str, modules: tuple[str, ...]) -> Pipeline:
             target=label,
             call=describe_dataset_call(obj, DEFAULT_BATCH_SIZE, modules=modules),
         )
-    loaders = find_all(obj, is_dataloader)
-    if loaders:
-        return _from_wrapper(obj, loaders, label, modules)
     what = f"an iterable of batches ({_qualified(obj)})"
     limits = dataset_limits(what)
     limits["tune"] = UNTUNABLE.format(what=what)
@@ -450,6 +470,7 @@ def _from_wrapper(
         inner=inner,
     )
     pipeline.source = "wrapper"
+    pipeline.collate_fn = _unbatched_collate(inner) or pipeline.collate_fn
     if pipeline.call is not None:
         pipeline.call.loader_path = where
         pipeline.call.prefix_paths(where)
@@ -517,6 +538,8 @@ def _from_loader(loader: DataLoader[Any], label: str, modules: tuple[str, ...] =
             choices=_copy_choices(loader),
             loader=loader,
         )
+    if not kind.rebuilds_from_parts:
+        collate = _unbatched_collate(loader) or collate
     return Pipeline(
         kind=kind,
         dataset=dataset,
@@ -535,6 +558,18 @@ def _from_loader(loader: DataLoader[Any], label: str, modules: tuple[str, ...] =
         pin_memory_device=getattr(loader, "pin_memory_device", "") or "",
         call=call,
     )
+
+
+def _unbatched_collate(loader: DataLoader[Any]) -> Callable[[Any], Any] | None:
+    """torch's ``default_convert`` where the loader does not batch (``batch_size=None``): each item
+    its dataset yields is a batch already (webdataset's ``.batched()`` in the workers), converted,
+    never collated; probes that run the user's own loader keep it so. None otherwise."""
+    from torch.utils.data._utils.collate import default_convert
+
+    if loader.batch_size is None and loader.batch_sampler is None:
+        if loader.collate_fn is default_convert:
+            return default_convert
+    return None
 
 
 def _stop_live_iterators(loader: DataLoader[Any]) -> str | None:

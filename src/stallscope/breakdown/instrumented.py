@@ -120,6 +120,26 @@ class InstrumentedDataset:
             # __getitems__, so the method is shadowed per instance on purpose.
             self.__getitems__ = None  # type: ignore[method-assign,assignment]
 
+    def __getattr__(self, attr: str) -> Any:
+        # Everything else is the user's dataset's: a library's loader calls its own methods on
+        # the dataset it holds (litdata's ``reset_state_dict``, ``set_epoch``), and must reach them.
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        try:
+            inner = object.__getattribute__(self, "inner")
+        except AttributeError:
+            raise AttributeError(attr) from None
+        return getattr(inner, attr)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        # A library's loader checks the class of the dataset it holds (litdata's
+        # StreamingDataLoader takes another path for anything not a StreamingDataset).
+        return type(object.__getattribute__(self, "inner"))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.inner, self.callees))
+
     def __len__(self) -> int:
         return len(self.inner)
 
@@ -144,6 +164,26 @@ class InstrumentedIterableDataset(IterableDataset[Any]):
     def __init__(self, inner: Any, callees: bool = True) -> None:
         self.inner = inner
         self.callees = callees
+
+    def __getattr__(self, attr: str) -> Any:
+        # Everything else is the user's dataset's: a library's loader calls its own methods on
+        # the dataset it holds (litdata's ``reset_state_dict``, ``set_epoch``), and must reach them.
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        try:
+            inner = object.__getattribute__(self, "inner")
+        except AttributeError:
+            raise AttributeError(attr) from None
+        return getattr(inner, attr)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        # A library's loader checks the class of the dataset it holds (litdata's
+        # StreamingDataLoader takes another path for anything not a StreamingDataset).
+        return type(object.__getattribute__(self, "inner"))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.inner, self.callees))
 
     def __iter__(self) -> Iterator[Any]:
         recorder, token, tracer = _start_getitem(self.callees)

@@ -84,6 +84,7 @@ def stages(
         slots, augmentations=augmentations, baseline_transforms=baseline_transforms
     )
     check = preflight(pipeline)
+    verify_stand_in(pipeline, slots, callees)
     workers = default_stage_workers() if num_workers is None else num_workers
     per_batch_s = check.seconds_per_item * pipeline.batch_size
     fetch_timeout = timeout if timeout is not None else max(60.0, 20.0 * per_batch_s)
@@ -144,6 +145,64 @@ def stages(
         storage=storage,
         notes=notes,
     )
+
+
+# NOTE [verified stand-ins]
+# The stage probe does not time the user's loader itself but a stand-in: the same loader over an
+# instrumented copy of the dataset with a timed collate (``workers.instrument_pipeline``). A
+# library's loader may refuse it (it checks the dataset's class, calls methods only its own
+# dataset has) or yield other batches through it. Before any worker starts, one batch is taken in
+# this process from the user's loader as the probe builds it and one from the stand-in; where the
+# stand-in raises while the plain one does not, or its batches differ in structure (types, keys,
+# dtypes; sizes may differ), the step is not measured and says why (``NotMeasured``), and doctor
+# goes on: stallscope's own machinery never turns a loader that iterates into a failure.
+
+
+def verify_stand_in(pipeline: Any, slots: Sequence[TransformSlot], callees: bool) -> None:
+    """Raise ``NotMeasured`` where the instrumented stand-in does not behave like the user's
+    loader (NOTE [verified stand-ins]); return where it does, or where the plain loader itself
+    fails in this process (the worker run then reports the pipeline's own error)."""
+    from ..config import LoaderConfig
+    from ..errors import NotMeasured
+    from ..pipeline.structure import describe_structure
+    from ..pipeline.verify import skeleton
+    from .recorder import StageBatch
+    from .workers import instrument_pipeline
+
+    config = LoaderConfig(num_workers=0, batch_size=min(2, pipeline.batch_size))
+    try:
+        plain = describe_structure(_first_batch(pipeline, config))
+    except Exception:
+        return
+    try:
+        received = _first_batch(instrument_pipeline(pipeline, slots, callees), config)
+    except Exception as exc:
+        raise NotMeasured(
+            "stage times were not measured: the loader raised "
+            f"{describe_exception(exc, 160)} over stallscope's instrumented copy of its dataset, "
+            "though not over its own"
+        ) from exc
+    batch = received.batch if isinstance(received, StageBatch) else received
+    timed = describe_structure(batch)
+    if not isinstance(received, StageBatch) or skeleton(timed) != skeleton(plain):
+        raise NotMeasured(
+            "stage times were not measured: over stallscope's instrumented copy of its dataset "
+            f"the loader yields {timed}, over its own {plain}"
+        )
+
+
+def _first_batch(pipeline: Any, config: Any) -> Any:
+    """The first batch of the loader the stage probe builds for ``pipeline``, in this process."""
+    from ..pipeline.kinds import close_trial
+    from ..pipeline.loaders import build_loader
+
+    loader = build_loader(pipeline, config, cycle=1, timeout=0.0, inside=True)
+    iterator = None
+    try:
+        iterator = iter(loader)
+        return next(iterator)
+    finally:
+        close_trial(loader, iterator)
 
 
 def _instrumentable_transforms(dataset: Any) -> tuple[list[TransformSlot], str | None]:

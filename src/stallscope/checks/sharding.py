@@ -14,6 +14,13 @@ bounded prefix of each worker's stream by content (``rng.sample_digest``:
 tensors, arrays, dicts and tuples by value) and compares the workers' hashes.
 The verdict (:func:`duplication_verdict`) is pure, so ``check``'s rule, ``bench``
 and ``tune`` read the same numbers the same way.
+
+Libraries that split shards themselves are probed the same way, through the dataset their
+loader holds: webdataset's ``WebDataset(urls)`` without ``workersplitter=split_by_worker``
+(``WebLoader`` is taken apart as a wrapper, NOTE [loader kinds]) yields every shard in every
+worker, so each worker's batches (built in the workers by ``.batched()``) hash alike; with the
+splitter they do not. Hugging Face's ``IterableDataset`` hands each worker its own shards (and
+stops workers it has none for), so it is not flagged at the worker level.
 """
 
 from __future__ import annotations

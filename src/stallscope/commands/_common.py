@@ -436,6 +436,7 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
             reference=references[whole],
             config=None if factory_form else config,
             loader_path=candidate.loader_path,
+            attributes=candidate.form == "attributes",
         )
         if run.ok or i == 0:
             advice.update(

@@ -24,13 +24,25 @@ sentence each, shown in reports as "not checked: …" instead of a finding or a
   ``num_workers``, ``method`` and ``in_order`` and ``Prefetcher``'s depth are
   knobs; a trial rebuilds the graph through each node's constructor.
 * ``factory`` — the TARGET callable takes keyword parameters named like knobs
-  (``num_workers``, ``prefetch_factor``, ``batch_size``, ``threads`` …) and
-  builds something no other kind can reconfigure: trials call it with other
-  values. This is how a user opens any pipeline to tuning.
+  (``num_workers``, ``prefetch_factor``, ``batch_size``, ``threads`` …): trials
+  call it with other values, and the printed change is that call
+  (``make_loader(num_workers=2)``). The user's own API comes first: this kind
+  wins over every adapter that reconfigures what the factory returns (a copied
+  subclass, a wrapper's loader, an iterable), since the factory may pass the
+  knob on through arguments a copy never sees; only the adapters that rebuild
+  the user's own call (a DataLoader from its parts, a ``torchdata.nodes`` graph
+  through its constructors) keep theirs. The adapter of what the factory built
+  stays (``inner``) for the probes that must put their own dataset or collate
+  inside the loader. This is how a user opens any pipeline to tuning.
 * ``iterable`` — any other iterable of batches: measured as it is, not tuned.
 
 Batches of every kind but the rebuilt DataLoader are counted from the batch
-itself (:func:`~stallscope.pipeline.structure.batch_length`).
+itself (:func:`~stallscope.pipeline.structure.batch_length`), and the reference
+structure every stand-in is held to (the printed code's batches, the
+preflight) is the first batch of the user's own loader, not one collated from
+the dataset's items: an ``IterableDataset`` that holds a DataLoader (webdataset's
+``WebLoader``) is a wrapper, and a loader with ``batch_size=None`` yields its
+dataset's items as batches.
 """
 
 from __future__ import annotations
@@ -445,6 +457,9 @@ class FactoryKind(LoaderKind):
     factory: Callable[..., Any] | None = None
     parameters: dict[str, tuple[str, Any]] = field(default_factory=dict)
     baseline: LoaderConfig | None = None
+    # The adapter of what the factory built, where it has one (a copied subclass, a wrapper's
+    # loader): probes that must put their own dataset or collate inside the loader use it.
+    inner: LoaderKind | None = None
 
     def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
         assert self.factory is not None and self.baseline is not None
@@ -454,12 +469,18 @@ class FactoryKind(LoaderKind):
         return built
 
 
-def factory_baseline(parameters: dict[str, tuple[str, Any]], product: Any) -> LoaderConfig:
-    """The factory's defaults as a LoaderConfig (the batch size from the product when it says)."""
+def factory_baseline(
+    parameters: dict[str, tuple[str, Any]], product: Any, built: LoaderConfig | None = None
+) -> LoaderConfig:
+    """The factory's defaults as a LoaderConfig (the batch size from the product when it says).
+    A default of None ("the project's own choice") reads the value from ``built``, the config of
+    what the factory returned, where it is known."""
     values: dict[str, Any] = {}
     for _name, (field_name, default) in parameters.items():
         if default is not None:
             values[field_name] = default
+        elif built is not None and getattr(built, field_name, None) is not None:
+            values[field_name] = getattr(built, field_name)
     values.setdefault("batch_size", getattr(product, "batch_size", None) or 1)
     values["batch_size"] = max(1, int(values["batch_size"]))
     if isinstance(values.get("worker_threads"), bool) or not isinstance(

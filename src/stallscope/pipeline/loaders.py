@@ -15,6 +15,7 @@ sampler yields, in order, so a probe counts the samples a batch really holds.
 from __future__ import annotations
 
 import contextlib
+import time
 import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -275,9 +276,24 @@ def _kind_trial(
     from torch.utils.data import IterableDataset
 
     from .graphs import NodesKind
-    from .kinds import CopiedLoaderKind, WrappedLoaderKind, reconfigured_copy
+    from .kinds import CopiedLoaderKind, FactoryKind, WrappedLoaderKind, reconfigured_copy
 
     kind = pipeline.kind
+    if isinstance(kind, FactoryKind) and isinstance(
+        kind.inner, (CopiedLoaderKind, WrappedLoaderKind)
+    ):
+        # Trials call the factory; a probe that puts its own dataset, collate or worker_init_fn
+        # inside the loader (or takes the inner loader alone) needs the adapter of what it built.
+        own = kind.inner.loader if isinstance(kind.inner, CopiedLoaderKind) else kind.inner.inner
+        swapped = (
+            loader_dataset(pipeline, config) is not own.dataset
+            or (pipeline.collate_fn is not None and pipeline.collate_fn is not own.collate_fn)
+            or worker_init_fn != "pipeline"
+            or sampler is not None
+            or inside
+        )
+        if swapped:
+            kind = kind.inner
     if isinstance(kind, NodesKind):
         return kind.build(config, cycle=cycle is not None)
     if not isinstance(kind, (CopiedLoaderKind, WrappedLoaderKind)):
@@ -327,17 +343,26 @@ class EpochCycle:
         self.loader = loader
         self.current = iter(loader)
         self.epochs = 0
+        # The batch just returned is a new epoch's first: the wait for it (workers started again,
+        # shards opened) is start-up, which a steady-state window leaves out (``restart_s``).
+        self.fresh = False
+        self.restart_s = 0.0
 
     def __iter__(self) -> EpochCycle:
         return self
 
     def __next__(self) -> Any:
+        self.fresh = False
         try:
             return next(self.current)
         except StopIteration:
+            began = time.perf_counter()
             self.epochs += 1
             self.current = iter(self.loader)
-            return next(self.current)
+            batch = next(self.current)
+            self.restart_s += time.perf_counter() - began
+            self.fresh = True
+            return batch
 
     @property
     def _workers(self) -> Any:  # read by runtime.processes.worker_pids / stop_workers

@@ -34,6 +34,13 @@ def preflight(pipeline: Any, *, items: int | None = None) -> Preflight:
 
     if not pipeline.has_dataset:
         return _loader_preflight(pipeline)
+    if not pipeline.kind.rebuilds_from_parts:
+        # The user's own loader (a copy, their factory's product, their wrapper) makes the batches:
+        # its first batch is the reference, not one collated here from the dataset's items, which
+        # may already be batches (NOTE [loader kinds]).
+        pre = _loader_preflight(pipeline)
+        pre.length = pipeline.length()
+        return pre
     length = pipeline.length()
     bs = pipeline.batch_size
     if length is not None:

@@ -46,11 +46,13 @@ def run_snippet(
     config: LoaderConfig | None = None,
     loader_path: str = "",
     timeout: float = 60.0,
+    attributes: bool = False,
 ) -> SnippetRun:
     """Execute ``code``, take two batches from its ``loader``, compare with ``reference`` (a
     ``describe_structure`` of the user's batch) and check ``config``'s knobs on the DataLoader,
     which sits at ``loader_path`` inside ``loader`` when the code puts it back into the user's
-    wrapper."""
+    wrapper. ``attributes``: the code sets the knobs as attributes on an object already built, so
+    the DataLoader must be seen to build its iterator with them."""
     from ..pipeline.structure import describe_structure
     from ..runtime.processes import no_orphans, stop_workers
     from .kinds import close_trial
@@ -68,9 +70,19 @@ def run_snippet(
                 wrong = _knobs_not_set(inner, config)
                 if wrong:
                     return SnippetRun(False, f"the loader it builds does not take {wrong}")
-                iterator = iter(loader)
-                first = next(iterator)
-                next(iterator)
+                # Knobs set as attributes after building must be seen read (a constructor's
+                # arguments are checked above, on the object it built).
+                watch = _IteratorWatch.install(inner) if attributes and config else None
+                try:
+                    iterator = iter(loader)
+                    first = next(iterator)
+                    next(iterator)
+                finally:
+                    if watch is not None:
+                        watch.remove()
+                unread = _workers_not_read(watch, config)
+                if unread:
+                    return SnippetRun(False, unread)
             except StopIteration:
                 return SnippetRun(False, "the loader it builds yielded fewer than two batches")
             except Exception as exc:
@@ -91,6 +103,54 @@ def run_snippet(
             False, f"its batches look like {structure}, yours like {reference}", structure
         )
     return SnippetRun(True, None, structure)
+
+
+class _IteratorWatch:
+    """Notes the ``num_workers`` a DataLoader reads each time it builds an iterator: set on the
+    instance, it shadows DataLoader's ``_get_iterator``, which every ``__iter__`` (torch's,
+    torchdata's, a subclass's calling ``super().__iter__()``) goes through."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self.seen: list[int] = []
+        self.original = loader._get_iterator
+
+    def __call__(self) -> Any:
+        self.seen.append(int(self.loader.num_workers))
+        return self.original()
+
+    @classmethod
+    def install(cls, loader: Any) -> _IteratorWatch | None:
+        from torch.utils.data import DataLoader
+
+        if not isinstance(loader, DataLoader):
+            return None
+        watch = cls(loader)
+        object.__setattr__(loader, "_get_iterator", watch)
+        return watch
+
+    def remove(self) -> None:
+        with contextlib.suppress(Exception):
+            vars(self.loader).pop("_get_iterator", None)
+
+
+def _workers_not_read(watch: _IteratorWatch | None, config: LoaderConfig | None) -> str | None:
+    """Why the ``num_workers`` the code sets on a DataLoader is not what runs, or None where the
+    loader built its iterator with that many workers: the object may hold the attribute and never
+    read it (a subclass whose batches come from an engine of its own), and a change is printed only
+    where it was seen to take effect (NOTE [verified snippets])."""
+    if config is None or watch is None:
+        return None
+    wanted = config.num_workers
+    if not watch.seen:
+        return (
+            f"its batches do not come from a DataLoader iterator, so the num_workers={wanted} it "
+            "sets is not seen to be read"
+        )
+    if wanted not in watch.seen:
+        built = watch.seen[0]
+        return f"it sets num_workers={wanted}, but the DataLoader built its iterator with {built}"
+    return None
 
 
 def _knobs_not_set(loader: Any, config: LoaderConfig | None) -> str | None:

@@ -73,6 +73,11 @@ def render_python(snippet: Snippet, *, comment: str | None = None) -> str:
     lines += snippet.imports + [""] + snippet.prelude + ([""] if snippet.prelude else [])
     marks = {c.name: c for c in snippet.changes}
     built = f"yours{snippet.loader_path}" if snippet.loader_path else "loader"
+    if not snippet.arguments:  # the user's factory as it is: nothing to change
+        lines.append(f"{built} = {snippet.callable}()")
+        if snippet.loader_path:
+            lines.append("loader = yours  # your object, now around the loader above")
+        return "\n".join(lines) + "\n"
     lines.append(f"{built} = {snippet.callable}(")
     for name, source in snippet.arguments:
         text = f"    {source}," if name is None else f"    {name}={source},"

@@ -141,16 +141,21 @@ def build_snippet(
     call: LoaderCall | None = None,
     baseline: LoaderConfig | None = None,
     seeding_missing: bool | None = None,
+    through_factory: bool = False,
 ) -> Snippet:
     """The user's call with ``config``'s knobs (see the module docstring).
 
     ``seeding_missing``: workers would share random streams (a ``duplicate-rng``
     finding, or RNG objects in a dataset without a worker_init_fn); None: not known.
+    ``through_factory``: the trials called the user's factory with the knobs (NOTE [loader
+    kinds]), so the code calls it too, never the loader's constructor; None when it cannot.
     """
     call = call or default_call(config.batch_size)
     baseline = baseline or LoaderConfig(batch_size=config.batch_size)
-    by_factory = _factory_call(config, call, baseline)
-    if by_factory is not None:
+    by_factory = _factory_call(config, call, baseline, through_factory=through_factory)
+    if by_factory is not None or through_factory:
+        if by_factory is None:
+            raise ValueError("the factory the trials called takes no parameter for this change")
         return by_factory
     if not call.arguments:
         raise ValueError(
@@ -264,14 +269,23 @@ def changed_fields(config: LoaderConfig, baseline: LoaderConfig) -> list[str]:
     return out
 
 
-def _factory_call(config: LoaderConfig, call: LoaderCall, baseline: LoaderConfig) -> Snippet | None:
+def _factory_call(
+    config: LoaderConfig, call: LoaderCall, baseline: LoaderConfig, *, through_factory: bool = False
+) -> Snippet | None:
     """``loader = make_loader(num_workers=4)``: the user's own factory with other knob values, where
-    its keyword parameters cover every knob that changed (NOTE [loader kinds])."""
-    if not call.origin or not call.factory_parameters or call.arguments:
-        return None  # a loader call of the user's is written as that call
+    its keyword parameters cover every knob that changed (NOTE [loader kinds]). A loader call of
+    the user's is written as that call, unless the trials went through the factory."""
+    if not call.origin or not call.factory_parameters:
+        return None
+    if call.arguments and not through_factory:
+        return None
     # A knob that lapses with another (prefetch_factor at 0 workers) is left to the factory.
     changed = [f for f in changed_fields(config, baseline) if getattr(config, f) is not None]
     by_field = {f: name for name, f in call.factory_parameters.items()}
+    if through_factory:
+        # The trials passed only the factory's parameters; a knob that follows another inside
+        # what it builds (prefetch_factor once there are workers) was not set, so is not written.
+        changed = [f for f in changed if f in by_field]
     if any(f not in by_field for f in changed):
         return None
     name = call.origin[: -len("()")] if call.origin.endswith("()") else call.origin
@@ -437,11 +451,18 @@ def snippet_for_record(
     base = (data.get("baseline") or {}).get("config") or (call.knobs if call is not None else None)
     baseline = LoaderConfig.from_dict(_known(base)) if base else None
     codes = {f.get("code") for f in data.get("findings") or []}
+    through_factory = kind.get("name") == "factory"
     if form == "attributes":
+        if through_factory:
+            return None  # the trials set nothing on the object: they called the factory
         return attribute_snippet(pick, call, baseline or pick) if call is not None else None
     try:
         return build_snippet(
-            pick, call=call, baseline=baseline, seeding_missing=seeding_missing(call, codes)
+            pick,
+            call=call,
+            baseline=baseline,
+            seeding_missing=seeding_missing(call, codes),
+            through_factory=through_factory,
         )
     except ValueError:
         return None

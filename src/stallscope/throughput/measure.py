@@ -217,6 +217,7 @@ def _measure(
         window_start = time.perf_counter()
         last = window_start
         samples = tokens = 0
+        paused = 0.0  # waits for a new epoch's first batch, re-iterating a loader that ended
         waits: list[float] = []
         while True:
             batch = _next(iterator)
@@ -226,16 +227,24 @@ def _measure(
             if batch is _END:
                 result.exhausted = True
                 break
+            if getattr(iterator, "fresh", False):
+                # Start-up of the next epoch, reported apart from the steady state as the first
+                # epoch's is (a short stream would otherwise be timed on its prefetched batches).
+                _count(sizes, batch)
+                paused += now - last
+                last = now
+                del batch
+                continue
             samples += _count(sizes, batch)
             if count_tokens is not None:
                 tokens += count_tokens(batch)
             del batch
             waits.append(now - last)
             last = now
-            elapsed = now - window_start
+            elapsed = now - window_start - paused
             if (elapsed >= min_window_s and len(waits) >= min_batches) or elapsed >= max_window_s:
                 break
-        result.window_s = last - window_start
+        result.window_s = last - window_start - paused
         result.main_cpu_s = max(0.0, receive_cpu() - cpu_start)
         result.loader_cpu_s = loader_cpu.elapsed()
         result.batches = len(waits)
@@ -364,7 +373,13 @@ def _cycles_itself(pipeline: Pipeline) -> bool:
     from torch.utils.data import IterableDataset
 
     kind = pipeline.kind
-    if kind.rebuilds_from_parts or isinstance(pipeline.dataset, IterableDataset):
+    if kind.rebuilds_from_parts:
+        return False
+    if kind.name == "factory" and isinstance(pipeline.dataset, IterableDataset):
+        # A stream the user's factory builds ends where it ends, often after a few batches (a
+        # shard per worker): re-iterated, each epoch's start-up off the clock.
+        return True
+    if isinstance(pipeline.dataset, IterableDataset):
         return False
     return not (kind.name == "dataloader-subclass")
 
