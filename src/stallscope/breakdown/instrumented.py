@@ -109,16 +109,14 @@ def _end_getitem(
     _ACTIVE.reset(token)
 
 
-class InstrumentedDataset:
-    """A map-style dataset whose ``__getitem__`` runs under this process's stage recorder."""
+class _StandsInForInner:
+    """What both instrumented datasets share: they pass for the user's dataset they wrap.
 
-    def __init__(self, inner: Any, callees: bool = True) -> None:
-        self.inner = inner
-        self.callees = callees
-        if not callable(getattr(inner, "__getitems__", None)):
-            # The fetcher then indexes item by item, like the original: it skips a falsy
-            # __getitems__, so the method is shadowed per instance on purpose.
-            self.__getitems__ = None  # type: ignore[method-assign,assignment]
+    ``inner`` and ``callees`` are set by the subclass's ``__init__``.
+    """
+
+    inner: Any
+    callees: bool
 
     def __getattr__(self, attr: str) -> Any:
         # Everything else is the user's dataset's: a library's loader calls its own methods on
@@ -139,6 +137,18 @@ class InstrumentedDataset:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.inner, self.callees))
+
+
+class InstrumentedDataset(_StandsInForInner):
+    """A map-style dataset whose ``__getitem__`` runs under this process's stage recorder."""
+
+    def __init__(self, inner: Any, callees: bool = True) -> None:
+        self.inner = inner
+        self.callees = callees
+        if not callable(getattr(inner, "__getitems__", None)):
+            # The fetcher then indexes item by item, like the original: it skips a falsy
+            # __getitems__, so the method is shadowed per instance on purpose.
+            self.__getitems__ = None  # type: ignore[method-assign,assignment]
 
     def __len__(self) -> int:
         return len(self.inner)
@@ -158,32 +168,12 @@ class InstrumentedDataset:
             _end_getitem(recorder, token, tracer, len(indices))
 
 
-class InstrumentedIterableDataset(IterableDataset[Any]):
+class InstrumentedIterableDataset(_StandsInForInner, IterableDataset[Any]):
     """An iterable dataset whose every ``next()`` runs under the stage recorder."""
 
     def __init__(self, inner: Any, callees: bool = True) -> None:
         self.inner = inner
         self.callees = callees
-
-    def __getattr__(self, attr: str) -> Any:
-        # Everything else is the user's dataset's: a library's loader calls its own methods on
-        # the dataset it holds (litdata's ``reset_state_dict``, ``set_epoch``), and must reach them.
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        try:
-            inner = object.__getattribute__(self, "inner")
-        except AttributeError:
-            raise AttributeError(attr) from None
-        return getattr(inner, attr)
-
-    @property  # type: ignore[misc]
-    def __class__(self) -> type:
-        # A library's loader checks the class of the dataset it holds (litdata's
-        # StreamingDataLoader takes another path for anything not a StreamingDataset).
-        return type(object.__getattribute__(self, "inner"))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.inner, self.callees))
 
     def __iter__(self) -> Iterator[Any]:
         recorder, token, tracer = _start_getitem(self.callees)
