@@ -27,10 +27,15 @@ import numpy as np
 
 from .base import Applied, Change, Patch, batches, fastest_seconds
 from .inline import InlineAnatomy
-from .inline_changes import InlineReducedDecode, check_batches_structure, resized
+from .inline_changes import (
+    InlineReducedDecode,
+    check_batches_structure,
+    resized,
+    verified_patch,
+)
 from .prefix_cache import fresh_instance
 from .reduced_decode import psnr
-from .source import apply_command, exec_patched, is_statement, unified_diff
+from .source import exec_patched, is_statement
 
 FILES = 8  # the user's files decoded by every decoder
 ROUNDS = 6  # interleaved timing rounds; each decoder's fastest counts
@@ -418,12 +423,7 @@ class FasterDecode(Change):
             return Patch(
                 None, words, False, f"the patched module failed: {type(exc).__name__}: {exc}"
             )
-        return Patch(
-            unified_diff(anatomy.source.path, anatomy.source.text, text),
-            words,
-            True,
-            apply=apply_command(anatomy.source.path),
-        )
+        return verified_patch(anatomy, text, words)
 
 
 def _with_imports(text: str, module: Any, needs: list[str]) -> str:

@@ -409,12 +409,7 @@ class InlinePrefixCache(Change):
         why = self._verify(anatomy, pipeline, text)
         if why:
             return Patch(None, words, False, why)
-        return Patch(
-            unified_diff(anatomy.source.path, anatomy.source.text, text),
-            words,
-            True,
-            apply=apply_command(anatomy.source.path),
-        )
+        return verified_patch(anatomy, text, words)
 
     def _verify(self, anatomy: InlineAnatomy, pipeline: Any, text: str) -> str | None:
         folder = tempfile.mkdtemp(prefix="stallscope-verify-")
@@ -603,12 +598,17 @@ class InlineReducedDecode(Change):
             return Patch(
                 None, words, False, f"the patched module failed: {type(exc).__name__}: {exc}"
             )
-        return Patch(
-            unified_diff(anatomy.source.path, anatomy.source.text, text),
-            words,
-            True,
-            apply=apply_command(anatomy.source.path),
-        )
+        return verified_patch(anatomy, text, words)
+
+
+def verified_patch(anatomy: InlineAnatomy, text: str, words: str) -> Patch:
+    """The change as a diff against the user's file, once ``text`` ran and matched their batches."""
+    return Patch(
+        unified_diff(anatomy.source.path, anatomy.source.text, text),
+        words,
+        True,
+        apply=apply_command(anatomy.source.path),
+    )
 
 
 def check_batches_structure(ours: list[Any], anatomy: InlineAnatomy, pipeline: Any) -> str | None:
@@ -873,12 +873,7 @@ class InlineIntegerTransfer(Change):
             return Patch(
                 None, words, False, f"the patched module failed: {type(exc).__name__}: {exc}"
             )
-        return Patch(
-            unified_diff(anatomy.source.path, anatomy.source.text, text),
-            words,
-            True,
-            apply=apply_command(anatomy.source.path),
-        )
+        return verified_patch(anatomy, text, words)
 
 
 def slot_step_at(slot: tuple[Any, ...], fn: Any) -> Any:
