@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from importlib import import_module
 
@@ -49,3 +50,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = import_module(f"stallscope.commands.{name}")
     return int(module.main(rest))
+
+
+def entry() -> None:
+    """The ``stallscope`` program: :func:`main`, then exit. Where closing a loader's iterator
+    overran its deadline (NOTE [closing iterators] in pipeline/kinds.py), the process ends without
+    running finalizers, which could block on that iterator's threads."""
+    code = main()
+    from .pipeline.kinds import parked
+
+    if parked():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

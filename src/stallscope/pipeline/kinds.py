@@ -43,6 +43,19 @@ preflight) is the first batch of the user's own loader, not one collated from
 the dataset's items: an ``IterableDataset`` that holds a DataLoader (webdataset's
 ``WebLoader``) is a wrapper, and a loader with ``batch_size=None`` yields its
 dataset's items as batches.
+
+NOTE [closing iterators]
+Every iterator a probe opens is closed by :func:`close_trial` before the
+probe's processes are reaped, never left to the garbage collector: a library
+whose iterator joins its prefetch thread in ``__del__`` (grain's
+``DatasetIterator``) would otherwise block the command at whatever line the
+collector happened to run, with the thread waiting on worker processes that
+stallscope had already reaped. So the iterators the trial's ``iter()`` made
+(reachable from the iterator, not from the user's loader) have their own
+``close()`` called, outermost first, on a daemon thread with a deadline. One
+that overruns it is parked (kept alive, so no finalizer of it runs during the
+command) and the ``stallscope`` program then ends without running finalizers
+(``cli.entry``), after its report is written and its children reaped.
 """
 
 from __future__ import annotations
@@ -50,6 +63,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import io
+import threading
 import types
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -79,6 +94,8 @@ KNOB_PARAMETERS: dict[str, str] = {
 # How deep, and through how many objects, the search for a DataLoader inside a wrapper goes.
 SEARCH_DEPTH = 3
 SEARCH_OBJECTS = 500
+# How long the iterators a trial opened get to close (NOTE [closing iterators]).
+CLOSE_DEADLINE_S = 10.0
 
 
 @dataclass
@@ -551,9 +568,10 @@ def dataset_limits(what: str) -> dict[str, str]:
 # -- shutting a trial down -------------------------------------------------------------------------
 
 
-def close_trial(loader: Any, iterator: Any) -> None:
-    """Stop whatever a trial of a non-DataLoader kind started: DataLoader iterators inside it (in
-    generator frames or attributes), torchdata nodes' threads and processes, open generators."""
+def close_trial(loader: Any, iterator: Any, *, deadline: float = CLOSE_DEADLINE_S) -> None:
+    """Stop whatever a trial started (NOTE [closing iterators]): DataLoader iterators inside it (in
+    generator frames or attributes), torchdata nodes' threads and processes, the iterators the
+    trial opened that have a ``close()`` of their own, open generators."""
     from torch.utils.data.dataloader import _BaseDataLoaderIter
 
     from ..runtime.processes import shutdown_iterator
@@ -574,10 +592,61 @@ def close_trial(loader: Any, iterator: Any) -> None:
         elif inspect.ismethod(getattr(obj, "_shutdown", None)):  # a node's or an iterator's own
             with contextlib.suppress(Exception):
                 obj._shutdown()
+    opened = _opened_iterators(loader, iterator)
+    if opened and not _close_within(opened, deadline):
+        park(loader, iterator, *opened)
     for obj in targets:
         if inspect.isgenerator(obj):
             with contextlib.suppress(Exception):
                 obj.close()
+
+
+def _opened_iterators(loader: Any, iterator: Any) -> list[Any]:
+    """Iterators the trial's ``iter()`` made that carry a ``close()``: reachable from the iterator
+    but not from the loader (what the loader holds is the user's and lives on), outermost
+    first. Files and generators are left out (a generator is closed after; a file is data)."""
+    if iterator is None or iterator is loader:
+        return []
+    before = {id(obj) for obj in _reachable(loader)} if loader is not None else set()
+    return [
+        obj
+        for obj in _reachable(iterator)
+        if id(obj) not in before
+        and not isinstance(obj, io.IOBase)
+        and not inspect.isgenerator(obj)
+        and inspect.ismethod(getattr(obj, "close", None))
+        and callable(getattr(type(obj), "__next__", None))
+    ]
+
+
+def _close_within(objects: list[Any], deadline: float) -> bool:
+    """Call each object's ``close()`` on a daemon thread; False when they were not all done by
+    ``deadline`` seconds (a close that joins a thread waiting on something that will not come)."""
+
+    def close_all() -> None:
+        for obj in objects:
+            with contextlib.suppress(Exception):
+                obj.close()
+
+    closer = threading.Thread(target=close_all, name="stallscope-close", daemon=True)
+    closer.start()
+    closer.join(deadline)
+    return not closer.is_alive()
+
+
+# Objects whose close() overran its deadline: kept alive here so that no finalizer of theirs runs
+# (and blocks) in the middle of a command; ``stallscope`` then ends without running finalizers.
+_PARKED: list[Any] = []
+
+
+def park(*objects: Any) -> None:
+    """Keep ``objects`` from being garbage-collected for the rest of the process."""
+    _PARKED.extend(obj for obj in objects if obj is not None)
+
+
+def parked() -> bool:
+    """Whether a close overran its deadline in this process (NOTE [closing iterators])."""
+    return bool(_PARKED)
 
 
 def _reachable(root: Any, limit: int = SEARCH_OBJECTS) -> list[Any]:

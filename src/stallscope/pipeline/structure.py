@@ -44,13 +44,16 @@ def children(obj: Any) -> list[tuple[str, Any]] | None:
 
 
 def _array_kind(obj: Any) -> str | None:
-    module = type(obj).__module__ or ""
-    if module.startswith("torch"):
+    """ "tensor", "ndarray" or None. Subclasses count as what they extend (grain's
+    ``SharedMemoryArray``, a library's tensor subclass): the classes' modules are read first, so
+    an arbitrary object never imports torch or NumPy."""
+    modules = {(cls.__module__ or "").partition(".")[0] for cls in type(obj).__mro__}
+    if "torch" in modules:
         import torch
 
         if isinstance(obj, torch.Tensor):
             return "tensor"
-    elif module.startswith("numpy"):
+    if "numpy" in modules:
         import numpy as np
 
         if isinstance(obj, np.ndarray):
