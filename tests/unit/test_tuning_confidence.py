@@ -247,3 +247,68 @@ def test_a_far_behind_rival_stays_in_the_race_until_the_pick_can_be_sure():
         > confirm_window(fast, SearchSettings())
         == 0.75
     )
+
+
+def test_the_race_leaves_out_the_slowest_so_that_two_rounds_fit_the_budget():
+    from tune_simulated import SimulatedEvaluator
+
+    from stallscope.tuning.race import Entrant, Race
+    from stallscope.tuning.space import SearchSettings
+
+    rates = {0: 300.0, 2: 600.0, 4: 590.0, 8: 580.0}
+    ev = SimulatedEvaluator(lambda c: rates[c.num_workers], noise=0.01, seed=2)
+    spent: list[float] = []
+    skipped: dict[int, str] = {}
+    per_config = 1.0  # seconds a config costs in one round
+    budget = 6.5  # two rounds of three configs fit (6 s); two rounds of four do not (8 s)
+
+    def affordable(seconds: float) -> bool:
+        return sum(spent) + seconds <= budget
+
+    def record(trial) -> None:
+        spent.append(per_config / 2)  # a round measures each config twice (A B B A)
+
+    race = Race(
+        ev,
+        SearchSettings(),
+        round_cost=lambda configs: per_config * len(configs),
+        affordable=affordable,
+        record=record,
+        note=lambda text: None,
+        skip=lambda config, why: skipped.setdefault(config.num_workers, why),
+    )
+    decision = race.run(
+        [
+            Entrant(_cfg(2), "tuner", 600.0),
+            Entrant(_cfg(4), "other", 590.0),
+            Entrant(_cfg(8), "sweep-best", 580.0, seeded=True),
+            Entrant(_cfg(0), "baseline", 300.0),
+        ]
+    )
+    # The slowest entrant that is neither the leader, a seed nor the baseline goes before round 1:
+    # the pick then races the two rounds against its rivals that a confidence needs.
+    assert set(skipped) == {4} and "2 round(s) of 4 configs" in skipped[4]
+    assert race.rounds == 2 and race.log.rounds_of(_cfg(8)) == 2
+    assert race.log.rounds_of(_cfg(0)) >= 1  # the baseline raced (far behind: out after round 1)
+    assert decision.pick == _cfg(2) and decision.confidence is not None
+
+
+def test_with_room_for_one_round_only_the_race_still_runs_it():
+    from tune_simulated import SimulatedEvaluator
+
+    from stallscope.tuning.race import Entrant, Race
+    from stallscope.tuning.space import SearchSettings
+
+    ev = SimulatedEvaluator(lambda c: 100.0 * (1 + c.num_workers), noise=0.01, seed=3)
+    spent: list[float] = []
+    race = Race(
+        ev,
+        SearchSettings(),
+        round_cost=lambda configs: float(len(configs)),
+        affordable=lambda seconds: sum(spent) + seconds <= 2.5,
+        record=lambda trial: spent.append(0.5),
+        note=lambda text: None,
+        skip=lambda config, why: None,
+    )
+    decision = race.run([Entrant(_cfg(2), "tuner", 300.0), Entrant(_cfg(0), "baseline", 100.0)])
+    assert race.rounds == 1 and decision is not None and decision.confidence is None

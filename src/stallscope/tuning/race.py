@@ -140,24 +140,33 @@ class Race:
         return decide(self.log, margin=settings.tie_margin)
 
     def _fit_budget(self, alive: list[LoaderConfig]) -> list[LoaderConfig]:
-        """Leave out entrants until a round fits: the slowest first, then the baseline; never a seed
-        or the leader. Nothing left to race when even that does not fit."""
+        """Leave out entrants until the rounds a confidence needs fit (``min_rounds`` of them, those
+        already raced counted): the slowest first, then the baseline; never a seed or the leader.
+        Two rounds of fewer configs say more than one round of many (NOTE [paired rounds]). Where
+        not even that fits, one round still runs; nothing is raced when not one round fits."""
         seeded = {e.config for e in self.entrants if e.seeded}
         roles = {e.config: e.role for e in self.entrants}
         scan = {e.config: e.scan_rate for e in self.entrants}
+        wanted = max(1, self.settings.min_rounds - self.rounds)
 
         def rate(c: LoaderConfig) -> float:
             return self.log.median(c) or scan.get(c, 0.0)
 
         out = list(alive)
-        while len(out) > 2 and not self.affordable(self.round_cost(out)):
+        while len(out) > 2 and not self.affordable(wanted * self.round_cost(out)):
             leader = max(out, key=rate)
             droppable = [c for c in out if c not in seeded and c != leader]
             if not droppable:
                 break
             worst = min(droppable, key=lambda c: (roles.get(c) == "baseline", rate(c)))
             out.remove(worst)
-            self.skip(worst, f"left out of race round {self.rounds + 1}: the time budget ran out")
+            why = (
+                f"left out of the race: {wanted} round(s) of {len(out) + 1} configs did not fit "
+                "the time budget"
+                if wanted > 1
+                else f"left out of race round {self.rounds + 1}: the time budget ran out"
+            )
+            self.skip(worst, why)
         if not self.affordable(self.round_cost(out)):
             self.note(f"time budget: stopped the final race after {self.rounds} round(s)")
             for config in out:
