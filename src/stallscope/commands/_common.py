@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,12 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeE
 
 from ..errors import StallscopeError, UsageError
 from ..record import RunRecord
-from ..runtime.processes import describe_worker_death, is_worker_death, reap_children
+from ..runtime.processes import (
+    TORCH_WORKER_WARNING,
+    describe_worker_death,
+    is_worker_death,
+    reap_children,
+)
 
 
 def command_parser(
@@ -196,7 +202,11 @@ def execute(
     interrupts: list[float] = []
     previous = _note_interrupts(interrupts)
     try:
-        code = body(ctx)
+        # Worker counts above the cores are configs stallscope measures on purpose; torch's
+        # warning about them would only interleave with the report.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=TORCH_WORKER_WARNING, category=UserWarning)
+            code = body(ctx)
         if interrupts:
             # Python drops a KeyboardInterrupt raised where exceptions are ignored (an at-fork
             # hook, a finaliser): the Ctrl-C still happened, so stop as if it had been seen.

@@ -26,6 +26,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler, S
 
 from ..config import LoaderConfig
 from ..errors import UsageError
+from ..runtime.processes import TORCH_WORKER_WARNING
 from ..target import Pipeline
 from .threaded import ThreadedDataset, threaded_dataset
 
@@ -70,9 +71,7 @@ def quiet_worker_warning() -> Iterator[None]:
     """Silence torch's "suggested max number of worker" warning: more workers than
     cores is a configuration we measure on purpose (latency-bound sources need it)."""
     with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore", message="This DataLoader will create", category=UserWarning
-        )
+        warnings.filterwarnings("ignore", message=TORCH_WORKER_WARNING, category=UserWarning)
         yield
 
 

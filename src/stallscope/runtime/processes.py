@@ -50,6 +50,10 @@ import psutil
 # started through a forkserver) are still reaped.
 _MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
+# torch's warning when a DataLoader has more workers than it suggests (a regex for
+# ``warnings.filterwarnings``): stallscope runs such configs on purpose.
+TORCH_WORKER_WARNING = "This DataLoader will create"
+
 
 def default_start_method() -> str:
     """The start method a DataLoader with no ``multiprocessing_context`` uses here: the one set with
