@@ -41,3 +41,12 @@ def test_steps_record_figures_and_no_verdict():
     assert figures["stall_fraction"] == pytest.approx(0.6667, abs=1e-4)
     assert figures["steps"] == 3 and figures["first_batch_s"] == 0.5
     assert "verdict" not in figures and "thresholds" not in figures  # analysis judges
+
+
+def test_gpu_median_is_the_interpolated_middle():
+    from types import SimpleNamespace
+
+    gpu = SimpleNamespace(available=True, name="fake", reason=None)
+    entry = summary.gpu_summary(gpu, [90.0, 10.0, 40.0, 60.0], 100.0, 200.0)
+    assert entry["util_percent_p50"] == 50.0 and entry["util_percent_mean"] == 50.0
+    assert summary.gpu_summary(gpu, [], 0.0, None)["util_percent_p50"] is None

@@ -250,7 +250,7 @@ def gpu_summary(
         "available": True,
         "name": gpu.name,
         "util_percent_mean": round(sum(ordered) / len(ordered), 2) if ordered else None,
-        "util_percent_p50": ordered[len(ordered) // 2] if ordered else None,
+        "util_percent_p50": quantile(ordered, 0.5, ordered=True),
         "memory_used_mb_max": round(memory_used_max, 1) if ordered else None,
         "memory_total_mb": memory_total,
         "samples": len(ordered),
