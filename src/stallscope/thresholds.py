@@ -1,7 +1,7 @@
 """The decision thresholds more than one module reads, each in one place with why it has its value.
 
 A threshold read by a single rule lives beside that rule (the slow-sample outlier factors in
-``checks/rules.py``, the memory-growth minimums in ``analysis/growth.py``, the race's stopping
+``checks/rules.py``, the memory-growth minimums in ``growth.py``, the race's stopping
 rules in ``tuning/confidence.py``); the ones here are shared, between probes and analysis or
 between several rules, so that a report and the code that measured it cannot disagree.
 

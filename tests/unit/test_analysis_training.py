@@ -148,26 +148,45 @@ def test_workers_per_rank_advice_when_local_ranks_oversubscribe():
     )
 
 
-def test_timeline_buckets_long_runs():
-    short = analysis.timeline([0.001, 0.002], [0.003, float("nan")])
-    assert short == {"data_ms": [1.0, 2.0], "compute_ms": [3.0, None], "stride": 1}
-    long = analysis.timeline([0.001] * 5000, [0.002] * 5000, points=1000)
-    assert (
-        long["stride"] == 5
-        and len(long["data_ms"]) == 1000
-        and long["compute_ms"][0] == pytest.approx(2.0)
-    )
-
-
-def test_distribution_and_what_if():
-    d = analysis.distribution_ms([0.001, 0.002, 0.003, float("nan")])
-    assert (
-        d.mean == pytest.approx(2.0)
-        and d.max == pytest.approx(3.0)
-        and d.total_s == pytest.approx(0.006)
-    )
-    assert analysis.distribution_ms([]) is None
-    assert analysis.what_if_speedup(10.0, 4.0) == 2.5 and analysis.what_if_speedup(1.0, 0.0) is None
+def test_judged_profile_judges_from_the_measurements_alone():
+    """A profile section says what it measured; the verdict, the ranks compared and the memory
+    drift come from analysis, by today's rules, whatever a saved record says of them."""
+    ranks = [
+        {
+            "rank": 0,
+            "data_wait_ms_per_step": 2.0,
+            "data_wait_s": 0.1,
+            "stall_fraction": 0.02,
+            "windows": [{"index": 0, "data_wait_s": 0.1, "stall_fraction": 0.02}],
+        },
+        {
+            "rank": 1,
+            "data_wait_ms_per_step": 30.0,
+            "data_wait_s": 1.5,
+            "stall_fraction": 0.9,
+            "verdict": "compute-bound",  # stale: judged again from its stall fraction
+            "windows": [{"index": 0, "data_wait_s": 1.5, "stall_fraction": 0.9}],
+        },
+    ]
+    grows = [
+        {
+            "index": i,
+            "end_step": 10 * (i + 1),
+            "end_s": 60.0 * (i + 1),
+            "main_rss_mb": 100.0 + 40 * i,
+        }
+        for i in range(6)
+    ]
+    saved = {"stall_fraction": 0.6, "verdict": "compute-bound", "ranks": ranks, "windows": grows}
+    judged = analysis.judged_profile(saved)
+    assert judged["verdict"] == "input-bound" and judged["thresholds"] == analysis.thresholds()
+    assert [r["verdict"] for r in judged["ranks"]] == ["compute-bound", "input-bound"]
+    assert judged["distributed"]["slowest_rank"] == 1
+    assert judged["distributed"]["windows"][0]["slowest_rank"] == 1
+    assert judged["memory_drift"]["verdict"] == "growing"
+    assert saved["verdict"] == "compute-bound"  # the input is left as it was
+    # Without the measurements there is nothing to judge again: no verdict is made up.
+    assert analysis.judged_profile({"stall_fraction": None})["verdict"] is None
 
 
 def test_balanced_with_a_full_buffer_points_at_the_main_process():

@@ -1,8 +1,11 @@
-"""One way through the package: probes → record → analysis → renderers.
+"""One way through the package: probes → record → analysis → renderers, checked both ways.
 
 Analysis and renderers read records only, so no module of ``analysis/`` or ``render/`` imports a
-probe package; probes record measurements and never render. Imports are read with ``ast``
-(nothing is imported), inside functions and ``TYPE_CHECKING`` blocks too, relative ones resolved.
+probe package; probes record measurements and never judge or render, so no probe module imports
+``analysis/`` or ``render/``. No allowlist either way. The surfaces above both (``commands/``,
+``integrations/``, the library surface ``stallscope.api``) run probes and print what analysis
+makes of them. Imports are read with ``ast`` (nothing is imported), inside functions and
+``TYPE_CHECKING`` blocks too, relative ones resolved.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import stallscope
 
 PACKAGE_DIR = Path(stallscope.__file__).parent
 
-# Packages that run the user's pipeline, or drive it (commands, integrations, the demo, targets).
+# Packages (and modules) that run the user's pipeline or measure it.
 PROBES = (
     "tuning",
     "throughput",
@@ -24,16 +27,14 @@ PROBES = (
     "pipeline",
     "changes",
     "runtime",
-    "commands",
-    "integrations",
+    "attach",
     "demo",
     "target",
-    "attach",
 )
-# Surfaces call renderers by design: a command prints its report, a training-loop callback its
-# summary. Watch.summary() is the same surface on ss.watch(...), kept from 0.1.
-RENDERING_SURFACES = ("commands", "integrations")
-SURFACE_IMPORTS = {("stallscope.training.watch", "stallscope.render.console_profile")}
+JUDGES = ("analysis", "render")
+# Surfaces: they drive probes and print what analysis concludes (a command's report, a training
+# loop callback's summary, ``ss.tune(...).recommendations()``), so they may import both sides.
+SURFACES = ("commands", "integrations", "api", "cli")
 
 
 def imports_of(path: Path) -> set[str]:
@@ -64,13 +65,6 @@ def in_packages(name: str, packages: tuple[str, ...]) -> bool:
     return any(name == f"stallscope.{p}" or name.startswith(f"stallscope.{p}.") for p in packages)
 
 
-def surface_import(module: str, name: str) -> bool:
-    return any(
-        module == m and (name == allowed or name.startswith(allowed + "."))
-        for m, allowed in SURFACE_IMPORTS
-    )
-
-
 def files_under(*packages: str) -> list[Path]:
     files: list[Path] = []
     for p in packages:
@@ -91,13 +85,47 @@ def test_analysis_and_render_import_no_probe():
     assert bad == []
 
 
-def test_probes_do_not_render():
-    probes = [p for p in PROBES if p not in RENDERING_SURFACES]
+def test_probes_import_no_analysis_and_no_renderer():
+    files = files_under(*PROBES)
+    assert len(files) > 100  # the walk really read every probe package
     bad = sorted(
         f"{module_name(path)} imports {name}"
-        for path in files_under(*probes)
+        for path in files
         for name in imports_of(path)
-        if in_packages(name, ("render",)) and not surface_import(module_name(path), name)
+        if in_packages(name, JUDGES)
+    )
+    assert bad == []
+
+
+def test_every_package_is_placed():
+    """A new subpackage or top-level module must be put on one side (or be shared vocabulary
+    below both), so neither test above can miss it."""
+    shared = {
+        "__init__",
+        "__main__",
+        "config",
+        "errors",
+        "growth",
+        "loader_call",
+        "record",
+        "schema",
+        "stats",
+        "thresholds",
+    }
+    found = {p.stem if p.is_file() else p.name for p in PACKAGE_DIR.iterdir()}
+    found = {n for n in found if not n.startswith((".", "_")) or n in shared}
+    found.discard("py")  # py.typed
+    placed = set(PROBES) | set(JUDGES) | set(SURFACES) | shared
+    assert found - placed == set()
+
+
+def test_shared_modules_import_neither_side():
+    shared = ("config", "errors", "growth", "loader_call", "record", "stats", "thresholds")
+    bad = sorted(
+        f"{module_name(path)} imports {name}"
+        for path in files_under(*shared)
+        for name in imports_of(path)
+        if in_packages(name, PROBES + JUDGES + SURFACES)
     )
     assert bad == []
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import inspect
 
 import stallscope as ss
+from stallscope.api import Watch
 from stallscope.training import gather, profile_section
-from stallscope.training.watch import Watch
 
 OPTIONS = [
     "log_every",
@@ -101,7 +101,7 @@ def test_profile_section_and_gather_are_modules_of_their_own():
     assert gather.exchange.__module__ == "stallscope.training.gather"
     public = {
         n
-        for cls in Watch.__mro__  # the readings (windows, step rows) live in a base class
+        for cls in Watch.__mro__  # the probe and its readings (windows, step rows) are base classes
         for n, v in vars(cls).items()
         if not n.startswith("_") and callable(getattr(v, "__get__", None))
     }
@@ -109,6 +109,8 @@ def test_profile_section_and_gather_are_modules_of_their_own():
         "to_dict",
         "gather",
         "summary",
+        "recommendations",
+        "advice",
         "next",
         "timed",
         "data",

@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 
 from stallscope.analysis.drift import memory_drift, slowest_rank_per_window
+from stallscope.api import Watch
 from stallscope.schema import record_schema
-from stallscope.training.watch import Watch
 from stallscope.training.windows import ResourceWindows, read_windows, step_windows
 
 # Binary-exact step costs (s): window boundaries fall exactly between steps.

@@ -21,9 +21,7 @@ from stallscope.tuning.confidence import (
     at_least_probability,
     clearly_slower,
     decide,
-    ratio_interval,
-    t_cdf,
-    t_quantile,
+    margin_interval,
 )
 
 
@@ -37,32 +35,6 @@ def _log(samples: dict[LoaderConfig, list[float]]) -> RaceLog:
     for i in range(max(len(v) for v in samples.values())):
         log.add({c: [v[i]] for c, v in samples.items() if i < len(v)})
     return log
-
-
-# -- Student's t -----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("p", "df", "expected"),
-    [
-        (0.975, 1, 12.706),
-        (0.975, 2, 4.303),
-        (0.975, 3, 3.182),
-        (0.95, 4, 2.132),
-        (0.95, 9, 1.833),
-        (0.99, 7, 2.998),
-    ],
-)
-def test_t_quantiles_match_the_tables(p, df, expected):
-    assert t_quantile(p, df) == pytest.approx(expected, abs=2e-3)
-    assert t_cdf(expected, df) == pytest.approx(p, abs=1e-4)
-    assert t_cdf(-expected, df) == pytest.approx(1 - p, abs=1e-4)
-
-
-def test_t_cdf_is_the_cauchy_at_one_degree_and_symmetric():
-    assert t_cdf(0.0, 5) == 0.5
-    assert t_cdf(1.0, 1) == pytest.approx(0.75)
-    assert t_cdf(3.0, 30) == pytest.approx(0.99733, abs=2e-4)  # near the normal's 0.99865
 
 
 # -- the confidence --------------------------------------------------------------------------------
@@ -158,7 +130,7 @@ def test_every_rival_costs_some_confidence():
 def test_the_noise_floor_keeps_agreeing_rounds_from_proving_too_much():
     # Four identical 1% wins: without a floor the spread is 0 and any gap is "certain".
     assert at_least_probability([math.log(1.01)] * 4, margin=0.0) < 0.9
-    lo, hi = ratio_interval([math.log(1.01)] * 4)
+    lo, hi = margin_interval([math.log(1.01)] * 4)
     assert lo < 1.0 < hi
 
 

@@ -26,113 +26,9 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from .. import stats
 from ..thresholds import CONFIDENCE_LEVEL, TIE_MARGIN
 
-# Two-sided Student-t quantiles by degrees of freedom, for the levels offered (scipy is not a
-# dependency).
-_T_QUANTILES = {
-    0.95: [
-        12.706,
-        4.303,
-        3.182,
-        2.776,
-        2.571,
-        2.447,
-        2.365,
-        2.306,
-        2.262,
-        2.228,
-        2.201,
-        2.179,
-        2.160,
-        2.145,
-        2.131,
-        2.120,
-        2.110,
-        2.101,
-        2.093,
-        2.086,
-        2.080,
-        2.074,
-        2.069,
-        2.064,
-        2.060,
-        2.056,
-        2.052,
-        2.048,
-        2.045,
-        2.042,
-    ],
-    0.90: [
-        6.314,
-        2.920,
-        2.353,
-        2.132,
-        2.015,
-        1.943,
-        1.895,
-        1.860,
-        1.833,
-        1.812,
-        1.796,
-        1.782,
-        1.771,
-        1.761,
-        1.753,
-        1.746,
-        1.740,
-        1.734,
-        1.729,
-        1.725,
-        1.721,
-        1.717,
-        1.714,
-        1.711,
-        1.708,
-        1.706,
-        1.703,
-        1.701,
-        1.699,
-        1.697,
-    ],
-    0.99: [
-        63.657,
-        9.925,
-        5.841,
-        4.604,
-        4.032,
-        3.707,
-        3.499,
-        3.355,
-        3.250,
-        3.169,
-        3.106,
-        3.055,
-        3.012,
-        2.977,
-        2.947,
-        2.921,
-        2.898,
-        2.878,
-        2.861,
-        2.845,
-        2.831,
-        2.819,
-        2.807,
-        2.797,
-        2.787,
-        2.779,
-        2.771,
-        2.763,
-        2.756,
-        2.750,
-    ],
-}
-_T_LIMIT = {0.95: 1.960, 0.90: 1.645, 0.99: 2.576}
-LEVELS = tuple(_T_QUANTILES)
-
-# Fewer rounds than this give no interval (one round is one ratio; two give a t of 12.7).
-MIN_ROUNDS = 3
 # Intervals are stated at stallscope's claim level (thresholds.py).
 DEFAULT_LEVEL = CONFIDENCE_LEVEL
 # Rounds stop once the interval is this tight (±): the tie margin, since a closer call than the
@@ -146,73 +42,18 @@ FASTER, SLOWER, WITHIN_NOISE, UNDECIDED = "faster", "slower", "within noise", "u
 HIGHER, LOWER = "higher", "lower"
 
 
-def t_quantile(df: int, level: float = DEFAULT_LEVEL) -> float:
-    """The two-sided Student-t quantile for ``df`` degrees of freedom at ``level`` (0.90, 0.95 or
-    0.99)."""
-    if level not in _T_QUANTILES:
-        raise ValueError(f"level must be one of {', '.join(str(v) for v in LEVELS)}, not {level}")
-    if df < 1:
-        return math.inf
-    table = _T_QUANTILES[level]
-    return table[df - 1] if df <= len(table) else _T_LIMIT[level]
-
-
-def round_value(windows: Sequence[dict[str, Any]], metric: str) -> float | None:
-    """One side's figure in one round: the mean over its windows (None where a window lacks it)."""
-    values = [w.get(metric) for w in windows]
-    if not values or any(v is None or not math.isfinite(v) for v in values):
-        return None
-    return statistics.fmean([v for v in values if v is not None])  # none is None, checked above
+round_value = stats.side_value
 
 
 def log_ratios(rounds: Sequence[dict[str, Any]], metric: str = "samples_per_s") -> list[float]:
-    """Per round, log(B / A) of the metric; rounds where either side is missing or not positive are
-    skipped."""
-    out = []
-    for r in rounds:
-        a, b = round_value(r.get("a") or [], metric), round_value(r.get("b") or [], metric)
-        if a is not None and b is not None and a > 0 and b > 0:
-            out.append(math.log(b / a))
-    return out
+    """Per round, log(B / A) of the metric (:func:`stallscope.stats.paired_log_ratios`)."""
+    return stats.paired_log_ratios(rounds, metric)
 
 
 def ratio_interval(logs: Sequence[float], level: float = DEFAULT_LEVEL) -> dict[str, Any] | None:
-    """The ratio B/A from per-round log-ratios: ``{median, estimate, low, high, level, rounds,
-    half_width}``.
-
-    ``median`` is the median round's ratio; ``estimate`` (the geometric mean of the rounds' ratios)
-    is the centre of the t interval ``[low, high]``; ``half_width`` is the interval's relative
-    half-width (``sqrt(high / low) - 1``). Below :data:`MIN_ROUNDS` rounds low, high and half_width
-    are None.
-    """
-    n = len(logs)
-    if n == 0:
-        return None
-    mean = statistics.fmean(logs)
-    result: dict[str, Any] = {
-        "median": math.exp(statistics.median(logs)),
-        "estimate": math.exp(mean),
-        "low": None,
-        "high": None,
-        "level": level,
-        "rounds": n,
-        "half_width": None,
-    }
-    if n >= MIN_ROUNDS:
-        sd = statistics.stdev(logs)
-        half = t_quantile(n - 1, level) * sd / math.sqrt(n)
-        result.update(
-            low=math.exp(mean - half), high=math.exp(mean + half), half_width=math.exp(half) - 1.0
-        )
-    return result
-
-
-def precise_enough(logs: Sequence[float], precision: float, level: float = DEFAULT_LEVEL) -> bool:
-    """Whether the rounds so far pin the ratio down to ±``precision`` (the stopping rule)."""
-    interval = ratio_interval(logs, level)
-    return bool(
-        interval and interval["half_width"] is not None and interval["half_width"] < precision
-    )
+    """The ratio B/A from per-round log-ratios (:func:`stallscope.stats.ratio_interval`, the spread
+    the rounds' own: no interval below three rounds)."""
+    return stats.ratio_interval(logs, level)
 
 
 def verdict(interval: dict[str, Any] | None, *, rate: bool = True) -> str:

@@ -4,7 +4,7 @@ functions.
 Each window holds the memory of the main process and of each loader worker
 at the window's end (RSS every reading, USS where it was read). Per process
 the readings are judged by ``check``'s memory-growth rule
-(:mod:`stallscope.analysis.growth`) against the samples the process saw, and
+(:mod:`stallscope.growth`) against the samples the process saw, and
 fitted against time for a rate per hour:
 
 - ``growing``: it grew by at least the rule's minimum and keeps growing;
@@ -21,14 +21,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .growth import (
+from ..growth import (
     GROWTH_MIN_POINTS,
     NATIVE_MIN_MB,
     PLATEAU_AFTER_PASSES,
     channel_growth,
     grows,
-    linear_fit,
 )
+from ..stats import linear_fit
 
 GROWING, PLATEAUED, FLAT = "growing", "plateaued", "flat"
 

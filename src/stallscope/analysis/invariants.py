@@ -17,6 +17,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from ..stats import MIN_ROUNDS
 from .readers import (
     Record,
     batch_size_of,
@@ -30,7 +31,6 @@ from .readers import (
 # NOTE [paired rounds] in tuning/confidence.py: below MIN_ROUNDS interleaved rounds there is no
 # confidence, and below CONFIDENT_ROUNDS none above FEW_ROUNDS_CAP. A record that says otherwise
 # was not judged by that rule.
-MIN_ROUNDS = 2
 CONFIDENT_ROUNDS = 4
 FEW_ROUNDS_CAP = 0.9
 

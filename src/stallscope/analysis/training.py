@@ -1,10 +1,12 @@
 """Training-loop stall analysis: pure functions from measured step times to verdicts and advice.
 
 Nothing here measures or prints. :mod:`stallscope.training.watch` and
-:mod:`stallscope.training.runner` record per-step data-wait and compute times; these
-functions turn them into the figures of the ``profile`` section of the run record (SPEC §5,
-the record schema, stallscope/schema/record-v1.json) and, from a record, into recommendations
-that say what was measured (:func:`profile_recommendations`, :func:`profile_advice`).
+:mod:`stallscope.training.runner` record per-step data-wait and compute times and the figures
+of the ``profile`` section (SPEC §5, the record schema, stallscope/schema/record-v1.json);
+these functions judge them: :func:`judged_profile` adds the verdict, the ranks compared and the
+memory drift to a section (from its measurements alone, so ``report`` judges a saved record
+again by today's rules), and :func:`profile_recommendations` / :func:`profile_advice` say what
+the figures call for.
 
 Definitions (per step, one step = one batch):
 - data wait: time the loop spent blocked in ``next()`` on the loader;
@@ -24,18 +26,17 @@ Verdict thresholds (steady-state stall fraction; the numbers and why in
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..thresholds import COMPUTE_BOUND_BELOW, INPUT_BOUND_AT, STARTUP_SHARE_NOTABLE
+from .drift import memory_drift, slowest_rank_per_window
 
 # A prefetch buffer emptier than this on average means the workers cannot keep up: a quarter
 # full leaves one batch of slack in a typical 2-worker x prefetch-2 buffer.
 BUFFER_STARVED_BELOW = 0.25
 # ...and fuller than this means batches wait for the model (spare loader capacity).
 BUFFER_FULL_ABOVE = 0.75
-TIMELINE_POINTS = 2000
 
 
 def thresholds() -> dict[str, float]:
@@ -61,76 +62,6 @@ def profile_verdict(r: dict[str, Any]) -> str | None:
         return verdict_for(float(fraction))
     stored = r.get("verdict")
     return stored if isinstance(stored, str) else None
-
-
-def what_if_speedup(total_s: float, compute_s: float) -> float | None:
-    """Speed-up of the same steps if data were free: total / compute."""
-    if total_s <= 0 or compute_s <= 0:
-        return None
-    return total_s / compute_s
-
-
-@dataclass
-class Distribution:
-    """Summary of one per-step series in milliseconds."""
-
-    mean: float
-    p50: float
-    p95: float
-    max: float
-    total_s: float
-
-    def to_dict(self) -> dict[str, float]:
-        return {k: round(v, 4) for k, v in asdict(self).items()}
-
-
-def distribution_ms(values_s: Sequence[float]) -> Distribution | None:
-    """Mean, p50, p95, max (ms) and total (s) of ``values_s`` given in seconds."""
-    import numpy as np
-
-    arr = np.asarray(values_s, dtype=float)
-    arr = arr[np.isfinite(arr)]
-    if arr.size == 0:
-        return None
-    ms = arr * 1000.0
-    return Distribution(
-        mean=float(ms.mean()),
-        p50=float(np.percentile(ms, 50)),
-        p95=float(np.percentile(ms, 95)),
-        max=float(ms.max()),
-        total_s=float(arr.sum()),
-    )
-
-
-def steady_mask(
-    n_steps: int, epoch_starts: Sequence[int], warmup: int, closed: Sequence[bool]
-) -> list[bool]:
-    """Steps that count for steady state: closed, past warm-up, not an epoch's first."""
-    first = set(epoch_starts)
-    return [bool(closed[i]) and i >= warmup and i not in first for i in range(n_steps)]
-
-
-def timeline(
-    data_s: Sequence[float], compute_s: Sequence[float], points: int = TIMELINE_POINTS
-) -> dict[str, Any]:
-    """Per-step series in ms for plots, averaged into buckets of ``stride`` steps when long."""
-    import numpy as np
-
-    n = len(data_s)
-    stride = max(1, math.ceil(n / points)) if n else 1
-
-    def bucket(values: Sequence[float]) -> list[float | None]:
-        arr = np.asarray(values, dtype=float) * 1000.0
-        if stride == 1:
-            return [round(float(v), 4) if math.isfinite(v) else None for v in arr]
-        out: list[float | None] = []
-        for start in range(0, n, stride):
-            chunk = arr[start : start + stride]
-            chunk = chunk[np.isfinite(chunk)]
-            out.append(round(float(chunk.mean()), 4) if chunk.size else None)
-        return out
-
-    return {"data_ms": bucket(data_s), "compute_ms": bucket(compute_s), "stride": stride}
 
 
 # -- distributed -------------------------------------------------------------------
@@ -160,6 +91,55 @@ def rank_report(ranks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         "job_verdict": verdict_for(max(stalls)) if stalls else None,
         "spread_ms_per_step": slowest["data_wait_ms_per_step"] - fastest["data_wait_ms_per_step"],
     }
+
+
+def judged_profile(profile: Mapping[str, Any]) -> dict[str, Any]:
+    """``profile`` (a watch's section, or a saved record's) with what analysis concludes from its
+    measurements, by today's rules: ``verdict`` and ``thresholds``; ``distributed`` (the ranks
+    compared, and the slowest rank per time window); ``memory_drift`` over the time windows (one
+    epoch as the pass, from ``pass_samples``); each rank's ``verdict`` and ``memory_drift``.
+
+    A judgement is replaced only where its measurements are there: a record older than the
+    measurements it needs keeps what it says (the verdict of a record without a stall fraction,
+    the drift of a rank whose windows carry no memory readings)."""
+    out = dict(profile)
+    fraction = out.get("stall_fraction")
+    if isinstance(fraction, (int, float)) and not isinstance(fraction, bool):
+        out["verdict"] = verdict_for(float(fraction))
+    elif "stall_fraction" in out:
+        out["verdict"] = out.get("verdict") if isinstance(out.get("verdict"), str) else None
+    out["thresholds"] = thresholds()
+    raw_ranks = out.get("ranks")
+    ranks = [_judged_rank(r) for r in raw_ranks if isinstance(r, dict)] if raw_ranks else None
+    if "ranks" in out:
+        out["ranks"] = ranks
+    distributed = rank_report(ranks) if ranks else None
+    if distributed is not None and ranks:
+        distributed["windows"] = slowest_rank_per_window(ranks)
+    out["distributed"] = distributed
+    windows = out.get("windows")
+    if isinstance(windows, list):
+        out["memory_drift"] = memory_drift(windows, pass_samples=_pass_samples(out))
+    return out
+
+
+def _pass_samples(r: Mapping[str, Any]) -> float | None:
+    value = r.get("pass_samples")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _judged_rank(rank: dict[str, Any]) -> dict[str, Any]:
+    out = dict(rank)
+    fraction = out.get("stall_fraction")
+    if isinstance(fraction, (int, float)) and not isinstance(fraction, bool):
+        out["verdict"] = verdict_for(float(fraction))
+    out.setdefault("verdict", None)
+    windows = [w for w in out.get("windows") or [] if isinstance(w, dict)]
+    if any(w.get("main_rss_mb") is not None and w.get("end_step") for w in windows):
+        drift = memory_drift(windows, pass_samples=_pass_samples(out))
+        out["memory_drift"] = None if drift is None else drift["verdict"]
+    out.setdefault("memory_drift", None)
+    return out
 
 
 def workers_per_rank(cores: int, local_world_size: int) -> int:
@@ -207,8 +187,9 @@ def advise(profile: dict[str, Any], context: dict[str, Any] | None = None) -> li
 
 
 def is_profile(r: dict[str, Any]) -> bool:
-    """Whether ``r`` carries a training-loop profile (the steady-state stall figures)."""
-    return "stall_fraction" in r and "verdict" in r
+    """Whether ``r`` carries a training-loop profile (the steady-state stall figures: only a
+    profile records a stall fraction)."""
+    return "stall_fraction" in r
 
 
 def profile_context(r: dict[str, Any]) -> dict[str, Any]:
@@ -227,8 +208,9 @@ def profile_context(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def profile_recommendations(r: dict[str, Any]) -> list[dict[str, Any]]:
-    """The training-loop advice for a record or profile dict (none without a profile)."""
-    return advise(r, profile_context(r)) if is_profile(r) else []
+    """The training-loop advice for a record or profile dict (none without a profile), judged from
+    its measurements (:func:`judged_profile`)."""
+    return advise(judged_profile(r), profile_context(r)) if is_profile(r) else []
 
 
 def profile_advice(r: dict[str, Any]) -> str | None:

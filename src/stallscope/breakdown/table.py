@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..pipeline.transforms import TransformSlot
+from ..stats import quantile
 from .callees import CALLEE_MIN_SHARE, OTHER_TRACED, callee_label, is_callee
 from .recorder import COLLATE, DECODE, OTHER, READ
 from .results import (
@@ -198,25 +199,21 @@ def _break_out_calls(
     rows[at + 1 : at + 1] = [(n, ms, "call") for n, ms in kept]
 
 
-def _robust_fraction(values: Sequence[float] | None, quantile: float = 0.95) -> float:
-    """The share of a per-sample series' sum left after capping it at its ``quantile``
-    (1.0 for fewer than 8 values: too few to call one an outlier)."""
+def _robust_fraction(values: Sequence[float] | None, q: float = 0.95) -> float:
+    """The share of a per-sample series' sum left after capping it at its ``q`` quantile, the lower
+    rank (an observed value: one stall in ten samples must not lift its own cap), 1.0 for fewer
+    than 8 values (too few to call one an outlier)."""
     if not values or len(values) < 8:
         return 1.0
     ordered = sorted(values)
-    cap = ordered[int(quantile * (len(ordered) - 1))]
+    cap = quantile(ordered, q, ordered=True, lower=True) or 0.0
     total = sum(ordered)
     return sum(min(v, cap) for v in ordered) / total if total > 0 else 1.0
 
 
 def _percentile_ms(values: Sequence[float] | None, q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100.0
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return 1000.0 * (ordered[low] + (ordered[high] - ordered[low]) * (position - low))
+    value = quantile(values or [], q / 100.0)
+    return None if value is None else 1000.0 * value
 
 
 def transfer_summary(raw: RawStageTotals) -> dict[str, Any] | None:

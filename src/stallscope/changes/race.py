@@ -138,16 +138,14 @@ def speedup(entrant: Entrant, pick: Entrant) -> float | None:
     return statistics.median(pairs) if pairs else None
 
 
-def speedup_interval(
-    entrant: Entrant, pick: Entrant, level: float = 0.9
-) -> tuple[float, float] | None:
-    """The two-sided ``level`` t-interval of the entrant's rate ÷ the pick's over the paired rounds
-    (``tuning.confidence.ratio_interval``); None below two rounds."""
-    from ..tuning.confidence import ratio_interval
+def speedup_interval(entrant: Entrant, pick: Entrant) -> tuple[float, float] | None:
+    """The t-interval of the entrant's rate ÷ the pick's over the paired rounds, as the tuner's race
+    states it (``tuning.confidence.margin_interval``); None below two rounds."""
+    from ..tuning.confidence import margin_interval
 
     logs = [
         math.log(a / b)
         for a, b in zip(entrant.rates, pick.rates)
         if math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0
     ]
-    return ratio_interval(logs, level)
+    return margin_interval(logs)

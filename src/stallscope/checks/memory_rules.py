@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.growth import (  # noqa: F401 - re-exported: the rule's home before it was shared
+from ..growth import (  # noqa: F401 - re-exported: the rule's home before it was shared
     GROWTH_MIN_MB_PER_1000,
     GROWTH_MIN_POINTS,
     HEAP_MIN_MB,
@@ -32,14 +32,14 @@ from ..analysis.growth import (  # noqa: F401 - re-exported: the rule's home bef
     PLATEAU_LEVEL_SHARE,
     PLATEAU_RATE_SHARE,
     channel_growth,
-    linear_fit,
 )
-from ..analysis.growth import grows as _grows
+from ..growth import grows as _grows
+from ..stats import linear_fit  # noqa: F401 - re-exported with the rule
 from .findings import ERROR, INFO, WARNING, Finding
 
 MB = 1024 * 1024
 
-# The growth rule itself (minimums, plateau test) lives in analysis/growth.py, shared with the
+# The growth rule itself (minimums, plateau test) lives in stallscope/growth.py, shared with the
 # watch's memory drift.
 
 # Allocation sites below this share of the biggest are noise (interpreter caches, queues).

@@ -303,13 +303,13 @@ def _step_changes(
 def _step_profile(
     pipeline: Pipeline, args: Any, report: Report, record: RunRecord
 ) -> dict[str, Any]:
+    from ..analysis.training import judged_profile
     from ..training.runner import run_profile
 
     def on_step(done: int, total: int) -> None:
         report(f"step {done}/{total}", done / total if total else None)
 
-    section = run_profile(pipeline, on_step=on_step)
-    return section
+    return judged_profile(run_profile(pipeline, on_step=on_step))
 
 
 RUNNERS: dict[str, Callable[[Pipeline, Any, Report, RunRecord], dict[str, Any]]] = {

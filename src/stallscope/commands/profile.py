@@ -81,6 +81,7 @@ def build_parser() -> common.ArgumentParser:
 
 
 def _run(ctx: common.CommandContext) -> int:
+    from ..analysis.training import judged_profile
     from ..runtime.distributed import init_from_env, rank_info, shutdown
     from ..target import preflight
 
@@ -120,7 +121,7 @@ def _run(ctx: common.CommandContext) -> int:
                 on_step=lambda done, total: progress.update(task, completed=done),
                 watch_options={"window_s": args.window_s, "windows_jsonl": args.windows_jsonl},
             )
-        record.add(**profile)
+        record.add(**judged_profile(profile))
         if info.world_size == 1:
             # The loader on its own (no training step) and the CPU per sample: the ceiling, and the
             # cores needed at the step's rate with free data (or --target-rate).

@@ -57,13 +57,13 @@ def _run(ctx: common.CommandContext) -> int:
     from ..render.plots import PlotsRenderer
 
     args = ctx.args
-    record = (
+    record = judged(
         _windows_record(args.record)
         if args.record.suffix == ".jsonl"
         else RunRecord.load(args.record)
     )
     if args.against is not None:
-        return _against(ctx, record, RunRecord.load(args.against))
+        return _against(ctx, record, judged(RunRecord.load(args.against)))
     # Not ctx.record: execute() would stamp this command's duration onto the loaded record.
     written: list[Path] = []
     try:
@@ -88,6 +88,18 @@ def _run(ctx: common.CommandContext) -> int:
     else:
         ConsoleRenderer("report").print(record, ctx.console)
     return 0
+
+
+def judged(record: RunRecord) -> RunRecord:
+    """``record`` with what analysis concludes from its measurements judged again by today's rules
+    (a profile's verdict, its ranks compared, its memory drift: what a saved record says of them is
+    not read where the measurements are there)."""
+    from ..analysis.training import judged_profile
+
+    data = record.to_dict()
+    if "stall_fraction" not in data:
+        return record
+    return RunRecord.from_dict(judged_profile(data))
 
 
 def _windows_record(path: Path) -> RunRecord:

@@ -36,8 +36,9 @@ import sys
 from types import FrameType
 from typing import Any
 
+from ..api import Watch
 from ..render.console_profile import stall_summary
-from ..training.watch import TimedIterator, Watch
+from ..training.watch import TimedIterator
 
 HOOK_GAPS_NOTE = (
     "no Trainer.get_batch_samples to wrap, so data wait is the gap between on_step_end "

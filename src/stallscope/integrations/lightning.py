@@ -41,8 +41,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..api import Watch
 from ..render.console_profile import stall_summary
-from ..training.watch import TimedIterator, Watch
+from ..training.watch import TimedIterator
 
 HOOK_GAPS_NOTE = (
     "this Lightning's fit loop could not be wrapped, so data wait is the gap between "

@@ -176,6 +176,10 @@ class LongRunSection(Section):
 
     window_s: float | None = doc("profile: length of the time windows (s)")
     windows: list[JSON] = doc("profile: the run's time windows", default_factory=list)
+    pass_samples: int | None = doc(
+        "profile: one epoch in samples (steps without a batch size), the pass the memory drift is "
+        "judged over; null when unsized"
+    )
     memory_drift: JSON | None = doc("profile: memory over the windows, per process")
 
 

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..analysis.training import profile_advice, profile_verdict, thresholds
+from ..analysis.training import judged_profile, profile_advice, profile_verdict, thresholds
 from .console_advice import render_recommendations
 from .document_windows import long_run_lines
 
@@ -126,8 +126,8 @@ def summary_lines(profile: dict[str, Any]) -> list[str]:
 
 def stall_summary(source: Any) -> str:
     """Plain-text summary of a profile dict, or of anything with ``to_dict()`` (a watch, a
-    callback)."""
-    profile = source if isinstance(source, dict) else source.to_dict()
+    callback), judged by today's rules (``analysis.training.judged_profile``)."""
+    profile = judged_profile(source if isinstance(source, dict) else source.to_dict())
     return "\n".join(summary_lines(profile))
 
 

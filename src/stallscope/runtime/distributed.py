@@ -126,21 +126,34 @@ def rank_entry(profile: dict[str, Any], info: RankInfo) -> dict[str, Any]:
         "host": info.host,
         "steps": profile.get("steps"),
         "stall_fraction": profile.get("stall_fraction"),
-        "verdict": profile.get("verdict"),
         "data_wait_s": data.get("total_s"),
         "data_wait_ms_per_step": data.get("mean"),
         "compute_ms_per_step": compute.get("mean"),
         "first_batch_s": profile.get("first_batch_s"),
         "gpu_util": profile.get("gpu_util"),
-        "memory_drift": (profile.get("memory_drift") or {}).get("verdict"),
-        # per time window, what rank 0 needs to name the slowest rank of each (a few numbers per
-        # window)
-        "windows": [{k: w.get(k) for k in _RANK_WINDOW_KEYS} for w in profile.get("windows") or []],
+        "pass_samples": profile.get("pass_samples"),
+        # per time window, what rank 0 needs to name the slowest rank of each and to judge this
+        # rank's memory drift (a few numbers per window and per worker); the verdict and the drift
+        # are analysis (analysis.training.judged_profile)
+        "windows": [_rank_window(w) for w in profile.get("windows") or []],
     }
+
+
+def _rank_window(window: dict[str, Any]) -> dict[str, Any]:
+    entry = {k: window.get(k) for k in _RANK_WINDOW_KEYS}
+    workers = window.get("workers")
+    if workers:
+        entry["workers"] = [
+            {k: w.get(k) for k in ("rss_mb", "uss_mb")} for w in workers if isinstance(w, dict)
+        ]
+    return entry
 
 
 _RANK_WINDOW_KEYS = (
     "index",
+    "end_s",
+    "end_step",
+    "end_samples",
     "steps",
     "stall_fraction",
     "data_wait_s",

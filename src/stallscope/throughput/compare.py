@@ -5,9 +5,10 @@ Each window is one :func:`~stallscope.throughput.measure.measure` of one side:
 a fresh loader, its start-up and prefetch buffer kept out of the window. A
 round is four windows, A B B A (odd rounds B A A B, so neither side always
 goes first). After every round the paired ratio's interval is recomputed
-(pure, in ``analysis.comparison``); the run stops when it is narrower than
-``precision``, or at the budget: once ``min_rounds`` are done, before a round
-that would end past it; before that, when it is spent.
+(pure, in ``stallscope.stats``; ``analysis.comparison`` judges the rounds
+from the record); the run stops when it is narrower than ``precision``, or at
+the budget: once ``min_rounds`` are done, before a round that would end past
+it; before that, when it is spent.
 """
 
 from __future__ import annotations
@@ -18,20 +19,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from ..analysis.comparison import (
-    DEFAULT_LEVEL,
-    DEFAULT_PRECISION,
-    MIN_ROUNDS,
-    log_ratios,
-    precise_enough,
-)
 from ..config import LoaderConfig
+from ..stats import paired_log_ratios, precise_enough, quantile, rounds_needed
 from ..target import Pipeline
+from ..thresholds import CONFIDENCE_LEVEL, TIE_MARGIN
 from .measure import Measurement, measure
 
 SIDES = ("a", "b")
+# The interval is stated at stallscope's claim level, and the rounds stop once it is as tight as the
+# tie margin (a closer call than the tuner's own tie would change no decision).
+DEFAULT_LEVEL, DEFAULT_PRECISION = CONFIDENCE_LEVEL, TIE_MARGIN
+# No interval before this many rounds (the spread is the rounds' own: stats.rounds_needed).
+MIN_ROUNDS = rounds_needed(0.0)
 STOP_PRECISION, STOP_BUDGET, STOP_MAX_ROUNDS = "precision", "budget", "max-rounds"
 
 
@@ -50,7 +49,7 @@ def window_figures(m: Measurement) -> dict[str, Any]:
     return {
         "samples_per_s": m.samples_per_s,
         "batches_per_s": m.batches_per_s,
-        "batch_ms_p95": float(np.percentile(m.batch_ms, 95)) if m.batch_ms else None,
+        "batch_ms_p95": quantile(m.batch_ms, 0.95),
         "cpu_ms_per_sample": cpu_ms,
         "workers_rss_mb": res.workers_rss_mb if res is not None and res.n_workers else None,
         "worker_uss_mb": res.worker_uss_mb if res is not None and res.n_workers else None,
@@ -154,7 +153,9 @@ def compare(
             elapsed = clock() - start
             run.seconds = elapsed
             done = len(run.rounds)
-            if done >= min_rounds and precise_enough(log_ratios(run.rounds), precision, level):
+            if done >= min_rounds and precise_enough(
+                paired_log_ratios(run.rounds, "samples_per_s"), precision, level
+            ):
                 run.stopped = STOP_PRECISION
                 break
             # Past min_rounds, no round that would end after the budget; before, only the budget

@@ -48,6 +48,7 @@ from ..pipeline.structure import batch_length, token_counter
 from ..pipeline.threaded import noted_index, without_notes
 from ..runtime.processes import describe_worker_death, is_worker_death, stop_workers, worker_pids
 from ..runtime.resources import ResourceSampler, ResourceSummary
+from ..stats import quantile
 from ..target import Pipeline
 
 # Draws in the cycling sampler: far more than any window needs.
@@ -482,11 +483,12 @@ def latency_stats(batch_ms: Sequence[float]) -> dict[str, float]:
     if not batch_ms:
         return {"p50": 0.0, "p95": 0.0, "p99": 0.0, "max": 0.0, "std": 0.0, "mean": 0.0}
     arr = np.asarray(batch_ms, dtype=float)
-    p50, p95, p99 = np.percentile(arr, [50, 95, 99])
+    ordered = sorted(float(v) for v in batch_ms)
+    p50, p95, p99 = (quantile(ordered, q, ordered=True) or 0.0 for q in (0.5, 0.95, 0.99))
     return {
-        "p50": float(p50),
-        "p95": float(p95),
-        "p99": float(p99),
+        "p50": p50,
+        "p95": p95,
+        "p99": p99,
         "max": float(arr.max()),
         "std": float(arr.std()),
         "mean": float(arr.mean()),

@@ -4,18 +4,16 @@ see every rank.
 :func:`exchange` is the collective (every rank calls it, through
 ``Watch.gather()``): each rank sends a small summary of its own profile
 (``runtime.distributed.rank_entry``: no timelines, a few numbers per time
-window) and receives every rank's. :func:`distributed_section` turns the
-gathered summaries into the profile's ``ranks``, ``rank`` and
-``distributed`` entries: the maximum exposed data wait across ranks and the
-slowest rank, overall and per time window.
+window) and receives every rank's. :func:`distributed_section` puts the
+gathered summaries into the profile's ``ranks`` and ``rank`` entries; comparing
+them (the maximum exposed data wait across ranks, the slowest rank overall and per
+time window) is analysis (``analysis.training.judged_profile``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..analysis import training as rules
-from ..analysis.drift import slowest_rank_per_window
 from ..runtime.distributed import gather_to_all, rank_entry, rank_info
 
 
@@ -35,18 +33,8 @@ def current_rank() -> int | None:
 
 
 def distributed_section(ranks: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """The profile's ``ranks``, ``rank`` (only with ranks) and ``distributed`` entries, in that
-    order."""
+    """The profile's ``ranks`` and ``rank`` (only with ranks) entries, in that order."""
     section: dict[str, Any] = {"ranks": ranks}
     if ranks:
         section["rank"] = rank_info().rank
-    section["distributed"] = rules.rank_report(ranks) if ranks else None
     return section
-
-
-def add_rank_windows(
-    distributed: dict[str, Any] | None, ranks: list[dict[str, Any]] | None
-) -> None:
-    """Per time window, the rank that waited longest for data (in ``distributed``, in place)."""
-    if distributed and ranks:
-        distributed["windows"] = slowest_rank_per_window(ranks)

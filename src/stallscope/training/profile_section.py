@@ -4,10 +4,12 @@ Everything here runs when the figures are asked for, never in the training
 loop: the steady-state figures from the per-step data wait and compute
 (:mod:`.summary`), what the background sampling saw (occupancy, GPU, CPU and
 memory), what synchronising cost, the ranks (:mod:`.gather`), each epoch's
-start-up against a whole epoch, the time windows and memory drift
+start-up against a whole epoch, the time windows
 (:mod:`.windows`), and what the advice needs to know besides the steps (usable
-cores, ranks per host, the loader config). The advice itself is analysis
-(:func:`stallscope.analysis.training.profile_recommendations`), from this section or a saved record.
+cores, ranks per host, the loader config). What they mean (the verdict, the ranks compared, the
+memory drift) and the advice are analysis (:func:`stallscope.analysis.training.judged_profile`,
+:func:`~stallscope.analysis.training.profile_recommendations`), from this section or a saved
+record.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import windows as time_windows
-from .gather import add_rank_windows, distributed_section
+from .gather import distributed_section
 from .sampling import Samples
 from .summary import (
     epoch_startup,
@@ -79,7 +81,6 @@ def profile_section(
     epoch_steps = ctx.get("epoch_steps")
     profile.update(epoch_startup(profile, epoch_steps))
     profile.update(time_windows.long_run_section(windows, window_s, epoch_steps, batch_size))
-    add_rank_windows(profile["distributed"], ranks)
     # Facts the advice reads (analysis.training.profile_context); the TARGET is the record's.
     profile["usable_cores"] = ctx.get("cores")
     profile["local_world_size"] = ctx.get("local_world_size")

@@ -3,18 +3,24 @@ numbers).
 
 Per-step arrays in, the figures of the ``profile`` section out: steady-state
 stall fraction, distributions, each epoch's first batch, buffer occupancy and
-what synchronising cost. Nothing here measures or prints; the verdict comes from
-:mod:`stallscope.analysis.training`; the context :func:`loader_context` reads from the loader and
-the host is recorded with the figures, for the advice analysis derives from them.
+what synchronising cost. Nothing here measures, prints or judges: the verdict and the advice
+are :mod:`stallscope.analysis.training`'s, from these figures; the context :func:`loader_context`
+reads from the loader and the host is recorded with the figures, for the advice analysis derives
+from them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..analysis import training as rules
+from ..stats import quantile
+
+# Per-step series longer than this are averaged into buckets for the plots.
+TIMELINE_POINTS = 2000
 
 
 def summarize_steps(
@@ -29,7 +35,7 @@ def summarize_steps(
     n = len(data_s)
     compute_full = list(compute_s) + [math.nan] * (n - len(compute_s))
     closed = [math.isfinite(c) for c in compute_full]
-    mask = rules.steady_mask(n, epoch_starts, warmup, closed)
+    mask = steady_mask(n, epoch_starts, warmup, closed)
     steady_data = [d for d, m in zip(data_s, mask) if m]
     steady_compute = [c for c, m in zip(compute_full, mask) if m]
     data_total = sum(steady_data)
@@ -38,18 +44,16 @@ def summarize_steps(
     stall = data_total / total if total > 0 else None
     firsts = [data_s[i] for i in epoch_starts if i < n]
     wall = sum(data_s) + sum(c for c in compute_full if math.isfinite(c))
-    data_dist = rules.distribution_ms(steady_data)
-    compute_dist = rules.distribution_ms(steady_compute)
-    step_dist = rules.distribution_ms([d + c for d, c in zip(steady_data, steady_compute)])
+    data_dist = distribution_ms(steady_data)
+    compute_dist = distribution_ms(steady_compute)
+    step_dist = distribution_ms([d + c for d, c in zip(steady_data, steady_compute)])
     profile: dict[str, Any] = {
         "steps": len(steady_data),  # the steps the figures cover (steady state)
         "total_steps": n,  # all recorded, with warm-up and each epoch's first batch
         "warmup_steps": min(warmup, n),
         "epochs": len(epoch_starts),
         "stall_fraction": round(stall, 4) if stall is not None else None,
-        "verdict": rules.verdict_for(stall),
-        "thresholds": rules.thresholds(),
-        "what_if_speedup": _round(rules.what_if_speedup(total, compute_total), 3),
+        "what_if_speedup": _round(what_if_speedup(total, compute_total), 3),
         "data_ms": data_dist.to_dict() if data_dist else None,
         "compute_ms": compute_dist.to_dict() if compute_dist else None,
         "step_ms": step_dist.to_dict() if step_dist else None,
@@ -60,8 +64,75 @@ def summarize_steps(
         "wall_s": round(wall, 4),
     }
     if with_timeline:
-        profile["step_timeline"] = rules.timeline(data_s, compute_full)
+        profile["step_timeline"] = timeline(data_s, compute_full)
     return profile
+
+
+def what_if_speedup(total_s: float, compute_s: float) -> float | None:
+    """Speed-up of the same steps if data were free: total / compute."""
+    if total_s <= 0 or compute_s <= 0:
+        return None
+    return total_s / compute_s
+
+
+@dataclass
+class Distribution:
+    """Summary of one per-step series in milliseconds."""
+
+    mean: float
+    p50: float
+    p95: float
+    max: float
+    total_s: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: round(v, 4) for k, v in asdict(self).items()}
+
+
+def distribution_ms(values_s: Sequence[float]) -> Distribution | None:
+    """Mean, p50, p95, max (ms) and total (s) of ``values_s`` given in seconds."""
+    finite = sorted(v for v in values_s if math.isfinite(v))
+    if not finite:
+        return None
+    ms = [v * 1000.0 for v in finite]
+    return Distribution(
+        mean=sum(ms) / len(ms),
+        p50=quantile(ms, 0.5, ordered=True) or 0.0,
+        p95=quantile(ms, 0.95, ordered=True) or 0.0,
+        max=ms[-1],
+        total_s=math.fsum(finite),
+    )
+
+
+def steady_mask(
+    n_steps: int, epoch_starts: Sequence[int], warmup: int, closed: Sequence[bool]
+) -> list[bool]:
+    """Steps that count for steady state: closed, past warm-up, not an epoch's first."""
+    first = set(epoch_starts)
+    return [bool(closed[i]) and i >= warmup and i not in first for i in range(n_steps)]
+
+
+def timeline(
+    data_s: Sequence[float], compute_s: Sequence[float], points: int = TIMELINE_POINTS
+) -> dict[str, Any]:
+    """Per-step series in ms for plots, averaged into buckets of ``stride`` steps when long."""
+    import numpy as np
+
+    n = len(data_s)
+    stride = max(1, math.ceil(n / points)) if n else 1
+
+    def bucket(values: Sequence[float]) -> list[float | None]:
+        arr = np.asarray(values, dtype=float) * 1000.0
+        if stride == 1:
+            return [round(float(v), 4) if math.isfinite(v) else None for v in arr]
+        out: list[float | None] = []
+        for start in range(0, n, stride):
+            chunk = arr[start : start + stride]
+            chunk = chunk[np.isfinite(chunk)]
+            out.append(round(float(chunk.mean()), 4) if chunk.size else None)
+        return out
+
+    return {"data_ms": bucket(data_s), "compute_ms": bucket(compute_s), "stride": stride}
 
 
 def loader_context(loader: Any) -> dict[str, Any]:
@@ -179,7 +250,7 @@ def gpu_summary(
         "available": True,
         "name": gpu.name,
         "util_percent_mean": round(sum(ordered) / len(ordered), 2) if ordered else None,
-        "util_percent_p50": ordered[len(ordered) // 2] if ordered else None,
+        "util_percent_p50": quantile(ordered, 0.5, ordered=True),
         "memory_used_mb_max": round(memory_used_max, 1) if ordered else None,
         "memory_total_mb": memory_total,
         "samples": len(ordered),

@@ -29,8 +29,11 @@ asked) is :mod:`.steps`; outputs while the loop runs go through
 lives in :mod:`.sampling`; the
 ``profile`` section is built when asked, by :mod:`.profile_section` (from
 :mod:`.summary`, and the time windows for long runs of :mod:`.windows`);
-the exchange across ranks under torchrun is :mod:`.gather`. The text summary
-is a renderer's job: ``ss.stall_summary(w)`` (``stallscope.render.console_profile``).
+the exchange across ranks under torchrun is :mod:`.gather`. The watch records
+measurements only: the verdict, the advice and the text summary are analysis and
+rendering, on the library surface (``ss.watch`` returns :class:`stallscope.api.Watch`,
+whose ``to_dict()`` is judged and which adds ``recommendations()``, ``advice()`` and
+``summary()``; ``ss.stall_summary(w)`` is ``stallscope.render.console_profile``).
 
 NOTE [watch hot path]
     Per step the wrapped loop pays two clock reads, two ``array('d')``
@@ -59,7 +62,7 @@ import weakref
 from array import array
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import UsageError
 from . import gather as ranks
@@ -79,9 +82,6 @@ from .sampling import (
 from .sinks import open_sinks
 from .steps import StepTimes
 from .timing import SyncSpec, TimedIterator, resolve_sync
-
-if TYPE_CHECKING:
-    from ..analysis.facts import Recommendation
 
 __all__ = ["FETCH_TIMING", "SyncSpec", "TimedIterator", "Watch", "resolve_sync", "watch"]
 
@@ -420,32 +420,12 @@ class Watch(WatchReadings):
         self.close()
 
     # -- results ---------------------------------------------------------------------------
-    def summary(self) -> str:
-        """The text of ``ss.stall_summary(w)``: verdict, stall fraction, what-if, buffer, GPU/CPU.
-
-        Kept for loops written against 0.1; the text itself is the renderer's business."""
-        from ..render.console_profile import stall_summary
-
-        return stall_summary(self.to_dict())
-
-    def recommendations(self) -> list[Recommendation]:
-        """What the stall figures call for, as ``stallscope profile`` reports it: analysis over
-        :meth:`to_dict` (the watch records measurements only)."""
-        from ..analysis import recommendations
-
-        return recommendations(self.to_dict(timeline=False))
-
-    def advice(self) -> str | None:
-        """The knob to turn next, in one sentence with the numbers behind it."""
-        from ..analysis.training import profile_advice
-
-        return profile_advice(self.to_dict(timeline=False))
-
     def to_dict(
         self, *, timeline: bool = True, context: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        """The ``profile`` section (the record schema, stallscope/schema/record-v1.json): stall
-        fraction, verdict, what-if, occupancy, ...
+        """The ``profile`` section's measurements (the record schema,
+        stallscope/schema/record-v1.json): stall fraction, what-if, occupancy, ... (the verdict is
+        analysis: ``analysis.training.judged_profile``, which ``ss.watch``'s watch applies).
 
         Built by :func:`~.profile_section.profile_section`; ``timeline`` adds the
         per-step timeline, ``context`` what the caller knows about the run (target, config, epoch

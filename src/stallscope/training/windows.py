@@ -16,7 +16,8 @@ line up only if that clock does.
 
 Closed windows go to a JSON-lines file as they close and to TensorBoard
 (:class:`WindowSink`); :func:`read_windows` reads such a file back. The
-memory drift over the windows is judged by :mod:`stallscope.analysis.drift`.
+memory drift over the windows is judged by :mod:`stallscope.analysis.drift`, from the windows and
+the pass length recorded here.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
+
+from ..stats import quantile
 
 # Real runs: one window a minute (a week is ~10,000 windows).
 DEFAULT_WINDOW_S = 60.0
@@ -103,6 +106,7 @@ def _window(
     data = sum(data_s[s] for s in steady)
     compute = sum(compute_s[s] for s in steady)
     steps_ms = sorted((data_s[s] + compute_s[s]) * 1000 for s in steady)
+    p50, p95 = (quantile(steps_ms, q, ordered=True) for q in (0.5, 0.95))
     busy = data + compute
     return {
         "index": k,
@@ -116,19 +120,11 @@ def _window(
         "stall_fraction": round(data / busy, 4) if busy > 0 else None,
         "data_wait_s": round(data, 6),
         "data_ms_mean": round(data / len(steady) * 1000, 4) if steady else None,
-        "step_ms_p50": round(_quantile(steps_ms, 0.5), 4) if steps_ms else None,
-        "step_ms_p95": round(_quantile(steps_ms, 0.95), 4) if steps_ms else None,
+        "step_ms_p50": None if p50 is None else round(p50, 4),
+        "step_ms_p95": None if p95 is None else round(p95, 4),
         "steps_per_s": round(len(steady) / busy, 3) if busy > 0 else None,
         "partial": False,
     }
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    """Linear-interpolated quantile of sorted values (numpy's default)."""
-    pos = (len(ordered) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 class ResourceWindows:
@@ -346,16 +342,10 @@ def read_windows(
 def long_run_section(
     windows: list[dict[str, Any]], window_s: float, epoch_steps: int | None, batch_size: int | None
 ) -> dict[str, Any]:
-    """The profile's ``window_s``, ``windows`` and ``memory_drift`` (judged over one epoch as the
-    pass)."""
-    from ..analysis.drift import memory_drift
-
+    """The profile's ``window_s``, ``windows`` and ``pass_samples`` (one epoch, in samples, or in
+    steps without a batch size: the pass the memory drift is judged over)."""
     epoch = epoch_steps * batch_size if epoch_steps and batch_size else epoch_steps
-    return {
-        "window_s": window_s,
-        "windows": windows,
-        "memory_drift": memory_drift(windows, pass_samples=epoch),
-    }
+    return {"window_s": window_s, "windows": windows, "pass_samples": epoch}
 
 
 def windows_record(
@@ -365,12 +355,11 @@ def windows_record(
     ``stallscope report run.windows.jsonl``.
 
     The run's stall fraction and steps are the sums over its windows; the
-    memory drift is judged again (without the epoch length, which the file
-    does not hold: the plateau test takes the run's first two thirds as one pass).
+    verdict and the memory drift are judged by ``report`` like any record's
+    (without the epoch length, which the file does not hold: the plateau test
+    takes the run's first two thirds as one pass).
     """
     from .. import __version__
-    from ..analysis.drift import memory_drift
-    from ..analysis.training import thresholds, verdict_for
 
     windows = read_windows(path, name=name, rank=rank)
     if not windows:
@@ -394,9 +383,6 @@ def windows_record(
         "steps": sum(w.get("steps") or 0 for w in windows),
         "total_steps": windows[-1]["end_step"],
         "stall_fraction": None if stall is None else round(stall, 4),
-        "verdict": verdict_for(stall),
-        "thresholds": thresholds(),
         "window_s": windows[0]["end_s"] - windows[0]["start_s"],
         "windows": windows,
-        "memory_drift": memory_drift(windows),
     }

@@ -40,14 +40,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..config import LoaderConfig
+from ..stats import MIN_ROUNDS, quantile, ratio_bounds, spread, t_cdf, upper_bound
 from ..thresholds import CONFIDENCE_LEVEL, TIE_MARGIN
 from .space import MIN_GAIN, PLATEAU_TOLERANCE, cost_key
 from .trial import Trial
 
 # The pick is claimed at least as fast as each rival within this fraction: the tie margin.
 MARGIN = TIE_MARGIN
-# Fewer interleaved rounds than this give no confidence at all (NOTE [paired rounds]).
-MIN_ROUNDS = 2
+# The two-sided level of the race's intervals (the runner-up's ratio to the pick): each bound is a
+# one-sided CONFIDENCE_LEVEL bound, the sense in which the race's confidence is stated (a pick at
+# least as fast as a rival), so 90% two-sided. ``compare`` states two-sided intervals at
+# CONFIDENCE_LEVEL itself.
+INTERVAL_LEVEL = round(2 * CONFIDENCE_LEVEL - 1, 6)
 # Fewer rounds than this never give a confidence above FEW_ROUNDS_CAP (NOTE
 # [what the confidence states]).
 CONFIDENT_ROUNDS = 4
@@ -63,56 +67,8 @@ ONE_ROUND_NOISE = 0.10
 STOP_CONFIDENCE = CONFIDENCE_LEVEL
 
 
-# -- Student's t, for integer degrees of freedom (no SciPy dependency) -----------------------------
-
-
-def t_cdf(t: float, df: int) -> float:
-    """P(T ≤ t) for Student's t with ``df`` ≥ 1 degrees of freedom (Abramowitz & Stegun
-    26.7.3–4)."""
-    if df < 1:
-        raise ValueError("t_cdf needs at least 1 degree of freedom")
-    if math.isinf(t):
-        return 1.0 if t > 0 else 0.0
-    theta = math.atan(abs(t) / math.sqrt(df))
-    c2 = math.cos(theta) ** 2
-    if df % 2 == 1:
-        series, term = 0.0, 1.0
-        if df > 1:
-            series = 1.0
-            for k in range(3, df, 2):  # (2·4···(k−1)) / (1·3···k) cos^(k−1)
-                term *= (k - 1) / k * c2
-                series += term
-        a = 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * series)
-    else:
-        series, term = 1.0, 1.0
-        for k in range(2, df, 2):  # (1·3···(k−1)) / (2·4···k) cos^k
-            term *= (k - 1) / k * c2
-            series += term
-        a = math.sin(theta) * series
-    a = min(1.0, max(0.0, a))
-    return 0.5 + a / 2 if t >= 0 else 0.5 - a / 2
-
-
-def t_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (bisection on
-    :func:`t_cdf`)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError("t_quantile needs 0 < p < 1")
-    lo, hi = -1e6, 1e6
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-9:
-            break
-    return (lo + hi) / 2
-
-
 def _spread(values: Sequence[float]) -> float:
-    own = statistics.stdev(values) if len(values) >= 2 else 0.0
-    return max(own, NOISE_FLOOR)
+    return spread(values, NOISE_FLOOR)
 
 
 def at_least_probability(log_ratios: Sequence[float], margin: float = MARGIN) -> float | None:
@@ -131,15 +87,10 @@ def at_least_probability(log_ratios: Sequence[float], margin: float = MARGIN) ->
     return t_cdf(gap / (_spread(log_ratios) / math.sqrt(n)), n - 1)
 
 
-def ratio_interval(log_ratios: Sequence[float], level: float = 0.9) -> tuple[float, float] | None:
-    """The two-sided ``level`` t-interval of the paired ratio a / b (spread floored as above);
-    None below two ratios."""
-    n = len(log_ratios)
-    if n < 2:
-        return None
-    mean = statistics.fmean(log_ratios)
-    half = t_quantile(0.5 + level / 2, n - 1) * _spread(log_ratios) / math.sqrt(n)
-    return math.exp(mean - half), math.exp(mean + half)
+def margin_interval(log_ratios: Sequence[float]) -> tuple[float, float] | None:
+    """The ``INTERVAL_LEVEL`` t-interval of the paired ratio a / b (spread floored as above); None
+    below ``MIN_ROUNDS`` ratios."""
+    return ratio_bounds(log_ratios, INTERVAL_LEVEL, floor=NOISE_FLOOR)
 
 
 @dataclass
@@ -193,7 +144,7 @@ class Decision:
     runner_up: LoaderConfig | None = None
     margin: float | None = None  # pick median / runner-up median
     margin_interval: tuple[float, float] | None = (
-        None  # 90% t-interval of the paired ratio pick / runner-up
+        None  # INTERVAL_LEVEL t-interval of the paired ratio pick / runner-up
     )
     tie: bool = (
         False  # another raced config was within tie_margin of the leader; the cheapest was kept
@@ -254,7 +205,7 @@ def decide(
         return Decision(pick, leader, medians, confidence, tie=False, tie_margin=margin)
     runner_up = max(rivals, key=lambda c: medians[c])
     margin_ratio = medians[pick] / medians[runner_up] if medians[runner_up] > 0 else None
-    interval = ratio_interval(log.log_ratios(pick, runner_up))
+    interval = margin_interval(log.log_ratios(pick, runner_up))
     if mine < min_rounds:
         return Decision(
             pick,
@@ -324,12 +275,8 @@ def clearly_slower(
     (its rate / the leader's): the one-sided ``level`` t upper bound of the ratio stays below
     1 − tolerance (spread floored at ``NOISE_FLOOR``; never from fewer than two rounds)."""
     logs = [math.log(r) for r in ratios if r > 0]
-    if len(logs) < 2:
-        return False
-    upper = statistics.fmean(logs) + t_quantile(level, len(logs) - 1) * _spread(logs) / math.sqrt(
-        len(logs)
-    )
-    return upper < math.log(1 - tolerance)
+    upper = upper_bound(logs, level, floor=NOISE_FLOOR)
+    return upper is not None and upper < math.log(1 - tolerance)
 
 
 def keeps_baseline(
@@ -362,7 +309,8 @@ def keeps_baseline(
         medians = sorted(
             statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples)
         )
-        return medians[int(0.05 * len(medians))] < 1 + threshold
+        low = quantile(medians, 0.05, ordered=True)
+        return low is not None and low < 1 + threshold
     return False
 
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import LoaderConfig
+from ..stats import MIN_ROUNDS
 from .confidence import (
     CONFIDENT_ROUNDS,
-    MIN_ROUNDS,
     STOP_CONFIDENCE,
     Decision,
     RaceLog,

@@ -11,7 +11,8 @@ The parts:
   the time budget; a failing config becomes a failed trial, not a crash.
 * :mod:`stallscope.tuning.search` — the strategy (NOTE [tuning strategy]).
 * The result records measurements only; :mod:`stallscope.analysis.tune_rules` turns
-  them into recommendations, each with the measured gain (:meth:`TuneResult.recommendations`).
+  them into recommendations, each with the measured gain (``ss.tune(...).recommendations()``,
+  on the library surface: :mod:`stallscope.api`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 
@@ -41,9 +42,6 @@ from .search import Search
 from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
 from .threads import thread_eligibility
 from .trial import InterleavingEvaluator, SearchResult, Trial
-
-if TYPE_CHECKING:
-    from ..analysis.facts import Recommendation
 
 DEFAULT_BUDGET_S = 60.0
 
@@ -342,13 +340,6 @@ class TuneResult:
             "memory_budget": search["pick_memory"],
         }
         return section
-
-    def recommendations(self) -> list[Recommendation]:
-        """The advice on this result, as every report gives it: analysis over :meth:`to_dict`
-        (the tuner itself records measurements only)."""
-        from ..analysis import recommendations
-
-        return recommendations(self.to_dict())
 
 
 # -- ss.tune ---------------------------------------------------------------------------------------

@@ -8,12 +8,15 @@ pass over the data, the last third of its readings grows at under
 ``PLATEAU_RATE_SHARE`` of the first third's rate and by less than half the
 minimum. ``check`` feeds it a probe worker's readings per sample
 (``stallscope.checks.memory_rules``); the watch feeds it one reading per time
-window of a training run (``stallscope.analysis.drift``).
+window of a training run (``stallscope.analysis.drift``). It sits beside ``thresholds`` at the
+package root, below both, so the check's rule and the drift analysis read one definition.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from .stats import linear_fit
 
 # A channel counts when it grew by this much per process.
 # The Python heap: tracemalloc is exact, so no allocator noise to allow for.
@@ -35,23 +38,6 @@ PLATEAU_LEVEL_SHARE = 0.1
 # A plateau is judged only past this many passes over the data: a cache filling on the first pass
 # levels off after it, so half a pass more is the least that shows it.
 PLATEAU_AFTER_PASSES = 1.5
-
-
-def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
-    """Least-squares ``(slope, intercept, r²)``."""
-    n = len(xs)
-    mx = sum(xs) / n
-    my = sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
-        return 0.0, my, 0.0
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-    slope = sxy / sxx
-    intercept = my - slope * mx
-    ss_tot = sum((y - my) ** 2 for y in ys)
-    ss_res = sum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys))
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
-    return slope, intercept, r2
 
 
 def channel_growth(
