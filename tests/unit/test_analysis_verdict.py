@@ -325,3 +325,36 @@ def test_an_unconfirmed_pick_says_another_run_may_pick_another_config():
     for name, text in surfaces(record).items():
         assert "Not confirmed: 1 paired round raced" in text, name
         assert "another run (doctor or tune) may pick another config" in text, name
+
+
+def _raced_twice(record: dict, interval: list[float]) -> dict:
+    """The tune fixture as if its race had run two paired rounds with the user's loader."""
+    best = record["best"]
+    best["rounds"], best["confidence"], best["confirmed"] = 2, 0.8, True
+    for row in best["head_to_head"]:
+        row["rounds"] = 2
+    best["gain_interval"] = interval
+    return record
+
+
+def test_the_gain_comes_with_the_interval_of_its_paired_rounds_on_every_surface():
+    record = load("tune")
+    gain = record["best"]["speedup"]
+    record = _raced_twice(record, [round(gain * 0.9, 4), round(gain * 1.1, 4)])
+    jsonschema.validate(record, record_schema())
+    verdict = decide(record)
+    assert verdict.gain_interval == [round(gain * 0.9, 4), round(gain * 1.1, 4)]
+    assert "an interval for the gain" not in [what for what, _ in verdict.not_measured]
+    lo, hi = (f"{x:.2f}×" for x in verdict.gain_interval)
+    for name, text in surfaces(record).items():
+        assert f"90% interval of the paired ratio {lo}–{hi}" in text, name
+
+
+def test_an_interval_that_does_not_hold_the_gain_is_not_stated():
+    record = load("tune")
+    gain = record["best"]["speedup"]
+    verdict = decide(_raced_twice(record, [round(gain * 1.2, 4), round(gain * 1.4, 4)]))
+    assert verdict.gain_interval is None
+    why = dict(verdict.not_measured)["an interval for the gain"]
+    assert "rounds disagree" in why
+    assert "paired ratio" not in " ".join(surfaces(record).values())

@@ -397,3 +397,22 @@ def test_the_plan_is_revised_when_real_measurements_disagree():
     assert (
         revise_plan({"measurement_s": 4.0}, [5.0], left_s=20.0) is None
     )  # within 2x: the plan stands
+
+
+def test_the_gain_over_the_users_config_gets_the_interval_of_the_rounds_they_raced():
+    # The user's 2 workers are about 12% behind the best: close enough to race on, paired by round.
+    result, _ = _search(
+        CPU_BOUND, budget_s=60.0, baseline=LoaderConfig(num_workers=2, batch_size=32)
+    )
+    base = next(h for h in result.head_to_head if h["role"] == "baseline")
+    assert not result.keep_baseline and base["rounds"] >= 2
+    lo, hi = result.gain_interval
+    assert 1.0 < lo < result.speedup < hi  # the medians' ratio inside the paired interval
+    assert result.to_dict()["gain_interval"] == [round(lo, 4), round(hi, 4)]
+
+
+def test_no_gain_interval_for_a_users_config_that_left_the_race_after_one_round():
+    result, _ = _search(CPU_BOUND, budget_s=60.0)  # the user's w=0: far behind, out after round 1
+    base = next(h for h in result.head_to_head if h["role"] == "baseline")
+    assert base["rounds"] == 1 and result.rounds >= 2
+    assert result.gain_interval is None

@@ -190,7 +190,7 @@ def _winner(r: Record) -> RunVerdict:
             v.action = "switch"
             v.gain = best.speedup
             _tie(r, tuning, v, label)
-            _gain_interval(tuning, v)
+            _gain_interval(r, tuning, v)
     else:
         result = best.result or {}
         repeats = result.get("repeats") if isinstance(result.get("repeats"), int) else None
@@ -232,15 +232,45 @@ def _tie(r: Record, tuning: Any, v: RunVerdict, label: Any) -> None:
         v.tied_interval = [round(1 / interval[1], 4), round(1 / interval[0], 4)]
 
 
-def _gain_interval(tuning: Any, v: RunVerdict) -> None:
-    """The gain's interval needs the pick and the user's loader paired over two rounds or more;
-    the race records the interval against the runner-up only."""
+def _gain_interval(r: Record, tuning: Any, v: RunVerdict) -> None:
+    """The gain's interval: the pick over the user's loader, paired by round (the race records it
+    from two paired rounds on); else why there is none."""
+    interval = mapping(r.get("best")).get("gain_interval")
+    if isinstance(interval, list) and len(interval) == 2 and all(number(x) for x in interval):
+        lo, hi = sorted(float(x) for x in interval)
+        if v.gain is None or lo <= v.gain <= hi:
+            v.gain_interval = [round(lo, 4), round(hi, 4)]
+            return
+        # The gain is a ratio of medians, the interval one of paired rounds: when they part, the
+        # rounds disagree with themselves and neither reading is stated as a range.
+        v.not_measured.append(
+            (
+                "an interval for the gain",
+                f"the paired rounds' interval ({lo:.2f}–{hi:.2f}×) does not hold the ratio of "
+                f"the medians ({v.gain:.2f}×): the rounds disagree, so no range is stated",
+            )
+        )
+        return
     base = next((h for h in tuning.head_to_head if h.role == "baseline"), None)
     rounds = base.rounds if base is not None else None
     if rounds is not None and rounds < 2:
+        left = ""
+        if base is not None and (tuning.rounds or 0) > rounds:
+            skips = mapping(r.get("best")).get("skipped") or []
+            budget = any(
+                isinstance(s, dict)
+                and s.get("label") == base.label
+                and "budget" in str(s.get("why"))
+                for s in skips
+            )
+            left = (
+                " before the time budget left it out"
+                if budget
+                else (" before it left the race, too far behind to race on")
+            )
         why = (
             f"your loader raced the pick in {rounds} round"
-            f"{'s' if rounds != 1 else ''}; an interval needs two paired rounds or more"
+            f"{'s' if rounds != 1 else ''}{left}; an interval needs two paired rounds or more"
         )
     else:
         why = "the race recorded no per-round ratio of the pick to your loader"

@@ -53,7 +53,11 @@ def _decision(v: RunVerdict) -> dm.Text:
         parts += [
             f", {rf.fmt_ratio(v.gain)} {whose}",
             dm.config_code(v.baseline_label),
-            f" ({_rate(v, v.baseline_samples_per_s)} {same})",
+            f" ({_rate(v, v.baseline_samples_per_s)} {same}",
+            f"; 90% interval of the paired ratio {rf.fmt_ratio(v.gain_interval[0])}–"
+            f"{rf.fmt_ratio(v.gain_interval[1])})"
+            if v.gain_interval
+            else ")",
         ]
     if v.action == "measured":
         parts.append(": no gain beyond the noise to act on")

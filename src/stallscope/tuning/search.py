@@ -84,7 +84,14 @@ from typing import Any
 
 from ..config import LoaderConfig
 from ..throughput.epochs import epoch_batches
-from .confidence import Decision, decide, decide_from_scan, keeps_baseline, within_pct
+from .confidence import (
+    Decision,
+    decide,
+    decide_from_scan,
+    keeps_baseline,
+    margin_interval,
+    within_pct,
+)
 from .persistence import choose_persistent, choose_start_method
 from .race import Race, entrants
 from .regions import Region, classify
@@ -600,6 +607,9 @@ class Search(SearchState):
             runner_up=decision.runner_up,
             margin=decision.margin,
             margin_interval=decision.margin_interval,
+            gain_interval=None
+            if keep or decision.pick == self.baseline
+            else margin_interval(self.race.log.log_ratios(decision.pick, self.baseline)),
             tie=decision.tie,
             tie_margin=decision.tie_margin,
             finalists={

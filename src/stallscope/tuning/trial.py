@@ -171,6 +171,8 @@ class SearchResult:
     runner_up: LoaderConfig | None = None
     margin: float | None = None
     margin_interval: tuple[float, float] | None = None
+    # The pick over the user's config, paired by round: the gain's interval (None below two).
+    gain_interval: tuple[float, float] | None = None
     tie: bool = (
         False  # the pick was within tie_margin of another raced config; the cheaper config was kept
     )
@@ -223,6 +225,9 @@ class SearchResult:
             "margin_interval": None
             if self.margin_interval is None
             else [round(v, 4) for v in self.margin_interval],
+            "gain_interval": None
+            if self.gain_interval is None
+            else [round(v, 4) for v in self.gain_interval],
             "tie": self.tie,
             "tie_margin": _round(self.tie_margin, 4),
             "finalists": {k: round(v, 2) for k, v in self.finalists.items()},

@@ -316,6 +316,7 @@ class TuneResult:
                 "runner_up": search["runner_up"],
                 "margin": search["margin"],
                 "margin_interval": search["margin_interval"],
+                "gain_interval": search["gain_interval"],
                 "tie": search["tie"],
                 "tie_margin": search["tie_margin"],
             },
