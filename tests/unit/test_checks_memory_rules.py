@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from stallscope.analysis.growth import channel_growth, linear_fit
 from stallscope.checks import analyse
-from stallscope.checks.memory_rules import (
-    channel_growth,
-    detect_copy_on_write,
-    detect_memory_growth,
-    linear_fit,
-)
+from stallscope.checks.memory_rules import detect_copy_on_write, detect_memory_growth
 from stallscope.checks.sampling import pilot_order, plan_order, stratified
 
 MB = 1024 * 1024

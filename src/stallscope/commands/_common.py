@@ -393,7 +393,8 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
     from ..analysis.sections import best_configuration
     from ..config import LoaderConfig
     from ..pipeline.verify import run_snippet
-    from ..render.loader_code import render_python, snippet_for_record
+    from ..render.loader_code import render_python
+    from ..render.loader_snippet import snippet_for_record
 
     data = record.to_dict()
     baseline = data.get("baseline")
