@@ -148,9 +148,6 @@ class Anatomy:
     seconds_per_stage: list[float] = field(default_factory=list)
     memo: dict[Any, Any] = field(default_factory=dict)  # what several changes compare against
 
-    def stage_label(self, index: int) -> str:
-        return self.names[index]
-
     def with_compose(self, compose: Any) -> Any:
         """A copy of the user's dataset with its Compose replaced (the original is untouched)."""
         return replace_transforms(self.dataset, {self.compose_path: compose})

@@ -117,9 +117,9 @@ def _run(ctx: common.CommandContext) -> int:
     common.add_ceiling(record, pipeline, target_rate)
     common.print_summary(ctx, record)
     if args.plot is not None:
-        from ..render.plots import plot_scaling
+        from ..render.plots import write_plot
 
-        written = plot_scaling(record.to_dict(), args.plot)
+        written = write_plot("scaling", record.to_dict(), args.plot)
         if written and not ctx.quiet:
             ctx.console.print(f"wrote {written}")
     return 0

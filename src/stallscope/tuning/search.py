@@ -659,12 +659,3 @@ def _memory_shape(config: LoaderConfig, scan: dict[LoaderConfig, Trial]) -> Load
         if other.replace(persistent_workers=config.persistent_workers) == config:
             return other
     return config
-
-
-def run_search(
-    evaluator: Evaluator, space: SearchSpace, profile: Profile, **options: Any
-) -> SearchResult:
-    """Run the strategy of NOTE [tuning strategy]; ``options`` are :class:`Search`'s (``baseline``,
-    ``memory``, ``settings``, ``on_trial``, and ``seeds``: (config, role) pairs that race in the
-    final round whatever the scan says — doctor's sweep best)."""
-    return Search(evaluator, space, profile, **options).run()
