@@ -27,7 +27,7 @@ arrays by value (a plain ``pickle.Pickler``: no shared memory is touched). When
 that cannot be done (the payload is too large to copy, or the objects only
 pickle through multiprocessing's own reducers), the load is *not checked*, with
 the reason, and never reported as a finding. Worker probes follow the same rule
-(``check_run.py``: a probe that cannot run is recorded under ``not_checked``).
+(``runner.py``: a probe that cannot run is recorded under ``not_checked``).
 """
 
 from __future__ import annotations
