@@ -25,17 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from .base import Applied, Change, Patch, batches, fastest_seconds
+from .base import Applied, Change, Patch, batches, fastest_seconds, patched_class, verified_patch
 from .inline import InlineAnatomy
 from .inline_changes import (
     InlineReducedDecode,
     check_batches_structure,
     resized,
-    verified_patch,
 )
 from .prefix_cache import fresh_instance
 from .reduced_decode import psnr
-from .source import exec_patched, is_statement
+from .source import is_statement
 
 FILES = 8  # the user's files decoded by every decoder
 ROUNDS = 6  # interleaved timing rounds; each decoder's fastest counts
@@ -410,20 +409,13 @@ class FasterDecode(Change):
             return Patch(None, words, False, "no decode line of a form stallscope rewrites")
         needs = ["import cv2", "import numpy as np", "from PIL import Image"]
         text = _with_imports("".join(new), anatomy.source.module, needs)
-        try:
-            with exec_patched(anatomy.source, text) as module:
-                patched = getattr(module, anatomy.cls.__name__, None)
-                if not isinstance(patched, type):
-                    return Patch(None, words, False, "the patched module lost the class")
-                ours = batches(fresh_instance(anatomy.dataset, patched), pipeline)
-                why = check_batches_structure(ours, anatomy, pipeline)
-                if why:
-                    return Patch(None, words, False, why)
-        except Exception as exc:
-            return Patch(
-                None, words, False, f"the patched module failed: {type(exc).__name__}: {exc}"
-            )
-        return verified_patch(anatomy, text, words)
+
+        def verify(module: Any) -> str | None:
+            patched = patched_class(module, anatomy.cls.__name__)
+            ours = batches(fresh_instance(anatomy.dataset, patched), pipeline)
+            return check_batches_structure(ours, anatomy, pipeline)
+
+        return verified_patch(anatomy.source, text, words, verify)
 
 
 def _with_imports(text: str, module: Any, needs: list[str]) -> str:

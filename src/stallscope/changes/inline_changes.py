@@ -43,6 +43,8 @@ from .base import (
     fastest_seconds,
     max_difference,
     nbytes_at,
+    patched_class,
+    verified_patch,
 )
 from .inline import (
     DECODE_CALLS,
@@ -56,7 +58,7 @@ from .inline import (
 )
 from .prefix_cache import fresh_instance, placement
 from .reduced_decode import FACTORS, psnr, reduced_decode_text
-from .source import apply_command, exec_patched, helper_block, unified_diff
+from .source import helper_block
 from .wrappers import (
     PREFIX_CACHE_SOURCE,
     AffineBatch,
@@ -406,39 +408,36 @@ class InlinePrefixCache(Change):
             "before. Delete the folder when the files or those lines change."
         )
         text = self.text(anatomy, folder)
-        why = self._verify(anatomy, pipeline, text)
-        if why:
-            return Patch(None, words, False, why)
-        return verified_patch(anatomy, text, words)
-
-    def _verify(self, anatomy: InlineAnatomy, pipeline: Any, text: str) -> str | None:
-        folder = tempfile.mkdtemp(prefix="stallscope-verify-")
+        verify_in = tempfile.mkdtemp(prefix="stallscope-verify-")
         try:
-            with exec_patched(anatomy.source, text) as module:
-                patched = getattr(module, anatomy.cls.__name__, None)
-                if not isinstance(patched, type):
-                    return f"the patched module has no class {anatomy.cls.__name__}"
-                module._PREFIX_CACHE.folder = folder
-                clone = fresh_instance(anatomy.dataset, patched)
-                # The first pass fills the cache, the second reads it: both must give your
-                # batches.
-                for _ in range(2):
-                    why = check_batches(batches(clone, pipeline), anatomy, pipeline)
-                    if why:
-                        return why
-                kept = module._PREFIX_CACHE.get(anatomy.indices[0])
-                if kept is None and anatomy.indices[0] < 2 * pipeline.batch_size:
-                    return "the patched code wrote nothing to its cache"
-                if not os.listdir(folder):
-                    return "the patched code wrote nothing to its cache"
-                if kept is not None and not all(
-                    equal(v, self.values[n]) for n, v in zip(anatomy.live, kept)
-                ):
-                    return "the cached values differ from what your code computes"
-        except Exception as exc:  # compiling or running the patched module
-            return f"the patched module failed: {type(exc).__name__}: {exc}"
+            return verified_patch(
+                anatomy.source,
+                text,
+                words,
+                lambda module: self._verify(anatomy, pipeline, module, verify_in),
+            )
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(verify_in, ignore_errors=True)
+
+    def _verify(
+        self, anatomy: InlineAnatomy, pipeline: Any, module: Any, folder: str
+    ) -> str | None:
+        module._PREFIX_CACHE.folder = folder
+        clone = fresh_instance(anatomy.dataset, patched_class(module, anatomy.cls.__name__))
+        # The first pass fills the cache, the second reads it: both must give your batches.
+        for _ in range(2):
+            why = check_batches(batches(clone, pipeline), anatomy, pipeline)
+            if why:
+                return why
+        kept = module._PREFIX_CACHE.get(anatomy.indices[0])
+        if kept is None and anatomy.indices[0] < 2 * pipeline.batch_size:
+            return "the patched code wrote nothing to its cache"
+        if not os.listdir(folder):
+            return "the patched code wrote nothing to its cache"
+        if kept is not None and not all(
+            equal(v, self.values[n]) for n, v in zip(anatomy.live, kept)
+        ):
+            return "the cached values differ from what your code computes"
         return None
 
 
@@ -575,40 +574,19 @@ class InlineReducedDecode(Change):
                 f"{anatomy.cls.__name__}.__getitem__",
             )
         text = "".join(lines[:start]) + middle + "".join(lines[end:])
-        try:
-            with exec_patched(anatomy.source, text) as module:
-                patched = getattr(module, anatomy.cls.__name__, None)
-                if not isinstance(patched, type):
-                    return Patch(
-                        None,
-                        words,
-                        False,
-                        f"the patched module has no class {anatomy.cls.__name__}",
-                    )
-                clone = fresh_instance(anatomy.dataset, patched)
-                ours = batches(clone, pipeline)
-                why = check_batches_structure(ours, anatomy, pipeline)
-                if why:
-                    return Patch(None, words, False, why)
-                after = decoded_sizes(clone, anatomy.indices[0])
-                before = decoded_sizes(anatomy.dataset, anatomy.indices[0])
-                if not after or not before or after[0] == before[0]:
-                    return Patch(None, words, False, "the patched code still decodes at full size")
-        except Exception as exc:
-            return Patch(
-                None, words, False, f"the patched module failed: {type(exc).__name__}: {exc}"
-            )
-        return verified_patch(anatomy, text, words)
 
+        def verify(module: Any) -> str | None:
+            clone = fresh_instance(anatomy.dataset, patched_class(module, anatomy.cls.__name__))
+            why = check_batches_structure(batches(clone, pipeline), anatomy, pipeline)
+            if why:
+                return why
+            after = decoded_sizes(clone, anatomy.indices[0])
+            before = decoded_sizes(anatomy.dataset, anatomy.indices[0])
+            if not after or not before or after[0] == before[0]:
+                return "the patched code still decodes at full size"
+            return None
 
-def verified_patch(anatomy: InlineAnatomy, text: str, words: str) -> Patch:
-    """The change as a diff against the user's file, once ``text`` ran and matched their batches."""
-    return Patch(
-        unified_diff(anatomy.source.path, anatomy.source.text, text),
-        words,
-        True,
-        apply=apply_command(anatomy.source.path),
-    )
+        return verified_patch(anatomy.source, text, words, verify)
 
 
 def check_batches_structure(ours: list[Any], anatomy: InlineAnatomy, pipeline: Any) -> str | None:
@@ -841,39 +819,25 @@ class InlineIntegerTransfer(Change):
             f"accelerator: x.float() * {_fmt(self.scale)} + {_fmt(self.shift)} per channel."
         )
         text = self.text(anatomy)
-        try:
-            with exec_patched(anatomy.source, text) as module:
-                patched = getattr(module, anatomy.cls.__name__, None)
-                if not isinstance(patched, type):
-                    return Patch(
-                        None,
-                        words,
-                        False,
-                        f"the patched module has no class {anatomy.cls.__name__}",
-                    )
-                clone = fresh_instance(anatomy.dataset, patched)
-                raw = batches(clone, pipeline)
-                dtype = getattr(get_slot(raw[0], self.slot), "dtype", None)
-                if str(dtype) != "torch.uint8":
-                    return Patch(
-                        None, words, False, f"the patched batches hold {dtype}, not torch.uint8"
-                    )
-                step = slot_step_at(self.slot, module.normalize_batch)
-                ours = [step(b) for b in raw]
-                if reproducible(anatomy, pipeline):
-                    theirs = anatomy.memo[("batches", pipeline.batch_size)]
-                    diff = max_difference(ours, theirs, self.slot)
-                    if diff is None or diff > 1e-4:
-                        return Patch(None, words, False, f"its batches differ from yours by {diff}")
-                else:
-                    why = check_batches_structure(ours, anatomy, pipeline)
-                    if why:
-                        return Patch(None, words, False, why)
-        except Exception as exc:
-            return Patch(
-                None, words, False, f"the patched module failed: {type(exc).__name__}: {exc}"
+
+        def verify(module: Any) -> str | None:
+            clone = fresh_instance(anatomy.dataset, patched_class(module, anatomy.cls.__name__))
+            raw = batches(clone, pipeline)
+            dtype = getattr(get_slot(raw[0], self.slot), "dtype", None)
+            if str(dtype) != "torch.uint8":
+                return f"the patched batches hold {dtype}, not torch.uint8"
+            step = slot_step_at(self.slot, module.normalize_batch)
+            ours = [step(b) for b in raw]
+            if not reproducible(anatomy, pipeline):
+                return check_batches_structure(ours, anatomy, pipeline)
+            diff = max_difference(ours, anatomy.memo[("batches", pipeline.batch_size)], self.slot)
+            return (
+                None
+                if diff is not None and diff <= 1e-4
+                else f"its batches differ from yours by {diff}"
             )
-        return verified_patch(anatomy, text, words)
+
+        return verified_patch(anatomy.source, text, words, verify)
 
 
 def slot_step_at(slot: tuple[Any, ...], fn: Any) -> Any:

@@ -25,16 +25,14 @@ from .base import (
     reference_batches,
     run_two_batches,
     slot_step,
+    verified_patch,
 )
 from .source import (
-    apply_command,
     block_end,
     candidate_files,
     constructor_block,
     enclosing_function,
-    exec_patched,
     helper_block,
-    unified_diff,
 )
 from .wrappers import AffineBatch, Uint8Layout
 
@@ -245,27 +243,17 @@ class IntegerTransfer(Change):
         )
         text = "".join(lines) + helper_block("integer transfer", helpers)
         function = enclosing_function(source, first)
-        try:
-            with exec_patched(source, text) as module:
 
-                def make() -> tuple[Any, Any]:
-                    compose = rebuilt_compose(
-                        module, function, anatomy, self.start, module.ToUint8Tensor()
-                    )
-                    step = slot_step(anatomy, module.normalize_batch)
-                    return anatomy.with_compose(compose), step
+        def verify(module: Any) -> str | None:
+            def make() -> tuple[Any, Any]:
+                compose = rebuilt_compose(
+                    module, function, anatomy, self.start, module.ToUint8Tensor()
+                )
+                return anatomy.with_compose(compose), slot_step(anatomy, module.normalize_batch)
 
-                why = run_two_batches(make, anatomy, pipeline, tolerance=TOLERANCE)
-        except Exception as exc:
-            why = f"the patched module failed: {type(exc).__name__}: {exc}"
-        if why:
-            return Patch(None, words, False, why)
-        return Patch(
-            unified_diff(source.path, source.text, text),
-            words,
-            True,
-            apply=apply_command(source.path),
-        )
+            return run_two_batches(make, anatomy, pipeline, tolerance=TOLERANCE)
+
+        return verified_patch(source, text, words, verify)
 
 
 def _fmt(values: list[float]) -> str:
