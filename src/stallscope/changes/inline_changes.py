@@ -56,6 +56,7 @@ from .inline import (
     prefix_values,
     trace_item,
 )
+from .integer_transfer import normalize_batch_helper
 from .prefix_cache import fresh_instance, placement
 from .reduced_decode import FACTORS, psnr, reduced_decode_text
 from .source import helper_block
@@ -620,24 +621,6 @@ def resized(value: Any, width: int, height: int) -> np.ndarray:
     return np.asarray(image.resize((width, height), Image.Resampling.BILINEAR))
 
 
-BATCH_HELPER = '''
-BATCH_SCALE = {scale!r}
-BATCH_SHIFT = {shift!r}
-
-
-def normalize_batch(images):
-    """A uint8 batch from the loader -> the float batch __getitem__ used to make. Call it on
-    each batch, after moving it to the accelerator: images = normalize_batch(images.to(device))."""
-    import torch
-
-    shape = [1] * images.dim()
-    shape[{channel}] = len(BATCH_SCALE)
-    scale = torch.tensor(BATCH_SCALE, dtype=torch.float32, device=images.device).view(shape)
-    shift = torch.tensor(BATCH_SHIFT, dtype=torch.float32, device=images.device).view(shape)
-    return images.float().mul_(scale).add_(shift)
-'''
-
-
 def float_slot(item: Any, shapes: list[tuple[int, ...]], depth: int = 0) -> tuple[Any, ...] | None:
     """Where in ``item`` a float tensor of one of ``shapes`` sits."""
     if hasattr(item, "is_floating_point") and item.is_floating_point():
@@ -760,10 +743,8 @@ class InlineIntegerTransfer(Change):
             f"{indent}# {self.name} stays uint8: each batch is normalised by normalize_batch() "
             "in the main process\n"
         )
-        helpers = BATCH_HELPER.format(
-            scale=[round(v, 9) for v in self.scale],
-            shift=[round(v, 9) for v in self.shift],
-            channel=self.channel + 1,
+        helpers = normalize_batch_helper(
+            self.scale, self.shift, self.channel + 1, "__getitem__ used to make"
         )
         return "".join([*lines[:first], note, *lines[last:]]) + helper_block(
             f"integer transfer for {anatomy.cls.__name__}", helpers
