@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .anatomy import replaced
 from .base import Applied, Change, Patch, batches, fastest_seconds, patched_class, verified_patch
 from .inline import InlineAnatomy
 from .inline_changes import (
@@ -151,7 +152,7 @@ def _bytes_of(source: Any) -> bytes | None:
 def caught_decodes(seen: list[tuple[str, Any]]) -> Iterator[None]:
     """Inside: each ``Image.open``/``cv2.imread``/``cv2.imdecode`` call appends (which, its first
     argument) to ``seen``."""
-    restore: list[tuple[Any, str, Any]] = []
+    wrappers: list[tuple[Any, str, Any]] = []
     pil = sys.modules.get("PIL.Image")
     targets: list[tuple[Any, str, str]] = []
     if pil is not None:
@@ -167,13 +168,9 @@ def caught_decodes(seen: list[tuple[str, Any]]) -> Iterator[None]:
                 seen.append((_label, args[0]))
             return _original(*args, **kw)
 
-        setattr(owner, name, wrapper)
-        restore.append((owner, name, original))
-    try:
+        wrappers.append((owner, name, wrapper))
+    with replaced(wrappers):
         yield
-    finally:
-        for owner, name, original in restore:
-            setattr(owner, name, original)
 
 
 class DecoderSwapDataset:
@@ -204,7 +201,7 @@ class DecoderSwapDataset:
 
 @contextmanager
 def swapped_decode(decode: Decoder) -> Iterator[None]:
-    restore: list[tuple[Any, str, Any]] = []
+    wrappers: list[tuple[Any, str, Any]] = []
     inside: list[bool] = []  # the other decoder may call the patched functions itself
 
     def decoded(data: bytes, target: str) -> Any:
@@ -224,8 +221,7 @@ def swapped_decode(decode: Decoder) -> Iterator[None]:
                 return decoded(data, "pil")
             return original_open(source, *args, **kw)
 
-        pil.open = open_with
-        restore.append((pil, "open", original_open))
+        wrappers.append((pil, "open", open_with))
     cv2 = sys.modules.get("cv2")
     if cv2 is not None:
         for name in ("imread", "imdecode"):
@@ -238,13 +234,9 @@ def swapped_decode(decode: Decoder) -> Iterator[None]:
                     return decoded(data, "bgr")
                 return _original(source, *args, **kw)
 
-            setattr(cv2, name, swapped)
-            restore.append((cv2, name, original))
-    try:
+            wrappers.append((cv2, name, swapped))
+    with replaced(wrappers):
         yield
-    finally:
-        for owner, name, original in restore:
-            setattr(owner, name, original)
 
 
 PIL_OPEN = re.compile(
