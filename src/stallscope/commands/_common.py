@@ -10,12 +10,13 @@ process left behind (NOTE [worker shutdown] in ``runtime/processes.py``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -295,6 +296,20 @@ def _write_outputs(ctx: CommandContext, err: Console) -> None:
                 continue
             if not ctx.quiet:
                 err.print(f"wrote {path}")
+
+
+@contextlib.contextmanager
+def keeping_partial(keep: Callable[[Any], Any]) -> Iterator[None]:
+    """Ctrl-C inside: what the interrupted probe measured so far (the ``partial`` it hangs on the
+    interrupt: the sweep's, compare's) goes to ``keep`` before the interrupt goes on, so the
+    partial report holds it."""
+    try:
+        yield
+    except KeyboardInterrupt as interrupt:
+        partial = getattr(interrupt, "partial", None)
+        if partial is not None:
+            keep(partial)
+        raise
 
 
 def fail(message: str) -> None:

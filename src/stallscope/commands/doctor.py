@@ -143,13 +143,9 @@ def _run(ctx: common.CommandContext) -> int:
 
             started = time.perf_counter()
             try:
-                sections = RUNNERS[step](pipeline, args, report, record)
-            except KeyboardInterrupt as interrupt:
                 # A step may hand over what it measured before Ctrl-C (the sweep does).
-                partial = getattr(interrupt, "partial", None)
-                if partial is not None:
-                    record.add(**partial.to_dict())
-                raise
+                with common.keeping_partial(lambda partial: record.add(**partial.to_dict())):
+                    sections = RUNNERS[step](pipeline, args, report, record)
             except NotMeasured as exc:
                 # stallscope's own stand-in did not hold (NOTE [verified stand-ins]): said, not
                 # a failure of the user's pipeline.
