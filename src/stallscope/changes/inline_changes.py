@@ -57,7 +57,7 @@ from .inline import (
     trace_item,
 )
 from .integer_transfer import normalize_batch_helper
-from .prefix_cache import fresh_instance, placement
+from .prefix_cache import PlacedCache, fresh_instance
 from .reduced_decode import FACTORS, psnr, reduced_decode_text
 from .source import helper_block
 from .wrappers import (
@@ -249,7 +249,7 @@ def method_source(text: str, class_name: str) -> str | None:
     return None
 
 
-class InlinePrefixCache(Change):
+class InlinePrefixCache(PlacedCache, Change):
     id = "prefix-cache"
     title = "Keep the deterministic prefix"
 
@@ -270,15 +270,7 @@ class InlinePrefixCache(Change):
         if self.head is not None:  # the Compose's deterministic leading transforms join the prefix
             self.values[self.head.source] = self.head.run(self.values[self.head.source])
         per_item = dump_size(tuple(self.values[n] for n in anatomy.live))
-        total = per_item * len(anatomy.dataset)
-        found = placement(total)
-        if found is None:
-            return (
-                f"the cache ({total / 2**20:,.0f} MB) fits neither the memory budget nor the free "
-                "disk space"
-            )
-        self.bytes_per_item, self.total_bytes, self.where = per_item, total, found
-        return None
+        return self.place(per_item, len(anatomy.dataset))
 
     def _names(self, anatomy: InlineAnatomy) -> str:
         used = set(anatomy.live) | {anatomy.index_param}
@@ -327,14 +319,9 @@ class InlinePrefixCache(Change):
 
     def apply(self, anatomy: InlineAnatomy, pipeline: Any) -> Applied:
         folder = tempfile.mkdtemp(prefix="stallscope-prefix-", dir=self.where[1])
-        method = method_source(self.text(anatomy, folder), anatomy.cls.__name__)
-        if method is None:
-            raise RuntimeError("the patched __getitem__ could not be found in the patched module")
-        dataset = PatchedMethodDataset(
-            anatomy.dataset,
-            anatomy.cls.__module__,
-            method,
-            str(anatomy.source.path),
+        dataset = patched_method_dataset(
+            anatomy,
+            self.text(anatomy, folder),
             folder,
             helpers=TAIL_SOURCE if self.head is not None else "",
         )
@@ -754,16 +741,7 @@ class InlineIntegerTransfer(Change):
         return AffineBatch(self.slot, self.scale, self.shift, self.channel)
 
     def apply(self, anatomy: InlineAnatomy, pipeline: Any) -> Applied:
-        method = method_source(self.text(anatomy), anatomy.cls.__name__)
-        if method is None:
-            raise RuntimeError("the patched __getitem__ could not be found in the patched module")
-        dataset = PatchedMethodDataset(
-            anatomy.dataset,
-            anatomy.cls.__module__,
-            method,
-            str(anatomy.source.path),
-            tempfile.gettempdir(),
-        )
+        dataset = patched_method_dataset(anatomy, self.text(anatomy), tempfile.gettempdir())
         return Applied(dataset, main_step=self._step())
 
     def side_effect(
@@ -819,6 +797,24 @@ class InlineIntegerTransfer(Change):
             )
 
         return verified_patch(anatomy.source, text, words, verify)
+
+
+def patched_method_dataset(
+    anatomy: InlineAnatomy, text: str, folder: str, *, helpers: str = ""
+) -> PatchedMethodDataset:
+    """The user's dataset with the ``__getitem__`` of the patched ``text`` (``folder``: where
+    its files go)."""
+    method = method_source(text, anatomy.cls.__name__)
+    if method is None:
+        raise RuntimeError("the patched __getitem__ could not be found in the patched module")
+    return PatchedMethodDataset(
+        anatomy.dataset,
+        anatomy.cls.__module__,
+        method,
+        str(anatomy.source.path),
+        folder,
+        helpers=helpers,
+    )
 
 
 def slot_step_at(slot: tuple[Any, ...], fn: Any) -> Any:

@@ -54,7 +54,28 @@ def placement(total_bytes: int) -> tuple[str, str] | None:
     return None
 
 
-class PrefixCache(Change):
+class PlacedCache:
+    """A change that caches every item: the size of its cache and where it goes."""
+
+    bytes_per_item: float
+    total_bytes: float
+    where: tuple[str, str]
+
+    def place(self, per_item: float, items: int) -> str | None:
+        """Place a cache of ``items`` items of ``per_item`` bytes (:func:`placement`); why not
+        where it fits nowhere."""
+        total = per_item * items
+        where = placement(int(total))
+        if where is None:
+            return (
+                f"the cache ({total / 2**20:,.0f} MB) fits neither the memory budget nor the free "
+                "disk space"
+            )
+        self.bytes_per_item, self.total_bytes, self.where = per_item, total, where
+        return None
+
+
+class PrefixCache(PlacedCache, Change):
     id = "prefix-cache"
     title = "Keep the deterministic prefix"
 
@@ -72,15 +93,7 @@ class PrefixCache(Change):
                 "part cannot be put back"
             )
         per_item = max(dump_size((self._prefix_output(anatomy, s), None)) for s in anatomy.samples)
-        total = per_item * len(anatomy.dataset)
-        where = placement(total)
-        if where is None:
-            return (
-                f"the cache ({total / 2**20:,.0f} MB) fits neither the memory budget nor "
-                "the free disk space"
-            )
-        self.bytes_per_item, self.total_bytes, self.where = per_item, total, where
-        return None
+        return self.place(per_item, len(anatomy.dataset))
 
     @staticmethod
     def _prefix_output(anatomy: Anatomy, sample: Any) -> Any:
