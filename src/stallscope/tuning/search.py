@@ -77,15 +77,21 @@ window noise decides the same way.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..config import LoaderConfig
-from ..throughput.epochs import epoch_batches
 from .confidence import Decision, decide, decide_from_scan, keeps_baseline, within_pct
-from .persistence import choose_persistent, choose_start_method
+from .persistence import (
+    choose_start_method,
+    epoch_gap_cost,
+    measure_persistent,
+    measure_start_methods,
+    start_method_pair,
+    startup_of,
+)
 from .race import Race, entrants
 from .regions import Region, classify
 from .space import (
@@ -324,7 +330,7 @@ class Search:
         self._refine()
         self._knobs()
         decision = self._confirm()
-        self._startup(decision.pick)
+        measure_start_methods(self, decision.pick)
         return self._result(decision)
 
     def _revise_plan(self) -> None:
@@ -583,7 +589,7 @@ class Search:
         if self.race.rounds >= self.settings.min_rounds:
             leader = self.best_scanned()
             reserve = (
-                self._epoch_gap_cost(leader) if leader is not None and leader.num_workers else 0.0
+                epoch_gap_cost(self, leader) if leader is not None and leader.num_workers else 0.0
             )
         return self.affordable(seconds + reserve)
 
@@ -639,71 +645,6 @@ class Search:
         return decision
 
     # -- start-up and epoch boundaries ----------------------------------------------------
-    def _startup_pair(self, pick: LoaderConfig, ctx: str) -> tuple[LoaderConfig, LoaderConfig]:
-        """Start methods are compared at min(workers, cores): start-up per worker, cheaply."""
-        n = max(1, min(pick.num_workers, self.space.cores))
-        parent = self.workers(n)
-        return parent, parent.replace(multiprocessing_context=ctx)
-
-    def _startup(self, pick: LoaderConfig) -> None:
-        """Time to first batch under other start methods (paid every epoch without persistent
-        workers)."""
-        if pick.num_workers == 0 or not self.space.contexts:
-            return
-        # Persistent workers pay start-up once per run: only worth measuring with budget to spare.
-        if self.ev.elapsed() > 0.75 * self.settings.budget_s:
-            self._note("time budget: did not compare start methods")
-            return
-        for ctx in self.space.contexts:
-            parent, variant = self._startup_pair(pick, ctx)
-            own = self._scan.get(parent)
-            if own is None or not own.ok or variant in self._scan:
-                continue
-            # Other start methods may import the pipeline anew in every worker: budget generously.
-            if not self.affordable(
-                self.estimate_cost(variant, self.settings.scan_window_s)
-                + 5 * (own.startup_s or 0.5)
-            ):
-                self._note("time budget: did not compare start methods")
-                return
-            trial = self.ev.measure(variant, window_s=self.settings.scan_window_s, phase="startup")
-            self._record(trial)
-            self._scan[variant] = trial
-
-    def _persistent(self, chosen: LoaderConfig) -> tuple[LoaderConfig, dict[str, Any] | None]:
-        """Measure the epoch-boundary gap of ``chosen`` with and without persistent workers, then
-        decide."""
-        if (
-            chosen.num_workers == 0
-            or chosen.persistent_workers
-            or not self.space.persistent_workers
-        ):
-            return chosen, None
-        if not self.affordable(self._epoch_gap_cost(chosen)):
-            self._note("time budget: persistent_workers was not measured, so it is not recommended")
-            self._skip(
-                chosen.replace(persistent_workers=True),
-                "epoch-boundary gap not measured: the time budget ran out",
-            )
-            return chosen, None
-        epochs = self.settings.epoch_gap_epochs
-        without = self.ev.epoch_gap(chosen, epochs=epochs)
-        with_ = self.ev.epoch_gap(chosen.replace(persistent_workers=True), epochs=epochs)
-        return choose_persistent(chosen, without, with_, note=self._note)
-
-    def _epoch_gap_cost(self, config: LoaderConfig) -> float:
-        """Seconds the two epoch-boundary runs of ``config`` take: short epochs at the measured
-        rate, and a start-up (plus half as much for the shutdown) per epoch without persistence,
-        once with it."""
-        rate = self.rate(config)
-        batch_s = (
-            config.batch_size / rate if rate > 0 else self.profile.batch_seconds(config.batch_size)
-        )
-        startup = self._startup_of(config) or 0.5
-        epochs = self.settings.epoch_gap_epochs
-        restarts = 1.5 * startup * (epochs + 1)
-        return restarts + 2 * epochs * epoch_batches(config) * batch_s + 0.5
-
     # -- result --------------------------------------------------------------------
     def _result(self, decision: Decision) -> SearchResult:
         pick = decision.pick
@@ -725,14 +666,18 @@ class Search:
                 f"your config {self.baseline.label()} measured beyond the memory budget, so the "
                 f"pick is {pick.label()}, within it"
             )
-        startup = self._startup_of(pick)
+        startup = startup_of(self.trials, pick)
         if keep:
-            _, persistent = self._persistent(self.baseline)
+            _, persistent = measure_persistent(self, self.baseline)
         else:
             pick = choose_start_method(
-                pick, self.space.contexts, self._startup_pair, self._scan, note=self._note
+                pick,
+                self.space.contexts,
+                functools.partial(start_method_pair, self),
+                self._scan,
+                note=self._note,
             )
-            pick, persistent = self._persistent(pick)
+            pick, persistent = measure_persistent(self, pick)
         if self.baseline.persistent_workers and pick.num_workers:
             pick = pick.replace(
                 persistent_workers=True
@@ -791,14 +736,6 @@ class Search:
                 c.label() for c in sorted(memory.footprints, key=cost_key) if memory.over(c)
             ],
         }
-
-    def _startup_of(self, config: LoaderConfig) -> float | None:
-        values = [
-            t.startup_s
-            for t in self.trials
-            if t.config == config and t.ok and t.startup_s is not None
-        ]
-        return statistics.median(values) if values else None
 
 
 def _memory_shape(config: LoaderConfig, scan: dict[LoaderConfig, Trial]) -> LoaderConfig:
