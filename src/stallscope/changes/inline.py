@@ -61,12 +61,6 @@ DECODE_CALLS = {
     ("simplejpeg", "decode_jpeg"),
 }
 JPEG_DECODE_CALLS = {("PIL.Image", "open"), ("cv2", "imread"), ("cv2", "imdecode")}
-SHRINK_CALLS = {
-    ("PIL.Image", "Image.resize"),
-    ("PIL.Image", "Image.thumbnail"),
-    ("PIL.Image", "Image.reduce"),
-    ("cv2", "resize"),
-}
 SHORT = {
     ("PIL.Image", "open"): "Image.open",
     ("PIL.Image", "Image.convert"): "Image.convert",
@@ -444,15 +438,6 @@ def resize_watchers(record: Callable[[str, Any, Any], None]) -> list[tuple[Any, 
 
         wrappers.append((owner, name, wrapper))
     return wrappers
-
-
-def resizes(dataset: Any, index: int) -> list[tuple[Any, Any]]:
-    """(input size, output size) of each resize while ``dataset[index]`` runs."""
-    seen: list[tuple[Any, Any]] = []
-    watchers = resize_watchers(lambda what, a, b: seen.append((image_size(a), image_size(b))))
-    with replaced(watchers), seeded(0):
-        dataset[index]
-    return seen
 
 
 def decoded_sizes(dataset: Any, index: int) -> list[tuple[int, int]]:
