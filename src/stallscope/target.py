@@ -47,8 +47,7 @@ from .pipeline.kinds import (
 from .pipeline.kinds import Path as ObjectPath
 from .pipeline.preflight import Preflight as Preflight
 from .pipeline.preflight import preflight as preflight
-from .pipeline.resolve import resolve_callable as resolve_callable
-from .pipeline.resolve import split_spec
+from .pipeline.resolve import resolve_callable, split_spec
 from .pipeline.threaded import ThreadedDataset
 from .runtime.processes import shutdown_iterator
 

@@ -10,7 +10,8 @@ import torch
 
 from stallscope.checks.findings import codes_of_probe
 from stallscope.checks.memory_rules import detect_copy_on_write, detect_memory_growth
-from stallscope.checks.pickling import PicklingProbe, pickle_real, try_pickle
+from stallscope.checks.pickler import pickle_real, try_pickle
+from stallscope.checks.pickling import PicklingProbe
 from stallscope.checks.runner import CheckRun
 from stallscope.checks.util import machinery_error, probe_error_texts
 

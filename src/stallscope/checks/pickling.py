@@ -49,8 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import describe_exception
-from .pickler import pickle_real as pickle_real
-from .pickler import try_pickle as try_pickle
+from .pickler import pickle_real, try_pickle
 
 # Long containers are bisected rather than pickled item by item.
 _BISECT_ABOVE = 32

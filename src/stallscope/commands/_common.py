@@ -467,8 +467,8 @@ def _reference_structure(pipeline: Any, factory_form: bool) -> str | None:
     """The user's batch as the snippet's loader must reproduce it: the wrapper's output when the
     snippet's loader is the wrapper (its factory called, or the loader put back into it), else the
     loader's own batch."""
+    from ..pipeline.preflight import preflight
     from ..pipeline.structure import describe_structure
-    from ..target import preflight
 
     if factory_form and pipeline.kind.name == "wrapped-dataloader":
         from ..pipeline.kinds import close_trial

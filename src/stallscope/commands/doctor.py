@@ -17,8 +17,9 @@ from rich.progress import BarColumn, SpinnerColumn, TaskID, TextColumn, TimeElap
 
 from ..config import LoaderConfig
 from ..errors import NotMeasured, PipelineError, UsageError
+from ..pipeline.preflight import preflight
 from ..record import RunRecord
-from ..target import Pipeline, load_target, preflight
+from ..target import Pipeline, load_target
 from . import _common as common
 
 DEMO_TARGET = "stallscope.demo:pipeline"
