@@ -644,7 +644,6 @@ class Search:
                 return dataclasses.replace(decision, pick=config, tie=True, noisy_tie=True)
         return decision
 
-    # -- start-up and epoch boundaries ----------------------------------------------------
     # -- result --------------------------------------------------------------------
     def _result(self, decision: Decision) -> SearchResult:
         pick = decision.pick
