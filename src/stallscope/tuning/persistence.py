@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..config import LoaderConfig
 from ..throughput.epochs import EpochGap, epoch_batches
 from .trial import Trial
-
-if TYPE_CHECKING:
-    from .search import Search
 
 # persistent_workers is recommended when it saves at least this much per epoch boundary...
 PERSISTENT_MIN_SAVING_S = 0.05
@@ -111,7 +108,7 @@ def choose_start_method(
 
 
 def start_method_pair(
-    search: Search, pick: LoaderConfig, ctx: str
+    search: Any, pick: LoaderConfig, ctx: str
 ) -> tuple[LoaderConfig, LoaderConfig]:
     """Start methods are compared at min(workers, cores): start-up per worker, cheaply."""
     n = max(1, min(pick.num_workers, search.space.cores))
@@ -119,7 +116,7 @@ def start_method_pair(
     return parent, parent.replace(multiprocessing_context=ctx)
 
 
-def measure_start_methods(search: Search, pick: LoaderConfig) -> None:
+def measure_start_methods(search: Any, pick: LoaderConfig) -> None:
     """Time to first batch under other start methods (paid every epoch without persistent
     workers)."""
     if pick.num_workers == 0 or not search.space.contexts:
@@ -146,7 +143,7 @@ def measure_start_methods(search: Search, pick: LoaderConfig) -> None:
 
 
 def measure_persistent(
-    search: Search, chosen: LoaderConfig
+    search: Any, chosen: LoaderConfig
 ) -> tuple[LoaderConfig, dict[str, Any] | None]:
     """Measure the epoch-boundary gap of ``chosen`` with and without persistent workers, then
     decide (:func:`choose_persistent`)."""
@@ -165,16 +162,16 @@ def measure_persistent(
     return choose_persistent(chosen, without, with_, note=search._note)
 
 
-def epoch_gap_cost(search: Search, config: LoaderConfig) -> float:
+def epoch_gap_cost(search: Any, config: LoaderConfig) -> float:
     """Seconds the two epoch-boundary runs of ``config`` take: short epochs at the measured
     rate, and a start-up (plus half as much for the shutdown) per epoch without persistence,
     once with it."""
-    rate = search.rate(config)
+    rate: float = search.rate(config)
     batch_s = (
         config.batch_size / rate if rate > 0 else search.profile.batch_seconds(config.batch_size)
     )
     startup = startup_of(search.trials, config) or 0.5
-    epochs = search.settings.epoch_gap_epochs
+    epochs: int = search.settings.epoch_gap_epochs
     restarts = 1.5 * startup * (epochs + 1)
     return restarts + 2 * epochs * epoch_batches(config) * batch_s + 0.5
 
