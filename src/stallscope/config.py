@@ -18,8 +18,6 @@ LOADER_KNOBS = (
     "in_order",
     "multiprocessing_context",
 )
-# Keys of a LoaderConfig that are DataLoader arguments (the rest are ours).
-_LOADER_ARGS = ("batch_size", *LOADER_KNOBS)
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,7 @@ from .pipeline.kinds import (
 from .pipeline.kinds import Path as ObjectPath
 from .pipeline.preflight import Preflight as Preflight
 from .pipeline.preflight import preflight as preflight
-from .pipeline.resolve import resolve_callable as resolve_callable
-from .pipeline.resolve import split_spec
+from .pipeline.resolve import resolve_callable, split_spec
 from .pipeline.threaded import ThreadedDataset
 from .runtime.processes import shutdown_iterator
 
@@ -304,12 +303,17 @@ def pipeline_from_object(
         return pipeline
     if not _looks_like_dataset(obj) or _holds_loader(obj):
         return _from_other(obj, label, modules)
+    return _from_dataset(obj, label, modules)
+
+
+def _from_dataset(dataset: Any, label: str, modules: tuple[str, ...]) -> Pipeline:
+    """A dataset on its own: the default batch size, described as the DataLoader call over it."""
     return Pipeline(
-        dataset=obj,
+        dataset=dataset,
         batch_size=DEFAULT_BATCH_SIZE,
         baseline=LoaderConfig(batch_size=DEFAULT_BATCH_SIZE),
         target=label,
-        call=describe_dataset_call(obj, DEFAULT_BATCH_SIZE, modules=modules),
+        call=describe_dataset_call(dataset, DEFAULT_BATCH_SIZE, modules=modules),
     )
 
 
@@ -404,13 +408,7 @@ def _from_other(obj: Any, label: str, modules: tuple[str, ...]) -> Pipeline:
     if loaders:
         return _from_wrapper(obj, loaders, label, modules)
     if isinstance(obj, IterableDataset):
-        return Pipeline(
-            dataset=obj,
-            batch_size=DEFAULT_BATCH_SIZE,
-            baseline=LoaderConfig(batch_size=DEFAULT_BATCH_SIZE),
-            target=label,
-            call=describe_dataset_call(obj, DEFAULT_BATCH_SIZE, modules=modules),
-        )
+        return _from_dataset(obj, label, modules)
     what = f"an iterable of batches ({_qualified(obj)})"
     limits = dataset_limits(what)
     limits["tune"] = UNTUNABLE.format(what=what)

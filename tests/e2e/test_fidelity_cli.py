@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader
 
 from stallscope.commands.tune import emitted_config
 from stallscope.pipeline.batching import same_batch
-from stallscope.render.loader_code import PLACEHOLDER, render_diff, snippet_for_record
+from stallscope.render.loader_code import render_diff
+from stallscope.render.loader_snippet import PLACEHOLDER, snippet_for_record
 from stallscope.runtime.processes import shutdown_iterator
 
 PIPELINES = (

@@ -221,12 +221,6 @@ def test_one_rule_per_advice_over_the_measurements_only():
         0.5,
     )
     assert rec.values["epoch_s"] == pytest.approx(4.0)
-    # Advice a record carries (an older stallscope's) is not read: today's rules decide.
-    record["recommendations"] = [
-        {"id": "stale", "title": "keep workers", "detail": "d", "measured": "m"}
-    ]
-    record["advice"] = "stale advice"
-    assert [r.id for r in an.recommendations(record)] == ["loader-config", "persistent-workers"]
     # With its rounds and confidence recorded: still one recommendation each.
     record["best"].update(speedup=2.5, label="w=2 bs=10 pf=2", rounds=3, confidence=0.9)
     recs = an.recommendations(record)

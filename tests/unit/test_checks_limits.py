@@ -8,9 +8,11 @@ import io
 
 import torch
 
+from stallscope.checks.findings import codes_of_probe
 from stallscope.checks.memory_rules import detect_copy_on_write, detect_memory_growth
-from stallscope.checks.pickling import PicklingProbe, pickle_real, try_pickle
-from stallscope.checks.runner import _Run, codes_of_probe
+from stallscope.checks.pickler import pickle_real, try_pickle
+from stallscope.checks.pickling import PicklingProbe
+from stallscope.checks.runner import CheckRun
 from stallscope.checks.util import machinery_error, probe_error_texts
 
 
@@ -92,7 +94,7 @@ class _Pipeline:
 
 
 def _run(tmp_path, codes):
-    return _Run(
+    return CheckRun(
         _Pipeline(),
         codes=codes,
         timeout=1.0,

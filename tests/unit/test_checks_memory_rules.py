@@ -5,13 +5,9 @@ from __future__ import annotations
 import pytest
 
 from stallscope.checks import analyse
-from stallscope.checks.memory_rules import (
-    channel_growth,
-    detect_copy_on_write,
-    detect_memory_growth,
-    linear_fit,
-)
+from stallscope.checks.memory_rules import detect_copy_on_write, detect_memory_growth
 from stallscope.checks.sampling import pilot_order, plan_order, stratified
+from stallscope.growth import channel_growth, linear_fit
 
 MB = 1024 * 1024
 PASS = 128  # samples per worker in one pass over the probe's indices

@@ -10,7 +10,8 @@ import pytest
 
 from stallscope.checks import CODES, Finding, analyse
 from stallscope.checks.health import timing_summary
-from stallscope.checks.pickling import find_culprits, try_pickle
+from stallscope.checks.pickler import try_pickle
+from stallscope.checks.pickling import find_culprits
 from stallscope.checks.rng import (
     duplicated_streams,
     find_rng_attributes,

@@ -7,9 +7,10 @@ import torch
 from torch.utils.data import Dataset, Subset, TensorDataset
 from tune_pipelines import ArrayDataset, WaitingDataset
 
+from stallscope.checks.memory import IndexCycler
 from stallscope.config import LoaderConfig
 from stallscope.pipeline.batching import ItemsFetch, same_batch, vectorised_fetcher
-from stallscope.pipeline.loaders import CyclingSampler, build_loader
+from stallscope.pipeline.loaders import build_loader
 from stallscope.target import pipeline_from_object
 
 
@@ -69,17 +70,18 @@ def test_batched_loader_yields_the_same_batches_as_the_per_item_loader():
         assert all(same_batch(a, b) for a, b in zip(plain, batched))
 
 
-def test_batched_loader_with_workers_and_a_cycling_sampler():
+def test_batched_loader_with_workers_keeps_the_order_of_a_cycling_sampler():
     pipeline = pipeline_from_object(TensorDataset(torch.arange(64.0)))
     pipeline.batch_size = 8
+    sampler = IndexCycler(list(range(64)), 160, seed=3)
     loader = build_loader(
         pipeline,
         LoaderConfig(num_workers=2, batch_size=8, batched_fetch=True),
-        sampler=CyclingSampler(64, 160),
+        sampler=sampler,
         timeout=20,
     )
     values = torch.cat([b[0] for b in loader])
-    assert values.tolist() == [float(i % 64) for i in range(160)]
+    assert values.tolist() == [float(i) for i in sampler]
 
 
 def test_fallback_fetch_collates_items_in_one_call():

@@ -14,7 +14,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from stallscope.breakdown.instrumented import InstrumentedDataset, InstrumentedIterableDataset
 from stallscope.config import LoaderConfig
 from stallscope.pipeline.preflight import preflight
-from stallscope.render.loader_code import render_python, snippet_for_record
+from stallscope.render.loader_code import render_python
+from stallscope.render.loader_snippet import snippet_for_record
 from stallscope.target import load_target
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from stallscope import analysis as an
 from stallscope.analysis.run_verdict import decide
-from stallscope.record import LEGACY_KEYS, SECTIONS, RunRecord
+from stallscope.record import SECTIONS, RunRecord
 from stallscope.render import renderer_for
 
 LEGACY = Path(__file__).resolve().parents[1] / "fixtures" / "legacy"
@@ -28,14 +28,12 @@ def test_the_legacy_folder_holds_every_old_record():
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_an_old_record_loads_with_defaults_and_without_its_legacy_keys(name):
+def test_an_old_record_loads_with_defaults(name):
     data = load(name)
     record = RunRecord.load(LEGACY / f"record_{name}.json")
     assert record.command == name and record.argv == []  # 0.3 did not keep the command line
     again = record.to_dict()
-    kept = {k: v for k, v in data.items() if k not in LEGACY_KEYS}
-    assert {k: again[k] for k in kept} == kept
-    assert not set(LEGACY_KEYS) & set(again)
+    assert {k: again[k] for k in data} == data
     for kind in SECTIONS:
         record.section(kind)  # every typed section reads an old record
 

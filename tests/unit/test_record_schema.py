@@ -11,7 +11,6 @@ import pytest
 from stallscope.record import (
     DERIVED_KEYS,
     HEADER_KEYS,
-    LEGACY_KEYS,
     SECTIONS,
     RunRecord,
     UndeclaredKeyError,
@@ -42,7 +41,6 @@ def test_the_schema_describes_exactly_the_declared_keys():
     assert set(properties) == set(HEADER_KEYS) | set(declared_keys()) | set(DERIVED_KEYS)
     undescribed = [k for k, v in properties.items() if not v.get("description")]
     assert undescribed == []
-    assert not set(LEGACY_KEYS) & set(properties)
 
 
 def test_the_schema_rejects_an_unknown_key():
@@ -68,14 +66,11 @@ def test_add_rejects_a_key_no_section_declares():
     assert "bench_speed" not in record.sections
 
 
-def test_from_dict_rejects_an_undeclared_key_and_drops_legacy_ones():
+def test_from_dict_rejects_an_undeclared_key():
     data = load("profile")
     data["bench_speed"] = 1.0
     with pytest.raises(UndeclaredKeyError, match="'bench_speed'"):
         RunRecord.from_dict(data)
-    data = load("profile")
-    data["steady_steps"] = 3
-    assert "steady_steps" not in RunRecord.from_dict(data).to_dict()
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -9,7 +9,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from stallscope.config import LoaderConfig, loader_supports
-from stallscope.render.loader_code import to_python, to_yaml
+from stallscope.loader_call import Argument
+from stallscope.render.loader_code import render_python, to_yaml
+from stallscope.render.loader_snippet import build_snippet, default_call
 
 CONFIGS = [
     LoaderConfig(batch_size=32),
@@ -31,6 +33,13 @@ def test_yaml_round_trip(config, tmp_path):
     assert LoaderConfig.load(path) == config
 
 
+def _call(config: LoaderConfig, *, dataset: str = "dataset", **arguments: str):
+    """A user's ``DataLoader(dataset, batch_size=N, ...)`` call with ``arguments`` as written."""
+    call = default_call(config.batch_size, dataset=dataset)
+    call.arguments += [Argument(name, source) for name, source in arguments.items()]
+    return call
+
+
 def _run(code: str, dataset) -> DataLoader:
     ast.parse(code)  # valid Python
     namespace = {"dataset": dataset, "collate_fn": None}
@@ -44,7 +53,8 @@ def test_python_emitter_builds_the_dataloader(config):
     dataset = TensorDataset(torch.arange(256.0))
     before = torch.get_num_threads()
     try:
-        loader = _run(to_python(config, comment="from stallscope tune"), dataset)
+        code = render_python(build_snippet(config), comment="from stallscope tune")
+        loader = _run(code, dataset)
     finally:
         torch.set_num_threads(before)
     assert isinstance(loader, DataLoader)
@@ -64,7 +74,8 @@ def test_python_emitter_builds_the_dataloader(config):
 
 def test_python_emitter_for_batched_fetch_uses_make_loader_and_yields_batches():
     config = CONFIGS[3]
-    code = to_python(config, shuffle=True, drop_last=True)
+    call = _call(config, shuffle="True", drop_last="True")
+    code = render_python(build_snippet(config, call=call))
     assert "ss.make_loader(" in code
     loader = _run(code, TensorDataset(torch.arange(1000.0)))
     batches = list(loader)
@@ -74,10 +85,7 @@ def test_python_emitter_for_batched_fetch_uses_make_loader_and_yields_batches():
 
 
 def test_python_emitter_names_the_collate_and_shuffle():
-    code = to_python(
-        LoaderConfig(num_workers=2, batch_size=8),
-        shuffle=True,
-        collate_fn="collate_fn",
-        dataset="train_set",
-    )
+    config = LoaderConfig(num_workers=2, batch_size=8)
+    call = _call(config, dataset="train_set", shuffle="True", collate_fn="collate_fn")
+    code = render_python(build_snippet(config, call=call))
     assert "    train_set,\n" in code and "shuffle=True" in code and "collate_fn=collate_fn" in code

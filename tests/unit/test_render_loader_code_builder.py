@@ -11,14 +11,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from stallscope.config import LoaderConfig
 from stallscope.pipeline.arguments import LoaderCall, describe_loader, placeholder, reference
-from stallscope.render.loader_code import (
-    build_snippet,
-    render_diff,
-    render_python,
-    render_yaml,
-    seeding_missing,
-    snippet_for_record,
-)
+from stallscope.render.loader_code import render_diff, render_python, render_yaml
+from stallscope.render.loader_snippet import build_snippet, seeding_missing, snippet_for_record
 from stallscope.target import load_target
 
 

@@ -273,7 +273,6 @@ def _degenerate_records() -> dict[str, dict]:
             "verdict": None,
             "steps": 0,
             "step_timeline": {"data_ms": [], "compute_ms": []},
-            "advice": "",
         },
         "augmentation only": {
             **base,

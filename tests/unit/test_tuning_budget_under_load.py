@@ -18,7 +18,7 @@ from tune_simulated import SimulatedEvaluator
 
 from stallscope.config import LoaderConfig
 from stallscope.tuning.confidence import RaceLog, decide
-from stallscope.tuning.search import run_search
+from stallscope.tuning.search import Search
 from stallscope.tuning.space import MB, MemoryBudget, SearchSettings, SearchSpace
 
 BUDGET_MB = 1500
@@ -71,14 +71,14 @@ def _search(model: CostModel, rate, *, seed: int, noise: float, memory_fn=None, 
         startup_fn=model.startup,
         worker_bytes_fn=memory_fn or EarlyLowMemory(),
     )
-    result = run_search(
+    result = Search(
         ev,
         space,
         profile,
         baseline=LoaderConfig(batch_size=model.batch_size),
         memory=memory,
         settings=SearchSettings(budget_s=60.0, seed=seed),
-    )
+    ).run()
     return result, ev
 
 
@@ -174,7 +174,7 @@ def test_a_seed_measured_over_the_budget_does_not_race():
     ev = SimulatedEvaluator(
         loaded(LATENCY_8), noise=0.03, seed=0, worker_bytes_fn=lambda c: int(WORKER_MB * MB)
     )
-    result = run_search(
+    result = Search(
         ev,
         SearchSpace(cores=8, batch_size=16, max_workers=64),
         profile,
@@ -182,7 +182,7 @@ def test_a_seed_measured_over_the_budget_does_not_race():
         memory=MemoryBudget(budget_bytes=BUDGET_MB * MB, batch_bytes=profile.batch_bytes),
         settings=SearchSettings(budget_s=60.0),
         seeds=[(seed_config, "sweep-best")],
-    )
+    ).run()
     assert seed_config in ev.measured
     assert all(t.config != seed_config for t in result.trials if t.phase == "confirm")
     assert result.pick != seed_config and true_workers_mb(result.pick) <= BUDGET_MB

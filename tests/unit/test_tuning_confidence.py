@@ -147,7 +147,7 @@ def test_the_tuner_record_says_tie_and_the_renderers_print_the_tie_sentence():
     from tune_costmodel import CPU_BOUND
     from tune_simulated import SimulatedEvaluator
 
-    from stallscope.tuning.search import run_search
+    from stallscope.tuning.search import Search
     from stallscope.tuning.space import MB, MemoryBudget, SearchSettings, SearchSpace
 
     # A flat plateau: every worker count from 2 up is equally fast, so the race ties them.
@@ -156,14 +156,14 @@ def test_the_tuner_record_says_tie_and_the_renderers_print_the_tie_sentence():
 
     profile = CPU_BOUND.profile()
     space = SearchSpace(cores=2, batch_size=CPU_BOUND.batch_size, max_workers=16)
-    result = run_search(
+    result = Search(
         SimulatedEvaluator(rate, noise=0.01, seed=3),
         space,
         profile,
         baseline=LoaderConfig(batch_size=CPU_BOUND.batch_size),
         memory=MemoryBudget(budget_bytes=16_000 * MB, batch_bytes=profile.batch_bytes),
         settings=SearchSettings(budget_s=60.0, seed=3),
-    )
+    ).run()
     assert result.tie and result.pick.num_workers == 2
     data = result.to_dict()
     assert data["tie"] is True and data["tie_margin"] == MARGIN

@@ -12,7 +12,7 @@ from tune_simulated import SimulatedEvaluator
 from stallscope.config import LoaderConfig
 from stallscope.tuning.confidence import RaceLog, clearly_slower, decide, keeps_baseline, within_pct
 from stallscope.tuning.regions import classify
-from stallscope.tuning.search import run_search
+from stallscope.tuning.search import Search
 from stallscope.tuning.space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
 from stallscope.tuning.trial import Trial
 
@@ -46,7 +46,7 @@ def _search(
         startup_fn=startup or model.startup,
         worker_bytes_fn=model.worker_bytes,
     )
-    result = run_search(
+    result = Search(
         ev,
         space,
         profile,
@@ -54,7 +54,7 @@ def _search(
         memory=memory,
         settings=SearchSettings(budget_s=budget_s, seed=seed, **settings),
         seeds=seeds,
-    )
+    ).run()
     return result, ev
 
 
@@ -306,13 +306,13 @@ def test_failed_trials_stop_the_climb_and_are_noted():
     profile = model.profile()
     space = SearchSpace(cores=2, batch_size=model.batch_size, max_workers=128)
     memory = MemoryBudget(budget_bytes=16_000 * MB, batch_bytes=profile.batch_bytes)
-    result = run_search(
+    result = Search(
         SimulatedEvaluator(rate, seed=1),
         space,
         profile,
         baseline=LoaderConfig(batch_size=model.batch_size),
         memory=memory,
-    )
+    ).run()
     assert result.pick.num_workers <= 10
     assert any("failed" in note for note in result.notes)
     assert any(not t.ok for t in result.trials)

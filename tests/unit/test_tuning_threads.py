@@ -14,7 +14,7 @@ from stallscope.analysis.tune_rules import _worker_threads
 from stallscope.config import LoaderConfig
 from stallscope.target import load_target
 from stallscope.tuning.confidence import RaceLog, decide
-from stallscope.tuning.search import run_search
+from stallscope.tuning.search import Search
 from stallscope.tuning.space import MB, MemoryBudget, SearchSettings, SearchSpace
 from stallscope.tuning.threads import thread_counts, thread_eligibility
 from stallscope.tuning.tuner import profile_pipeline
@@ -53,14 +53,14 @@ def _search(
         startup_fn=model.startup,
         worker_bytes_fn=model.worker_bytes,
     )
-    result = run_search(
+    result = Search(
         ev,
         space,
         profile,
         baseline=LoaderConfig(batch_size=model.batch_size),
         memory=memory,
         settings=SearchSettings(budget_s=budget_s, seed=seed),
-    )
+    ).run()
     return result, ev
 
 

@@ -11,7 +11,6 @@ from tune_pipelines import ArrayDataset, WaitingDataset
 
 import stallscope as ss
 from stallscope.analysis import recommendations
-from stallscope.analysis.tune_rules import tune_recommendations
 from stallscope.errors import UsageError
 from stallscope.target import pipeline_from_object
 from stallscope.tuning.tuner import profile_pipeline
@@ -144,11 +143,12 @@ def test_recommendations_carry_their_measured_gain():
         "in-order-false",
         "persistent-workers",
     ]
-    recs = tune_recommendations(section)
+    recs = [r for r in recommendations(section) if r.source == "text"]
+    assert [r.id for r in recs] == ["loader-config", "batched-fetch", "in-order-false"]
     for rec in recs:
-        assert rec["measured"] and rec["expected_gain"]
-    assert recs[0]["expected_gain"] == "2.00x throughput"
-    assert recs[1]["expected_gain"] == "+80% throughput"
+        assert rec.measured and rec.expected_gain
+    assert recs[0].expected_gain == "2.00x throughput"
+    assert recs[1].expected_gain == "+80% throughput"
 
 
 def test_keep_yours_within_the_noise():
@@ -157,10 +157,9 @@ def test_keep_yours_within_the_noise():
     section = _section(
         [_effect("in_order", 0.04, "scan"), _effect("batched_fetch", 0.02)], speedup=1.02
     )
-    recs = tune_recommendations(section)
-    assert [r["id"] for r in recs] == ["keep-yours"]
-    assert "a gain the noise (3%) could make alone" in recs[0]["detail"]
-    assert _ids(section) == ["keep-yours", "persistent-workers"]
+    recs = recommendations(section)
+    assert [r.id for r in recs] == ["keep-yours", "persistent-workers"]
+    assert "a gain the noise (3%) could make alone" in recs[0].detail
 
 
 def test_persistent_workers_only_with_its_measured_gap():
@@ -179,27 +178,25 @@ def test_persistent_workers_only_with_its_measured_gap():
 
 
 def test_keep_yours_recommends_no_change():
-    recs = tune_recommendations(
-        _section([_effect("in_order", 0.3)], speedup=1.01, keep=True, gap=None)
-    )
-    assert [r["id"] for r in recs] == ["keep-yours"]
+    recs = recommendations(_section([_effect("in_order", 0.3)], speedup=1.01, keep=True, gap=None))
+    assert [r.id for r in recs] == ["keep-yours"]
     assert (
-        "within 1.0% of the best found" in recs[0]["detail"]
-        and "no change is recommended" in recs[0]["detail"]
+        "within 1.0% of the best found" in recs[0].detail
+        and "no change is recommended" in recs[0].detail
     )
 
 
 def test_unconfirmed_pick_says_so():
-    rec = tune_recommendations(_section(confidence=None, rounds=1))[0]
-    assert rec["id"] == "loader-config"
-    assert "not confirmed: the budget ran out after 1 interleaved round(s)" in rec["measured"]
-    assert "confidence" not in rec["measured"]
+    rec = recommendations(_section(confidence=None, rounds=1))[0]
+    assert rec.id == "loader-config"
+    assert "not confirmed: the budget ran out after 1 interleaved round(s)" in rec.measured
+    assert "confidence" not in rec.measured
 
 
 def test_beyond_cores_recommendation_for_latency_bound_picks():
-    recs = tune_recommendations(_section(region="latency-bound", workers=32, speedup=20.0))
-    beyond = [r for r in recs if r["id"] == "workers-beyond-cores"]
-    assert beyond and "32 on 2" in beyond[0]["title"] and "90.0 with 2" in beyond[0]["measured"]
+    recs = recommendations(_section(region="latency-bound", workers=32, speedup=20.0))
+    beyond = [r for r in recs if r.id == "workers-beyond-cores"]
+    assert beyond and "32 on 2" in beyond[0].title and "90.0 with 2" in beyond[0].measured
 
 
 def test_a_replaying_iterable_dataset_is_not_tuned_into_duplicates():

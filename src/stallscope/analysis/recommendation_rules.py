@@ -1,8 +1,8 @@
 """Recommendations: one list of small named rules over the record's measurements.
 
-Each rule reads what the probes measured and gives its recommendations; no rule reads advice a
-record may carry from an older stallscope (``recommendations``, ``advice``): re-rendering a saved
-record applies today's rules. Each piece of advice has one rule, so nothing is said twice.
+Each rule reads what the probes measured and gives its recommendations; a record holds no advice,
+so re-rendering a saved record applies today's rules. Each piece of advice has one rule, so nothing
+is said twice.
 """
 
 from __future__ import annotations

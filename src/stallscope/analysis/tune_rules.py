@@ -194,14 +194,6 @@ def knob_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
     return recs
 
 
-def tune_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """A tune section's own advice (``ss.tune(...).recommendations()``): the pick's verdict, then
-    the knobs beyond it; ``persistent_workers`` is judged with the rest of the report
-    (``recommendation_rules.recommend_persistent_workers``)."""
-    pick = tune_pick(section)
-    return ([pick] if pick is not None else []) + knob_recommendations(section)
-
-
 def _keep_yours(section: dict[str, Any]) -> dict[str, Any]:
     best, baseline = section["best"], section["baseline"]
     sentence = keep_yours_sentence(best, baseline, gain_floor(section))

@@ -68,7 +68,8 @@ def stages(
     ``callees=False`` keeps ``other (__getitem__)`` whole instead of breaking out the
     calls it makes that hold at least 5% of the time (NOTE in ``callees.py``).
     """
-    from ..target import Pipeline, load_target, preflight
+    from ..pipeline.preflight import preflight
+    from ..target import Pipeline, load_target
 
     pipeline = (
         target

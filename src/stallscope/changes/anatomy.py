@@ -49,6 +49,21 @@ def seeded(seed: int) -> Iterator[None]:
         torch.set_rng_state(states[2])
 
 
+@contextlib.contextmanager
+def replaced(replacements: Sequence[tuple[Any, str, Any]]) -> Iterator[None]:
+    """Inside: each ``(owner, name, new)`` sets ``owner.name`` to ``new``; the originals are put
+    back on the way out."""
+    restore: list[tuple[Any, str, Any]] = []
+    try:
+        for owner, name, new in replacements:
+            restore.append((owner, name, getattr(owner, name)))
+            setattr(owner, name, new)
+        yield
+    finally:
+        for owner, name, original in reversed(restore):
+            setattr(owner, name, original)
+
+
 def as_array(value: Any) -> np.ndarray | None:
     """A PIL image, tensor or array as a NumPy array (None for anything else)."""
     if isinstance(value, np.ndarray):
@@ -147,9 +162,6 @@ class Anatomy:
     seconds_per_sample: float  # one item fetched in this process
     seconds_per_stage: list[float] = field(default_factory=list)
     memo: dict[Any, Any] = field(default_factory=dict)  # what several changes compare against
-
-    def stage_label(self, index: int) -> str:
-        return self.names[index]
 
     def with_compose(self, compose: Any) -> Any:
         """A copy of the user's dataset with its Compose replaced (the original is untouched)."""

@@ -19,6 +19,7 @@ from ..errors import describe_exception
 from ..pipeline.structure import describe_structure
 from ..pipeline.verify import skeleton
 from .anatomy import Anatomy, StagesCompose, as_array, get_slot, seeded, set_slot
+from .source import SourceFile, apply_command, exec_patched, unified_diff
 
 MainStep = Callable[[Any], Any]
 
@@ -43,6 +44,41 @@ class Patch:
 
     def to_dict(self) -> dict[str, Any]:
         return {"verified": self.verified, "reason": self.reason, "description": self.description}
+
+
+class Unverified(Exception):
+    """Why the patched code did not give the user's batches (one sentence)."""
+
+
+def patched_class(module: Any, name: str) -> type:
+    """The class ``name`` of a patched module (:class:`Unverified` when the patch lost it)."""
+    cls = getattr(module, name, None)
+    if not isinstance(cls, type):
+        raise Unverified(f"the patched module has no class {name}")
+    return cls
+
+
+def verified_patch(
+    source: SourceFile, text: str, words: str, verify: Callable[[Any], str | None]
+) -> Patch:
+    """The change as a diff against the user's file once ``text``, executed as a module beside
+    it, passed ``verify`` (which returns, or raises as :class:`Unverified`, why not); else the
+    reason, and no diff."""
+    try:
+        with exec_patched(source, text) as module:
+            why = verify(module)
+    except Unverified as exc:
+        why = str(exc)
+    except Exception as exc:  # compiling or running the patched module
+        why = f"the patched module failed: {type(exc).__name__}: {exc}"
+    if why:
+        return Patch(None, words, False, why)
+    return Patch(
+        unified_diff(source.path, source.text, text),
+        words,
+        True,
+        apply=apply_command(source.path),
+    )
 
 
 class Change:

@@ -26,17 +26,15 @@ from .base import (
     reference_batches,
     run_two_batches,
     slot_step,
+    verified_patch,
 )
 from .source import (
-    apply_command,
     block_end,
     candidate_files,
     constructor_block,
     enclosing_function,
-    exec_patched,
     expression_of,
     helper_block,
-    unified_diff,
 )
 from .wrappers import BatchStages
 
@@ -186,25 +184,16 @@ class BatchAugmentation(Change):
         )
         function = enclosing_function(source, first)
         randoms = any(anatomy.random[self.start :])
-        try:
-            with exec_patched(source, text) as module:
 
-                def make() -> tuple[Any, Any]:
-                    compose = rebuilt_compose(module, function, anatomy, self.start, None)
-                    if compose.transforms and compose.transforms[-1] is None:
-                        compose = StagesCompose(compose.transforms[:-1])
-                    return anatomy.with_compose(compose), slot_step(anatomy, module.augment_batch)
+        def verify(module: Any) -> str | None:
+            def make() -> tuple[Any, Any]:
+                compose = rebuilt_compose(module, function, anatomy, self.start, None)
+                if compose.transforms and compose.transforms[-1] is None:
+                    compose = StagesCompose(compose.transforms[:-1])
+                return anatomy.with_compose(compose), slot_step(anatomy, module.augment_batch)
 
-                why = run_two_batches(
-                    make, anatomy, pipeline, tolerance=None if randoms else TOLERANCE
-                )
-        except Exception as exc:
-            why = f"the patched module failed: {type(exc).__name__}: {exc}"
-        if why:
-            return Patch(None, words, False, why)
-        return Patch(
-            unified_diff(source.path, source.text, text),
-            words,
-            True,
-            apply=apply_command(source.path),
-        )
+            return run_two_batches(
+                make, anatomy, pipeline, tolerance=None if randoms else TOLERANCE
+            )
+
+        return verified_patch(source, text, words, verify)

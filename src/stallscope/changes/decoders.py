@@ -25,17 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from .base import Applied, Change, Patch, batches, fastest_seconds
+from .anatomy import replaced
+from .base import Applied, Change, Patch, batches, fastest_seconds, patched_class, verified_patch
 from .inline import InlineAnatomy
 from .inline_changes import (
     InlineReducedDecode,
     check_batches_structure,
     resized,
-    verified_patch,
 )
 from .prefix_cache import fresh_instance
 from .reduced_decode import psnr
-from .source import exec_patched, is_statement
+from .source import is_statement
 
 FILES = 8  # the user's files decoded by every decoder
 ROUNDS = 6  # interleaved timing rounds; each decoder's fastest counts
@@ -152,7 +152,7 @@ def _bytes_of(source: Any) -> bytes | None:
 def caught_decodes(seen: list[tuple[str, Any]]) -> Iterator[None]:
     """Inside: each ``Image.open``/``cv2.imread``/``cv2.imdecode`` call appends (which, its first
     argument) to ``seen``."""
-    restore: list[tuple[Any, str, Any]] = []
+    wrappers: list[tuple[Any, str, Any]] = []
     pil = sys.modules.get("PIL.Image")
     targets: list[tuple[Any, str, str]] = []
     if pil is not None:
@@ -168,13 +168,9 @@ def caught_decodes(seen: list[tuple[str, Any]]) -> Iterator[None]:
                 seen.append((_label, args[0]))
             return _original(*args, **kw)
 
-        setattr(owner, name, wrapper)
-        restore.append((owner, name, original))
-    try:
+        wrappers.append((owner, name, wrapper))
+    with replaced(wrappers):
         yield
-    finally:
-        for owner, name, original in restore:
-            setattr(owner, name, original)
 
 
 class DecoderSwapDataset:
@@ -205,7 +201,7 @@ class DecoderSwapDataset:
 
 @contextmanager
 def swapped_decode(decode: Decoder) -> Iterator[None]:
-    restore: list[tuple[Any, str, Any]] = []
+    wrappers: list[tuple[Any, str, Any]] = []
     inside: list[bool] = []  # the other decoder may call the patched functions itself
 
     def decoded(data: bytes, target: str) -> Any:
@@ -225,8 +221,7 @@ def swapped_decode(decode: Decoder) -> Iterator[None]:
                 return decoded(data, "pil")
             return original_open(source, *args, **kw)
 
-        pil.open = open_with
-        restore.append((pil, "open", original_open))
+        wrappers.append((pil, "open", open_with))
     cv2 = sys.modules.get("cv2")
     if cv2 is not None:
         for name in ("imread", "imdecode"):
@@ -239,13 +234,9 @@ def swapped_decode(decode: Decoder) -> Iterator[None]:
                     return decoded(data, "bgr")
                 return _original(source, *args, **kw)
 
-            setattr(cv2, name, swapped)
-            restore.append((cv2, name, original))
-    try:
+            wrappers.append((cv2, name, swapped))
+    with replaced(wrappers):
         yield
-    finally:
-        for owner, name, original in restore:
-            setattr(owner, name, original)
 
 
 PIL_OPEN = re.compile(
@@ -410,20 +401,13 @@ class FasterDecode(Change):
             return Patch(None, words, False, "no decode line of a form stallscope rewrites")
         needs = ["import cv2", "import numpy as np", "from PIL import Image"]
         text = _with_imports("".join(new), anatomy.source.module, needs)
-        try:
-            with exec_patched(anatomy.source, text) as module:
-                patched = getattr(module, anatomy.cls.__name__, None)
-                if not isinstance(patched, type):
-                    return Patch(None, words, False, "the patched module lost the class")
-                ours = batches(fresh_instance(anatomy.dataset, patched), pipeline)
-                why = check_batches_structure(ours, anatomy, pipeline)
-                if why:
-                    return Patch(None, words, False, why)
-        except Exception as exc:
-            return Patch(
-                None, words, False, f"the patched module failed: {type(exc).__name__}: {exc}"
-            )
-        return verified_patch(anatomy, text, words)
+
+        def verify(module: Any) -> str | None:
+            patched = patched_class(module, anatomy.cls.__name__)
+            ours = batches(fresh_instance(anatomy.dataset, patched), pipeline)
+            return check_batches_structure(ours, anatomy, pipeline)
+
+        return verified_patch(anatomy.source, text, words, verify)
 
 
 def _with_imports(text: str, module: Any, needs: list[str]) -> str:

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .anatomy import NotApplicable, seeded
+from .anatomy import NotApplicable, replaced, seeded
 from .source import SourceFile, source_file
 
 # (module, qualified name) of calls, as the profile hook names them.
@@ -61,12 +61,6 @@ DECODE_CALLS = {
     ("simplejpeg", "decode_jpeg"),
 }
 JPEG_DECODE_CALLS = {("PIL.Image", "open"), ("cv2", "imread"), ("cv2", "imdecode")}
-SHRINK_CALLS = {
-    ("PIL.Image", "Image.resize"),
-    ("PIL.Image", "Image.thumbnail"),
-    ("PIL.Image", "Image.reduce"),
-    ("cv2", "resize"),
-}
 SHORT = {
     ("PIL.Image", "open"): "Image.open",
     ("PIL.Image", "Image.convert"): "Image.convert",
@@ -410,24 +404,22 @@ class _Tracer:
 
     def run(self, dataset: Any, index: int) -> ItemTrace:
         old_trace, old_profile = sys.gettrace(), sys.getprofile()
-        restore = watch_resizes(self.record_shrink)
-        sys.settrace(self.global_)
-        sys.setprofile(self.profile)
-        try:
-            self.trace.item = dataset[index]
-        finally:
-            sys.settrace(old_trace)
-            sys.setprofile(old_profile)
-            for owner, name, original in restore:
-                setattr(owner, name, original)
+        with replaced(resize_watchers(self.record_shrink)):
+            sys.settrace(self.global_)
+            sys.setprofile(self.profile)
+            try:
+                self.trace.item = dataset[index]
+            finally:
+                sys.settrace(old_trace)
+                sys.setprofile(old_profile)
         if self.frame is None:
             raise NotApplicable("the dataset's __getitem__ did not run when an item was fetched")
         return self.trace
 
 
-def watch_resizes(record: Callable[[str, Any, Any], None]) -> list[tuple[Any, str, Any]]:
-    """Wrap the resize calls of Pillow and OpenCV (where already imported) so that each calls
-    ``record(what, input, output)``; returns what to put back."""
+def resize_watchers(record: Callable[[str, Any, Any], None]) -> list[tuple[Any, str, Any]]:
+    """Wrappers of the resize calls of Pillow and OpenCV (where already imported) that each call
+    ``record(what, input, output)``, as :func:`~.anatomy.replaced` takes them."""
     targets: list[tuple[Any, str, str]] = []
     pil = sys.modules.get("PIL.Image")
     if pil is not None:
@@ -435,7 +427,7 @@ def watch_resizes(record: Callable[[str, Any, Any], None]) -> list[tuple[Any, st
     cv2 = sys.modules.get("cv2")
     if cv2 is not None and hasattr(cv2, "resize"):
         targets.append((cv2, "resize", "cv2.resize"))
-    restore = []
+    wrappers = []
     for owner, name, label in targets:
         original = getattr(owner, name)
 
@@ -444,29 +436,15 @@ def watch_resizes(record: Callable[[str, Any, Any], None]) -> list[tuple[Any, st
             record(_label, args[0] if args else None, out)
             return out
 
-        setattr(owner, name, wrapper)
-        restore.append((owner, name, original))
-    return restore
-
-
-def resizes(dataset: Any, index: int) -> list[tuple[Any, Any]]:
-    """(input size, output size) of each resize while ``dataset[index]`` runs."""
-    seen: list[tuple[Any, Any]] = []
-    restore = watch_resizes(lambda what, a, b: seen.append((image_size(a), image_size(b))))
-    try:
-        with seeded(0):
-            dataset[index]
-    finally:
-        for owner, name, original in restore:
-            setattr(owner, name, original)
-    return seen
+        wrappers.append((owner, name, wrapper))
+    return wrappers
 
 
 def decoded_sizes(dataset: Any, index: int) -> list[tuple[int, int]]:
     """(height, width) of each image Pillow loads or OpenCV decodes while ``dataset[index]``
     runs."""
     seen: list[tuple[int, int]] = []
-    restore: list[tuple[Any, str, Any]] = []
+    wrappers: list[tuple[Any, str, Any]] = []
     image_file = sys.modules.get("PIL.ImageFile")
     if image_file is not None:
         load = image_file.ImageFile.load
@@ -476,8 +454,7 @@ def decoded_sizes(dataset: Any, index: int) -> list[tuple[int, int]]:
             seen.append((int(image.size[1]), int(image.size[0])))
             return out
 
-        image_file.ImageFile.load = loading
-        restore.append((image_file.ImageFile, "load", load))
+        wrappers.append((image_file.ImageFile, "load", loading))
     cv2 = sys.modules.get("cv2")
     if cv2 is not None:
         for name in ("imread", "imdecode"):
@@ -489,14 +466,9 @@ def decoded_sizes(dataset: Any, index: int) -> list[tuple[int, int]]:
                     seen.append(image_size(out))  # type: ignore[arg-type]
                 return out
 
-            setattr(cv2, name, decoding)
-            restore.append((cv2, name, original))
-    try:
-        with seeded(0):
-            dataset[index]
-    finally:
-        for owner, name, original in restore:
-            setattr(owner, name, original)
+            wrappers.append((cv2, name, decoding))
+    with replaced(wrappers), seeded(0):
+        dataset[index]
     return seen
 
 

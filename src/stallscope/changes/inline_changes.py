@@ -43,6 +43,8 @@ from .base import (
     fastest_seconds,
     max_difference,
     nbytes_at,
+    patched_class,
+    verified_patch,
 )
 from .inline import (
     DECODE_CALLS,
@@ -54,9 +56,10 @@ from .inline import (
     prefix_values,
     trace_item,
 )
-from .prefix_cache import fresh_instance, placement
+from .integer_transfer import normalize_batch_helper
+from .prefix_cache import PlacedCache, fresh_instance
 from .reduced_decode import FACTORS, psnr, reduced_decode_text
-from .source import apply_command, exec_patched, helper_block, unified_diff
+from .source import helper_block
 from .wrappers import (
     PREFIX_CACHE_SOURCE,
     AffineBatch,
@@ -246,7 +249,7 @@ def method_source(text: str, class_name: str) -> str | None:
     return None
 
 
-class InlinePrefixCache(Change):
+class InlinePrefixCache(PlacedCache, Change):
     id = "prefix-cache"
     title = "Keep the deterministic prefix"
 
@@ -267,15 +270,7 @@ class InlinePrefixCache(Change):
         if self.head is not None:  # the Compose's deterministic leading transforms join the prefix
             self.values[self.head.source] = self.head.run(self.values[self.head.source])
         per_item = dump_size(tuple(self.values[n] for n in anatomy.live))
-        total = per_item * len(anatomy.dataset)
-        found = placement(total)
-        if found is None:
-            return (
-                f"the cache ({total / 2**20:,.0f} MB) fits neither the memory budget nor the free "
-                "disk space"
-            )
-        self.bytes_per_item, self.total_bytes, self.where = per_item, total, found
-        return None
+        return self.place(per_item, len(anatomy.dataset))
 
     def _names(self, anatomy: InlineAnatomy) -> str:
         used = set(anatomy.live) | {anatomy.index_param}
@@ -324,14 +319,9 @@ class InlinePrefixCache(Change):
 
     def apply(self, anatomy: InlineAnatomy, pipeline: Any) -> Applied:
         folder = tempfile.mkdtemp(prefix="stallscope-prefix-", dir=self.where[1])
-        method = method_source(self.text(anatomy, folder), anatomy.cls.__name__)
-        if method is None:
-            raise RuntimeError("the patched __getitem__ could not be found in the patched module")
-        dataset = PatchedMethodDataset(
-            anatomy.dataset,
-            anatomy.cls.__module__,
-            method,
-            str(anatomy.source.path),
+        dataset = patched_method_dataset(
+            anatomy,
+            self.text(anatomy, folder),
             folder,
             helpers=TAIL_SOURCE if self.head is not None else "",
         )
@@ -406,39 +396,36 @@ class InlinePrefixCache(Change):
             "before. Delete the folder when the files or those lines change."
         )
         text = self.text(anatomy, folder)
-        why = self._verify(anatomy, pipeline, text)
-        if why:
-            return Patch(None, words, False, why)
-        return verified_patch(anatomy, text, words)
-
-    def _verify(self, anatomy: InlineAnatomy, pipeline: Any, text: str) -> str | None:
-        folder = tempfile.mkdtemp(prefix="stallscope-verify-")
+        verify_in = tempfile.mkdtemp(prefix="stallscope-verify-")
         try:
-            with exec_patched(anatomy.source, text) as module:
-                patched = getattr(module, anatomy.cls.__name__, None)
-                if not isinstance(patched, type):
-                    return f"the patched module has no class {anatomy.cls.__name__}"
-                module._PREFIX_CACHE.folder = folder
-                clone = fresh_instance(anatomy.dataset, patched)
-                # The first pass fills the cache, the second reads it: both must give your
-                # batches.
-                for _ in range(2):
-                    why = check_batches(batches(clone, pipeline), anatomy, pipeline)
-                    if why:
-                        return why
-                kept = module._PREFIX_CACHE.get(anatomy.indices[0])
-                if kept is None and anatomy.indices[0] < 2 * pipeline.batch_size:
-                    return "the patched code wrote nothing to its cache"
-                if not os.listdir(folder):
-                    return "the patched code wrote nothing to its cache"
-                if kept is not None and not all(
-                    equal(v, self.values[n]) for n, v in zip(anatomy.live, kept)
-                ):
-                    return "the cached values differ from what your code computes"
-        except Exception as exc:  # compiling or running the patched module
-            return f"the patched module failed: {type(exc).__name__}: {exc}"
+            return verified_patch(
+                anatomy.source,
+                text,
+                words,
+                lambda module: self._verify(anatomy, pipeline, module, verify_in),
+            )
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(verify_in, ignore_errors=True)
+
+    def _verify(
+        self, anatomy: InlineAnatomy, pipeline: Any, module: Any, folder: str
+    ) -> str | None:
+        module._PREFIX_CACHE.folder = folder
+        clone = fresh_instance(anatomy.dataset, patched_class(module, anatomy.cls.__name__))
+        # The first pass fills the cache, the second reads it: both must give your batches.
+        for _ in range(2):
+            why = check_batches(batches(clone, pipeline), anatomy, pipeline)
+            if why:
+                return why
+        kept = module._PREFIX_CACHE.get(anatomy.indices[0])
+        if kept is None and anatomy.indices[0] < 2 * pipeline.batch_size:
+            return "the patched code wrote nothing to its cache"
+        if not os.listdir(folder):
+            return "the patched code wrote nothing to its cache"
+        if kept is not None and not all(
+            equal(v, self.values[n]) for n, v in zip(anatomy.live, kept)
+        ):
+            return "the cached values differ from what your code computes"
         return None
 
 
@@ -575,40 +562,19 @@ class InlineReducedDecode(Change):
                 f"{anatomy.cls.__name__}.__getitem__",
             )
         text = "".join(lines[:start]) + middle + "".join(lines[end:])
-        try:
-            with exec_patched(anatomy.source, text) as module:
-                patched = getattr(module, anatomy.cls.__name__, None)
-                if not isinstance(patched, type):
-                    return Patch(
-                        None,
-                        words,
-                        False,
-                        f"the patched module has no class {anatomy.cls.__name__}",
-                    )
-                clone = fresh_instance(anatomy.dataset, patched)
-                ours = batches(clone, pipeline)
-                why = check_batches_structure(ours, anatomy, pipeline)
-                if why:
-                    return Patch(None, words, False, why)
-                after = decoded_sizes(clone, anatomy.indices[0])
-                before = decoded_sizes(anatomy.dataset, anatomy.indices[0])
-                if not after or not before or after[0] == before[0]:
-                    return Patch(None, words, False, "the patched code still decodes at full size")
-        except Exception as exc:
-            return Patch(
-                None, words, False, f"the patched module failed: {type(exc).__name__}: {exc}"
-            )
-        return verified_patch(anatomy, text, words)
 
+        def verify(module: Any) -> str | None:
+            clone = fresh_instance(anatomy.dataset, patched_class(module, anatomy.cls.__name__))
+            why = check_batches_structure(batches(clone, pipeline), anatomy, pipeline)
+            if why:
+                return why
+            after = decoded_sizes(clone, anatomy.indices[0])
+            before = decoded_sizes(anatomy.dataset, anatomy.indices[0])
+            if not after or not before or after[0] == before[0]:
+                return "the patched code still decodes at full size"
+            return None
 
-def verified_patch(anatomy: InlineAnatomy, text: str, words: str) -> Patch:
-    """The change as a diff against the user's file, once ``text`` ran and matched their batches."""
-    return Patch(
-        unified_diff(anatomy.source.path, anatomy.source.text, text),
-        words,
-        True,
-        apply=apply_command(anatomy.source.path),
-    )
+        return verified_patch(anatomy.source, text, words, verify)
 
 
 def check_batches_structure(ours: list[Any], anatomy: InlineAnatomy, pipeline: Any) -> str | None:
@@ -640,24 +606,6 @@ def resized(value: Any, width: int, height: int) -> np.ndarray:
             array = np.clip(array, 0, 255).astype(np.uint8)
         image = Image.fromarray(array)
     return np.asarray(image.resize((width, height), Image.Resampling.BILINEAR))
-
-
-BATCH_HELPER = '''
-BATCH_SCALE = {scale!r}
-BATCH_SHIFT = {shift!r}
-
-
-def normalize_batch(images):
-    """A uint8 batch from the loader -> the float batch __getitem__ used to make. Call it on
-    each batch, after moving it to the accelerator: images = normalize_batch(images.to(device))."""
-    import torch
-
-    shape = [1] * images.dim()
-    shape[{channel}] = len(BATCH_SCALE)
-    scale = torch.tensor(BATCH_SCALE, dtype=torch.float32, device=images.device).view(shape)
-    shift = torch.tensor(BATCH_SHIFT, dtype=torch.float32, device=images.device).view(shape)
-    return images.float().mul_(scale).add_(shift)
-'''
 
 
 def float_slot(item: Any, shapes: list[tuple[int, ...]], depth: int = 0) -> tuple[Any, ...] | None:
@@ -782,10 +730,8 @@ class InlineIntegerTransfer(Change):
             f"{indent}# {self.name} stays uint8: each batch is normalised by normalize_batch() "
             "in the main process\n"
         )
-        helpers = BATCH_HELPER.format(
-            scale=[round(v, 9) for v in self.scale],
-            shift=[round(v, 9) for v in self.shift],
-            channel=self.channel + 1,
+        helpers = normalize_batch_helper(
+            self.scale, self.shift, self.channel + 1, "__getitem__ used to make"
         )
         return "".join([*lines[:first], note, *lines[last:]]) + helper_block(
             f"integer transfer for {anatomy.cls.__name__}", helpers
@@ -795,16 +741,7 @@ class InlineIntegerTransfer(Change):
         return AffineBatch(self.slot, self.scale, self.shift, self.channel)
 
     def apply(self, anatomy: InlineAnatomy, pipeline: Any) -> Applied:
-        method = method_source(self.text(anatomy), anatomy.cls.__name__)
-        if method is None:
-            raise RuntimeError("the patched __getitem__ could not be found in the patched module")
-        dataset = PatchedMethodDataset(
-            anatomy.dataset,
-            anatomy.cls.__module__,
-            method,
-            str(anatomy.source.path),
-            tempfile.gettempdir(),
-        )
+        dataset = patched_method_dataset(anatomy, self.text(anatomy), tempfile.gettempdir())
         return Applied(dataset, main_step=self._step())
 
     def side_effect(
@@ -841,39 +778,43 @@ class InlineIntegerTransfer(Change):
             f"accelerator: x.float() * {_fmt(self.scale)} + {_fmt(self.shift)} per channel."
         )
         text = self.text(anatomy)
-        try:
-            with exec_patched(anatomy.source, text) as module:
-                patched = getattr(module, anatomy.cls.__name__, None)
-                if not isinstance(patched, type):
-                    return Patch(
-                        None,
-                        words,
-                        False,
-                        f"the patched module has no class {anatomy.cls.__name__}",
-                    )
-                clone = fresh_instance(anatomy.dataset, patched)
-                raw = batches(clone, pipeline)
-                dtype = getattr(get_slot(raw[0], self.slot), "dtype", None)
-                if str(dtype) != "torch.uint8":
-                    return Patch(
-                        None, words, False, f"the patched batches hold {dtype}, not torch.uint8"
-                    )
-                step = slot_step_at(self.slot, module.normalize_batch)
-                ours = [step(b) for b in raw]
-                if reproducible(anatomy, pipeline):
-                    theirs = anatomy.memo[("batches", pipeline.batch_size)]
-                    diff = max_difference(ours, theirs, self.slot)
-                    if diff is None or diff > 1e-4:
-                        return Patch(None, words, False, f"its batches differ from yours by {diff}")
-                else:
-                    why = check_batches_structure(ours, anatomy, pipeline)
-                    if why:
-                        return Patch(None, words, False, why)
-        except Exception as exc:
-            return Patch(
-                None, words, False, f"the patched module failed: {type(exc).__name__}: {exc}"
+
+        def verify(module: Any) -> str | None:
+            clone = fresh_instance(anatomy.dataset, patched_class(module, anatomy.cls.__name__))
+            raw = batches(clone, pipeline)
+            dtype = getattr(get_slot(raw[0], self.slot), "dtype", None)
+            if str(dtype) != "torch.uint8":
+                return f"the patched batches hold {dtype}, not torch.uint8"
+            step = slot_step_at(self.slot, module.normalize_batch)
+            ours = [step(b) for b in raw]
+            if not reproducible(anatomy, pipeline):
+                return check_batches_structure(ours, anatomy, pipeline)
+            diff = max_difference(ours, anatomy.memo[("batches", pipeline.batch_size)], self.slot)
+            return (
+                None
+                if diff is not None and diff <= 1e-4
+                else f"its batches differ from yours by {diff}"
             )
-        return verified_patch(anatomy, text, words)
+
+        return verified_patch(anatomy.source, text, words, verify)
+
+
+def patched_method_dataset(
+    anatomy: InlineAnatomy, text: str, folder: str, *, helpers: str = ""
+) -> PatchedMethodDataset:
+    """The user's dataset with the ``__getitem__`` of the patched ``text`` (``folder``: where
+    its files go)."""
+    method = method_source(text, anatomy.cls.__name__)
+    if method is None:
+        raise RuntimeError("the patched __getitem__ could not be found in the patched module")
+    return PatchedMethodDataset(
+        anatomy.dataset,
+        anatomy.cls.__module__,
+        method,
+        str(anatomy.source.path),
+        folder,
+        helpers=helpers,
+    )
 
 
 def slot_step_at(slot: tuple[Any, ...], fn: Any) -> Any:

@@ -25,16 +25,14 @@ from .base import (
     reference_batches,
     run_two_batches,
     slot_step,
+    verified_patch,
 )
 from .source import (
-    apply_command,
     block_end,
     candidate_files,
     constructor_block,
     enclosing_function,
-    exec_patched,
     helper_block,
-    unified_diff,
 )
 from .wrappers import AffineBatch, Uint8Layout
 
@@ -51,13 +49,16 @@ class ToUint8Tensor:
         tensor = torch.from_numpy(np.array(image, dtype=np.uint8, copy=True))
         return {convert}
 
+'''
 
+# The helper both integer transfers append: ``made`` says what made the float batch before.
+NORMALIZE_BATCH = '''
 BATCH_SCALE = {scale!r}
 BATCH_SHIFT = {shift!r}
 
 
 def normalize_batch(images):
-    """A uint8 batch from the loader -> the float batch the per-sample transforms made. Call it on
+    """A uint8 batch from the loader -> the float batch {made}. Call it on
     each batch, after moving it to the accelerator: images = normalize_batch(images.to(device))."""
     import torch
 
@@ -67,6 +68,17 @@ def normalize_batch(images):
     shift = torch.tensor(BATCH_SHIFT, dtype=torch.float32, device=images.device).view(shape)
     return images.float().mul_(scale).add_(shift)
 '''
+
+
+def normalize_batch_helper(scale: list[float], shift: list[float], channel: int, made: str) -> str:
+    """The source of ``normalize_batch`` for a per-channel ``x * scale + shift`` on ``channel``
+    of each batch (1 + the channel axis of an item)."""
+    return NORMALIZE_BATCH.format(
+        scale=[round(v, 9) for v in scale],
+        shift=[round(v, 9) for v in shift],
+        channel=channel,
+        made=made,
+    )
 
 
 def is_uint8_image(value: Any) -> bool:
@@ -236,36 +248,22 @@ class IntegerTransfer(Change):
         convert = "tensor.permute(2, 0, 1).contiguous()" if self.permute else "tensor"
         layout = "C×H×W" if self.permute else "as it is"
         channel = (self.channel if self.channel is not None else 0) + 1
-        helpers = HELPER.format(
-            layout=layout,
-            convert=convert,
-            scale=[round(v, 9) for v in self.scale],
-            shift=[round(v, 9) for v in self.shift],
-            channel=channel,
+        helpers = HELPER.format(layout=layout, convert=convert) + normalize_batch_helper(
+            self.scale, self.shift, channel, "the per-sample transforms made"
         )
         text = "".join(lines) + helper_block("integer transfer", helpers)
         function = enclosing_function(source, first)
-        try:
-            with exec_patched(source, text) as module:
 
-                def make() -> tuple[Any, Any]:
-                    compose = rebuilt_compose(
-                        module, function, anatomy, self.start, module.ToUint8Tensor()
-                    )
-                    step = slot_step(anatomy, module.normalize_batch)
-                    return anatomy.with_compose(compose), step
+        def verify(module: Any) -> str | None:
+            def make() -> tuple[Any, Any]:
+                compose = rebuilt_compose(
+                    module, function, anatomy, self.start, module.ToUint8Tensor()
+                )
+                return anatomy.with_compose(compose), slot_step(anatomy, module.normalize_batch)
 
-                why = run_two_batches(make, anatomy, pipeline, tolerance=TOLERANCE)
-        except Exception as exc:
-            why = f"the patched module failed: {type(exc).__name__}: {exc}"
-        if why:
-            return Patch(None, words, False, why)
-        return Patch(
-            unified_diff(source.path, source.text, text),
-            words,
-            True,
-            apply=apply_command(source.path),
-        )
+            return run_two_batches(make, anatomy, pipeline, tolerance=TOLERANCE)
+
+        return verified_patch(source, text, words, verify)
 
 
 def _fmt(values: list[float]) -> str:

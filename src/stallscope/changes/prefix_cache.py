@@ -19,14 +19,11 @@ import psutil
 from ..pipeline.transforms import get_path, replace_transforms
 from ..thresholds import MEMORY_BUDGET_SHARE
 from .anatomy import Anatomy, get_slot, same, seeded
-from .base import Applied, Change, Patch, run_two_batches
+from .base import Applied, Change, Patch, patched_class, run_two_batches, verified_patch
 from .source import (
-    apply_command,
-    exec_patched,
     helper_block,
     is_statement,
     method_lines,
-    unified_diff,
 )
 from .wrappers import (
     PREFIX_CACHE_SOURCE,
@@ -57,7 +54,28 @@ def placement(total_bytes: int) -> tuple[str, str] | None:
     return None
 
 
-class PrefixCache(Change):
+class PlacedCache:
+    """A change that caches every item: the size of its cache and where it goes."""
+
+    bytes_per_item: float
+    total_bytes: float
+    where: tuple[str, str]
+
+    def place(self, per_item: float, items: int) -> str | None:
+        """Place a cache of ``items`` items of ``per_item`` bytes (:func:`placement`); why not
+        where it fits nowhere."""
+        total = per_item * items
+        where = placement(int(total))
+        if where is None:
+            return (
+                f"the cache ({total / 2**20:,.0f} MB) fits neither the memory budget nor the free "
+                "disk space"
+            )
+        self.bytes_per_item, self.total_bytes, self.where = per_item, total, where
+        return None
+
+
+class PrefixCache(PlacedCache, Change):
     id = "prefix-cache"
     title = "Keep the deterministic prefix"
 
@@ -75,15 +93,7 @@ class PrefixCache(Change):
                 "part cannot be put back"
             )
         per_item = max(dump_size((self._prefix_output(anatomy, s), None)) for s in anatomy.samples)
-        total = per_item * len(anatomy.dataset)
-        where = placement(total)
-        if where is None:
-            return (
-                f"the cache ({total / 2**20:,.0f} MB) fits neither the memory budget nor "
-                "the free disk space"
-            )
-        self.bytes_per_item, self.total_bytes, self.where = per_item, total, where
-        return None
+        return self.place(per_item, len(anatomy.dataset))
 
     @staticmethod
     def _prefix_output(anatomy: Anatomy, sample: Any) -> Any:
@@ -219,46 +229,42 @@ class PrefixCache(Change):
         text = "".join(new) + helper_block(
             f"cache of the deterministic prefix ({self.prefix_label(anatomy)})", helpers
         )
-        why = self._verify(anatomy, pipeline, source, text, owner_path)
-        if why:
-            return Patch(None, words, False, why)
-        return Patch(
-            unified_diff(source.path, source.text, text),
-            words,
-            True,
-            apply=apply_command(source.path),
-        )
-
-    def _verify(
-        self, anatomy: Anatomy, pipeline: Any, source: Any, text: str, owner_path: tuple[Any, ...]
-    ) -> str | None:
-        owner = get_path(anatomy.dataset, owner_path)
         folder = tempfile.mkdtemp(prefix="stallscope-verify-")
         try:
-            with exec_patched(source, text) as module:
-                patched = getattr(module, type(owner).__name__, None)
-                if not isinstance(patched, type):
-                    return f"the patched module has no class {type(owner).__name__}"
-                module._PREFIX_CACHE.folder = folder
-
-                def make() -> tuple[Any, None]:
-                    clone = fresh_instance(owner, patched)
-                    return replace_transforms(
-                        anatomy.dataset, {owner_path: clone}
-                    ) if owner_path else clone, None
-
-                # First pass fills the cache, second pass reads it: both must give the user's
-                # batches.
-                for _ in range(2):
-                    why = run_two_batches(make, anatomy, pipeline, tolerance=0.0)
-                    if why:
-                        return why
-                if not os.listdir(folder):
-                    return "the patched code wrote nothing to its cache"
-        except Exception as exc:  # compiling or executing the patched module
-            return f"the patched module failed: {type(exc).__name__}: {exc}"
+            return verified_patch(
+                source,
+                text,
+                words,
+                lambda module: self._verify(anatomy, pipeline, module, owner_path, folder),
+            )
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+    def _verify(
+        self,
+        anatomy: Anatomy,
+        pipeline: Any,
+        module: Any,
+        owner_path: tuple[Any, ...],
+        folder: str,
+    ) -> str | None:
+        owner = get_path(anatomy.dataset, owner_path)
+        patched = patched_class(module, type(owner).__name__)
+        module._PREFIX_CACHE.folder = folder
+
+        def make() -> tuple[Any, None]:
+            clone = fresh_instance(owner, patched)
+            return replace_transforms(
+                anatomy.dataset, {owner_path: clone}
+            ) if owner_path else clone, None
+
+        # First pass fills the cache, second pass reads it: both must give the user's batches.
+        for _ in range(2):
+            why = run_two_batches(make, anatomy, pipeline, tolerance=0.0)
+            if why:
+                return why
+        if not os.listdir(folder):
+            return "the patched code wrote nothing to its cache"
         return None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import LoaderConfig
@@ -309,7 +309,3 @@ def _entry(prepared: Prepared, pick: Entrant) -> dict[str, Any]:
         "side_effect": side,
         "error": entrant.error,
     }
-
-
-def with_pick(pipeline: Pipeline, pick: LoaderConfig) -> Pipeline:
-    return replace(pipeline, baseline=pick)

@@ -14,9 +14,9 @@ import numpy as np
 
 from ..pipeline.transforms import get_path, replace_transforms
 from .anatomy import Anatomy, Recorder, array_of, seeded
-from .base import Applied, Change, Patch, run_two_batches
+from .base import Applied, Change, Patch, patched_class, run_two_batches, verified_patch
 from .prefix_cache import fresh_instance
-from .source import apply_command, exec_patched, is_statement, source_file, unified_diff
+from .source import is_statement, source_file
 from .wrappers import ReducedDecodeDataset, reduced_decode
 
 FACTORS = (8, 4, 2)
@@ -194,42 +194,28 @@ class ReducedDecode(Change):
                 False,
                 f"no `x = Image.open(...)` or cv2.imread line in {source.path.name}",
             )
-        try:
-            with exec_patched(source, text) as module:
-                patched = getattr(module, type(owner).__name__, None)
-                if not isinstance(patched, type):
-                    return Patch(
-                        None,
-                        words,
-                        False,
-                        f"the patched module has no class {type(owner).__name__}",
-                    )
 
-                def build() -> Any:
-                    clone = fresh_instance(owner, patched)
-                    return (
-                        replace_transforms(anatomy.dataset, {owner_path: clone})
-                        if owner_path
-                        else clone
-                    )
+        def verify(module: Any) -> str | None:
+            patched = patched_class(module, type(owner).__name__)
 
-                why = run_two_batches(lambda: (build(), None), anatomy, pipeline, tolerance=None)
-                if why:
-                    return Patch(None, words, False, why)
-                recorder = Recorder(anatomy.compose)
-                with seeded(0):
-                    replace_transforms(build(), {anatomy.compose_path: recorder})[
-                        anatomy.samples[0].index
-                    ]
-                if height_width(recorder.inputs[0]) == height_width(anatomy.samples[0].input):
-                    return Patch(None, words, False, "the patched code still decodes at full size")
-        except Exception as exc:
-            return Patch(
-                None, words, False, f"the patched module failed: {type(exc).__name__}: {exc}"
-            )
-        return Patch(
-            unified_diff(source.path, source.text, text),
-            words,
-            True,
-            apply=apply_command(source.path),
-        )
+            def build() -> Any:
+                clone = fresh_instance(owner, patched)
+                return (
+                    replace_transforms(anatomy.dataset, {owner_path: clone})
+                    if owner_path
+                    else clone
+                )
+
+            why = run_two_batches(lambda: (build(), None), anatomy, pipeline, tolerance=None)
+            if why:
+                return why
+            recorder = Recorder(anatomy.compose)
+            with seeded(0):
+                replace_transforms(build(), {anatomy.compose_path: recorder})[
+                    anatomy.samples[0].index
+                ]
+            if height_width(recorder.inputs[0]) == height_width(anatomy.samples[0].input):
+                return "the patched code still decodes at full size"
+            return None
+
+        return verified_patch(source, text, words, verify)

@@ -403,7 +403,7 @@ class _WorkerReports:
     def fetch_times(self, already_checked: set[Any] | None) -> dict[str, Any]:
         """The timing of every fetch: a summary, the slowest with their second fetch, the coverage
         gained."""
-        from .health_state import timing_summary
+        from .health import timing_summary
 
         first = {index: seen[0] for index, seen in self.times.items()}
         slowest = sorted(self.times.items(), key=lambda kv: kv[1][0], reverse=True)[:_SLOWEST_KEPT]

@@ -23,18 +23,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..growth import (  # noqa: F401 - re-exported: the rule's home before it was shared
-    GROWTH_MIN_MB_PER_1000,
+from ..growth import (
     GROWTH_MIN_POINTS,
     HEAP_MIN_MB,
     NATIVE_MIN_MB,
     PLATEAU_AFTER_PASSES,
-    PLATEAU_LEVEL_SHARE,
-    PLATEAU_RATE_SHARE,
     channel_growth,
 )
 from ..growth import grows as _grows
-from ..stats import linear_fit  # noqa: F401 - re-exported with the rule
 from .findings import ERROR, INFO, WARNING, Finding
 
 MB = 1024 * 1024

@@ -27,7 +27,7 @@ arrays by value (a plain ``pickle.Pickler``: no shared memory is touched). When
 that cannot be done (the payload is too large to copy, or the objects only
 pickle through multiprocessing's own reducers), the load is *not checked*, with
 the reason, and never reported as a finding. Worker probes follow the same rule
-(``check_run.py``: a probe that cannot run is recorded under ``not_checked``).
+(``runner.py``: a probe that cannot run is recorded under ``not_checked``).
 """
 
 from __future__ import annotations
@@ -49,8 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import describe_exception
-from .pickler import pickle_real as pickle_real
-from .pickler import try_pickle as try_pickle
+from .pickler import pickle_real, try_pickle
 
 # Long containers are bisected rather than pickled item by item.
 _BISECT_ABOVE = 32

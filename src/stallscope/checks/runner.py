@@ -23,23 +23,42 @@ report always states ("n of N indices").
 from __future__ import annotations
 
 import multiprocessing
+import random
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import UsageError, describe_exception
 from ..runtime.processes import default_start_method, no_orphans
-from .check_run import CheckRun
-from .findings import codes_of_probe as codes_of_probe
-from .findings import select_codes
+from .findings import PROBES_FOR, codes_of_probe, select_codes
 from .result import CheckResult
+from .rules import analyse, slow_candidates
+from .sampling import bad_indices, memory_pool, pilot_order, plan_order
+from .util import health_blocked, machinery_error, probe_error_texts
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_BUDGET_S = 60.0
-
-# The earlier private name of the class, still imported by tests.
-_Run = CheckRun
+SAMPLE_SIZE = 512  # items of an iterable dataset fetched in sampled mode
+# Map-style datasets: the sample-health probe fetches a stratified pilot, measures its pace,
+# then every index when they all fit in its share of the budget, else as many as fit,
+# stratified across the index range (NOTE [check coverage]).
+PILOT_SIZE = 64
+PLAN_SAFETY = 0.8  # plan for this share of the time left (retimes and stragglers need the rest)
+# sampled mode: the memory probe's indices are sized to take about this long...
+MEMORY_SECONDS = 4.0
+MEMORY_MAX_SECONDS = 10.0  # ...and it stops after its passes, or after this on a slower pace
+MEMORY_PASSES = 3  # passes over the memory probe's indices: growth that stops after the first shows
+MEMORY_MIN_POOL = 32
+# without the health probe's pace (--only memory-growth); time still bounds it
+MEMORY_UNPACED_POOL = 1024
+MEMORY_MAX_POOL = 20_000
+MEMORY_ITERABLE_SAMPLES = 2000
+RNG_OTHER_INDICES = 4
+RNG_MAX_REPEATS = 6
+# Seconds a fresh worker may take before its first fetch (spawn re-imports torch).
+STARTUP_S = {"fork": 5.0, "spawn": 30.0, "forkserver": 30.0}
 
 
 def check(
@@ -116,3 +135,515 @@ def check(
             on_update=on_update,
         )
         return run.run()
+
+
+class CheckRun:
+    """One ``check``: the probes in order, each within its share of the budget, then the
+    rules over what they recorded."""
+
+    def __init__(
+        self,
+        pipeline: Any,
+        *,
+        codes: list[str],
+        timeout: float,
+        budget: float,
+        full: bool,
+        num_workers: int,
+        start_method: str,
+        seed: int,
+        shm_free_bytes: int | None,
+        workdir: Path,
+        progress: Callable[[str, int | None, int | None], None] | None,
+        on_update: Callable[[CheckResult], None] | None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.codes = codes
+        self.timeout = timeout
+        self.budget = budget
+        self.full = full
+        self.workers = num_workers
+        self.start_method = start_method
+        self.seed = seed
+        self.shm_free_override = shm_free_bytes
+        self.workdir = workdir
+        self.progress_cb = progress
+        self.on_update = on_update
+        self.started = time.monotonic()
+        self.deadline = self.started + budget
+        self.needed = set().union(*(PROBES_FOR[c] for c in codes)) if codes else set()
+        self.length = pipeline.length()
+        self.batch_size = (
+            pipeline.batch_size if not self.length else min(pipeline.batch_size, self.length)
+        )
+        self.notes: list[str] = []
+        self.probe_status: dict[str, str] = {}
+        self.not_checked: dict[str, str] = {}  # probe -> why it could not judge
+        self.result = CheckResult(target=pipeline.target)
+        self.probes = self.result.probes
+        self.worker_method = start_method
+        self.health_total: int | None = None
+        self.health_rate: float | None = None  # items per second the probe pool fetched
+        self.health_checked: set[Any] = set()
+
+    # -- helpers -------------------------------------------------------------------------
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def progress(self, stage: str, done: int | None = None, total: int | None = None) -> None:
+        if self.progress_cb is not None:
+            self.progress_cb(stage, done, total)
+
+    def publish(self) -> None:
+        self.result.findings = analyse(self.probes, codes=set(self.codes))
+        self.result.coverage = self.coverage()
+        if self.on_update is not None:
+            self.on_update(self.result)
+
+    def startup(self) -> float:
+        return STARTUP_S.get(self.worker_method, 30.0)
+
+    # -- the run -----------------------------------------------------------------------------
+    def run(self) -> CheckResult:
+        from ..runtime.host import host_info
+
+        host = host_info().to_dict()
+        self.probes["settings"] = {
+            "start_method": self.start_method,
+            "pinned_start_method": self.pipeline.baseline.multiprocessing_context,
+            "num_workers": self.workers,
+            "timeout_s": self.timeout,
+            "budget_s": self.budget,
+            "full": self.full,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "codes": self.codes,
+        }
+        self.probes["host"] = {
+            k: host.get(k) for k in ("cores", "memory_available_bytes", "shm_free_bytes")
+        }
+        pickling = None
+        try:
+            pickling = self._start_pickling()
+            self._choose_worker_method(pickling)
+            self.publish()
+            for probe, wanted, step in (
+                ("health", "health" in self.needed, self._run_health),
+                ("sharding", "sharding" in self.needed, self._run_sharding),
+                ("rng", "rng" in self.needed, self._run_rng),
+                ("memory", "memory" in self.needed, self._run_memory),
+                ("shm", "shm-too-small" in self.codes, self._measure_shm),
+                ("threads", "oversubscription" in self.codes, self._collect_threads),
+            ):
+                if wanted:
+                    self._guarded(probe, step)
+                    self.publish()
+            if pickling is not None:
+                self.progress("loading the pickle in a fresh interpreter")
+                self.probes["pickling"] = pickling.finish(
+                    time.monotonic() + min(max(self.remaining(), 2.0), 120.0)
+                )
+                note = self.probes["pickling"].get("note") or ""
+                if note.startswith("not checked: "):
+                    self.not_checked["pickling (fresh interpreter)"] = note.removeprefix(
+                        "not checked: "
+                    )
+                pickling = None
+            self.publish()
+        finally:
+            if pickling is not None:
+                pickling.cancel()
+        return self.result
+
+    def _guarded(self, probe: str, step: Callable[[], None]) -> None:
+        """Run one probe; if the user's pipeline breaks it in a way no rule covers, say so and go
+        on.
+
+        A probe that could not judge (it failed, or its record holds an error its own machinery
+        caused: NOTE [probes on real objects] in pickling.py) leaves its codes *not checked*, with
+        the reason, and its measurements out of the rules."""
+        try:
+            step()
+        except Exception as exc:
+            self.probe_status[probe] = f"failed: {describe_exception(exc)}"
+            self.not_checked[probe] = f"the probe failed ({describe_exception(exc, 160)})"
+            return
+        for text in probe_error_texts(self.probes.get(probe)):
+            reason = machinery_error(text)
+            if reason is not None:
+                self.probes[probe] = {"not_checked": reason, "error_seen": text[:300]}
+                self.probe_status[probe] = f"not checked: {reason}"
+                self.not_checked[probe] = reason
+                return
+        status = self.probe_status.get(probe, "")
+        if status.startswith("skipped: ") and "not selected" not in status:
+            self.not_checked[probe] = status.removeprefix("skipped: ")
+
+    # -- pickling ---------------------------------------------------------------------------------
+    def _roots(self) -> dict[str, Any]:
+        roots: dict[str, Any] = {"dataset": self.pipeline.dataset}
+        if self.pipeline.collate_fn is not None:
+            roots["collate_fn"] = self.pipeline.collate_fn
+        if self.pipeline.worker_init_fn is not None:
+            roots["worker_init_fn"] = self.pipeline.worker_init_fn
+        return roots
+
+    def _start_pickling(self) -> Any:
+        if "pickling" not in self.needed:
+            self.probe_status["pickling"] = "not selected"
+            return None
+        from .pickling import PicklingProbe
+
+        self.progress("pickling the dataset as spawn would")
+        probe = PicklingProbe(self._roots(), self.workdir).start()
+        self.probes["pickling"] = {
+            "roots": [r.to_dict() for r in probe.results],
+            "note": "spawned load pending",
+        }
+        self.probe_status["pickling"] = "done"
+        return probe
+
+    def _choose_worker_method(self, pickling: Any) -> None:
+        if self.start_method == "fork":
+            return
+        if pickling is not None:
+            picklable = all(r.ok for r in pickling.results)
+        else:
+            from .pickler import try_pickle
+
+            picklable = all(try_pickle(obj)[0] is None for obj in self._roots().values())
+        if picklable:
+            return
+        if "fork" in multiprocessing.get_all_start_methods():
+            self.worker_method = "fork"
+            self.notes.append(
+                "worker probes ran under fork: the pipeline cannot be pickled for "
+                f"{self.start_method}"
+            )
+        else:
+            self.worker_method = ""
+            self.notes.append(
+                "worker probes skipped: the pipeline cannot be pickled for "
+                f"{self.start_method} and fork is unavailable"
+            )
+
+    # -- sample health --------------------------------------------------------------------------
+    def _order(self) -> list[int] | None:
+        """The pilot (or every index with ``full``); :meth:`_plan` adds the rest once its pace is
+        known."""
+        if self.pipeline.is_iterable or self.length is None:
+            return None
+        return (
+            list(range(self.length))
+            if self.full
+            else pilot_order(self.length, PILOT_SIZE, self.seed)
+        )
+
+    def _plan(self, checked: set[Any], items_per_s: float, seconds_left: float) -> list[int]:
+        self.health_rate = items_per_s
+        fits = int(items_per_s * max(0.0, seconds_left) * PLAN_SAFETY)
+        order = plan_order(self.length or 0, checked, fits, self.seed)
+        self.health_total = len(checked) + len(order)
+        return order
+
+    def _run_health(self) -> None:
+        if not self.worker_method:
+            self.probe_status["health"] = "skipped: no usable start method"
+            return
+        from .health import HealthSettings, probe_health
+
+        order = self._order()
+        self.health_total = (
+            len(order) if order is not None else (None if self.full else SAMPLE_SIZE)
+        )
+        remaining = self.remaining()
+        share = max(0.55 * remaining, min(remaining, 2 * self.timeout + self.startup()))
+        settings = HealthSettings(
+            timeout=self.timeout,
+            deadline=time.monotonic() + share,
+            workers=self.workers,
+            start_method=self.worker_method,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            startup_timeout=self.startup() + self.timeout,
+            sample_limit=None if self.full else SAMPLE_SIZE,
+        )
+        self.progress("fetching samples in worker processes", 0, self.health_total)
+        self.probes["health"], self.health_checked = probe_health(
+            self.pipeline,
+            settings,
+            order=order,
+            workdir=self.workdir,
+            retime=slow_candidates,
+            plan=None if self.full else self._plan,
+            progress=lambda done: self.progress(
+                "fetching samples in worker processes", done, self.health_total
+            ),
+        )
+        self.probe_status["health"] = (
+            "done"
+            if not self.probes["health"].get("stopped")
+            else f"stopped: {self.probes['health']['stopped']}"
+        )
+
+    def _good_indices(self, limit: int | None = None) -> list[int]:
+        if self.length is None:
+            return []
+        bad = bad_indices(self.probes.get("health") or {})
+        n = self.length
+        if limit is not None and n > limit:
+            pool = random.Random(self.seed + 1).sample(range(n), limit)
+        else:
+            pool = list(range(n))
+        return [i for i in pool if i not in bad]
+
+    def _health_blocked(self) -> str | None:
+        return health_blocked(self.probes.get("health") or {}, self.pipeline.is_iterable)
+
+    # -- duplicate rng -----------------------------------------------------------------------------
+    def _rng_indices(self) -> tuple[list[int], int]:
+        health = self.probes.get("health") or {}
+        median = (health.get("timing") or {}).get("median_s") or 0.0
+        if self.pipeline.is_iterable:
+            return list(range(RNG_OTHER_INDICES + 2)), 1
+        good = self._good_indices(limit=10_000)
+        if not good:
+            return [], 0
+        spread = [
+            good[int(k * (len(good) - 1) / RNG_OTHER_INDICES)] for k in range(RNG_OTHER_INDICES + 1)
+        ]
+        others = list(dict.fromkeys(spread[1:]))
+        # Fewer repeats when samples are slow: 2 epochs × workers each fetch every item.
+        allowance = min(0.25 * self.remaining(), 60.0)
+        affordable = int(allowance / (2 * median)) if median > 0 else RNG_MAX_REPEATS + len(others)
+        repeats = max(2, min(RNG_MAX_REPEATS, affordable - len(others)))
+        return [spread[0], *others], repeats
+
+    def _run_rng(self) -> None:
+        blocked = self._health_blocked()
+        if blocked or not self.worker_method:
+            self.probe_status["rng"] = f"skipped: {blocked or 'no usable start method'}"
+            return
+        if self.remaining() < 1.0:
+            self.probe_status["rng"] = "skipped: budget exhausted"
+            return
+        from .rng import probe_rng
+
+        indices, repeats = self._rng_indices()
+        if not indices:
+            self.probe_status["rng"] = "skipped: no index could be fetched"
+            return
+        self.progress("comparing random streams across workers")
+        items = repeats + len(indices) - 1
+        batch_timeout = max(1.0, min(self.remaining(), self.timeout * items + self.startup()))
+        self.probes["rng"] = probe_rng(
+            self.pipeline,
+            indices=indices,
+            repeats=repeats,
+            workers=max(2, self.workers),
+            start_method=self.worker_method,
+            timeout=batch_timeout,
+            deadline=time.monotonic()
+            + min(self.remaining(), max(0.4 * self.remaining(), batch_timeout)),
+            seed=self.seed,
+        )
+        error = self.probes["rng"].get("error")
+        self.probe_status["rng"] = "done" if not error else f"failed: {error}"
+
+    # -- iterable duplicates (NOTE [unsharded streams] in sharding.py) -----------------------------
+    def _run_sharding(self) -> None:
+        blocked = self._health_blocked() or ("" if self.worker_method else "no usable start method")
+        # the sampler splits a map-style dataset: nothing to probe
+        if not self.pipeline.is_iterable:
+            self.probe_status["sharding"] = "not an IterableDataset"
+            return
+        if blocked or self.remaining() < 1.0:
+            self.probe_status["sharding"] = f"skipped: {blocked or 'budget exhausted'}"
+            return
+        from .sharding import probe_sharding
+
+        self.progress("comparing the workers' streams")
+        share = min(
+            self.remaining(), max(0.3 * self.remaining(), self.startup() + 16 * self.timeout)
+        )
+        record = self.probes["sharding"] = probe_sharding(
+            self.pipeline,
+            workers=max(2, self.workers),
+            start_method=self.worker_method,
+            seed=self.seed,
+            deadline=time.monotonic() + share,
+            timeout=self.timeout,
+            startup=self.startup(),
+        )
+        self.probe_status["sharding"] = (
+            f"failed: {record['error']}" if record.get("error") else "done"
+        )
+
+    # -- memory ------------------------------------------------------------------------------------
+    def _run_memory(self) -> None:
+        blocked = self._health_blocked()
+        if blocked or not self.worker_method:
+            self.probe_status["memory"] = f"skipped: {blocked or 'no usable start method'}"
+            return
+        reserve = 1.0
+        seconds = (
+            (self.remaining() - reserve)
+            if self.full
+            else min(MEMORY_MAX_SECONDS, self.remaining() - reserve)
+        )
+        if seconds < 0.5:
+            self.probe_status["memory"] = "skipped: budget exhausted"
+            return
+        from .memory import probe_memory
+
+        n = self.length or 0
+        if self.pipeline.is_iterable or not n:
+            indices: list[int] = []
+            max_samples = MEMORY_ITERABLE_SAMPLES
+        else:
+            # Passes over the same indices show whether growth stops after the first (NOTE [check
+            # coverage]).
+            rate = self.health_rate or 0.0
+            size = (
+                n
+                if self.full
+                else int(rate * MEMORY_SECONDS / (MEMORY_PASSES + 1))
+                if rate
+                else MEMORY_UNPACED_POOL
+            )
+            size = max(MEMORY_MIN_POOL, min(n, MEMORY_MAX_POOL, size))
+            indices = memory_pool(
+                self.length or 0,
+                size,
+                self.health_checked,
+                bad_indices(self.probes.get("health") or {}),
+                self.seed,
+            )
+            max_samples = MEMORY_PASSES * len(indices)
+        if not self.pipeline.is_iterable and not indices:
+            self.probe_status["memory"] = "skipped: no index could be fetched"
+            return
+        self.progress("sampling worker memory while iterating")
+        self.probes["memory"] = probe_memory(
+            self.pipeline,
+            indices=indices,
+            workers=self.workers,
+            start_method=self.worker_method,
+            batch_size=self.batch_size,
+            seconds=seconds,
+            max_samples=max_samples,
+            batch_timeout=max(
+                1.0, min(self.remaining(), self.timeout * self.batch_size + self.startup())
+            ),
+            deadline=self.deadline - reserve,
+            seed=self.seed,
+            already_checked=self.health_checked,
+        )
+        error = self.probes["memory"].get("error")
+        self.probe_status["memory"] = "done" if not error else f"stopped: {error}"
+
+    # -- shared memory and threads -----------------------------------------------------------------
+    def _loader_shape(self) -> tuple[int, int, str]:
+        """``(num_workers, prefetch_factor, source)`` the user's loader runs with (or the
+        probe's)."""
+        baseline = self.pipeline.baseline
+        if baseline.num_workers > 0:
+            return baseline.num_workers, int(baseline.prefetch_factor or 2), "baseline"
+        return self.workers, 2, "check --num-workers"
+
+    def _measure_shm(self) -> None:
+        from ..runtime.host import shm_free_bytes
+
+        health = self.probes.get("health") or {}
+        batch_bytes = (health.get("collate") or {}).get("max_batch_bytes")
+        source = "measured in workers"
+        if batch_bytes is None:
+            batch_bytes, source = self._batch_bytes_in_process(), "one batch in this process"
+        workers, prefetch, config = self._loader_shape()
+        measured = self.shm_free_override is None
+        self.probes["shm"] = {
+            "free_bytes": shm_free_bytes() if measured else self.shm_free_override,
+            "measured_free": measured,
+            "batch_bytes": batch_bytes,
+            "batch_bytes_source": source,
+            "num_workers": workers,
+            "prefetch_factor": prefetch,
+            "config_source": config,
+        }
+        self.probe_status["shm"] = "done"
+
+    def _batch_bytes_in_process(self) -> int | None:
+        from ..pipeline.structure import nbytes
+
+        try:
+            if self.pipeline.is_iterable or self.length is None:
+                items = []
+                for item in self.pipeline.dataset:
+                    items.append(item)
+                    if len(items) >= self.batch_size:
+                        break
+            else:
+                good = self._good_indices(limit=10_000)[: self.batch_size]
+                items = [self.pipeline.dataset[i] for i in good]
+            return nbytes(self.pipeline.collate(items)) if items else None
+        except Exception as exc:
+            self.notes.append(
+                f"could not build a batch to size shared memory: {describe_exception(exc)}"
+            )
+            return None
+
+    def _collect_threads(self) -> None:
+        from ..runtime.host import usable_cores
+
+        health = self.probes.get("health") or {}
+        memory = self.probes.get("memory") or {}
+        workers, _, config = self._loader_shape()
+        self.probes["threads"] = {
+            "report": health.get("threads"),
+            "num_workers": workers,
+            "config_source": config,
+            "cores": usable_cores(),
+            "worker_cpu_percent": [s.get("cpu_percent") for s in memory.get("series") or []],
+        }
+        self.probe_status["threads"] = (
+            "done" if health.get("threads") else "no thread report from the workers"
+        )
+
+    # -- coverage ----------------------------------------------------------------------------------
+    def coverage(self) -> dict[str, Any]:
+        health = self.probes.get("health") or {}
+        memory = self.probes.get("memory") or {}
+        checked = (health.get("fetched") or 0) + (health.get("errors_total") or 0)
+        if not self.pipeline.is_iterable:
+            checked += (memory.get("fetch_times") or {}).get("new_indices") or 0
+        fraction = round(checked / self.length, 4) if self.length and (health or memory) else None
+        coverage: dict[str, Any] = {
+            "mode": "full" if self.full else "sampled",
+            "dataset_length": self.length,
+            "indices_requested": health.get("requested"),
+            "indices_checked": checked if health or memory else 0,
+            "indices_checked_by_memory_probe": (memory.get("fetch_times") or {}).get("new_indices"),
+            "fraction_checked": fraction,
+            "memory_samples": memory.get("samples"),
+            "start_method": self.start_method,
+            "worker_start_method": self.worker_method or None,
+            "num_workers": self.workers,
+            "timeout_s": self.timeout,
+            "budget_s": self.budget,
+            "elapsed_s": round(time.monotonic() - self.started, 2),
+            "seed": self.seed,
+            "codes": self.codes,
+            "probes": dict(self.probe_status),
+            "notes": list(self.notes),
+            "not_checked": [
+                {
+                    "probe": probe,
+                    "codes": [c for c in codes_of_probe(probe.split(" ")[0]) if c in self.codes],
+                    "reason": reason,
+                }
+                for probe, reason in self.not_checked.items()
+            ],
+        }
+        if health.get("stopped"):
+            coverage["notes"].append(f"sample-health probe stopped early: {health['stopped']}")
+        return coverage

@@ -10,13 +10,14 @@ process left behind (NOTE [worker shutdown] in ``runtime/processes.py``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import signal
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -307,6 +308,20 @@ def _write_outputs(ctx: CommandContext, err: Console) -> None:
                 err.print(f"wrote {path}")
 
 
+@contextlib.contextmanager
+def keeping_partial(keep: Callable[[Any], Any]) -> Iterator[None]:
+    """Ctrl-C inside: what the interrupted probe measured so far (the ``partial`` it hangs on the
+    interrupt: the sweep's, compare's) goes to ``keep`` before the interrupt goes on, so the
+    partial report holds it."""
+    try:
+        yield
+    except KeyboardInterrupt as interrupt:
+        partial = getattr(interrupt, "partial", None)
+        if partial is not None:
+            keep(partial)
+        raise
+
+
 def fail(message: str) -> None:
     raise UsageError(message)
 
@@ -403,7 +418,8 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
     from ..analysis.sections import best_configuration
     from ..config import LoaderConfig
     from ..pipeline.verify import run_snippet
-    from ..render.loader_code import render_python, snippet_for_record
+    from ..render.loader_code import render_python
+    from ..render.loader_snippet import snippet_for_record
 
     data = record.to_dict()
     baseline = data.get("baseline")
@@ -461,8 +477,8 @@ def _reference_structure(pipeline: Any, factory_form: bool) -> str | None:
     """The user's batch as the snippet's loader must reproduce it: the wrapper's output when the
     snippet's loader is the wrapper (its factory called, or the loader put back into it), else the
     loader's own batch."""
+    from ..pipeline.preflight import preflight
     from ..pipeline.structure import describe_structure
-    from ..target import preflight
 
     if factory_form and pipeline.kind.name == "wrapped-dataloader":
         from ..pipeline.kinds import close_trial

@@ -91,7 +91,7 @@ def _run(ctx: common.CommandContext) -> int:
                 task, advance=1, description=f"{m.config.label()}: {m.samples_per_s:,.0f}/s"
             )
 
-        try:
+        with common.keeping_partial(lambda partial: record.add(**partial.to_dict())):
             result = bench(
                 pipeline,
                 num_workers=workers,
@@ -107,19 +107,14 @@ def _run(ctx: common.CommandContext) -> int:
                 timeout=args.timeout,
                 on_result=on_result,
             )
-        except KeyboardInterrupt as interrupt:
-            partial = getattr(interrupt, "partial", None)
-            if partial is not None:
-                record.add(**partial.to_dict())
-            raise
     record.add(**result.to_dict())
     common.add_verified_advice(record, pipeline)
     common.add_ceiling(record, pipeline, target_rate)
     common.print_summary(ctx, record)
     if args.plot is not None:
-        from ..render.plots import plot_scaling
+        from ..render.plots import write_plot
 
-        written = plot_scaling(record.to_dict(), args.plot)
+        written = write_plot("scaling", record.to_dict(), args.plot)
         if written and not ctx.quiet:
             ctx.console.print(f"wrote {written}")
     return 0

@@ -183,7 +183,7 @@ def _run(ctx: common.CommandContext) -> int:
                 f"{window['samples_per_s']:,.0f} samples/s",
             )
 
-        try:
+        with common.keeping_partial(conclude):
             run = compare(
                 a,
                 b,
@@ -196,11 +196,6 @@ def _run(ctx: common.CommandContext) -> int:
                 timeout=args.timeout,
                 on_window=on_window,
             )
-        except KeyboardInterrupt as interrupt:
-            partial = getattr(interrupt, "partial", None)
-            if partial is not None:
-                conclude(partial)
-            raise
         facts = conclude(run)
         if args.stages:
             progress.update(task, description="stage breakdown of A and B", total=None)

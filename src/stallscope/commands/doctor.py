@@ -17,8 +17,9 @@ from rich.progress import BarColumn, SpinnerColumn, TaskID, TextColumn, TimeElap
 
 from ..config import LoaderConfig
 from ..errors import NotMeasured, PipelineError, UsageError
+from ..pipeline.preflight import preflight
 from ..record import RunRecord
-from ..target import Pipeline, load_target, preflight
+from ..target import Pipeline, load_target
 from . import _common as common
 
 DEMO_TARGET = "stallscope.demo:pipeline"
@@ -143,13 +144,9 @@ def _run(ctx: common.CommandContext) -> int:
 
             started = time.perf_counter()
             try:
-                sections = RUNNERS[step](pipeline, args, report, record)
-            except KeyboardInterrupt as interrupt:
                 # A step may hand over what it measured before Ctrl-C (the sweep does).
-                partial = getattr(interrupt, "partial", None)
-                if partial is not None:
-                    record.add(**partial.to_dict())
-                raise
+                with common.keeping_partial(lambda partial: record.add(**partial.to_dict())):
+                    sections = RUNNERS[step](pipeline, args, report, record)
             except NotMeasured as exc:
                 # stallscope's own stand-in did not hold (NOTE [verified stand-ins]): said, not
                 # a failure of the user's pipeline.

@@ -82,8 +82,8 @@ def build_parser() -> common.ArgumentParser:
 
 def _run(ctx: common.CommandContext) -> int:
     from ..analysis.training import judged_profile
+    from ..pipeline.preflight import preflight
     from ..runtime.distributed import init_from_env, rank_info, shutdown
-    from ..target import preflight
 
     args = ctx.args
     if not args.window_s > 0:

@@ -77,13 +77,8 @@ def build_parser() -> common.ArgumentParser:
 
 def _run(ctx: common.CommandContext) -> int:
     from ..analysis.tune_rules import advice_in_words
-    from ..render.loader_code import (
-        render_diff,
-        render_python,
-        render_yaml,
-        snippet_for_record,
-        to_yaml,
-    )
+    from ..render.loader_code import render_diff, render_python, render_yaml, to_yaml
+    from ..render.loader_snippet import snippet_for_record
     from ..tuning.tuner import tune
 
     args = ctx.args

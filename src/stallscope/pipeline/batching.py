@@ -45,6 +45,7 @@ from torch.utils.data import (
 from torch.utils.data._utils.collate import default_collate, default_convert
 
 from ..config import LoaderConfig
+from .threaded import equal_arrays
 
 # Where batched_loader caches the validated fetcher on a Pipeline.
 _FETCHER_KEY = "_stallscope_batch_fetcher"
@@ -141,21 +142,9 @@ class FetcherCheck:
 def same_batch(a: Any, b: Any) -> bool:
     """Structural equality of two batches (tensor values and dtypes; list and tuple
     interchangeable)."""
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (
-            isinstance(a, torch.Tensor)
-            and isinstance(b, torch.Tensor)
-            and a.dtype == b.dtype
-            and a.shape == b.shape
-            and bool(torch.equal(a, b))
-        )
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return (
-            isinstance(a, np.ndarray)
-            and isinstance(b, np.ndarray)
-            and a.dtype == b.dtype
-            and np.array_equal(a, b)
-        )
+    arrays = equal_arrays(a, b)
+    if arrays is not None:
+        return arrays
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same_batch(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):

@@ -18,7 +18,7 @@ import contextlib
 import time
 import warnings
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -29,41 +29,6 @@ from ..errors import UsageError
 from ..runtime.processes import TORCH_WORKER_WARNING
 from ..target import Pipeline
 from .threaded import ThreadedDataset, threaded_dataset
-
-
-class CyclingSampler(Sampler[int]):
-    """Indices over ``length`` items, repeated for ``total`` draws.
-
-    Shuffles each pass (seeded) when ``shuffle`` is true, like a RandomSampler
-    over many epochs.
-    """
-
-    def __init__(self, length: int, total: int, *, shuffle: bool = False, seed: int = 0) -> None:
-        if length <= 0:
-            raise ValueError("length must be positive")
-        self.length = length
-        self.total = total
-        self.shuffle = shuffle
-        self.seed = seed
-
-    def __iter__(self) -> Iterator[int]:
-        emitted = 0
-        epoch = 0
-        while emitted < self.total:
-            if self.shuffle:
-                gen = torch.Generator().manual_seed(self.seed + epoch)
-                order: Sequence[int] = torch.randperm(self.length, generator=gen).tolist()
-            else:
-                order = range(self.length)
-            for index in order:
-                if emitted >= self.total:
-                    return
-                yield index
-                emitted += 1
-            epoch += 1
-
-    def __len__(self) -> int:
-        return self.total
 
 
 @contextlib.contextmanager

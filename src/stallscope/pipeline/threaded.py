@@ -42,7 +42,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -478,22 +478,30 @@ def _kind(value: Any) -> tuple[Any, ...]:
     return (type(value).__name__,)
 
 
+def equal_arrays(a: Any, b: Any) -> bool | None:
+    """Whether two tensors (or two NumPy arrays) hold the same dtype, shape and values; None when
+    neither is one."""
+    kinds: tuple[tuple[type[Any], Callable[[Any, Any], Any]], ...] = (
+        (torch.Tensor, torch.equal),
+        (np.ndarray, np.array_equal),
+    )
+    for kind, same in kinds:
+        if isinstance(a, kind) or isinstance(b, kind):
+            return (
+                isinstance(a, kind)
+                and isinstance(b, kind)
+                and a.dtype == b.dtype
+                and a.shape == b.shape
+                and bool(same(a, b))
+            )
+    return None
+
+
 def _equal(a: Any, b: Any) -> bool:
     try:
-        if isinstance(a, torch.Tensor):
-            return (
-                isinstance(b, torch.Tensor)
-                and a.dtype == b.dtype
-                and a.shape == b.shape
-                and bool(torch.equal(a, b))
-            )
-        if isinstance(a, np.ndarray):
-            return (
-                isinstance(b, np.ndarray)
-                and a.dtype == b.dtype
-                and a.shape == b.shape
-                and bool(np.array_equal(a, b))
-            )
+        arrays = equal_arrays(a, b)
+        if arrays is not None:
+            return arrays
         if getattr(a, "mode", None) is not None and hasattr(a, "tobytes"):
             return _kind(a) == _kind(b) and a.tobytes() == b.tobytes()
         return bool(a == b)

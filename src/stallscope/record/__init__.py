@@ -21,12 +21,11 @@ from typing import Any, TypeVar
 from .. import __version__
 from ..errors import UsageError
 from .base import Section
-from .sections import DERIVED_KEYS, LEGACY_KEYS, SECTIONS, declared_keys
+from .sections import DERIVED_KEYS, SECTIONS, declared_keys
 
 __all__ = [
     "DERIVED_KEYS",
     "HEADER_KEYS",
-    "LEGACY_KEYS",
     "SCHEMA_VERSION",
     "SECTIONS",
     "RunRecord",
@@ -137,9 +136,8 @@ class RunRecord:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunRecord:
         """The record of a ``to_dict`` (or ``--json``) dict, older ones included: a header key an
-        older record lacks takes a default; a key of LEGACY_KEYS is dropped (each says why), and so
-        is a key of DERIVED_KEYS (analysis recomputes it); any other key no section declares is an
-        error naming it."""
+        older record lacks takes a default; a key of DERIVED_KEYS is dropped (analysis recomputes
+        it); any other key no section declares is an error naming it."""
         if data.get("schema") != SCHEMA_VERSION:
             raise ValueError(
                 f"unsupported record schema {data.get('schema')!r} "
@@ -148,7 +146,7 @@ class RunRecord:
         known = declared_keys()
         sections: dict[str, Any] = {}
         for key, value in data.items():
-            if key in HEADER_KEYS or key in LEGACY_KEYS or key in DERIVED_KEYS:
+            if key in HEADER_KEYS or key in DERIVED_KEYS:
                 continue
             _check_key(key, known)
             sections[key] = value

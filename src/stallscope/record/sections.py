@@ -243,15 +243,6 @@ SECTIONS: tuple[type[Section], ...] = (
     AttachSection,
 )
 
-# Keys of older (0.3) records that no section declares, each with why it is dropped on load.
-LEGACY_KEYS: dict[str, str] = {
-    "steady_steps": "0.3 profile records counted the steady steps here; `steps` holds them now",
-    "recommendations": "advice written by the probes of 0.3 and earlier; analysis derives today's "
-    "from the measurements",
-    "advice": "0.3 profile records' one-line advice; analysis derives it from the measurements",
-}
-
-
 # Keys a record written to a file carries that no probe writes: derived from the rest by analysis
 # for readers of the JSON (a CI job), dropped on load and recomputed by whatever renders the record.
 DERIVED_KEYS: dict[str, str] = {

@@ -5,8 +5,7 @@ The builder (:func:`build_snippet`, :func:`snippet_for_record`) is in
 out. Everything that shows a loader call renders that one snippet:
 ``--emit python`` (:func:`render_python`), ``--emit diff`` (:func:`render_diff`:
 only the keyword arguments to change), ``--emit yaml`` (:func:`render_yaml`),
-the console's "What to set" and the Markdown/HTML reports. The builder's names
-are re-exported here, so callers import both from one place.
+the console's "What to set" and the Markdown/HTML reports.
 """
 
 from __future__ import annotations
@@ -16,38 +15,7 @@ from typing import Any
 import yaml
 
 from ..config import LoaderConfig
-from ..loader_call import Argument
-from .loader_snippet import (
-    KNOB_DEFAULTS,
-    PLACEHOLDER,
-    SETTABLE_AFTER_BUILD,
-    Change,
-    Snippet,
-    attribute_snippet,
-    build_snippet,
-    changed_fields,
-    default_call,
-    seeding_missing,
-    snippet_for_record,
-)
-
-__all__ = [
-    "PLACEHOLDER",
-    "SETTABLE_AFTER_BUILD",
-    "Change",
-    "Snippet",
-    "attribute_snippet",
-    "build_snippet",
-    "changed_fields",
-    "default_call",
-    "render_diff",
-    "render_python",
-    "render_yaml",
-    "seeding_missing",
-    "snippet_for_record",
-    "to_python",
-    "to_yaml",
-]
+from .loader_snippet import KNOB_DEFAULTS, Snippet, build_snippet
 
 
 def _comment_lines(comment: str | None) -> list[str]:
@@ -158,33 +126,9 @@ def render_yaml(snippet: Snippet, config: LoaderConfig, *, comment: str | None =
     return header + str(yaml.safe_dump(body, sort_keys=False))
 
 
-# -- convenience (a config alone) ------------------------------------------------------------
-
-
 def to_yaml(
     config: LoaderConfig, *, comment: str | None = None, snippet: Snippet | None = None
 ) -> str:
     """The config as YAML (``LoaderConfig.from_yaml`` reads it back), with optional ``#`` comment
     lines."""
     return render_yaml(snippet or build_snippet(config), config, comment=comment)
-
-
-def to_python(
-    config: LoaderConfig,
-    *,
-    dataset: str = "dataset",
-    collate_fn: str | None = None,
-    shuffle: bool = False,
-    drop_last: bool = False,
-    comment: str | None = None,
-) -> str:
-    """Python that builds a loader for ``config`` over the variable ``dataset`` (a user with no
-    loader yet)."""
-    call = default_call(config.batch_size, dataset=dataset)
-    if shuffle:
-        call.arguments.append(Argument("shuffle", "True"))
-    if drop_last:
-        call.arguments.append(Argument("drop_last", "True"))
-    if collate_fn:
-        call.arguments.append(Argument("collate_fn", collate_fn))
-    return render_python(build_snippet(config, call=call), comment=comment)

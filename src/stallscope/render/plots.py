@@ -1,10 +1,10 @@
 """PNG plots of a run record (matplotlib, Agg, no pyplot state).
 
 Each plot has a figure builder (record dict -> Figure, or None when the record
-lacks the data) and a ``plot_<name>(record, path) -> Path | None`` entry that
-writes the PNG. :func:`render_plots` writes every plot the record supports
-into a folder; :func:`plot_png` returns one plot's PNG bytes (the HTML report
-embeds them as data URIs).
+lacks the data), named in :data:`PLOTS`; :func:`write_plot` writes one as a PNG,
+:func:`render_plots` writes every plot the record supports into a folder;
+:func:`plot_png` returns one plot's PNG bytes (the HTML report embeds them as
+data URIs).
 """
 
 from __future__ import annotations
@@ -496,7 +496,9 @@ def _png(name: str, record_json: str) -> bytes | None:
     return buffer.getvalue() if _save(PLOTS[name](json.loads(record_json)), buffer) else None
 
 
-def _write(name: str, record: Any, path: str | Path) -> Path | None:
+def write_plot(name: str, record: Any, path: str | Path) -> Path | None:
+    """Write the plot ``name`` (a key of :data:`PLOTS`) of ``record`` as a PNG at ``path``; None
+    (and nothing written) when the record lacks its data."""
     data = plot_png(name, record)
     if data is None:
         return None
@@ -504,31 +506,6 @@ def _write(name: str, record: Any, path: str | Path) -> Path | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return path
-
-
-def plot_scaling(record: Any, path: str | Path) -> Path | None:
-    """Throughput vs num_workers with the ideal line and the best marked; None without a sweep."""
-    return _write("scaling", record, path)
-
-
-def plot_latency(record: Any, path: str | Path) -> Path | None:
-    """Batch-latency histogram of the best configuration (percentiles where no histogram)."""
-    return _write("latency", record, path)
-
-
-def plot_stages(record: Any, path: str | Path) -> Path | None:
-    """Stacked bar of per-sample time by stage."""
-    return _write("stages", record, path)
-
-
-def plot_timeline(record: Any, path: str | Path) -> Path | None:
-    """Per-step data wait and compute of a profiled training loop."""
-    return _write("timeline", record, path)
-
-
-def plot_over_time(record: Any, path: str | Path) -> Path | None:
-    """Stall fraction and memory per time window of a long profiled run."""
-    return _write("over_time", record, path)
 
 
 def plot_png(name: str, record: Any) -> bytes | None:
@@ -541,7 +518,7 @@ def render_plots(record: Any, folder: str | Path) -> list[Path]:
     folder = Path(folder)
     written = []
     for name in PLOTS:
-        path = _write(name, record, folder / f"{name}.png")
+        path = write_plot(name, record, folder / f"{name}.png")
         if path is not None:
             written.append(path)
     return written

@@ -60,7 +60,7 @@ FEW_ROUNDS_CAP = 0.9
 # noise).
 NOISE_FLOOR = 0.02
 # A rival that raced one round with the pick (dropped as far behind): its ratio's per-round spread,
-# assumed, as wide as the largest noise threshold the search allows (search_state.MAX_SIG).
+# assumed, as wide as the largest noise threshold the search allows (search.MAX_SIG).
 ONE_ROUND_NOISE = 0.10
 # The race stops once the pick is this sure (and has raced CONFIDENT_ROUNDS rounds): the level at
 # which stallscope makes a claim (thresholds.py).

@@ -5,16 +5,19 @@ Neither changes steady-state throughput, so the race cannot see them. Each is
 changed only on its own measurement: the start method when another one
 reaches the first batch clearly sooner, ``persistent_workers`` when the gap at
 an epoch boundary (:mod:`stallscope.throughput.epochs`) is measurably shorter
-with it.
+with it. The measurements are a phase of the search (after the race, NOTE [tuning strategy] in
+search.py), run here over the :class:`~stallscope.tuning.search.Search` as the threads phase is
+(``threads.explore_threads``).
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..config import LoaderConfig
-from ..throughput.epochs import EpochGap
+from ..throughput.epochs import EpochGap, epoch_batches
 from .trial import Trial
 
 # persistent_workers is recommended when it saves at least this much per epoch boundary...
@@ -99,3 +102,83 @@ def choose_start_method(
             )
             return pick.replace(multiprocessing_context=ctx)
     return pick
+
+
+# -- measuring them, a phase of the search -------------------------------------------------------
+
+
+def start_method_pair(
+    search: Any, pick: LoaderConfig, ctx: str
+) -> tuple[LoaderConfig, LoaderConfig]:
+    """Start methods are compared at min(workers, cores): start-up per worker, cheaply."""
+    n = max(1, min(pick.num_workers, search.space.cores))
+    parent = search.workers(n)
+    return parent, parent.replace(multiprocessing_context=ctx)
+
+
+def measure_start_methods(search: Any, pick: LoaderConfig) -> None:
+    """Time to first batch under other start methods (paid every epoch without persistent
+    workers)."""
+    if pick.num_workers == 0 or not search.space.contexts:
+        return
+    # Persistent workers pay start-up once per run: only worth measuring with budget to spare.
+    if search.ev.elapsed() > 0.75 * search.settings.budget_s:
+        search._note("time budget: did not compare start methods")
+        return
+    for ctx in search.space.contexts:
+        parent, variant = start_method_pair(search, pick, ctx)
+        own = search._scan.get(parent)
+        if own is None or not own.ok or variant in search._scan:
+            continue
+        # Other start methods may import the pipeline anew in every worker: budget generously.
+        if not search.affordable(
+            search.estimate_cost(variant, search.settings.scan_window_s)
+            + 5 * (own.startup_s or 0.5)
+        ):
+            search._note("time budget: did not compare start methods")
+            return
+        trial = search.ev.measure(variant, window_s=search.settings.scan_window_s, phase="startup")
+        search._record(trial)
+        search._scan[variant] = trial
+
+
+def measure_persistent(
+    search: Any, chosen: LoaderConfig
+) -> tuple[LoaderConfig, dict[str, Any] | None]:
+    """Measure the epoch-boundary gap of ``chosen`` with and without persistent workers, then
+    decide (:func:`choose_persistent`)."""
+    if chosen.num_workers == 0 or chosen.persistent_workers or not search.space.persistent_workers:
+        return chosen, None
+    if not search.affordable(epoch_gap_cost(search, chosen)):
+        search._note("time budget: persistent_workers was not measured, so it is not recommended")
+        search._skip(
+            chosen.replace(persistent_workers=True),
+            "epoch-boundary gap not measured: the time budget ran out",
+        )
+        return chosen, None
+    epochs = search.settings.epoch_gap_epochs
+    without = search.ev.epoch_gap(chosen, epochs=epochs)
+    with_ = search.ev.epoch_gap(chosen.replace(persistent_workers=True), epochs=epochs)
+    return choose_persistent(chosen, without, with_, note=search._note)
+
+
+def epoch_gap_cost(search: Any, config: LoaderConfig) -> float:
+    """Seconds the two epoch-boundary runs of ``config`` take: short epochs at the measured
+    rate, and a start-up (plus half as much for the shutdown) per epoch without persistence,
+    once with it."""
+    rate: float = search.rate(config)
+    batch_s = (
+        config.batch_size / rate if rate > 0 else search.profile.batch_seconds(config.batch_size)
+    )
+    startup = startup_of(search.trials, config) or 0.5
+    epochs: int = search.settings.epoch_gap_epochs
+    restarts = 1.5 * startup * (epochs + 1)
+    return restarts + 2 * epochs * epoch_batches(config) * batch_s + 0.5
+
+
+def startup_of(trials: Sequence[Trial], config: LoaderConfig) -> float | None:
+    """The median time to first batch measured for ``config``."""
+    values = [
+        t.startup_s for t in trials if t.config == config and t.ok and t.startup_s is not None
+    ]
+    return statistics.median(values) if values else None

@@ -64,7 +64,7 @@ more of the CPU from the other jobs, so the scan's rates favour them: only the
 measured budget stops the climb there.
 
 Noise decides for the cheaper config. A climb or refine step whose gain would
-count (above :meth:`~.search_state.SearchState._sig`) but lies within the
+count (above :meth:`Search._sig`) but lies within the
 measurements' own, uncapped noise is "too noisy to tell": the dearer config
 stays out of the race and a note says so. In the race, when the rounds'
 spread exceeds ``MAX_SIG``, a cheaper config that is not clearly slower than
@@ -77,13 +77,12 @@ window noise decides the same way.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..config import LoaderConfig
-from ..throughput.epochs import epoch_batches
 from .confidence import (
     Decision,
     decide,
@@ -92,10 +91,16 @@ from .confidence import (
     margin_interval,
     within_pct,
 )
-from .persistence import choose_persistent, choose_start_method
+from .persistence import (
+    choose_start_method,
+    epoch_gap_cost,
+    measure_persistent,
+    measure_start_methods,
+    start_method_pair,
+    startup_of,
+)
 from .race import Race, entrants
 from .regions import Region, classify
-from .search_state import MAX_SIG, SearchState
 from .space import (
     MB,
     MemoryBudget,
@@ -108,14 +113,19 @@ from .space import (
     revise_plan,
 )
 from .threads import explore_threads
-from .trial import Effect, Evaluator, SearchResult, Trial
+from .trial import Effect, Evaluator, SearchResult, Trial, overhead_fit
 
+# The noise threshold for a gain never exceeds this: 10%, above which the search would sooner
+# stop early on noise than spend measurements telling it apart.
+MAX_SIG = 0.10
 # Refine a bracket only while neighbour / best is at least this (finer steps are within noise).
 REFINE_RATIO = 1.3
 
 
-class Search(SearchState):
-    """One tuning run: phases of NOTE [tuning strategy] over an evaluator."""
+class Search:
+    """One tuning run: what it has learnt so far (the scan's trials, the notes, what was skipped),
+    measuring a config within the time and memory budgets, and the phases of NOTE [tuning
+    strategy] that decide what to measure next."""
 
     def __init__(
         self,
@@ -165,6 +175,153 @@ class Search(SearchState):
             multiprocessing_context=space.multiprocessing_context,
         )
 
+    # -- what the search knows, and measuring within the budgets ----------------------------------
+    def workers(self, n: int, **changes: Any) -> LoaderConfig:
+        return self._template.replace(num_workers=n, **changes)
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def _skip(self, config: LoaderConfig, why: str) -> None:
+        label = config.label()
+        if not any(s["label"] == label for s in self.skipped):
+            self.skipped.append({"label": label, "why": why})
+
+    def _sig(self, *trials: Trial) -> float:
+        """The gain that counts as real: the floor, or twice the combined window noise (capped:
+        when unsure, one more step up costs a measurement, stopping early can cost the optimum)."""
+        return max(self.settings.min_gain, min(self._window_noise(*trials), MAX_SIG))
+
+    @staticmethod
+    def _window_noise(*trials: Trial) -> float:
+        """Twice the combined window noise of single measurements, uncapped."""
+        return 2 * math.sqrt(sum((t.rel_se or 0.0) ** 2 for t in trials))
+
+    def too_noisy(self, cheaper: Trial, dearer: Trial, gain: float) -> bool:
+        """Whether the dearer config's gain over the cheaper one, large enough to count as real by
+        :meth:`_sig` (capped at ``MAX_SIG``), is still within the measurements' noise: single
+        measurements cannot tell the two apart, so the cheaper is kept (said in a note) rather than
+        paid for in processes and memory."""
+        noise = self._window_noise(cheaper, dearer)
+        if noise <= MAX_SIG or gain >= 1 + noise or gain < 1 + self._sig(cheaper, dearer):
+            return False  # quiet enough, beyond the noise, or no gain that would count anyway
+        self._note(
+            f"too noisy to tell {dearer.config.label()} from {cheaper.config.label()}: "
+            f"{gain - 1:+.0%} is within the measurements' noise (±{noise:.0%}), so the cheaper "
+            f"{cheaper.config.label()} is kept"
+        )
+        return True
+
+    def rate(self, config: LoaderConfig) -> float:
+        raced = self.race.log.median(config)
+        if raced is not None:
+            return raced
+        trial = self._scan.get(config)
+        return trial.samples_per_s if trial is not None and trial.ok else 0.0
+
+    def estimate_cost(self, config: LoaderConfig, window_s: float) -> float:
+        """Seconds a measurement of ``config`` will take, from what earlier ones took.
+
+        Overhead (start-up, warm-up, shutdown) is fitted as ``a + b × workers``
+        over past trials; the window stretches to ``min_batches`` batches at
+        the rate of the nearest measured config with no more workers.
+        """
+        a, b = overhead_fit(self.trials)
+        rate = self._rate_guess(config)
+        window = window_s
+        if rate > 0:
+            window = max(window_s, self.settings.min_batches * config.batch_size / rate)
+        return window + a + b * config.num_workers
+
+    def _rate_guess(self, config: LoaderConfig) -> float:
+        known = self.rate(config)
+        if known > 0:
+            return known
+        below = [
+            t.samples_per_s
+            for c, t in self._scan.items()
+            if t.ok and c.num_workers <= config.num_workers
+        ]
+        return max(below) if below else 0.0
+
+    def affordable(self, seconds: float, share: float = 1.0) -> bool:
+        return self.ev.elapsed() + seconds <= self.settings.budget_s * share
+
+    def worker_cap(self, prefetch_factor: int = 2) -> int:
+        return max(0, min(self.space.max_workers, self.memory.max_workers(prefetch_factor)))
+
+    def measure(
+        self, config: LoaderConfig, phase: str, *, share: float = 1.0, force: bool = False
+    ) -> Trial | None:
+        """Measure once (or reuse the scan result); None when the budget or memory says no."""
+        if config in self._scan:
+            return self._scan[config]
+        if not force and not self.memory.fits(config):
+            self._note(
+                f"skipped {config.label()}: needs about {self.memory.need(config) / MB:.0f} MB, "
+                f"over the {self.memory.budget_bytes / MB:.0f} MB memory budget"
+            )
+            self._skip(config, "not measured: its estimated memory exceeds the memory budget")
+            return None
+        window = self.settings.scan_window_s
+        if not force and not self.affordable(self.estimate_cost(config, window), share):
+            self._note(f"time budget: did not measure {config.label()} in the {phase} phase")
+            self._skip(config, f"not measured: the time budget ran out in the {phase} phase")
+            return None
+        trial = self.ev.measure(config, window_s=window, phase=phase)
+        self._record(trial)
+        self._scan[config] = trial
+        return trial
+
+    def _record(self, trial: Trial) -> None:
+        self.trials.append(trial)
+        config = trial.config
+        if config.num_workers > 0:
+            total = trial.workers_bytes
+            if total is None and trial.worker_bytes is not None:
+                total = trial.worker_bytes * config.num_workers
+            self.memory.observe_config(config, total)
+            if self.memory.over(config):
+                self._note(
+                    f"{config.label()} measured {self.memory.need(config) / MB:,.0f} MB (workers "
+                    f"and in-flight batches), over the {self.memory.budget_bytes / MB:,.0f} MB "
+                    "memory budget: it is not raced, picked or recommended"
+                )
+                self._skip(config, "its measured memory exceeds the memory budget")
+        if trial.error:
+            self._note(f"{trial.config.label()} failed: {trial.error}")
+        if self.on_trial is not None:
+            self.on_trial(trial)
+
+    def _scanned_worker_counts(self, *, within_budget: bool = True) -> dict[int, float]:
+        """Rate per worker count among plain worker configs (the template's other knobs); only
+        those within the memory budget unless ``within_budget`` is False."""
+        out: dict[int, float] = {}
+        for config, trial in self._scan.items():
+            if within_budget and self.memory.over(config):
+                continue
+            if trial.ok and config == self.workers(config.num_workers):
+                out[config.num_workers] = trial.samples_per_s
+        return out
+
+    def usable(self) -> dict[LoaderConfig, Trial]:
+        """The scan's successful trials within the memory budget: the ones that may race or be
+        picked (NOTE [memory budget])."""
+        return {
+            c: t
+            for c, t in self._scan.items()
+            if t.ok and not self.memory.over(c) and c not in self.unresolved
+        }
+
+    def best_scanned(
+        self, predicate: Callable[[LoaderConfig], bool] = lambda c: True
+    ) -> LoaderConfig | None:
+        found = [(t.samples_per_s, c) for c, t in self.usable().items() if predicate(c)]
+        if not found:
+            return None
+        return max(found, key=lambda pair: pair[0])[1]
+
     # -- phases ----------------------------------------------------------------------
     def run(self, on_plan: Callable[[dict[str, Any]], None] | None = None) -> SearchResult:
         self.plan = budget_plan(
@@ -180,7 +337,7 @@ class Search(SearchState):
         self._refine()
         self._knobs()
         decision = self._confirm()
-        self._startup(decision.pick)
+        measure_start_methods(self, decision.pick)
         return self._result(decision)
 
     def _revise_plan(self) -> None:
@@ -439,7 +596,7 @@ class Search(SearchState):
         if self.race.rounds >= self.settings.min_rounds:
             leader = self.best_scanned()
             reserve = (
-                self._epoch_gap_cost(leader) if leader is not None and leader.num_workers else 0.0
+                epoch_gap_cost(self, leader) if leader is not None and leader.num_workers else 0.0
             )
         return self.affordable(seconds + reserve)
 
@@ -494,72 +651,6 @@ class Search(SearchState):
                 return dataclasses.replace(decision, pick=config, tie=True, noisy_tie=True)
         return decision
 
-    # -- start-up and epoch boundaries ----------------------------------------------------
-    def _startup_pair(self, pick: LoaderConfig, ctx: str) -> tuple[LoaderConfig, LoaderConfig]:
-        """Start methods are compared at min(workers, cores): start-up per worker, cheaply."""
-        n = max(1, min(pick.num_workers, self.space.cores))
-        parent = self.workers(n)
-        return parent, parent.replace(multiprocessing_context=ctx)
-
-    def _startup(self, pick: LoaderConfig) -> None:
-        """Time to first batch under other start methods (paid every epoch without persistent
-        workers)."""
-        if pick.num_workers == 0 or not self.space.contexts:
-            return
-        # Persistent workers pay start-up once per run: only worth measuring with budget to spare.
-        if self.ev.elapsed() > 0.75 * self.settings.budget_s:
-            self._note("time budget: did not compare start methods")
-            return
-        for ctx in self.space.contexts:
-            parent, variant = self._startup_pair(pick, ctx)
-            own = self._scan.get(parent)
-            if own is None or not own.ok or variant in self._scan:
-                continue
-            # Other start methods may import the pipeline anew in every worker: budget generously.
-            if not self.affordable(
-                self.estimate_cost(variant, self.settings.scan_window_s)
-                + 5 * (own.startup_s or 0.5)
-            ):
-                self._note("time budget: did not compare start methods")
-                return
-            trial = self.ev.measure(variant, window_s=self.settings.scan_window_s, phase="startup")
-            self._record(trial)
-            self._scan[variant] = trial
-
-    def _persistent(self, chosen: LoaderConfig) -> tuple[LoaderConfig, dict[str, Any] | None]:
-        """Measure the epoch-boundary gap of ``chosen`` with and without persistent workers, then
-        decide."""
-        if (
-            chosen.num_workers == 0
-            or chosen.persistent_workers
-            or not self.space.persistent_workers
-        ):
-            return chosen, None
-        if not self.affordable(self._epoch_gap_cost(chosen)):
-            self._note("time budget: persistent_workers was not measured, so it is not recommended")
-            self._skip(
-                chosen.replace(persistent_workers=True),
-                "epoch-boundary gap not measured: the time budget ran out",
-            )
-            return chosen, None
-        epochs = self.settings.epoch_gap_epochs
-        without = self.ev.epoch_gap(chosen, epochs=epochs)
-        with_ = self.ev.epoch_gap(chosen.replace(persistent_workers=True), epochs=epochs)
-        return choose_persistent(chosen, without, with_, note=self._note)
-
-    def _epoch_gap_cost(self, config: LoaderConfig) -> float:
-        """Seconds the two epoch-boundary runs of ``config`` take: short epochs at the measured
-        rate, and a start-up (plus half as much for the shutdown) per epoch without persistence,
-        once with it."""
-        rate = self.rate(config)
-        batch_s = (
-            config.batch_size / rate if rate > 0 else self.profile.batch_seconds(config.batch_size)
-        )
-        startup = self._startup_of(config) or 0.5
-        epochs = self.settings.epoch_gap_epochs
-        restarts = 1.5 * startup * (epochs + 1)
-        return restarts + 2 * epochs * epoch_batches(config) * batch_s + 0.5
-
     # -- result --------------------------------------------------------------------
     def _result(self, decision: Decision) -> SearchResult:
         pick = decision.pick
@@ -581,14 +672,18 @@ class Search(SearchState):
                 f"your config {self.baseline.label()} measured beyond the memory budget, so the "
                 f"pick is {pick.label()}, within it"
             )
-        startup = self._startup_of(pick)
+        startup = startup_of(self.trials, pick)
         if keep:
-            _, persistent = self._persistent(self.baseline)
+            _, persistent = measure_persistent(self, self.baseline)
         else:
             pick = choose_start_method(
-                pick, self.space.contexts, self._startup_pair, self._scan, note=self._note
+                pick,
+                self.space.contexts,
+                functools.partial(start_method_pair, self),
+                self._scan,
+                note=self._note,
             )
-            pick, persistent = self._persistent(pick)
+            pick, persistent = measure_persistent(self, pick)
         if self.baseline.persistent_workers and pick.num_workers:
             pick = pick.replace(
                 persistent_workers=True
@@ -651,14 +746,6 @@ class Search(SearchState):
             ],
         }
 
-    def _startup_of(self, config: LoaderConfig) -> float | None:
-        values = [
-            t.startup_s
-            for t in self.trials
-            if t.config == config and t.ok and t.startup_s is not None
-        ]
-        return statistics.median(values) if values else None
-
 
 def _memory_shape(config: LoaderConfig, scan: dict[LoaderConfig, Trial]) -> LoaderConfig:
     """The measured config that holds the same memory as ``config``: the pick may differ from it
@@ -669,12 +756,3 @@ def _memory_shape(config: LoaderConfig, scan: dict[LoaderConfig, Trial]) -> Load
         if other.replace(persistent_workers=config.persistent_workers) == config:
             return other
     return config
-
-
-def run_search(
-    evaluator: Evaluator, space: SearchSpace, profile: Profile, **options: Any
-) -> SearchResult:
-    """Run the strategy of NOTE [tuning strategy]; ``options`` are :class:`Search`'s (``baseline``,
-    ``memory``, ``settings``, ``on_trial``, and ``seeds``: (config, role) pairs that race in the
-    final round whatever the scan says — doctor's sweep best)."""
-    return Search(evaluator, space, profile, **options).run()

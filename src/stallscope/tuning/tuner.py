@@ -32,9 +32,10 @@ from ..config import LoaderConfig, loader_supports
 from ..errors import PipelineError, UsageError
 from ..pipeline.batching import FetcherCheck
 from ..pipeline.kinds import LoaderKind
+from ..pipeline.preflight import preflight
 from ..runtime.host import cuda_available, usable_cores
 from ..runtime.processes import no_orphans
-from ..target import Pipeline, load_target, preflight
+from ..target import Pipeline, load_target
 from ..thresholds import MEMORY_BUDGET_SHARE
 from ..throughput.epochs import EpochGap, epoch_gap
 from .profiling import profile_loader, profile_pipeline
