@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import multiprocessing.pool
 import types
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -543,9 +544,11 @@ NO_DATASET = "{what} has no Dataset for stallscope's per-sample probes to fetch 
 
 
 def dataset_limits(what: str) -> dict[str, str]:
-    """What the per-sample probes cannot do on a loader without a Dataset of its own."""
-    reason = NO_DATASET.format(what=what)
-    return {"check": reason, "stages": reason, "profile": reason}
+    """What the per-sample probes cannot do on a loader without a Dataset of its own. ``stages``
+    and ``check`` run on it all the same: the stages it declares (NOTE [declared stages] in
+    breakdown/declared.py) and the checks that read the whole process tree
+    (checks/pipeline_checks.py)."""
+    return {"profile": NO_DATASET.format(what=what)}
 
 
 # -- shutting a trial down -------------------------------------------------------------------------
@@ -571,6 +574,9 @@ def close_trial(loader: Any, iterator: Any) -> None:
         done.add(id(obj))
         if isinstance(obj, _BaseDataLoaderIter):
             shutdown_iterator(obj)
+        elif isinstance(obj, multiprocessing.pool.Pool):  # a process pool the pipeline started
+            with contextlib.suppress(Exception):
+                obj.terminate()
         elif inspect.ismethod(getattr(obj, "_shutdown", None)):  # a node's or an iterator's own
             with contextlib.suppress(Exception):
                 obj._shutdown()
