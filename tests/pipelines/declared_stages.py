@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-ITEMS = 256
+ITEMS = 1024  # 128 batches an epoch: a measurement window stays inside one
 BATCH = 8
 DECODE_S = 0.012
 AUGMENT_S = 0.004
