@@ -298,7 +298,8 @@ def _raised(exc: BaseException, batches: int) -> Finding:
     return Finding(
         "getitem-error",
         ERROR,
-        f"The pipeline raised {describe_exception(exc)} after {batches} batches.",
+        f"The pipeline raised {describe_exception(exc)} after {batches} batches (iterated as "
+        "it is built, epoch after epoch).",
         {"batches_before": batches, "exception": type(exc).__name__},
         "Fix the stage that raised; run the pipeline with --debug for its traceback.",
     )
