@@ -79,3 +79,13 @@ def test_stages_of_a_thread_pool_library_pipeline(tmp_path):
     where = {row["name"]: row["where"] for row in json.loads(out.read_text())["stages"]}
     assert where["decode"] == where["augment"] == "4 threads"
     assert where["collate"] == "main"
+
+
+def test_bench_counts_the_pool_a_loader_starts_as_its_own(tmp_path):
+    # NOTE [the whole process tree]: the 20 ms of CPU each item costs runs in the loader's pool.
+    out = tmp_path / "bench.json"
+    done = run_cli("bench", f"{TARGETS}:process_pool_loader", "--quiet", "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())["results"][0]
+    assert result["resources"]["n_workers"] >= 2
+    assert result["cpu_ms_per_sample"] >= 15

@@ -39,7 +39,7 @@ import psutil
 from ..errors import describe_exception
 from ..pipeline.kinds import close_trial
 from ..pipeline.structure import batch_length
-from ..runtime.processes import descendants, no_orphans
+from ..runtime.processes import descendants
 from .findings import ERROR, Finding, sort_findings
 from .result import CheckResult
 from .tree_memory import detect_tree_memory_growth
@@ -159,28 +159,8 @@ def check_pipeline(
     progress: Callable[[str, int | None, int | None], None] | None = None,
     on_update: Callable[[CheckResult], None] | None = None,
 ) -> CheckResult:
-    """The checks that apply to a graph or pool pipeline (NOTE [pipeline checks]); no process it
-    started outlives the check."""
-    with no_orphans():
-        return _check_pipeline(
-            pipeline,
-            codes=codes,
-            timeout=timeout,
-            budget=budget,
-            progress=progress,
-            on_update=on_update,
-        )
-
-
-def _check_pipeline(
-    pipeline: Any,
-    *,
-    codes: list[str],
-    timeout: float,
-    budget: float,
-    progress: Callable[[str, int | None, int | None], None] | None,
-    on_update: Callable[[CheckResult], None] | None,
-) -> CheckResult:
+    """The checks that apply to a graph or pool pipeline (NOTE [pipeline checks]). A process pool
+    the pipeline object keeps is the user's: it stays, as it would between two epochs of theirs."""
     started = time.perf_counter()
     kind = pipeline.kind
     result = CheckResult(target=pipeline.target)

@@ -50,7 +50,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
-import multiprocessing.pool
 import types
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -574,9 +573,6 @@ def close_trial(loader: Any, iterator: Any) -> None:
         done.add(id(obj))
         if isinstance(obj, _BaseDataLoaderIter):
             shutdown_iterator(obj)
-        elif isinstance(obj, multiprocessing.pool.Pool):  # a process pool the pipeline started
-            with contextlib.suppress(Exception):
-                obj.terminate()
         elif inspect.ismethod(getattr(obj, "_shutdown", None)):  # a node's or an iterator's own
             with contextlib.suppress(Exception):
                 obj._shutdown()
