@@ -149,3 +149,19 @@ def test_no_wait_is_reported_where_no_node_was_waited_in():
         _calls("decode", THREAD, 2, 0.01, 8), samples=8, batches=2, interval_ms=20.0
     )
     assert figures["main_wait_ms_per_batch"] is None
+
+
+class _Uncopyable(_Pipeline):
+    def __copy__(self):
+        raise RuntimeError("holds a live connection")
+
+
+def test_a_pipeline_that_cannot_be_copied_is_not_measured_and_says_why():
+    from stallscope.breakdown.declared import declared_stages
+    from stallscope.errors import NotMeasured
+    from stallscope.target import pipeline_from_object
+
+    pipeline = pipeline_from_object(_Uncopyable(), label="uncopyable")
+    with pytest.raises(NotMeasured, match="holds a live connection"):
+        declared_stages(pipeline, batches=2, max_seconds=1.0)
+    pipeline.kind.loader.pool.shutdown()

@@ -78,7 +78,13 @@ def declared_stages(
     with tempfile.TemporaryDirectory(prefix="stallscope-stages-") as folder:
         channel = StageChannel(Path(folder))
         try:
-            loader, found = instrumented(pipeline.kind, config, channel.wrap)
+            try:
+                loader, found = instrumented(pipeline.kind, config, channel.wrap)
+            except Exception as exc:  # a copy or rebuild stallscope makes, not the user's object
+                raise NotMeasured(
+                    f"a copy of {pipeline.kind.description} with its stages timed could not be "
+                    f"made: {describe_exception(exc)}"
+                ) from exc
             if not found:
                 raise NotMeasured(
                     f"{pipeline.kind.description} declares no stage stallscope can time: it "
