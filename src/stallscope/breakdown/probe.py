@@ -76,6 +76,11 @@ def stages(
         if isinstance(target, Pipeline)
         else load_target(target, batch_size=batch_size, collate=collate)
     )
+    if pipeline.dataset is None:
+        # A graph or pool pipeline: its own stages, timed where they run (NOTE [declared stages]).
+        from .declared import declared_stages
+
+        return declared_stages(pipeline, max_seconds=max_seconds, progress=progress)
     if num_workers is not None and num_workers < 0:
         raise UsageError(f"--num-workers must be 0 or more, not {num_workers}.")
     if samples < 1:

@@ -114,6 +114,17 @@ def check(
         if isinstance(target, Pipeline)
         else load_target(target, batch_size=batch_size, collate=collate)
     )
+    if pipeline.dataset is None:  # a graph or pool pipeline: NOTE [pipeline checks]
+        from .pipeline_checks import check_pipeline
+
+        return check_pipeline(
+            pipeline,
+            codes=codes,
+            timeout=float(timeout),
+            budget=float(budget) if budget is not None else 120.0,
+            progress=progress,
+            on_update=on_update,
+        )
     length = pipeline.length()
     if length == 0:
         raise UsageError("the dataset is empty (len(dataset) == 0): there is nothing to check.")

@@ -90,14 +90,31 @@ class NodesKind(LoaderKind):
 
     graph: Any = None  # the user's Loader or root node
 
-    def build(self, config: LoaderConfig, *, cycle: bool = False, **options: Any) -> Iterable[Any]:
+    def build(
+        self,
+        config: LoaderConfig,
+        *,
+        cycle: bool = False,
+        timed: Callable[[Callable[..., Any], str], Any] | None = None,
+        **options: Any,
+    ) -> Iterable[Any]:
         """``cycle``: the sampler's epochs one after another, so no epoch boundary (and the
-        graph's restart) lands in a measurement window."""
+        graph's restart) lands in a measurement window. ``timed(fn, name)``: the stages the graph
+        declares, timed where they run (NOTE [declared stages] in breakdown/declared.py): each
+        mapper's ``map_fn`` and each node's own ``next``."""
         nodes = _nodes()
         root = self.graph.root if isinstance(self.graph, nodes.Loader) else self.graph
         mapper = _main_mapper(root)
+        names = _stage_names(root) if timed is not None else {}
 
         def overrides(node: Any) -> dict[str, Any]:
+            out = _config_overrides(node)
+            if timed is not None and isinstance(node, nodes.ParallelMapper):
+                fn = node.map_fn.map_fn if getattr(node, "prebatch", None) else node.map_fn
+                out["map_fn"] = timed(fn, f"{_callable_name(fn)} ({names[id(node)]})")
+            return out
+
+        def _config_overrides(node: Any) -> dict[str, Any]:
             if node is mapper:
                 out: dict[str, Any] = {
                     "num_workers": config.num_workers,
@@ -114,7 +131,16 @@ class NodesKind(LoaderKind):
                 return {"sampler": RepeatedEpochs(node.sampler)}
             return {}
 
-        fresh = _rebuild(root, overrides, {})
+        memo: dict[int, Any] = {}
+        fresh = _rebuild(root, overrides, memo)
+        if timed is not None:
+            for old_id, node in memo.items():
+                name = names.get(old_id)
+                if name is not None:
+                    waits = _waits(node)
+                    label = f"wait: {name}" if waits else name
+                    # an instance attribute: BaseNode.__next__ calls self.next()
+                    node.next = timed(node.next, label)
         loader: Iterable[Any]
         if isinstance(self.graph, nodes.Loader):
             loader = nodes.Loader(
@@ -123,6 +149,44 @@ class NodesKind(LoaderKind):
         else:
             loader = nodes.Loader(fresh)
         return loader
+
+
+def _stage_names(root: Any) -> dict[int, str]:
+    """Each node's stage name: its class, numbered where the graph has several of one class."""
+    found = _graph_nodes(root)
+    counts: dict[str, int] = {}
+    nodes = _nodes()
+
+    def kind(node: Any) -> str:
+        inline = isinstance(node, nodes.ParallelMapper) and not node.num_workers
+        return "Mapper" if inline else type(node).__name__  # nodes.Mapper builds an inline one
+
+    for node in found:
+        counts[kind(node)] = counts.get(kind(node), 0) + 1
+    seen: dict[str, int] = {}
+    out: dict[int, str] = {}
+    for node in found:
+        cls = kind(node)
+        seen[cls] = seen.get(cls, 0) + 1
+        out[id(node)] = cls if counts[cls] == 1 else f"{cls} {seen[cls]}"
+    return out
+
+
+def _waits(node: Any) -> bool:
+    """A node whose ``next`` only takes what its own threads or processes made: its time in
+    ``next`` is a wait for them, not work."""
+    nodes = _nodes()
+    if isinstance(node, nodes.ParallelMapper):
+        return bool(node.num_workers)
+    return isinstance(node, (nodes.Prefetcher, nodes.PinMemory))
+
+
+def _callable_name(fn: Any) -> str:
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if not isinstance(name, str):
+        func = getattr(fn, "func", None)  # functools.partial
+        name = _callable_name(func) if func is not None else type(fn).__name__
+    return name.replace("\t", " ")
 
 
 class RepeatedEpochs:

@@ -560,9 +560,11 @@ NO_DATASET = "{what} has no Dataset for stallscope's per-sample probes to fetch 
 
 
 def dataset_limits(what: str) -> dict[str, str]:
-    """What the per-sample probes cannot do on a loader without a Dataset of its own."""
-    reason = NO_DATASET.format(what=what)
-    return {"check": reason, "stages": reason, "profile": reason}
+    """What the per-sample probes cannot do on a loader without a Dataset of its own. ``stages``
+    and ``check`` run on it all the same: the stages it declares (NOTE [declared stages] in
+    breakdown/declared.py) and the checks that read the whole process tree
+    (checks/pipeline_checks.py)."""
+    return {"profile": NO_DATASET.format(what=what)}
 
 
 # -- shutting a trial down -------------------------------------------------------------------------

@@ -134,6 +134,21 @@ class StagesSummary:
                 lines.append(
                     f"[yellow]{item['name']} is doubtful[/], not counted: {item['doubtful']}."
                 )
+        run = data.get("stage_run") or {}
+        if run.get("stage_ms_per_batch") is not None and run.get("batch_interval_ms"):
+            # The stages a graph or pool pipeline declares (NOTE [declared stages]).
+            lines.append(
+                f"Per batch the stages add up to {_ms(run['stage_ms_per_batch'])} ms, each "
+                "divided among the threads or processes that ran it, against "
+                f"{_ms(run['batch_interval_ms'])} ms measured between batches "
+                f"({100 * (run.get('adds_up') or 0.0):.0f}%)"
+                + (
+                    f"; the main thread waited {_ms(run['main_wait_ms_per_batch'])} ms of it for "
+                    "other threads or processes."
+                    if run.get("main_wait_ms_per_batch") is not None
+                    else "."
+                )
+            )
         aug = data.get("augmentation_overhead")
         if aug:
             names = ", ".join(aug.get("transforms") or [])

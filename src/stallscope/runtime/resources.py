@@ -16,6 +16,15 @@ time at that first sight when it is older (an undercount, never an overcount).
 Counting from birth made 2 workers on a 2-core machine read 245 %. With the
 baseline, main + workers cannot exceed the usable cores × 100 % beyond the
 kernel's clock-tick granularity: nothing is clamped, the arithmetic is right.
+
+NOTE [the whole process tree]
+Every process the loader starts is the loader's: DataLoader workers, the pool
+a worker (or a pipeline) starts inside itself, an engine's worker processes.
+With no known worker pids every descendant of the root counts; where the
+workers are known (a DataLoader iterator's) the processes they started count
+with them, at any depth. A pipeline's threads live in the main process and are
+in its CPU and memory. The memory checks of graph and pool pipelines read the
+same tree (NOTE [pipeline checks] in checks/pipeline_checks.py).
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ MB = 1024 * 1024
 # psutil derives creation times from the boot time in whole seconds: only a process
 # older than the window by more than this is known to be older.
 _CREATE_TIME_SLACK_S = 1.0
+_TREE_EVERY_S = 1.0  # how often the processes the known workers started are looked up
 
 
 @dataclass
@@ -143,6 +153,7 @@ class ResourceSampler:
         self._peak = _Peaks()
         self._main_cpu0 = 0.0
         self._n_ticks = 0
+        self._tree: tuple[tuple[int, ...], float, tuple[int, ...]] | None = None
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> ResourceSampler:
@@ -233,7 +244,7 @@ class ResourceSampler:
     # -- sampling ----------------------------------------------------------------
     def _workers(self, pids: list[int] | None = None) -> list[psutil.Process]:
         if pids is None and self._worker_pids is not None:
-            pids = self._worker_pids() or []
+            pids = self._with_descendants(self._worker_pids() or [])
         elif pids is None:
             try:
                 pids = [p.pid for p in self.root.children(recursive=True)]
@@ -249,6 +260,30 @@ class ResourceSampler:
             if proc is not None:
                 procs.append(proc)
         return procs
+
+    def _with_descendants(self, pids: list[int]) -> list[int]:
+        """``pids`` and every process they started, at any depth (a pool a DataLoader worker
+        starts is the loader's too: NOTE [the whole process tree]). The tree is read again at
+        most every ``_TREE_EVERY_S``: a scan reads every process's status."""
+        now = time.perf_counter()
+        known = tuple(pids)
+        cached = self._tree
+        if cached is not None and cached[0] == known and now - cached[1] < _TREE_EVERY_S:
+            return list(cached[2])
+        out = list(pids)
+        seen = set(pids)
+        for pid in pids:
+            proc = self._procs.get(pid)
+            try:
+                children = (proc or psutil.Process(pid)).children(recursive=True)
+            except psutil.Error:
+                continue
+            for child in children:
+                if child.pid not in seen:
+                    seen.add(child.pid)
+                    out.append(child.pid)
+        self._tree = (known, now, tuple(out))
+        return out
 
     def _main_cpu(self) -> float:
         own = self._own

@@ -86,7 +86,7 @@ def measure_cpu_cost(
                 return None
             _count(sizes, None)
         busy0 = _busy_cpu_seconds()
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        cpu0, wall0 = tree_cpu_seconds(), time.perf_counter()
         samples = batches = 0
         while True:
             batch = _next(iterator)
@@ -98,7 +98,7 @@ def measure_cpu_cost(
             elapsed = time.perf_counter() - wall0
             if (elapsed >= min_window_s and batches >= min_batches) or elapsed >= max_window_s:
                 break
-        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        cpu, wall = tree_cpu_since(cpu0), time.perf_counter() - wall0
         busy1 = _busy_cpu_seconds()
     finally:
         if not pipeline.kind.rebuilds_from_parts:
@@ -120,6 +120,31 @@ def measure_cpu_cost(
         if busy0 is None or busy1 is None
         else round(max(0.0, (busy1 - busy0 - cpu) / wall), 3),
     )
+
+
+def tree_cpu_seconds() -> dict[int, float]:
+    """CPU seconds so far of this process (all its threads: key 0) and of every process it started,
+    at any depth (a pool the loader starts is the loader's: NOTE [the whole process tree] in
+    runtime/resources.py)."""
+    import psutil
+
+    from ..runtime.processes import descendants
+
+    out = {0: time.process_time()}
+    for proc in descendants():
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        out[proc.pid] = times.user + times.system
+    return out
+
+
+def tree_cpu_since(start: dict[int, float]) -> float:
+    """CPU seconds the tree spent since ``start``: a process born since counts from zero (one
+    that ended meanwhile is not seen: an undercount, never an overcount)."""
+    now = tree_cpu_seconds()
+    return sum(max(0.0, value - start.get(pid, 0.0)) for pid, value in now.items())
 
 
 def _busy_cpu_seconds() -> float | None:

@@ -1,0 +1,245 @@
+"""Stages of pipelines that are not a Dataset in a DataLoader: a ``torchdata.nodes`` graph, a
+thread-pool or process-pool pipeline object, any iterable of batches.
+
+NOTE [declared stages]
+Such a pipeline has no ``__getitem__`` for the worker probes to instrument;
+its stages are the callables it declares itself, and each is timed where it
+runs (``stage_clock.py``: in-process for threads, a file per process for
+worker processes), on a copy, never on the user's object:
+
+* a ``torchdata.nodes`` graph is rebuilt through its nodes' constructors
+  (``graphs.py``) with every ``Mapper``'s and ``ParallelMapper``'s ``map_fn``
+  timed, and each node's own ``next`` (a ``Batcher``'s batching, a sampler's
+  draw) timed exclusive of the stages it calls; a node whose ``next`` only
+  takes what its own threads or processes made (a ``ParallelMapper`` with
+  workers, a ``Prefetcher``) is a wait, not a stage;
+* any other pipeline object is shallow-copied and the callables it holds (its
+  attributes that are functions, bound methods or callable objects, and its
+  class's own methods) replaced on the copy by timed ones, so the thread
+  pool's ``executor.map(self.decode, …)``, a pipeline library's ``map``
+  stages built from them in ``__iter__``, or a process pool's workers call the
+  timed ones. Calls nest: a method that calls another is charged its own time.
+
+The copy is iterated as the user iterates it, a few batches to warm up, then
+until ``batches`` or ``max_seconds``; the calls that ended inside the window
+make the table. A row's time per batch is its calls' time over the batches
+divided among the threads or processes that ran it (they work side by side);
+the rows' sum per batch is set against the measured interval between batches
+(``adds_up``, 1.0 when they account for it exactly). The sum matches when one
+path of stages sets the pace (the workers' map, then the batching behind it);
+where stages overlap (a prefetcher collates while the workers map) it can
+exceed the interval, and where the main thread's consumer is the slowest part
+it falls short; the main thread's wait is reported beside the rows to tell
+which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from ..errors import NotMeasured, describe_exception
+from ..pipeline.kinds import close_trial, shallow_copy
+from ..pipeline.structure import batch_length
+from .declared_table import DeclaredStageRun, declared_table, in_window
+from .results import ProgressFn, StagesResult
+from .stage_clock import StageChannel
+
+WARMUP_BATCHES = 3
+# Classes whose objects are machinery, not stages, when found among a pipeline's attributes.
+_MACHINERY_MODULES = (
+    "builtins",
+    "concurrent.",
+    "threading",
+    "multiprocessing",
+    "queue",
+    "logging",
+    "asyncio",
+    "_thread",
+    "torch.utils.data",
+)
+_NOT_STAGES = {"__iter__", "__next__", "__len__", "state_dict", "load_state_dict", "close"}
+
+
+def declared_stages(
+    pipeline: Any,
+    *,
+    batches: int = 40,
+    max_seconds: float = 15.0,
+    progress: ProgressFn | None = None,
+) -> StagesResult:
+    """The stage table of a pipeline from the stages it declares (NOTE [declared stages])."""
+    config = pipeline.baseline
+    with tempfile.TemporaryDirectory(prefix="stallscope-stages-") as folder:
+        channel = StageChannel(Path(folder))
+        try:
+            try:
+                loader, found = instrumented(pipeline.kind, config, channel.wrap)
+            except Exception as exc:  # a copy or rebuild stallscope makes, not the user's object
+                raise NotMeasured(
+                    f"a copy of {pipeline.kind.description} with its stages timed could not be "
+                    f"made: {describe_exception(exc)}"
+                ) from exc
+            if not found:
+                raise NotMeasured(
+                    f"{pipeline.kind.description} declares no stage stallscope can time: it "
+                    "holds no map function, transform or method its iteration calls (give the "
+                    "object the callables it maps as attributes, or build it as a "
+                    "torchdata.nodes graph)"
+                )
+            run, window = _iterate(loader, batches, max_seconds, progress)
+            calls = in_window(channel.calls(), *window)
+        finally:
+            channel.close()
+    samples, measured, seconds, interval_ms = run
+    rows, figures = declared_table(
+        calls, samples=samples, batches=measured, interval_ms=interval_ms
+    )
+    if not rows:
+        raise NotMeasured(
+            f"none of the callables {pipeline.kind.description} holds was called while it "
+            f"iterated ({', '.join(sorted(found)[:6])}): its stages are not among them"
+        )
+    stage_run = DeclaredStageRun(
+        num_workers=max(
+            (d["runners"] for d in figures["declared"] if d["where"] != "main"), default=0
+        ),
+        batch_size=max(1, round(samples / max(1, measured))),
+        start_method=None,
+        device=None,
+        samples=samples,
+        batches=measured,
+        warmup_batches=WARMUP_BATCHES,
+        seconds=seconds,
+        transforms_found=len(found),
+        batch_interval_ms=interval_ms,
+        kind=pipeline.kind.name,
+        **figures,
+    )
+    return StagesResult(
+        stages=rows, augmentation_overhead=None, hotspots=[], run=stage_run, notes=[]
+    )
+
+
+def instrumented(
+    kind: Any, config: Any, timed: Callable[[Callable[..., Any], str], Any]
+) -> tuple[Iterable[Any], list[str]]:
+    """A fresh copy of the kind's pipeline with its declared stages timed, and their names."""
+    from ..pipeline.graphs import NodesKind, is_nodes_graph
+
+    if isinstance(kind, NodesKind):
+        return _timed_graph(kind, config, timed)
+    built = kind.build(config)
+    if is_nodes_graph(built):
+        return _timed_graph(
+            NodesKind("torchdata-nodes", kind.description, graph=built), config, timed
+        )
+    return timed_object(built, timed)
+
+
+def _timed_graph(
+    kind: Any, config: Any, timed: Callable[[Callable[..., Any], str], Any]
+) -> tuple[Iterable[Any], list[str]]:
+    names: list[str] = []
+
+    def record(fn: Callable[..., Any], name: str) -> Any:
+        names.append(name)
+        return timed(fn, name)
+
+    loader = kind.build(config, timed=record)
+    return loader, names
+
+
+def timed_object(
+    obj: Any, timed: Callable[[Callable[..., Any], str], Any]
+) -> tuple[Any, list[str]]:
+    """A shallow copy of ``obj`` with the callables it holds and its class's own methods timed."""
+    copy = shallow_copy(obj)
+    state = getattr(copy, "__dict__", None)
+    if not isinstance(state, dict):
+        return obj, []
+    names: list[str] = []
+    for name, value in list(state.items()):
+        if name.startswith("__") or not _is_stage(value):
+            continue
+        state[name] = timed(value, name)
+        names.append(name)
+    for cls in type(obj).__mro__:
+        if _machinery(cls):
+            continue
+        for name, attr in vars(cls).items():
+            if (
+                name in state
+                or name in _NOT_STAGES
+                or name.startswith("__")
+                or not inspect.isfunction(attr)
+                or inspect.isgeneratorfunction(attr)
+            ):
+                continue
+            state[name] = timed(getattr(copy, name), name)
+            names.append(name)
+    return copy, names
+
+
+def _machinery(cls: type) -> bool:
+    return cls is object or any(
+        cls.__module__ == m.rstrip(".") or cls.__module__.startswith(m) for m in _MACHINERY_MODULES
+    )
+
+
+def _is_stage(value: Any) -> bool:
+    """A callable a pipeline may call per item: a function, bound method or callable object, not
+    a class, a module, a pool or a lock."""
+    if value is None or inspect.isclass(value) or inspect.ismodule(value) or not callable(value):
+        return False
+    if inspect.isfunction(value) or inspect.ismethod(value):
+        return not inspect.isgeneratorfunction(value)
+    if inspect.isbuiltin(value):
+        return False
+    return not _machinery(type(value))
+
+
+def _iterate(
+    loader: Iterable[Any], batches: int, max_seconds: float, progress: ProgressFn | None
+) -> tuple[tuple[int, int, float, float | None], tuple[float, float]]:
+    """Warm up, then take up to ``batches`` batches (or ``max_seconds``): ``(samples, batches,
+    seconds, ms per batch)`` and the window on the monotonic clock."""
+    iterator: Any = None
+    started = time.perf_counter()
+    try:
+        iterator = iter(loader)
+        for _ in range(WARMUP_BATCHES):
+            if next(iterator, None) is None:
+                break
+        window_start = time.monotonic()
+        samples = taken = 0
+        while taken < batches and time.monotonic() - window_start < max_seconds:
+            batch = next(iterator, None)
+            if batch is None:
+                break
+            samples += batch_length(batch)
+            taken += 1
+            if progress is not None:
+                progress("timing the declared stages", taken / batches)
+        window_end = time.monotonic()
+    except Exception as exc:
+        # The copy with timed stages is stallscope's stand-in: what it raised is said, not a
+        # failure of the user's pipeline (NOTE [verified stand-ins] in probe.py).
+        raise NotMeasured(
+            f"the copy of the pipeline with its stages timed raised {describe_exception(exc)}"
+        ) from exc
+    finally:
+        with contextlib.suppress(Exception):
+            close_trial(loader, iterator)
+    if taken == 0:
+        raise NotMeasured("the pipeline yielded no batch after its warm-up, so no stage was timed")
+    elapsed = window_end - window_start
+    return (samples, taken, time.perf_counter() - started, elapsed * 1000.0 / taken), (
+        window_start,
+        window_end,
+    )

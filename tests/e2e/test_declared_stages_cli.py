@@ -1,0 +1,91 @@
+"""``stages`` and ``check`` on a torchdata.nodes graph and on thread-pool pipelines through the real
+CLI (NOTE [declared stages], NOTE [pipeline checks]): rows named after the stages the pipeline
+declares, memory read over the whole process tree."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PIPELINES = Path(__file__).parent.parent / "pipelines"
+TARGETS = "declared_stages.py"
+
+
+def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "stallscope", *args],
+        cwd=PIPELINES,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    ("factory", "rows"),
+    [
+        ("nodes_threads", {"decode (ParallelMapper)", "collate (Mapper)", "Batcher"}),
+        ("nodes_processes", {"decode (ParallelMapper)", "collate (Mapper)", "Batcher"}),
+        ("pool_pipeline", {"decode", "augment", "collate"}),
+    ],
+)
+def test_stages_of_a_graph_or_pool_are_the_ones_it_declares(tmp_path, factory, rows):
+    out = tmp_path / "stages.json"
+    done = run_cli("stages", f"{TARGETS}:{factory}", "--max-seconds", "4", "--json", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    record = json.loads(out.read_text())
+    names = {row["name"] for row in record["stages"]}
+    assert rows <= names
+    where = {row["name"]: row["where"] for row in record["stages"]}
+    workers = "2 processes" if factory == "nodes_processes" else "4 threads"
+    mapped = "decode (ParallelMapper)" if factory.startswith("nodes") else "decode"
+    assert where[mapped] == workers
+    assert where["collate" if factory == "pool_pipeline" else "collate (Mapper)"] == "main"
+    run = record["stage_run"]
+    assert run["batch_interval_ms"] > 0 and run["stage_ms_per_batch"] > 0
+    assert "Per batch the stages add up to" in " ".join(done.stdout.split())
+
+
+def test_check_flags_a_pool_pipeline_whose_memory_grows_every_epoch(tmp_path):
+    out = tmp_path / "check.json"
+    done = run_cli("check", f"{TARGETS}:leaking_pool", "--budget", "20", "--json", str(out))
+    record = json.loads(out.read_text())
+    assert done.returncode == 0, done.stderr[-2000:]  # a warning, not an error
+    assert [f["code"] for f in record["findings"]] == ["memory-growth"]
+    assert record["check_probes"]["tree_memory"]["judged_at"] == "epoch ends"
+    said = " ".join(done.stdout.split())
+    assert "not checked: duplicate-rng" in said  # what cannot run says why
+
+
+def test_check_of_a_flat_pipeline_reads_its_pool_processes(tmp_path):
+    out = tmp_path / "check.json"
+    done = run_cli("check", f"{TARGETS}:process_pool_loader", "--budget", "15", "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads(out.read_text())
+    assert record["findings"] == []
+    readings = record["check_probes"]["tree_memory"]["readings"]
+    assert readings and min(r["processes"] for r in readings) >= 3  # main + its pool of 2
+
+
+def test_stages_of_a_thread_pool_library_pipeline(tmp_path):
+    pytest.importorskip("mpire")
+    out = tmp_path / "stages.json"
+    done = run_cli("stages", f"{TARGETS}:mpire_pipeline", "--max-seconds", "4", "--json", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    where = {row["name"]: row["where"] for row in json.loads(out.read_text())["stages"]}
+    assert where["decode"] == where["augment"] == "4 threads"
+    assert where["collate"] == "main"
+
+
+def test_bench_counts_the_pool_a_loader_starts_as_its_own(tmp_path):
+    # NOTE [the whole process tree]: the 20 ms of CPU each item costs runs in the loader's pool.
+    out = tmp_path / "bench.json"
+    done = run_cli("bench", f"{TARGETS}:process_pool_loader", "--quiet", "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())["results"][0]
+    assert result["resources"]["n_workers"] >= 2
+    assert result["cpu_ms_per_sample"] >= 15
