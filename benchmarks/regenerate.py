@@ -135,6 +135,12 @@ ENTRIES: tuple[Entry, ...] = (
         20,
     ),
     Entry(
+        "declared_stage_accuracy",
+        ("benchmarks/declared_stage_accuracy.py", "--repeats", "3"),
+        ("declared_stage_accuracy.json",),
+        5,
+    ),
+    Entry(
         "tune_under_load",
         ("benchmarks/tune_under_load.py", "--json", _json("tune_under_load")),
         ("tune_under_load.json",),
