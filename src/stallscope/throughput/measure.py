@@ -418,17 +418,16 @@ def receiving_cpu_clock(iterator: Any) -> Callable[[], float]:
 
 def _cycles_itself(pipeline: Pipeline) -> bool:
     """Whether the trial loader must be re-iterated for steady state: kinds whose index lists
-    stallscope cannot cycle (NOTE [loader kinds]), except streams, which end where they end."""
+    stallscope cannot cycle (NOTE [loader kinds]), and streams, whatever builds them."""
     from torch.utils.data import IterableDataset
 
     kind = pipeline.kind
-    if kind.rebuilds_from_parts:
-        return False
-    if kind.name == "factory" and isinstance(pipeline.dataset, IterableDataset):
-        # A stream the user's factory builds ends where it ends, often after a few batches (a
-        # shard per worker): re-iterated, each epoch's start-up off the clock.
-        return True
     if isinstance(pipeline.dataset, IterableDataset):
+        # A stream ends where it ends, often after a few batches (a shard per worker): timed on
+        # one pass, the window would hold little more than the prefetched batches. Re-iterated,
+        # each epoch's start-up off the clock (NOTE [epoch restarts]).
+        return True
+    if kind.rebuilds_from_parts:
         return False
     return not (kind.name == "dataloader-subclass")
 
