@@ -48,6 +48,10 @@ class LoaderConfig:
     # loader's own.
     worker_method: str | None = None  # torchdata.nodes ParallelMapper: "thread" or "process"
     snapshot_every_n_steps: int | None = None  # torchdata's StatefulDataLoader
+    # The loader builds its batches itself (``batch_size=None`` over a dataset that yields batches,
+    # a wrapper or iterable that is not a DataLoader): ``batch_size`` is then no setting of it, and
+    # no label shows one (the batches' own size is read from what was measured).
+    batches_itself: bool = False
 
     def __post_init__(self) -> None:
         if self.num_workers < 0:
@@ -136,7 +140,7 @@ class LoaderConfig:
         parts = [f"w={workers}"] if workers is not None else []
         if self.worker_threads and "worker_threads" in shown:
             parts.append(f"threads×{self.worker_threads}")
-        if "batch_size" in shown:
+        if "batch_size" in shown and not self.batches_itself:
             parts.append(f"bs={self.batch_size}")
         if workers != 0:
             if "prefetch_factor" in shown and self.prefetch_factor is not None:
@@ -181,10 +185,13 @@ def config_from_loader(loader: Any) -> LoaderConfig:
         ctx.get_start_method() if ctx is not None and hasattr(ctx, "get_start_method") else None
     )
     batch_size = getattr(loader, "batch_size", None)
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    # batch_size=None and no batch sampler: each item the dataset yields is a batch already.
+    batches_itself = batch_size is None and batch_sampler is None
     if batch_size is None:
-        batch_sampler = getattr(loader, "batch_sampler", None)
         batch_size = getattr(batch_sampler, "batch_size", 1) or 1
     return LoaderConfig(
+        batches_itself=batches_itself,
         num_workers=num_workers,
         batch_size=int(batch_size),
         prefetch_factor=getattr(loader, "prefetch_factor", None) if num_workers else None,

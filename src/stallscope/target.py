@@ -415,7 +415,7 @@ def _from_other(obj: Any, label: str, modules: tuple[str, ...]) -> Pipeline:
     return Pipeline(
         dataset=None,
         batch_size=1,
-        baseline=LoaderConfig(batch_size=1),
+        baseline=LoaderConfig(batch_size=1, batches_itself=True),
         target=label,
         source="loader",
         kind=IterableKind("iterable", what, (), limits, counts_indices=False, loader=obj),

@@ -10,7 +10,9 @@ Each target is a factory taking ``num_workers`` (``tests/pipelines/real_webdatas
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -159,3 +161,59 @@ def test_doctor_on_hugging_face_datasets_runs_every_step_and_its_code(factory, t
     code = record["loader_code"]
     assert code["verified"], code
     assert _two_batches(code["python"]).startswith("{input_ids: Tensor")
+
+
+@pytest.mark.parametrize(
+    ("factory", "kind"), [("make_loader", "factory"), ("make_fixed_loader", "wrapped-dataloader")]
+)
+def test_a_loader_that_batches_itself_is_labelled_by_what_ran(factory, kind, tmp_path):
+    # webdataset builds its batches of 16 in the workers (batch_size=None): no surface may call a
+    # config bs=1, the batch size anything uses is the one measured, and the factory's own
+    # default is "yours (make_loader's defaults)" (issue 25, item 4).
+    pytest.importorskip("webdataset")
+    out = tmp_path / "bench"
+    done = run_cli(
+        "bench",
+        f"real_webdataset.py:{factory}",
+        "--num-workers",
+        "0,2",
+        "--repeats",
+        "1",
+        "--window",
+        "0.5",
+        "--json",
+        str(out.with_suffix(".json")),
+        "--md",
+        str(out.with_suffix(".md")),
+        "--html",
+        str(out.with_suffix(".html")),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert record["loader_kind"]["name"] == kind
+    surfaces = {
+        "console": done.stdout,
+        "json": out.with_suffix(".json").read_text(),
+        "md": out.with_suffix(".md").read_text(),
+        "html": out.with_suffix(".html").read_text(),
+    }
+    for surface, text in surfaces.items():
+        assert not re.search(r"bs=1\b", text), surface
+        assert "batch of 1 " not in text, surface
+    assert all(r["config"]["batches_itself"] for r in record["results"])
+    assert record["dataset"]["batch_size"] is None and record["dataset"]["batching"] == "loader"
+    assert not record["analysis"]["problems"], record["analysis"]["problems"]
+    if record.get("ceiling"):
+        assert record["ceiling"]["batch_size"] == 16  # measured: the batches' leading dimension
+    verdict = record["analysis"]
+    if kind == "factory":
+        yours = "yours (make_loader's defaults)"
+        assert f"| `{yours}` |" in surfaces["md"] or f"| **{yours}** |" in surfaces["md"]
+        assert yours in html.unescape(surfaces["html"])
+        # The console's table wraps its cell ("yours" / "(make_loader…"); no row reads "w=2".
+        assert "yours" in done.stdout and "(make_loader" in done.stdout
+        assert not re.search(r"[│★ ]w=2[ │]", done.stdout)
+        if verdict["config"]["num_workers"] == 2:
+            assert verdict["label"] == yours
+        else:
+            assert verdict["label"] == "w=0"  # make_loader(num_workers=0) ran

@@ -12,6 +12,9 @@ plain DataLoader or a subclass of one, plus a one-shot generator of batches.
   constructor: no loader inside it can be swapped, so it is measured as it is.
 * :func:`wave_batches` — a function returning a generator of dict-of-NumPy batches: each pass
   needs a fresh generator, made by calling the function again.
+* :func:`accelerate_loader` / :func:`lightning_combined` — the real libraries' own: accelerate's
+  prepared loader and Lightning's ``CombinedLoader``; :func:`accelerate_factory` and
+  :func:`lightning_factory` build the same from factories taking ``num_workers``.
 """
 
 from __future__ import annotations
@@ -151,6 +154,28 @@ def lightning_combined():
         {
             "chirps": DataLoader(Chirps(), batch_size=8),
             "short": DataLoader(Chirps(64, samples=4000), batch_size=8),
+        },
+        mode="max_size_cycle",
+    )
+
+
+def accelerate_factory(num_workers: int = 0):
+    """:func:`accelerate_loader` from a factory taking ``num_workers``."""
+    from accelerate import Accelerator
+
+    return Accelerator(cpu=True).prepare(
+        DataLoader(Chirps(), batch_size=12, shuffle=True, num_workers=num_workers)
+    )
+
+
+def lightning_factory(num_workers: int = 0):
+    """:func:`lightning_combined` from a factory taking ``num_workers`` (both loaders get it)."""
+    from lightning.pytorch.utilities import CombinedLoader
+
+    return CombinedLoader(
+        {
+            "chirps": DataLoader(Chirps(), batch_size=8, num_workers=num_workers),
+            "short": DataLoader(Chirps(64, samples=4000), batch_size=8, num_workers=num_workers),
         },
         mode="max_size_cycle",
     )

@@ -4,6 +4,8 @@
   JPEGs → Batcher → collate → Prefetcher → Loader) from a factory taking ``num_workers``
   and ``method`` (thread or process mappers).
 * :func:`nodes_fixed` — the same graph from a factory without parameters.
+* :func:`torch_loader` / :func:`stateful_loader` — a torch ``DataLoader`` and a torchdata
+  ``StatefulDataLoader`` over the same JPEG dataset, from factories taking ``num_workers``.
 * :func:`wrapped_loader` — an object that holds a DataLoader and post-processes its batches
   (a "device loader" or data-module pipeline, as training frameworks build).
 * :func:`mapping_batches` — a DataLoader whose collate pads token sequences into a
@@ -85,6 +87,20 @@ def nodes_graph(num_workers: int = 2, method: str = "thread", batch_size: int = 
     node = tn.Mapper(node, _collate)
     node = tn.Prefetcher(node, prefetch_factor=2)
     return tn.Loader(node)
+
+
+def torch_loader(num_workers: int = 0) -> DataLoader:
+    """A plain torch DataLoader with its own defaults but the worker count."""
+    return DataLoader(JpegDataset(), batch_size=8, num_workers=num_workers, collate_fn=_collate)
+
+
+def stateful_loader(num_workers: int = 0):
+    """torchdata's StatefulDataLoader, built as the torch one."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    return StatefulDataLoader(
+        JpegDataset(), batch_size=8, num_workers=num_workers, collate_fn=_collate
+    )
 
 
 def nodes_fixed():

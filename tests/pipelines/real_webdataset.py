@@ -5,6 +5,8 @@ with ``wds.ShardWriter`` (NOTE [unsharded streams] in ``checks/sharding.py``).
   workersplitter=split_by_worker)`` with the batches built inside the workers
   (``.batched(16)``, ``batch_size=None``), the way webdataset's examples do; the factory takes
   ``num_workers``.
+* :func:`make_fixed_loader` — :func:`make_loader`'s loader from a function without parameters:
+  the ``WebLoader`` is measured and tuned through the DataLoader it holds.
 * :func:`make_unsplit_loader` — the same without splitting the shards by worker
   (``workersplitter=None``): every worker reads every shard, so each sample comes once per worker.
 
@@ -79,3 +81,7 @@ def make_unsplit_loader(num_workers: int = 2):
     import webdataset as wds
 
     return wds.WebLoader(_dataset(split=False), batch_size=None, num_workers=num_workers)
+
+
+def make_fixed_loader():
+    return make_loader()

@@ -70,14 +70,29 @@ def test_startup_reported_separately_from_rate(tmp_path):
     assert m.samples_per_s == pytest.approx(2 / real_item_seconds(str(tmp_path)), rel=0.10)
 
 
-def test_iterable_dataset_that_ends_early_is_flagged():
+def test_a_short_stream_is_re_iterated_and_one_that_runs_dry_is_flagged():
+    # NOTE [epoch restarts]: a stream that ends is timed over its epochs, not over one pass
+    # (which would hold little more than the warm-up); one whose next pass is empty is flagged.
     from torch.utils.data import IterableDataset
 
     class Short(IterableDataset):
         def __iter__(self):
             yield from range(40)
 
-    m = measure(load_target(Short(), batch_size=4), LoaderConfig(batch_size=4), min_window_s=5.0)
+    m = measure(load_target(Short(), batch_size=4), LoaderConfig(batch_size=4), min_window_s=0.3)
+    assert not m.exhausted
+    assert m.samples > 40
+
+    class Once(IterableDataset):
+        def __init__(self) -> None:
+            self.passes = 0
+
+        def __iter__(self):
+            self.passes += 1
+            if self.passes == 1:
+                yield from range(40)
+
+    m = measure(load_target(Once(), batch_size=4), LoaderConfig(batch_size=4), min_window_s=5.0)
     assert m.exhausted
     assert m.samples <= 40
 

@@ -37,7 +37,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from .invariants import checked_ceiling, relabel
+from .invariants import checked_ceiling, relabel, samples_per_batch
 from .readers import (
     Record,
     batch_size_of,
@@ -219,7 +219,12 @@ def ceiling_section(r: Record) -> dict[str, Any] | None:
     if not cpu_s or cpu_s <= 0 or cores is None or pick is None:
         return None
     cpu_rate = cores / cpu_s
-    batch = batch_size_of(pick.config) or number(cost.get("batch_size"))
+    # A loader that batches itself: the samples its batches held as measured (NOTE [invariants]).
+    batch = (
+        batch_size_of(pick.config)
+        or samples_per_batch(r, pick.config)
+        or number(cost.get("batch_size"))
+    )
     main_ms = receive_ms_per_batch(r, pick)
     main_rate = batch / (main_ms / 1000.0) if main_ms and batch else None
     rate, basis = (
@@ -267,7 +272,11 @@ def target_rate_of(r: Record, given: float | None = None) -> tuple[float | None,
     if given is not None and given > 0:
         return float(given), "--target-rate"
     step = number(r.get("free_data_step_s"))
-    batch = batch_size_of(r.get("config")) or number((r.get("dataset") or {}).get("batch_size"))
+    batch = (
+        batch_size_of(r.get("config"))
+        or number((r.get("dataset") or {}).get("batch_size"))
+        or samples_per_batch(r, r.get("config"))
+    )
     if step and step > 0 and batch:
         return batch / step, "train_step with free data"
     return None, None

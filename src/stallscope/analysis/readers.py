@@ -110,6 +110,10 @@ def workers_of(config: Any) -> int:
 
 
 def batch_size_of(config: Any) -> int | None:
+    """The config's batch size; None where the loader batches itself (its ``batch_size`` is no
+    setting of it: the batches' size is read from what was measured)."""
+    if isinstance(config, dict) and config.get("batches_itself"):
+        return None
     value = config.get("batch_size") if isinstance(config, dict) else None
     return (
         int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

@@ -498,7 +498,14 @@ def factory_baseline(
             values[field_name] = default
         elif built is not None and getattr(built, field_name, None) is not None:
             values[field_name] = getattr(built, field_name)
-    values.setdefault("batch_size", getattr(product, "batch_size", None) or 1)
+    own = getattr(product, "batch_size", None)
+    if "batch_size" in values:
+        values["batches_itself"] = False  # a parameter of the factory: a setting it takes
+    elif own is None and built is not None:
+        # What the factory built batches itself, or holds the loader that says its batch size.
+        values.update(batch_size=built.batch_size, batches_itself=built.batches_itself)
+    values.setdefault("batch_size", own or 1)
+    values.setdefault("batches_itself", own is None)
     values["batch_size"] = max(1, int(values["batch_size"]))
     if isinstance(values.get("worker_threads"), bool) or not isinstance(
         values.get("worker_threads", 0), int
@@ -508,7 +515,9 @@ def factory_baseline(
         return LoaderConfig(**values)
     except (TypeError, ValueError):
         return LoaderConfig(
-            batch_size=values["batch_size"], num_workers=int(values.get("num_workers") or 0)
+            batch_size=values["batch_size"],
+            num_workers=int(values.get("num_workers") or 0),
+            batches_itself=values["batches_itself"],
         )
 
 

@@ -84,6 +84,21 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
             style=style,
         )
     console.print(table)
+    for r in results:
+        if r.get("error"):
+            # Why a config failed, one sentence each (NOTE [failed configs] in throughput/sweep.py).
+            label = ran_label(data, r.get("config"), r.get("label"))
+            console.print(f"[red]✖ {escape(label)} failed:[/] {escape(str(r['error']))}")
+    whole = [
+        ran_label(data, r.get("config"), r.get("label"))
+        for r in results
+        if r.get("startup_included") and not r.get("error")
+    ]
+    if whole:
+        console.print(
+            f"Start-up included at {escape(', '.join(whole))}: its epochs end before its workers' "
+            "first batches are used up, so it has no steady state apart from start-up."
+        )
     marked = next((r["duplicates"] for r in results if r.get("duplicates")), None)
     if marked:
         console.print(

@@ -80,6 +80,8 @@ class Measurement:
     # CPU seconds the whole loader spent over the window: this process (all threads) and its
     # children (the workers); None where a child ended within the window (NOTE [receive cost]).
     loader_cpu_s: float | None = None
+    # Epochs too short for a steady state (NOTE [epoch restarts]): the rate includes start-up.
+    startup_included: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -99,6 +101,24 @@ class Measurement:
             "main_cpu_s": self.main_cpu_s,
             "loader_cpu_s": self.loader_cpu_s,
         }
+
+
+def restart_burst(config: LoaderConfig) -> int:
+    """Batches of a re-iterated epoch kept off the clock after its first one.
+
+    NOTE [epoch restarts]
+    A loader re-iterated for steady state (its epochs end: a stream, a factory's loader) starts
+    its workers again at each epoch. The wait for the new epoch's first batch is start-up and
+    stays off the clock, but the workers do not idle meanwhile: each fills its prefetch slots,
+    so up to ``num_workers × prefetch_factor`` batches were made during that wait and arrive at
+    once after it. Counting them on the clock would credit start-up's work to the steady state,
+    most where epochs are short and workers many (8 workers over 12-batch epochs read 5–10× their
+    real rate). So they pass off the clock too, as the first epoch's warm-up does; an epoch shorter
+    than that has no steady state, and the rate of whole epochs, start-up included, is taken.
+    """
+    if config.num_workers == 0:
+        return 0
+    return config.num_workers * (config.prefetch_factor or 2) - 1
 
 
 def warmup_batches_for(config: LoaderConfig) -> int:
@@ -199,10 +219,14 @@ def _measure(
             time.sleep(settle_s)
         stamps = [first]
         _count(sizes, None)
+        burst = 0  # batches of a new epoch still to pass off the clock (NOTE [epoch restarts])
         for _ in range(warmup):
             warm = _next(iterator)
             if warm is _END:
                 break
+            burst = (
+                restart_burst(config) if getattr(iterator, "fresh", False) else max(0, burst - 1)
+            )
             if main_step is not None:
                 main_step(warm)
             del warm
@@ -220,6 +244,9 @@ def _measure(
         samples = tokens = 0
         paused = 0.0  # waits for a new epoch's first batch, re-iterating a loader that ended
         waits: list[float] = []
+        # Every sample, batch, token and epoch start in the window, for the fallback.
+        epoch_samples = epoch_batches = epoch_tokens = restarts = 0
+        short = False  # epochs too short for a steady state (NOTE [epoch restarts])
         while True:
             batch = _next(iterator)
             if main_step is not None and batch is not _END:
@@ -228,24 +255,46 @@ def _measure(
             if batch is _END:
                 result.exhausted = True
                 break
-            if getattr(iterator, "fresh", False):
+            fresh = getattr(iterator, "fresh", False)
+            count = _count(sizes, batch)
+            epoch_samples += count
+            epoch_batches += 1
+            restarts += int(fresh)
+            counted_tokens = count_tokens(batch) if count_tokens is not None else 0
+            epoch_tokens += counted_tokens
+            del batch
+            if fresh or burst > 0:
                 # Start-up of the next epoch, reported apart from the steady state as the first
                 # epoch's is (a short stream would otherwise be timed on its prefetched batches).
-                _count(sizes, batch)
                 paused += now - last
-                last = now
-                del batch
-                continue
-            samples += _count(sizes, batch)
-            if count_tokens is not None:
-                tokens += count_tokens(batch)
-            del batch
-            waits.append(now - last)
+                burst = restart_burst(config) if fresh else burst - 1
+            else:
+                samples += count
+                tokens += counted_tokens
+                waits.append(now - last)
             last = now
-            elapsed = now - window_start - paused
-            if (elapsed >= min_window_s and len(waits) >= min_batches) or elapsed >= max_window_s:
+            wall = now - window_start
+            if restarts >= 3 and wall >= min_window_s:
+                # Fewer batches an epoch than twice its start-up burst: what is left is no steady
+                # state either (its batches were made during the burst's wait too).
+                short = epoch_batches < 2 * (restart_burst(config) + 1) * restarts
+                if short:
+                    break
+            elapsed = wall - paused
+            if (
+                (elapsed >= min_window_s and len(waits) >= min_batches)
+                or elapsed >= max_window_s
+                or wall >= 2 * max_window_s
+            ):
                 break
         result.window_s = last - window_start - paused
+        if short or (not waits and restarts and last > window_start):
+            # The epochs end inside their start-up (NOTE [epoch restarts]): their rate, start-up
+            # included, is the only one there is.
+            result.startup_included = True
+            result.window_s = last - window_start
+            samples, tokens = epoch_samples, epoch_tokens
+            waits = [(last - window_start) / epoch_batches] * epoch_batches
         result.main_cpu_s = max(0.0, receive_cpu() - cpu_start)
         result.loader_cpu_s = loader_cpu.elapsed()
         result.batches = len(waits)
@@ -370,17 +419,16 @@ def receiving_cpu_clock(iterator: Any) -> Callable[[], float]:
 
 def _cycles_itself(pipeline: Pipeline) -> bool:
     """Whether the trial loader must be re-iterated for steady state: kinds whose index lists
-    stallscope cannot cycle (NOTE [loader kinds]), except streams, which end where they end."""
+    stallscope cannot cycle (NOTE [loader kinds]), and streams, whatever builds them."""
     from torch.utils.data import IterableDataset
 
     kind = pipeline.kind
-    if kind.rebuilds_from_parts:
-        return False
-    if kind.name == "factory" and isinstance(pipeline.dataset, IterableDataset):
-        # A stream the user's factory builds ends where it ends, often after a few batches (a
-        # shard per worker): re-iterated, each epoch's start-up off the clock.
-        return True
     if isinstance(pipeline.dataset, IterableDataset):
+        # A stream ends where it ends, often after a few batches (a shard per worker): timed on
+        # one pass, the window would hold little more than the prefetched batches. Re-iterated,
+        # each epoch's start-up off the clock (NOTE [epoch restarts]).
+        return True
+    if kind.rebuilds_from_parts:
         return False
     return not (kind.name == "dataloader-subclass")
 
@@ -449,18 +497,30 @@ def measure_interleaved(
     *,
     repeats: int = 3,
     on_result: Callable[[int, int, Measurement], None] | None = None,
+    failures: dict[int, PipelineError] | None = None,
     **measure_kwargs: Any,
 ) -> list[list[Measurement]]:
     """Measure every config ``repeats`` times in A B … B A order; results per config.
 
     ``on_result(config_index, repeat, measurement)`` is called after each run
-    (progress bars, early stopping by raising).
+    (progress bars, early stopping by raising). With ``failures``, a config whose pipeline fails
+    (:class:`PipelineError`: the dataset raises only in workers, a worker dies) is recorded there
+    by index and left out of the later repeats, and the others go on; without it the error
+    propagates.
     """
     results: list[list[Measurement]] = [[] for _ in configs]
     order = list(range(len(configs)))
     for rep in range(repeats):
         for index in order if rep % 2 == 0 else reversed(order):
-            m = measure(pipeline, configs[index], **measure_kwargs)
+            if failures is not None and index in failures:
+                continue
+            try:
+                m = measure(pipeline, configs[index], **measure_kwargs)
+            except PipelineError as exc:
+                if failures is None:
+                    raise
+                failures[index] = exc
+                continue
             results[index].append(m)
             if on_result is not None:
                 on_result(index, rep, m)

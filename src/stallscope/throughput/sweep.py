@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import LoaderConfig
-from ..errors import UsageError
+from ..errors import PipelineError, UsageError
 from ..runtime.host import cuda_available, usable_cores
 from ..target import Pipeline, Preflight, load_target, preflight
 from .measure import (
@@ -42,6 +42,12 @@ class ConfigResult:
     # Set when the workers replay an unsharded IterableDataset: the rate counts copies.
     duplicates: dict[str, Any] | None = None
     label: str | None = None  # the loader kind's label (its own knobs only), else the config's
+    # Set when the pipeline failed at this config (one sentence: why); its measurements are dropped.
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.measurements)
 
     @property
     def rates(self) -> list[float]:
@@ -55,6 +61,13 @@ class ConfigResult:
         return [ms for m in self.measurements for ms in m.batch_ms]
 
     def to_dict(self) -> dict[str, Any]:
+        if self.error is not None:
+            # A failed config: what it was and why, no figures (the schema's failed benchResult).
+            return {
+                "config": self.config.to_dict(),
+                "label": self.label or self.config.label(),
+                "error": self.error,
+            }
         resources = [m.resources for m in self.measurements if m.resources is not None]
         batch_ms = self.all_batch_ms()
         return {
@@ -76,6 +89,9 @@ class ConfigResult:
             "samples_measured": sum(m.samples for m in self.measurements),
             "resources": _merge_resources(resources),
             "duplicates": self.duplicates,
+            # Epochs too short for a steady state: the rate includes their start-up (NOTE [epoch
+            # restarts] in measure.py).
+            "startup_included": any(m.startup_included for m in self.measurements),
             "error": None,
             "main_ms_per_batch": main_ms_per_batch(self.measurements),
             "cpu_ms_per_sample": loader_cpu_ms_per_sample(self.measurements),
@@ -134,9 +150,16 @@ class BenchResult:
     dataset: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def measured(self) -> list[ConfigResult]:
+        """The configs that measured a rate (failed ones left out)."""
+        return [r for r in self.results if r.ok]
+
+    @property
     def best(self) -> ConfigResult:
-        """The fastest config; rows whose rate counts duplicated samples never win."""
-        honest = [r for r in self.results if r.duplicates is None] or self.results
+        """The fastest config; rows whose rate counts duplicated samples never win, nor do
+        failed ones."""
+        measured = self.measured
+        honest = [r for r in measured if r.duplicates is None] or measured
         return max(honest, key=lambda r: r.median_rate)
 
     def plateau_workers(self) -> int | None:
@@ -145,7 +168,7 @@ class BenchResult:
         best = self.best
         same = [
             r
-            for r in self.results
+            for r in self.measured
             if r.config.replace(
                 num_workers=best.config.num_workers, prefetch_factor=best.config.prefetch_factor
             )
@@ -160,13 +183,13 @@ class BenchResult:
         return min(ok) if ok else None
 
     def to_dict(self) -> dict[str, Any]:
-        if not self.results:
-            return {"results": [], "dataset": self.dataset}
+        if not self.measured:
+            return {"results": [r.to_dict() for r in self.results], "dataset": self.dataset}
         best = self.best
         per_sample = self.single_process_ms_per_sample
         ideal = {}
         if per_sample:
-            for w in sorted({r.config.num_workers for r in self.results}):
+            for w in sorted({r.config.num_workers for r in self.measured}):
                 ideal[str(w)] = min(self.cores, max(w, 1)) * 1000.0 / per_sample
         return {
             "results": [r.to_dict() for r in self.results],
@@ -189,10 +212,13 @@ def dataset_facts(pipeline: Pipeline, pre: Preflight) -> dict[str, Any]:
         "item": pre.item_structure,
         "batch": pre.batch_structure,
         "batch_bytes": pre.batch_bytes,
-        "batch_size": pipeline.batch_size,
+        # None where the loader batches itself: its batches' size is what the sweep measures.
+        "batch_size": None if pipeline.baseline.batches_itself else pipeline.batch_size,
         # "batch_sampler": the user's batch sampler decides each batch (batch_size is then their
-        # mean).
-        "batching": call.batching if call is not None else "batch_size",
+        # mean); "loader": the loader builds its batches itself.
+        "batching": "loader"
+        if pipeline.baseline.batches_itself
+        else (call.batching if call is not None else "batch_size"),
         "batch_sizes": call.batch_sizes if call is not None else None,
         "iterable": pipeline.is_iterable,
         "type": type(pipeline.dataset).__name__ if pipeline.has_dataset else None,
@@ -295,6 +321,9 @@ def bench(
     if pipeline.is_iterable and any(c.num_workers > 0 for c in configs):
         replay = replayed_workers(pipeline, multiprocessing_context)
     done: list[list[Measurement]] = [[] for _ in configs]
+    # A config that fails inside the pipeline (the dataset raises only in workers, or only at one
+    # prefetch setting; a worker dies) is a failed row; the others go on (NOTE [failed configs]).
+    failures: dict[int, PipelineError] = {}
 
     def record_result(index: int, repeat: int, m: Measurement) -> None:
         done[index].append(m)
@@ -307,6 +336,7 @@ def bench(
             configs,
             repeats=repeats,
             on_result=record_result,
+            failures=failures,
             min_window_s=min_window_s,
             timeout=timeout,
             sample_resources=sample_resources,
@@ -315,12 +345,44 @@ def bench(
         # Ctrl-C: hand what was measured so far to the caller for a partial report.
         # The summary rides on the exception itself, as an attribute KeyboardInterrupt lacks.
         interrupt.partial = _summarise(  # type: ignore[attr-defined]
-            pipeline, pre, configs, done, cores, references=None, replay=replay
+            pipeline, pre, configs, done, cores, references=None, replay=replay, failures=failures
         )
         raise
+    _raise_unless_measured(pipeline, configs, failures)
     return _summarise(
-        pipeline, pre, configs, done, cores, references=(min_window_s, timeout), replay=replay
+        pipeline,
+        pre,
+        configs,
+        done,
+        cores,
+        references=(min_window_s, timeout),
+        replay=replay,
+        failures=failures,
     )
+
+
+def _raise_unless_measured(
+    pipeline: Pipeline, configs: Sequence[LoaderConfig], failures: dict[int, PipelineError]
+) -> None:
+    """The sweep's error when it cannot stand for the pipeline: the user's own config failed, or
+    every config did.
+
+    NOTE [failed configs]
+    A config can fail where the user's does not: a dataset that raises only in worker processes,
+    or only with one prefetch setting, a worker killed at one worker count. That is a finding
+    about that config, not about the pipeline: its row says "failed" and why, and the sweep goes
+    on. Only when the user's own config fails (or nothing could be measured) is the pipeline
+    itself broken, and that is the command's error (exit 2).
+    """
+    if not failures:
+        return
+    baseline = pipeline.baseline
+    for index, error in failures.items():
+        config = configs[index]
+        if config == baseline or config.label() == baseline.label():
+            raise error
+    if len(failures) == len(configs):
+        raise failures[min(failures)]
 
 
 def _settable(pipeline: Pipeline, config: LoaderConfig) -> bool:
@@ -374,19 +436,23 @@ def _summarise(
     *,
     references: tuple[float, float] | None,
     replay: dict[str, Any] | None = None,
+    failures: dict[int, PipelineError] | None = None,
 ) -> BenchResult:
-    """A BenchResult from the configs measured at least once; ``references`` (window,
+    """A BenchResult from the configs measured at least once or failed; ``references`` (window,
     timeout) allows measuring a missing single-process reference; ``replay`` marks the
-    rows with workers on a stream they duplicate."""
+    rows with workers on a stream they duplicate; ``failures`` the configs that failed, by
+    index (NOTE [failed configs])."""
+    failed = failures or {}
     results = [
         ConfigResult(
             config=c,
-            measurements=m,
-            duplicates=replay if c.num_workers > 0 else None,
+            measurements=[] if i in failed else m,
+            duplicates=replay if c.num_workers > 0 and i not in failed else None,
             label=pipeline.kind.label(c),
+            error=str(failed[i]) if i in failed else None,
         )
-        for c, m in zip(configs, runs)
-        if m
+        for i, (c, m) in enumerate(zip(configs, runs))
+        if m or i in failed
     ]
     per_sample = None
     # Without a num_workers knob no single-process configuration of this loader exists: a speed-up
@@ -413,7 +479,7 @@ def _single_process_rates(results: list[ConfigResult]) -> dict[int, float]:
     return {
         r.config.batch_size: r.median_rate
         for r in results
-        if r.config.num_workers == 0 and r.median_rate > 0
+        if r.ok and r.config.num_workers == 0 and r.median_rate > 0
     }
 
 
@@ -423,13 +489,16 @@ def _single_process_references(
     """Single-process rate per batch size; measured once more where the grid has no 0-worker
     config."""
     single = _single_process_rates(results)
-    for bs in sorted({r.config.batch_size for r in results} - set(single)):
-        m = measure(
-            pipeline,
-            LoaderConfig(num_workers=0, batch_size=bs),
-            min_window_s=min_window_s,
-            timeout=timeout,
-        )
+    for bs in sorted({r.config.batch_size for r in results if r.ok} - set(single)):
+        try:
+            m = measure(
+                pipeline,
+                LoaderConfig(num_workers=0, batch_size=bs),
+                min_window_s=min_window_s,
+                timeout=timeout,
+            )
+        except PipelineError:
+            continue  # no reference at this batch size: its rows get no speed-up
         if m.samples_per_s > 0:
             single[bs] = m.samples_per_s
     return single
@@ -441,7 +510,7 @@ def _attach_scaling(
     """Set speed-up and parallel efficiency against the single-process rate per batch size."""
     for r in results:
         base = single.get(r.config.batch_size)
-        if not base or r.duplicates is not None:
+        if not base or r.duplicates is not None or not r.ok:
             continue  # a rate of duplicated samples is no speed-up
         r.speedup = r.median_rate / base
         ideal = min(cores, max(r.config.num_workers, 1)) * base
@@ -449,5 +518,5 @@ def _attach_scaling(
     if not single:
         return None
     # The single-process per-sample cost at the most common batch size.
-    bs = max(single, key=lambda b: sum(1 for r in results if r.config.batch_size == b))
+    bs = max(single, key=lambda b: sum(1 for r in results if r.ok and r.config.batch_size == b))
     return 1000.0 / single[bs]

@@ -1,0 +1,75 @@
+"""Start-up of re-iterated epochs stays off the clock, and so do the batches the workers made
+while it lasted (NOTE [epoch restarts] in ``throughput/measure.py``); epochs too short for a
+steady state are timed whole. A fake clock advanced by the loader itself."""
+
+from __future__ import annotations
+
+import time
+import types
+
+import pytest
+import torch
+
+from stallscope.target import load_target
+from stallscope.throughput import measure as measure_module
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+
+class Epochs:
+    """Each epoch: a first batch after ``startup`` seconds (the workers start and fill their
+    slots), then the ``burst`` batches they made meanwhile at no wait, then batches ``step``
+    seconds apart; 10 samples a batch."""
+
+    def __init__(self, clock: Clock, batches: int, burst: int, startup: float, step: float):
+        self.clock, self.batches, self.burst = clock, batches, burst
+        self.startup, self.step = startup, step
+
+    def __iter__(self):
+        for i in range(self.batches):
+            if i == 0:
+                self.clock.now += self.startup
+            elif i > self.burst:
+                self.clock.now += self.step
+            yield torch.zeros(10, 2)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    fake = types.SimpleNamespace(
+        **{name: getattr(time, name) for name in dir(time) if not name.startswith("_")}
+    )
+    fake.perf_counter = lambda: clock.now
+    monkeypatch.setattr(measure_module, "time", fake)
+    return clock
+
+
+def _pipeline(clock: Clock, batches: int):
+    def make_loader(num_workers: int = 2):
+        # 2 workers × prefetch 2: 3 batches besides the first are made during the start-up.
+        return Epochs(clock, batches, burst=3, startup=1.0, step=0.01)
+
+    pipeline = load_target(make_loader)
+    assert pipeline.kind.name == "factory"
+    return pipeline
+
+
+def test_the_burst_after_an_epoch_start_is_not_steady_state(clock):
+    pipeline = _pipeline(clock, batches=40)
+    m = measure_module.measure(pipeline, pipeline.baseline, min_window_s=2.0, max_window_s=60)
+    assert not m.startup_included
+    # Only batches 0.01 s apart were timed: 10 samples each, 1000 samples/s exactly.
+    assert m.samples_per_s == pytest.approx(1000.0)
+    assert min(m.batch_ms) == pytest.approx(10.0)
+
+
+def test_epochs_shorter_than_their_burst_are_timed_whole(clock):
+    pipeline = _pipeline(clock, batches=6)
+    m = measure_module.measure(pipeline, pipeline.baseline, min_window_s=2.0, max_window_s=60)
+    assert m.startup_included
+    # An epoch: 1.0 s of start-up, 3 free batches, 2 more 0.01 s apart: 60 samples in 1.02 s.
+    assert m.samples_per_s == pytest.approx(60 / 1.02, rel=0.15)
