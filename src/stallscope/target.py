@@ -45,8 +45,6 @@ from .pipeline.kinds import (
     paths_to,
 )
 from .pipeline.kinds import Path as ObjectPath
-from .pipeline.preflight import Preflight as Preflight
-from .pipeline.preflight import preflight as preflight
 from .pipeline.resolve import resolve_callable, split_spec
 from .pipeline.threaded import ThreadedDataset
 from .runtime.processes import shutdown_iterator

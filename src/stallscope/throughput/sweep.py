@@ -9,8 +9,9 @@ from typing import Any
 
 from ..config import LoaderConfig
 from ..errors import PipelineError, UsageError
+from ..pipeline.preflight import Preflight, preflight
 from ..runtime.host import cuda_available, usable_cores
-from ..target import Pipeline, Preflight, load_target, preflight
+from ..target import Pipeline, load_target
 from .measure import (
     Measurement,
     histogram,
