@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,10 @@ class LoaderConfig:
     # a wrapper or iterable that is not a DataLoader): ``batch_size`` is then no setting of it, and
     # no label shows one (the batches' own size is read from what was measured).
     batches_itself: bool = False
+    # The knobs a label shows when it is not told (``label(knobs=None)``): a factory's configs
+    # show only the knobs its parameters take (and the batch size), never a DataLoader default
+    # its call did not pass. How a config is shown, not a setting: not compared, not saved.
+    label_knobs: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.num_workers < 0:
@@ -94,7 +98,9 @@ class LoaderConfig:
         return kwargs
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        del data["label_knobs"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoaderConfig:
@@ -135,6 +141,8 @@ class LoaderConfig:
         factory that takes only ``threads=`` reads ``threads×4``, never a made-up
         ``w=0 bs=1``; "as built" when it has none.
         """
+        if knobs is None:
+            knobs = self.label_knobs
         shown = set(knobs) if knobs is not None else {f.name for f in fields(self)}
         workers = self.num_workers if "num_workers" in shown else None
         parts = [f"w={workers}"] if workers is not None else []

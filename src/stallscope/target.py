@@ -200,12 +200,15 @@ def _adopt_factory(
     if not parameters or not _factory_first(pipeline.kind):
         return
     baseline = factory_baseline(parameters, product, pipeline.baseline)
+    knobs = tuple(sorted({f for f, _ in parameters.values()}))
+    # Every trial is the baseline with other values: its label shows what the call passes.
+    baseline = baseline.replace(label_knobs=(*knobs, "batch_size"))
     what = pipeline.kind.description
     inner = pipeline.kind if pipeline.kind.tunable else None
     pipeline.kind = FactoryKind(
         "factory",
         f"{what}, built by {getattr(factory, '__qualname__', 'the target')}() with knob parameters",
-        knobs=tuple(sorted({f for f, _ in parameters.values()})),
+        knobs=knobs,
         limits=dict(pipeline.kind.limits),
         counts_indices=False,
         factory=factory,

@@ -191,7 +191,9 @@ def factory_record() -> dict:
         "knobs": ["num_workers"],
         "limits": {},
     }
-    r["loader"] = dict(r["loader"], origin="make_loader()", factory_parameters={"num_workers": "x"})
+    r["loader"] = dict(
+        r["loader"], origin="make_loader()", factory_parameters={"workers": "num_workers"}
+    )
     base = r["baseline"]["samples_per_s"]
     r["best"] = dict(r["best"], samples_per_s=base * 1.02, speedup=1.02, keep_baseline=False)
     r.pop("ceiling", None)
@@ -208,6 +210,20 @@ def test_the_factorys_own_defaults_are_labelled_as_yours_not_w0():
         assert "yours (make_loader's defaults)" in text or "yours (make_loader&#x27;s" in text, name
         # The factory's own default is never shown as a worker count of 0, tables included.
         assert "w=0" not in text, name
+
+
+def test_a_factorys_configs_show_only_the_knobs_its_parameters_take():
+    record = factory_record()  # make_loader takes num_workers only
+    base = record["baseline"]["samples_per_s"]
+    record["best"] = dict(record["best"], samples_per_s=base * 3, speedup=3.0)
+    verdict = decide(record)
+    assert verdict.action == "switch"
+    assert verdict.label == "w=2 bs=16"  # the trial's config held pf=2: the call never passed it
+    head = " ".join(ConsoleRenderer(width=140).render(record).split("Evidence")[0].split())
+    use = head[head.index("Use:") : head.index(".", head.index("Use:"))]
+    assert use.startswith("Use: w=2 bs=16 at") and "pf=" not in use
+    # The code was not run, so the change is said in words: only what make_loader takes.
+    assert "Set num_workers=2 where you build" in head and "prefetch_factor" not in head
 
 
 def test_sample_unit_is_named_from_the_batch_where_it_says():
@@ -358,3 +374,20 @@ def test_an_interval_that_does_not_hold_the_gain_is_not_stated():
     why = dict(verdict.not_measured)["an interval for the gain"]
     assert "rounds disagree" in why
     assert "paired ratio" not in " ".join(surfaces(record).values())
+
+
+def test_the_sentence_for_unrun_code_names_only_what_the_factory_takes():
+    from stallscope.analysis.tune_rules import advice_in_words
+
+    advice = {
+        "config": cfg(2, 16),
+        "baseline": cfg(0, 16),
+        "kind_description": "a ThreadedLoader, built by make_loader() with knob parameters",
+        "knobs": ["num_workers"],
+        "reason": "no call with these settings was run",
+    }
+    words = advice_in_words(advice)
+    assert words.startswith("Set num_workers=2 where you build a ThreadedLoader")
+    assert "prefetch_factor" not in words
+    advice["knobs"] = None  # a DataLoader rebuilt from its parts: every changed argument
+    assert "prefetch_factor=2" in advice_in_words(advice)

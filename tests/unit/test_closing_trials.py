@@ -95,3 +95,18 @@ def test_array_subclasses_are_described_as_what_they_extend():
         {"image": np.zeros((4, 3), dtype=np.float32)}
     )
     assert nbytes(shared) == 48
+
+
+def test_a_factorys_trial_configs_are_labelled_with_the_knobs_its_call_takes():
+    from pathlib import Path
+
+    from stallscope.config import LoaderConfig
+    from stallscope.target import load_target
+
+    target = Path(__file__).parents[1] / "pipelines" / "closing_iterator.py"
+    pipeline = load_target(f"{target}:make_loader")  # make_loader(num_workers=...) only
+    trial = pipeline.baseline.replace(num_workers=2)
+    assert trial.prefetch_factor == 2  # the DataLoader default the config holds...
+    assert trial.label() == "w=2"  # ...is not shown: the factory's call never passes it
+    assert "label_knobs" not in trial.to_dict()
+    assert trial == LoaderConfig.from_dict(trial.to_dict())  # how it is shown is not compared

@@ -155,6 +155,8 @@ def true_label(
     factory = factory_name(r)
     if factory is not None and baseline is not None and same_config(config, baseline):
         return f"yours ({factory}'s defaults)", None
+    if factory is not None:
+        label = _factory_knobs_only(r, label)
     ran = batch_size_ran(r, config)
     said = batch_size_of(config)
     if ran is None or said is None or f"bs={said}" not in label.split():
@@ -165,6 +167,42 @@ def true_label(
         f"says bs={said} while its batches held {ran} samples each",
         "relabelled",
     )
+
+
+# A label's words and the knob each shows (``LoaderConfig.label``): a factory's config shows only
+# the knobs its parameters take; the batch size stays, read from the batches where they say.
+_LABEL_WORDS = (
+    ("w=", "num_workers"),
+    ("threads×", "worker_threads"),
+    ("pf=", "prefetch_factor"),
+    ("persistent", "persistent_workers"),
+    ("unordered", "in_order"),
+    ("pin", "pin_memory"),
+    ("batched", "batched_fetch"),
+    ("torch_threads=", "torch_threads"),
+    ("fork", "multiprocessing_context"),
+    ("spawn", "multiprocessing_context"),
+    ("forkserver", "multiprocessing_context"),
+)
+
+
+def _factory_knobs_only(r: Record, label: str) -> str:
+    """``label`` without the knobs the user's factory does not take: a trial's config holds
+    DataLoader defaults (``pf=2``) that the factory's call never passed."""
+    parameters = mapping(r.get("loader")).get("factory_parameters")  # parameter -> knob
+    if not isinstance(parameters, dict) or not parameters:
+        return label
+    takes = set(parameters.values())
+    kept = [
+        word
+        for word in label.split()
+        if not any(
+            (word == prefix or (prefix.endswith(("=", "×")) and word.startswith(prefix)))
+            and knob not in takes
+            for prefix, knob in _LABEL_WORDS
+        )
+    ]
+    return " ".join(kept) or label
 
 
 def users_config(r: Record) -> dict[str, Any] | None:

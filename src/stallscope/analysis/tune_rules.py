@@ -300,10 +300,14 @@ def advice_in_words(advice: dict[str, Any]) -> str:
     """The recommended knob change as a sentence, for where its code could not be run
     (NOTE [verified snippets] in pipeline/verify.py)."""
     config, baseline = advice.get("config") or {}, advice.get("baseline") or {}
+    knobs = advice.get("knobs")  # the kind's own: a factory takes only its parameters
     changed = [
         f"{k}={v!r}"
         for k, v in config.items()
-        if baseline and baseline.get(k) != v and v is not None
+        if baseline
+        and baseline.get(k) != v
+        and v is not None
+        and (not isinstance(knobs, list) or k in knobs)
     ]
     where = advice.get("kind_description") or "your loader"
     what = (

@@ -435,6 +435,8 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
         "baseline": (baseline or {}).get("config") or pipeline.baseline.to_dict(),
         "kind": pipeline.kind.name,
         "kind_description": pipeline.kind.description,
+        # What a trial of this kind can set: a sentence names only these (a factory's parameters).
+        "knobs": None if pipeline.kind.rebuilds_from_parts else list(pipeline.kind.knobs),
         "python": None,
     }
     snippet = snippet_for_record(data, chosen)

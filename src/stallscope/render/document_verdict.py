@@ -196,9 +196,11 @@ def _code(v: RunVerdict, r: dict[str, Any]) -> list[dm.Block]:
         return []
     advice = mapping(r.get("loader_code"))
     if advice.get("config") != v.config:
+        takes = mapping(r.get("loader")).get("factory_parameters")
         advice = {
             "config": v.config,
             "baseline": mapping(r.get("baseline")).get("config"),
+            "knobs": sorted(set(takes.values())) if isinstance(takes, dict) and takes else None,
             "reason": "no call with these settings was run",
         }
     return [dm.Paragraph(dm.record_text(advice_in_words(advice)))]
