@@ -53,8 +53,8 @@ class LoaderConfig:
     # no label shows one (the batches' own size is read from what was measured).
     batches_itself: bool = False
     # The knobs a label shows when it is not told (``label(knobs=None)``): a factory's configs
-    # show only the knobs its parameters take (and the batch size), never a DataLoader default
-    # its call did not pass. How a config is shown, not a setting: not compared, not saved.
+    # show only the knobs its parameters take, never a DataLoader default its call did not pass.
+    # How a config is shown, not a setting: not compared, not saved.
     label_knobs: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:

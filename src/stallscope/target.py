@@ -202,7 +202,7 @@ def _adopt_factory(
     baseline = factory_baseline(parameters, product, pipeline.baseline)
     knobs = tuple(sorted({f for f, _ in parameters.values()}))
     # Every trial is the baseline with other values: its label shows what the call passes.
-    baseline = baseline.replace(label_knobs=(*knobs, "batch_size"))
+    baseline = baseline.replace(label_knobs=knobs)
     what = pipeline.kind.description
     inner = pipeline.kind if pipeline.kind.tunable else None
     pipeline.kind = FactoryKind(
