@@ -102,7 +102,7 @@ def test_bench_states_the_ceiling_and_the_cores_needed(tmp_path):
 
 def test_tune_states_the_ceiling_and_the_cores_needed(tmp_path):
     out = tmp_path / "tune.json"
-    proc = run_cli("tune", VISION, "--budget", "5", "--target-rate", "5000", "--json", str(out))
+    proc = run_cli("tune", VISION, "--budget", "10", "--target-rate", "5000", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     record = json.loads(out.read_text())
     jsonschema.validate(record, record_schema())
