@@ -21,7 +21,7 @@ import stallscope as ss
 
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
-def test_each_stage_within_ten_percent_of_the_injected_cost(start_method, tmp_path, monkeypatch):
+def test_each_stage_holds_its_injected_cost(start_method, tmp_path, monkeypatch):
     monkeypatch.setenv(TRUTH_ENV, str(tmp_path))
     result = ss.stages(
         "stages_injected:injected",
