@@ -5,25 +5,31 @@ dict collater; OpenCV mosaic detection through a DataLoader subclass; WAV + mel 
 shuffle, drop_last and a padding collate), alternate a plain timing of the user's loader at
 num_workers=0 (samples as their batches hold them, over wall time) with ``ss.bench`` at
 num_workers=0 on the same loader, in adjacent pairs (A B, then B A), and report the medians,
-the median of the paired ratios bench / independent, and bench's batches/s.
+the median of the paired ratios bench / independent (the claim: within 0.8–1.25), and bench's
+batches/s.
 
     python benchmarks/fidelity_agreement.py [--pairs 8] [--window 1.0] [--threads N]
+        [--out benchmarks/results/fidelity_agreement.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "pipelines"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import real_audio  # noqa: E402
 import real_detection  # noqa: E402
 import real_translation  # noqa: E402
 import torch  # noqa: E402
+from _provenance import Provenance  # noqa: E402
 from user_timing import independent_rate  # noqa: E402
 
 import stallscope as ss  # noqa: E402
@@ -39,7 +45,14 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch intra-op threads for both (default: leave)"
     )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(ROOT) / "benchmarks" / "results" / "fidelity_agreement.json",
+    )
     args = parser.parse_args()
+    prov = Provenance.start()
+    rows = []
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     print(
@@ -67,8 +80,27 @@ def main() -> None:
         ratio = statistics.median(b / a for a, b in zip(independent, benched))
         print(
             f"| {module.__name__} | {statistics.median(independent):,.1f} | "
-            f"{statistics.median(benched):,.1f} | {ratio:.3f} | {statistics.median(batches):,.1f} |"
+            f"{statistics.median(benched):,.1f} | {ratio:.3f} | "
+            f"{statistics.median(batches):,.1f} |",
+            flush=True,
         )
+        rows.append(
+            {
+                "loader": module.__name__,
+                "independent_samples_per_s": [round(r, 1) for r in independent],
+                "bench_samples_per_s": [round(r, 1) for r in benched],
+                "median_paired_ratio": round(ratio, 4),
+                "within_0_8_to_1_25": 0.8 <= ratio <= 1.25,
+            }
+        )
+    payload = {
+        "provenance": prov.finish(),
+        "pairs": args.pairs,
+        "window_s": args.window,
+        "threads": args.threads,
+        "loaders": rows,
+    }
+    args.out.write_text(json.dumps(payload, indent=2) + "\n")
 
 
 if __name__ == "__main__":

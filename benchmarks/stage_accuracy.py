@@ -11,11 +11,13 @@ unmarked rest of ``__getitem__`` is ``other`` together with the calls stallscope
 out of it (the 2 ms ``time.sleep()``), which are listed under it.
 
     python benchmarks/stage_accuracy.py [--workers 2] [--samples 256] [--start-methods fork,spawn]
+        [--out benchmarks/results/stage_accuracy.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -23,8 +25,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "pipelines"))  # spawned workers inherit sys.path
+sys.path.insert(0, str(HERE))
 
 import stages_injected  # noqa: E402
+from _provenance import Provenance  # noqa: E402
 
 import stallscope as ss  # noqa: E402
 
@@ -122,7 +126,10 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--samples", type=int, default=256)
     parser.add_argument("--start-methods", default="fork,spawn")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "stage_accuracy.json")
     args = parser.parse_args()
+    prov = Provenance.start()
+    runs = []
     from stallscope.runtime.host import usable_cores
 
     print(
@@ -130,7 +137,21 @@ def main() -> int:
         f"{', '.join(f'{v:.2f}' for v in os.getloadavg())}"
     )
     for method in [m.strip() for m in args.start_methods.split(",") if m.strip()]:
-        print_table(method, args.workers, measure(method, args.workers, args.samples))
+        rows = measure(method, args.workers, args.samples)
+        print_table(method, args.workers, rows)
+        errors = [abs(r["error_vs_injected"]) for r in rows if r["error_vs_injected"] is not None]
+        runs.append(
+            {
+                "start_method": method,
+                "workers": args.workers,
+                "samples": args.samples,
+                "worst_error_vs_injected": round(max(errors), 4),
+                "within_10pct": max(errors) <= 0.10,
+                "rows": rows,
+            }
+        )
+    payload = {"provenance": prov.finish(), "runs": runs}
+    args.out.write_text(json.dumps(payload, indent=2) + "\n")
     return 0
 
 

@@ -36,7 +36,7 @@ def test_doctor_writes_one_complete_report(tmp_path):
             "--out",
             str(out),
             "--budget",
-            "20",
+            "10",
             "--repeats",
             "1",
         ],

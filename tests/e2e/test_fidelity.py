@@ -4,7 +4,6 @@ an independent timing of their own loader, and a loader subclass leaves no worke
 from __future__ import annotations
 
 import importlib
-import statistics
 import time
 from collections import Counter, deque
 
@@ -12,7 +11,7 @@ import pytest
 import real_audio
 import real_translation
 import torch
-from user_timing import independent_rate
+from user_timing import samples_in
 
 import stallscope as ss
 from stallscope.config import LoaderConfig
@@ -94,46 +93,30 @@ def test_a_loader_subclass_that_starts_workers_leaves_none_behind():
     assert m.samples == 8 * m.batches  # batch_size=8 through their RandomSampler and generator
 
 
-# -- agreement with an independent timing ----------------------------------------------------
-
-
-def _bench_rate(pipeline, window_s: float) -> float:
-    result = ss.bench(
-        pipeline, num_workers=[0], repeats=1, min_window_s=window_s, sample_resources=False
-    )
-    return result.results[0].median_rate
-
-
-@pytest.fixture
-def one_intra_op_thread():
-    """Both timings in one thread: on a shared 2-core machine torch's intra-op pool (STFT, resize)
-    stalls on its barrier for whole time slices, noise that would swamp a 20% comparison."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# -- what bench counts, against the user's own count ---------------------------------------------
+# That bench's rate agrees with an independent timing of the user's loader (within 0.8–1.25, the
+# median of paired ratios) is a timing claim: benchmarks/fidelity_agreement.py measures it
+# (benchmarks/results/fidelity_agreement.json). Here: bench counts each batch as the user's own
+# code does.
 
 
 @pytest.mark.parametrize("name", ["real_translation", "real_detection", "real_audio"])
-def test_bench_at_zero_workers_agrees_with_an_independent_timing(name, capsys, one_intra_op_thread):
+def test_bench_at_zero_workers_counts_samples_as_the_users_code_does(name):
     module = importlib.import_module(name)  # imported here: real_detection loads OpenCV
     pipeline = load_target(module.make_loader)
-    independent, benched = [], []
-    for pair in range(
-        6
-    ):  # adjacent pairs, alternating A B / B A: drift on a shared machine hits both alike
-        for which in "AB" if pair % 2 == 0 else "BA":
-            if which == "A":
-                independent.append(independent_rate(module, 0.8))
-            else:
-                benched.append(_bench_rate(pipeline, 0.8))
-    ratio = statistics.median(b / a for a, b in zip(independent, benched))
-    with capsys.disabled():
-        print(
-            f"\n{module.__name__}: bench {statistics.median(benched):,.1f}/s, "
-            f"independent {statistics.median(independent):,.1f}/s, median paired ratio {ratio:.3f}"
-        )
-    assert 0.8 <= ratio <= 1.25
+    row = ss.bench(
+        pipeline, num_workers=[0], repeats=1, min_window_s=0.3, sample_resources=False
+    ).results[0]
+    [m] = row.measurements
+    assert m.batches > 0 and row.median_rate == pytest.approx(m.samples_per_s)
+    per_batch = m.samples / m.batches
+    if name == "real_translation":  # token buckets: as many sentences as fit a token budget
+        lengths = [len(b) for b in pipeline.batch_sampler.batches]
+        assert min(lengths) <= per_batch <= max(lengths) and per_batch > 1.5
+    else:
+        # what the user's code counts in each of their batches (user_timing.samples_in)
+        counts = {samples_in(module, b) for b in _consume(module.make_loader(num_workers=0), 4)}
+        assert counts == {pipeline.batch_size} and per_batch == pipeline.batch_size
 
 
 class IndexEcho(torch.utils.data.Dataset):

@@ -61,7 +61,7 @@ def test_doctor_applies_races_and_prints_a_diff_that_runs(name, tmp_path):
             "--skip",
             "check,bench,stages",
             "--budget",
-            "8",
+            "4",  # the tuner only gives the pick the changes race: its quality is not read here
             "--changes-budget",
             "12",
         ],

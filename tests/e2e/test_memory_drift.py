@@ -2,10 +2,15 @@
 
 A leaking dataset grows, a clean one does not.
 
-The leaking dataset keeps 256 KB of every sample in a module-level list of the
+The leaking dataset keeps 512 KB of every sample in a module-level list of the
 process that fetches it (each fork worker, or the main process with
-num_workers=0): 200 samples per process is 50 MB, above the memory-growth
+num_workers=0): 400 samples per worker is 200 MB, well above the memory-growth
 rule's 32 MB minimum. The clean one is the same dataset without the list.
+
+This host's page reclaim can take file-backed pages (a torch process maps about
+80 MB) out of a process's RSS while it runs, so a measured rate can only fall
+short of the leak: a leak of 200–400 MB per process keeps the rate within the
+asserted band however much of that is reclaimed.
 """
 
 from __future__ import annotations
@@ -27,14 +32,21 @@ from stallscope.schema import record_schema
 from stallscope.training.windows import read_windows
 
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
-# 100 MB kept per worker: well above the rule's 32 MB floor even when a loaded machine delays the
-# last reading
 STEPS = 400
 BATCH = 2
+LEAK_BYTES = 512 * 1024
+# MB (MiB) per 1,000 samples a process fetched, were every kept byte counted
+LEAK_MB_PER_1000 = LEAK_BYTES / (1024 * 1024) * 1000
+
+
+def leak_rate_is_right(mb_per_1000: float) -> bool:
+    """A measured leak rate within the band of the leak (allocator overhead above, reclaimed file
+    pages below)."""
+    return 0.6 * LEAK_MB_PER_1000 < mb_per_1000 < 1.6 * LEAK_MB_PER_1000
 
 
 def watched_run(leak: bool, num_workers: int, tmp_path: Path) -> dict:
-    dataset = leaking.KeepingDataset(cost_s=0.0005, leak=leak)
+    dataset = leaking.KeepingDataset(cost_s=0.0005, leak=leak, leak_bytes=LEAK_BYTES)
     context = "fork" if num_workers else None
     loader = DataLoader(
         dataset, batch_size=BATCH, num_workers=num_workers, multiprocessing_context=context
@@ -64,13 +76,17 @@ def test_a_leaking_dataset_in_workers_shows_a_growing_slope(tmp_path):
     )
     assert drift["main"]["verdict"] == "flat"  # the leak is in the workers only
     for worker in drift["workers"]:
-        # The rate is read on the measure the leak was judged growing in: this host's page
-        # reclaim can take a worker's shared pages out of its RSS while its private memory grows.
-        kind = "rss" if f"worker {worker['worker']} RSS" in growing else "uss"
-        channel = worker[kind]
-        # 256 KB per sample the worker fetched: 250 MB per 1,000 (allocator overhead on top)
-        assert 150 < channel["mb_per_1000"] < 400, (kind, channel)
-        assert channel["mb_per_hour"] > 0 and channel["plateaued_after"] is None, (kind, channel)
+        # Every measure judged growing grows at a positive rate per hour, with no plateau.
+        judged = [
+            worker[kind]
+            for kind in ("rss", "uss")
+            if f"worker {worker['worker']} {kind.upper()}" in growing
+        ]
+        assert all(ch["mb_per_hour"] > 0 and ch["plateaued_after"] is None for ch in judged)
+        # Page reclaim only takes pages away, so the faster of the two is the closer to the leak:
+        # 512 KB per sample the worker fetched (USS, its private memory, is not reclaimed).
+        fastest = max(ch["mb_per_1000"] for ch in judged)
+        assert leak_rate_is_right(fastest), worker
     windows = profile["windows"]
     assert len(windows) >= 5 and all(
         len(w["workers"]) == 2 for w in windows if w["main_rss_mb"] is not None
@@ -85,8 +101,10 @@ def test_a_leaking_dataset_in_workers_shows_a_growing_slope(tmp_path):
 
 def test_a_clean_dataset_in_workers_does_not_grow(tmp_path):
     drift = watched_run(False, 2, tmp_path)["memory_drift"]
-    assert drift["verdict"] in ("flat", "plateaued"), drift
-    assert drift["growing"] == []
+    # Flat, not plateaued: a plateau is judged only past 1.5 passes over the data, and the run
+    # reads 800 of the dataset's 100,000 samples.
+    assert drift["verdict"] == "flat" and drift["pass_samples"] == 100_000, drift
+    assert drift["growing"] == [] and drift["plateaued"] == []
     assert all(w["rss"]["grew_mb"] < 32 for w in drift["workers"]), drift
 
 
@@ -95,8 +113,8 @@ def test_in_process_loading_judges_the_main_process(leak, tmp_path):
     drift = watched_run(leak, 0, tmp_path)["memory_drift"]
     assert drift["workers"] == []
     assert drift["main"]["verdict"] == ("growing" if leak else "flat"), drift["main"]
-    if leak:
-        assert drift["main"]["mb_per_1000"] > 150  # 256 KB per sample, in samples of the whole run
+    if leak:  # 512 KB per sample, in samples of the whole run
+        assert leak_rate_is_right(drift["main"]["mb_per_1000"]), drift["main"]
 
 
 def test_profile_cli_reports_windows_drift_and_the_plot_over_time(tmp_path, capsys):

@@ -49,8 +49,10 @@ def _words(text: str) -> str:
     "command",
     [
         ["bench", "--num-workers", "0,2", "--repeats", "1", "--window", "0.4"],
-        ["tune", "--budget", "10"],
-        ["doctor", "--budget", "10", "--skip", "check,stages,changes", "--repeats", "1"],
+        # what is checked is that every surface names the one winner, whichever it is: a short
+        # tuner budget still races one
+        ["tune", "--budget", "5"],
+        ["doctor", "--budget", "5", "--skip", "check,stages,changes", "--repeats", "1"],
     ],
     ids=["bench", "tune", "doctor"],
 )

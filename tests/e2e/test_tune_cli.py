@@ -45,18 +45,26 @@ def test_tune_cli_json_and_yaml(tmp_path, pipelines_dir):
     # The user's loader (1 worker, 4 ms of sleep per item) is the baseline; sleeping parallelises.
     assert record["baseline"]["config"]["num_workers"] == 1
     best = record["best"]
-    # Fetches overlap: more worker processes, or fetch threads inside them (worker_threads).
+    # Fetches overlap: more worker processes, or fetch threads inside them (worker_threads), than
+    # the user's one. (How far the tuner goes past 2 depends on the machine's load: the tuner
+    # benchmarks measure where it lands.)
     concurrent = best["config"]["num_workers"] * max(1, best["config"].get("worker_threads", 0))
-    assert concurrent > 2 and best["speedup"] > 1.5
+    assert concurrent >= 2 and best["speedup"] > 1.5
     # No confidence without two interleaved rounds (a 10 s budget often has none).
     assert best["confidence"] is None if best["rounds"] < 2 else 0.0 <= best["confidence"] <= 1.0
     assert all({"config", "label", "samples_per_s", "phase"} <= set(t) for t in record["trials"])
     assert record["search"]["region"]["name"] == "latency-bound"
     # stdout carries only the YAML (pipe-able); it matches the record's pick.
     assert LoaderConfig.from_yaml(proc.stdout) == LoaderConfig.from_dict(best["config"])
-    # The summary (on stderr) opens with the verdict on the same config.
-    assert "Verdict" in proc.stderr and ("Use:" in proc.stderr or "Keep yours:" in proc.stderr)
-    assert record["analysis"]["config"] in (best["config"], record["baseline"]["config"])
+    # The summary (on stderr) opens with the record's verdict, on the same config.
+    assert "Verdict" in proc.stderr
+    if record["analysis"]["action"] == "switch":
+        assert "Use:" in proc.stderr and "Keep yours:" not in proc.stderr
+        assert record["analysis"]["config"] == best["config"]
+    else:
+        assert record["analysis"]["action"] == "keep-yours", record["analysis"]
+        assert "Keep yours:" in proc.stderr and "Use:" not in proc.stderr
+        assert record["analysis"]["config"] == record["baseline"]["config"]
 
 
 def test_tune_cli_emits_python(capsys, pipelines_dir, monkeypatch):

@@ -1,9 +1,9 @@
 """Pipelines of known cost for ``compare`` and the long-run ``watch`` tests.
 
 ``base`` sleeps ``COST_S`` per item; ``plus20`` sleeps 20% more (a change that made
-every sample 20% dearer). Sleep releases the CPU, so a loaded machine changes the
-rates little. ``leaky``/``steady`` are datasets for the memory-drift tests: one keeps
-a copy of every sample it returns, the other nothing.
+every sample 20% dearer), ``twice`` twice as long. Sleep releases the CPU, so a loaded
+machine changes the rates little. ``leaky``/``steady`` are datasets for the memory-drift
+tests: one keeps a copy of every sample it returns, the other nothing.
 """
 
 from __future__ import annotations
@@ -50,6 +50,11 @@ def base_again() -> dict:
 
 def plus20() -> dict:
     return {"dataset": SleepItems(COST_S * (1 + EXTRA)), "batch_size": 4}
+
+
+def twice() -> dict:
+    """Every sample twice as dear: slower beyond doubt, however loaded the machine."""
+    return {"dataset": SleepItems(COST_S * 2), "batch_size": 4}
 
 
 class Leaky(Dataset):

@@ -12,6 +12,11 @@ step of an epoch but its first. They start when the loop asks for the
 epoch's second batch, which is the fetch of item 1, or of item 2 where the
 framework's loader runs one batch ahead (accelerate's ``DataLoaderShard``),
 and end with the epoch.
+
+Every cost is slept on a clock: the real one (``Clock``), or a ``FakeClock``
+that moves only when something sleeps on it. Given to stallscope's callback as
+well (``clock=``), the fake one makes the truth exact and a run free of load:
+the figures the callback reports must then equal the dataset's own.
 """
 
 from __future__ import annotations
@@ -23,23 +28,50 @@ import torch
 from torch.utils.data import Dataset
 
 
-class TimedItems(Dataset):
-    """``length`` items, each costing ``cost_s`` of sleep; ``fetches`` logs (start, end) of
-    every call."""
+class Clock:
+    """Real time: ``clock()`` reads ``time.perf_counter``, ``clock.sleep(s)`` sleeps."""
 
-    def __init__(self, length: int, cost_s: float, *, as_dict: bool = False) -> None:
+    def __call__(self) -> float:
+        return time.perf_counter()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class FakeClock(Clock):
+    """Time that moves only by ``sleep``: whatever else runs (the framework's own loop) takes
+    none."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+class TimedItems(Dataset):
+    """``length`` items, each costing ``cost_s`` of sleep on ``clock``; ``fetches`` logs (start,
+    end) of every call."""
+
+    def __init__(
+        self, length: int, cost_s: float, *, as_dict: bool = False, clock: Clock | None = None
+    ) -> None:
         self.length, self.cost_s, self.as_dict = length, cost_s, as_dict
+        self.clock = clock or Clock()
         self.fetches: list[tuple[float, float]] = []
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, index: int):
-        start = time.perf_counter()
-        time.sleep(self.cost_s)
+        start = self.clock()
+        self.clock.sleep(self.cost_s)
         x = torch.full((4,), float(index))
         item = {"x": x, "labels": torch.tensor(float(index % 2))} if self.as_dict else x
-        self.fetches.append((start, time.perf_counter()))
+        self.fetches.append((start, self.clock()))
         return item
 
 

@@ -78,3 +78,31 @@ def test_a_worker_born_inside_the_window_counts_all_its_cpu(burners):
     if truth < 5:
         pytest.skip("the burner got almost no CPU: the machine is too busy to tell")
     assert summary.workers_cpu_percent == pytest.approx(truth, abs=NOISE_PERCENT)
+
+
+def test_a_worker_that_has_exited_has_no_memory_reading():
+    # An exited worker not yet reaped (a zombie) reads 0 bytes; counted as a reading, a leaking
+    # worker's last window of a run read as a fall of its whole memory.
+    ctx = multiprocessing.get_context("fork")
+    live, dead = ctx.Process(target=time.sleep, args=(30,)), ctx.Process(target=int)
+    live.start()
+    dead.start()
+    try:
+        deadline = time.monotonic() + 10.0
+        while psutil.Process(dead.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "the child never exited"
+            time.sleep(0.01)
+        sampler = ResourceSampler(60.0, uss_every=1, worker_pids=lambda: [live.pid, dead.pid])
+        sampler.begin()
+        sampler.sample()
+        tick = sampler.latest()
+        assert tick is not None and tick.n_workers == 2
+        assert tick.worker_rss_mb is not None and tick.worker_uss_each is not None
+        alive_rss, dead_rss = tick.worker_rss_mb
+        assert alive_rss is not None and alive_rss > 0 and dead_rss is None
+        assert tick.worker_uss_each[1] is None
+        assert tick.workers_rss_mb == alive_rss  # the total holds the live worker only
+    finally:
+        live.kill()
+        live.join(5)
+        dead.join(5)

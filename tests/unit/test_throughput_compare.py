@@ -1,21 +1,18 @@
 """The compare engine on sleep datasets of known cost, in-process (num_workers=0).
 
-The A/A test runs the engine 20 times: the CI gate reads the interval, so a noisy shared
-machine widens it instead of tripping the gate. The slow-down test checks the gate trips
-on a +20% per-sample cost and that the interval covers the true ratio of the two sleeps.
+One A/A run passes the gate; a sample twice as dear trips it. How often A/A trips the gate
+over many runs, and whether the interval covers the true ratio of the two sleeps, are
+claims about rates: ``benchmarks/compare_calibration.py`` measures them by repetition
+(results in ``benchmarks/results/compare_calibration.json``).
 """
 
 from __future__ import annotations
 
-import statistics
-
 import compare_pipelines as cp
-import pytest
 
 from stallscope.analysis.comparison import compare_facts
 from stallscope.target import pipeline_from_object
 from stallscope.throughput import compare as engine
-from stallscope.throughput.measure import measure
 
 
 def pipelines(b_factory=cp.base, cost_s: float | None = None):
@@ -47,49 +44,25 @@ def test_rounds_alternate_abba_and_baab():
     assert window["samples_per_s"] > 0 and window["samples"] >= 8 * 4
 
 
-def test_a_to_a_never_fails_the_gate_in_20_runs():
-    outcomes = []
-    for _ in range(20):
-        a, b = pipelines()
-        run = engine.compare(a, b, window_s=0.1, budget_s=3.0, precision=0.03)
-        facts = compare_facts(run.rounds, fail_if_slower_pct=10)
-        outcomes.append(
-            (
-                facts["ratio"]["estimate"],
-                facts["ratio"]["low"],
-                facts["ratio"]["high"],
-                facts["verdict"],
-            )
-        )
-        assert len(run.rounds) >= 3, run.stopped
-        assert facts["gate"]["failed"] is False, outcomes[-1]
-    print(
-        "A/A (estimate, low, high, verdict):",
-        [(round(e, 3), round(lo, 3), round(hi, 3), v) for e, lo, hi, v in outcomes],
-    )
-
-
-def test_a_20_percent_dearer_sample_fails_the_gate_and_the_interval_covers_the_true_ratio():
-    cost = 0.005  # 5 ms vs 6 ms per item: the loader's own per-sample overhead is small beside it
-    a, b = pipelines(cp.plus20, cost_s=cost)
-    a.dataset.durations, b.dataset.durations = [], []
-    run = engine.compare(
-        a, b, window_s=0.3, budget_s=25, precision=0.03, level=0.99, sample_resources=False
-    )
-    facts = compare_facts(run.rounds, fail_if_slower_pct=10, level=0.99)
-    # The true ratio of the rates: each side's real time per item plus the same loader overhead per
-    # sample, the overhead measured on a free dataset.
-    free = pipeline_from_object({"dataset": cp.SleepItems(0.0), "batch_size": 4})
-    overhead = 1.0 / measure(free, free.baseline, min_window_s=0.3).samples_per_s
-    true = (statistics.fmean(a.dataset.durations) + overhead) / (
-        statistics.fmean(b.dataset.durations) + overhead
-    )
+def test_a_to_a_passes_the_gate():
+    a, b = pipelines()
+    run = engine.compare(a, b, window_s=0.1, budget_s=3.0, precision=0.03)
+    facts = compare_facts(run.rounds, fail_if_slower_pct=10)
+    assert len(run.rounds) >= 3, run.stopped
+    assert facts["gate"]["failed"] is False, facts["ratio"]
     ratio = facts["ratio"]
-    print(
-        f"+20%: rounds {ratio['rounds']}, B/A {ratio['estimate']:.4f} [{ratio['low']:.4f}, "
-        f"{ratio['high']:.4f}], true {true:.4f}"
-    )
-    assert facts["verdict"] == "slower"
+    assert ratio["low"] <= ratio["estimate"] <= ratio["high"]
+
+
+def test_a_twice_as_dear_sample_fails_the_gate():
+    # 4 ms vs 8 ms per item: B's rate is about half A's, far below the gate's 0.9 however noisy
+    # the machine (the +20% case, near the gate, is the benchmark's)
+    a, b = cp.base(), cp.base()
+    a["dataset"], b["dataset"] = cp.SleepItems(0.004), cp.SleepItems(0.008)
+    a, b = pipeline_from_object(a, label="a"), pipeline_from_object(b, label="b")
+    run = engine.compare(a, b, window_s=0.2, budget_s=8, precision=0.03, sample_resources=False)
+    facts = compare_facts(run.rounds, fail_if_slower_pct=10)
+    ratio = facts["ratio"]
+    assert facts["verdict"] == "slower", ratio
     assert facts["gate"]["failed"] is True
-    assert ratio["low"] - 0.005 <= true <= ratio["high"] + 0.005
-    assert true == pytest.approx(1 / 1.2, abs=0.02)
+    assert ratio["low"] <= ratio["estimate"] <= ratio["high"] < 0.9

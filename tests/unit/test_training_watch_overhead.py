@@ -153,7 +153,9 @@ def test_the_sampler_sleeps_between_epochs():
 
 def test_sampling_clocks_count_only_time_inside_epochs():
     # 20 epochs of about 25 ms against a 50 ms interval: a clock restarted at every
-    # epoch would never come due; counted over epochs, samples come at the configured rate.
+    # epoch would never come due (no sample), one counting the 30 ms gaps between epochs too would
+    # come due about twice as often; counted over epochs, samples come at most at the configured
+    # rate. (How close to it a loaded machine lets the sampler's thread come is not asserted.)
     gpu = CountingGpu()
     w = ss.watch(range(5), gpu=gpu, sample_interval=0.05)
     inside = 0.0
@@ -165,7 +167,7 @@ def test_sampling_clocks_count_only_time_inside_epochs():
         time.sleep(0.03)  # between epochs: not counted
     w.close()
     due = inside / 0.05
-    assert 0.3 * due <= gpu.calls <= due + 1, (gpu.calls, due)
+    assert 1 <= gpu.calls <= due + 1, (gpu.calls, due)
 
 
 def test_a_watch_dropped_without_close_ends_its_thread():

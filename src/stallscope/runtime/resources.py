@@ -58,8 +58,9 @@ class ResourceTick:
     workers_rss_mb: float
     n_workers: int
     worker_uss_mb: list[float] | None = None  # per worker, on the ticks that read USS
-    # per worker, in the order of ``worker_pids`` (their worker ids)
-    worker_rss_mb: list[float] | None = None
+    # per worker, in the order of ``worker_pids`` (their worker ids); None for a worker that has
+    # exited (its memory is gone, not 0 MB)
+    worker_rss_mb: list[float | None] | None = None
     # per worker as worker_rss_mb, None where unreadable
     worker_uss_each: list[float | None] | None = None
 
@@ -292,7 +293,9 @@ class ResourceSampler:
     def _main_rss(self) -> float:
         own = self._own
         rss = own.rss_mb() if own is not None and own.current() else None
-        return rss if rss is not None else _rss_mb(self.root)
+        if rss is None:
+            rss = _rss_mb(self.root)
+        return rss if rss is not None else 0.0
 
     def _baseline(self, proc: psutil.Process, cpu: float) -> None:
         """Where a worker's CPU starts counting (NOTE [CPU from the window start])."""
@@ -324,7 +327,7 @@ class ResourceSampler:
         workers_pct = 0.0
         workers_rss = 0.0
         uss: list[float] = []
-        rss_each: list[float] = []
+        rss_each: list[float | None] = []
         uss_each: list[float | None] = []
         workers = self._workers()
         for proc in workers:
@@ -337,8 +340,9 @@ class ResourceSampler:
             workers_pct += (cpu - self._prev_cpu[proc.pid]) / dt * 100
             self._prev_cpu[proc.pid] = cpu
             rss = _rss_mb(proc)
-            workers_rss += rss
-            rss_each.append(round(rss, 1))
+            if rss is not None:
+                workers_rss += rss
+            rss_each.append(None if rss is None else round(rss, 1))
             if read_uss:
                 value = _uss_mb(proc)
                 uss_each.append(None if value is None else round(value, 1))
@@ -436,17 +440,21 @@ def _cpu_seconds(proc: psutil.Process) -> float:
         return 0.0
 
 
-def _rss_mb(proc: psutil.Process) -> float:
+def _rss_mb(proc: psutil.Process) -> float | None:
+    """None for a process that is gone or has exited: an exited worker not yet reaped (a zombie)
+    reads 0 bytes, which is no memory reading (a leaking worker's last window would read as a
+    fall)."""
     try:
-        rss: float = proc.memory_info().rss / MB
-        return rss
+        rss: int = proc.memory_info().rss
     except psutil.Error:
-        return 0.0
+        return None
+    return rss / MB if rss > 0 else None
 
 
 def _uss_mb(proc: psutil.Process) -> float | None:
+    """As :func:`_rss_mb`, for the private memory."""
     try:
-        uss: float = proc.memory_full_info().uss / MB
-        return uss
+        uss: int = proc.memory_full_info().uss
     except (psutil.Error, AttributeError):
         return None
+    return uss / MB if uss > 0 else None
