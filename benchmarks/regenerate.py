@@ -136,9 +136,40 @@ ENTRIES: tuple[Entry, ...] = (
     ),
     Entry(
         "declared_stage_accuracy",
-        ("benchmarks/declared_stage_accuracy.py", "--repeats", "3"),
+        (
+            "benchmarks/declared_stage_accuracy.py",
+            *("--repeats", "3", "--out", _json("declared_stage_accuracy")),
+        ),
         ("declared_stage_accuracy.json",),
         5,
+    ),
+    Entry(
+        "stage_accuracy",
+        ("benchmarks/stage_accuracy.py", "--samples", "192", "--out", _json("stage_accuracy")),
+        ("stage_accuracy.json",),
+        1,
+    ),
+    Entry(
+        "compare_calibration",
+        ("benchmarks/compare_calibration.py", "--out", _json("compare_calibration")),
+        ("compare_calibration.json",),
+        3,
+    ),
+    Entry(
+        "fidelity_agreement",
+        (
+            "benchmarks/fidelity_agreement.py",
+            *("--pairs", "6", "--window", "0.8", "--threads", "1"),
+            *("--out", _json("fidelity_agreement")),
+        ),
+        ("fidelity_agreement.json",),
+        1,
+    ),
+    Entry(
+        "watch_accuracy",
+        ("benchmarks/watch_accuracy.py", "--runs", "5", "--out", _json("watch_accuracy")),
+        ("watch_accuracy.json",),
+        1,
     ),
     Entry(
         "tune_under_load",
