@@ -391,3 +391,18 @@ def test_the_sentence_for_unrun_code_names_only_what_the_factory_takes():
     assert "prefetch_factor" not in words
     advice["knobs"] = None  # a DataLoader rebuilt from its parts: every changed argument
     assert "prefetch_factor=2" in advice_in_words(advice)
+
+
+def test_a_baseline_that_did_not_race_is_never_said_to_be_in_the_same_race():
+    record = load("tune")
+    best = record["best"]
+    best["head_to_head"] = [h for h in best["head_to_head"] if h["role"] != "baseline"]
+    verdict = decide(record)
+    assert verdict.rounds and verdict.baseline_rounds == 0
+    assert "did not race the pick" in dict(verdict.not_measured)["an interval for the gain"]
+    for name, text in surfaces(record).items():
+        assert "in the same race" not in text, name
+        assert "single measurement: it did not race" in text, name
+    raced = decide(load("tune"))  # the fixture's baseline raced its one round
+    assert raced.baseline_rounds == 1
+    assert "in the same race" in surfaces(load("tune"))["console"]

@@ -60,6 +60,9 @@ class RunVerdict:
     measurement: str | None = None  # which measurement the rate is
     baseline_label: str | None = None
     baseline_samples_per_s: float | None = None
+    # Rounds the user's loader raced the pick (None: not a tuner's race); 0: its rate is the
+    # tuner's single measurement, taken outside the race.
+    baseline_rounds: int | None = None
     gain: float | None = None  # over the user's loader (or one process), same measurement
     gain_interval: list[float] | None = None
     confidence: float | None = None
@@ -100,7 +103,11 @@ class RunVerdict:
             "sample_unit": self.sample_unit,
             "baseline": None
             if self.baseline_label is None
-            else {"label": self.baseline_label, "samples_per_s": self.baseline_samples_per_s},
+            else {
+                "label": self.baseline_label,
+                "samples_per_s": self.baseline_samples_per_s,
+                "rounds": self.baseline_rounds,
+            },
             "gain": self.gain,
             "gain_interval": self.gain_interval,
             "confidence": self.confidence,
@@ -177,6 +184,8 @@ def _winner(r: Record) -> RunVerdict:
         else:
             v.measurement = "the tuner's measurements"
         best_entry = mapping(r.get("best"))
+        base = next((h for h in tuning.head_to_head if h.role == "baseline"), None)
+        v.baseline_rounds = (base.rounds or 0) if base is not None else 0
         v.confidence, problem = checked_confidence(best_entry.get("confidence"), rounds)
         if problem is not None:
             problems.append(problem)
@@ -271,6 +280,11 @@ def _gain_interval(r: Record, tuning: Any, v: RunVerdict) -> None:
         why = (
             f"your loader raced the pick in {rounds} round"
             f"{'s' if rounds != 1 else ''}{left}; an interval needs two paired rounds or more"
+        )
+    elif base is None:
+        why = (
+            "your loader did not race the pick: its single measurement was too far behind to "
+            "enter the race"
         )
     else:
         why = "the race recorded no per-round ratio of the pick to your loader"

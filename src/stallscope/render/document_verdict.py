@@ -46,7 +46,13 @@ def _decision(v: RunVerdict) -> dm.Text:
     if v.gain is not None and v.baseline_label is not None:
         whose = "your loader " if v.source == "tune" else "one process, "
         same = (
-            ("in the same race" if v.rounds else "as the tuner measured it")
+            (
+                "in the same race"
+                if v.rounds and v.baseline_rounds
+                else "in the tuner's single measurement: it did not race"
+                if v.rounds
+                else "as the tuner measured it"
+            )
             if v.source == "tune"
             else "in the same sweep"
         )
