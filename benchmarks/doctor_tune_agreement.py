@@ -75,7 +75,7 @@ def run(command: str, target: str, timeout: float) -> dict[str, Any]:
             capture_output=True,
             text=True,
             timeout=timeout,
-            cwd=HERE,
+            cwd=tmp,  # doctor writes its stallscope-report/ folder where it runs
         )
         wall = time.perf_counter() - t0
         record = json.loads(out.read_text()) if out.exists() else {}
