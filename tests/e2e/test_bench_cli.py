@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
+from _cli import run_stallscope
 
 from stallscope.schema import record_schema
 
@@ -17,15 +16,7 @@ PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
 
 
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="160")
-    return subprocess.run(
-        [sys.executable, "-m", "stallscope", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=PIPELINES.parent.parent,
-    )
+    return run_stallscope(*args, cwd=PIPELINES.parent.parent, timeout=timeout, columns=160)
 
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])

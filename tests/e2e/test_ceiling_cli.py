@@ -4,13 +4,12 @@ present, consistent with the figures they come from, in the console and the Mark
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
+from _cli import run_stallscope
 
 from stallscope.schema import record_schema
 
@@ -19,15 +18,7 @@ VISION = f"{PIPELINES}/ceiling_vision.py:small_loader"
 
 
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="200")
-    return subprocess.run(
-        [sys.executable, "-m", "stallscope", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=PIPELINES.parent.parent,
-    )
+    return run_stallscope(*args, cwd=PIPELINES.parent.parent, timeout=timeout, columns=200)
 
 
 def check_consistent(record: dict, pick_rate: float, pick_workers: int) -> None:

@@ -6,23 +6,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _cli import run_stallscope
 
 PIPELINES = Path(__file__).parent.parent / "pipelines"
 TARGETS = "declared_stages.py"
 
 
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "stallscope", *args],
-        cwd=PIPELINES,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_stallscope(*args, cwd=PIPELINES, timeout=timeout)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _cli import run_stallscope
 
 PIPELINES = Path(__file__).parent.parent / "pipelines"
 KINDS = "real_loader_kinds.py"
@@ -21,13 +22,7 @@ TUNE_BUDGET = "4"
 
 
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "stallscope", *args],
-        cwd=PIPELINES,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_stallscope(*args, cwd=PIPELINES, timeout=timeout)
 
 
 # Stop the loader's threads and workers before the script exits, as a training script's end would: a

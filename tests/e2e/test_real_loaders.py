@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _cli import run_stallscope
 
 PIPELINES = Path(__file__).parent.parent / "pipelines"
 
@@ -38,13 +39,7 @@ def _need(target: str) -> None:
 
 
 def run_cli(*args: str, timeout: float = 280) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "stallscope", *args],
-        cwd=PIPELINES,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_stallscope(*args, cwd=PIPELINES, timeout=timeout)
 
 
 def _two_batches(code: str) -> str:

@@ -4,12 +4,11 @@ pipelines."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
+from _cli import run_stallscope
 
 from stallscope.analysis import recommendations
 from stallscope.commands import bench as bench_command
@@ -20,14 +19,7 @@ TARGET = f"{PIPELINES}/threads_datasets.py"
 
 
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="160")
-    return subprocess.run(
-        [sys.executable, "-m", "stallscope", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
+    return run_stallscope(*args, timeout=timeout, columns=160)
 
 
 def test_bench_adds_worker_threads_to_the_grid(tmp_path):
