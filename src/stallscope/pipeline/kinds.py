@@ -587,12 +587,9 @@ def close_trial(loader: Any, iterator: Any, *, deadline: float = CLOSE_DEADLINE_
 
     from ..runtime.processes import shutdown_iterator
 
-    targets: list[Any] = []
-    for root in (iterator, loader):
-        if root is None:
-            continue
-        found = _reachable(root)
-        targets.extend(found)
+    from_iterator = _reachable(iterator) if iterator is not None else []
+    from_loader = _reachable(loader) if loader is not None else []
+    targets = from_iterator + from_loader
     done: set[int] = set()
     for obj in targets:
         if id(obj) in done:
@@ -603,7 +600,7 @@ def close_trial(loader: Any, iterator: Any, *, deadline: float = CLOSE_DEADLINE_
         elif inspect.ismethod(getattr(obj, "_shutdown", None)):  # a node's or an iterator's own
             with contextlib.suppress(Exception):
                 obj._shutdown()
-    opened = _opened_iterators(loader, iterator)
+    opened = [] if iterator is loader else _opened_iterators(from_iterator, from_loader)
     if opened and not _close_within(opened, deadline):
         park(loader, iterator, *opened)
     for obj in targets:
@@ -612,16 +609,14 @@ def close_trial(loader: Any, iterator: Any, *, deadline: float = CLOSE_DEADLINE_
                 obj.close()
 
 
-def _opened_iterators(loader: Any, iterator: Any) -> list[Any]:
+def _opened_iterators(from_iterator: list[Any], from_loader: list[Any]) -> list[Any]:
     """Iterators the trial's ``iter()`` made that carry a ``close()``: reachable from the iterator
     but not from the loader (what the loader holds is the user's and lives on), outermost
     first. Files and generators are left out (a generator is closed after; a file is data)."""
-    if iterator is None or iterator is loader:
-        return []
-    before = {id(obj) for obj in _reachable(loader)} if loader is not None else set()
+    before = {id(obj) for obj in from_loader}
     return [
         obj
-        for obj in _reachable(iterator)
+        for obj in from_iterator
         if id(obj) not in before
         and not isinstance(obj, io.IOBase)
         and not inspect.isgenerator(obj)
