@@ -186,13 +186,21 @@ _LABEL_WORDS = (
 )
 
 
+def factory_knobs(r: Record) -> set[str] | None:
+    """The knobs the user's factory takes (its parameters' config fields); None where the target
+    is no factory with knob parameters."""
+    parameters = mapping(r.get("loader")).get("factory_parameters")  # parameter -> knob
+    if not isinstance(parameters, dict) or not parameters:
+        return None
+    return {str(knob) for knob in parameters.values()}
+
+
 def _factory_knobs_only(r: Record, label: str) -> str:
     """``label`` without the knobs the user's factory does not take: a trial's config holds
     DataLoader defaults (``pf=2``) that the factory's call never passed."""
-    parameters = mapping(r.get("loader")).get("factory_parameters")  # parameter -> knob
-    if not isinstance(parameters, dict) or not parameters:
+    takes = factory_knobs(r)
+    if takes is None:
         return label
-    takes = set(parameters.values())
     kept = [
         word
         for word in label.split()

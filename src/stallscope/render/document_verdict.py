@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.invariants import factory_knobs
 from ..analysis.readers import mapping
 from ..analysis.run_verdict import RunVerdict, decide
 from ..analysis.sections import loader_snippet
@@ -202,11 +203,11 @@ def _code(v: RunVerdict, r: dict[str, Any]) -> list[dm.Block]:
         return []
     advice = mapping(r.get("loader_code"))
     if advice.get("config") != v.config:
-        takes = mapping(r.get("loader")).get("factory_parameters")
+        takes = factory_knobs(r)
         advice = {
             "config": v.config,
             "baseline": mapping(r.get("baseline")).get("config"),
-            "knobs": sorted(set(takes.values())) if isinstance(takes, dict) and takes else None,
+            "knobs": None if takes is None else sorted(takes),
             "reason": "no call with these settings was run",
         }
     return [dm.Paragraph(dm.record_text(advice_in_words(advice)))]
