@@ -236,17 +236,25 @@ def _tie(r: Record, tuning: Any, v: RunVerdict, label: Any) -> None:
     margin = number(best.get("margin"))
     if margin:
         v.tied_ratio = round(1 / margin, 4)
-    interval = best.get("margin_interval")
-    if isinstance(interval, list) and len(interval) == 2 and all(number(x) for x in interval):
+    interval = _interval(best.get("margin_interval"))
+    if interval is not None:
         v.tied_interval = [round(1 / interval[1], 4), round(1 / interval[0], 4)]
+
+
+def _interval(value: Any) -> tuple[float, float] | None:
+    """A recorded ``[low, high]`` interval as numbers, low first; None where the record has none."""
+    if isinstance(value, list) and len(value) == 2 and all(number(x) for x in value):
+        lo, hi = sorted(float(x) for x in value)
+        return lo, hi
+    return None
 
 
 def _gain_interval(r: Record, tuning: Any, v: RunVerdict) -> None:
     """The gain's interval: the pick over the user's loader, paired by round (the race records it
     from two paired rounds on); else why there is none."""
-    interval = mapping(r.get("best")).get("gain_interval")
-    if isinstance(interval, list) and len(interval) == 2 and all(number(x) for x in interval):
-        lo, hi = sorted(float(x) for x in interval)
+    interval = _interval(mapping(r.get("best")).get("gain_interval"))
+    if interval is not None:
+        lo, hi = interval
         if v.gain is None or lo <= v.gain <= hi:
             v.gain_interval = [round(lo, 4), round(hi, 4)]
             return
