@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "pipelines"))
 
 import check_datasets as cd  # noqa: E402
 import real_streams  # noqa: E402
+from _provenance import Provenance  # noqa: E402
 
 import stallscope as ss  # noqa: E402
-from stallscope.runtime.host import host_info  # noqa: E402
 
 # code -> (pipeline, keyword arguments of ss.check); the same calls as tests/e2e/test_check_codes.py
 CASES: dict[str, tuple[Any, dict[str, Any]]] = {
@@ -56,6 +57,7 @@ def main() -> int:
         "--codes", default=",".join(CASES), help="comma-separated codes (default: all)"
     )
     args = parser.parse_args()
+    provenance = Provenance.start()
     examples: dict[str, Any] = {}
     for code in [c for c in args.codes.split(",") if c]:
         pipeline, kwargs = CASES[code]
@@ -72,7 +74,11 @@ def main() -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(
         json.dumps(
-            {"host": host_info().to_dict(), "tool_version": ss.__version__, "examples": examples},
+            {
+                "provenance": provenance.finish(),
+                "tool_version": ss.__version__,
+                "examples": examples,
+            },
             indent=2,
             default=str,
         )

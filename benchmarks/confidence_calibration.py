@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
 import statistics
 import sys
@@ -47,6 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _provenance import Provenance  # noqa: E402
 from tuner_pipelines import KINDS  # noqa: E402
 
 from stallscope.runtime.host import host_info  # noqa: E402
@@ -319,8 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         parser.error(f"unknown kind(s): {', '.join(unknown)}")
+    provenance = Provenance.start()
     host = host_info().to_dict()
-    load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+    load_start = provenance.load_at_start
     log(f"host: {host['cores']} usable cores, torch {host['torch']}, load average {load_start}")
     pipelines = {kind: load_target(KINDS[kind][0]) for kind in kinds}
     started = time.perf_counter()
@@ -339,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['held']} ({row['tune_seconds']} s + {rr.get('seconds')} s)"
             )
             if args.json:  # after every tune: an interrupted run keeps what it measured
-                write_json(args, host, load_start, kinds, started, rows)
-    summary = write_json(args, host, load_start, kinds, started, rows)
+                write_json(args, provenance, kinds, started, rows)
+    summary = write_json(args, provenance, kinds, started, rows)
     print(markdown(summary))
     return 0 if summary["criterion"]["pass"] else 1
 
@@ -369,8 +370,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def write_json(
     args: argparse.Namespace,
-    host: dict[str, Any],
-    load_start: Any,
+    provenance: Provenance,
     kinds: list[str],
     started: float,
     rows: list[dict[str, Any]],
@@ -382,9 +382,7 @@ def write_json(
             json.dumps(
                 {
                     "script": "benchmarks/confidence_calibration.py",
-                    "host": host,
-                    "load_average_at_start": load_start,
-                    "load_average_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
+                    "provenance": provenance.finish(),
                     "settings": {
                         "kinds": kinds,
                         "per_kind": args.per_kind,

@@ -46,6 +46,9 @@ from torch.utils.data import DataLoader, RandomSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "pipelines"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _provenance import Provenance  # noqa: E402
 
 PIPELINES = {
     "demo": "stallscope.demo:pipeline",
@@ -195,6 +198,7 @@ def main() -> None:
     args = parser.parse_args()
     from stallscope.runtime.host import usable_cores
 
+    provenance = Provenance.start()
     cores = usable_cores()
     rows = []
     for name, target in PIPELINES.items():
@@ -299,6 +303,7 @@ def main() -> None:
     merged.update({r["pipeline"]: r for r in rows})
     result = {
         "script": "benchmarks/cores_needed.py",
+        "provenance": provenance.finish(),
         "usable_cores": cores,
         "target_rate": args.target_rate,
         "budget_s": args.budget,

@@ -42,6 +42,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "pipelines"))
+sys.path.insert(0, str(HERE))
+
+from _provenance import Provenance  # noqa: E402
 
 KINDS = [
     "real_loader_kinds:nodes_graph",
@@ -256,6 +259,7 @@ def main() -> None:
         "--json", type=Path, default=HERE / "results" / "loader_kinds_agreement.json"
     )
     args = parser.parse_args()
+    provenance = Provenance.start()
 
     from stallscope.runtime.processes import no_orphans
     from stallscope.target import load_target
@@ -316,7 +320,7 @@ def main() -> None:
                 "rounds": args.rounds,
                 "window_s": args.window,
                 "tune_budget_s": args.budget,
-                "host": {"cores": os.cpu_count()},
+                "provenance": provenance.finish(),
                 "rows": rows,
             },
             indent=2,

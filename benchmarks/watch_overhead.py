@@ -62,6 +62,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import stallscope as ss
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _provenance import Provenance  # noqa: E402
+
 SPEC_BUDGET_PERCENT = 1.0
 # Issue 19: what the watch may add per step on a Python list (ns).
 HOT_PATH_BUDGET_NS = 1000.0
@@ -394,6 +397,7 @@ def main() -> None:
             )
         )
         return
+    provenance = Provenance.start()
     if args.hot_path:
         figure = hot_path_figure(repeats=args.repeats)
         print(
@@ -402,7 +406,9 @@ def main() -> None:
         )
         print_hot_path(figure)
         if args.json:
-            args.json.write_text(json.dumps({"hot_path": figure}, indent=2) + "\n")
+            args.json.write_text(
+                json.dumps({"provenance": provenance.finish(), "hot_path": figure}, indent=2) + "\n"
+            )
         return
     processes = args.processes or (2 if args.quick else 6)
     blocks = args.blocks or (6 if args.quick else 24)
@@ -410,6 +416,7 @@ def main() -> None:
     steps = in_fresh_processes(processes, args.epochs, args.batches, args.batch_size)
     epochs_e2e = end_to_end(blocks, args.batches, args.batch_size)
     result = {
+        "provenance": provenance.finish(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "batch_size": args.batch_size,
