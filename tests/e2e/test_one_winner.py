@@ -57,10 +57,37 @@ def _words(text: str) -> str:
     ids=["bench", "tune", "doctor"],
 )
 def test_every_surface_names_the_same_winner_and_advice(command, tmp_path):
+    _one_story(command, TARGET, tmp_path)
+
+
+# Loaders that are not DataLoaders, each built by a factory that takes knob parameters: a
+# torchdata.nodes graph, a thread-pool stream, and a pre-training loader that yields one flat token
+# buffer per step (no batch dimension; its "sample" is a token).
+NOT_DATALOADERS = [
+    "real_loader_kinds.py:nodes_graph",
+    "real_loader_kinds.py:threaded_stream",
+    "real_lm_stream.py:make_loader",
+]
+
+
+@pytest.mark.parametrize("target", NOT_DATALOADERS, ids=lambda t: t.split(":")[1])
+def test_loaders_that_are_not_dataloaders_tell_one_story(target, tmp_path):
+    doctor = ["doctor", "--budget", "4", "--skip", "check,stages,changes", "--repeats", "1"]
+    record, surfaces = _one_story(doctor, target, tmp_path)
+    ceiling = record["analysis"]["ceiling"]
+    assert ceiling is None or 0 < ceiling["share"] <= 1.0, ceiling
+    for name, text in surfaces.items():  # no printed share of a ceiling above 100%
+        shares = re.findall(r"([\d,.]+)% of (?:this machine's|the) ceiling", text)
+        assert all(float(x.replace(",", "")) <= 100 for x in shares), (name, shares)
+
+
+def _one_story(command: list[str], target: str, tmp_path: Path) -> tuple[dict, dict[str, str]]:
+    """Run ``command`` on ``target`` with every output; each surface names the verdict's config,
+    with its first sentence and its recommendations, and none calls another config best."""
     out = {ext: tmp_path / f"run.{ext}" for ext in ("json", "md", "html")}
     args = [
         *command[:1],
-        TARGET,
+        target,
         *command[1:],
         "--json",
         str(out["json"]),
@@ -109,3 +136,4 @@ def test_every_surface_names_the_same_winner_and_advice(command, tmp_path):
     for line in advice:
         for name, text in surfaces.items():
             assert line in text, (name, line)
+    return record, surfaces
