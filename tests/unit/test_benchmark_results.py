@@ -4,6 +4,7 @@ regenerate.py``), and the README and docs/ to the committed results."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -45,3 +46,41 @@ def test_the_docs_link_only_results_that_are_committed():
             if not (RESULTS / name).is_file():
                 missing.add(f"{doc.name}: {name}")
     assert not missing, missing
+
+
+# Results measured before their script wrote the provenance block; docs/benchmarks.md names the
+# commit and the machine of each. Regenerating one (benchmarks/regenerate.py --only NAME) adds the
+# block, and then it leaves this list.
+BEFORE_PROVENANCE = {
+    "code_changes.json",  # two of its five pipelines
+    "confidence_calibration.json",
+    "confidence_calibration_budget60.json",
+    "cores_needed.json",
+    "loader_kinds_agreement.json",
+    "watch_hot_path.json",
+}
+
+
+def _provenance_blocks(name: str, data: dict) -> list[dict]:
+    if name == "demo_doctor.json":  # the record is the CLI's own; its provenance sits beside it
+        return [json.loads((RESULTS / "demo_doctor.provenance.json").read_text())]
+    if name == "code_changes.json":  # one run per pipeline, each with its own
+        return [p.get("provenance") or {} for p in data["pipelines"].values()]
+    return [data.get("provenance") or {}]
+
+
+def test_every_committed_result_names_its_commit_host_and_load():
+    for path in sorted(RESULTS.glob("*.json")):
+        if path.name == "demo_doctor.provenance.json":
+            continue
+        blocks = _provenance_blocks(path.name, json.loads(path.read_text()))
+        complete = [
+            b.get("commit")
+            and b.get("host", {}).get("cores")
+            and {"start", "end"} <= set(b.get("load_average") or {})
+            for b in blocks
+        ]
+        if path.name in BEFORE_PROVENANCE:
+            assert not all(complete), f"{path.name} has its provenance now: drop it from the list"
+        else:
+            assert blocks and all(complete), f"{path.name} lacks commit, host or load"
