@@ -269,3 +269,14 @@ def test_speedup_interval_from_paired_rounds():
     assert (
         speedup_interval(Entrant("c", None, rates=[200.0]), Entrant("pick", None, [100.0])) is None
     )
+
+
+def test_a_factory_built_loader_says_why_a_changed_dataset_cannot_go_in():
+    from stallscope.changes.probe import _wrappable
+
+    factory = load_target("tests/pipelines/real_loader_kinds.py:stateful_loader")
+    with pytest.raises(NotApplicable, match="trials call the factory, which builds its own"):
+        _wrappable(factory)
+    graph = load_target("tests/pipelines/real_loader_kinds.py:nodes_fixed")
+    with pytest.raises(NotApplicable, match="no Dataset stallscope can wrap"):
+        _wrappable(graph)

@@ -123,3 +123,11 @@ def test_the_new_figures_come_from_the_record():
         assert unexplained_numbers(md, record) == []
         html = visible_html_text(HTMLRenderer(plots=False).render(record))
         assert unexplained_numbers(html, record) == []
+
+
+def test_a_factory_default_baseline_is_named_once_in_the_gain():
+    record = _record()
+    record["baseline"]["label"] = "yours (make_loader's defaults)"
+    text = " ".join(ConsoleRenderer(width=140).render(record).split())
+    assert "× yours (make_loader's defaults)" in text
+    assert "your loader yours" not in text

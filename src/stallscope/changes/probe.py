@@ -179,7 +179,13 @@ def _silent(text: str, fraction: float | None = None) -> None:
 
 def _wrappable(pipeline: Pipeline) -> None:
     if not pipeline.kind.rebuilds_from_parts:
-        raise NotApplicable(f"{pipeline.kind.description} has no dataset stallscope can wrap")
+        why = (
+            "its trials call the factory, which builds its own dataset: a changed one cannot be "
+            "put in"
+            if pipeline.kind.name == "factory"
+            else "it has no Dataset stallscope can wrap"
+        )
+        raise NotApplicable(f"{pipeline.kind.description}: {why}")
     if pipeline.batch_sampler is not None:
         raise NotApplicable(
             "the loader's batch_sampler decides its batches; the race needs plain batches"

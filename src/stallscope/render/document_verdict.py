@@ -45,7 +45,11 @@ def _decision(v: RunVerdict) -> dm.Text:
         f" at {_rate(v, v.samples_per_s)} ({v.measurement})",
     ]
     if v.gain is not None and v.baseline_label is not None:
-        whose = "your loader " if v.source == "tune" else "one process, "
+        whose = (
+            ("" if v.baseline_label.startswith("yours") else "your loader ")
+            if v.source == "tune"
+            else "one process, "
+        )
         same = (
             (
                 "in the same race"
