@@ -131,3 +131,16 @@ def test_a_factory_default_baseline_is_named_once_in_the_gain():
     text = " ".join(ConsoleRenderer(width=140).render(record).split())
     assert "× yours (make_loader's defaults)" in text
     assert "your loader yours" not in text
+
+
+def test_steps_not_measured_for_one_reason_share_a_line():
+    from stallscope.analysis.run_verdict import decide
+    from stallscope.render.document_verdict import _by_reason
+
+    verdict = decide(_record())
+    verdict.not_measured = [("Prefix cache", "the factory builds it"), ("Stages", "no Dataset")]
+    verdict.not_measured.append(("Integer transfer", "the factory builds it"))
+    assert _by_reason(verdict) == [
+        ("Prefix cache, Integer transfer", "the factory builds it"),
+        ("Stages", "no Dataset"),
+    ]

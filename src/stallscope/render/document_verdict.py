@@ -75,6 +75,14 @@ def _decision(v: RunVerdict) -> dm.Text:
     return [*parts, "."]
 
 
+def _by_reason(v: RunVerdict) -> list[tuple[str, str]]:
+    """The steps not measured, those with the same reason on one line ("A, B, C: why")."""
+    steps: dict[str, list[str]] = {}
+    for what, why in v.not_measured:
+        steps.setdefault(why, []).append(what)
+    return [(", ".join(whats), why) for why, whats in steps.items()]
+
+
 def _how_sure(v: RunVerdict, r: dict[str, Any]) -> dm.Text | None:
     if v.source != "tune" or v.action != "switch":
         return None  # keep yours: how sure the tuner is of its pick is not what the user acts on
@@ -188,7 +196,7 @@ def verdict_blocks(r: dict[str, Any], v: RunVerdict | None = None) -> list[dm.Bl
     if v.not_measured:
         blocks.append(dm.Paragraph(["Not measured:"]))
         blocks.append(
-            dm.Bullets([[f"{what}: ", *dm.record_text(why)] for what, why in v.not_measured])
+            dm.Bullets([[f"{what}: ", *dm.record_text(why)] for what, why in _by_reason(v)])
         )
     return blocks
 
