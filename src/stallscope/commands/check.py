@@ -107,17 +107,11 @@ def _run(ctx: common.CommandContext) -> int:
 
         result = check(
             pipeline,
-            timeout=args.timeout,
             budget=budget,
-            full=args.full,
-            num_workers=args.num_workers,
-            start_method=args.start_method,
-            only=args.only,
-            skip=args.skip,
-            seed=args.seed,
             shm_free_bytes=None if args.shm_free is None else int(args.shm_free * 1024 * 1024),
             progress=on_progress,
             on_update=on_update,
+            **common.same_named(args, "timeout full num_workers start_method only skip seed"),
         )
     record.add(**result.to_dict())
     common.print_summary(ctx, record)
