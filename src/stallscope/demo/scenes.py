@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 from PIL import Image, ImageChops, ImageDraw, ImageFilter
@@ -99,32 +99,28 @@ def _horizon_profile(kind: str, width: int, height: int, rng: np.random.Generato
     return np.clip(profile, 0.15 * height, 0.85 * height)
 
 
-def _sky(
-    palette: dict[str, Any], width: int, height: int, horizon: np.ndarray, rng: Rng
-) -> np.ndarray:
-    top = _jitter(palette["sky_top"], rng)
-    low = _jitter(palette["sky_low"], rng)
+def _sky(palette: Palette, width: int, height: int, horizon: np.ndarray, rng: Rng) -> np.ndarray:
+    top = _jitter(palette.sky_top, rng)
+    low = _jitter(palette.sky_low, rng)
     rows = np.arange(height, dtype=np.float32)[:, None]
     t = np.clip(rows / max(1.0, float(horizon.mean())), 0.0, 1.0)[..., None]
     sky = top * (1 - t) + low * t
     sky = np.broadcast_to(sky, (height, width, 3)).copy()
     clouds = np.clip(_texture("clouds", width, height, rng) * 1.6 - rng.uniform(0.1, 0.9), 0.0, 1.0)
-    sky += (255.0 - sky) * clouds[..., None] * palette["clouds"]
+    sky += (255.0 - sky) * clouds[..., None] * palette.clouds
     return sky
 
 
-def _ground(
-    palette: dict[str, Any], width: int, height: int, horizon: np.ndarray, rng: Rng
-) -> np.ndarray:
-    near = _jitter(palette["ground_near"], rng)
-    far = _jitter(palette["ground_far"], rng)
+def _ground(palette: Palette, width: int, height: int, horizon: np.ndarray, rng: Rng) -> np.ndarray:
+    near = _jitter(palette.ground_near, rng)
+    far = _jitter(palette.ground_far, rng)
     rows = np.arange(height, dtype=np.float32)[:, None]
     depth = np.clip(
         (rows - horizon[None, :]) / np.maximum(1.0, height - horizon[None, :]), 0.0, 1.0
     )[..., None]
     ground = far * (1 - depth) + near * depth
     texture = _texture("ground", width, height, rng)
-    textured: np.ndarray = ground * (1.0 + palette["texture"] * texture[..., None])
+    textured: np.ndarray = ground * (1.0 + palette.texture * texture[..., None])
     return textured
 
 
@@ -244,49 +240,27 @@ _SCENE_DETAILS: dict[str, Callable[..., None]] = {
     "mountains": _details_mountains,
 }
 
-# Per scene: sky colours (top, near the horizon), ground colours (near, far), texture and cloud
-# strength.
-_PALETTES: dict[str, dict[str, Any]] = {
-    "beach": dict(
-        sky_top=(60, 120, 200),
-        sky_low=(175, 210, 235),
-        ground_near=(220, 200, 160),
-        ground_far=(205, 190, 150),
-        texture=0.12,
-        clouds=0.7,
-    ),
-    "city": dict(
-        sky_top=(110, 130, 160),
-        sky_low=(200, 195, 190),
-        ground_near=(80, 80, 85),
-        ground_far=(110, 110, 115),
-        texture=0.2,
-        clouds=0.5,
-    ),
-    "desert": dict(
-        sky_top=(70, 130, 210),
-        sky_low=(225, 215, 190),
-        ground_near=(215, 165, 100),
-        ground_far=(225, 185, 130),
-        texture=0.15,
-        clouds=0.2,
-    ),
-    "forest": dict(
-        sky_top=(90, 140, 200),
-        sky_low=(190, 210, 220),
-        ground_near=(45, 95, 40),
-        ground_far=(70, 115, 60),
-        texture=0.35,
-        clouds=0.8,
-    ),
-    "mountains": dict(
-        sky_top=(50, 100, 180),
-        sky_low=(180, 200, 225),
-        ground_near=(85, 110, 70),
-        ground_far=(120, 130, 110),
-        texture=0.3,
-        clouds=0.6,
-    ),
+RGB = tuple[int, int, int]
+
+
+class Palette(NamedTuple):
+    """A scene's colours and strengths."""
+
+    sky_top: RGB
+    sky_low: RGB  # near the horizon
+    ground_near: RGB
+    ground_far: RGB
+    texture: float
+    clouds: float
+
+
+# One row per scene, in Palette's order.
+_PALETTES: dict[str, Palette] = {
+    "beach": Palette((60, 120, 200), (175, 210, 235), (220, 200, 160), (205, 190, 150), 0.12, 0.7),
+    "city": Palette((110, 130, 160), (200, 195, 190), (80, 80, 85), (110, 110, 115), 0.2, 0.5),
+    "desert": Palette((70, 130, 210), (225, 215, 190), (215, 165, 100), (225, 185, 130), 0.15, 0.2),
+    "forest": Palette((90, 140, 200), (190, 210, 220), (45, 95, 40), (70, 115, 60), 0.35, 0.8),
+    "mountains": Palette((50, 100, 180), (180, 200, 225), (85, 110, 70), (120, 130, 110), 0.3, 0.6),
 }
 
 
