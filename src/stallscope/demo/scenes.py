@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from PIL import Image, ImageChops, ImageDraw, ImageFilter
@@ -18,6 +18,7 @@ CLASSES = ("beach", "city", "desert", "forest", "mountains")
 SIZE_RANGE = (320, 500)  # pixels, each side
 
 Rng = np.random.Generator
+RGB = tuple[int, int, int]
 
 
 def render_scene(kind: str, rng: np.random.Generator) -> Image.Image:
@@ -46,6 +47,18 @@ def render_scene(kind: str, rng: np.random.Generator) -> Image.Image:
 
 def _jitter(color: Sequence[float], rng: np.random.Generator, spread: float = 18.0) -> np.ndarray:
     return np.clip(np.asarray(color, dtype=np.float32) + rng.normal(0.0, spread, 3), 0, 255)
+
+
+def _colour(color: Sequence[float], rng: np.random.Generator, spread: float = 18.0) -> RGB:
+    """``color`` jittered, as whole RGB values to draw with."""
+    r, g, b = (int(v) for v in _jitter(color, rng, spread))
+    return r, g, b
+
+
+def _on_horizon(width: int, horizon: np.ndarray, rng: Rng) -> tuple[float, Any]:
+    """A random x and the horizon's height there (the profile's own scalar type)."""
+    x = rng.uniform(0, width)
+    return x, horizon[int(np.clip(x, 0, width - 1))]
 
 
 def _fractal_noise(size: int, rng: np.random.Generator, octaves: Sequence[int]) -> np.ndarray:
@@ -129,7 +142,7 @@ def _details_beach(
 ) -> None:
     line = float(horizon.mean())
     shore = line + rng.uniform(0.15, 0.35) * (height - line)
-    sea = tuple(int(v) for v in _jitter((40, 95, 150), rng))
+    sea = _colour((40, 95, 150), rng)
     points = (
         [(0, line)]
         + [(x, shore + 6 * math.sin(x / 17.0)) for x in range(0, width + 8, 8)]
@@ -174,7 +187,7 @@ def _details_desert(
         ridge = [
             (x, base - amp * math.sin(x / period * 6.3 + phase)) for x in range(0, width + 6, 6)
         ]
-        shade = tuple(int(v) for v in _jitter((170, 120, 70), rng, 10))
+        shade = _colour((170, 120, 70), rng, 10)
         draw.polygon(ridge + [(width, height), (0, height)], fill=shade)
         draw.line(ridge, fill=(235, 200, 140), width=2)
     _sun(draw, width, line, rng)
@@ -184,13 +197,12 @@ def _details_forest(
     draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng
 ) -> None:
     for _ in range(int(rng.integers(18, 40))):
-        x = rng.uniform(0, width)
-        col = int(np.clip(x, 0, width - 1))
-        base = horizon[col] + rng.uniform(0, 0.45) * (height - horizon[col])
-        scale = 0.4 + 1.2 * (base - horizon[col]) / max(1.0, height - horizon[col])
+        x, ground = _on_horizon(width, horizon, rng)
+        base = ground + rng.uniform(0, 0.45) * (height - ground)
+        scale = 0.4 + 1.2 * (base - ground) / max(1.0, height - ground)
         tall = rng.uniform(40, 90) * scale
         half = tall * rng.uniform(0.22, 0.35)
-        green = tuple(int(v) for v in _jitter((35, 85, 40), rng, 12))
+        green = _colour((35, 85, 40), rng, 12)
         draw.rectangle([x - 2 * scale, base - tall * 0.25, x + 2 * scale, base], fill=(70, 50, 30))
         draw.polygon(
             [(x, base - tall), (x - half, base - tall * 0.2), (x + half, base - tall * 0.2)],
@@ -202,11 +214,10 @@ def _details_mountains(
     draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng
 ) -> None:
     for _ in range(int(rng.integers(2, 5))):
-        peak_x = rng.uniform(0, width)
-        col = int(np.clip(peak_x, 0, width - 1))
-        peak_y = horizon[col] - rng.uniform(0.1, 0.3) * height
+        peak_x, ground = _on_horizon(width, horizon, rng)
+        peak_y = ground - rng.uniform(0.1, 0.3) * height
         spread = rng.uniform(0.25, 0.6) * width
-        rock = tuple(int(v) for v in _jitter((105, 100, 110), rng, 12))
+        rock = _colour((105, 100, 110), rng, 12)
         # Down to the lowest point of the horizon under the slopes, so no sky shows beneath.
         lo, hi = int(max(0, peak_x - spread)), int(min(width, peak_x + spread)) + 1
         foot = float(horizon[lo:hi].max()) + 4
@@ -239,8 +250,6 @@ _SCENE_DETAILS: dict[str, Callable[..., None]] = {
     "forest": _details_forest,
     "mountains": _details_mountains,
 }
-
-RGB = tuple[int, int, int]
 
 
 class Palette(NamedTuple):
