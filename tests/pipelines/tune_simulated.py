@@ -10,10 +10,10 @@ from collections.abc import Callable
 from stallscope.config import LoaderConfig
 from stallscope.throughput.epochs import EpochGap, epoch_batches
 from stallscope.throughput.measure import warmup_batches_for
-from stallscope.tuning.trial import InterleavingEvaluator, Trial
+from stallscope.tuning.trial import Evaluator, Trial
 
 
-class SimulatedEvaluator(InterleavingEvaluator):
+class SimulatedEvaluator(Evaluator):
     """An :class:`Evaluator` over a rate function, with multiplicative noise and a fake clock.
 
     ``rate_fn(config) -> samples/s`` is the truth; each measurement returns it

@@ -45,6 +45,7 @@ from .readers import (
     number,
     ok_results,
     rate_of,
+    recorded_mean,
     result_for_config,
     workers_of,
 )
@@ -467,14 +468,7 @@ def free_data_sentence(r: Record) -> str | None:
         f"With free data ({batches} cached batches replayed, the loader shut down) train_step "
         f"takes {step * 1000:,.2f} ms per step"
     )
-    data_ms = (
-        number((r.get("data_ms") or {}).get("mean")) if isinstance(r.get("data_ms"), dict) else None
-    )
-    compute_ms = (
-        number((r.get("compute_ms") or {}).get("mean"))
-        if isinstance(r.get("compute_ms"), dict)
-        else None
-    )
+    data_ms, compute_ms = recorded_mean(r, "data_ms"), recorded_mean(r, "compute_ms")
     if data_ms is None or compute_ms is None:
         return text + "."
     loop_ms = data_ms + compute_ms

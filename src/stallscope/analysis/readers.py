@@ -36,6 +36,12 @@ def number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def recorded_mean(r: Record, key: str) -> float | None:
+    """The ``mean`` of the statistics a record keeps under ``key`` (``data_ms``, ``compute_ms``)."""
+    stats = r.get(key)
+    return number(stats.get("mean")) if isinstance(stats, dict) else None
+
+
 def mapping(value: Any) -> dict[str, Any]:
     """A dict value as it is; anything else (None, a list from an older writer) as {}."""
     return value if isinstance(value, dict) else {}

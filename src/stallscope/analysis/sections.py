@@ -31,6 +31,7 @@ from .readers import (
     number,
     ok_results,
     rate_of,
+    recorded_mean,
     result_for_config,
     single_process_result,
     workers_of,
@@ -442,14 +443,7 @@ def training_facts(r: Record) -> TrainingFacts | None:
     advice = profile_advice(r)
     steps = r.get("steps")
     verdict = profile_verdict(r)
-    mean_data = (
-        number((r.get("data_ms") or {}).get("mean")) if isinstance(r.get("data_ms"), dict) else None
-    )
-    mean_compute = (
-        number((r.get("compute_ms") or {}).get("mean"))
-        if isinstance(r.get("compute_ms"), dict)
-        else None
-    )
+    mean_data, mean_compute = recorded_mean(r, "data_ms"), recorded_mean(r, "compute_ms")
     if mean_data is None or mean_compute is None:
         mean_data = sum(data) / len(data) if data else None
         mean_compute = sum(compute) / len(compute) if compute else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import psutil
@@ -30,13 +30,7 @@ class ProcessInfo:
     rank: int | None  # RANK from its environment, where readable
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "parent": self.parent,
-            "name": self.name,
-            "cmdline": self.cmdline,
-            "rank": self.rank,
-        }
+        return asdict(self)
 
 
 def target_process(pid: int) -> psutil.Process:

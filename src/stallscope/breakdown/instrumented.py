@@ -17,7 +17,23 @@ from .known_calls import _KnownCalls
 from .recorder import _ACTIVE, COLLATE, OTHER, StageBatch, StageRecorder, process_recorder
 
 
-class TimedTransform:
+class _PassesForInner:
+    """A wrapper that passes for the object it wraps (``inner``, set by the subclass's
+    ``__init__``): unknown attributes are read from it and ``__class__`` reports its class."""
+
+    def __getattr__(self, attr: str) -> Any:
+        try:
+            inner = object.__getattribute__(self, "inner")
+        except AttributeError:
+            raise AttributeError(attr) from None
+        return getattr(inner, attr)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return type(object.__getattribute__(self, "inner"))
+
+
+class TimedTransform(_PassesForInner):
     """A transform that times itself as stage ``name``; otherwise it is the transform.
 
     Attribute access is forwarded and ``__class__`` reports the wrapped class, so
@@ -38,17 +54,6 @@ class TimedTransform:
             return self.inner(*args, **kwargs)
         finally:
             recorder.pop()
-
-    def __getattr__(self, attr: str) -> Any:
-        try:
-            inner = object.__getattribute__(self, "inner")
-        except AttributeError:
-            raise AttributeError(attr) from None
-        return getattr(inner, attr)
-
-    @property  # type: ignore[misc]
-    def __class__(self) -> type:
-        return type(object.__getattribute__(self, "inner"))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (TimedTransform, (self.stage_name, self.inner))
@@ -109,9 +114,12 @@ def _end_getitem(
     _ACTIVE.reset(token)
 
 
-class _StandsInForInner:
+class _StandsInForInner(_PassesForInner):
     """What both instrumented datasets share: they pass for the user's dataset they wrap.
 
+    A library's loader calls its own methods on the dataset it holds (litdata's
+    ``reset_state_dict``, ``set_epoch``), and must reach them; it checks the class of that dataset
+    too (litdata's StreamingDataLoader takes another path for anything not a StreamingDataset).
     ``inner`` and ``callees`` are set by the subclass's ``__init__``.
     """
 
@@ -119,21 +127,9 @@ class _StandsInForInner:
     callees: bool
 
     def __getattr__(self, attr: str) -> Any:
-        # Everything else is the user's dataset's: a library's loader calls its own methods on
-        # the dataset it holds (litdata's ``reset_state_dict``, ``set_epoch``), and must reach them.
-        if attr.startswith("__"):
+        if attr.startswith("__"):  # protocols are the wrapper's own
             raise AttributeError(attr)
-        try:
-            inner = object.__getattribute__(self, "inner")
-        except AttributeError:
-            raise AttributeError(attr) from None
-        return getattr(inner, attr)
-
-    @property  # type: ignore[misc]
-    def __class__(self) -> type:
-        # A library's loader checks the class of the dataset it holds (litdata's
-        # StreamingDataLoader takes another path for anything not a StreamingDataset).
-        return type(object.__getattribute__(self, "inner"))
+        return super().__getattr__(attr)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.inner, self.callees))

@@ -147,6 +147,10 @@ class Sample:
     outputs: list[Any]  # each stage's output under seed SEEDS[0]
     item: Any  # the item the dataset returned
 
+    def input_to(self, stage: int) -> Any:
+        """What stage ``stage`` takes: the output of the one before it, or the input."""
+        return self.outputs[stage - 1] if stage else self.input
+
 
 @dataclass
 class Anatomy:

@@ -19,7 +19,17 @@ from ..errors import describe_exception
 from ..pipeline.structure import describe_structure
 from ..pipeline.verify import skeleton
 from .anatomy import Anatomy, StagesCompose, as_array, get_slot, seeded, set_slot
-from .source import SourceFile, apply_command, exec_patched, unified_diff
+from .source import (
+    SourceFile,
+    apply_command,
+    block_end,
+    candidate_files,
+    constructor_block,
+    enclosing_function,
+    exec_patched,
+    helper_block,
+    unified_diff,
+)
 
 MainStep = Callable[[Any], Any]
 
@@ -233,6 +243,58 @@ def rebuilt_compose(
         if hasattr(compose, "transforms"):
             return compose
     return StagesCompose([*anatomy.stages[:start], replacement])
+
+
+def transform_list_patch(
+    anatomy: Anatomy,
+    pipeline: Any,
+    *,
+    names: list[str],
+    words: str,
+    files: Sequence[Any],
+    title: str,
+    rewrite: Callable[[list[str], int, int], str],
+    rebuild: Callable[[Any, str | None], tuple[Any, MainStep | None]],
+    tolerance: float | None,
+) -> Patch:
+    """A change to the user's list of transforms as a verified patch.
+
+    The list is found in the source of ``files`` (the constructors of ``names``, one per line);
+    ``rewrite(lines, first, last)`` edits its lines in place and returns the helper code appended
+    under ``title``. The patched module, rebuilt by ``rebuild(module, function)`` (``function``:
+    the one that builds the list, when there is one), must give two batches like the user's
+    (within ``tolerance`` at the image slot)."""
+    found = constructor_block(candidate_files(files), names)
+    if found is None:
+        return Patch(
+            None,
+            words,
+            False,
+            f"no list with {', '.join(n + '()' for n in names)} one per line was found",
+        )
+    source, first = found
+    lines = list(source.lines)
+    helpers = rewrite(lines, first, block_end(lines, first, names[-1]))
+    text = "".join(lines) + helper_block(title, helpers)
+    function = enclosing_function(source, first)
+
+    def verify(module: Any) -> str | None:
+        return run_two_batches(
+            lambda: rebuild(module, function), anatomy, pipeline, tolerance=tolerance
+        )
+
+    return verified_patch(source, text, words, verify)
+
+
+def compared_batch(
+    anatomy: Anatomy, pipeline: Any, applied: Applied
+) -> tuple[Any, Any, float | None]:
+    """The changed pipeline's first batch as its workers send it, the user's first batch, and the
+    largest difference between the two at the image slot once the main-process step has run."""
+    raw = batches(applied.dataset, pipeline, count=1)[0]
+    ours = applied.main_step(copy_batch(raw)) if applied.main_step else raw
+    theirs = reference_batches(anatomy, pipeline)[0]
+    return raw, theirs, max_difference([ours], [theirs], anatomy.item_slot or ())
 
 
 def slot_step(anatomy: Anatomy, fn: Any) -> Any:

@@ -18,24 +18,14 @@ from .base import (
     Applied,
     Change,
     Patch,
-    batches,
+    compared_batch,
     copy_batch,
     fastest_seconds,
-    max_difference,
     rebuilt_compose,
-    reference_batches,
-    run_two_batches,
     slot_step,
-    verified_patch,
+    transform_list_patch,
 )
-from .source import (
-    block_end,
-    candidate_files,
-    constructor_block,
-    enclosing_function,
-    expression_of,
-    helper_block,
-)
+from .source import expression_of
 from .wrappers import BatchStages
 
 TOLERANCE = 1e-5
@@ -69,7 +59,7 @@ class BatchAugmentation(Change):
         n = len(anatomy.stages)
         start = n
         while start > 0:
-            inputs = [s.outputs[start - 2] if start >= 2 else s.input for s in anatomy.samples]
+            inputs = [s.input_to(start - 1) for s in anatomy.samples]
             if not all(is_tensor(v) for v in inputs):
                 break
             start -= 1
@@ -80,7 +70,7 @@ class BatchAugmentation(Change):
         if len(anatomy.samples) < 2:
             return "too few items to compare a batch with its samples"
         for j in range(start, n):
-            inputs = [s.outputs[j - 1] if j else s.input for s in anatomy.samples]
+            inputs = [s.input_to(j) for s in anatomy.samples]
             if len({tuple(v.shape) for v in inputs}) != 1:
                 return (
                     f"the inputs of {anatomy.names[j]} differ in shape, so they cannot be stacked"
@@ -115,22 +105,16 @@ class BatchAugmentation(Change):
         )
 
     def side_effect(self, anatomy: Anatomy, pipeline: Any, applied: Applied) -> dict[str, Any]:
-        slot = anatomy.item_slot or ()
         moved = anatomy.names[self.start :]
         randoms = [
             anatomy.names[j] for j in range(self.start, len(anatomy.stages)) if anatomy.random[j]
         ]
-        raw = batches(applied.dataset, pipeline, count=1)
-        ours = [applied.main_step(copy_batch(b)) for b in raw] if applied.main_step else raw
-        theirs = reference_batches(anatomy, pipeline)[:1]
-        difference = max_difference(ours, theirs, slot)
-        image = (
-            anatomy.samples[0].outputs[self.start - 1] if self.start else anatomy.samples[0].input
-        )
+        raw, _, difference = compared_batch(anatomy, pipeline, applied)
+        image = anatomy.samples[0].input_to(self.start)
         worker = fastest_seconds(
             lambda: run_stages(anatomy.stages[self.start :], fresh(image)), threads=1
         )
-        main_cost = fastest_seconds(lambda: applied.main_step(copy_batch(raw[0])), repeats=5)  # type: ignore[misc]
+        main_cost = fastest_seconds(lambda: applied.main_step(copy_batch(raw)), repeats=5)  # type: ignore[misc]
         if randoms:
             summary = (
                 f"alters what the model sees: {', '.join(randoms)} draw once per batch "
@@ -163,37 +147,29 @@ class BatchAugmentation(Change):
             f"Remove {', '.join(names)} from the per-sample transforms and run them on each batch "
             "in the training loop (images = augment_batch(images.to(device)))."
         )
-        files = candidate_files([anatomy.dataset, anatomy.compose, *anatomy.stages])
-        found = constructor_block(files, names)
-        if found is None:
-            return Patch(
-                None,
-                words,
-                False,
-                f"no list with {', '.join(n + '()' for n in names)} one per line was found",
-            )
-        source, first = found
-        lines = list(source.lines)
-        last = block_end(lines, first, names[-1])
-        expressions = [
-            expression_of(line) for line in lines[first : last + 1] if expression_of(line)
-        ]
-        del lines[first : last + 1]
-        text = "".join(lines) + helper_block(
-            "batch-level augmentation", HELPER.format(expressions=", ".join(expressions))
-        )
-        function = enclosing_function(source, first)
         randoms = any(anatomy.random[self.start :])
 
-        def verify(module: Any) -> str | None:
-            def make() -> tuple[Any, Any]:
-                compose = rebuilt_compose(module, function, anatomy, self.start, None)
-                if compose.transforms and compose.transforms[-1] is None:
-                    compose = StagesCompose(compose.transforms[:-1])
-                return anatomy.with_compose(compose), slot_step(anatomy, module.augment_batch)
+        def rewrite(lines: list[str], first: int, last: int) -> str:
+            expressions = [
+                expression_of(line) for line in lines[first : last + 1] if expression_of(line)
+            ]
+            del lines[first : last + 1]
+            return HELPER.format(expressions=", ".join(expressions))
 
-            return run_two_batches(
-                make, anatomy, pipeline, tolerance=None if randoms else TOLERANCE
-            )
+        def rebuild(module: Any, function: str | None) -> tuple[Any, Any]:
+            compose = rebuilt_compose(module, function, anatomy, self.start, None)
+            if compose.transforms and compose.transforms[-1] is None:
+                compose = StagesCompose(compose.transforms[:-1])
+            return anatomy.with_compose(compose), slot_step(anatomy, module.augment_batch)
 
-        return verified_patch(source, text, words, verify)
+        return transform_list_patch(
+            anatomy,
+            pipeline,
+            names=names,
+            words=words,
+            files=[anatomy.dataset, anatomy.compose, *anatomy.stages],
+            title="batch-level augmentation",
+            rewrite=rewrite,
+            rebuild=rebuild,
+            tolerance=None if randoms else TOLERANCE,
+        )

@@ -58,7 +58,7 @@ from .inline import (
 )
 from .integer_transfer import normalize_batch_helper
 from .prefix_cache import PlacedCache, fresh_instance
-from .reduced_decode import FACTORS, psnr, reduced_decode_text
+from .reduced_decode import FACTORS, draft_words, psnr, psnr_effect, reduced_decode_text
 from .source import helper_block
 from .wrappers import (
     PREFIX_CACHE_SOURCE,
@@ -522,33 +522,25 @@ class InlineReducedDecode(Change):
         values = [
             psnr(resized(a, ow, oh), resized(b, ow, oh)) for a, b in zip(self.full, self.reduced)
         ]
-        finite = [v for v in values if math.isfinite(v)] or [99.0]
-        mean, worst = float(np.mean(finite)), float(min(finite))
         trace = anatomy.traces[0]
         first = next(e for s in anatomy.statements for e in trace.shrinks.get(s.index, []))
         (h, w), (oh, ow) = first[0], first[1]
-        return {
-            "summary": (
+        return psnr_effect(
+            self.factor,
+            values,
+            "images",
+            lambda mean, worst: (
                 f"alters what the model sees: JPEGs are decoded at 1/{self.factor} size "
                 f"({w}×{h} → {w // self.factor}×{h // self.factor}) before {self.resize} shrinks "
                 f"them to {ow}×{oh}; resized to that size, they differ from the full decode "
                 f"resized alike by PSNR {mean:.1f} dB on average (worst {worst:.1f} dB, "
                 f"{len(values)} images)"
             ),
-            "alters_output": True,
-            "factor": self.factor,
-            "psnr_db": round(mean, 2),
-            "psnr_worst_db": round(worst, 2),
-            "images": len(values),
-        }
+        )
 
     def patch(self, anatomy: InlineAnatomy, pipeline: Any) -> Patch:
         f = self.factor
-        words = (
-            'Right after Image.open(...), call image.draft("RGB", (image.width // '
-            f"{f}, image.height // {f})) (OpenCV: cv2.imread(path, cv2.IMREAD_REDUCED_COLOR_{f})), "
-            f"so JPEGs decode at 1/{f} size; {self.resize} then shrinks them less."
-        )
+        words = draft_words(f) + f"; {self.resize} then shrinks them less."
         lines = anatomy.source.lines
         start = anatomy.function.lineno - 1
         end = anatomy.function.end_lineno or len(lines)

@@ -16,23 +16,13 @@ from .base import (
     Applied,
     Change,
     Patch,
-    batches,
+    compared_batch,
     copy_batch,
     fastest_seconds,
-    max_difference,
     nbytes_at,
     rebuilt_compose,
-    reference_batches,
-    run_two_batches,
     slot_step,
-    verified_patch,
-)
-from .source import (
-    block_end,
-    candidate_files,
-    constructor_block,
-    enclosing_function,
-    helper_block,
+    transform_list_patch,
 )
 from .wrappers import AffineBatch, Uint8Layout
 
@@ -102,8 +92,7 @@ class IntegerTransfer(Change):
             (
                 j
                 for j in range(len(anatomy.stages))
-                if is_uint8_image(first.outputs[j - 1] if j else first.input)
-                and is_float_tensor(first.outputs[j])
+                if is_uint8_image(first.input_to(j)) and is_float_tensor(first.outputs[j])
             ),
             None,
         )
@@ -115,7 +104,7 @@ class IntegerTransfer(Change):
                 f"{', '.join(randoms)} runs on the float tensor after the conversion "
                 "(random, per sample)"
             )
-        before = array_of(first.outputs[start - 1] if start else first.input)
+        before = array_of(first.input_to(start))
         after = first.outputs[-1]
         channel: int | None
         if before.ndim == 3 and tuple(after.shape) == (
@@ -134,11 +123,7 @@ class IntegerTransfer(Change):
         layout = Uint8Layout(permute)
         xs, ys = [], []
         for sample in anatomy.samples:
-            u = (
-                layout(sample.outputs[start - 1] if start else sample.input)
-                .numpy()
-                .astype(np.float64)
-            )
+            u = layout(sample.input_to(start)).numpy().astype(np.float64)
             xs.append(np.moveaxis(u, channel, 0) if channel is not None else u[None])
             y = array_of(sample.outputs[-1]).astype(np.float64)
             ys.append(np.moveaxis(y, channel, 0) if channel is not None else y[None])
@@ -182,20 +167,15 @@ class IntegerTransfer(Change):
         return Applied(anatomy.with_compose(compose), main_step=self._main_step(anatomy))
 
     def side_effect(self, anatomy: Anatomy, pipeline: Any, applied: Applied) -> dict[str, Any]:
-        slot = anatomy.item_slot or ()
-        ours_raw = batches(applied.dataset, pipeline, count=1)
+        raw, theirs, difference = compared_batch(anatomy, pipeline, applied)
         step = self._main_step(anatomy)
-        ours = [step(copy_batch(b)) for b in ours_raw]
-        theirs = reference_batches(anatomy, pipeline)[:1]
-        difference = max_difference(ours, theirs, slot)
-        image = (
-            anatomy.samples[0].outputs[self.start - 1] if self.start else anatomy.samples[0].input
-        )
+        image = anatomy.samples[0].input_to(self.start)
         suffix = anatomy.stages[self.start :]
         worker_before = fastest_seconds(lambda: run_stages(suffix, fresh(image)), threads=1)
         worker_after = fastest_seconds(lambda: Uint8Layout(self.permute)(image), threads=1)
-        main_cost = fastest_seconds(lambda: step(copy_batch(ours_raw[0])), repeats=5)
-        bytes_before, bytes_after = nbytes_at(theirs[0], slot), nbytes_at(ours_raw[0], slot)
+        main_cost = fastest_seconds(lambda: step(copy_batch(raw)), repeats=5)
+        slot = anatomy.item_slot or ()
+        bytes_before, bytes_after = nbytes_at(theirs, slot), nbytes_at(raw, slot)
         alters = difference is None or difference > TOLERANCE
         return {
             "summary": (
@@ -222,48 +202,39 @@ class IntegerTransfer(Change):
             "batch in the main process or on the accelerator: x.float() * "
             f"{_fmt(self.scale)} + {_fmt(self.shift)} per channel."
         )
-        files = candidate_files(
-            [
+        convert = "tensor.permute(2, 0, 1).contiguous()" if self.permute else "tensor"
+        layout = "C×H×W" if self.permute else "as it is"
+        channel = (self.channel if self.channel is not None else 0) + 1
+
+        def rewrite(lines: list[str], first: int, last: int) -> str:
+            indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+            lines[first : last + 1] = [
+                f"{indent}ToUint8Tensor(),  # normalised per batch: normalize_batch()\n"
+            ]
+            return HELPER.format(layout=layout, convert=convert) + normalize_batch_helper(
+                self.scale, self.shift, channel, "the per-sample transforms made"
+            )
+
+        def rebuild(module: Any, function: str | None) -> tuple[Any, Any]:
+            compose = rebuilt_compose(module, function, anatomy, self.start, module.ToUint8Tensor())
+            return anatomy.with_compose(compose), slot_step(anatomy, module.normalize_batch)
+
+        return transform_list_patch(
+            anatomy,
+            pipeline,
+            names=names,
+            words=words,
+            files=[
                 anatomy.dataset,
                 anatomy.compose,
                 *anatomy.stages,
                 getattr(pipeline, "target_module", None),
-            ]
+            ],
+            title="integer transfer",
+            rewrite=rewrite,
+            rebuild=rebuild,
+            tolerance=TOLERANCE,
         )
-        found = constructor_block(files, names)
-        if found is None:
-            return Patch(
-                None,
-                words,
-                False,
-                f"no list with {', '.join(n + '()' for n in names)} one per line was found",
-            )
-        source, first = found
-        lines = list(source.lines)
-        last = block_end(lines, first, names[-1])
-        indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
-        lines[first : last + 1] = [
-            f"{indent}ToUint8Tensor(),  # normalised per batch: normalize_batch()\n"
-        ]
-        convert = "tensor.permute(2, 0, 1).contiguous()" if self.permute else "tensor"
-        layout = "C×H×W" if self.permute else "as it is"
-        channel = (self.channel if self.channel is not None else 0) + 1
-        helpers = HELPER.format(layout=layout, convert=convert) + normalize_batch_helper(
-            self.scale, self.shift, channel, "the per-sample transforms made"
-        )
-        text = "".join(lines) + helper_block("integer transfer", helpers)
-        function = enclosing_function(source, first)
-
-        def verify(module: Any) -> str | None:
-            def make() -> tuple[Any, Any]:
-                compose = rebuilt_compose(
-                    module, function, anatomy, self.start, module.ToUint8Tensor()
-                )
-                return anatomy.with_compose(compose), slot_step(anatomy, module.normalize_batch)
-
-            return run_two_batches(make, anatomy, pipeline, tolerance=TOLERANCE)
-
-        return verified_patch(source, text, words, verify)
 
 
 def _fmt(values: list[float]) -> str:

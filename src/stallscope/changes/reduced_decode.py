@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,33 @@ def height_width(value: Any) -> tuple[int, int] | None:
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
     return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
+
+
+def draft_words(factor: int) -> str:
+    """How to decode a JPEG at 1/``factor`` size, in words (the sentence, without its end)."""
+    return (
+        'Right after Image.open(...), call image.draft("RGB", (image.width // '
+        f"{factor}, image.height // {factor})) "
+        f"(OpenCV: cv2.imread(path, cv2.IMREAD_REDUCED_COLOR_{factor})), so JPEGs "
+        f"decode at 1/{factor} size"
+    )
+
+
+def psnr_effect(
+    factor: int, values: list[float], counted: str, summary: Callable[[float, float], str]
+) -> dict[str, Any]:
+    """A reduced decode's side effect: the PSNR against the full decode over ``values`` (one per
+    ``counted``: crops, images), the mean and the worst, and ``summary(mean, worst)``."""
+    finite = [v for v in values if math.isfinite(v)] or [99.0]
+    mean, worst = float(np.mean(finite)), float(min(finite))
+    return {
+        "summary": summary(mean, worst),
+        "alters_output": True,
+        "factor": factor,
+        "psnr_db": round(mean, 2),
+        "psnr_worst_db": round(worst, 2),
+        counted: len(values),
+    }
 
 
 OPENED = re.compile(r"^(\s*)(\w+)\s*=\s*(?:PIL\.)?Image\.open\(.*\)\s*(#.*)?$")
@@ -73,7 +101,7 @@ class ReducedDecode(Change):
     def applies(self, anatomy: Anatomy, pipeline: Any) -> str | None:
         geometric = None
         for j in range(len(anatomy.stages)):
-            before = anatomy.samples[0].outputs[j - 1] if j else anatomy.samples[0].input
+            before = anatomy.samples[0].input_to(j)
             if height_width(before) != height_width(anatomy.samples[0].outputs[j]):
                 geometric = j
                 break
@@ -81,7 +109,7 @@ class ReducedDecode(Change):
             return "no transform changes the image size"
         factor, shrink = 8, math.inf
         for sample in anatomy.samples:
-            big = height_width(sample.outputs[geometric - 1] if geometric else sample.input)
+            big = height_width(sample.input_to(geometric))
             out = height_width(sample.outputs[geometric])
             if big is None or out is None:
                 return (
@@ -153,12 +181,13 @@ class ReducedDecode(Change):
                 values.append(
                     psnr(np.asarray(crops[0].convert("RGB")), np.asarray(crops[1].convert("RGB")))
                 )
-        finite = [v for v in values if math.isfinite(v)] or [99.0]
-        mean, worst = float(np.mean(finite)), float(min(finite))
         full_hw = height_width(anatomy.samples[0].input) or (0, 0)
         small_hw = height_width(self.reduced[0]) or (0, 0)
-        return {
-            "summary": (
+        return psnr_effect(
+            self.factor,
+            values,
+            "crops",
+            lambda mean, worst: (
                 f"alters what the model sees: JPEGs are decoded at 1/{self.factor} size "
                 f"({full_hw[1]}×{full_hw[0]} → {small_hw[1]}×{small_hw[0]}) before "
                 f"{anatomy.names[self.geometric]} shrinks them to {out_w}×{out_h}; the "
@@ -166,23 +195,13 @@ class ReducedDecode(Change):
                 f"from full decode by PSNR {mean:.1f} dB on average (worst {worst:.1f} "
                 f"dB, {len(values)} crops)"
             ),
-            "alters_output": True,
-            "factor": self.factor,
-            "psnr_db": round(mean, 2),
-            "psnr_worst_db": round(worst, 2),
-            "crops": len(values),
-        }
+        )
 
     def patch(self, anatomy: Anatomy, pipeline: Any) -> Patch:
         f = self.factor
         owner_path = anatomy.compose_path[:-1]
         owner = get_path(anatomy.dataset, owner_path)
-        words = (
-            'Right after Image.open(...), call image.draft("RGB", (image.width // '
-            f"{f}, image.height // {f})) "
-            f"(OpenCV: cv2.imread(path, cv2.IMREAD_REDUCED_COLOR_{f})), so JPEGs "
-            f"decode at 1/{f} size."
-        )
+        words = draft_words(f) + "."
         source = source_file(type(owner))
         if source is None:
             return Patch(None, words, False, "the dataset's source file could not be read")

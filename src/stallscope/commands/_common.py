@@ -335,6 +335,12 @@ def fail(message: str) -> None:
     raise UsageError(message)
 
 
+def same_named(args: argparse.Namespace, names: str) -> dict[str, Any]:
+    """The parsed options ``names`` (space-separated) as keyword arguments of the same names: the
+    options a command hands to its library function unchanged."""
+    return {name: getattr(args, name) for name in names.split()}
+
+
 def run_target_loader(args: argparse.Namespace) -> Any:
     """Load ``args.target`` with the CLI overrides into a Pipeline."""
     from ..target import load_target

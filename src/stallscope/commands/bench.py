@@ -9,6 +9,12 @@ from ..throughput.measure import Measurement
 from ..throughput.sweep import bench, default_worker_counts
 from . import _common as common
 
+# The options bench() takes as they are parsed.
+PASSED_ON = (
+    "batch_sizes prefetch_factors persistent_workers pin_memory in_order worker_threads repeats"
+    " min_window_s timeout"
+)
+
 
 def build_parser() -> common.ArgumentParser:
     parser = common.command_parser(
@@ -21,7 +27,13 @@ def build_parser() -> common.ArgumentParser:
         metavar="N,N,...",
         help="worker counts (default: 0,1,2,cores,2×cores,4×cores with usable cores)",
     )
-    parser.add_argument("--prefetch-factor", type=common.int_list, default=None, metavar="N,...")
+    parser.add_argument(
+        "--prefetch-factor",
+        dest="prefetch_factors",
+        type=common.int_list,
+        default=None,
+        metavar="N,...",
+    )
     parser.add_argument(
         "--batch-sizes",
         "--batch-size-grid",
@@ -51,7 +63,12 @@ def build_parser() -> common.ArgumentParser:
         "--repeats", type=int, default=3, help="repeats per config, interleaved (default 3)"
     )
     parser.add_argument(
-        "--window", type=float, default=1.0, help="seconds of steady state per repeat (default 1)"
+        "--window",
+        dest="min_window_s",
+        type=float,
+        default=1.0,
+        metavar="WINDOW",
+        help="seconds of steady state per repeat (default 1)",
     )
     parser.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for any one batch"
@@ -74,7 +91,7 @@ def _run(ctx: common.CommandContext) -> int:
     pipeline = common.run_target_loader(args)
     record = ctx.new_record("bench", pipeline.target, pipeline)
     workers = args.num_workers or default_worker_counts(usable_cores())
-    n_configs = len(workers) * len(args.prefetch_factor or [0]) * len(args.batch_sizes or [0])
+    n_configs = len(workers) * len(args.prefetch_factors or [0]) * len(args.batch_sizes or [0])
     n_configs *= (
         len(args.persistent_workers or [0])
         * len(args.pin_memory or [0])
@@ -95,17 +112,9 @@ def _run(ctx: common.CommandContext) -> int:
             result = bench(
                 pipeline,
                 num_workers=workers,
-                batch_sizes=args.batch_sizes,
-                prefetch_factors=args.prefetch_factor,
-                persistent_workers=args.persistent_workers,
-                pin_memory=args.pin_memory,
-                in_order=args.in_order,
                 multiprocessing_context=args.start_method,
-                worker_threads=args.worker_threads,
-                repeats=args.repeats,
-                min_window_s=args.window,
-                timeout=args.timeout,
                 on_result=on_result,
+                **common.same_named(args, PASSED_ON),
             )
     record.add(**result.to_dict())
     common.add_verified_advice(record, pipeline)

@@ -12,6 +12,9 @@ from ..checks import CODES, DEFAULT_BUDGET_S, DEFAULT_TIMEOUT_S, CheckResult, ch
 from ..errors import UsageError
 from . import _common as common
 
+# The options check() takes as they are parsed.
+PASSED_ON = "timeout full num_workers start_method only skip seed"
+
 
 def _codes(text: str) -> list[str]:
     values = [v.strip() for v in text.split(",") if v.strip()]
@@ -107,17 +110,11 @@ def _run(ctx: common.CommandContext) -> int:
 
         result = check(
             pipeline,
-            timeout=args.timeout,
             budget=budget,
-            full=args.full,
-            num_workers=args.num_workers,
-            start_method=args.start_method,
-            only=args.only,
-            skip=args.skip,
-            seed=args.seed,
             shm_free_bytes=None if args.shm_free is None else int(args.shm_free * 1024 * 1024),
             progress=on_progress,
             on_update=on_update,
+            **common.same_named(args, PASSED_ON),
         )
     record.add(**result.to_dict())
     common.print_summary(ctx, record)

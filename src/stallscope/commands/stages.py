@@ -15,6 +15,13 @@ def _name_list(text: str) -> list[str]:
     return names
 
 
+# The options stages() takes as they are parsed.
+PASSED_ON = (
+    "samples max_seconds start_method device augmentations baseline_transforms differential"
+    " drop_cache timeout callees"
+)
+
+
 def build_parser() -> common.ArgumentParser:
     parser = common.command_parser(
         "stallscope stages",
@@ -61,7 +68,8 @@ def build_parser() -> common.ArgumentParser:
     )
     parser.add_argument(
         "--no-differential",
-        action="store_true",
+        dest="differential",
+        action="store_false",
         help="skip the in-process run with vs without the augmentations",
     )
     parser.add_argument(
@@ -86,7 +94,8 @@ def build_parser() -> common.ArgumentParser:
     )
     parser.add_argument(
         "--no-callees",
-        action="store_true",
+        dest="callees",
+        action="store_false",
         help="keep 'other (__getitem__)' whole instead of breaking out the calls it makes"
         " (5%% or more)",
     )
@@ -107,18 +116,9 @@ def _run(ctx: common.CommandContext) -> int:
         result = stages(
             pipeline,
             num_workers=workers,
-            samples=args.samples,
-            max_seconds=args.max_seconds,
-            start_method=args.start_method,
-            device=args.device,
-            augmentations=args.augmentations,
-            baseline_transforms=args.baseline_transforms,
-            differential=not args.no_differential,
             hotspots=max(0, args.hotspots),
-            drop_cache=args.drop_cache,
-            timeout=args.timeout,
             progress=progress,
-            callees=not args.no_callees,
+            **common.same_named(args, PASSED_ON),
         )
     record.add(**result.to_dict())
     common.print_summary(ctx, record)

@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from ..tuning.trial import Trial
 
 
+# The options tune() takes as they are parsed.
+PASSED_ON = "tune_batch_size max_workers memory_budget_mb repeats seed compare_start_methods"
+
+
 def build_parser() -> common.ArgumentParser:
     parser = common.command_parser(
         "stallscope tune",
@@ -43,6 +47,7 @@ def build_parser() -> common.ArgumentParser:
     )
     parser.add_argument(
         "--memory-budget",
+        dest="memory_budget_mb",
         type=float,
         default=None,
         metavar="MB",
@@ -65,6 +70,7 @@ def build_parser() -> common.ArgumentParser:
     )
     parser.add_argument(
         "--start-methods",
+        dest="compare_start_methods",
         action="store_true",
         help="also time worker start-up under forkserver (a one-time cost with persistent workers; "
         "its workers import the pipeline afresh, which can take seconds)",
@@ -123,14 +129,9 @@ def _run(ctx: common.CommandContext) -> int:
         result = tune(
             pipeline,
             budget_s=budget,
-            tune_batch_size=args.tune_batch_size,
-            max_workers=args.max_workers,
-            memory_budget_mb=args.memory_budget,
-            repeats=args.repeats,
-            seed=args.seed,
             on_trial=on_trial,
-            compare_start_methods=args.start_methods,
             on_plan=on_plan,
+            **common.same_named(args, PASSED_ON),
         )
     record.add(**result.to_dict())
     common.add_verified_advice(record, pipeline)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from PIL import Image, ImageChops, ImageDraw, ImageFilter
@@ -18,6 +18,7 @@ CLASSES = ("beach", "city", "desert", "forest", "mountains")
 SIZE_RANGE = (320, 500)  # pixels, each side
 
 Rng = np.random.Generator
+RGB = tuple[int, int, int]
 
 
 def render_scene(kind: str, rng: np.random.Generator) -> Image.Image:
@@ -46,6 +47,18 @@ def render_scene(kind: str, rng: np.random.Generator) -> Image.Image:
 
 def _jitter(color: Sequence[float], rng: np.random.Generator, spread: float = 18.0) -> np.ndarray:
     return np.clip(np.asarray(color, dtype=np.float32) + rng.normal(0.0, spread, 3), 0, 255)
+
+
+def _colour(color: Sequence[float], rng: np.random.Generator, spread: float = 18.0) -> RGB:
+    """``color`` jittered, as whole RGB values to draw with."""
+    r, g, b = (int(v) for v in _jitter(color, rng, spread))
+    return r, g, b
+
+
+def _on_horizon(width: int, horizon: np.ndarray, rng: Rng) -> tuple[float, Any]:
+    """A random x and the horizon's height there (the profile's own scalar type)."""
+    x = rng.uniform(0, width)
+    return x, horizon[int(np.clip(x, 0, width - 1))]
 
 
 def _fractal_noise(size: int, rng: np.random.Generator, octaves: Sequence[int]) -> np.ndarray:
@@ -99,32 +112,28 @@ def _horizon_profile(kind: str, width: int, height: int, rng: np.random.Generato
     return np.clip(profile, 0.15 * height, 0.85 * height)
 
 
-def _sky(
-    palette: dict[str, Any], width: int, height: int, horizon: np.ndarray, rng: Rng
-) -> np.ndarray:
-    top = _jitter(palette["sky_top"], rng)
-    low = _jitter(palette["sky_low"], rng)
+def _sky(palette: Palette, width: int, height: int, horizon: np.ndarray, rng: Rng) -> np.ndarray:
+    top = _jitter(palette.sky_top, rng)
+    low = _jitter(palette.sky_low, rng)
     rows = np.arange(height, dtype=np.float32)[:, None]
     t = np.clip(rows / max(1.0, float(horizon.mean())), 0.0, 1.0)[..., None]
     sky = top * (1 - t) + low * t
     sky = np.broadcast_to(sky, (height, width, 3)).copy()
     clouds = np.clip(_texture("clouds", width, height, rng) * 1.6 - rng.uniform(0.1, 0.9), 0.0, 1.0)
-    sky += (255.0 - sky) * clouds[..., None] * palette["clouds"]
+    sky += (255.0 - sky) * clouds[..., None] * palette.clouds
     return sky
 
 
-def _ground(
-    palette: dict[str, Any], width: int, height: int, horizon: np.ndarray, rng: Rng
-) -> np.ndarray:
-    near = _jitter(palette["ground_near"], rng)
-    far = _jitter(palette["ground_far"], rng)
+def _ground(palette: Palette, width: int, height: int, horizon: np.ndarray, rng: Rng) -> np.ndarray:
+    near = _jitter(palette.ground_near, rng)
+    far = _jitter(palette.ground_far, rng)
     rows = np.arange(height, dtype=np.float32)[:, None]
     depth = np.clip(
         (rows - horizon[None, :]) / np.maximum(1.0, height - horizon[None, :]), 0.0, 1.0
     )[..., None]
     ground = far * (1 - depth) + near * depth
     texture = _texture("ground", width, height, rng)
-    textured: np.ndarray = ground * (1.0 + palette["texture"] * texture[..., None])
+    textured: np.ndarray = ground * (1.0 + palette.texture * texture[..., None])
     return textured
 
 
@@ -133,7 +142,7 @@ def _details_beach(
 ) -> None:
     line = float(horizon.mean())
     shore = line + rng.uniform(0.15, 0.35) * (height - line)
-    sea = tuple(int(v) for v in _jitter((40, 95, 150), rng))
+    sea = _colour((40, 95, 150), rng)
     points = (
         [(0, line)]
         + [(x, shore + 6 * math.sin(x / 17.0)) for x in range(0, width + 8, 8)]
@@ -178,7 +187,7 @@ def _details_desert(
         ridge = [
             (x, base - amp * math.sin(x / period * 6.3 + phase)) for x in range(0, width + 6, 6)
         ]
-        shade = tuple(int(v) for v in _jitter((170, 120, 70), rng, 10))
+        shade = _colour((170, 120, 70), rng, 10)
         draw.polygon(ridge + [(width, height), (0, height)], fill=shade)
         draw.line(ridge, fill=(235, 200, 140), width=2)
     _sun(draw, width, line, rng)
@@ -188,13 +197,12 @@ def _details_forest(
     draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng
 ) -> None:
     for _ in range(int(rng.integers(18, 40))):
-        x = rng.uniform(0, width)
-        col = int(np.clip(x, 0, width - 1))
-        base = horizon[col] + rng.uniform(0, 0.45) * (height - horizon[col])
-        scale = 0.4 + 1.2 * (base - horizon[col]) / max(1.0, height - horizon[col])
+        x, ground = _on_horizon(width, horizon, rng)
+        base = ground + rng.uniform(0, 0.45) * (height - ground)
+        scale = 0.4 + 1.2 * (base - ground) / max(1.0, height - ground)
         tall = rng.uniform(40, 90) * scale
         half = tall * rng.uniform(0.22, 0.35)
-        green = tuple(int(v) for v in _jitter((35, 85, 40), rng, 12))
+        green = _colour((35, 85, 40), rng, 12)
         draw.rectangle([x - 2 * scale, base - tall * 0.25, x + 2 * scale, base], fill=(70, 50, 30))
         draw.polygon(
             [(x, base - tall), (x - half, base - tall * 0.2), (x + half, base - tall * 0.2)],
@@ -206,11 +214,10 @@ def _details_mountains(
     draw: ImageDraw.ImageDraw, width: int, height: int, horizon: np.ndarray, rng: Rng
 ) -> None:
     for _ in range(int(rng.integers(2, 5))):
-        peak_x = rng.uniform(0, width)
-        col = int(np.clip(peak_x, 0, width - 1))
-        peak_y = horizon[col] - rng.uniform(0.1, 0.3) * height
+        peak_x, ground = _on_horizon(width, horizon, rng)
+        peak_y = ground - rng.uniform(0.1, 0.3) * height
         spread = rng.uniform(0.25, 0.6) * width
-        rock = tuple(int(v) for v in _jitter((105, 100, 110), rng, 12))
+        rock = _colour((105, 100, 110), rng, 12)
         # Down to the lowest point of the horizon under the slopes, so no sky shows beneath.
         lo, hi = int(max(0, peak_x - spread)), int(min(width, peak_x + spread)) + 1
         foot = float(horizon[lo:hi].max()) + 4
@@ -244,49 +251,25 @@ _SCENE_DETAILS: dict[str, Callable[..., None]] = {
     "mountains": _details_mountains,
 }
 
-# Per scene: sky colours (top, near the horizon), ground colours (near, far), texture and cloud
-# strength.
-_PALETTES: dict[str, dict[str, Any]] = {
-    "beach": dict(
-        sky_top=(60, 120, 200),
-        sky_low=(175, 210, 235),
-        ground_near=(220, 200, 160),
-        ground_far=(205, 190, 150),
-        texture=0.12,
-        clouds=0.7,
-    ),
-    "city": dict(
-        sky_top=(110, 130, 160),
-        sky_low=(200, 195, 190),
-        ground_near=(80, 80, 85),
-        ground_far=(110, 110, 115),
-        texture=0.2,
-        clouds=0.5,
-    ),
-    "desert": dict(
-        sky_top=(70, 130, 210),
-        sky_low=(225, 215, 190),
-        ground_near=(215, 165, 100),
-        ground_far=(225, 185, 130),
-        texture=0.15,
-        clouds=0.2,
-    ),
-    "forest": dict(
-        sky_top=(90, 140, 200),
-        sky_low=(190, 210, 220),
-        ground_near=(45, 95, 40),
-        ground_far=(70, 115, 60),
-        texture=0.35,
-        clouds=0.8,
-    ),
-    "mountains": dict(
-        sky_top=(50, 100, 180),
-        sky_low=(180, 200, 225),
-        ground_near=(85, 110, 70),
-        ground_far=(120, 130, 110),
-        texture=0.3,
-        clouds=0.6,
-    ),
+
+class Palette(NamedTuple):
+    """A scene's colours and strengths."""
+
+    sky_top: RGB
+    sky_low: RGB  # near the horizon
+    ground_near: RGB
+    ground_far: RGB
+    texture: float
+    clouds: float
+
+
+# One row per scene, in Palette's order.
+_PALETTES: dict[str, Palette] = {
+    "beach": Palette((60, 120, 200), (175, 210, 235), (220, 200, 160), (205, 190, 150), 0.12, 0.7),
+    "city": Palette((110, 130, 160), (200, 195, 190), (80, 80, 85), (110, 110, 115), 0.2, 0.5),
+    "desert": Palette((70, 130, 210), (225, 215, 190), (215, 165, 100), (225, 185, 130), 0.15, 0.2),
+    "forest": Palette((90, 140, 200), (190, 210, 220), (45, 95, 40), (70, 115, 60), 0.35, 0.8),
+    "mountains": Palette((50, 100, 180), (180, 200, 225), (85, 110, 70), (120, 130, 110), 0.3, 0.6),
 }
 
 

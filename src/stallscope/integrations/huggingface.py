@@ -37,8 +37,8 @@ from types import FrameType
 from typing import Any
 
 from ..api import Watch
-from ..render.console_profile import stall_summary
 from ..training.watch import TimedIterator
+from ._results import WatchResults
 
 HOOK_GAPS_NOTE = (
     "no Trainer.get_batch_samples to wrap, so data wait is the gap between on_step_end "
@@ -77,7 +77,7 @@ def _running_trainer() -> Any:
     return None
 
 
-class StallscopeTrainerCallback(_callback_base()):  # type: ignore[misc]
+class StallscopeTrainerCallback(WatchResults, _callback_base()):  # type: ignore[misc]
     """Arguments are those of :func:`stallscope.training.watch`; ``summary()``/``to_dict()`` after
     training."""
 
@@ -171,23 +171,12 @@ class StallscopeTrainerCallback(_callback_base()):  # type: ignore[misc]
         self._timed = None  # do not keep the finished epoch's iterator (and its workers) alive
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.watch.pause()
-        self._detach()
-        self.watch.close()
-        world_size = int(getattr(args, "world_size", 1) or 1)
-        self.result = self.watch.gather() if world_size > 1 else self.watch.to_dict()
-        if self.print_summary and getattr(state, "is_world_process_zero", True):
-            print(self.summary())
+        self._training_ended(
+            int(getattr(args, "world_size", 1) or 1), getattr(state, "is_world_process_zero", True)
+        )
 
     def __getattr__(self, name: str) -> Any:
         # Without transformers' base class, answer every other Trainer event with a no-op.
         if name.startswith("on_"):
             return lambda *args, **kwargs: None
         raise AttributeError(name)
-
-    # -- results ---------------------------------------------------------------------------
-    def summary(self) -> str:
-        return stall_summary(self.to_dict())
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.result if self.result is not None else self.watch.to_dict()

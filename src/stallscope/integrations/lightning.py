@@ -42,8 +42,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..api import Watch
-from ..render.console_profile import stall_summary
 from ..training.watch import TimedIterator
+from ._results import WatchResults
 
 HOOK_GAPS_NOTE = (
     "this Lightning's fit loop could not be wrapped, so data wait is the gap between "
@@ -99,7 +99,7 @@ def _prefetched(fetcher: Any, loader: Any) -> int:
         return int(getattr(fetcher, "prefetch_batches", 0) or 0)
 
 
-class StallscopeCallback(_callback_base()):  # type: ignore[misc]
+class StallscopeCallback(WatchResults, _callback_base()):  # type: ignore[misc]
     """Records data wait vs compute per training batch; ``summary()``/``to_dict()`` afterwards.
 
     Arguments are those of :func:`stallscope.training.watch` (``log_every``, ``sync``,
@@ -194,21 +194,10 @@ class StallscopeCallback(_callback_base()):  # type: ignore[misc]
                 pl_module.log("stallscope/stall_fraction", stall)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        self.watch.pause()
-        self._detach()
-        self.watch.close()
-        world_size = int(getattr(trainer, "world_size", 1) or 1)
-        self.result = self.watch.gather() if world_size > 1 else self.watch.to_dict()
-        if self.print_summary and getattr(trainer, "is_global_zero", True):
-            print(self.summary())
+        self._training_ended(
+            int(getattr(trainer, "world_size", 1) or 1), getattr(trainer, "is_global_zero", True)
+        )
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._detach()
         self.watch.close()
-
-    # -- results ---------------------------------------------------------------------------
-    def summary(self) -> str:
-        return stall_summary(self.to_dict())
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.result if self.result is not None else self.watch.to_dict()

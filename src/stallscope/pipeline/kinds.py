@@ -261,23 +261,46 @@ def find_all(
     inside one already found), with the path it was first reached by: breadth first, at most
     ``depth`` levels and ``SEARCH_OBJECTS`` objects."""
     found: list[tuple[Path, Any]] = []
+
+    def take(path: Path, current: Any) -> bool:
+        if wanted(current):
+            found.append((path, current))
+            return True
+        return False
+
+    _breadth_first(obj, depth, take_object=take)
+    return found
+
+
+def _breadth_first(
+    obj: Any,
+    depth: int,
+    *,
+    take_object: Callable[[Path, Any], bool] | None = None,
+    take_reference: Callable[[Path, Any], bool] | None = None,
+) -> None:
+    """Walk ``obj``'s attributes and items breadth first, each object once, at most ``depth``
+    levels and ``SEARCH_OBJECTS`` objects. ``take_object(path, obj)`` sees each object reached
+    (not ``obj`` itself), ``take_reference(path, child)`` every reference met, a repeated one too;
+    what either takes (returns True for) is not walked into."""
     seen = {id(obj)}
     queue: deque[tuple[Path, Any]] = deque([((), obj)])
     visited = 0
     while queue and visited < SEARCH_OBJECTS:
         path, current = queue.popleft()
         visited += 1
-        if path and wanted(current):
-            found.append((path, current))
+        if path and take_object is not None and take_object(path, current):
             continue
         if len(path) >= depth:
             continue
         for step, child in _children(current):
+            child_path = (*path, step)
+            if take_reference is not None and take_reference(child_path, child):
+                continue
             if id(child) in seen or _atomic(child):
                 continue
             seen.add(id(child))
-            queue.append(((*path, step), child))
-    return found
+            queue.append((child_path, child))
 
 
 def _atomic(obj: Any) -> bool:
@@ -354,20 +377,14 @@ def paths_to(obj: Any, target: Any, *, depth: int = SEARCH_DEPTH) -> list[Path]:
     """Every path from ``obj`` to ``target`` (bounded like :func:`find_all`): a wrapper may hold
     its loader twice (a dict of loaders and the flat list it really iterates)."""
     found: list[Path] = []
-    seen = {id(obj)}
-    queue: deque[tuple[Path, Any]] = deque([((), obj)])
-    visited = 0
-    while queue and visited < SEARCH_OBJECTS:
-        path, current = queue.popleft()
-        visited += 1
-        if len(path) >= depth:
-            continue
-        for step, child in _children(current):
-            if child is target:
-                found.append((*path, step))
-            elif id(child) not in seen and not _atomic(child):
-                seen.add(id(child))
-                queue.append(((*path, step), child))
+
+    def take(path: Path, child: Any) -> bool:
+        if child is target:
+            found.append(path)
+            return True
+        return False
+
+    _breadth_first(obj, depth, take_reference=take)
     return found
 
 

@@ -83,7 +83,7 @@ from .sinks import open_sinks
 from .steps import StepTimes
 from .timing import SyncSpec, TimedIterator, resolve_sync
 
-__all__ = ["FETCH_TIMING", "SyncSpec", "TimedIterator", "Watch", "resolve_sync", "watch"]
+__all__ = ["FETCH_TIMING", "SyncSpec", "TimedIterator", "Watch", "resolve_sync"]
 
 Clock = Callable[[], float]
 
@@ -94,8 +94,9 @@ FETCH_TIMING = "fetch"
 class Watch(WatchReadings):
     """Wraps an iterable loader and records data wait vs compute per step. See the module docstring.
 
-    Use :func:`watch` to create one. Iterating it iterates the loader (one
-    epoch per ``for`` loop); ``len()`` and unknown attributes go to the loader.
+    Users create one with ``ss.watch(loader, ...)`` (:class:`stallscope.api.Watch`, where the
+    options are documented). Iterating it iterates the loader (one epoch per ``for`` loop);
+    ``len()`` and unknown attributes go to the loader.
     """
 
     def __init__(
@@ -461,83 +462,3 @@ class Watch(WatchReadings):
         """
         self._ranks = ranks.exchange(self.to_dict(timeline=False))
         return self.to_dict()
-
-
-def watch(
-    loader: Any,
-    *,
-    log_every: int | None = None,
-    sync: SyncSpec = None,
-    sample_resources: bool = True,
-    jsonl: str | Path | None = None,
-    csv: str | Path | None = None,
-    tensorboard: Any = None,
-    name: str = "train",
-    warmup: int = 0,
-    log: Callable[[str], Any] | Any | None = None,
-    sample_interval: float = 0.2,
-    resource_interval: float = 0.5,
-    gpu: Any = None,
-    clock: Clock = time.perf_counter,
-    window_s: float = time_windows.DEFAULT_WINDOW_S,
-    windows_jsonl: str | Path | None = None,
-    batch_size: int | None = None,
-) -> Watch:
-    """Wrap ``loader`` to measure data stalls in your own loop: ``for batch in ss.watch(loader):``.
-
-    Args:
-        loader: what the loop iterates (a DataLoader or any iterable of batches); one epoch per
-            ``for`` loop.
-        log_every: a live line every this many steps (data/compute ms, stall %, buffer, GPU, CPU);
-            None: no line.
-        sync: ``"cuda"`` (or ``True``, or any callable) synchronises at each step boundary, so
-            compute includes the device's work and the data wait is time the device really idled;
-            None: no synchronise.
-        sample_resources: sample CPU and memory (main process and workers), the GPU (NVML) and the
-            prefetch buffer's occupancy while epochs run; False turns all of it off (no thread at
-            all).
-        jsonl: per-step rows (step, epoch, t_s, data_ms, compute_ms, first) to this JSON-lines file;
-            the time windows go next to it (``run.jsonl`` -> ``run.windows.jsonl``) unless
-            ``windows_jsonl`` is given.
-        csv: the same per-step rows to a CSV file.
-        tensorboard: a log directory or a ``SummaryWriter`` (anything with ``add_scalar``) for
-            scalars every ``log_every`` steps (50 without it) and per time window.
-        name: the watch's name in live lines, scalars, windows and the profile (``"train"``).
-        warmup: steps at the start kept out of the steady-state figures (besides each epoch's first
-            batch).
-        log: where live lines go: a callable taking the line, or a ``logging.Logger``; None: stderr.
-        sample_interval: seconds between the background samples of occupancy and GPU.
-        resource_interval: seconds between CPU/memory readings (at most a quarter of ``window_s``).
-        gpu: a GPU monitor to sample instead of NVML's, or False for none; None: NVML where
-            available.
-        clock: the clock of every step boundary (``time.perf_counter``; tests pass a fake one).
-        window_s: seconds per time window for long runs (stall, step time, CPU and memory per
-            window, and the memory drift over them: ``windows`` and ``memory_drift`` in
-            ``to_dict()``).
-        windows_jsonl: append each closed time window to this JSON-lines file (read back with
-            ``stallscope.training.windows.read_windows``).
-        batch_size: samples per step for the per-sample rates; None: the loader's ``batch_size``.
-
-    Returns:
-        A :class:`Watch`: iterate it in place of the loader, then ``w.to_dict()`` (the profile
-        section), ``ss.stall_summary(w)`` (text), ``w.gather()`` under torchrun, ``w.close()``.
-    """
-    return Watch(
-        loader,
-        log_every=log_every,
-        sync=sync,
-        sample_resources=sample_resources,
-        jsonl=jsonl,
-        csv=csv,
-        tensorboard=tensorboard,
-        name=name,
-        warmup=warmup,
-        log=log,
-        sample_interval=sample_interval,
-        resource_interval=resource_interval,
-        gpu=gpu,
-        clock=clock,
-        window_s=window_s,
-        windows_jsonl=windows_jsonl,
-        batch_size=batch_size,
-    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ..config import LoaderConfig
 from ..throughput.epochs import EpochGap
@@ -69,40 +69,23 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(float(value), digits)
 
 
-class Evaluator(Protocol):
-    """What the search needs from the world: measurements and a clock."""
+class Evaluator:
+    """What the search needs from the world: measurements and a clock.
+
+    A subclass (the real evaluator, the simulated one) gives ``elapsed``, ``measure`` and
+    ``epoch_gap``; ``interleaved`` is written here in terms of ``measure``.
+    """
 
     def elapsed(self) -> float:
         """Seconds since tuning started."""
-        ...
-
-    def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial: ...
-
-    def interleaved(
-        self,
-        configs: Sequence[LoaderConfig],
-        *,
-        repeats: int,
-        window_s: float | Sequence[float],
-        phase: str,
-    ) -> list[list[Trial]]:
-        """``repeats`` rounds of A B … B A; the trials per config, in ``configs`` order
-        (``window_s``: one window for all, or one per config)."""
-        ...
-
-    def epoch_gap(self, config: LoaderConfig, *, epochs: int) -> EpochGap:
-        """The gaps at ``epochs - 1`` epoch boundaries of ``config`` (see
-        :mod:`stallscope.throughput.epochs`)."""
-        ...
-
-
-class InterleavingEvaluator:
-    """``interleaved`` in terms of ``measure``, shared by the real and the simulated evaluator."""
+        raise NotImplementedError
 
     def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial:
         raise NotImplementedError
 
     def epoch_gap(self, config: LoaderConfig, *, epochs: int) -> EpochGap:
+        """The gaps at ``epochs - 1`` epoch boundaries of ``config`` (see
+        :mod:`stallscope.throughput.epochs`)."""
         raise NotImplementedError
 
     def interleaved(
@@ -113,7 +96,9 @@ class InterleavingEvaluator:
         window_s: float | Sequence[float],
         phase: str,
     ) -> list[list[Trial]]:
-        """``repeats`` rounds of A B … B A, so drift and order effects hit every config alike."""
+        """``repeats`` rounds of A B … B A, so drift and order effects hit every config alike; the
+        trials per config, in ``configs`` order (``window_s``: one window for all, or one per
+        config)."""
         windows = (
             [float(window_s)] * len(configs)
             if isinstance(window_s, (int, float))

@@ -42,7 +42,7 @@ from .profiling import profile_loader, profile_pipeline
 from .search import Search
 from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
 from .threads import thread_eligibility
-from .trial import InterleavingEvaluator, SearchResult, Trial
+from .trial import Evaluator, SearchResult, Trial
 
 DEFAULT_BUDGET_S = 60.0
 
@@ -78,7 +78,7 @@ def limit_space(space: SearchSpace, kind: LoaderKind) -> None:
 # -- measuring real loaders ------------------------------------------------------------------
 
 
-class LoaderEvaluator(InterleavingEvaluator):
+class LoaderEvaluator(Evaluator):
     """The search's :class:`~stallscope.tuning.trial.Evaluator` over real DataLoaders."""
 
     def __init__(
