@@ -41,7 +41,27 @@ def test_stages_of_a_graph_or_pool_are_the_ones_it_declares(tmp_path, factory, r
     assert where["collate" if factory == "pool_pipeline" else "collate (Mapper)"] == "main"
     run = record["stage_run"]
     assert run["batch_interval_ms"] > 0 and run["stage_ms_per_batch"] > 0
-    assert "Per batch the stages add up to" in " ".join(done.stdout.split())
+    assert "Per batch the declared stages take" in " ".join(done.stdout.split())
+
+
+def test_a_jpeg_graph_with_process_mappers_accounts_for_the_hand_over(tmp_path):
+    # Real Pillow decoding in two process mappers: the time no declared stage runs (items pickled
+    # to and from the workers) is a row of its own, so the rows add up to the batch interval.
+    out = tmp_path / "stages.json"
+    done = run_cli(
+        "stages", "declared_jpeg.py:nodes_jpeg_processes", "--max-seconds", "3", "--json", str(out)
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    record = json.loads(out.read_text())
+    where = {row["name"]: row["where"] for row in record["stages"]}
+    assert where["decode (ParallelMapper 2)"] == "2 processes"
+    assert where["augment (ParallelMapper 1)"] == "2 processes"
+    assert where["between stages"] == "no stage running"
+    run = record["stage_run"]
+    total = run["stage_ms_per_batch"] + run["between_ms_per_batch"]
+    assert total == pytest.approx(run["batch_interval_ms"], rel=0.02)
+    assert sum(row["share"] for row in record["stages"]) == pytest.approx(1.0, rel=0.02)
+    assert run["adds_up"] == pytest.approx(run["stage_ms_per_batch"] / run["batch_interval_ms"])
 
 
 def test_check_flags_a_pool_pipeline_whose_memory_grows_every_epoch(tmp_path):
