@@ -75,12 +75,42 @@ def _is_mp_helper(proc: psutil.Process) -> bool:
     return any(helper in cmdline for helper in _MP_HELPERS)
 
 
-def descendants() -> list[psutil.Process]:
-    """Live child processes of this one, at any depth, except multiprocessing's helpers."""
+def descendants(root: psutil.Process | None = None) -> list[psutil.Process]:
+    """Live child processes of ``root`` (default: this process), at any depth, except
+    multiprocessing's helpers."""
     try:
-        return [p for p in psutil.Process().children(recursive=True) if not _is_mp_helper(p)]
+        found = (root or psutil.Process()).children(recursive=True)
     except psutil.Error:
         return []
+    return [p for p in found if not _is_mp_helper(p)]
+
+
+MB = 1024 * 1024
+
+
+def own_memory_mb(procs: list[psutil.Process]) -> dict[str, Any]:
+    """The memory ``procs`` hold, summed (NOTE [the whole process tree] in resources.py): each
+    process's USS where the platform gives it (pages only that process holds, so what processes
+    share counts once, in none of them), else its RSS; and their RSS. ``{"own_mb", "rss_mb",
+    "uss": whether every process's USS was read, "each": {pid: own_mb}}``; a process that is gone
+    is left out."""
+    own = rss = 0.0
+    have_uss = True
+    each: dict[int, float] = {}
+    for proc in procs:
+        try:
+            value = float(proc.memory_full_info().uss) / MB
+        except (psutil.Error, AttributeError):
+            have_uss = False
+            try:
+                value = float(proc.memory_info().rss) / MB
+            except psutil.Error:
+                continue
+        with contextlib.suppress(psutil.Error):
+            rss += float(proc.memory_info().rss) / MB
+        own += value
+        each[proc.pid] = value
+    return {"own_mb": own, "rss_mb": rss, "uss": have_uss, "each": each}
 
 
 def reap_children(timeout: float = 3.0, *, exclude: set[int] | None = None) -> list[int]:
