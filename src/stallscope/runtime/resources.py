@@ -24,7 +24,9 @@ With no known worker pids every descendant of the root counts; where the
 workers are known (a DataLoader iterator's) the processes they started count
 with them, at any depth. A pipeline's threads live in the main process and are
 in its CPU and memory. The memory checks of graph and pool pipelines read the
-same tree (NOTE [pipeline checks] in checks/pipeline_checks.py).
+same tree (NOTE [pipeline checks] in checks/pipeline_checks.py), and the
+DataLoader memory probe reads each worker with the processes it started
+(``checks/memory_worker.py``), both through ``processes.own_memory_mb``.
 """
 
 from __future__ import annotations
