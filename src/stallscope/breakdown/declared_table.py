@@ -179,9 +179,7 @@ def declared_table(
         "stage_ms_per_batch": stage_s * per_batch,
         "between_ms_per_batch": idle * per_batch,
         "adds_up": (stage_s * per_batch / interval_ms) if interval_ms else None,
-        "main_wait_ms_per_batch": None
-        if main_wait_s is None
-        else main_wait_s * per_batch,
+        "main_wait_ms_per_batch": None if main_wait_s is None else main_wait_s * per_batch,
         "declared": [
             {
                 "name": r["name"],

@@ -171,10 +171,14 @@ def _parse(line: str) -> StageCall | None:
     if len(parts) not in (5, 6):
         return None
     try:
-        spans = tuple(
-            (float(start), float(end))
-            for start, end in (pair.split(":") for pair in parts[5].split(",") if pair)
-        ) if len(parts) == 6 else ()
+        spans = (
+            tuple(
+                (float(start), float(end))
+                for start, end in (pair.split(":") for pair in parts[5].split(",") if pair)
+            )
+            if len(parts) == 6
+            else ()
+        )
         return StageCall(parts[0], parts[1], parts[2], float(parts[3]), float(parts[4]), spans)
     except ValueError:
         return None
