@@ -103,3 +103,18 @@ def test_bench_counts_the_pool_a_loader_starts_as_its_own(tmp_path):
     result = json.loads(out.read_text())["results"][0]
     assert result["resources"]["n_workers"] >= 2
     assert result["cpu_ms_per_sample"] >= 15
+
+
+def test_bench_counts_the_cpu_of_a_pool_opened_and_closed_every_epoch(tmp_path):
+    # NOTE [CPU of processes that end]: the pool's processes end inside every window (epochs of
+    # 4 batches); their 20 ms of CPU per item is still the loader's.
+    out = tmp_path / "bench.json"
+    done = run_cli(
+        "bench", f"{TARGETS}:epoch_pool_loader", "--repeats", "1", "--quiet", "--json", str(out)
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())["results"][0]
+    assert result["cpu_ms_per_sample"] is not None and result["cpu_ms_per_sample"] >= 15
+    # The window's workers CPU: about 20 ms of CPU per sample at the measured rate.
+    rate = result["samples_per_s"]["median"]
+    assert result["resources"]["workers_cpu_percent"] >= 0.75 * rate * 20 / 10
