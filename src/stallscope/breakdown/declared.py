@@ -35,10 +35,10 @@ Dividing each stage's time by its own runners instead (what each stage would
 cost if it had its threads to itself) adds up only where one path of stages
 sets the pace. Where stages run side by side on shared cores (two mappers'
 threads decoding and augmenting at once, each call stretched by the other) that
-sum overshoots the interval (1.6× on a JPEG graph with two thread mappers);
-where the items go to worker processes and back it falls short, by the
-pickling and queueing no declared callable contains (0.4× on the same graph
-with process mappers). That figure stays in the record per row
+sum overshoots the interval (1.4× on a JPEG graph with two thread mappers,
+``benchmarks/declared_stage_accuracy.py``); where the items go to worker
+processes and back it falls short, by the pickling and queueing no declared
+callable contains (0.47× on the same graph with process mappers). That figure stays in the record per row
 (``busy_ms_per_batch``) beside the cost of one call where it ran (p50, p90).
 The main thread's wait is reported beside the rows.
 """
