@@ -38,9 +38,9 @@ threads decoding and augmenting at once, each call stretched by the other) that
 sum overshoots the interval (1.4× on a JPEG graph with two thread mappers,
 ``benchmarks/declared_stage_accuracy.py``); where the items go to worker
 processes and back it falls short, by the pickling and queueing no declared
-callable contains (0.47× on the same graph with process mappers). That figure stays in the record per row
-(``busy_ms_per_batch``) beside the cost of one call where it ran (p50, p90).
-The main thread's wait is reported beside the rows.
+callable contains (0.47× on the same graph with process mappers). That figure
+stays in the record per row (``busy_ms_per_batch``) beside the cost of one call
+where it ran (p50, p90). The main thread's wait is reported beside the rows.
 """
 
 from __future__ import annotations
