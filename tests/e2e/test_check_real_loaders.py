@@ -69,7 +69,7 @@ def test_streaming_lib_per_epoch_buffer_is_not_memory_growth():
     # the probe saw the stream end and start again, and judged it at the epoch ends
     workers = record["check_probes"]["memory"]["workers_memory"]
     assert workers and all(
-        len([b for b in w.get("epoch_boundaries") or [] if b[5] >= 1]) >= 2 for w in workers
+        len([b for b in w.get("epoch_boundaries") or [] if b[-1] >= 1]) >= 2 for w in workers
     )
     # the batches (a UserDict, not a dict) have their bytes counted
     assert record["check_probes"]["shm"]["batch_bytes"] > 8 * 64 * 1024

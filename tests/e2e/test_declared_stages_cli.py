@@ -41,7 +41,27 @@ def test_stages_of_a_graph_or_pool_are_the_ones_it_declares(tmp_path, factory, r
     assert where["collate" if factory == "pool_pipeline" else "collate (Mapper)"] == "main"
     run = record["stage_run"]
     assert run["batch_interval_ms"] > 0 and run["stage_ms_per_batch"] > 0
-    assert "Per batch the stages add up to" in " ".join(done.stdout.split())
+    assert "Per batch the declared stages take" in " ".join(done.stdout.split())
+
+
+def test_a_jpeg_graph_with_process_mappers_accounts_for_the_hand_over(tmp_path):
+    # Real Pillow decoding in two process mappers: the time no declared stage runs (items pickled
+    # to and from the workers) is a row of its own, so the rows add up to the batch interval.
+    out = tmp_path / "stages.json"
+    done = run_cli(
+        "stages", "declared_jpeg.py:nodes_jpeg_processes", "--max-seconds", "3", "--json", str(out)
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    record = json.loads(out.read_text())
+    where = {row["name"]: row["where"] for row in record["stages"]}
+    assert where["decode (ParallelMapper 2)"] == "2 processes"
+    assert where["augment (ParallelMapper 1)"] == "2 processes"
+    assert where["between stages"] == "no stage running"
+    run = record["stage_run"]
+    total = run["stage_ms_per_batch"] + run["between_ms_per_batch"]
+    assert total == pytest.approx(run["batch_interval_ms"], rel=0.02)
+    assert sum(row["share"] for row in record["stages"]) == pytest.approx(1.0, rel=0.02)
+    assert run["adds_up"] == pytest.approx(run["stage_ms_per_batch"] / run["batch_interval_ms"])
 
 
 def test_check_flags_a_pool_pipeline_whose_memory_grows_every_epoch(tmp_path):
@@ -83,3 +103,18 @@ def test_bench_counts_the_pool_a_loader_starts_as_its_own(tmp_path):
     result = json.loads(out.read_text())["results"][0]
     assert result["resources"]["n_workers"] >= 2
     assert result["cpu_ms_per_sample"] >= 15
+
+
+def test_bench_counts_the_cpu_of_a_pool_opened_and_closed_every_epoch(tmp_path):
+    # NOTE [CPU of processes that end]: the pool's processes end inside every window (epochs of
+    # 4 batches); their 20 ms of CPU per item is still the loader's.
+    out = tmp_path / "bench.json"
+    done = run_cli(
+        "bench", f"{TARGETS}:epoch_pool_loader", "--repeats", "1", "--quiet", "--json", str(out)
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())["results"][0]
+    assert result["cpu_ms_per_sample"] is not None and result["cpu_ms_per_sample"] >= 15
+    # The window's workers CPU: about 20 ms of CPU per sample at the measured rate.
+    rate = result["samples_per_s"]["median"]
+    assert result["resources"]["workers_cpu_percent"] >= 0.75 * rate * 20 / 10

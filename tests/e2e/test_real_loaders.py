@@ -128,6 +128,8 @@ def test_webdataset_shards_read_by_every_worker_are_flagged(tmp_path):
     evidence = found["iterable-duplicates"]["evidence"]
     # Every worker read every shard: each of its batches came from the other worker too.
     assert evidence["duplicate_fraction"] == 1.0 and evidence["same_order"]
+    # The evidence names the batches both workers yielded, by content and position.
+    assert evidence["examples"][0]["positions"] == {"0": 0, "1": 0}
     assert evidence["samples_compared"] >= 8
 
 

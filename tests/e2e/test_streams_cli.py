@@ -45,6 +45,9 @@ def test_check_flags_the_unsharded_stream_with_exit_1(tmp_path, pipelines_dir):
     assert evidence["items_per_worker"] == {"0": 256, "1": 256}
     assert evidence["duplicated_samples"] == 512 and evidence["samples_compared"] == 512
     assert evidence["distinct_duplicates"] == 256 and evidence["same_order"] is True
+    # The first duplicated samples are named: the same item at the same place in both streams.
+    assert [e["positions"] for e in evidence["examples"]] == [{"0": i, "1": i} for i in range(3)]
+    assert "(e.g. " in finding["message"]
     assert "get_worker_info()" in finding["fix"] and "islice" in finding["fix"]
 
 

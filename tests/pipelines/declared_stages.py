@@ -16,6 +16,9 @@ Each cost is a sleep plus a short busy loop, so it holds on a loaded machine:
   every epoch).
 * :func:`process_pool_loader` — a loader that starts its own ``multiprocessing.Pool`` in the
   main process and burns CPU in it: its CPU is the loader's.
+* :func:`epoch_pool_loader` — the same work in a pool opened for each epoch and closed at its
+  end, with short epochs (as grain's ``DataLoader`` starts its worker processes per iterator):
+  the loader's processes end inside any measurement window.
 """
 
 from __future__ import annotations
@@ -182,3 +185,23 @@ class ProcessPoolLoader:
 
 def process_pool_loader() -> ProcessPoolLoader:
     return ProcessPoolLoader()
+
+
+class EpochPoolLoader(ProcessPoolLoader):
+    """A ``multiprocessing.Pool`` of 2 processes for each epoch of 4 batches, closed when the
+    epoch ends: 20 ms of CPU per item, all of it in processes that end within a second."""
+
+    def __init__(self) -> None:
+        super().__init__(batches=4, batch_size=4)
+
+    def __iter__(self):
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            for b in range(self.batches):
+                start = b * self.batch_size
+                yield torch.tensor(pool.map(_burn, range(start, start + self.batch_size)))
+            pool.close()
+            pool.join()
+
+
+def epoch_pool_loader() -> EpochPoolLoader:
+    return EpochPoolLoader()

@@ -7,6 +7,8 @@ in-memory ``Dataset`` of sentences (``Dataset.from_dict``; no hub access).
 * :func:`make_stream_loader` — the same rows as an ``IterableDataset``
   (``to_iterable_dataset(num_shards=4)``), which splits its shards between DataLoader workers
   itself.
+* :func:`make_one_shard_stream_loader` — the same stream in one shard
+  (``to_iterable_dataset(num_shards=1)``): with 2 workers the library stops the second.
 
 TARGETs: ``tests/pipelines/real_hf_datasets.py:make_loader`` and ``...:make_stream_loader``.
 """
@@ -72,4 +74,11 @@ def make_stream_loader(num_workers: int = 0) -> DataLoader:
     from datasets import Dataset
 
     stream = Dataset.from_dict(_rows()).to_iterable_dataset(num_shards=4).map(_encode_row)
+    return DataLoader(stream, batch_size=16, collate_fn=pad, num_workers=num_workers)
+
+
+def make_one_shard_stream_loader(num_workers: int = 0) -> DataLoader:
+    from datasets import Dataset
+
+    stream = Dataset.from_dict(_rows()).to_iterable_dataset(num_shards=1).map(_encode_row)
     return DataLoader(stream, batch_size=16, collate_fn=pad, num_workers=num_workers)

@@ -130,6 +130,30 @@ def test_native_memory_that_keeps_growing_is_a_native_leak():
     assert "fewer than two passes" in finding.message
 
 
+def _with_children(worker: dict, children) -> dict:
+    """The worker's points with the memory of the processes it started appended (``p[5]``)."""
+    return worker | {"points": [[*p, children(p[0])] for p in worker["points"]]}
+
+
+def test_memory_that_grows_in_a_process_the_worker_started_is_growth_and_says_where():
+    # The worker's own memory is flat; the helper it launched keeps 0.3 MB per sample.
+    worker = _with_children(_worker(_flat, _flat), lambda x: 3.0 + 0.3 * x)
+    [finding] = detect_memory_growth(_memory(worker))
+    evidence = finding.evidence
+    assert evidence["cause"] == "native"
+    assert evidence["native_mb_per_1000_samples"] == pytest.approx(300.0)
+    assert evidence["grew_in"] == "processes the worker started"
+    assert evidence["children_mb_start"] == pytest.approx(5.4)  # 3 + 0.3 x 8
+    assert evidence["children_grew_mb"] == pytest.approx(0.3 * (3 * PASS - 8))
+    assert "in those processes" in finding.message
+    # The same growth in the worker itself is the worker's; helpers that stay flat change nothing.
+    [own] = detect_memory_growth(
+        _memory(_with_children(_worker(_flat, lambda x: 0.3 * x), lambda x: 3.0))
+    )
+    assert own.evidence["grew_in"] == "worker" and "in those processes" not in own.message
+    assert detect_memory_growth(_memory(_with_children(_worker(_flat, _flat), lambda x: 3.0))) == []
+
+
 def test_a_per_sample_cache_that_fills_in_the_first_pass_is_named():
     cache = ({"dataset.cache": [0, 56]}, {"dataset.cache": [128, 4000]})
     worker = _worker(lambda x: 0.25 * min(x, PASS), _flat, containers=cache)

@@ -108,3 +108,43 @@ def test_a_worker_that_dies_mid_stream_is_reported_as_its_death():
     )
     assert "exit code 3" in record["error"] or "exited unexpectedly" in record["error"]
     assert detect_iterable_duplicates({"sharding": record}) == []
+
+
+def test_the_evidence_names_the_first_duplicated_samples_by_key_and_position():
+    record = _record(**{"0": ["a", "b", "c", "d", "e"], "1": ["x", "c", "d", "e", "a"]})
+    record["keys"] = {"0": ["k-a", "k-b", "k-c", "k-d", "k-e"], "1": [None] * 5}
+    verdict = duplication_verdict(record)
+    assert verdict["duplicated"] is True
+    assert [e["key"] for e in verdict["examples"]] == ["k-a", "k-c", "k-d"]
+    assert verdict["examples"][0]["positions"] == {"0": 0, "1": 4}
+    (finding,) = detect_iterable_duplicates({"sharding": record})
+    assert "e.g. sample 'k-a': worker 0 item 0, worker 1 item 4" in finding.message
+    assert finding.evidence["examples"] == verdict["examples"]
+    # Without keys the content hash is the evidence.
+    del record["keys"]
+    (finding,) = detect_iterable_duplicates({"sharding": record})
+    assert "e.g. identical content a: worker 0 item 0, worker 1 item 4" in finding.message
+
+
+def test_a_stream_that_ended_with_idle_workers_is_not_duplicated():
+    # Worker 1 yielded nothing and the stream ended (a stream with one shard for two workers).
+    record = {**_record(**{"0": [f"s{i}" for i in range(32)]}), "workers": 2, "ended": "exhausted"}
+    verdict = duplication_verdict(record)
+    assert verdict["duplicated"] is False and verdict["idle_workers"] == 1
+    assert detect_iterable_duplicates({"sharding": record}) == []
+    # Stopped before the end (a slow worker may yet yield): it cannot be told.
+    record["ended"] = "deadline"
+    assert duplication_verdict(record)["duplicated"] is None
+
+
+def test_a_sample_key_is_read_from_the_fields_that_name_samples():
+    import torch
+
+    from stallscope.checks.sharding import sample_key
+
+    assert sample_key({"__key__": "shard-0/000012", "jpg": b"..."}) == "shard-0/000012"
+    assert sample_key({"__key__": ["a/1", "a/2"], "cls": [0, 1]}) == "a/1"  # a batch: its first
+    assert sample_key({"index": torch.tensor([7, 8]), "image": torch.zeros(2)}) == "7"
+    assert sample_key({"id": 3}) == "3"
+    assert sample_key({"image": torch.zeros(2)}) is None
+    assert sample_key((torch.zeros(2), 1)) is None

@@ -71,10 +71,45 @@ def test_cpu_of_a_pool_the_loader_starts_is_the_loaders():
     own = time.process_time()
     with multiprocessing.get_context("fork").Pool(2) as pool:
         assert sum(pool.map(_burn, [0.05] * 6)) == pytest.approx(0.3)
-        # read while the pool's processes are alive: one that ended is not seen
-        spent = tree_cpu_since(start)
+        spent = tree_cpu_since(start)  # read while the pool's processes are alive
     own = time.process_time() - own
     assert spent - own >= 0.25  # the pool's 6 x 50 ms of CPU, not only this process's
+
+
+def test_cpu_of_processes_that_ended_inside_the_window_is_counted():
+    # NOTE [CPU of processes that end]: a pool opened and closed between two readings (a loader
+    # that starts its workers for each epoch) is counted once its processes are reaped.
+    from stallscope.throughput.measure import LoaderCpuClock
+
+    clock = LoaderCpuClock()
+    start = tree_cpu_seconds()
+    own = time.process_time()
+    ended: list[int] = []
+    for _epoch in range(2):
+        pool = multiprocessing.get_context("fork").Pool(2)
+        assert sum(pool.map(_burn, [0.05] * 4)) == pytest.approx(0.2)
+        ended += [worker.pid for worker in pool._pool]
+        pool.close()
+        pool.join()  # reaped: gone from the process tree
+    assert not {p.pid for p in psutil.Process().children(recursive=True)} & set(ended)
+    own = time.process_time() - own
+    assert 0.35 <= tree_cpu_since(start) - own <= 0.2 * 2 + 0.3  # 2 epochs x 4 x 50 ms
+    elapsed = clock.elapsed()
+    assert elapsed is not None and elapsed - own >= 0.35
+
+
+def test_a_reading_taken_twice_does_not_count_a_reaped_process_twice():
+    from stallscope.runtime.processes import tree_cpu
+
+    pool = multiprocessing.get_context("fork").Pool(2)
+    pool.map(_burn, [0.05] * 4)
+    own0, alive = tree_cpu()
+    pool.close()
+    pool.join()
+    own1, reaped = tree_cpu()
+    # The pool's CPU moved from its live processes to this process's children times, once.
+    assert alive >= 0.18
+    assert reaped - alive == pytest.approx(0.0, abs=0.05)
 
 
 def test_processes_a_known_worker_starts_count_with_it():

@@ -21,16 +21,26 @@ worker processes), on a copy, never on the user's object:
   timed ones. Calls nest: a method that calls another is charged its own time.
 
 The copy is iterated as the user iterates it, a few batches to warm up, then
-until ``batches`` or ``max_seconds``; the calls that ended inside the window
-make the table. A row's time per batch is its calls' time over the batches
-divided among the threads or processes that ran it (they work side by side);
-the rows' sum per batch is set against the measured interval between batches
-(``adds_up``, 1.0 when they account for it exactly). The sum matches when one
-path of stages sets the pace (the workers' map, then the batching behind it);
-where stages overlap (a prefetcher collates while the workers map) it can
-exceed the interval, and where the main thread's consumer is the slowest part
-it falls short; the main thread's wait is reported beside the rows to tell
-which.
+until ``batches`` or ``max_seconds``, and the table is the measurement window
+shared out: each call keeps the spans it ran itself, and each instant of the
+window is divided equally among the stages running at it, in any thread or
+process (``wall_shares``). A row is its stage's share of the window per batch;
+the instants in which no declared stage ran anywhere are a row of their own,
+"between stages": the hand-over (items in a mapper's queues, pickled to and
+from its worker processes, the pipeline's own code between its callables). So
+the rows add up to the measured interval between batches, and ``adds_up`` is
+the part the declared stages account for.
+
+Dividing each stage's time by its own runners instead (what each stage would
+cost if it had its threads to itself) adds up only where one path of stages
+sets the pace. Where stages run side by side on shared cores (two mappers'
+threads decoding and augmenting at once, each call stretched by the other) that
+sum overshoots the interval (1.4× on a JPEG graph with two thread mappers,
+``benchmarks/declared_stage_accuracy.py``); where the items go to worker
+processes and back it falls short, by the pickling and queueing no declared
+callable contains (0.47× on the same graph with process mappers). That figure
+stays in the record per row (``busy_ms_per_batch``) beside the cost of one call
+where it ran (p50, p90). The main thread's wait is reported beside the rows.
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ from typing import Any
 from ..errors import NotMeasured, describe_exception
 from ..pipeline.kinds import close_trial, shallow_copy
 from ..pipeline.structure import batch_length
-from .declared_table import DeclaredStageRun, declared_table, in_window
+from .declared_table import DeclaredStageRun, declared_table
 from .results import ProgressFn, StagesResult
 from .stage_clock import StageChannel
 
@@ -93,13 +103,11 @@ def declared_stages(
                     "torchdata.nodes graph)"
                 )
             run, window = _iterate(loader, batches, max_seconds, progress)
-            calls = in_window(channel.calls(), *window)
+            calls = channel.calls()
         finally:
             channel.close()
     samples, measured, seconds, interval_ms = run
-    rows, figures = declared_table(
-        calls, samples=samples, batches=measured, interval_ms=interval_ms
-    )
+    rows, figures = declared_table(calls, samples=samples, batches=measured, window=window)
     if not rows:
         raise NotMeasured(
             f"none of the callables {pipeline.kind.description} holds was called while it "

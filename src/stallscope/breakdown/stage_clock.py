@@ -6,7 +6,9 @@ In this process a call is appended to an in-memory list; in any other process (a
 that process's own in the channel's folder, one line per call written with one ``os.write`` on an
 ``O_APPEND`` descriptor, so nothing is lost when the process ends without cleaning up. Each call
 is stamped on ``time.monotonic()`` (system-wide on Linux), so the main process can keep only the
-calls that ended inside its measurement window.
+calls that ended inside its measurement window. A call also keeps its spans: the stretches of
+time it ran itself, between the timed stages it called, on that clock, so the stages' times can
+be set against the same wall-clock window (``declared_table.wall_shares``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ MAIN = "main"
 THREAD = "thread"
 PROCESS = "process"
 
+_clock = time.monotonic  # system-wide on Linux: spans from other processes line up
 _local = threading.local()
 _lock = threading.Lock()
 _calls: dict[str, list[StageCall]] = {}  # channel folder -> calls made in the owning process
@@ -38,6 +41,12 @@ class StageCall:
     runner: str  # "pid:thread id": which thread or process ran it
     ended: float  # time.monotonic() at the end of the call
     seconds: float  # exclusive wall time
+    # (start, end) on time.monotonic() of each stretch the call ran itself (between the timed
+    # stages it called); empty from a source that did not say: then (ended - seconds, ended)
+    spans: tuple[tuple[float, float], ...] = ()
+
+    def own_spans(self) -> tuple[tuple[float, float], ...]:
+        return self.spans or ((self.ended - self.seconds, self.ended),)
 
 
 class StageChannel:
@@ -69,6 +78,16 @@ class StageChannel:
             _calls.pop(self.folder, None)
 
 
+class _Frame:
+    """One call in progress on a thread: the spans it has run itself so far."""
+
+    __slots__ = ("since", "spans")
+
+    def __init__(self, since: float) -> None:
+        self.since = since
+        self.spans: list[tuple[float, float]] = []
+
+
 class TimedStage:
     """A declared stage's callable, timed where it runs (exclusive of timed stages it calls)."""
 
@@ -79,19 +98,24 @@ class TimedStage:
         self.owner = owner
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        stack: list[float] | None = getattr(_local, "stack", None)
+        stack: list[_Frame] | None = getattr(_local, "stack", None)
         if stack is None:
             stack = _local.stack = []
-        stack.append(0.0)  # time of the timed stages this call makes
-        started = time.perf_counter()
+        started = _clock()
+        if stack:  # the caller's own stretch ends where this call begins
+            caller = stack[-1]
+            caller.spans.append((caller.since, started))
+        frame = _Frame(started)
+        stack.append(frame)
         try:
             return self.fn(*args, **kwargs)
         finally:
-            elapsed = time.perf_counter() - started
-            inner = stack.pop()
+            ended = _clock()
+            stack.pop()
+            frame.spans.append((frame.since, ended))
             if stack:
-                stack[-1] += elapsed
-            self._record(max(0.0, elapsed - inner))
+                stack[-1].since = ended
+            self._record(tuple(frame.spans), ended)
 
     def __getattr__(self, name: str) -> Any:
         # Only for names the wrapper lacks: the wrapped callable's attributes stay reachable.
@@ -99,7 +123,7 @@ class TimedStage:
             raise AttributeError(name)
         return getattr(self.fn, name)
 
-    def _record(self, seconds: float) -> None:
+    def _record(self, spans: tuple[tuple[float, float], ...], ended: float) -> None:
         pid = os.getpid()
         thread = threading.current_thread()
         if pid != self.owner:
@@ -108,7 +132,8 @@ class TimedStage:
             where = MAIN
         else:
             where = THREAD
-        call = StageCall(self.stage, where, f"{pid}:{thread.ident}", time.monotonic(), seconds)
+        seconds = sum(max(0.0, end - start) for start, end in spans)
+        call = StageCall(self.stage, where, f"{pid}:{thread.ident}", ended, seconds, spans)
         if pid == self.owner:
             with _lock:
                 calls = _calls.get(self.folder)
@@ -131,7 +156,10 @@ def _append(folder: str, call: StageCall) -> None:
         except OSError:
             return  # the measurement has ended and its folder is gone
         _files[key] = fd
-    line = "\t".join((call.stage, call.where, call.runner, repr(call.ended), repr(call.seconds)))
+    spans = ",".join(f"{start!r}:{end!r}" for start, end in call.spans)
+    line = "\t".join(
+        (call.stage, call.where, call.runner, repr(call.ended), repr(call.seconds), spans)
+    )
     try:
         os.write(fd, (line.replace("\n", " ") + "\n").encode())
     except OSError:
@@ -140,9 +168,17 @@ def _append(folder: str, call: StageCall) -> None:
 
 def _parse(line: str) -> StageCall | None:
     parts = line.split("\t")
-    if len(parts) != 5:
+    if len(parts) not in (5, 6):
         return None
     try:
-        return StageCall(parts[0], parts[1], parts[2], float(parts[3]), float(parts[4]))
+        spans = (
+            tuple(
+                (float(start), float(end))
+                for start, end in (pair.split(":") for pair in parts[5].split(",") if pair)
+            )
+            if len(parts) == 6
+            else ()
+        )
+        return StageCall(parts[0], parts[1], parts[2], float(parts[3]), float(parts[4]), spans)
     except ValueError:
         return None

@@ -1,8 +1,10 @@
 """Analysis of the memory probe: memory-growth (with its cause) and copy-on-write. Pure functions.
 
 memory-growth reads the points each worker took of its own Python heap
-(``tracemalloc``, NumPy included) and RSS; native memory is RSS minus the
-heap. The probe makes several passes over the same indices, so growth that
+(``tracemalloc``, NumPy included) and RSS, and of the memory of the processes
+it started; native memory is RSS minus the heap, plus those processes' (a
+helper a dataset launches is the worker's: NOTE [the whole process tree] in
+runtime/resources.py). The probe makes several passes over the same indices, so growth that
 stops after the first pass shows as a plateau. The cause decides the message:
 
 - the Python heap keeps growing: something on the dataset keeps every sample;
@@ -47,9 +49,18 @@ COW_MIN_HEAP_MB = 8.0
 
 
 def _native(p: list[float]) -> float:
+    """RSS minus the Python heap and tracemalloc's own bookkeeping, plus the memory of the
+    processes the worker started (``p[5]``, where the point has it)."""
     return (
-        float(p[2]) - float(p[1]) - (float(p[4]) if len(p) > 4 else 0.0)
-    )  # minus tracemalloc's own
+        float(p[2])
+        - float(p[1])
+        - (float(p[4]) if len(p) > 4 else 0.0)
+        + (float(p[5]) if len(p) > 5 else 0.0)
+    )
+
+
+def _children(p: list[float]) -> float | None:
+    return float(p[5]) if len(p) > 5 else None
 
 
 def _unjudged() -> dict[str, Any]:
@@ -68,12 +79,13 @@ def _epoch_channels(
 ) -> tuple[dict[str, Any], dict[str, Any], int] | None:
     """Heap and native growth read at a stream's epoch ends (NOTE [stream epochs]); None
     when the worker saw no epoch end."""
-    ends = [b for b in boundaries if len(b) > 5 and b[5] >= 1]
-    start = next((b for b in boundaries if len(b) > 5 and b[5] == 0), None)
+    # A boundary is a point with the epoch appended (the point's length varies by writer).
+    ends = [b for b in boundaries if len(b) > 5 and b[-1] >= 1]
+    start = next((b for b in boundaries if len(b) > 5 and b[-1] == 0), None)
     if len(ends) >= 2:
         xs = [float(b[0]) for b in ends]
         heap = channel_growth(xs, [float(b[1]) for b in ends], None, HEAP_MIN_MB)
-        native = channel_growth(xs, [_native(b) for b in ends], None, NATIVE_MIN_MB)
+        native = channel_growth(xs, [_native(b[:-1]) for b in ends], None, NATIVE_MIN_MB)
         return heap, native, len(ends)
     if len(ends) == 1 and start is not None:
         xs = [float(start[0]), float(ends[0][0])]
@@ -105,6 +117,8 @@ def _worker_growth(series: dict[str, Any], pass_samples: float | None) -> dict[s
         "epoch_ends": 0 if by_epoch is None else by_epoch[2],
         "rss_start": float(points[0][2]),
         "rss_end": float(points[-1][2]),
+        "children_start": _children(points[0]),
+        "children_end": _children(points[-1]),
         "containers_start": series.get("containers_start") or {},
         "containers_end": series.get("containers_end") or {},
         "sites": series.get("sites") or [],
@@ -201,6 +215,13 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
         "pass_samples_per_worker": None if per_worker_pass is None else round(per_worker_pass),
         "rss_mb_start": round(worst["rss_start"], 1),
         "rss_mb_end": round(worst["rss_end"], 1),
+        # the processes the worker started, at any depth (None: a record that did not read them)
+        "children_mb_start": None
+        if worst["children_start"] is None
+        else round(worst["children_start"], 1),
+        "children_mb_end": None
+        if worst["children_end"] is None
+        else round(worst["children_end"], 1),
         "growing_attribute": containers[0]["attribute"]
         if containers and cause == "python-heap"
         else None,
@@ -262,17 +283,34 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
             "filling (fewer than two "
             "passes fit in the budget; a larger --budget shows whether it levels off)"
         )
-    message = (
-        f"Native memory (outside the Python heap) of each worker grows by {rate} and "
-        f"{judged}{epoch}."
-    )
-    fix = (
-        "Find what keeps native buffers per sample: tensors held in a module-level "
-        "list or global cache, a C extension or "
-        "decoder that is never closed (files, codecs, sessions); run the pipeline with "
-        "num_workers=0 under memray or "
-        "heaptrack to see the allocation."
-    )
+    children_grew = (worst["children_end"] or 0.0) - (worst["children_start"] or 0.0)
+    evidence["children_grew_mb"] = round(children_grew, 1)
+    if children_grew > 0.5 * channel["grew_mb"]:
+        # Most of it is in the processes the worker started (NOTE [the whole process tree]).
+        evidence["grew_in"] = "processes the worker started"
+        message = (
+            f"Memory outside the Python heap of each worker and the processes it started "
+            f"grows by {rate}, {children_grew:.0f} MB of it in those processes (a helper or "
+            f"pool the dataset launches inside the worker), and {judged}{epoch}."
+        )
+        fix = (
+            "Find what the processes the dataset starts keep per request (a cache in a decoder "
+            "or helper process, results a pool never hands back); bound it, or restart the "
+            "helper every so many samples."
+        )
+    else:
+        evidence["grew_in"] = "worker"
+        message = (
+            f"Native memory (outside the Python heap) of each worker grows by {rate} and "
+            f"{judged}{epoch}."
+        )
+        fix = (
+            "Find what keeps native buffers per sample: tensors held in a module-level "
+            "list or global cache, a C extension or "
+            "decoder that is never closed (files, codecs, sessions); run the pipeline with "
+            "num_workers=0 under memray or "
+            "heaptrack to see the allocation."
+        )
     return [Finding("memory-growth", severity, message, evidence, fix)]
 
 

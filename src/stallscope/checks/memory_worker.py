@@ -8,10 +8,13 @@ sample travels to the main process with a small record of what its worker saw:
 - the index and how long ``dataset[index]`` took (these fetches count toward
   the check's coverage, and a sample slow in two passes is a slow sample);
 - every ``every`` samples, a point ``[samples, python_heap_mb, rss_mb, t,
-  tracemalloc_mb]``: the Python heap is what ``tracemalloc`` traces since the
-  worker's first fetch (NumPy reports its buffers to it); native memory is
-  RSS minus that and minus tracemalloc's own bookkeeping (C/C++ libraries,
-  torch tensors, allocator caches);
+  tracemalloc_mb, children_mb]``: the Python heap is what ``tracemalloc``
+  traces since the worker's first fetch (NumPy reports its buffers to it);
+  native memory is RSS minus that and minus tracemalloc's own bookkeeping
+  (C/C++ libraries, torch tensors, allocator caches), plus ``children_mb``:
+  the memory of every process the worker started, at any depth (a decoder
+  pool, a helper the dataset launches), each one's USS where readable, else
+  its RSS (NOTE [the whole process tree] in runtime/resources.py);
 - the sizes of the dataset's containers (a shallow walk of its attributes and
   theirs: lists, dicts, sets, deques, arrays), to name the one that grows;
 - at a few points (``SITES_AT_POINTS``), the allocation sites (file:line) holding the most
@@ -120,18 +123,22 @@ class _WorkerState:
         self.containers_start = container_sizes(dataset)
 
     def reading(self) -> list[float]:
-        """``[samples, python_heap_mb, rss_mb, t, tracemalloc_mb]`` now."""
+        """``[samples, python_heap_mb, rss_mb, t, tracemalloc_mb, children_mb]`` now."""
+        from ..runtime.processes import descendants, own_memory_mb
+
         heap, _ = tracemalloc.get_traced_memory()
         try:
             rss = self.proc.memory_info().rss
         except Exception:  # psutil.Error: /proc unreadable
             rss = 0
+        children = own_memory_mb(descendants(self.proc))["own_mb"]
         return [
             self.count,
             round(heap / MB, 3),
             round(rss / MB, 3),
             round(time.perf_counter() - self.t0, 3),
             round(tracemalloc.get_tracemalloc_memory() / MB, 3),
+            round(children, 3),
         ]
 
     def point(self, dataset: Any) -> dict[str, Any]:

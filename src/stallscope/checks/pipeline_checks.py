@@ -39,12 +39,11 @@ import psutil
 from ..errors import describe_exception
 from ..pipeline.kinds import close_trial
 from ..pipeline.structure import batch_length
-from ..runtime.processes import descendants
+from ..runtime.processes import descendants, own_memory_mb
 from .findings import ERROR, Finding, sort_findings
 from .result import CheckResult
 from .tree_memory import detect_tree_memory_growth
 
-MB = 1024 * 1024
 MAX_EPOCHS = 8
 MIN_EPOCHS = 4  # epoch ends read before the budget may stop the probe
 _END = object()
@@ -74,31 +73,13 @@ def tree_memory_mb() -> dict[str, Any]:
     """The memory of this process and every process it started, at any depth, and its threads."""
     main = psutil.Process()
     procs = [main, *descendants()]
-    rss = uss = 0.0
-    main_mb = children_mb = 0.0
-    have_uss = True
-    for proc in procs:
-        try:
-            info = proc.memory_full_info()
-            value = float(info.uss) / MB
-        except (psutil.Error, AttributeError):
-            have_uss = False
-            try:
-                value = float(proc.memory_info().rss) / MB
-            except psutil.Error:
-                continue
-        with contextlib.suppress(psutil.Error):
-            rss += float(proc.memory_info().rss) / MB
-        uss += value
-        if proc.pid == main.pid:
-            main_mb = value
-        else:
-            children_mb += value
+    read = own_memory_mb(procs)
+    main_mb = read["each"].get(main.pid, 0.0)
     return {
-        "tree_rss_mb": round(rss, 1),
-        "tree_uss_mb": round(uss, 1) if have_uss else None,
+        "tree_rss_mb": round(read["rss_mb"], 1),
+        "tree_uss_mb": round(read["own_mb"], 1) if read["uss"] else None,
         "main_mb": round(main_mb, 1),
-        "children_mb": round(children_mb, 1),
+        "children_mb": round(read["own_mb"] - main_mb, 1),
         "processes": len(procs),
         "threads": threading.active_count(),
     }

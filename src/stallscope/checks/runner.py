@@ -471,7 +471,7 @@ class CheckRun:
         if blocked or self.remaining() < 1.0:
             self.probe_status["sharding"] = f"skipped: {blocked or 'budget exhausted'}"
             return
-        from .sharding import probe_sharding
+        from .sharding import duplication_verdict, probe_sharding
 
         self.progress("comparing the workers' streams")
         share = min(
@@ -489,6 +489,15 @@ class CheckRun:
         self.probe_status["sharding"] = (
             f"failed: {record['error']}" if record.get("error") else "done"
         )
+        idle = duplication_verdict(record)["idle_workers"]
+        if idle and not record.get("error"):
+            # Not duplication (no sample came from two workers), but workers that do nothing.
+            self.notes.append(
+                f"iterable-duplicates: the stream ended with {idle} of its "
+                f"{record['workers']} workers idle (they yielded no sample, as a stream with "
+                "fewer shards than workers does), so nothing was read twice; the idle workers add "
+                "nothing to throughput"
+            )
 
     # -- memory ------------------------------------------------------------------------------------
     def _run_memory(self) -> None:

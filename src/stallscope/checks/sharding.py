@@ -19,8 +19,16 @@ Libraries that split shards themselves are probed the same way, through the data
 loader holds: webdataset's ``WebDataset(urls)`` without ``workersplitter=split_by_worker``
 (``WebLoader`` is taken apart as a wrapper, NOTE [loader kinds]) yields every shard in every
 worker, so each worker's batches (built in the workers by ``.batched()``) hash alike; with the
-splitter they do not. Hugging Face's ``IterableDataset`` hands each worker its own shards (and
-stops workers it has none for), so it is not flagged at the worker level.
+splitter they do not. Hugging Face's ``IterableDataset`` hands each worker its own shards and
+stops the workers it has none for (``to_iterable_dataset(num_shards=1)`` with 2 workers: worker
+1 yields nothing), and litdata's ``StreamingDataset`` splits its chunks by worker itself; neither
+is flagged.
+
+A flag carries its evidence: how many hashed samples another worker also yielded and, for the
+first few, the sample's key where it has one (webdataset's ``__key__``, an ``id`` or ``index``
+field) with each worker's position of it in its stream. A stream whose workers did not all
+yield (it ended with some of them idle) is not duplicated: no sample came from two workers, and
+the record says which workers were idle.
 """
 
 from __future__ import annotations
@@ -47,14 +55,44 @@ MIN_DUPLICATE_FRACTION = 0.2
 MAX_REPEAT_FRACTION = 0.5
 
 
-class DigestItems:
-    """Collate for the probe: runs in the worker, returns the worker id and the items' hashes."""
+EXAMPLES = 3  # duplicated samples named in the evidence
+# Fields that name a sample, looked up in a Mapping sample (or batch) in this order.
+KEY_FIELDS = ("__key__", "key", "id", "uid", "sample_id", "idx", "index")
 
-    def __call__(self, items: Any) -> tuple[int, list[str]]:
+
+def sample_key(item: Any) -> str | None:
+    """The key a sample carries (webdataset's ``__key__``, an ``id`` or ``index`` field; the first
+    of a batch's), or None."""
+    from collections.abc import Mapping
+
+    if not isinstance(item, Mapping):
+        return None
+    for name in KEY_FIELDS:
+        if name not in item:
+            continue
+        value = item[name]
+        if isinstance(value, (list, tuple)) and value:
+            value = value[0]
+        elif hasattr(value, "ndim") and hasattr(value, "tolist"):  # a tensor or an array
+            value = value.reshape(-1)[0].tolist() if value.ndim and len(value) else value.tolist()
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            return str(value)[:120]
+    return None
+
+
+class DigestItems:
+    """Collate for the probe: runs in the worker, returns the worker id, the items' hashes and
+    their keys."""
+
+    def __call__(self, items: Any) -> tuple[int, list[str], list[str | None]]:
         from torch.utils.data import get_worker_info
 
         info = get_worker_info()
-        return (info.id if info is not None else -1, [sample_digest(item) for item in items])
+        return (
+            info.id if info is not None else -1,
+            [sample_digest(item) for item in items],
+            [sample_key(item) for item in items],
+        )
 
 
 def probe_sharding(
@@ -101,6 +139,7 @@ def probe_sharding(
         generator=torch.Generator().manual_seed(seed),
     )
     digests: dict[int, list[str]] = {}
+    keys: dict[int, list[str | None]] = {}
     iterator = None
     try:
         iterator = iter(loader)
@@ -109,11 +148,12 @@ def probe_sharding(
                 record["ended"] = "deadline"
                 break
             try:
-                worker, hashed = next(iterator)
+                worker, hashed, named = next(iterator)
             except StopIteration:
                 record["ended"] = "exhausted"
                 break
             digests.setdefault(int(worker), []).extend(hashed)
+            keys.setdefault(int(worker), []).extend(named)
             enough = len(digests) >= workers and all(len(d) >= prefix for d in digests.values())
             # A worker whose shard ran out stops contributing; do not wait for it forever.
             if enough or sum(len(d) for d in digests.values()) >= 2 * prefix * workers:
@@ -129,6 +169,7 @@ def probe_sharding(
         if iterator is not None:
             shutdown_iterator(iterator)
     record["digests"] = {str(w): d[:prefix] for w, d in sorted(digests.items())}
+    record["keys"] = {str(w): k[:prefix] for w, k in sorted(keys.items()) if any(k[:prefix])}
     record["seconds"] = round(time.perf_counter() - started, 3)
     return record
 
@@ -138,8 +179,11 @@ def duplication_verdict(record: dict[str, Any]) -> dict[str, Any]:
 
     ``duplicated`` is True when at least ``MIN_DUPLICATE_FRACTION`` of the hashed
     samples were also yielded by another worker while each worker's own stream is
-    mostly distinct; None when it cannot be told (fewer than two workers yielded
-    ``MIN_ITEMS`` items, or the data repeats within a worker); False otherwise.
+    mostly distinct; False when they were not, or when the stream ended with a single
+    worker having yielded samples (the others idle: none came from two workers); None
+    when it cannot be told (fewer than two workers yielded ``MIN_ITEMS`` items before
+    the probe stopped, or the data repeats within a worker). ``examples``: the first
+    duplicated samples, with their key where they carry one and each worker's position.
     """
     streams = {w: list(d) for w, d in (record.get("digests") or {}).items()}
     per_worker = {w: len(d) for w, d in streams.items()}
@@ -153,12 +197,25 @@ def duplication_verdict(record: dict[str, Any]) -> dict[str, Any]:
         "duplicate_fraction": 0.0,
         "repeat_fraction_within_worker": None,
         "same_order": False,
+        "idle_workers": None,
+        "examples": [],
         "reason": None,
     }
+    started = int(record.get("workers") or 0)
+    if record.get("ended") == "exhausted" and started > len(streams):
+        out["idle_workers"] = started - len(streams)
     if record.get("error"):
         out["reason"] = f"the stream failed in a worker: {record['error']}"
         return out
     usable = {w: d for w, d in streams.items() if len(d) >= MIN_ITEMS}
+    if len(streams) == 1 and len(usable) == 1 and out["idle_workers"]:
+        # The stream ended and every sample came from one worker: nothing was read twice.
+        out["duplicated"] = False
+        out["reason"] = (
+            f"only one of the {started} workers yielded samples; the stream ended with "
+            f"{out['idle_workers']} idle"
+        )
+        return out
     if len(usable) < 2:
         out["reason"] = (
             f"fewer than two workers yielded {MIN_ITEMS} items "
@@ -175,7 +232,17 @@ def duplication_verdict(record: dict[str, Any]) -> dict[str, Any]:
     repeats = [1.0 - len(set(d)) / len(d) for d in usable.values()]
     repeat = sum(repeats) / len(repeats)
     first, *others = usable.values()
+    names = record.get("keys") or {}
+    examples: list[dict[str, Any]] = []
+    for digest in dict.fromkeys(d for stream in usable.values() for d in stream):
+        if digest not in shared or len(examples) >= EXAMPLES:
+            continue
+        positions = {w: stream.index(digest) for w, stream in usable.items() if digest in stream}
+        worker, at = next(iter(positions.items()))
+        key = (names.get(worker) or [])[at] if at < len(names.get(worker) or []) else None
+        examples.append({"key": key, "digest": digest, "positions": positions})
     out.update(
+        examples=examples,
         duplicated_samples=duplicated,
         distinct_duplicates=len(shared),
         samples_compared=total,
@@ -294,10 +361,21 @@ def detect_iterable_duplicates(probes: dict[str, Any]) -> list[Finding]:
         else "Workers yield some of the same samples"
     )
     order = ", in the same order" if verdict["same_order"] else ""
+    example = ""
+    if verdict["examples"]:
+        keyed = [e for e in verdict["examples"] if e["key"] is not None]
+        first = (keyed or verdict["examples"])[0]
+        where = ", ".join(f"worker {w} item {at}" for w, at in first["positions"].items())
+        what = (
+            f"sample {first['key']!r}"
+            if first["key"] is not None
+            else f"identical content {first['digest']}"
+        )
+        example = f" (e.g. {what}: {where})"
     message = (
         f"{head}: {verdict['duplicated_samples']:,} of the "
         f"{verdict['samples_compared']:,} samples hashed from {workers} workers "
-        f"({counts}) were also yielded by another worker{order}; the IterableDataset "
+        f"({counts}) were also yielded by another worker{order}{example}; the IterableDataset "
         "does not shard its stream by "
         "torch.utils.data.get_worker_info(), so with num_workers=N training sees each "
         "of these samples N times."
@@ -309,6 +387,9 @@ def detect_iterable_duplicates(probes: dict[str, Any]) -> list[Finding]:
         "duplicate_fraction": verdict["duplicate_fraction"],
         "items_per_worker": verdict["items_per_worker"],
         "same_order": verdict["same_order"],
+        # the first duplicated samples: their key where they carry one, content hash, and the
+        # position of each in each worker's stream
+        "examples": verdict["examples"],
         "workers": sharding.get("workers"),
         "start_method": sharding.get("start_method"),
         "prefix_items": sharding.get("prefix"),

@@ -137,14 +137,22 @@ class StagesSummary:
         run = data.get("stage_run") or {}
         if run.get("stage_ms_per_batch") is not None and run.get("batch_interval_ms"):
             # The stages a graph or pool pipeline declares (NOTE [declared stages]).
+            between = run.get("between_ms_per_batch")
             lines.append(
-                f"Per batch the stages add up to {_ms(run['stage_ms_per_batch'])} ms, each "
-                "divided among the threads or processes that ran it, against "
+                f"Per batch the declared stages take {_ms(run['stage_ms_per_batch'])} ms of the "
                 f"{_ms(run['batch_interval_ms'])} ms measured between batches "
-                f"({100 * (run.get('adds_up') or 0.0):.0f}%)"
+                f"({100 * (run.get('adds_up') or 0.0):.0f}%; each instant shared among the stages "
+                "running at it)"
                 + (
-                    f"; the main thread waited {_ms(run['main_wait_ms_per_batch'])} ms of it for "
-                    "other threads or processes."
+                    f", and {_ms(between)} ms passed with none of them running (the hand-over "
+                    "between stages: queues, pickling to and from worker processes, the "
+                    "pipeline's own code)"
+                    if between is not None
+                    else ""
+                )
+                + (
+                    f"; the main thread waited {_ms(run['main_wait_ms_per_batch'])} ms per batch "
+                    "for other threads or processes."
                     if run.get("main_wait_ms_per_batch") is not None
                     else "."
                 )

@@ -39,7 +39,7 @@ import pickle
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -75,12 +75,93 @@ def _is_mp_helper(proc: psutil.Process) -> bool:
     return any(helper in cmdline for helper in _MP_HELPERS)
 
 
-def descendants() -> list[psutil.Process]:
-    """Live child processes of this one, at any depth, except multiprocessing's helpers."""
+def descendants(root: psutil.Process | None = None) -> list[psutil.Process]:
+    """Live child processes of ``root`` (default: this process), at any depth, except
+    multiprocessing's helpers."""
     try:
-        return [p for p in psutil.Process().children(recursive=True) if not _is_mp_helper(p)]
+        found = (root or psutil.Process()).children(recursive=True)
     except psutil.Error:
         return []
+    return [p for p in found if not _is_mp_helper(p)]
+
+
+def tree_cpu(
+    root: psutil.Process | None = None, *, own: Callable[[], float] | None = None
+) -> tuple[float, float]:
+    """``(own, started)``: the CPU seconds ``root`` (default: this process) spent itself (``own()``
+    where given, e.g. ``time.process_time`` less some threads), and those of every process it
+    started, at any depth, the ended ones included.
+
+    NOTE [CPU of processes that end]
+    A loader's processes may end inside a measurement window: a pipeline that
+    starts its worker pool for each epoch (grain's ``DataLoader``, a
+    ``multiprocessing.Pool`` opened in ``__iter__``), DataLoader workers of a
+    loader re-iterated epoch after epoch. Summing the live processes' CPU times
+    misses what such a process spent; at ten epochs a second, most of the
+    loader's CPU. On POSIX the kernel adds a process's CPU, with that of the
+    processes it reaped, to its parent's "children" times when the parent reaps
+    it, so a process's own times plus its children times never go down while it
+    lives, and the tree's total (the root's children times plus, for every live
+    descendant, its own and its children times) counts an ended process once it
+    is reaped: a difference of two totals is the CPU the tree spent between them,
+    a process alive at the first and reaped before the second counted from its
+    first reading. The root's children times are read before and after the
+    descendants, and the reading is taken again when a reap fell in between (it
+    would count that process twice). A process orphaned to init is lost
+    (an undercount).
+    """
+    me = root or psutil.Process()
+    own_read = own or (lambda: sum(me.cpu_times()[:2]))
+    started = 0.0
+    for _ in range(3):
+        try:
+            before = me.cpu_times()
+        except psutil.Error:
+            return own_read(), 0.0
+        reaped = before.children_user + before.children_system
+        started = 0.0
+        for proc in descendants(me):
+            try:
+                times = proc.cpu_times()
+            except psutil.Error:
+                continue  # ended between the listing and the reading: in ``reaped`` next time
+            started += times.user + times.system + times.children_user + times.children_system
+        try:
+            after = me.cpu_times()
+        except psutil.Error:
+            break
+        if after.children_user + after.children_system == reaped:
+            return own_read(), started + reaped
+        time.sleep(0.001)
+    return own_read(), started + reaped
+
+
+MB = 1024 * 1024
+
+
+def own_memory_mb(procs: list[psutil.Process]) -> dict[str, Any]:
+    """The memory ``procs`` hold, summed (NOTE [the whole process tree] in resources.py): each
+    process's USS where the platform gives it (pages only that process holds, so what processes
+    share counts once, in none of them), else its RSS; and their RSS. ``{"own_mb", "rss_mb",
+    "uss": whether every process's USS was read, "each": {pid: own_mb}}``; a process that is gone
+    is left out."""
+    own = rss = 0.0
+    have_uss = True
+    each: dict[int, float] = {}
+    for proc in procs:
+        try:
+            value = float(proc.memory_full_info().uss) / MB
+        except (psutil.Error, AttributeError):
+            have_uss = False
+            try:
+                value = float(proc.memory_info().rss) / MB
+            except psutil.Error:
+                continue
+        with contextlib.suppress(psutil.Error):
+            rss += float(proc.memory_info().rss) / MB
+        own += value
+        each[proc.pid] = value
+    return {"own_mb": own, "rss_mb": rss, "uss": have_uss, "each": each}
 
 
 def reap_children(timeout: float = 3.0, *, exclude: set[int] | None = None) -> list[int]:

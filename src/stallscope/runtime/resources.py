@@ -24,7 +24,9 @@ With no known worker pids every descendant of the root counts; where the
 workers are known (a DataLoader iterator's) the processes they started count
 with them, at any depth. A pipeline's threads live in the main process and are
 in its CPU and memory. The memory checks of graph and pool pipelines read the
-same tree (NOTE [pipeline checks] in checks/pipeline_checks.py).
+same tree (NOTE [pipeline checks] in checks/pipeline_checks.py), and the
+DataLoader memory probe reads each worker with the processes it started
+(``checks/memory_worker.py``), both through ``processes.own_memory_mb``.
 """
 
 from __future__ import annotations
@@ -155,6 +157,7 @@ class ResourceSampler:
         self._main_cpu0 = 0.0
         self._n_ticks = 0
         self._tree: tuple[tuple[int, ...], float, tuple[int, ...]] | None = None
+        self._tree0: float | None = None  # CPU of the root's descendants when the window opened
 
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> ResourceSampler:
@@ -197,7 +200,20 @@ class ResourceSampler:
             self._workers(known) if known is not None else self._workers() + _descendants(self.root)
         )
         self._at_start = {proc.pid: _cpu_seconds(proc) for proc in alive}
+        # With every descendant counting, the window's total also counts the processes that end
+        # inside it (NOTE [CPU of processes that end] in processes.py); ticks miss what a process
+        # spent after its last one.
+        self._tree0 = None if self._worker_pids is not None else self._started_cpu()
         return self
+
+    def _started_cpu(self) -> float | None:
+        """CPU seconds of every process the root started, the ended ones included."""
+        from .processes import tree_cpu
+
+        try:
+            return tree_cpu(self.root, own=lambda: 0.0)[1]
+        except psutil.Error:
+            return None
 
     def sample(self) -> None:
         """One tick (USS on every ``uss_every``-th)."""
@@ -216,6 +232,10 @@ class ResourceSampler:
         workers_cpu = (
             sum(self._cpu_last[p] - self._cpu_first[p] for p in self._cpu_last) / elapsed * 100
         )
+        tree = self._started_cpu() if self._tree0 is not None else None
+        if tree is not None and self._tree0 is not None:
+            # Never below what the ticks saw: a process orphaned to init is lost to the total.
+            workers_cpu = max(workers_cpu, (tree - self._tree0) / elapsed * 100)
         return ResourceSummary(
             main_cpu_percent=main_cpu,
             workers_cpu_percent=workers_cpu,

@@ -122,29 +122,21 @@ def measure_cpu_cost(
     )
 
 
-def tree_cpu_seconds() -> dict[int, float]:
-    """CPU seconds so far of this process (all its threads: key 0) and of every process it started,
-    at any depth (a pool the loader starts is the loader's: NOTE [the whole process tree] in
-    runtime/resources.py)."""
-    import psutil
+def tree_cpu_seconds() -> float:
+    """CPU seconds so far of this process (all its threads) and of every process it started, at
+    any depth, the ended ones included (a pool the loader starts is the loader's: NOTE [the whole
+    process tree] in runtime/resources.py; NOTE [CPU of processes that end] in
+    runtime/processes.py)."""
+    from ..runtime.processes import tree_cpu
 
-    from ..runtime.processes import descendants
-
-    out = {0: time.process_time()}
-    for proc in descendants():
-        try:
-            times = proc.cpu_times()
-        except psutil.Error:
-            continue
-        out[proc.pid] = times.user + times.system
-    return out
+    own, started = tree_cpu(own=time.process_time)
+    return own + started
 
 
-def tree_cpu_since(start: dict[int, float]) -> float:
-    """CPU seconds the tree spent since ``start``: a process born since counts from zero (one
-    that ended meanwhile is not seen: an undercount, never an overcount)."""
-    now = tree_cpu_seconds()
-    return sum(max(0.0, value - start.get(pid, 0.0)) for pid, value in now.items())
+def tree_cpu_since(start: float) -> float:
+    """CPU seconds the tree spent since ``start`` (a :func:`tree_cpu_seconds` reading): processes
+    born since count from zero, and those that ended meanwhile with all they spent."""
+    return max(0.0, tree_cpu_seconds() - start)
 
 
 def _busy_cpu_seconds() -> float | None:

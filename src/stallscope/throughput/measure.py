@@ -327,42 +327,40 @@ _END = object()
 
 
 class LoaderCpuClock:
-    """CPU seconds this process and its children (the loader's workers) spend from now on.
+    """CPU seconds this process and every process it started (the loader's workers, a pool it
+    opens, at any depth) spend from now on.
 
-    The children are those alive when the clock starts; one that ends before ``elapsed()`` makes the
-    figure unknown (None) rather than short. CPU time, unlike wall time, does not count the time
-    other processes on the machine held the cores: it is what the loader's configuration costs.
+    Processes born after the clock starts count from birth, and those that end before
+    ``elapsed()`` with all they spent (NOTE [CPU of processes that end] in runtime/processes.py):
+    a loader that starts its workers each epoch is clocked whole. CPU time, unlike wall time,
+    does not count the time other processes on the machine held the cores: it is what the
+    loader's configuration costs.
     """
 
     def __init__(self, exclude: Sequence[Any] = ()) -> None:
-        import psutil
-
-        self._children: list[Any] = []
         self._excluded = [
             clock for clock in (_thread_clock(t) for t in exclude) if clock is not None
         ]
         try:
-            self._children = psutil.Process().children(recursive=True)
             self._start: float | None = self._now()
-        except Exception:  # psutil.Error: a child ended meanwhile
+        except Exception:  # psutil.Error: this process's /proc unreadable
             self._start = None
 
-    def _now(self) -> float:
-        own = time.process_time() - sum(_clock_seconds(c) for c in self._excluded)
-        return own + sum(self._cpu(c) for c in self._children)
+    def _own(self) -> float:
+        return time.process_time() - sum(_clock_seconds(c) for c in self._excluded)
 
-    @staticmethod
-    def _cpu(proc: Any) -> float:
-        times = proc.cpu_times()
-        seconds: float = times.user + times.system
-        return seconds
+    def _now(self) -> float:
+        from ..runtime.processes import tree_cpu
+
+        own, started = tree_cpu(own=self._own)
+        return own + started
 
     def elapsed(self) -> float | None:
         if self._start is None:
             return None
         try:
             return max(0.0, self._now() - self._start)
-        except Exception:  # psutil.Error: a child ended within the window
+        except Exception:  # psutil.Error
             return None
 
 
