@@ -67,13 +67,13 @@ def samples_per_batch(r: Record, config: Any = None) -> float | None:
     sweep ran it, else the median over the sweep's results; None where nothing was timed."""
     rows = ok_results(r)
     if config is not None:
-        own = [res for res in rows if same_config(res.get("config"), config)]
+        own = [res for res in rows if same_config(res.config, config)]
         rows = own or rows
-    ratios = []
-    for res in rows:
-        samples, batches = number(res.get("samples_measured")), number(res.get("batches_measured"))
-        if samples and batches:
-            ratios.append(samples / batches)
+    ratios = [
+        res.samples_measured / res.batches_measured
+        for res in rows
+        if res.samples_measured and res.batches_measured
+    ]
     if not ratios:
         cost = mapping(r.get("cpu_cost"))
         samples, batches = number(cost.get("samples")), number(cost.get("batches"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ..record.model import BatchMs, BenchResult, Spread, results_of
 from ..thresholds import TIE_MARGIN
 from .facts import (
     AugmentationFacts,
@@ -44,30 +45,30 @@ LATENCY_BOUND_MARGIN = 1.1
 
 
 def bench_facts(r: Record) -> BenchFacts | None:
-    results = [res for res in r.get("results") or [] if isinstance(res, dict)]
+    results = results_of(r)
     if not results:
         return None
     best = best_result(r)
     rows = []
     for res in results:
-        spread = res["samples_per_s"] if isinstance(res.get("samples_per_s"), dict) else {}
-        latency = res.get("batch_ms") or {}
+        spread = res.samples_per_s or Spread()
+        latency = res.batch_ms or BatchMs()
         rows.append(
             BenchRow(
-                label=ran_label(r, res.get("config"), res.get("label")),
-                config=res.get("config") or {},
-                samples_per_s=rate_of(res.get("samples_per_s")),
-                min_samples_per_s=number(spread.get("min")),
-                max_samples_per_s=number(spread.get("max")),
-                startup_s=number(res.get("startup_s")),
-                p50_ms=number(latency.get("p50")),
-                p95_ms=number(latency.get("p95")),
-                efficiency=number(res.get("efficiency")),
-                speedup=number(res.get("speedup")),
-                noise=number(res.get("noise")),
-                repeats=res.get("repeats") if isinstance(res.get("repeats"), int) else None,
-                error=str(res["error"]) if res.get("error") else None,
-                is_best=res is best,
+                label=ran_label(r, res.config, res.label),
+                config=res.config,
+                samples_per_s=res.rate,
+                min_samples_per_s=spread.min,
+                max_samples_per_s=spread.max,
+                startup_s=res.startup_s,
+                p50_ms=latency.p50,
+                p95_ms=latency.p95,
+                efficiency=res.efficiency,
+                speedup=res.speedup,
+                noise=res.noise,
+                repeats=res.repeats,
+                error=res.error or None,
+                is_best=res == best,
             )
         )
     scaling = r.get("scaling") or {}
@@ -78,8 +79,8 @@ def bench_facts(r: Record) -> BenchFacts | None:
     cores = cores if isinstance(cores, int) else None
     plateau = scaling.get("plateau_workers")
     ok = ok_results(r)
-    timed = [res["batches_measured"] for res in ok if isinstance(res.get("batches_measured"), int)]
-    windows = [v for v in (number(res.get("window_s")) for res in ok) if v is not None]
+    timed = [res.batches_measured for res in ok if res.batches_measured is not None]
+    windows = [res.window_s for res in ok if res.window_s is not None]
     return BenchFacts(
         batches_timed=sum(timed) if timed else None,
         window_s=sum(windows) if windows else None,
@@ -287,28 +288,26 @@ def best_configuration(r: Record) -> BestConfig | None:
     best = best_result(r)
     if best is None:
         return None
-    single = single_process_result(r, batch_size_of(best.get("config")))
+    single = single_process_result(r, batch_size_of(best.config))
     # best_result and single_process_result return only results with a rate: "or 0.0" never applies
-    best_rate = rate_of(best["samples_per_s"]) or 0.0
+    best_rate = best.rate or 0.0
     baseline = None
-    if single is not None and single is not best:
+    if single is not None and single != best:
         baseline = ConfigRate(
-            ran_label(r, single.get("config"), single.get("label")),
-            single.get("config") or {},
-            rate_of(single["samples_per_s"]) or 0.0,
+            ran_label(r, single.config, single.label), single.config, single.rate or 0.0
         )
-    speedup = number(best.get("speedup"))
+    speedup = best.speedup
     if speedup is None and baseline is not None and baseline.samples_per_s > 0:
         speedup = best_rate / baseline.samples_per_s
     return BestConfig(
         source="bench",
-        label=ran_label(r, best.get("config"), best.get("label")),
-        config=best.get("config") or {},
+        label=ran_label(r, best.config, best.label),
+        config=best.config,
         samples_per_s=best_rate,
         speedup=speedup,
         baseline=baseline,
         result=best,
-        snippet=loader_snippet(r, best.get("config") or {}),
+        snippet=loader_snippet(r, best.config),
         overruled=tuning.best if tuning is not None else None,
     )
 
@@ -319,7 +318,7 @@ def _steady_state(config: Any) -> dict[str, Any]:
     return {k: v for k, v in (config or {}).items() if k != "persistent_workers"}
 
 
-def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> dict[str, Any] | None:
+def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> BenchResult | None:
     """The sweep's best when it beat the tuner's pick by more than the noise without racing it, else
     None.
 
@@ -331,13 +330,13 @@ def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> dict[str, Any] 
     if sweep is None or tuning.best is None:
         return None
     raced = [row.config for row in tuning.head_to_head]
-    if any(_steady_state(c) == _steady_state(sweep.get("config")) for c in raced):
+    if any(_steady_state(c) == _steady_state(sweep.config) for c in raced):
         return None
-    if _steady_state(sweep.get("config")) == _steady_state(tuning.best.config):
+    if _steady_state(sweep.config) == _steady_state(tuning.best.config):
         return None
     search = r["search"] if isinstance(r.get("search"), dict) else {}
-    noise = max(TIE_MARGIN, number(sweep.get("noise")) or 0.0, number(search.get("noise")) or 0.0)
-    sweep_rate = rate_of(sweep.get("samples_per_s")) or 0.0
+    noise = max(TIE_MARGIN, sweep.noise or 0.0, number(search.get("noise")) or 0.0)
+    sweep_rate = sweep.rate or 0.0
     return sweep if sweep_rate > tuning.best.samples_per_s * (1 + noise) else None
 
 
