@@ -4,9 +4,21 @@ breakdown and the training loop. Each returns ``None`` when the record lacks tha
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..record.model import BatchMs, BenchResult, Spread, results_of
+from ..record import model
+from ..record.model import (
+    BatchMs,
+    BenchResult,
+    HeadToHead,
+    Spread,
+    Trial,
+    baseline_of,
+    best_of,
+    results_of,
+    trials_of,
+)
 from ..thresholds import TIE_MARGIN
 from .facts import (
     AugmentationFacts,
@@ -31,7 +43,6 @@ from .readers import (
     config_label,
     number,
     ok_results,
-    rate_of,
     result_for_config,
     single_process_result,
     workers_of,
@@ -106,89 +117,65 @@ def bench_facts(r: Record) -> BenchFacts | None:
 
 
 def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
-    best = r.get("best")
-    if not isinstance(best, dict) or (best_value := rate_of(best.get("samples_per_s"))) is None:
+    best = best_of(r)
+    if best is None or (best_value := best.samples_per_s) is None:
         return None
-    best_rate = ConfigRate(
-        ran_label(r, best.get("config"), best.get("label")), best.get("config") or {}, best_value
-    )
-    baseline = _config_rate(r, r.get("baseline"))
-    speedup = number(best.get("speedup"))
+    best_rate = ConfigRate(ran_label(r, best.config, best.label), best.config, best_value)
+    baseline = _config_rate(r, baseline_of(r))
+    speedup = best.speedup
     if speedup is None and baseline and baseline.samples_per_s > 0:
         speedup = best_rate.samples_per_s / baseline.samples_per_s
-    trials = [t for t in r.get("trials") or [] if isinstance(t, dict)]
-    measured = [
-        t for t in trials if not t.get("error") and (rate_of(t.get("samples_per_s")) or 0.0) > 0
-    ]
+    trials = trials_of(r)
+    measured = [t for t in trials if not t.error and (t.samples_per_s or 0.0) > 0]
     # measured holds positive rates only: the "or 0.0" never applies
-    ranked = sorted(measured, key=lambda t: rate_of(t["samples_per_s"]) or 0.0, reverse=True)[:top]
+    ranked = sorted(measured, key=lambda t: t.samples_per_s or 0.0, reverse=True)[:top]
     rows = []
     for t in ranked:
-        rate = rate_of(t["samples_per_s"]) or 0.0
+        rate = t.samples_per_s or 0.0
         vs = rate / baseline.samples_per_s if baseline and baseline.samples_per_s > 0 else None
-        rows.append(
-            TrialRow(ran_label(r, t.get("config"), t.get("label")), t.get("phase"), rate, vs)
-        )
-    failed = [
-        (ran_label(r, t.get("config"), t.get("label")), str(t["error"]))
-        for t in trials
-        if t.get("error")
-    ]
+        rows.append(TrialRow(ran_label(r, t.config, t.label), t.phase, rate, vs))
+    failed = [(ran_label(r, t.config, t.label), t.error) for t in trials if t.error]
     search = r["search"] if isinstance(r.get("search"), dict) else {}
     region = search["region"] if isinstance(search.get("region"), dict) else {}
-    runner_up = best.get("runner_up")
     return TuningFacts(
         baseline=baseline,
         best=best_rate,
         speedup=speedup,
         # A confidence the rounds cannot support is dropped here (NOTE [invariants]); the
         # verdict says so.
-        confidence=checked_confidence(
-            best.get("confidence"), best["rounds"] if isinstance(best.get("rounds"), int) else None
-        )[0],
+        confidence=checked_confidence(best.confidence, best.rounds)[0],
         seconds=number(r.get("tuning_seconds")),
         trials=len(trials),
         top_trials=rows,
         failed_trials=failed,
-        runner_up=runner_up if isinstance(runner_up, str) and runner_up else None,
-        margin=number(best.get("margin")),
+        runner_up=best.runner_up or None,
+        margin=best.margin,
         region=region.get("name") if isinstance(region.get("name"), str) else None,
         region_reason=region.get("reason") if isinstance(region.get("reason"), str) else None,
         notes=[str(n) for n in search.get("notes") or [] if n],
-        rounds=int(best["rounds"]) if isinstance(best.get("rounds"), int) else None,
-        confirmed=best.get("confirmed") if isinstance(best.get("confirmed"), bool) else None,
-        head_to_head=_head_to_head(r, best.get("head_to_head")),
-        skipped=[
-            (relabel(r, str(s.get("label"))), str(s.get("why")))
-            for s in best.get("skipped") or []
-            if isinstance(s, dict)
-        ],
-        keep_baseline=best.get("keep_baseline") is True,
-        within_pct=number(best.get("within_pct")),
+        rounds=best.rounds,
+        confirmed=best.confirmed,
+        head_to_head=_head_to_head(r, best.head_to_head),
+        skipped=[(relabel(r, str(s.label)), str(s.why)) for s in best.skipped],
+        keep_baseline=best.keep_baseline,
+        within_pct=best.within_pct,
         plan=(search.get("plan") or {}).get("summary")
         if isinstance(search.get("plan"), dict)
         else None,
         persistent=_persistent_gap(search.get("persistent_workers")),
-        tie=best.get("tie") is True,
-        tie_margin=number(best.get("tie_margin")),
+        tie=best.tie,
+        tie_margin=best.tie_margin,
     )
 
 
-def _head_to_head(r: Record, entries: Any) -> list[HeadToHeadRow]:
-    rows = []
-    for e in entries or []:
-        if isinstance(e, dict) and (rate := rate_of(e.get("samples_per_s"))) is not None:
-            rounds = e.get("rounds")
-            rows.append(
-                HeadToHeadRow(
-                    ran_label(r, e.get("config"), e.get("label")),
-                    e.get("config") or {},
-                    rate,
-                    rounds if isinstance(rounds, int) else None,
-                    str(e.get("role") or "other"),
-                )
-            )
-    return rows
+def _head_to_head(r: Record, entries: tuple[HeadToHead, ...]) -> list[HeadToHeadRow]:
+    return [
+        HeadToHeadRow(
+            ran_label(r, e.config, e.label), e.config, e.samples_per_s, e.rounds, e.role or "other"
+        )
+        for e in entries
+        if e.samples_per_s is not None
+    ]
 
 
 def _persistent_gap(entry: Any) -> PersistentGap | None:
@@ -203,30 +190,28 @@ def _persistent_gap(entry: Any) -> PersistentGap | None:
     )
 
 
-def trials_by_config(trials: list[dict[str, Any]], r: Record | None = None) -> list[dict[str, Any]]:
+def trials_by_config(
+    trials: Sequence[Trial | Mapping[str, Any]], r: Record | None = None
+) -> list[dict[str, Any]]:
     """One row per config of the tuner's trials: the phases it was measured in, its median rate and
     start-up over the runs, the runs; fastest first."""
     rows: dict[str, dict[str, Any]] = {}
-    for t in trials:
-        if not isinstance(t, dict):
-            continue
+    for t in filter(None, map(Trial.of, trials)):
         label = (
-            ran_label(r, t.get("config"), t.get("label"))
-            if r is not None
-            else config_label(t.get("config"), t.get("label"))
+            ran_label(r, t.config, t.label) if r is not None else config_label(t.config, t.label)
         )
         row = rows.setdefault(
             label, {"label": label, "phases": [], "rates": [], "startup": [], "error": None}
         )
-        if t.get("phase") and t["phase"] not in row["phases"]:
-            row["phases"].append(t["phase"])
-        rate = rate_of(t.get("samples_per_s"))
-        if t.get("error") or rate is None:
-            row["error"] = str(t.get("error") or "no rate measured")
+        if t.phase and t.phase not in row["phases"]:
+            row["phases"].append(t.phase)
+        rate = t.samples_per_s
+        if t.error or rate is None:
+            row["error"] = t.error or "no rate measured"
         else:
             row["rates"].append(rate)
-            if number(t.get("startup_s")) is not None:
-                row["startup"].append(number(t["startup_s"]))
+            if t.startup_s is not None:
+                row["startup"].append(t.startup_s)
     out = []
     for row in rows.values():
         row["rate"] = statistics.median(row["rates"]) if row["rates"] else None
@@ -235,12 +220,10 @@ def trials_by_config(trials: list[dict[str, Any]], r: Record | None = None) -> l
     return sorted(out, key=lambda r: -(r["rate"] or 0.0))
 
 
-def _config_rate(r: Record, entry: Any) -> ConfigRate | None:
-    if not isinstance(entry, dict) or (rate := rate_of(entry.get("samples_per_s"))) is None:
+def _config_rate(r: Record, entry: model.ConfigRate | None) -> ConfigRate | None:
+    if entry is None or entry.samples_per_s is None:
         return None
-    return ConfigRate(
-        ran_label(r, entry.get("config"), entry.get("label")), entry.get("config") or {}, rate
-    )
+    return ConfigRate(ran_label(r, entry.config, entry.label), entry.config, entry.samples_per_s)
 
 
 def best_configuration(r: Record) -> BestConfig | None:

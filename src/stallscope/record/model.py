@@ -169,6 +169,10 @@ class Item:
             return []
         return [cls.from_dict(v) for v in value if isinstance(v, Mapping)]
 
+    def has(self, key: str) -> bool:
+        """Whether the record held ``key`` with a value of its type (not a default)."""
+        return (self.present is None or key in self.present) and key not in self.extra
+
     def to_dict(self) -> JSON:
         """The dict the record holds: the keys the item was read with, and what ``extra`` kept."""
         out: JSON = {}
