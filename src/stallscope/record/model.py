@@ -347,11 +347,20 @@ class Best(Item):
 class Finding(Item):
     """A check's finding: its stable code, severity, one sentence, the numbers and the fix."""
 
-    code: str | None = None
-    severity: str | None = None
+    code: str = "unknown"
+    severity: str = "info"
     message: str = ""
     evidence: JSON = field(default_factory=dict)
     fix: str = ""
+
+
+@dataclass(frozen=True)
+class WindowWorker(Item):
+    """One worker's memory at a window's end."""
+
+    worker: int | None = None
+    rss_mb: float | None = None
+    uss_mb: float | None = None
 
 
 @dataclass(frozen=True)
@@ -378,7 +387,11 @@ class Window(Item):
     main_rss_mb: float | None = None
     workers_rss_mb: float | None = None
     worker_uss_mb: float | None = None
-    workers: tuple[JSON, ...] = ()  # each worker's memory: {worker, rss_mb, uss_mb}
+    workers: tuple[WindowWorker, ...] = ()
+
+    def worker(self, k: int) -> WindowWorker:
+        """Worker ``k``'s memory (no figures where the window has no such worker)."""
+        return self.workers[k] if k < len(self.workers) else WindowWorker()
 
 
 # -- readers of a record dict ------------------------------------------------------------------
@@ -426,6 +439,7 @@ __all__ = [
     "Spread",
     "Trial",
     "Window",
+    "WindowWorker",
     "baseline_of",
     "best_of",
     "findings_of",

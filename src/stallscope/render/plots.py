@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 
 from ..analysis import readers as rd
 from ..analysis import stage_facts
-from ..record.model import BatchMs, BenchResult, Spread, results_of
+from ..record.model import BatchMs, BenchResult, Spread, results_of, windows_of
 
 DPI = 100
 COLORS = {
@@ -388,18 +388,12 @@ def over_time_figure(record: Any) -> Figure | None:
     """Two panels over the run's time windows: stall fraction, then memory (main RSS, each worker's
     RSS, mean USS)."""
     r = rd.as_record_dict(record)
-    windows = [
-        w
-        for w in r.get("windows") or []
-        if isinstance(w, dict) and rd.number(w.get("start_s")) is not None
-    ]
+    windows = [w for w in windows_of(r) if w.start_s is not None]
     if len(windows) < 2:
         return None
-    span = rd.number(windows[-1].get("end_s")) or 0.0
+    span = windows[-1].end_s or 0.0
     scale, unit = (3600.0, "h") if span >= 7200 else (60.0, "min") if span >= 120 else (1.0, "s")
-    mid = [
-        (w["start_s"] + (rd.number(w.get("end_s")) or w["start_s"])) / 2 / scale for w in windows
-    ]
+    mid = [((w.start_s or 0.0) + (w.end_s or w.start_s or 0.0)) / 2 / scale for w in windows]
     fig = Figure(figsize=(7.5, 5.2), dpi=DPI)
     FigureCanvasAgg(fig)
     top, bottom = fig.subplots(2, 1, sharex=True)
@@ -408,7 +402,7 @@ def over_time_figure(record: Any) -> Figure | None:
         ax.set_axisbelow(True)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
-    stall = [rd.number(w.get("stall_fraction")) for w in windows]
+    stall = [w.stall_fraction for w in windows]
     top.plot(
         mid,
         [None if s is None else s * 100 for s in stall],
@@ -420,17 +414,15 @@ def over_time_figure(record: Any) -> Figure | None:
     top.set_ylim(0, 100)
     top.set_ylabel("waiting for data (%)")
     top.set_title("Stall fraction and memory per time window")
-    series = [
-        ("main RSS", [rd.number(w.get("main_rss_mb")) for w in windows], COLORS["compute"], "-")
-    ]
-    n_workers = max(len(w.get("workers") or []) for w in windows)
+    series = [("main RSS", [w.main_rss_mb for w in windows], COLORS["compute"], "-")]
+    n_workers = max(len(w.workers) for w in windows)
     for k in range(n_workers):
-        values = [_worker_mb(w, k, "rss_mb") for w in windows]
+        values = [w.worker(k).rss_mb for w in windows]
         series.append((f"worker {k} RSS", values, STAGE_COLORS[(k + 1) % len(STAGE_COLORS)], "-"))
     series.append(
         (
             "mean worker USS",
-            [rd.number(w.get("worker_uss_mb")) for w in windows],
+            [w.worker_uss_mb for w in windows],
             COLORS["ideal"],
             "--",
         )
@@ -458,15 +450,6 @@ def over_time_figure(record: Any) -> Figure | None:
     if drawn:
         bottom.legend(fontsize=8, frameon=False, ncol=min(3, drawn), loc="best")
     return fig
-
-
-def _worker_mb(window: dict[str, Any], k: int, key: str) -> float | None:
-    workers = window.get("workers") or []
-    return (
-        rd.number(workers[k].get(key))
-        if k < len(workers) and isinstance(workers[k], dict)
-        else None
-    )
 
 
 # -- entries ------------------------------------------------------------------------
