@@ -185,3 +185,12 @@ def test_a_record_missing_nested_keys_renders(path, fmt):
     verdict = decide(record)
     if verdict.label is not None and fmt != "json":
         assert verdict.label in text
+
+
+def test_the_model_passes_mypy_strict_on_its_own(tmp_path):
+    api = pytest.importorskip("mypy.api")
+    model = ROOT / "src" / "stallscope" / "record" / "model.py"
+    out, err, status = api.run(
+        ["--strict", "--no-incremental", "--cache-dir", str(tmp_path), str(model)]
+    )
+    assert status == 0, out + err
