@@ -17,13 +17,21 @@ from stallscope.record.model import (
     Best,
     ConfigRate,
     Finding,
+    Hotspot,
     Spread,
+    Stage,
     Trial,
     Window,
     best_of,
     results_of,
 )
-from stallscope.record.sections import BenchSection, CheckSection, LongRunSection, TuneSection
+from stallscope.record.sections import (
+    BenchSection,
+    CheckSection,
+    LongRunSection,
+    StagesSection,
+    TuneSection,
+)
 from stallscope.render import renderer_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +39,14 @@ FIXTURES = ROOT / "tests" / "fixtures"
 RECORDS = sorted(
     [*FIXTURES.glob("record_*.json"), *(FIXTURES / "legacy").glob("record_*.json")]
 ) + [ROOT / "benchmarks" / "results" / "demo_doctor.json"]
-LISTS = {"results": BenchResult, "trials": Trial, "findings": Finding, "windows": Window}
+LISTS = {
+    "results": BenchResult,
+    "trials": Trial,
+    "findings": Finding,
+    "windows": Window,
+    "stages": Stage,
+    "hotspots": Hotspot,
+}
 OBJECTS = {"best": Best, "baseline": ConfigRate}
 
 
@@ -58,7 +73,7 @@ def test_the_fixtures_hold_every_item_kind():
 def test_every_nested_item_of_a_fixture_round_trips(path):
     data = json.loads(path.read_text())
     items = _items(data)
-    assert items or path.stem in {"record_stages", "record_compare"}
+    assert items or path.stem == "record_compare"
     for key, kind, item in items:
         typed = kind.from_dict(item)
         assert typed.to_dict() == item, key
@@ -81,6 +96,9 @@ def test_the_section_accessors_read_the_items_typed(path):
     assert [w.to_dict() for w in LongRunSection.from_dict(data).typed_windows()] == (
         data.get("windows") or []
     )
+    stages = StagesSection.from_dict(data)
+    assert [s.to_dict() for s in stages.typed_stages()] == (data.get("stages") or [])
+    assert [h.to_dict() for h in stages.typed_hotspots()] == (data.get("hotspots") or [])
 
 
 def test_a_legacy_pick_takes_the_defaults_of_what_0_3_did_not_record():

@@ -12,11 +12,14 @@ from ..record.model import (
     BatchMs,
     BenchResult,
     HeadToHead,
+    Hotspot,
     Spread,
     Trial,
     baseline_of,
     best_of,
+    hotspots_of,
     results_of,
+    stages_of,
     trials_of,
 )
 from ..thresholds import TIE_MARGIN
@@ -333,33 +336,25 @@ def loader_snippet(r: Record, config: dict[str, Any]) -> str:
 
 
 def stage_facts(r: Record, *, top_hotspots: int = 8) -> StageFacts | None:
-    stages = [
-        s
-        for s in r.get("stages") or []
-        if isinstance(s, dict) and number(s.get("ms_per_sample")) is not None
-    ]
+    stages = [s for s in stages_of(r) if s.ms_per_sample is not None]
     aug = _augmentation(r.get("augmentation_overhead"))
-    hotspots = _hotspots(r.get("hotspots"), top_hotspots)
+    hotspots = _hotspots(hotspots_of(r), top_hotspots)
     if not stages and aug is None and not hotspots:
         return None
     # stages hold numeric ms_per_sample only: the "or 0.0" below never applies
-    total = sum(number(s["ms_per_sample"]) or 0.0 for s in stages if not s.get("doubtful"))
-    shares = [number(s.get("share")) for s in stages]
+    total = sum(s.ms_per_sample or 0.0 for s in stages if not s.doubtful)
+    shares = [s.share for s in stages]
     # "share" is a fraction of the total; accept percentages from older writers.
     as_percent = all(v is not None for v in shares) and sum(v or 0.0 for v in shares) > 1.5
     rows = []
     for s, share in zip(stages, shares):
-        ms = number(s["ms_per_sample"]) or 0.0
+        ms = s.ms_per_sample or 0.0
         if share is None:
             share = ms / total if total > 0 else 0.0
         elif as_percent:
             share = share / 100.0
-        doubtful = str(s["doubtful"]) if s.get("doubtful") else None
-        rows.append(
-            StageRow(
-                str(s.get("name", "?")), s.get("kind"), ms, 0.0 if doubtful else share, doubtful
-            )
-        )
+        doubtful = str(s.doubtful) if s.doubtful else None
+        rows.append(StageRow(s.name, s.kind, ms, 0.0 if doubtful else share, doubtful))
     trusted = [row for row in rows if not row.doubtful]
     top = max(trusted, key=lambda row: row.ms_per_sample) if trusted else None
     run = r["stage_run"] if isinstance(r.get("stage_run"), dict) else {}
@@ -391,24 +386,11 @@ def _augmentation(entry: Any) -> AugmentationFacts | None:
     )
 
 
-def _hotspots(entries: Any, top: int) -> list[HotspotRow]:
+def _hotspots(entries: list[Hotspot], top: int) -> list[HotspotRow]:
     rows = []
-    for h in entries or []:
-        if not isinstance(h, dict):
-            continue
-        where = str(h.get("file", "?"))
-        if h.get("line") is not None:
-            where += f":{h['line']}"
-        calls = h.get("calls")
-        rows.append(
-            HotspotRow(
-                str(h.get("function", "?")),
-                where,
-                calls if isinstance(calls, int) else None,
-                number(h.get("total_ms")),
-                number(h.get("cumulative_ms")),
-            )
-        )
+    for h in entries:
+        where = h.file if h.line is None else f"{h.file}:{h.line}"
+        rows.append(HotspotRow(h.function, where, h.calls, h.total_ms, h.cumulative_ms))
     rows.sort(key=lambda h: h.cumulative_ms or h.total_ms or 0.0, reverse=True)
     return rows[:top]
 

@@ -340,6 +340,38 @@ class Best(Item):
         return next((h for h in self.head_to_head if h.role == role), None)
 
 
+# -- stages -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stage(Item):
+    """One stage of a sample's path (``stages``): its time per sample and share of the total."""
+
+    name: str = "?"
+    kind: str | None = None
+    ms_per_sample: float | None = None
+    share: float | None = None  # a fraction of the stages' total (a percentage in older records)
+    where: str | None = None  # the process it ran in
+    random: bool = False
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    parent: str | None = None  # a call broken out of another stage
+    doubtful: str | bool | None = None  # why its time is not counted (NOTE [stages add up])
+
+
+@dataclass(frozen=True)
+class Hotspot(Item):
+    """One of the slowest functions of ``__getitem__`` (cProfile, ``hotspots``)."""
+
+    function: str = "?"
+    file: str = "?"
+    line: int | None = None
+    calls: int | None = None
+    total_ms: float | None = None
+    cumulative_ms: float | None = None
+    ms_per_sample: float | None = None
+
+
 # -- checks and profiles -----------------------------------------------------------------------
 
 
@@ -417,6 +449,16 @@ def baseline_of(r: Mapping[str, Any]) -> ConfigRate | None:
     return ConfigRate.of(r.get("baseline"))
 
 
+def stages_of(r: Mapping[str, Any]) -> list[Stage]:
+    """The stage breakdown's rows (``stages``)."""
+    return Stage.list_of(r.get("stages"))
+
+
+def hotspots_of(r: Mapping[str, Any]) -> list[Hotspot]:
+    """The slowest functions cProfile found (``hotspots``)."""
+    return Hotspot.list_of(r.get("hotspots"))
+
+
 def findings_of(r: Mapping[str, Any]) -> list[Finding]:
     """The check's findings (``findings``)."""
     return Finding.list_of(r.get("findings"))
@@ -434,16 +476,20 @@ __all__ = [
     "ConfigRate",
     "Finding",
     "HeadToHead",
+    "Hotspot",
     "Item",
     "Skipped",
     "Spread",
+    "Stage",
     "Trial",
     "Window",
     "WindowWorker",
     "baseline_of",
     "best_of",
     "findings_of",
+    "hotspots_of",
     "results_of",
+    "stages_of",
     "trials_of",
     "windows_of",
 ]

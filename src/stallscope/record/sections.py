@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import Section, doc
-from .model import BenchResult, Best, ConfigRate, Finding, Trial, Window
+from .model import BenchResult, Best, ConfigRate, Finding, Hotspot, Stage, Trial, Window
 
 JSON = dict[str, Any]
 
@@ -121,6 +121,14 @@ class StagesSection(Section):
     transfer: JSON | None = doc("stages: cost of moving a batch from worker to main process")
     storage: JSON | None = doc("stages: the read stage's storage, cold against warm cache")
     stage_notes: list[str] = doc("stages: notes on the breakdown", default_factory=list)
+
+    def typed_stages(self) -> list[Stage]:
+        """``stages``, each read as a :class:`~.model.Stage`."""
+        return Stage.list_of(self.stages)
+
+    def typed_hotspots(self) -> list[Hotspot]:
+        """``hotspots``, each read as a :class:`~.model.Hotspot`."""
+        return Hotspot.list_of(self.hotspots)
 
 
 @dataclass
