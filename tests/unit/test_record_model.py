@@ -15,6 +15,7 @@ from stallscope.record.model import (
     BatchMs,
     BenchResult,
     Best,
+    CodeChange,
     ConfigRate,
     Finding,
     Hotspot,
@@ -28,6 +29,7 @@ from stallscope.record.model import (
 from stallscope.record.sections import (
     BenchSection,
     CheckSection,
+    CodeChangesSection,
     LongRunSection,
     StagesSection,
     TuneSection,
@@ -46,6 +48,7 @@ LISTS = {
     "windows": Window,
     "stages": Stage,
     "hotspots": Hotspot,
+    "code_changes": CodeChange,
 }
 OBJECTS = {"best": Best, "baseline": ConfigRate}
 
@@ -99,6 +102,8 @@ def test_the_section_accessors_read_the_items_typed(path):
     stages = StagesSection.from_dict(data)
     assert [s.to_dict() for s in stages.typed_stages()] == (data.get("stages") or [])
     assert [h.to_dict() for h in stages.typed_hotspots()] == (data.get("hotspots") or [])
+    changes = CodeChangesSection.from_dict(data).typed_code_changes()
+    assert [c.to_dict() for c in changes] == (data.get("code_changes") or [])
 
 
 def test_a_legacy_pick_takes_the_defaults_of_what_0_3_did_not_record():

@@ -372,6 +372,29 @@ class Hotspot(Item):
     ms_per_sample: float | None = None
 
 
+# -- code changes -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CodeChange(Item):
+    """A code change applied inside the probes (``code_changes``) and how it raced the pick."""
+
+    id: str = "?"
+    title: str | None = None  # the id where a record has none
+    speedup: float | None = None  # over the pick, paired by round
+    speedup_interval: tuple[float, ...] | None = None
+    rounds: int | None = None
+    samples_per_s: float | None = None
+    pick_samples_per_s: float | None = None
+    diff: str | None = None
+    apply: str | None = None  # how to apply it (patch -p0 …)
+    description: str = ""
+    verified: bool | None = None
+    unverified_reason: str | None = None
+    side_effect: JSON = field(default_factory=dict)  # what it alters: alters_output, summary, …
+    error: str | None = None
+
+
 # -- checks and profiles -----------------------------------------------------------------------
 
 
@@ -459,6 +482,11 @@ def hotspots_of(r: Mapping[str, Any]) -> list[Hotspot]:
     return Hotspot.list_of(r.get("hotspots"))
 
 
+def code_changes_of(r: Mapping[str, Any]) -> list[CodeChange]:
+    """The code changes raced against the pick (``code_changes``)."""
+    return CodeChange.list_of(r.get("code_changes"))
+
+
 def findings_of(r: Mapping[str, Any]) -> list[Finding]:
     """The check's findings (``findings``)."""
     return Finding.list_of(r.get("findings"))
@@ -473,6 +501,7 @@ __all__ = [
     "BatchMs",
     "BenchResult",
     "Best",
+    "CodeChange",
     "ConfigRate",
     "Finding",
     "HeadToHead",
@@ -486,6 +515,7 @@ __all__ = [
     "WindowWorker",
     "baseline_of",
     "best_of",
+    "code_changes_of",
     "findings_of",
     "hotspots_of",
     "results_of",

@@ -16,7 +16,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import Section, doc
-from .model import BenchResult, Best, ConfigRate, Finding, Hotspot, Stage, Trial, Window
+from .model import (
+    BenchResult,
+    Best,
+    CodeChange,
+    ConfigRate,
+    Finding,
+    Hotspot,
+    Stage,
+    Trial,
+    Window,
+)
 
 JSON = dict[str, Any]
 
@@ -139,6 +149,10 @@ class CodeChangesSection(Section):
         "changes: each code change tried, its measured speedup and diff", default_factory=list
     )
     code_changes_run: JSON | None = doc("changes: the run's pick, rounds, budget and skips")
+
+    def typed_code_changes(self) -> list[CodeChange]:
+        """``code_changes``, each read as a :class:`~.model.CodeChange`."""
+        return CodeChange.list_of(self.code_changes)
 
 
 @dataclass
