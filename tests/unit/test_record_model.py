@@ -19,6 +19,7 @@ from stallscope.record.model import (
     ConfigRate,
     Finding,
     Hotspot,
+    Search,
     Spread,
     Stage,
     Trial,
@@ -50,7 +51,7 @@ LISTS = {
     "hotspots": Hotspot,
     "code_changes": CodeChange,
 }
-OBJECTS = {"best": Best, "baseline": ConfigRate}
+OBJECTS = {"best": Best, "baseline": ConfigRate, "search": Search}
 
 
 def _name(path: Path) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..record.model import Best, best_of
+from ..record.model import Best, best_of, search_of
 from .ceiling import AT_CEILING, ceiling_facts
 from .code_changes import code_change_facts
 from .facts import TARGETS, Recommendation, TuningFacts
@@ -369,10 +369,9 @@ def _bound(r: Record, v: RunVerdict) -> str | None:
             if v.ceiling_basis == "main-process"
             else "this machine's CPU, near its ceiling"
         )
-    search = mapping(r.get("search"))
-    region = mapping(search.get("region"))
-    if isinstance(region.get("name"), str):
-        return f"{region['name']} (the tuner's reading of the fetch)"
+    region = search_of(r).region
+    if region is not None and region.name is not None:
+        return f"{region.name} (the tuner's reading of the fetch)"
     stages = stage_facts(r)
     if stages is not None and stages.top is not None:
         return f"the {stages.top.name} stage, the largest measured"

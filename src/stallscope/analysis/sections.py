@@ -13,12 +13,15 @@ from ..record.model import (
     BenchResult,
     HeadToHead,
     Hotspot,
+    PersistentWorkers,
+    Region,
     Spread,
     Trial,
     baseline_of,
     best_of,
     hotspots_of,
     results_of,
+    search_of,
     stages_of,
     trials_of,
 )
@@ -138,8 +141,8 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
         vs = rate / baseline.samples_per_s if baseline and baseline.samples_per_s > 0 else None
         rows.append(TrialRow(ran_label(r, t.config, t.label), t.phase, rate, vs))
     failed = [(ran_label(r, t.config, t.label), t.error) for t in trials if t.error]
-    search = r["search"] if isinstance(r.get("search"), dict) else {}
-    region = search["region"] if isinstance(search.get("region"), dict) else {}
+    search = search_of(r)
+    region = search.region or Region()
     return TuningFacts(
         baseline=baseline,
         best=best_rate,
@@ -153,19 +156,17 @@ def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
         failed_trials=failed,
         runner_up=best.runner_up or None,
         margin=best.margin,
-        region=region.get("name") if isinstance(region.get("name"), str) else None,
-        region_reason=region.get("reason") if isinstance(region.get("reason"), str) else None,
-        notes=[str(n) for n in search.get("notes") or [] if n],
+        region=region.name,
+        region_reason=region.reason,
+        notes=[n for n in search.notes if n],
         rounds=best.rounds,
         confirmed=best.confirmed,
         head_to_head=_head_to_head(r, best.head_to_head),
         skipped=[(relabel(r, str(s.label)), str(s.why)) for s in best.skipped],
         keep_baseline=best.keep_baseline,
         within_pct=best.within_pct,
-        plan=(search.get("plan") or {}).get("summary")
-        if isinstance(search.get("plan"), dict)
-        else None,
-        persistent=_persistent_gap(search.get("persistent_workers")),
+        plan=(search.plan or {}).get("summary"),
+        persistent=_persistent_gap(search.persistent_workers),
         tie=best.tie,
         tie_margin=best.tie_margin,
     )
@@ -181,15 +182,15 @@ def _head_to_head(r: Record, entries: tuple[HeadToHead, ...]) -> list[HeadToHead
     ]
 
 
-def _persistent_gap(entry: Any) -> PersistentGap | None:
-    if not isinstance(entry, dict):
+def _persistent_gap(entry: PersistentWorkers | None) -> PersistentGap | None:
+    if entry is None:
         return None
     return PersistentGap(
-        str(entry.get("measured_on") or ""),
-        number(entry.get("gap_without_s")),
-        number(entry.get("gap_with_s")),
-        number(entry.get("saved_s")),
-        entry.get("recommended") is True,
+        entry.measured_on or "",
+        entry.gap_without_s,
+        entry.gap_with_s,
+        entry.saved_s,
+        entry.recommended is True,
     )
 
 
@@ -320,8 +321,7 @@ def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> BenchResult | N
         return None
     if _steady_state(sweep.config) == _steady_state(tuning.best.config):
         return None
-    search = r["search"] if isinstance(r.get("search"), dict) else {}
-    noise = max(TIE_MARGIN, sweep.noise or 0.0, number(search.get("noise")) or 0.0)
+    noise = max(TIE_MARGIN, sweep.noise or 0.0, search_of(r).noise or 0.0)
     sweep_rate = sweep.rate or 0.0
     return sweep if sweep_rate > tuning.best.samples_per_s * (1 + noise) else None
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..record.model import Best, ConfigRate, Trial, baseline_of, best_of, trials_of
+from ..record.model import Best, ConfigRate, Trial, baseline_of, best_of, search_of, trials_of
 from ..thresholds import TIE_MARGIN
-from .readers import config_label, mapping
+from .readers import config_label
 
 # A knob effect seen only in single scan measurements (never raced) counts from this gain on, and
 # so does a gain from more workers than cores: 5%, above the tie margin, because one measurement
@@ -132,8 +132,7 @@ def is_tune_section(r: dict[str, Any]) -> bool:
 def gain_floor(section: dict[str, Any]) -> float:
     """The least speed-up over the user's loader that is more than the noise: the tie margin or
     the race's measured noise, whichever is larger."""
-    noise = mapping(section.get("search")).get("noise")
-    return 1 + max(TIE_MARGIN, noise if isinstance(noise, (int, float)) else 0.0)
+    return 1 + max(TIE_MARGIN, search_of(section).noise or 0.0)
 
 
 def keeps_yours(section: dict[str, Any]) -> bool:
@@ -178,34 +177,40 @@ def knob_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
     """
     if keeps_yours(section):
         return []
-    search = section.get("search") or {}
-    noise = search.get("noise") or 0.0
+    search = search_of(section)
+    noise = search.noise or 0.0
     recs: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for effect in sorted(search.get("effects") or [], key=lambda e: -e["gain"]):
-        advice = _KNOB_ADVICE.get(effect["knob"])
+    # An effect without its figures (a record from elsewhere) is no evidence for a knob.
+    measured = [
+        e
+        for e in search.effects
+        if e.gain is not None
+        and e.variant_samples_per_s is not None
+        and e.parent_samples_per_s is not None
+    ]
+    for effect in sorted(measured, key=lambda e: -(e.gain or 0.0)):
+        advice = _KNOB_ADVICE.get(effect.knob or "")
         if advice is None or advice[0] in seen:
             continue
-        floor = (
-            max(TIE_MARGIN, noise)
-            if effect["source"] == "confirm"
-            else max(SCAN_MIN_GAIN, 2 * noise)
-        )
-        if effect["gain"] < floor:
+        confirmed = effect.source == "confirm"
+        floor = max(TIE_MARGIN, noise) if confirmed else max(SCAN_MIN_GAIN, 2 * noise)
+        gain = effect.gain or 0.0
+        if gain < floor:
             continue
         seen.add(advice[0])
         rec_id, title, detail = advice
-        how = "interleaved medians" if effect["source"] == "confirm" else "single measurements"
+        how = "interleaved medians" if confirmed else "single measurements"
         recs.append(
             {
                 "id": rec_id,
                 "title": title,
                 "detail": detail,
                 "measured": (
-                    f"{effect['variant']}: {effect['variant_samples_per_s']:.1f} samples/s vs "
-                    f"{effect['parent']}: {effect['parent_samples_per_s']:.1f} samples/s ({how})"
+                    f"{effect.variant}: {effect.variant_samples_per_s or 0.0:.1f} samples/s vs "
+                    f"{effect.parent}: {effect.parent_samples_per_s or 0.0:.1f} samples/s ({how})"
                 ),
-                "expected_gain": f"+{effect['gain']:.0%} throughput",
+                "expected_gain": f"+{gain:.0%} throughput",
             }
         )
     recs.extend(_beyond_cores(section))
@@ -228,11 +233,12 @@ def _keep_yours(section: dict[str, Any]) -> dict[str, Any]:
 def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
     """Latency-bound and the pick has more workers than cores: say so, with the measured gain over
     cores workers."""
-    search = section.get("search", {})
-    cores = search.get("space", {}).get("cores")
+    search = search_of(section)
+    cores = (search.space or {}).get("cores")
     best = _best(best_of(section))
     workers = best.config["num_workers"]
-    if search.get("region", {}).get("name") != "latency-bound" or not cores or workers <= cores:
+    region = search.region.name if search.region else None
+    if region != "latency-bound" or not cores or workers <= cores:
         return []
     at_cores = [
         t
@@ -247,7 +253,7 @@ def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
     gain = _rate(best) / rate - 1 if rate > 0 else 0.0
     if gain < SCAN_MIN_GAIN:
         return []
-    cpu = search.get("profile", {}).get("cpu_per_wall")
+    cpu = (search.profile or {}).get("cpu_per_wall")
     return [
         {
             "id": "workers-beyond-cores",

@@ -395,6 +395,65 @@ class CodeChange(Item):
     error: str | None = None
 
 
+# -- the tuner's search -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Region(Item):
+    """How the tuner read the fetch (latency-bound, CPU-bound, …) and why."""
+
+    name: str | None = None
+    reason: str | None = None
+    predicted_workers: float | None = None
+
+
+@dataclass(frozen=True)
+class Effect(Item):
+    """A knob's measured effect: ``variant`` against ``parent`` in the same run and phase."""
+
+    knob: str | None = None
+    parent: str | None = None
+    variant: str | None = None
+    parent_samples_per_s: float | None = None
+    variant_samples_per_s: float | None = None
+    gain: float | None = None
+    source: str | None = None  # scan (single measurements) | confirm (interleaved medians)
+
+
+@dataclass(frozen=True)
+class PersistentWorkers(Item):
+    """The epoch-boundary gap measured without and with persistent workers."""
+
+    measured_on: str | None = None
+    gap_without_s: float | None = None
+    gap_with_s: float | None = None
+    saved_s: float | None = None
+    boundaries: int | None = None
+    batches_per_epoch: int | None = None
+    recommended: bool | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Search(Item):
+    """What the tuner's search saw (``search``): the region, the race, knob effects, the plan."""
+
+    region: Region | None = None
+    finalists: JSON = field(default_factory=dict)  # label -> median rate in the race
+    notes: tuple[str, ...] = ()
+    rounds: int | None = None
+    noise: float | None = None  # median relative spread of the raced configs
+    startup_s: float | None = None
+    effects: tuple[Effect, ...] = ()
+    memory: JSON | None = None
+    plan: JSON | None = None  # what the budget fits; ``summary`` says it in words
+    persistent_workers: PersistentWorkers | None = None
+    noisy_tie: JSON | None = None
+    space: JSON | None = None  # the knobs searched; ``cores``
+    profile: JSON | None = None  # the in-process profile; ``cpu_per_wall``
+    batched_fetch: JSON | None = None
+
+
 # -- checks and profiles -----------------------------------------------------------------------
 
 
@@ -487,6 +546,11 @@ def code_changes_of(r: Mapping[str, Any]) -> list[CodeChange]:
     return CodeChange.list_of(r.get("code_changes"))
 
 
+def search_of(r: Mapping[str, Any]) -> Search:
+    """The tuner's search (``search``); an empty one where the record has none."""
+    return Search.of(r.get("search")) or Search()
+
+
 def findings_of(r: Mapping[str, Any]) -> list[Finding]:
     """The check's findings (``findings``)."""
     return Finding.list_of(r.get("findings"))
@@ -503,10 +567,14 @@ __all__ = [
     "Best",
     "CodeChange",
     "ConfigRate",
+    "Effect",
     "Finding",
     "HeadToHead",
     "Hotspot",
     "Item",
+    "PersistentWorkers",
+    "Region",
+    "Search",
     "Skipped",
     "Spread",
     "Stage",
@@ -519,6 +587,7 @@ __all__ = [
     "findings_of",
     "hotspots_of",
     "results_of",
+    "search_of",
     "stages_of",
     "trials_of",
     "windows_of",

@@ -23,6 +23,7 @@ from .model import (
     ConfigRate,
     Finding,
     Hotspot,
+    Search,
     Stage,
     Trial,
     Window,
@@ -100,6 +101,10 @@ class TuneSection(Section):
     def typed_trials(self) -> list[Trial]:
         """``trials``, each read as a :class:`~.model.Trial`."""
         return Trial.list_of(self.trials)
+
+    def typed_search(self) -> Search:
+        """``search`` read as a :class:`~.model.Search` (an empty one where there is none)."""
+        return Search.of(self.search) or Search()
 
 
 @dataclass

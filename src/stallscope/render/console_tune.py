@@ -26,12 +26,11 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
         return
     best, baseline = Best.from_dict(tune.best), ConfigRate.from_dict(tune.baseline)
     trials = tune.typed_trials()
-    search = data.get("search") or {}
-    region = search.get("region") or {}
-    if region:
+    search = tune.typed_search()
+    region = search.region
+    if region is not None and region.to_dict():
         console.print(
-            f"[bold]Region:[/] {escape(region.get('name', '?'))} — "
-            f"{escape(region.get('reason', ''))}"
+            f"[bold]Region:[/] {escape(region.name or '?')} — {escape(region.reason or '')}"
         )
     rows = trials_by_config(trials, data)
     table = Table(
@@ -75,7 +74,7 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
             f"The tuner's pick, {escape(pick_label)}, never raced the sweep's faster "
             f"{escape(verdict.label or '?')} and is set aside (see the verdict)."
         )
-    rounds = (best.rounds if best.has("rounds") else search.get("rounds", 0)) or 0
+    rounds = (best.rounds if best.has("rounds") else search.rounds) or 0
     if best.confidence is None and best.has("rounds"):
         console.print(
             f"[bold yellow]Not confirmed: the budget ran out[/] after {rounds} interleaved "
@@ -92,14 +91,14 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
             f"  skipped {escape(relabel(data, str(skipped.label)))}: {escape(str(skipped.why))}",
             style="dim",
         )
-    gap = search.get("persistent_workers")
-    if gap and gap.get("gap_without_s") is not None and gap.get("gap_with_s") is not None:
+    gap = search.persistent_workers
+    if gap and gap.gap_without_s is not None and gap.gap_with_s is not None:
         console.print(
-            f"Epoch boundary ({escape(gap['measured_on'])}): {gap['gap_without_s']:.2f} s without, "
-            f"{gap['gap_with_s']:.2f} s with persistent workers "
-            f"({'recommended' if gap.get('recommended') else 'not recommended'})."
+            f"Epoch boundary ({escape(str(gap.measured_on))}): {gap.gap_without_s:.2f} s without, "
+            f"{gap.gap_with_s:.2f} s with persistent workers "
+            f"({'recommended' if gap.recommended else 'not recommended'})."
         )
-    for note in search.get("notes") or []:
+    for note in search.notes:
         console.print(f"  · {escape(note)}", style="dim")
 
 
