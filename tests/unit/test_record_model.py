@@ -218,3 +218,13 @@ def test_the_model_passes_mypy_strict_on_its_own(tmp_path):
         ["--strict", "--no-incremental", "--cache-dir", str(tmp_path), str(model)]
     )
     assert status == 0, out + err
+
+
+def test_a_list_edited_in_place_is_read_again():
+    record = {"results": [{"config": {}, "samples_per_s": {"median": 1.0}}]}
+    assert results_of(record)[0].rate == 1.0
+    assert results_of(record)[0] is results_of(record)[0]  # read once while it is unchanged
+    record["results"][0]["samples_per_s"]["median"] = 2.0
+    assert results_of(record)[0].rate == 2.0
+    record["results"].append({"config": {}, "error": "died."})
+    assert [r.measured for r in results_of(record)] == [True, False]

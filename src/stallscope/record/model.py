@@ -15,10 +15,13 @@ The JSON a command writes is made by the probes; these classes are for readers.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
+import threading
 import types
 import typing
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union
@@ -122,6 +125,14 @@ def _keys(cls: type[Item]) -> tuple[tuple[dataclasses.Field[Any], Any], ...]:
     return keys
 
 
+# The items read last from each list, as read, with a copy of what they were read from: analysis
+# reads the same list for every row it labels, so a list still equal to its copy is not read
+# again (one edited in place is). Holding the list keeps its id from being reused.
+_READ: OrderedDict[tuple[type, int], tuple[list[Any], list[Any], tuple[Any, ...]]] = OrderedDict()
+_READ_MAX = 64
+_LOCK = threading.Lock()
+
+
 @dataclass(frozen=True)
 class Item:
     """Base of the nested record items: ``from_dict``/``to_dict`` over the dataclass's fields."""
@@ -167,7 +178,18 @@ class Item:
         """The items of a record's list; entries that are not objects are left out."""
         if not isinstance(value, list):
             return []
-        return [cls.from_dict(v) for v in value if isinstance(v, Mapping)]
+        key = (cls, id(value))
+        with _LOCK:
+            hit = _READ.get(key)
+            if hit is not None and hit[0] is value and hit[1] == value:
+                _READ.move_to_end(key)
+                return list(typing.cast(tuple[I, ...], hit[2]))
+        items = [cls.from_dict(v) for v in value if isinstance(v, Mapping)]
+        with _LOCK:
+            _READ[key] = (value, copy.deepcopy(value), tuple(items))
+            while len(_READ) > _READ_MAX:
+                _READ.popitem(last=False)
+        return items
 
     def has(self, key: str) -> bool:
         """Whether the record held ``key`` with a value of its type (not a default)."""
