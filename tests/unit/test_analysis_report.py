@@ -92,7 +92,7 @@ def test_best_configuration_prefers_the_tuner_and_computes_missing_speedup():
     best = an.best_configuration(record)
     assert best.source == "tune"
     assert best.speedup == pytest.approx(3.0)
-    assert best.result is record["results"][1]  # the sweep measured the same config
+    assert best.result.to_dict() == record["results"][1]  # the sweep measured the same config
 
 
 def test_epoch_estimate_is_length_over_rate():

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, cast
 
+from ..record.model import baseline_of, best_of, results_of
 from .attach import attach_facts, wilson_interval
 from .readers import number
 
@@ -44,28 +45,29 @@ def _figure(
 
 def record_figures(r: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The comparable figures a record holds, each with its own noise range where it states one."""
-    for result in r.get("results") or []:
-        rate = result.get("samples_per_s")
-        if isinstance(rate, dict) and not result.get("error"):
-            label = result.get("label") or str(result.get("config"))
+    for result in results_of(r):
+        rate = result.samples_per_s
+        if rate is not None and not rate.scalar and not result.error:
+            label = result.label or str(result.config if result.has("config") else None)
             yield _figure(
                 f"bench:{label}",
                 f"samples/s at {label}",
-                rate.get("median"),
-                rate.get("min"),
-                rate.get("max"),
+                rate.median,
+                rate.min,
+                rate.max,
                 "samples/s",
             )
-            lat = result.get("batch_ms") or {}
-            if number(lat.get("p95")) is not None:
+            if result.batch_ms is not None and result.batch_ms.p95 is not None:
                 yield _figure(
-                    f"bench-p95:{label}", f"batch wait p95 at {label}", lat["p95"], unit="ms"
+                    f"bench-p95:{label}",
+                    f"batch wait p95 at {label}",
+                    result.batch_ms.p95,
+                    unit="ms",
                 )
-    for key in ("baseline", "best"):
-        section = r.get(key)
-        if isinstance(section, dict) and number(section.get("samples_per_s")) is not None:
+    for key, entry in (("baseline", baseline_of(r)), ("best", best_of(r))):
+        if entry is not None and entry.samples_per_s is not None:
             yield _figure(
-                f"tune:{key}", f"tuned {key} samples/s", section["samples_per_s"], unit="samples/s"
+                f"tune:{key}", f"tuned {key} samples/s", entry.samples_per_s, unit="samples/s"
             )
     for stage in r.get("stages") or []:
         if isinstance(stage, dict) and number(stage.get("ms_per_sample")) is not None:
@@ -128,11 +130,10 @@ def record_knobs(r: dict[str, Any]) -> dict[str, Any]:
     for key in ("a", "b"):
         if isinstance(r.get(key), dict) and "config" in r[key]:
             knobs[key] = r[key]["config"]
-    if isinstance(r.get("baseline"), dict):
-        knobs["baseline"] = r["baseline"].get("config")
-    configs = sorted(
-        str(res.get("label")) for res in r.get("results") or [] if isinstance(res, dict)
-    )
+    baseline = baseline_of(r)
+    if baseline is not None:
+        knobs["baseline"] = baseline.config if baseline.has("config") else None
+    configs = sorted(str(res.label) for res in results_of(r))
     if configs:
         knobs["grid"] = configs
     return knobs

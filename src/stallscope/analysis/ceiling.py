@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from ..record.model import BenchResult, trials_of
 from .invariants import checked_ceiling, relabel, samples_per_batch
 from .readers import (
     Record,
@@ -100,22 +101,18 @@ def pick_of(r: Record) -> Pick | None:
             best.result
             or result_for_config(r, best.config)
             or next(
-                (
-                    res
-                    for res in ok_results(r)
-                    if _steady(res.get("config")) == _steady(best.config)
-                ),
-                {},
+                (res for res in ok_results(r) if _steady(res.config) == _steady(best.config)),
+                BenchResult(),
             )
         )
         return Pick(
             best.label,
             best.config,
             best.samples_per_s,
-            number(result.get("efficiency")),
-            number(result.get("main_ms_per_batch")),
+            result.efficiency,
+            result.main_ms_per_batch,
             best.source,
-            _busy_cores(result.get("resources")),
+            _busy_cores(result.resources),
         )
     loader = r.get("loader_rate")
     rate = rate_of(loader.get("samples_per_s")) if isinstance(loader, dict) else None
@@ -145,21 +142,22 @@ def _busy_cores(resources: Any) -> float | None:
     )
 
 
-def _measured(r: Record, key: str, *, with_workers: bool) -> list[tuple[dict[str, Any], float]]:
+def _measured(
+    r: Record, key: Literal["main_ms_per_batch", "cpu_ms_per_sample"], *, with_workers: bool
+) -> list[tuple[dict[str, Any], float]]:
     """(config, figure ``key``) of every measurement: sweep rows, tuner trials, loader_rate."""
-    rows = [res for res in ok_results(r)]
-    rows += [t for t in r.get("trials") or [] if isinstance(t, dict) and not t.get("error")]
-    if isinstance(r.get("loader_rate"), dict):
-        rows.append(r["loader_rate"])
+    rows: list[tuple[dict[str, Any], Any]] = [
+        (res.config, getattr(res, key)) for res in ok_results(r)
+    ]
+    rows += [(t.config, getattr(t, key)) for t in trials_of(r) if not t.error]
+    loader = r.get("loader_rate")
+    if isinstance(loader, dict):
+        rows.append((loader.get("config") or {}, loader.get(key)))
     out = []
-    for row in rows:
-        value = number(row.get(key))
-        if (
-            value is not None
-            and value > 0
-            and (workers_of(row.get("config")) > 0 or not with_workers)
-        ):
-            out.append((row.get("config") or {}, value))
+    for config, figure in rows:
+        value = number(figure)
+        if value is not None and value > 0 and (workers_of(config) > 0 or not with_workers):
+            out.append((config, value))
     return out
 
 

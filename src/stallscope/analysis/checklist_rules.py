@@ -9,7 +9,7 @@ from typing import Optional
 from .costs import epoch_estimate, memory_facts
 from .facts import CheckRow, target
 from .finding_rules import finding_facts
-from .readers import Record, number, workers_of
+from .readers import Record, workers_of
 from .sections import best_configuration, stage_facts, training_facts
 
 ChecklistRule = Callable[[Record], Optional[CheckRow]]
@@ -50,9 +50,8 @@ def check_augmentation_overhead(r: Record) -> CheckRow | None:
 
 def check_batch_time_consistency(r: Record) -> CheckRow | None:
     best = best_configuration(r)
-    result = best.result if best else None
-    latency = (result or {}).get("batch_ms") or {}
-    p50, p95 = number(latency.get("p50")), number(latency.get("p95"))
+    latency = best.result.batch_ms if best and best.result else None
+    p50, p95 = (latency.p50, latency.p95) if latency else (None, None)
     if best is None or not p50 or p95 is None:
         return None
     return CheckRow(
@@ -66,7 +65,7 @@ def check_batch_time_consistency(r: Record) -> CheckRow | None:
 
 def check_parallel_efficiency(r: Record) -> CheckRow | None:
     best = best_configuration(r)
-    eff = number((best.result or {}).get("efficiency")) if best else None
+    eff = best.result.efficiency if best and best.result else None
     if best is None or eff is None or workers_of(best.config) == 0:
         return None
     return CheckRow(
@@ -80,7 +79,7 @@ def check_parallel_efficiency(r: Record) -> CheckRow | None:
 
 def check_measurement_noise(r: Record) -> CheckRow | None:
     best = best_configuration(r)
-    noise = number((best.result or {}).get("noise")) if best else None
+    noise = best.result.noise if best and best.result else None
     if best is None or noise is None:
         return None
     return CheckRow(

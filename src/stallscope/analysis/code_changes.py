@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..record.model import CodeChange, code_changes_of
 from .readers import Record, config_label, number
 
 # A change is worth recommending from this measured speed-up on: beyond two noise floors.
@@ -56,7 +57,7 @@ def code_change_facts(r: Record) -> CodeChangeFacts | None:
     )
     if not isinstance(entries, list) and not run:
         return None
-    rows = [_row(e) for e in entries or [] if isinstance(e, dict)]
+    rows = [_row(e) for e in code_changes_of(r)]
     rows.sort(key=lambda row: -(row.speedup or 0.0))
     pick: dict[str, Any] = run["pick"] if isinstance(run.get("pick"), dict) else {}
     not_applied = [
@@ -77,27 +78,20 @@ def code_change_facts(r: Record) -> CodeChangeFacts | None:
     )
 
 
-def _row(entry: dict[str, Any]) -> CodeChangeRow:
-    side: dict[str, Any] = (
-        entry["side_effect"] if isinstance(entry.get("side_effect"), dict) else {}
-    )
-    alters = side.get("alters_output")
+def _row(entry: CodeChange) -> CodeChangeRow:
+    alters = entry.side_effect.get("alters_output")
     return CodeChangeRow(
-        id=str(entry.get("id", "?")),
-        title=str(entry.get("title", entry.get("id", "?"))),
-        speedup=number(entry.get("speedup")),
-        rounds=int(number(entry.get("rounds")) or 0),
-        samples_per_s=number(entry.get("samples_per_s")),
-        pick_samples_per_s=number(entry.get("pick_samples_per_s")),
-        side_effect=str(side.get("summary", "")),
+        id=entry.id,
+        title=entry.title if entry.title is not None else entry.id,
+        speedup=entry.speedup,
+        rounds=entry.rounds or 0,
+        samples_per_s=entry.samples_per_s,
+        pick_samples_per_s=entry.pick_samples_per_s,
+        side_effect=str(entry.side_effect.get("summary", "")),
         alters_output=alters if isinstance(alters, bool) else None,
-        diff=entry.get("diff")
-        if isinstance(entry.get("diff"), str) and entry.get("diff")
-        else None,
-        apply=entry.get("apply") if isinstance(entry.get("apply"), str) else None,
-        description=str(entry.get("description", "")),
-        unverified_reason=entry.get("unverified_reason")
-        if isinstance(entry.get("unverified_reason"), str)
-        else None,
-        error=entry.get("error") if isinstance(entry.get("error"), str) else None,
+        diff=entry.diff or None,
+        apply=entry.apply,
+        description=entry.description,
+        unverified_reason=entry.unverified_reason,
+        error=entry.error,
     )

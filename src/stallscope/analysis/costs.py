@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..record.model import BenchResult
 from .facts import CpuRow, CpuUse, EpochEstimate, EpochRow, MemoryFacts, MemoryRow
 from .invariants import ran_label
 from .readers import (
@@ -60,10 +61,10 @@ def _epoch_row(
     config: dict[str, Any],
     rate: float,
     length: int,
-    result: dict[str, Any] | None,
+    result: BenchResult | None,
 ) -> EpochRow:
     bs = batch_size_of(config)
-    startup = number(result.get("startup_s")) if result else None
+    startup = result.startup_s if result else None
     return EpochRow(
         role=role,
         label=label,
@@ -95,21 +96,21 @@ def memory_facts(r: Record) -> MemoryFacts | None:
     host = r.get("host") or {}
     shm = number(host.get("shm_free_bytes"))
     ram = number(host.get("memory_available_bytes"))
-    candidates: list[tuple[str, str, dict[str, Any], dict[str, Any] | None]] = []
+    candidates: list[tuple[str, str, dict[str, Any], BenchResult | None]] = []
     best = best_configuration(r)
     if best is not None and workers_of(best.config) > 0:
         candidates.append(("best", best.label, best.config, best.result))
     rows = [_memory_row(r, *c, shm=shm, ram=ram) for c in candidates]
-    measured = [res for res in ok_results(r) if workers_of(res.get("config")) > 0]
+    measured = [res for res in ok_results(r) if workers_of(res.config) > 0]
     if measured:
-        largest = max(measured, key=lambda res: _in_flight_bytes(r, res.get("config")))
-        if best is None or not same_config(largest.get("config"), best.config):
+        largest = max(measured, key=lambda res: _in_flight_bytes(r, res.config))
+        if best is None or not same_config(largest.config, best.config):
             rows.append(
                 _memory_row(
                     r,
                     "largest",
-                    ran_label(r, largest.get("config"), largest.get("label")),
-                    largest.get("config") or {},
+                    ran_label(r, largest.config, largest.label),
+                    largest.config,
                     largest,
                     shm=shm,
                     ram=ram,
@@ -130,7 +131,7 @@ def _memory_row(
     role: str,
     label: str,
     config: dict[str, Any],
-    result: dict[str, Any] | None,
+    result: BenchResult | None,
     *,
     shm: float | None,
     ram: float | None,
@@ -138,7 +139,7 @@ def _memory_row(
     workers, prefetch = workers_of(config), prefetch_of(config)
     per_batch = batch_bytes_for(r, batch_size_of(config)) or 0.0
     in_flight = per_batch * prefetch * workers
-    rss_mb = number(((result or {}).get("resources") or {}).get("workers_rss_mb"))
+    rss_mb = number(((result.resources if result else None) or {}).get("workers_rss_mb"))
     rss = rss_mb * MIB if rss_mb is not None else None
     needed = in_flight + (rss or 0.0)
     return MemoryRow(
@@ -165,15 +166,12 @@ def cpu_use(r: Record) -> CpuUse | None:
     best = best_configuration(r)
     for res in ok_results(r):
         row = _cpu_row(
-            ran_label(r, res.get("config"), res.get("label")),
-            workers_of(res.get("config")),
-            res.get("resources"),
-            cores,
+            ran_label(r, res.config, res.label), workers_of(res.config), res.resources, cores
         )
         if row is None:
             continue
         rows.append(row)
-        if best is not None and best.result is res:
+        if best is not None and best.result == res:
             focus = row
     training = training_facts(r)
     if training is not None and training.resources is not None:

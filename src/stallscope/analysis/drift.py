@@ -18,7 +18,7 @@ x axis is steps, and the per-1,000 figures are per 1,000 steps.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..growth import (
@@ -28,6 +28,7 @@ from ..growth import (
     channel_growth,
     grows,
 )
+from ..record.model import Window, windows_of
 from ..stats import linear_fit
 
 GROWING, PLATEAUED, FLAT = "growing", "plateaued", "flat"
@@ -79,7 +80,7 @@ def judge_channel(
 
 
 def memory_drift(
-    windows: Sequence[dict[str, Any]], *, pass_samples: float | None = None
+    windows: Sequence[Window | Mapping[str, Any]], *, pass_samples: float | None = None
 ) -> dict[str, Any] | None:
     """The ``memory_drift`` entry of a profile from its ``windows`` (None without memory readings).
 
@@ -88,23 +89,21 @@ def memory_drift(
     its first two thirds were one pass, so a plateau needs the last third flat.
     """
     rows = [
-        w
-        for w in windows
-        if isinstance(w, dict) and w.get("main_rss_mb") is not None and w.get("end_step")
+        w for w in filter(None, map(Window.of, windows)) if w.main_rss_mb is not None and w.end_step
     ]
     if not rows:
         return None
-    by_samples = all(w.get("end_samples") is not None for w in rows)
-    xs = [float(w["end_samples"] if by_samples else w["end_step"]) for w in rows]
-    hours = [float(w.get("end_s") or 0.0) / 3600 for w in rows]
+    by_samples = all(w.end_samples is not None for w in rows)
+    xs = [float((w.end_samples if by_samples else w.end_step) or 0) for w in rows]
+    hours = [float(w.end_s or 0.0) / 3600 for w in rows]
     pass_x = pass_samples if pass_samples else xs[-1] / PLATEAU_AFTER_PASSES
-    main = judge_channel(xs, hours, [w["main_rss_mb"] for w in rows], pass_x)
-    n_workers = max((len(w.get("workers") or []) for w in rows), default=0)
+    main = judge_channel(xs, hours, [w.main_rss_mb for w in rows], pass_x)
+    n_workers = max((len(w.workers) for w in rows), default=0)
     workers: list[dict[str, Any]] = []
     for k in range(n_workers):
         share = [x / n_workers for x in xs]
-        rss = [_worker_value(w, k, "rss_mb") for w in rows]
-        uss = [_worker_value(w, k, "uss_mb") for w in rows]
+        rss = [w.worker(k).rss_mb for w in rows]
+        uss = [w.worker(k).uss_mb for w in rows]
         workers.append(
             {
                 "worker": k,
@@ -147,11 +146,6 @@ def memory_drift(
     }
 
 
-def _worker_value(window: dict[str, Any], k: int, key: str) -> float | None:
-    workers = window.get("workers") or []
-    return workers[k].get(key) if k < len(workers) and isinstance(workers[k], dict) else None
-
-
 def _worst(judged: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     """The channel to headline: a growing one first, RSS before USS (RSS holds the private pages
     too, so the two grow alike and the headline would otherwise flip between them), then the largest
@@ -175,23 +169,23 @@ def slowest_rank_per_window(per_rank: Sequence[dict[str, Any]]) -> list[dict[str
     ``per_rank``: ``{"rank": r, "windows": [{index, data_wait_s, stall_fraction, ...}]}`` per rank.
     Windows are aligned by index (each rank counts its windows from its first batch request).
     """
-    by_index: dict[int, list[tuple[Any, dict[str, Any]]]] = {}
+    by_index: dict[int, list[tuple[Any, Window]]] = {}
     for entry in per_rank:
-        for w in entry.get("windows") or []:
-            if isinstance(w, dict) and isinstance(w.get("index"), int):
-                by_index.setdefault(w["index"], []).append((entry.get("rank"), w))
+        for w in windows_of(entry):
+            if w.index is not None:
+                by_index.setdefault(w.index, []).append((entry.get("rank"), w))
     rows = []
     for index in sorted(by_index):
-        ranks = [(r, w) for r, w in by_index[index] if w.get("data_wait_s") is not None]
+        ranks = [(r, w) for r, w in by_index[index] if w.data_wait_s is not None]
         if not ranks:
             continue
-        rank, worst = max(ranks, key=lambda rw: rw[1]["data_wait_s"])
-        stalls = [w["stall_fraction"] for _, w in ranks if w.get("stall_fraction") is not None]
+        rank, worst = max(ranks, key=lambda rw: rw[1].data_wait_s or 0.0)
+        stalls = [w.stall_fraction for _, w in ranks if w.stall_fraction is not None]
         rows.append(
             {
                 "index": index,
                 "slowest_rank": rank,
-                "max_data_wait_s": worst["data_wait_s"],
+                "max_data_wait_s": worst.data_wait_s,
                 "max_stall_fraction": max(stalls) if stalls else None,
                 "ranks": len(ranks),
             }

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..record.model import BenchResult
 from ..thresholds import (
     INPUT_BOUND_AT,
     MEMORY_BUDGET_SHARE,
@@ -159,7 +160,7 @@ class BestConfig:
     samples_per_s: float
     speedup: float | None  # vs the baseline below
     baseline: ConfigRate | None
-    result: dict[str, Any] | None  # the bench result with this config, when measured there
+    result: BenchResult | None  # the bench result with this config, when measured there
     # The user's loader call with this config (render/loader_snippet.py, the one builder).
     snippet: str = ""
     # "Keep yours": the config above is the user's own, within ``within_pct`` % of ``best_found``.

@@ -5,17 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..record.model import Finding, findings_of
 from .costs import dataset_length, memory_facts
 from .facts import FindingFacts, FindingView
 from .readers import Record, number, workers_of
 from .sections import best_configuration
 
-FindingRule = Callable[[dict[str, Any], Record], dict[str, Any]]
+FindingRule = Callable[[Finding, Record], dict[str, Any]]
 
 
-def project_memory_growth(finding: dict[str, Any], r: Record) -> dict[str, float]:
+def project_memory_growth(finding: Finding, r: Record) -> dict[str, float]:
     """MB per 1,000 samples × the epoch's samples, per worker and for the best config's workers."""
-    evidence = finding.get("evidence") or {}
+    evidence = finding.evidence
     rate = next(
         (number(v) for k, v in evidence.items() if "per_1000" in k and number(v) is not None), None
     )
@@ -35,7 +36,7 @@ def project_memory_growth(finding: dict[str, Any], r: Record) -> dict[str, float
     return derived
 
 
-def relate_shm_to_budget(finding: dict[str, Any], r: Record) -> dict[str, float]:
+def relate_shm_to_budget(finding: Finding, r: Record) -> dict[str, float]:
     budget = memory_facts(r)
     if budget is None or budget.shm_free_bytes is None:
         return {}
@@ -47,9 +48,9 @@ def relate_shm_to_budget(finding: dict[str, Any], r: Record) -> dict[str, float]
     }
 
 
-def find_slowest_sample(finding: dict[str, Any], r: Record) -> dict[str, float]:
+def find_slowest_sample(finding: Finding, r: Record) -> dict[str, float]:
     """The slowest outlier and the median fetch time, from the evidence (seconds)."""
-    evidence = finding.get("evidence") or {}
+    evidence = finding.evidence
     indices, seconds = evidence.get("indices") or [], evidence.get("seconds") or []
     times = [number(s) for s in seconds]
     if not times or len(times) != len(indices) or None in times:
@@ -66,9 +67,9 @@ def find_slowest_sample(finding: dict[str, Any], r: Record) -> dict[str, float]:
     return derived if derived["slowest_index"] >= 0 else {}
 
 
-def count_threads(finding: dict[str, Any], r: Record) -> dict[str, float]:
+def count_threads(finding: Finding, r: Record) -> dict[str, float]:
     """Workers × threads per worker against the usable cores."""
-    evidence = finding.get("evidence") or {}
+    evidence = finding.evidence
     workers, per_worker = (
         number(evidence.get("num_workers")),
         number(evidence.get("threads_per_worker")),
@@ -95,22 +96,19 @@ SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
 def finding_facts(r: Record, rules: dict[str, FindingRule] | None = None) -> FindingFacts | None:
-    if "findings" not in r or not isinstance(r.get("findings"), list):
+    if not isinstance(r.get("findings"), list):
         return None
     rules = FINDING_RULES if rules is None else rules
     views = []
-    for f in r["findings"]:
-        if not isinstance(f, dict):
-            continue
-        code = str(f.get("code", "unknown"))
-        rule = rules.get(code)
+    for f in findings_of(r):
+        rule = rules.get(f.code)
         views.append(
             FindingView(
-                code=code,
-                severity=str(f.get("severity", "info")),
-                message=str(f.get("message", "")),
-                evidence=f["evidence"] if isinstance(f.get("evidence"), dict) else {},
-                fix=str(f["fix"]) if f.get("fix") else None,
+                code=f.code,
+                severity=f.severity,
+                message=f.message,
+                evidence=f.evidence,
+                fix=f.fix or None,
                 derived=rule(f, r) if rule else {},
             )
         )

@@ -17,6 +17,17 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from ..record.model import (
+    BenchResult,
+    Best,
+    ConfigRate,
+    HeadToHead,
+    Trial,
+    baseline_of,
+    best_of,
+    results_of,
+    trials_of,
+)
 from ..stats import MIN_ROUNDS
 from .readers import (
     Record,
@@ -67,13 +78,13 @@ def samples_per_batch(r: Record, config: Any = None) -> float | None:
     sweep ran it, else the median over the sweep's results; None where nothing was timed."""
     rows = ok_results(r)
     if config is not None:
-        own = [res for res in rows if same_config(res.get("config"), config)]
+        own = [res for res in rows if same_config(res.config, config)]
         rows = own or rows
-    ratios = []
-    for res in rows:
-        samples, batches = number(res.get("samples_measured")), number(res.get("batches_measured"))
-        if samples and batches:
-            ratios.append(samples / batches)
+    ratios = [
+        res.samples_measured / res.batches_measured
+        for res in rows
+        if res.samples_measured and res.batches_measured
+    ]
     if not ratios:
         cost = mapping(r.get("cpu_cost"))
         samples, batches = number(cost.get("samples")), number(cost.get("batches"))
@@ -215,7 +226,8 @@ def _factory_knobs_only(r: Record, label: str) -> str:
 
 def users_config(r: Record) -> dict[str, Any] | None:
     """The user's own config: the tuner's baseline, else the knobs of the loader call."""
-    config = mapping(r.get("baseline")).get("config") or mapping(r.get("loader")).get("knobs")
+    baseline = baseline_of(r)
+    config = (baseline.config if baseline else None) or mapping(r.get("loader")).get("knobs")
     return config if isinstance(config, dict) else None
 
 
@@ -229,19 +241,19 @@ def ran_label(r: Record, config: Any, label: Any = None) -> str:
 def relabel(r: Record, label: str) -> str:
     """A label stored without its config (a skipped finalist, the ceiling's pick) as the config
     that ran: the entry of the record it names, relabelled; the label as stored where none does."""
-    best = mapping(r.get("best"))
-    entries = [
-        best,
-        r.get("baseline"),
-        *(best.get("head_to_head") or []),
-        *(r.get("results") or []),
-        *(r.get("trials") or []),
+    best = best_of(r)
+    entries: list[Best | ConfigRate | HeadToHead | BenchResult | Trial] = [
+        *([best] if best else []),
+        *filter(None, [baseline_of(r)]),
+        *(best.head_to_head if best else ()),
+        *results_of(r),
+        *trials_of(r),
     ]
     for entry in entries:
-        if not isinstance(entry, dict) or not isinstance(entry.get("config"), dict):
+        if not entry.has("config"):
             continue
-        if config_label(entry.get("config"), entry.get("label")) == label:
-            return ran_label(r, entry["config"], entry.get("label"))
+        if config_label(entry.config, entry.label) == label:
+            return ran_label(r, entry.config, entry.label)
     return label
 
 

@@ -1,8 +1,9 @@
 """Small readers of a run record (schema §5): numbers, rates, labels and the results worth reading.
 
 A section's top-level keys are read through its typed section (``stallscope.record.sections``),
-whose ``from_dict`` gives a key an older record lacks its default. What stays here guards values
-nested below those keys (a result's rate, a config's fields), which older records wrote in other
+and the items below them (a bench result, the tuner's pick, a trial) through ``record.model``;
+both give a key an older record lacks its default. What stays here guards values that stay plain
+JSON (a config's fields, a section the model does not type), which older records wrote in other
 shapes: a missing field, a NaN, a bool where a number belongs yields ``None``, not an exception.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..record.model import BenchResult, results_of
 from ..record.sections import BenchSection
 
 Record = dict[str, Any]  # a RunRecord.to_dict()
@@ -68,37 +70,29 @@ def config_label(config: Any, label: Any = None) -> str:
         return " ".join(f"{k}={v}" for k, v in config.items() if v is not None)
 
 
-def _measured(res: Any) -> bool:
-    return (
-        isinstance(res, dict)
-        and not res.get("error")
-        and rate_of(res.get("samples_per_s")) is not None
-    )
-
-
-def ok_results(r: Record) -> list[dict[str, Any]]:
+def ok_results(r: Record) -> list[BenchResult]:
     """Bench results that measured a rate (no error)."""
-    return [res for res in BenchSection.from_dict(r).results if _measured(res)]
+    return [res for res in results_of(r) if res.measured]
 
 
-def best_result(r: Record) -> dict[str, Any] | None:
+def best_result(r: Record) -> BenchResult | None:
     """The bench result the sweep called best (scaling.best_index), else the fastest."""
     bench = BenchSection.from_dict(r)
     index = bench.scaling.best_index if bench.scaling else None
     if index is not None and 0 <= index < len(bench.results):
-        chosen = bench.results[index]
-        if _measured(chosen):
+        chosen = BenchResult.of(bench.results[index])
+        if chosen is not None and chosen.measured:
             return chosen
     ok = ok_results(r)
-    return max(ok, key=lambda res: rate_of(res["samples_per_s"]) or 0.0) if ok else None
+    return max(ok, key=lambda res: res.rate or 0.0) if ok else None
 
 
-def result_for_config(r: Record, config: Any) -> dict[str, Any] | None:
+def result_for_config(r: Record, config: Any) -> BenchResult | None:
     """The bench result measured with exactly this config, if any."""
     if not isinstance(config, dict):
         return None
     for res in ok_results(r):
-        if same_config(res.get("config"), config):
+        if same_config(res.config, config):
             return res
     return None
 
@@ -132,10 +126,10 @@ def prefetch_of(config: Any) -> int:
     return int(value) if isinstance(value, int) and value > 0 else 2
 
 
-def single_process_result(r: Record, batch_size: int | None = None) -> dict[str, Any] | None:
+def single_process_result(r: Record, batch_size: int | None = None) -> BenchResult | None:
     """The num_workers=0 result, preferring the given batch size."""
-    zero = [res for res in ok_results(r) if workers_of(res.get("config")) == 0]
+    zero = [res for res in ok_results(r) if workers_of(res.config) == 0]
     for res in zero:
-        if batch_size is None or batch_size_of(res.get("config")) == batch_size:
+        if batch_size is None or batch_size_of(res.config) == batch_size:
             return res
     return zero[0] if zero else None

@@ -23,9 +23,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..record.model import Best, best_of, search_of
 from .ceiling import AT_CEILING, ceiling_facts
 from .code_changes import code_change_facts
-from .facts import TARGETS, Recommendation
+from .facts import TARGETS, Recommendation, TuningFacts
 from .invariants import (
     Problem,
     batch_size_ran,
@@ -183,10 +184,10 @@ def _winner(r: Record) -> RunVerdict:
             v.measurement = "the tuner's single measurements; its final race ran no round"
         else:
             v.measurement = "the tuner's measurements"
-        best_entry = mapping(r.get("best"))
+        best_entry = best_of(r) or Best()
         base = next((h for h in tuning.head_to_head if h.role == "baseline"), None)
         v.baseline_rounds = (base.rounds or 0) if base is not None else 0
-        v.confidence, problem = checked_confidence(best_entry.get("confidence"), rounds)
+        v.confidence, problem = checked_confidence(best_entry.confidence, rounds)
         if problem is not None:
             problems.append(problem)
         if best.keep_baseline:
@@ -198,11 +199,10 @@ def _winner(r: Record) -> RunVerdict:
         else:
             v.action = "switch"
             v.gain = best.speedup
-            _tie(r, tuning, v, label)
-            _gain_interval(r, tuning, v)
+            _tie(r, tuning, v)
+            _gain_interval(r, best_entry, tuning, v)
     else:
-        result = best.result or {}
-        repeats = result.get("repeats") if isinstance(result.get("repeats"), int) else None
+        repeats = best.result.repeats if best.result else None
         v.measurement = (
             f"the sweep, median of {repeats} repeat{'s' if repeats != 1 else ''}"
             if repeats
@@ -227,32 +227,31 @@ def _winner(r: Record) -> RunVerdict:
     return v
 
 
-def _tie(r: Record, tuning: Any, v: RunVerdict, label: Any) -> None:
+def _tie(r: Record, tuning: TuningFacts, v: RunVerdict) -> None:
     """A raced config within the noise of the winner: named once, with its ratio to the winner."""
     if not tuning.tie or not tuning.runner_up:
         return
     v.tied_with = relabel(r, tuning.runner_up)
-    best = mapping(r.get("best"))
-    margin = number(best.get("margin"))
-    if margin:
-        v.tied_ratio = round(1 / margin, 4)
-    interval = _interval(best.get("margin_interval"))
+    best = best_of(r) or Best()
+    if best.margin:
+        v.tied_ratio = round(1 / best.margin, 4)
+    interval = _interval(best.margin_interval)
     if interval is not None:
         v.tied_interval = [round(1 / interval[1], 4), round(1 / interval[0], 4)]
 
 
-def _interval(value: Any) -> tuple[float, float] | None:
-    """A recorded ``[low, high]`` interval as numbers, low first; None where the record has none."""
-    if isinstance(value, list) and len(value) == 2 and all(number(x) for x in value):
+def _interval(value: tuple[float, ...] | None) -> tuple[float, float] | None:
+    """A recorded ``[low, high]`` interval, low first; None where the record has none."""
+    if value is not None and len(value) == 2 and all(value):
         lo, hi = sorted(float(x) for x in value)
         return lo, hi
     return None
 
 
-def _gain_interval(r: Record, tuning: Any, v: RunVerdict) -> None:
+def _gain_interval(r: Record, best: Best, tuning: TuningFacts, v: RunVerdict) -> None:
     """The gain's interval: the pick over the user's loader, paired by round (the race records it
     from two paired rounds on); else why there is none."""
-    interval = _interval(mapping(r.get("best")).get("gain_interval"))
+    interval = _interval(best.gain_interval)
     if interval is not None:
         lo, hi = interval
         if v.gain is None or lo <= v.gain <= hi:
@@ -273,13 +272,7 @@ def _gain_interval(r: Record, tuning: Any, v: RunVerdict) -> None:
     if rounds is not None and rounds < 2:
         left = ""
         if base is not None and (tuning.rounds or 0) > rounds:
-            skips = mapping(r.get("best")).get("skipped") or []
-            budget = any(
-                isinstance(s, dict)
-                and s.get("label") == base.label
-                and "budget" in str(s.get("why"))
-                for s in skips
-            )
+            budget = any(s.label == base.label and "budget" in str(s.why) for s in best.skipped)
             left = (
                 " before the time budget left it out"
                 if budget
@@ -303,11 +296,11 @@ def _fastest_in_sweep(r: Record, v: RunVerdict, label: Any) -> None:
     sweep = best_result(r)
     if sweep is None or v.config is None:
         return
-    steady = {k: x for k, x in (sweep.get("config") or {}).items() if k != "persistent_workers"}
+    steady = {k: x for k, x in sweep.config.items() if k != "persistent_workers"}
     mine = {k: x for k, x in v.config.items() if k != "persistent_workers"}
     if steady == mine:
         return
-    name = label(sweep.get("config") or {}, config_label(sweep.get("config"), sweep.get("label")))
+    name = label(sweep.config, config_label(sweep.config, sweep.label))
     v.fastest_in_sweep = name
     tuning = tuning_facts(r)
     raced = next(
@@ -376,10 +369,9 @@ def _bound(r: Record, v: RunVerdict) -> str | None:
             if v.ceiling_basis == "main-process"
             else "this machine's CPU, near its ceiling"
         )
-    search = mapping(r.get("search"))
-    region = mapping(search.get("region"))
-    if isinstance(region.get("name"), str):
-        return f"{region['name']} (the tuner's reading of the fetch)"
+    region = search_of(r).region
+    if region is not None and region.name is not None:
+        return f"{region.name} (the tuner's reading of the fetch)"
     stages = stage_facts(r)
     if stages is not None and stages.top is not None:
         return f"the {stages.top.name} stage, the largest measured"

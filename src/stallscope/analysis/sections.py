@@ -4,8 +4,27 @@ breakdown and the training loop. Each returns ``None`` when the record lacks tha
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..record import model
+from ..record.model import (
+    BatchMs,
+    BenchResult,
+    HeadToHead,
+    Hotspot,
+    PersistentWorkers,
+    Region,
+    Spread,
+    Trial,
+    baseline_of,
+    best_of,
+    hotspots_of,
+    results_of,
+    search_of,
+    stages_of,
+    trials_of,
+)
 from ..thresholds import TIE_MARGIN
 from .facts import (
     AugmentationFacts,
@@ -30,7 +49,6 @@ from .readers import (
     config_label,
     number,
     ok_results,
-    rate_of,
     recorded_mean,
     result_for_config,
     single_process_result,
@@ -45,30 +63,30 @@ LATENCY_BOUND_MARGIN = 1.1
 
 
 def bench_facts(r: Record) -> BenchFacts | None:
-    results = [res for res in r.get("results") or [] if isinstance(res, dict)]
+    results = results_of(r)
     if not results:
         return None
     best = best_result(r)
     rows = []
     for res in results:
-        spread = res["samples_per_s"] if isinstance(res.get("samples_per_s"), dict) else {}
-        latency = res.get("batch_ms") or {}
+        spread = res.samples_per_s or Spread()
+        latency = res.batch_ms or BatchMs()
         rows.append(
             BenchRow(
-                label=ran_label(r, res.get("config"), res.get("label")),
-                config=res.get("config") or {},
-                samples_per_s=rate_of(res.get("samples_per_s")),
-                min_samples_per_s=number(spread.get("min")),
-                max_samples_per_s=number(spread.get("max")),
-                startup_s=number(res.get("startup_s")),
-                p50_ms=number(latency.get("p50")),
-                p95_ms=number(latency.get("p95")),
-                efficiency=number(res.get("efficiency")),
-                speedup=number(res.get("speedup")),
-                noise=number(res.get("noise")),
-                repeats=res.get("repeats") if isinstance(res.get("repeats"), int) else None,
-                error=str(res["error"]) if res.get("error") else None,
-                is_best=res is best,
+                label=ran_label(r, res.config, res.label),
+                config=res.config,
+                samples_per_s=res.rate,
+                min_samples_per_s=spread.min,
+                max_samples_per_s=spread.max,
+                startup_s=res.startup_s,
+                p50_ms=latency.p50,
+                p95_ms=latency.p95,
+                efficiency=res.efficiency,
+                speedup=res.speedup,
+                noise=res.noise,
+                repeats=res.repeats,
+                error=res.error or None,
+                is_best=res == best,
             )
         )
     scaling = r.get("scaling") or {}
@@ -79,8 +97,8 @@ def bench_facts(r: Record) -> BenchFacts | None:
     cores = cores if isinstance(cores, int) else None
     plateau = scaling.get("plateau_workers")
     ok = ok_results(r)
-    timed = [res["batches_measured"] for res in ok if isinstance(res.get("batches_measured"), int)]
-    windows = [v for v in (number(res.get("window_s")) for res in ok) if v is not None]
+    timed = [res.batches_measured for res in ok if res.batches_measured is not None]
+    windows = [res.window_s for res in ok if res.window_s is not None]
     return BenchFacts(
         batches_timed=sum(timed) if timed else None,
         window_s=sum(windows) if windows else None,
@@ -106,127 +124,99 @@ def bench_facts(r: Record) -> BenchFacts | None:
 
 
 def tuning_facts(r: Record, *, top: int = 10) -> TuningFacts | None:
-    best = r.get("best")
-    if not isinstance(best, dict) or (best_value := rate_of(best.get("samples_per_s"))) is None:
+    best = best_of(r)
+    if best is None or (best_value := best.samples_per_s) is None:
         return None
-    best_rate = ConfigRate(
-        ran_label(r, best.get("config"), best.get("label")), best.get("config") or {}, best_value
-    )
-    baseline = _config_rate(r, r.get("baseline"))
-    speedup = number(best.get("speedup"))
+    best_rate = ConfigRate(ran_label(r, best.config, best.label), best.config, best_value)
+    baseline = _config_rate(r, baseline_of(r))
+    speedup = best.speedup
     if speedup is None and baseline and baseline.samples_per_s > 0:
         speedup = best_rate.samples_per_s / baseline.samples_per_s
-    trials = [t for t in r.get("trials") or [] if isinstance(t, dict)]
-    measured = [
-        t for t in trials if not t.get("error") and (rate_of(t.get("samples_per_s")) or 0.0) > 0
-    ]
+    trials = trials_of(r)
+    measured = [t for t in trials if not t.error and (t.samples_per_s or 0.0) > 0]
     # measured holds positive rates only: the "or 0.0" never applies
-    ranked = sorted(measured, key=lambda t: rate_of(t["samples_per_s"]) or 0.0, reverse=True)[:top]
+    ranked = sorted(measured, key=lambda t: t.samples_per_s or 0.0, reverse=True)[:top]
     rows = []
     for t in ranked:
-        rate = rate_of(t["samples_per_s"]) or 0.0
+        rate = t.samples_per_s or 0.0
         vs = rate / baseline.samples_per_s if baseline and baseline.samples_per_s > 0 else None
-        rows.append(
-            TrialRow(ran_label(r, t.get("config"), t.get("label")), t.get("phase"), rate, vs)
-        )
-    failed = [
-        (ran_label(r, t.get("config"), t.get("label")), str(t["error"]))
-        for t in trials
-        if t.get("error")
-    ]
-    search = r["search"] if isinstance(r.get("search"), dict) else {}
-    region = search["region"] if isinstance(search.get("region"), dict) else {}
-    runner_up = best.get("runner_up")
+        rows.append(TrialRow(ran_label(r, t.config, t.label), t.phase, rate, vs))
+    failed = [(ran_label(r, t.config, t.label), t.error) for t in trials if t.error]
+    search = search_of(r)
+    region = search.region or Region()
     return TuningFacts(
         baseline=baseline,
         best=best_rate,
         speedup=speedup,
         # A confidence the rounds cannot support is dropped here (NOTE [invariants]); the
         # verdict says so.
-        confidence=checked_confidence(
-            best.get("confidence"), best["rounds"] if isinstance(best.get("rounds"), int) else None
-        )[0],
+        confidence=checked_confidence(best.confidence, best.rounds)[0],
         seconds=number(r.get("tuning_seconds")),
         trials=len(trials),
         top_trials=rows,
         failed_trials=failed,
-        runner_up=runner_up if isinstance(runner_up, str) and runner_up else None,
-        margin=number(best.get("margin")),
-        region=region.get("name") if isinstance(region.get("name"), str) else None,
-        region_reason=region.get("reason") if isinstance(region.get("reason"), str) else None,
-        notes=[str(n) for n in search.get("notes") or [] if n],
-        rounds=int(best["rounds"]) if isinstance(best.get("rounds"), int) else None,
-        confirmed=best.get("confirmed") if isinstance(best.get("confirmed"), bool) else None,
-        head_to_head=_head_to_head(r, best.get("head_to_head")),
-        skipped=[
-            (relabel(r, str(s.get("label"))), str(s.get("why")))
-            for s in best.get("skipped") or []
-            if isinstance(s, dict)
-        ],
-        keep_baseline=best.get("keep_baseline") is True,
-        within_pct=number(best.get("within_pct")),
-        plan=(search.get("plan") or {}).get("summary")
-        if isinstance(search.get("plan"), dict)
-        else None,
-        persistent=_persistent_gap(search.get("persistent_workers")),
-        tie=best.get("tie") is True,
-        tie_margin=number(best.get("tie_margin")),
+        runner_up=best.runner_up or None,
+        margin=best.margin,
+        region=region.name,
+        region_reason=region.reason,
+        notes=[n for n in search.notes if n],
+        rounds=best.rounds,
+        confirmed=best.confirmed,
+        head_to_head=_head_to_head(r, best.head_to_head),
+        skipped=[(relabel(r, str(s.label)), str(s.why)) for s in best.skipped],
+        keep_baseline=best.keep_baseline,
+        within_pct=best.within_pct,
+        plan=(search.plan or {}).get("summary"),
+        persistent=_persistent_gap(search.persistent_workers),
+        tie=best.tie,
+        tie_margin=best.tie_margin,
     )
 
 
-def _head_to_head(r: Record, entries: Any) -> list[HeadToHeadRow]:
-    rows = []
-    for e in entries or []:
-        if isinstance(e, dict) and (rate := rate_of(e.get("samples_per_s"))) is not None:
-            rounds = e.get("rounds")
-            rows.append(
-                HeadToHeadRow(
-                    ran_label(r, e.get("config"), e.get("label")),
-                    e.get("config") or {},
-                    rate,
-                    rounds if isinstance(rounds, int) else None,
-                    str(e.get("role") or "other"),
-                )
-            )
-    return rows
+def _head_to_head(r: Record, entries: tuple[HeadToHead, ...]) -> list[HeadToHeadRow]:
+    return [
+        HeadToHeadRow(
+            ran_label(r, e.config, e.label), e.config, e.samples_per_s, e.rounds, e.role or "other"
+        )
+        for e in entries
+        if e.samples_per_s is not None
+    ]
 
 
-def _persistent_gap(entry: Any) -> PersistentGap | None:
-    if not isinstance(entry, dict):
+def _persistent_gap(entry: PersistentWorkers | None) -> PersistentGap | None:
+    if entry is None:
         return None
     return PersistentGap(
-        str(entry.get("measured_on") or ""),
-        number(entry.get("gap_without_s")),
-        number(entry.get("gap_with_s")),
-        number(entry.get("saved_s")),
-        entry.get("recommended") is True,
+        entry.measured_on or "",
+        entry.gap_without_s,
+        entry.gap_with_s,
+        entry.saved_s,
+        entry.recommended is True,
     )
 
 
-def trials_by_config(trials: list[dict[str, Any]], r: Record | None = None) -> list[dict[str, Any]]:
+def trials_by_config(
+    trials: Sequence[Trial | Mapping[str, Any]], r: Record | None = None
+) -> list[dict[str, Any]]:
     """One row per config of the tuner's trials: the phases it was measured in, its median rate and
     start-up over the runs, the runs; fastest first."""
     rows: dict[str, dict[str, Any]] = {}
-    for t in trials:
-        if not isinstance(t, dict):
-            continue
+    for t in filter(None, map(Trial.of, trials)):
         label = (
-            ran_label(r, t.get("config"), t.get("label"))
-            if r is not None
-            else config_label(t.get("config"), t.get("label"))
+            ran_label(r, t.config, t.label) if r is not None else config_label(t.config, t.label)
         )
         row = rows.setdefault(
             label, {"label": label, "phases": [], "rates": [], "startup": [], "error": None}
         )
-        if t.get("phase") and t["phase"] not in row["phases"]:
-            row["phases"].append(t["phase"])
-        rate = rate_of(t.get("samples_per_s"))
-        if t.get("error") or rate is None:
-            row["error"] = str(t.get("error") or "no rate measured")
+        if t.phase and t.phase not in row["phases"]:
+            row["phases"].append(t.phase)
+        rate = t.samples_per_s
+        if t.error or rate is None:
+            row["error"] = t.error or "no rate measured"
         else:
             row["rates"].append(rate)
-            if number(t.get("startup_s")) is not None:
-                row["startup"].append(number(t["startup_s"]))
+            if t.startup_s is not None:
+                row["startup"].append(t.startup_s)
     out = []
     for row in rows.values():
         row["rate"] = statistics.median(row["rates"]) if row["rates"] else None
@@ -235,12 +225,10 @@ def trials_by_config(trials: list[dict[str, Any]], r: Record | None = None) -> l
     return sorted(out, key=lambda r: -(r["rate"] or 0.0))
 
 
-def _config_rate(r: Record, entry: Any) -> ConfigRate | None:
-    if not isinstance(entry, dict) or (rate := rate_of(entry.get("samples_per_s"))) is None:
+def _config_rate(r: Record, entry: model.ConfigRate | None) -> ConfigRate | None:
+    if entry is None or entry.samples_per_s is None:
         return None
-    return ConfigRate(
-        ran_label(r, entry.get("config"), entry.get("label")), entry.get("config") or {}, rate
-    )
+    return ConfigRate(ran_label(r, entry.config, entry.label), entry.config, entry.samples_per_s)
 
 
 def best_configuration(r: Record) -> BestConfig | None:
@@ -288,28 +276,26 @@ def best_configuration(r: Record) -> BestConfig | None:
     best = best_result(r)
     if best is None:
         return None
-    single = single_process_result(r, batch_size_of(best.get("config")))
+    single = single_process_result(r, batch_size_of(best.config))
     # best_result and single_process_result return only results with a rate: "or 0.0" never applies
-    best_rate = rate_of(best["samples_per_s"]) or 0.0
+    best_rate = best.rate or 0.0
     baseline = None
-    if single is not None and single is not best:
+    if single is not None and single != best:
         baseline = ConfigRate(
-            ran_label(r, single.get("config"), single.get("label")),
-            single.get("config") or {},
-            rate_of(single["samples_per_s"]) or 0.0,
+            ran_label(r, single.config, single.label), single.config, single.rate or 0.0
         )
-    speedup = number(best.get("speedup"))
+    speedup = best.speedup
     if speedup is None and baseline is not None and baseline.samples_per_s > 0:
         speedup = best_rate / baseline.samples_per_s
     return BestConfig(
         source="bench",
-        label=ran_label(r, best.get("config"), best.get("label")),
-        config=best.get("config") or {},
+        label=ran_label(r, best.config, best.label),
+        config=best.config,
         samples_per_s=best_rate,
         speedup=speedup,
         baseline=baseline,
         result=best,
-        snippet=loader_snippet(r, best.get("config") or {}),
+        snippet=loader_snippet(r, best.config),
         overruled=tuning.best if tuning is not None else None,
     )
 
@@ -320,7 +306,7 @@ def _steady_state(config: Any) -> dict[str, Any]:
     return {k: v for k, v in (config or {}).items() if k != "persistent_workers"}
 
 
-def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> dict[str, Any] | None:
+def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> BenchResult | None:
     """The sweep's best when it beat the tuner's pick by more than the noise without racing it, else
     None.
 
@@ -332,13 +318,12 @@ def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> dict[str, Any] 
     if sweep is None or tuning.best is None:
         return None
     raced = [row.config for row in tuning.head_to_head]
-    if any(_steady_state(c) == _steady_state(sweep.get("config")) for c in raced):
+    if any(_steady_state(c) == _steady_state(sweep.config) for c in raced):
         return None
-    if _steady_state(sweep.get("config")) == _steady_state(tuning.best.config):
+    if _steady_state(sweep.config) == _steady_state(tuning.best.config):
         return None
-    search = r["search"] if isinstance(r.get("search"), dict) else {}
-    noise = max(TIE_MARGIN, number(sweep.get("noise")) or 0.0, number(search.get("noise")) or 0.0)
-    sweep_rate = rate_of(sweep.get("samples_per_s")) or 0.0
+    noise = max(TIE_MARGIN, sweep.noise or 0.0, search_of(r).noise or 0.0)
+    sweep_rate = sweep.rate or 0.0
     return sweep if sweep_rate > tuning.best.samples_per_s * (1 + noise) else None
 
 
@@ -352,33 +337,25 @@ def loader_snippet(r: Record, config: dict[str, Any]) -> str:
 
 
 def stage_facts(r: Record, *, top_hotspots: int = 8) -> StageFacts | None:
-    stages = [
-        s
-        for s in r.get("stages") or []
-        if isinstance(s, dict) and number(s.get("ms_per_sample")) is not None
-    ]
+    stages = [s for s in stages_of(r) if s.ms_per_sample is not None]
     aug = _augmentation(r.get("augmentation_overhead"))
-    hotspots = _hotspots(r.get("hotspots"), top_hotspots)
+    hotspots = _hotspots(hotspots_of(r), top_hotspots)
     if not stages and aug is None and not hotspots:
         return None
     # stages hold numeric ms_per_sample only: the "or 0.0" below never applies
-    total = sum(number(s["ms_per_sample"]) or 0.0 for s in stages if not s.get("doubtful"))
-    shares = [number(s.get("share")) for s in stages]
+    total = sum(s.ms_per_sample or 0.0 for s in stages if not s.doubtful)
+    shares = [s.share for s in stages]
     # "share" is a fraction of the total; accept percentages from older writers.
     as_percent = all(v is not None for v in shares) and sum(v or 0.0 for v in shares) > 1.5
     rows = []
     for s, share in zip(stages, shares):
-        ms = number(s["ms_per_sample"]) or 0.0
+        ms = s.ms_per_sample or 0.0
         if share is None:
             share = ms / total if total > 0 else 0.0
         elif as_percent:
             share = share / 100.0
-        doubtful = str(s["doubtful"]) if s.get("doubtful") else None
-        rows.append(
-            StageRow(
-                str(s.get("name", "?")), s.get("kind"), ms, 0.0 if doubtful else share, doubtful
-            )
-        )
+        doubtful = str(s.doubtful) if s.doubtful else None
+        rows.append(StageRow(s.name, s.kind, ms, 0.0 if doubtful else share, doubtful))
     trusted = [row for row in rows if not row.doubtful]
     top = max(trusted, key=lambda row: row.ms_per_sample) if trusted else None
     run = r["stage_run"] if isinstance(r.get("stage_run"), dict) else {}
@@ -410,24 +387,11 @@ def _augmentation(entry: Any) -> AugmentationFacts | None:
     )
 
 
-def _hotspots(entries: Any, top: int) -> list[HotspotRow]:
+def _hotspots(entries: list[Hotspot], top: int) -> list[HotspotRow]:
     rows = []
-    for h in entries or []:
-        if not isinstance(h, dict):
-            continue
-        where = str(h.get("file", "?"))
-        if h.get("line") is not None:
-            where += f":{h['line']}"
-        calls = h.get("calls")
-        rows.append(
-            HotspotRow(
-                str(h.get("function", "?")),
-                where,
-                calls if isinstance(calls, int) else None,
-                number(h.get("total_ms")),
-                number(h.get("cumulative_ms")),
-            )
-        )
+    for h in entries:
+        where = h.file if h.line is None else f"{h.file}:{h.line}"
+        rows.append(HotspotRow(h.function, where, h.calls, h.total_ms, h.cumulative_ms))
     rows.sort(key=lambda h: h.cumulative_ms or h.total_ms or 0.0, reverse=True)
     return rows[:top]
 

@@ -29,6 +29,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..record.model import windows_of
 from ..thresholds import COMPUTE_BOUND_BELOW, INPUT_BOUND_AT, STARTUP_SHARE_NOTABLE
 from .drift import memory_drift, slowest_rank_per_window
 
@@ -134,8 +135,8 @@ def _judged_rank(rank: dict[str, Any]) -> dict[str, Any]:
     if isinstance(fraction, (int, float)) and not isinstance(fraction, bool):
         out["verdict"] = verdict_for(float(fraction))
     out.setdefault("verdict", None)
-    windows = [w for w in out.get("windows") or [] if isinstance(w, dict)]
-    if any(w.get("main_rss_mb") is not None and w.get("end_step") for w in windows):
+    windows = windows_of(out)
+    if any(w.main_rss_mb is not None and w.end_step for w in windows):
         drift = memory_drift(windows, pass_samples=_pass_samples(out))
         out["memory_drift"] = None if drift is None else drift["verdict"]
     out.setdefault("memory_drift", None)

@@ -10,10 +10,12 @@ The tuner records measurements only; these rules read them, in a saved record to
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from ..record.model import Best, ConfigRate, Trial, baseline_of, best_of, search_of, trials_of
 from ..thresholds import TIE_MARGIN
-from .readers import config_label, mapping
+from .readers import config_label
 
 # A knob effect seen only in single scan measurements (never raced) counts from this gain on, and
 # so does a gain from more workers than cores: 5%, above the tie margin, because one measurement
@@ -46,25 +48,39 @@ _KNOB_ADVICE = {
 }
 
 
-def _label(entry: dict[str, Any]) -> str:
+def _label(entry: Best | ConfigRate | Trial) -> str:
     """A best/baseline/trial entry's label (from its config in records that lack one)."""
-    return config_label(entry.get("config"), entry.get("label"))
+    return config_label(entry.config, entry.label)
 
 
-def tie_pct(best: dict[str, Any]) -> str:
+def _best(best: Best | Mapping[str, Any] | None) -> Best:
+    """The pick as read (callers may hold the record's dict)."""
+    return Best.of(best) or Best()
+
+
+def _baseline(baseline: ConfigRate | Mapping[str, Any] | None) -> ConfigRate:
+    return ConfigRate.of(baseline) or ConfigRate()
+
+
+def _rate(entry: Best | ConfigRate) -> float:
+    return entry.samples_per_s or 0.0
+
+
+def tie_pct(best: Best | Mapping[str, Any]) -> str:
     """The tie margin as a percentage (today's margin in records from before it was stored)."""
-    margin = best.get("tie_margin")
-    return f"{(margin if isinstance(margin, (int, float)) else TIE_MARGIN):.0%}"
+    margin = _best(best).tie_margin
+    return f"{(margin if margin is not None else TIE_MARGIN):.0%}"
 
 
 TIE_SENTENCE = "a tie within noise; the cheaper config was kept"
 
 
-def how_sure(best: dict[str, Any]) -> str:
+def how_sure(best: Best | Mapping[str, Any]) -> str:
     """The confidence behind a pick, or why there is none ("not confirmed"); a tie says so."""
-    rounds = best.get("rounds") or 0
-    confidence = best.get("confidence")
-    tie = f"; {TIE_SENTENCE} (within {tie_pct(best)})" if best.get("tie") else ""
+    best = _best(best)
+    rounds = best.rounds or 0
+    confidence = best.confidence
+    tie = f"; {TIE_SENTENCE} (within {tie_pct(best)})" if best.tie else ""
     if confidence is None:
         return f"not confirmed: the budget ran out after {rounds} interleaved round(s)" + tie
     return (
@@ -74,23 +90,26 @@ def how_sure(best: dict[str, Any]) -> str:
 
 
 def keep_yours_sentence(
-    best: dict[str, Any], baseline: dict[str, Any], floor: float | None = None
+    best: Best | Mapping[str, Any],
+    baseline: ConfigRate | Mapping[str, Any],
+    floor: float | None = None,
 ) -> str:
-    within = best.get("within_pct")
-    if not isinstance(within, (int, float)):
-        rate, base = best.get("samples_per_s") or 0.0, baseline.get("samples_per_s") or 0.0
+    best, baseline = _best(best), _baseline(baseline)
+    within = best.within_pct
+    if within is None:
+        rate, base = _rate(best), _rate(baseline)
         within = max(0.0, (1 - base / rate) * 100) if rate > 0 else 0.0
-    if best.get("config") == baseline.get("config"):
+    if best.config == baseline.config:
         return (
-            f"your settings ({_label(best)}, {baseline['samples_per_s']:,.1f} samples/s) were "
+            f"your settings ({_label(best)}, {_rate(baseline):,.1f} samples/s) were "
             "the fastest found; no change is recommended"
         )
     return (
         f"your loader is within {within:.1f}% of the best found ({_label(best)} at "
-        f"{best['samples_per_s']:,.1f} vs your {baseline['samples_per_s']:,.1f} samples/s)"
+        f"{_rate(best):,.1f} vs your {_rate(baseline):,.1f} samples/s)"
         + (
             f", a gain the noise ({floor - 1:.0%}) could make alone"
-            if floor is not None and not best.get("keep_baseline")
+            if floor is not None and not best.keep_baseline
             else ""
         )
         + "; no change is recommended"
@@ -99,51 +118,50 @@ def keep_yours_sentence(
 
 def is_tune_section(r: dict[str, Any]) -> bool:
     """Whether ``r`` carries what the tuner measured (its pick against the user's baseline)."""
-    best, baseline = r.get("best"), r.get("baseline")
+    best, baseline = best_of(r), baseline_of(r)
     return (
-        isinstance(best, dict)
-        and isinstance(baseline, dict)
-        and isinstance(best.get("config"), dict)
-        and isinstance(baseline.get("config"), dict)
-        and isinstance(best.get("samples_per_s"), (int, float))
-        and isinstance(baseline.get("samples_per_s"), (int, float))
+        best is not None
+        and baseline is not None
+        and best.has("config")
+        and baseline.has("config")
+        and best.samples_per_s is not None
+        and baseline.samples_per_s is not None
     )
 
 
 def gain_floor(section: dict[str, Any]) -> float:
     """The least speed-up over the user's loader that is more than the noise: the tie margin or
     the race's measured noise, whichever is larger."""
-    noise = mapping(section.get("search")).get("noise")
-    return 1 + max(TIE_MARGIN, noise if isinstance(noise, (int, float)) else 0.0)
+    return 1 + max(TIE_MARGIN, search_of(section).noise or 0.0)
 
 
 def keeps_yours(section: dict[str, Any]) -> bool:
     """The one rule behind "keep yours", for ``tune`` and ``doctor`` alike: the tuner found the
     user's loader within the noise of the best, or the pick's speed-up over it does not clear the
     noise (:func:`gain_floor`), or the pick is the user's own config."""
-    best, baseline = section["best"], section["baseline"]
-    if best.get("keep_baseline") or best.get("config") == baseline.get("config"):
+    best, baseline = _best(best_of(section)), _baseline(baseline_of(section))
+    if best.keep_baseline or best.config == baseline.config:
         return True
-    speedup = best.get("speedup")
-    if not isinstance(speedup, (int, float)):
-        rate, base = best.get("samples_per_s"), baseline.get("samples_per_s")
-        speedup = rate / base if base else None
+    speedup = best.speedup
+    if speedup is None and best.samples_per_s is not None and baseline.samples_per_s:
+        speedup = best.samples_per_s / baseline.samples_per_s
     return speedup is None or speedup < gain_floor(section)
 
 
 def tune_pick(section: dict[str, Any]) -> dict[str, Any] | None:
     """The tuner's verdict on its pick: "keep yours" (:func:`keeps_yours`), or switch."""
-    best, baseline = section["best"], section["baseline"]
+    best, baseline = _best(best_of(section)), _baseline(baseline_of(section))
     if keeps_yours(section):
         return _keep_yours(section)
-    speedup = best.get("speedup") or best["samples_per_s"] / baseline["samples_per_s"]
+    # keeps_yours is False: both rates are measured and the pick's gain clears the noise
+    speedup = best.speedup or _rate(best) / _rate(baseline)
     return {
         "id": "loader-config",
         "title": "Use the tuned DataLoader settings",
         "detail": f"{_label(best)} instead of {_label(baseline)} "
         "(`stallscope tune --emit python` prints the call).",
         "measured": (
-            f"{best['samples_per_s']:.1f} vs {baseline['samples_per_s']:.1f} samples/s "
+            f"{_rate(best):.1f} vs {_rate(baseline):.1f} samples/s "
             "in steady state; " + how_sure(best)
         ),
         "expected_gain": f"{speedup:.2f}x throughput",
@@ -159,34 +177,40 @@ def knob_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
     """
     if keeps_yours(section):
         return []
-    search = section.get("search") or {}
-    noise = search.get("noise") or 0.0
+    search = search_of(section)
+    noise = search.noise or 0.0
     recs: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for effect in sorted(search.get("effects") or [], key=lambda e: -e["gain"]):
-        advice = _KNOB_ADVICE.get(effect["knob"])
+    # An effect without its figures (a record from elsewhere) is no evidence for a knob.
+    measured = [
+        e
+        for e in search.effects
+        if e.gain is not None
+        and e.variant_samples_per_s is not None
+        and e.parent_samples_per_s is not None
+    ]
+    for effect in sorted(measured, key=lambda e: -(e.gain or 0.0)):
+        advice = _KNOB_ADVICE.get(effect.knob or "")
         if advice is None or advice[0] in seen:
             continue
-        floor = (
-            max(TIE_MARGIN, noise)
-            if effect["source"] == "confirm"
-            else max(SCAN_MIN_GAIN, 2 * noise)
-        )
-        if effect["gain"] < floor:
+        confirmed = effect.source == "confirm"
+        floor = max(TIE_MARGIN, noise) if confirmed else max(SCAN_MIN_GAIN, 2 * noise)
+        gain = effect.gain or 0.0
+        if gain < floor:
             continue
         seen.add(advice[0])
         rec_id, title, detail = advice
-        how = "interleaved medians" if effect["source"] == "confirm" else "single measurements"
+        how = "interleaved medians" if confirmed else "single measurements"
         recs.append(
             {
                 "id": rec_id,
                 "title": title,
                 "detail": detail,
                 "measured": (
-                    f"{effect['variant']}: {effect['variant_samples_per_s']:.1f} samples/s vs "
-                    f"{effect['parent']}: {effect['parent_samples_per_s']:.1f} samples/s ({how})"
+                    f"{effect.variant}: {effect.variant_samples_per_s or 0.0:.1f} samples/s vs "
+                    f"{effect.parent}: {effect.parent_samples_per_s or 0.0:.1f} samples/s ({how})"
                 ),
-                "expected_gain": f"+{effect['gain']:.0%} throughput",
+                "expected_gain": f"+{gain:.0%} throughput",
             }
         )
     recs.extend(_beyond_cores(section))
@@ -195,14 +219,13 @@ def knob_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _keep_yours(section: dict[str, Any]) -> dict[str, Any]:
-    best, baseline = section["best"], section["baseline"]
+    best, baseline = _best(best_of(section)), _baseline(baseline_of(section))
     sentence = keep_yours_sentence(best, baseline, gain_floor(section))
     return {
         "id": "keep-yours",
         "title": "Keep your DataLoader settings",
         "detail": sentence[0].upper() + sentence[1:] + ".",
-        "measured": f"{best['samples_per_s']:.1f} vs {baseline['samples_per_s']:.1f} samples/s; "
-        + how_sure(best),
+        "measured": f"{_rate(best):.1f} vs {_rate(baseline):.1f} samples/s; " + how_sure(best),
         "expected_gain": "none beyond the noise",
     }
 
@@ -210,25 +233,27 @@ def _keep_yours(section: dict[str, Any]) -> dict[str, Any]:
 def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
     """Latency-bound and the pick has more workers than cores: say so, with the measured gain over
     cores workers."""
-    search = section.get("search", {})
-    cores = search.get("space", {}).get("cores")
-    workers = section["best"]["config"]["num_workers"]
-    if search.get("region", {}).get("name") != "latency-bound" or not cores or workers <= cores:
+    search = search_of(section)
+    cores = (search.space or {}).get("cores")
+    best = _best(best_of(section))
+    workers = best.config["num_workers"]
+    region = search.region.name if search.region else None
+    if region != "latency-bound" or not cores or workers <= cores:
         return []
     at_cores = [
         t
-        for t in section.get("trials", [])
-        if t["config"].get("num_workers") == cores
-        and t.get("error") is None
-        and t.get("phase") in {"scale", "climb"}
+        for t in trials_of(section)
+        if t.config.get("num_workers") == cores
+        and t.error is None
+        and t.phase in {"scale", "climb"}
     ]
     if not at_cores:
         return []
-    rate = max(t["samples_per_s"] for t in at_cores)
-    gain = section["best"]["samples_per_s"] / rate - 1 if rate > 0 else 0.0
+    rate = max(t.samples_per_s or 0.0 for t in at_cores)
+    gain = _rate(best) / rate - 1 if rate > 0 else 0.0
     if gain < SCAN_MIN_GAIN:
         return []
-    cpu = search.get("profile", {}).get("cpu_per_wall")
+    cpu = (search.profile or {}).get("cpu_per_wall")
     return [
         {
             "id": "workers-beyond-cores",
@@ -239,7 +264,7 @@ def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
                 "on the table."
             ),
             "measured": (
-                f"{section['best']['samples_per_s']:.1f} samples/s with {workers} workers vs "
+                f"{_rate(best):.1f} samples/s with {workers} workers vs "
                 f"{rate:.1f} with {cores}"
                 + (f"; the fetch used {cpu:.0%} CPU per wall second" if cpu is not None else "")
             ),
@@ -251,30 +276,29 @@ def _beyond_cores(section: dict[str, Any]) -> list[dict[str, Any]]:
 def _worker_threads(section: dict[str, Any]) -> list[dict[str, Any]]:
     """The pick fetches with threads: say how, against the best plain worker count measured
     (pure)."""
-    best = section["best"]
-    threads = best["config"].get("worker_threads", 0)
+    best = _best(best_of(section))
+    threads = best.config.get("worker_threads", 0)
     if not threads:
         return []
     plain = [
         t
-        for t in section.get("trials", [])
-        if t.get("error") is None
-        and not t["config"].get("worker_threads")
-        and (t["config"].get("num_workers") or 0) > 0
+        for t in trials_of(section)
+        if t.error is None
+        and not t.config.get("worker_threads")
+        and (t.config.get("num_workers") or 0) > 0
     ]
-    measured = f"{best['samples_per_s']:,.1f} samples/s with {_label(best)}"
+    measured = f"{_rate(best):,.1f} samples/s with {_label(best)}"
     gain = None
     if plain:
-        top = max(plain, key=lambda t: t["samples_per_s"])
-        gain = (
-            best["samples_per_s"] / top["samples_per_s"] - 1 if top["samples_per_s"] > 0 else None
-        )
+        top = max(plain, key=lambda t: t.samples_per_s or 0.0)
+        top_rate = top.samples_per_s or 0.0
+        gain = _rate(best) / top_rate - 1 if top_rate > 0 else None
         measured += (
-            f" vs {top['samples_per_s']:,.1f} with the best plain worker count measured "
+            f" vs {top_rate:,.1f} with the best plain worker count measured "
             f"({_label(top)}, "
-            f"{top['config']['num_workers']} processes)"
+            f"{top.config['num_workers']} processes)"
         )
-    workers = best["config"]["num_workers"]
+    workers = best.config["num_workers"]
     where = f"each of the {workers} workers" if workers else "the main process"
     return [
         {

@@ -4,8 +4,9 @@ Records are flat, so a section is a group of top-level keys written together (``
 ``results`` and ``scaling``). Each is a :class:`~.base.Section` dataclass: ``from_dict`` reads its
 keys from a record dict, giving a key an older record lacks its default. A key no section here
 declares cannot be added to a record (:meth:`RunRecord.add`), and ``schema/record-v1.json``
-describes the same keys (a test checks the two agree). Values nested below a key stay plain JSON
-where their shape is the producer's own (a finding's evidence, a trial).
+describes the same keys (a test checks the two agree). The items nested below a key (a bench result,
+a trial, the pick, a finding, a window) are typed in :mod:`.model` and read through a section's
+``typed_*`` accessors; what stays plain JSON is the producer's own shape (a finding's evidence).
 """
 
 from __future__ import annotations
@@ -15,6 +16,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import Section, doc
+from .model import (
+    BenchResult,
+    Best,
+    CodeChange,
+    ConfigRate,
+    Finding,
+    Hotspot,
+    Search,
+    Stage,
+    Trial,
+    Window,
+)
 
 JSON = dict[str, Any]
 
@@ -59,6 +72,10 @@ class BenchSection(Section):
     )
     scaling: Scaling | None = doc("bench: how the rate scaled with workers; the best config")
 
+    def typed_results(self) -> list[BenchResult]:
+        """``results``, each read as a :class:`~.model.BenchResult`."""
+        return BenchResult.list_of(self.results)
+
 
 @dataclass
 class TuneSection(Section):
@@ -73,6 +90,22 @@ class TuneSection(Section):
         "tune: the memory budget and the measured memory of the recommended config's workers"
     )
 
+    def typed_best(self) -> Best | None:
+        """``best`` read as a :class:`~.model.Best`."""
+        return Best.of(self.best)
+
+    def typed_baseline(self) -> ConfigRate | None:
+        """``baseline`` read as a :class:`~.model.ConfigRate`."""
+        return ConfigRate.of(self.baseline)
+
+    def typed_trials(self) -> list[Trial]:
+        """``trials``, each read as a :class:`~.model.Trial`."""
+        return Trial.list_of(self.trials)
+
+    def typed_search(self) -> Search:
+        """``search`` read as a :class:`~.model.Search` (an empty one where there is none)."""
+        return Search.of(self.search) or Search()
+
 
 @dataclass
 class CheckSection(Section):
@@ -83,6 +116,10 @@ class CheckSection(Section):
     )
     coverage: JSON | None = doc("check: which indices and probes the check covered")
     check_probes: JSON | None = doc("check: the probes' settings and measurements")
+
+    def typed_findings(self) -> list[Finding]:
+        """``findings``, each read as a :class:`~.model.Finding`."""
+        return Finding.list_of(self.findings)
 
 
 @dataclass
@@ -100,6 +137,14 @@ class StagesSection(Section):
     storage: JSON | None = doc("stages: the read stage's storage, cold against warm cache")
     stage_notes: list[str] = doc("stages: notes on the breakdown", default_factory=list)
 
+    def typed_stages(self) -> list[Stage]:
+        """``stages``, each read as a :class:`~.model.Stage`."""
+        return Stage.list_of(self.stages)
+
+    def typed_hotspots(self) -> list[Hotspot]:
+        """``hotspots``, each read as a :class:`~.model.Hotspot`."""
+        return Hotspot.list_of(self.hotspots)
+
 
 @dataclass
 class CodeChangesSection(Section):
@@ -109,6 +154,10 @@ class CodeChangesSection(Section):
         "changes: each code change tried, its measured speedup and diff", default_factory=list
     )
     code_changes_run: JSON | None = doc("changes: the run's pick, rounds, budget and skips")
+
+    def typed_code_changes(self) -> list[CodeChange]:
+        """``code_changes``, each read as a :class:`~.model.CodeChange`."""
+        return CodeChange.list_of(self.code_changes)
 
 
 @dataclass
@@ -181,6 +230,10 @@ class LongRunSection(Section):
         "judged over; null when unsized"
     )
     memory_drift: JSON | None = doc("profile: memory over the windows, per process")
+
+    def typed_windows(self) -> list[Window]:
+        """``windows``, each read as a :class:`~.model.Window`."""
+        return Window.list_of(self.windows)
 
 
 @dataclass

@@ -10,15 +10,17 @@ from rich.table import Table
 
 from ..analysis.invariants import ran_label
 from ..analysis.run_verdict import decide
+from ..record.model import BatchMs, BenchResult
+from ..record.sections import BenchSection, Scaling
 from .report_format import fmt_fixed
 
 
 def render_bench(data: dict[str, Any], console: Console) -> None:
-    results = data.get("results") or []
+    bench = BenchSection.from_dict(data)
+    results = bench.typed_results()
     if not results:
         return
-    scaling = data.get("scaling") or {}
-    best_index = scaling.get("best_index")
+    scaling = bench.scaling or Scaling()
     # ★ marks the verdict's config (NOTE [one verdict]) where the sweep measured it.
     chosen = decide(data).config
     steady = {k: v for k, v in (chosen or {}).items() if k != "persistent_workers"}
@@ -27,8 +29,7 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
             i
             for i, r in enumerate(results)
             if chosen is not None
-            and {k: v for k, v in (r.get("config") or {}).items() if k != "persistent_workers"}
-            == steady
+            and {k: v for k, v in r.config.items() if k != "persistent_workers"} == steady
         ),
         None,
     )
@@ -36,7 +37,7 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         title="DataLoader throughput (steady state; start-up reported separately)",
         title_justify="left",
     )
-    tokens = any(r.get("tokens_per_s") for r in results)  # token batches: tokens/s beside samples/s
+    tokens = any(r.tokens_per_s for r in results)  # token batches: tokens/s beside samples/s
     token_columns: list[tuple[str, JustifyMethod]] = [("tokens/s", "right")] if tokens else []
     columns: list[tuple[str, JustifyMethod]] = [
         ("config", "left"),
@@ -55,69 +56,72 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
     for column, justify in columns:
         table.add_column(column, justify=justify)
     for i, r in enumerate(results):
-        if r.get("error") or not isinstance(r.get("samples_per_s"), dict):
+        if r.error or r.samples_per_s is None or r.samples_per_s.scalar:
             # A configuration that failed (the schema allows it; a record may come from elsewhere).
             table.add_row(
-                "  " + escape(r.get("label") or "?"),
+                "  " + escape(r.label or "?"),
                 "[red]failed[/]",
                 *["–"] * (len(table.columns) - 2),
             )
             continue
-        rate = r["samples_per_s"]
-        res = r.get("resources") or {}
-        copies = bool(r.get("duplicates"))
+        rate = r.samples_per_s
+        res = r.resources or {}
+        copies = bool(r.duplicates)
         style = "bold green" if i == star else ("yellow" if copies else None)
+        latency = r.batch_ms or BatchMs()
         table.add_row(
             ("★ " if i == star else "⚠ " if copies else "  ")
-            + escape(ran_label(data, r.get("config"), r.get("label"))),
-            fmt_fixed(rate["median"]),
-            f"{fmt_fixed(rate['min'])}–{fmt_fixed(rate['max'])}",
-            *([fmt_fixed((r.get("tokens_per_s") or {}).get("median"), 0)] if tokens else []),
-            fmt_fixed((r.get("batches_per_s") or {}).get("median")),
-            fmt_fixed(r["startup_s"], 2),
-            fmt_fixed(r["batch_ms"]["p50"], 2),
-            fmt_fixed(r["batch_ms"]["p95"], 2),
-            fmt_fixed(r["batch_ms"]["p99"], 2),
-            "copies" if copies else "–" if r.get("speedup") is None else f"{r['speedup']:.2f}×",
-            "–" if r.get("efficiency") is None else f"{r['efficiency'] * 100:.0f}%",
+            + escape(ran_label(data, r.config, r.label)),
+            fmt_fixed(rate.median),
+            f"{fmt_fixed(rate.min)}–{fmt_fixed(rate.max)}",
+            *([fmt_fixed(r.tokens_per_s.median if r.tokens_per_s else None, 0)] if tokens else []),
+            fmt_fixed(r.batches_per_s.median if r.batches_per_s else None),
+            fmt_fixed(r.startup_s, 2),
+            fmt_fixed(latency.p50, 2),
+            fmt_fixed(latency.p95, 2),
+            fmt_fixed(latency.p99, 2),
+            "copies" if copies else "–" if r.speedup is None else f"{r.speedup:.2f}×",
+            "–" if r.efficiency is None else f"{r.efficiency * 100:.0f}%",
             fmt_fixed(res.get("workers_cpu_percent"), 0) if res else "–",
             style=style,
         )
     console.print(table)
     for r in results:
-        if r.get("error"):
+        if r.error:
             # Why a config failed, one sentence each (NOTE [failed configs] in throughput/sweep.py).
-            label = ran_label(data, r.get("config"), r.get("label"))
-            console.print(f"[red]✖ {escape(label)} failed:[/] {escape(str(r['error']))}")
+            label = ran_label(data, r.config, r.label)
+            console.print(f"[red]✖ {escape(label)} failed:[/] {escape(r.error)}")
     whole = [
-        ran_label(data, r.get("config"), r.get("label"))
-        for r in results
-        if r.get("startup_included") and not r.get("error")
+        ran_label(data, r.config, r.label) for r in results if r.startup_included and not r.error
     ]
     if whole:
         console.print(
             f"Start-up included at {escape(', '.join(whole))}: its epochs end before its workers' "
             "first batches are used up, so it has no steady state apart from start-up."
         )
-    marked = next((r["duplicates"] for r in results if r.get("duplicates")), None)
+    marked = next((r.duplicates for r in results if r.duplicates), None)
     if marked:
         console.print(
             f"[yellow]⚠ duplicates:[/] {marked['note']} (check code iterable-duplicates)."
         )
-    best = results[best_index] if best_index is not None else None
-    if best is not None:
+    index = scaling.best_index
+    best = (
+        BenchResult.of(bench.results[index])
+        if index is not None and 0 <= index < len(bench.results)
+        else None
+    )
+    if best is not None and best.rate is not None:
         # The fastest row of the sweep, said as such: the verdict decides what to use.
-        noise = best.get("noise")
+        how = [f"median of {best.repeats} repeats"] if best.repeats is not None else []
+        how += [f"spread {best.noise * 100:.0f}%"] if best.noise is not None else []
+        tokens_per_s = best.tokens_per_s.median if best.tokens_per_s else None
         console.print(
             f"Fastest in the sweep: [bold]"
-            f"{escape(ran_label(data, best.get('config'), best.get('label')))}[/] at "
-            f"{best['samples_per_s']['median']:,.1f} samples/s"
-            + (
-                f" ({best['tokens_per_s']['median']:,.0f} tokens/s)"
-                if best.get("tokens_per_s")
-                else ""
-            )
-            + f" (median of {best['repeats']} repeats, spread {noise * 100:.0f}%)."
+            f"{escape(ran_label(data, best.config, best.label))}[/] at "
+            f"{best.rate:,.1f} samples/s"
+            + (f" ({tokens_per_s:,.0f} tokens/s)" if tokens_per_s is not None else "")
+            + (f" ({', '.join(how)})" if how else "")
+            + "."
         )
     dataset = data.get("dataset") or {}
     sizes = dataset.get("batch_sizes")
@@ -127,12 +131,10 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
             f"(mean {sizes['mean']:,.1f}, the bs= in the labels); samples are counted as each "
             "batch holds them."
         )
-    per_sample = scaling.get("single_process_ms_per_sample")
+    per_sample = scaling.single_process_ms_per_sample
     if per_sample:
-        line = (
-            f"Single-process cost: {per_sample:.2f} ms/sample on {scaling['cores']} usable core(s)"
-        )
-        plateau = scaling.get("plateau_workers")
+        line = f"Single-process cost: {per_sample:.2f} ms/sample on {scaling.cores} usable core(s)"
+        plateau = scaling.plateau_workers
         if plateau is not None:
             line += f"; throughput plateaus from num_workers={plateau}"
         console.print(line + ".")

@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..record.model import findings_of
+
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _MARK = {"error": "✖", "warning": "!", "info": "i"}
 _EVIDENCE_CHARS = 400
@@ -89,7 +91,7 @@ def _covered(coverage: dict[str, Any]) -> str:
 
 
 def render_check(data: dict[str, Any], console: Console) -> None:
-    findings = data.get("findings") or []
+    findings = findings_of(data)
     coverage = data.get("coverage") or {}
     if not findings:
         console.print(f"[bold green]✓ no problems found{escape(_covered(coverage))}[/]")
@@ -103,21 +105,21 @@ def render_check(data: dict[str, Any], console: Console) -> None:
         table.add_column("code", no_wrap=True)
         table.add_column("finding")
         for f in findings:
-            style = _STYLE.get(f["severity"], "")
-            body = escape(f["message"])
-            line = evidence_line(f.get("evidence") or {})
+            style = _STYLE.get(f.severity, "")
+            body = escape(f.message)
+            line = evidence_line(f.evidence)
             if line:
                 body += f"\n[dim]evidence: {escape(line)}[/]"
-            if f.get("fix"):
-                body += f"\n[green]fix:[/] {escape(f['fix'])}"
+            if f.fix:
+                body += f"\n[green]fix:[/] {escape(f.fix)}"
             table.add_row(
-                f"[{style}]{_MARK.get(f['severity'], '?')} {f['severity']}[/]",
-                f"[{style}]{f['code']}[/]",
+                f"[{style}]{_MARK.get(f.severity, '?')} {f.severity}[/]",
+                f"[{style}]{f.code}[/]",
                 body,
             )
         console.print(table)
         counts = {
-            s: sum(1 for f in findings if f["severity"] == s) for s in ("error", "warning", "info")
+            s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")
         }
         console.print(", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n))
     if coverage:

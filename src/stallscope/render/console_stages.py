@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..record import RunRecord
+from ..record.model import Hotspot, Stage, hotspots_of, stages_of
 
 _BAR_WIDTH = 24
 
@@ -61,7 +62,7 @@ class StagesSummary:
 
     def print(self, record: RunRecord | Mapping[str, Any], console: Console) -> None:
         data = _as_dict(record)
-        stages = data.get("stages") or []
+        stages = stages_of(data)
         if not stages:
             console.print("no stage times were measured.")
             return
@@ -69,7 +70,7 @@ class StagesSummary:
         console.print(self._stage_table(stages))
         for line in self._summary_lines(data):
             console.print(line, highlight=False)
-        hotspots = data.get("hotspots") or []
+        hotspots = hotspots_of(data)
         if hotspots:
             console.print(self._hotspot_table(hotspots, data))
         for note in data.get("stage_notes") or []:
@@ -93,47 +94,45 @@ class StagesSummary:
         )
 
     @staticmethod
-    def _stage_table(stages: list[Mapping[str, Any]]) -> Table:
+    def _stage_table(stages: list[Stage]) -> Table:
         table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
         table.add_column("stage")
         table.add_column("runs in")
         table.add_column("ms/sample", justify="right")
         table.add_column("share", justify="right")
         table.add_column("", no_wrap=True)
-        top = max((s.get("share") or 0.0) for s in stages) or 1.0
+        top = max((s.share or 0.0) for s in stages) or 1.0
         for item in stages:
-            share = item.get("share") or 0.0
-            name = item["name"] + (" [dim](random)[/]" if item.get("random") else "")
-            if item.get("parent"):  # a call broken out of "other (__getitem__)"
+            share = item.share or 0.0
+            name = item.name + (" [dim](random)[/]" if item.random else "")
+            if item.parent:  # a call broken out of "other (__getitem__)"
                 name = f"  └ {name}"
             bar = "█" * max(0, round(_BAR_WIDTH * share / top)) if share > 0 else ""
-            doubtful = bool(item.get("doubtful"))  # NOTE [stages add up] in breakdown/table.py
+            doubtful = bool(item.doubtful)  # NOTE [stages add up] in breakdown/table.py
             table.add_row(
                 name,
-                item.get("where", ""),
-                "[yellow]doubtful[/]" if doubtful else _ms(item.get("ms_per_sample")),
+                item.where or "",
+                "[yellow]doubtful[/]" if doubtful else _ms(item.ms_per_sample),
                 "–" if doubtful else f"{100 * share:.1f}%",
                 bar,
             )
-        total = sum(s.get("ms_per_sample") or 0.0 for s in stages if not s.get("doubtful"))
+        total = sum(s.ms_per_sample or 0.0 for s in stages if not s.doubtful)
         table.add_row("[bold]total[/]", "", f"[bold]{_ms(total)}[/]", "100.0%", "")
         return table
 
     @staticmethod
     def _summary_lines(data: Mapping[str, Any]) -> list[str]:
         lines: list[str] = []
-        stages = data.get("stages") or []
-        trusted = [s for s in stages if not s.get("doubtful")] or stages
-        largest = max(trusted, key=lambda s: s.get("ms_per_sample") or 0.0)
+        stages = stages_of(data)
+        trusted = [s for s in stages if not s.doubtful] or stages
+        largest = max(trusted, key=lambda s: s.ms_per_sample or 0.0)
         lines.append(
-            f"Largest stage: [bold]{largest['name']}[/], {_ms(largest['ms_per_sample'])} ms per "
-            f"sample ({100 * (largest.get('share') or 0.0):.0f}% of the time)."
+            f"Largest stage: [bold]{largest.name}[/], {_ms(largest.ms_per_sample)} ms per "
+            f"sample ({100 * (largest.share or 0.0):.0f}% of the time)."
         )
         for item in stages:
-            if item.get("doubtful"):
-                lines.append(
-                    f"[yellow]{item['name']} is doubtful[/], not counted: {item['doubtful']}."
-                )
+            if item.doubtful:
+                lines.append(f"[yellow]{item.name} is doubtful[/], not counted: {item.doubtful}.")
         run = data.get("stage_run") or {}
         if run.get("stage_ms_per_batch") is not None and run.get("batch_interval_ms"):
             # The stages a graph or pool pipeline declares (NOTE [declared stages]).
@@ -209,7 +208,7 @@ class StagesSummary:
         return lines
 
     @staticmethod
-    def _hotspot_table(hotspots: list[Mapping[str, Any]], data: Mapping[str, Any]) -> Table:
+    def _hotspot_table(hotspots: list[Hotspot], data: Mapping[str, Any]) -> Table:
         table = Table(
             title="__getitem__ hot spots (cProfile, in-process, by own time)",
             title_justify="left",
@@ -226,12 +225,12 @@ class StagesSummary:
         table.add_column("ms/sample", justify="right")
         for spot in hotspots:
             table.add_row(
-                str(spot["function"]),
-                short_path(str(spot["file"]), int(spot.get("line") or 0)),
-                str(spot["calls"]),
-                _ms(spot["total_ms"]),
-                _ms(spot["cumulative_ms"]),
-                _ms(spot.get("ms_per_sample")),
+                spot.function,
+                short_path(spot.file, spot.line or 0),
+                str(spot.calls),
+                _ms(spot.total_ms),
+                _ms(spot.cumulative_ms),
+                _ms(spot.ms_per_sample),
             )
         return table
 

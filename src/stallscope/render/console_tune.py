@@ -15,26 +15,26 @@ from ..analysis.invariants import ran_label, relabel
 from ..analysis.readers import same_config
 from ..analysis.run_verdict import RunVerdict, decide
 from ..analysis.tune_rules import TIE_SENTENCE, tie_pct
+from ..record.model import Best, ConfigRate, HeadToHead, Trial
+from ..record.sections import TuneSection
 from .report_format import fmt_fixed
 
 
 def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -> None:
-    best, baseline = data.get("best"), data.get("baseline")
-    if not best or not baseline:
+    tune = TuneSection.from_dict(data)
+    if not tune.best or not tune.baseline:
         return
-    search = data.get("search") or {}
-    region = search.get("region") or {}
-    if region:
+    best, baseline = Best.from_dict(tune.best), ConfigRate.from_dict(tune.baseline)
+    trials = tune.typed_trials()
+    search = tune.typed_search()
+    region = search.region
+    if region is not None and region.to_dict():
         console.print(
-            f"[bold]Region:[/] {escape(region.get('name', '?'))} — "
-            f"{escape(region.get('reason', ''))}"
+            f"[bold]Region:[/] {escape(region.name or '?')} — {escape(region.reason or '')}"
         )
-    rows = trials_by_config(data.get("trials") or [], data)
+    rows = trials_by_config(trials, data)
     table = Table(
-        title=(
-            f"Configs measured ({len(data.get('trials') or [])} runs in "
-            f"{data.get('tuning_seconds', 0):.1f} s)"
-        ),
+        title=(f"Configs measured ({len(trials)} runs in {tune.tuning_seconds or 0:.1f} s)"),
         title_justify="left",
     )
     columns: list[tuple[str, JustifyMethod]] = [
@@ -47,11 +47,11 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
     ]
     for column, justify in columns:
         table.add_column(column, justify=justify)
-    base_rate = baseline.get("samples_per_s") or 0.0
+    base_rate = baseline.samples_per_s or 0.0
     # The schema does not require labels: name a config from its settings where the record has none.
-    pick_label = ran_label(data, best.get("config"), best.get("label"))
+    pick_label = ran_label(data, best.config, best.label)
     verdict = decide(data)
-    marked = _verdict_label(data, verdict, data.get("trials") or [])
+    marked = _verdict_label(data, verdict, trials)
     for row in rows[:max_rows]:
         mark = "★ " if _same_knobs(row["label"], marked) else "  "
         rel = "–" if not row["rate"] or not base_rate else f"{row['rate'] / base_rate:.2f}×"
@@ -74,36 +74,36 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
             f"The tuner's pick, {escape(pick_label)}, never raced the sweep's faster "
             f"{escape(verdict.label or '?')} and is set aside (see the verdict)."
         )
-    rounds = best.get("rounds", search.get("rounds", 0)) or 0
-    if best.get("confidence") is None and "rounds" in best:
+    rounds = (best.rounds if best.has("rounds") else search.rounds) or 0
+    if best.confidence is None and best.has("rounds"):
         console.print(
             f"[bold yellow]Not confirmed: the budget ran out[/] after {rounds} interleaved "
             "round(s); no confidence."
         )
-    if best.get("tie"):
+    if best.tie:
         console.print(
             f"{TIE_SENTENCE[0].upper() + TIE_SENTENCE[1:]} (rates within {tie_pct(best)}, "
             "paired by round)."
         )
-    _render_head_to_head(data, best.get("head_to_head") or [], console)
-    for skipped in best.get("skipped") or []:
+    _render_head_to_head(data, best.head_to_head, console)
+    for skipped in best.skipped:
         console.print(
-            f"  skipped {escape(relabel(data, str(skipped['label'])))}: {escape(skipped['why'])}",
+            f"  skipped {escape(relabel(data, str(skipped.label)))}: {escape(str(skipped.why))}",
             style="dim",
         )
-    gap = search.get("persistent_workers")
-    if gap and gap.get("gap_without_s") is not None and gap.get("gap_with_s") is not None:
+    gap = search.persistent_workers
+    if gap and gap.gap_without_s is not None and gap.gap_with_s is not None:
         console.print(
-            f"Epoch boundary ({escape(gap['measured_on'])}): {gap['gap_without_s']:.2f} s without, "
-            f"{gap['gap_with_s']:.2f} s with persistent workers "
-            f"({'recommended' if gap.get('recommended') else 'not recommended'})."
+            f"Epoch boundary ({escape(str(gap.measured_on))}): {gap.gap_without_s:.2f} s without, "
+            f"{gap.gap_with_s:.2f} s with persistent workers "
+            f"({'recommended' if gap.recommended else 'not recommended'})."
         )
-    for note in search.get("notes") or []:
+    for note in search.notes:
         console.print(f"  · {escape(note)}", style="dim")
 
 
 def _render_head_to_head(
-    data: dict[str, Any], rows: list[dict[str, Any]], console: Console
+    data: dict[str, Any], rows: tuple[HeadToHead, ...], console: Console
 ) -> None:
     if not rows:
         return
@@ -118,10 +118,10 @@ def _render_head_to_head(
         table.add_column(column, justify=justify)
     for row in rows:
         table.add_row(
-            escape(ran_label(data, row.get("config"), row.get("label"))),
-            row["role"],
-            fmt_fixed(row["samples_per_s"]),
-            str(row.get("rounds") or "–"),
+            escape(ran_label(data, row.config, row.label)),
+            row.role or "–",
+            fmt_fixed(row.samples_per_s),
+            str(row.rounds or "–"),
         )
     console.print(table)
 
@@ -136,15 +136,14 @@ def _same_knobs(label: str, pick_label: str | None) -> bool:
     return strip(label) == strip(pick_label)
 
 
-def _verdict_label(data: dict[str, Any], verdict: RunVerdict, trials: list[Any]) -> str | None:
+def _verdict_label(data: dict[str, Any], verdict: RunVerdict, trials: list[Trial]) -> str | None:
     """The trials' own label of the verdict's config (persistent_workers aside), to mark it."""
     if verdict.config is None:
         return None
     steady = {k: v for k, v in verdict.config.items() if k != "persistent_workers"}
     for t in trials:
-        config = t.get("config") if isinstance(t, dict) else None
-        if isinstance(config, dict) and same_config(
-            {k: v for k, v in config.items() if k != "persistent_workers"}, steady
+        if t.has("config") and same_config(
+            {k: v for k, v in t.config.items() if k != "persistent_workers"}, steady
         ):
-            return ran_label(data, config, t.get("label"))
+            return ran_label(data, t.config, t.label)
     return ran_label(data, verdict.config)

@@ -10,6 +10,7 @@ from ..analysis.readers import mapping
 from ..analysis.run_verdict import RunVerdict, decide
 from ..analysis.sections import loader_snippet
 from ..analysis.tune_rules import advice_in_words, tie_pct
+from ..record.model import Best, baseline_of, best_of
 from . import document_model as dm
 from . import report_format as rf
 from .document_checks import recommendation_parts
@@ -86,7 +87,7 @@ def _by_reason(v: RunVerdict) -> list[tuple[str, str]]:
 def _how_sure(v: RunVerdict, r: dict[str, Any]) -> dm.Text | None:
     if v.source != "tune" or v.action != "switch":
         return None  # keep yours: how sure the tuner is of its pick is not what the user acts on
-    best = mapping(r.get("best"))
+    best = best_of(r) or Best()
     if v.confidence is not None:
         parts: dm.Text = [
             f"Confidence {rf.fmt_fraction(v.confidence)} that no other finalist is more than "
@@ -218,7 +219,7 @@ def _code(v: RunVerdict, r: dict[str, Any]) -> list[dm.Block]:
         takes = factory_knobs(r)
         advice = {
             "config": v.config,
-            "baseline": mapping(r.get("baseline")).get("config"),
+            "baseline": baseline.config if (baseline := baseline_of(r)) else None,
             "knobs": None if takes is None else sorted(takes),
             "reason": "no call with these settings was run",
         }

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 from ..analysis.readers import number
+from ..record.model import windows_of
 from . import document_model as dm
 from . import report_format as rf
 
@@ -35,21 +36,19 @@ def _duration(value: Any) -> str:
 
 def windows_line(profile: dict[str, Any]) -> str | None:
     """How stall and step time moved over the windows, in one sentence."""
-    windows = [w for w in profile.get("windows") or [] if isinstance(w, dict)]
+    windows = windows_of(profile)
     if not windows:
         return None
     size = number(profile.get("window_s"))
-    text = f"windows of {_duration(size)} from 0 s to {_duration(windows[-1].get('end_s'))}"
-    stalls = [
-        (w["stall_fraction"], w) for w in windows if number(w.get("stall_fraction")) is not None
-    ]
+    text = f"windows of {_duration(size)} from 0 s to {_duration(windows[-1].end_s)}"
+    stalls = [(w.stall_fraction, w) for w in windows if w.stall_fraction is not None]
     if stalls:
         low, high = min(stalls, key=lambda s: s[0]), max(stalls, key=lambda s: s[0])
         text += (
             f": stall fraction {_pct(low[0])} to {_pct(high[0])} per window (worst: window "
-            f"{high[1]['index']}, from {_duration(high[1]['start_s'])})"
+            f"{high[1].index}, from {_duration(high[1].start_s)})"
         )
-    p50 = [v for v in (number(w.get("step_ms_p50")) for w in windows) if v is not None]
+    p50 = [w.step_ms_p50 for w in windows if w.step_ms_p50 is not None]
     if p50:
         text += f"; median step {rf.fmt_ms(min(p50))} to {rf.fmt_ms(max(p50))}"
     slowest = [
@@ -99,7 +98,7 @@ def long_run_lines(profile: dict[str, Any]) -> list[str]:
     """Console lines (indented like the rest of the profile summary); none for a run that fitted in
     one window (under torchrun: the job's windows, as the slowest rank saw them, not only this
     rank's)."""
-    own = len([w for w in profile.get("windows") or [] if isinstance(w, dict)])
+    own = len(windows_of(profile))
     job = len((profile.get("distributed") or {}).get("windows") or [])
     if max(own, job) < 2:
         return []
@@ -116,7 +115,7 @@ def long_run_lines(profile: dict[str, Any]) -> list[str]:
 def long_run_blocks(profile: dict[str, Any]) -> list[Any]:
     """The training section's part on time windows: two sentences, the over-time plot, a table of
     windows."""
-    windows = [w for w in profile.get("windows") or [] if isinstance(w, dict)]
+    windows = windows_of(profile)
     if len(windows) < 2:
         return []  # one window says nothing the run's own figures do not
     blocks: list[Any] = []
@@ -133,20 +132,18 @@ def long_run_blocks(profile: dict[str, Any]) -> list[Any]:
         shown.append(windows[-1])
     rows = []
     for w in shown:
-        workers = [
-            x.get("rss_mb") for x in w.get("workers") or [] if number(x.get("rss_mb")) is not None
-        ]
+        workers = [x.rss_mb for x in w.workers if x.rss_mb is not None]
         rows.append(
             [
-                rf.fmt_count(w.get("index")),
-                _duration(w.get("start_s")),
-                rf.fmt_count(w.get("total_steps")),
-                _pct(w.get("stall_fraction")),
-                _ms(w.get("step_ms_p50")),
-                _ms(w.get("step_ms_p95")),
-                _mb(w.get("main_rss_mb")),
+                rf.fmt_count(w.index),
+                _duration(w.start_s),
+                rf.fmt_count(w.total_steps),
+                _pct(w.stall_fraction),
+                _ms(w.step_ms_p50),
+                _ms(w.step_ms_p95),
+                _mb(w.main_rss_mb),
                 _mb(max(workers)) if workers else "–",
-                _mb(w.get("worker_uss_mb")),
+                _mb(w.worker_uss_mb),
             ]
         )
     note = f"One window in {stride} shown; the JSON record holds all {len(windows)}."

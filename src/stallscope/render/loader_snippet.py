@@ -25,6 +25,7 @@ from typing import Any
 
 from ..config import LoaderConfig
 from ..loader_call import Argument, LoaderCall
+from ..record.model import baseline_of, best_of, findings_of
 
 PLACEHOLDER = re.compile(r"<your (\w+): [^<>]*>")
 # Knobs in the order they are written, with torch's default (None: only written when set).
@@ -435,7 +436,8 @@ def snippet_for_record(
     """The snippet for a record's pick (or ``config``), from its ``loader`` section, baseline and
     findings; ``form="attributes"``: the knobs set on the object the user's factory returns
     (:func:`attribute_snippet`)."""
-    chosen = config or (data.get("best") or {}).get("config")
+    best, recorded = best_of(data), baseline_of(data)
+    chosen = config or (best.config if best else None)
     if not chosen:
         return None
     pick = LoaderConfig.from_dict(_known(chosen))
@@ -448,9 +450,9 @@ def snippet_for_record(
     kind = data.get("loader_kind") or {}
     if call is None and kind.get("name") not in (None, "dataset", "dataloader"):
         return None  # no DataLoader call of the user's to write (NOTE [loader kinds])
-    base = (data.get("baseline") or {}).get("config") or (call.knobs if call is not None else None)
+    base = (recorded.config if recorded else None) or (call.knobs if call is not None else None)
     baseline = LoaderConfig.from_dict(_known(base)) if base else None
-    codes = {f.get("code") for f in data.get("findings") or []}
+    codes = {f.code for f in findings_of(data)}
     through_factory = kind.get("name") == "factory"
     if form == "attributes":
         if through_factory:

@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 
 from ..analysis import readers as rd
 from ..analysis import stage_facts
+from ..record.model import BatchMs, BenchResult, Spread, results_of, windows_of
 
 DPI = 100
 COLORS = {
@@ -84,7 +85,7 @@ def _save(fig: Figure | None, target: Any) -> bool:
 def scaling_figure(record: Any) -> Figure | None:
     r = rd.as_record_dict(record)
     results = rd.ok_results(r)
-    workers = sorted({rd.workers_of(res.get("config")) for res in results})
+    workers = sorted({rd.workers_of(res.config) for res in results})
     if len(workers) < 2:
         return None
     series = _scaling_series(results)
@@ -107,13 +108,7 @@ def scaling_figure(record: Any) -> Figure | None:
             linestyle="-" if len(points) > 1 else "none",
             label=name if len(series) > 1 else "measured (median, min–max)",
         )
-    failed = sorted(
-        {
-            rd.workers_of(res.get("config"))
-            for res in r.get("results") or []
-            if isinstance(res, dict) and res.get("error")
-        }
-    )
+    failed = sorted({rd.workers_of(res.config) for res in results_of(r) if res.error})
     if failed:
         ax.scatter(
             failed,
@@ -143,7 +138,7 @@ def scaling_figure(record: Any) -> Figure | None:
         )
     best = rd.best_result(r)
     if best is not None:
-        bx, by = rd.workers_of(best.get("config")), rd.rate_of(best.get("samples_per_s"))
+        bx, by = rd.workers_of(best.config), best.rate
         ax.scatter(
             [bx],
             [by],
@@ -151,7 +146,7 @@ def scaling_figure(record: Any) -> Figure | None:
             s=260,
             color=COLORS["best"],
             zorder=5,
-            label=f"best: {rd.config_label(best.get('config'), best.get('label'))}",
+            label=f"best: {rd.config_label(best.config, best.label)}",
         )
     cores = (r.get("scaling") or {}).get("cores") or (r.get("host") or {}).get("cores")
     if isinstance(cores, int) and cores > 0:
@@ -183,7 +178,7 @@ def scaling_figure(record: Any) -> Figure | None:
 
 
 def _scaling_series(
-    results: list[dict[str, Any]],
+    results: list[BenchResult],
 ) -> dict[str, list[tuple[float, float, float, float]]]:
     """Points (workers, median, min, max) per series: configs that differ only in num_workers."""
 
@@ -193,23 +188,21 @@ def _scaling_series(
     def series_key(config: dict[str, Any]) -> tuple[tuple[str, str], ...]:
         return tuple(sorted((k, repr(v)) for k, v in config.items() if k != "num_workers"))
 
-    def point(res: dict[str, Any]) -> tuple[float, float, float, float]:
-        spread: dict[str, Any] = (
-            res["samples_per_s"] if isinstance(res.get("samples_per_s"), dict) else {}
-        )
-        median = rd.rate_of(res.get("samples_per_s")) or 0.0
-        low, high = rd.number(spread.get("min")), rd.number(spread.get("max"))
+    def point(res: BenchResult) -> tuple[float, float, float, float]:
+        spread = res.samples_per_s or Spread()
+        median = res.rate or 0.0
+        low, high = spread.min, spread.max
         return (
-            rd.workers_of(res.get("config")),
+            rd.workers_of(res.config),
             median,
             median if low is None else low,
             median if high is None else high,
         )
 
-    groups: dict[tuple[tuple[str, str], ...], tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+    groups: dict[tuple[tuple[str, str], ...], tuple[dict[str, Any], list[BenchResult]]] = {}
     zero = []
     for res in results:
-        config = res.get("config") or {}
+        config = res.config
         if rd.workers_of(config) > 0:
             groups.setdefault(series_key(config), (config, []))[1].append(res)
         else:
@@ -219,13 +212,13 @@ def _scaling_series(
         # A series measured at one worker count stays a lone marker: a line to 0 workers would imply
         # a trend.
         joined = members + [
-            z for z in zero if len(members) > 1 and shared(z.get("config") or {}) == shared(config)
+            z for z in zero if len(members) > 1 and shared(z.config) == shared(config)
         ]
         series[_series_label(config)] = [point(res) for res in joined]
     joined_any = {shared(config) for config, members in groups.values() if len(members) > 1}
-    orphans = [z for z in zero if shared(z.get("config") or {}) not in joined_any]
+    orphans = [z for z in zero if shared(z.config) not in joined_any]
     for z in orphans:
-        series[rd.config_label(z.get("config"), z.get("label"))] = [point(z)]
+        series[rd.config_label(z.config, z.label)] = [point(z)]
     return series
 
 
@@ -245,21 +238,21 @@ def latency_figure(record: Any) -> Figure | None:
         return _percentile_figure(r)
     fig, ax = _new_figure(7.5, 3.8)
     edges, counts = hist
-    best_label = rd.config_label(best.get("config"), best.get("label"))
+    best_label = rd.config_label(best.config, best.label)
     ax.stairs(counts, edges, fill=True, color=COLORS["measured"], alpha=0.75, label=best_label)
-    single = rd.single_process_result(r, rd.batch_size_of(best.get("config")))
-    if single is not None and single is not best and (s_hist := _histogram(single)) is not None:
+    single = rd.single_process_result(r, rd.batch_size_of(best.config))
+    if single is not None and single != best and (s_hist := _histogram(single)) is not None:
         s_edges, s_counts = s_hist
         ax.stairs(
             s_counts,
             s_edges,
             color=COLORS["baseline"],
             linewidth=1.5,
-            label=rd.config_label(single.get("config"), single.get("label")),
+            label=rd.config_label(single.config, single.label),
         )
-    latency = best.get("batch_ms") or {}
+    latency = best.batch_ms or BatchMs()
     for key, style in (("p50", "-"), ("p95", "--"), ("p99", ":")):
-        value = rd.number(latency.get(key))
+        value = getattr(latency, key)
         if value is not None:
             ax.axvline(
                 value, color=COLORS["best"], linestyle=style, linewidth=1.2, label=f"{key} of best"
@@ -271,8 +264,8 @@ def latency_figure(record: Any) -> Figure | None:
     return fig
 
 
-def _histogram(result: dict[str, Any]) -> tuple[list[float], list[float]] | None:
-    hist = result.get("batch_ms_histogram")
+def _histogram(result: BenchResult) -> tuple[list[float], list[float]] | None:
+    hist = result.batch_ms_histogram
     if not isinstance(hist, dict):
         return None
     edges = [rd.number(e) for e in hist.get("edges") or []]
@@ -289,16 +282,16 @@ def _histogram(result: dict[str, Any]) -> tuple[list[float], list[float]] | None
 def _percentile_figure(r: dict[str, Any]) -> Figure | None:
     """Without histograms: p50/p95/p99/max per configuration."""
     rows = [
-        (rd.config_label(res.get("config"), res.get("label")), res.get("batch_ms") or {})
+        (rd.config_label(res.config, res.label), res.batch_ms or BatchMs())
         for res in rd.ok_results(r)
     ][:12]
-    rows = [(label, lat) for label, lat in rows if rd.number(lat.get("p50")) is not None]
+    rows = [(label, lat) for label, lat in rows if lat.p50 is not None]
     if not rows:
         return None
     fig, ax = _new_figure(7.5, 1.2 + 0.38 * len(rows))
     ys = list(range(len(rows)))
     for key, marker in (("p50", "o"), ("p95", "s"), ("p99", "^"), ("max", "x")):
-        xs = [rd.number(lat.get(key)) for _, lat in rows]
+        xs: list[float | None] = [getattr(lat, key) for _, lat in rows]
         pts = [(x, y) for x, y in zip(xs, ys) if x is not None]
         if pts:
             ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=key, s=30)
@@ -395,18 +388,12 @@ def over_time_figure(record: Any) -> Figure | None:
     """Two panels over the run's time windows: stall fraction, then memory (main RSS, each worker's
     RSS, mean USS)."""
     r = rd.as_record_dict(record)
-    windows = [
-        w
-        for w in r.get("windows") or []
-        if isinstance(w, dict) and rd.number(w.get("start_s")) is not None
-    ]
+    windows = [w for w in windows_of(r) if w.start_s is not None]
     if len(windows) < 2:
         return None
-    span = rd.number(windows[-1].get("end_s")) or 0.0
+    span = windows[-1].end_s or 0.0
     scale, unit = (3600.0, "h") if span >= 7200 else (60.0, "min") if span >= 120 else (1.0, "s")
-    mid = [
-        (w["start_s"] + (rd.number(w.get("end_s")) or w["start_s"])) / 2 / scale for w in windows
-    ]
+    mid = [((w.start_s or 0.0) + (w.end_s or w.start_s or 0.0)) / 2 / scale for w in windows]
     fig = Figure(figsize=(7.5, 5.2), dpi=DPI)
     FigureCanvasAgg(fig)
     top, bottom = fig.subplots(2, 1, sharex=True)
@@ -415,7 +402,7 @@ def over_time_figure(record: Any) -> Figure | None:
         ax.set_axisbelow(True)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
-    stall = [rd.number(w.get("stall_fraction")) for w in windows]
+    stall = [w.stall_fraction for w in windows]
     top.plot(
         mid,
         [None if s is None else s * 100 for s in stall],
@@ -427,17 +414,15 @@ def over_time_figure(record: Any) -> Figure | None:
     top.set_ylim(0, 100)
     top.set_ylabel("waiting for data (%)")
     top.set_title("Stall fraction and memory per time window")
-    series = [
-        ("main RSS", [rd.number(w.get("main_rss_mb")) for w in windows], COLORS["compute"], "-")
-    ]
-    n_workers = max(len(w.get("workers") or []) for w in windows)
+    series = [("main RSS", [w.main_rss_mb for w in windows], COLORS["compute"], "-")]
+    n_workers = max(len(w.workers) for w in windows)
     for k in range(n_workers):
-        values = [_worker_mb(w, k, "rss_mb") for w in windows]
+        values = [w.worker(k).rss_mb for w in windows]
         series.append((f"worker {k} RSS", values, STAGE_COLORS[(k + 1) % len(STAGE_COLORS)], "-"))
     series.append(
         (
             "mean worker USS",
-            [rd.number(w.get("worker_uss_mb")) for w in windows],
+            [w.worker_uss_mb for w in windows],
             COLORS["ideal"],
             "--",
         )
@@ -465,15 +450,6 @@ def over_time_figure(record: Any) -> Figure | None:
     if drawn:
         bottom.legend(fontsize=8, frameon=False, ncol=min(3, drawn), loc="best")
     return fig
-
-
-def _worker_mb(window: dict[str, Any], k: int, key: str) -> float | None:
-    workers = window.get("workers") or []
-    return (
-        rd.number(workers[k].get(key))
-        if k < len(workers) and isinstance(workers[k], dict)
-        else None
-    )
 
 
 # -- entries ------------------------------------------------------------------------
