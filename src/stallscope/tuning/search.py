@@ -91,6 +91,7 @@ from .confidence import (
     margin_interval,
     within_pct,
 )
+from .epoch_cost import epoch_cost
 from .persistence import (
     choose_start_method,
     epoch_gap_cost,
@@ -564,10 +565,17 @@ class Search:
 
     # -- the race --------------------------------------------------------------------
     def finalists(self) -> list[LoaderConfig]:
-        """The best few scanned configs, plus the cheapest one within a few percent of the best."""
-        ranked = sorted(
-            ((t.samples_per_s, c) for c, t in self.usable().items()), key=lambda p: -p[0]
-        )
+        """The best few scanned configs, plus the cheapest one within a few percent of the best:
+        ranked per epoch where the scan saw short epochs whose start-up matters (NOTE [per-epoch
+        rate] in epoch_cost.py), else on the steady state."""
+        usable = self.usable()
+        cost = epoch_cost(list(usable.values()), {c: t.samples_per_s for c, t in usable.items()})
+        per_epoch = cost is not None and cost.decides
+
+        def score(trial: Trial) -> float:
+            return cost.trial_rate(trial) if cost is not None and per_epoch else trial.samples_per_s
+
+        ranked = sorted(((score(t), c) for c, t in usable.items()), key=lambda p: -p[0])
         if not ranked:
             return []
         top = ranked[0][0]
@@ -617,13 +625,14 @@ class Search:
             # cheaper config.
             tolerance = max(self.settings.tolerance, self.settings.min_gain)
             return decide_from_scan(usable, self.baseline, tolerance=tolerance)
-        noise = self.race.noise()
+        deciding = self.race.deciding
+        noise = self.race.noise(deciding)
         if self.race.rounds < self.settings.min_rounds:
             return self._cheaper_within_window_noise(decision)
         if noise is not None and noise > MAX_SIG:
             # The rounds spread wider than the search can resolve: configs they cannot tell apart
             # from the fastest are tied with it, and the cheaper is kept.
-            decision = decide(self.race.log, margin=self.settings.tie_margin, noisy=True)
+            decision = decide(deciding, margin=self.settings.tie_margin, noisy=True)
             if decision.noisy_tie:
                 self._note(
                     f"too noisy to tell {decision.pick.label()} from {decision.leader.label()}: "
@@ -654,15 +663,19 @@ class Search:
     # -- result --------------------------------------------------------------------
     def _result(self, decision: Decision) -> SearchResult:
         pick = decision.pick
-        rate = decision.medians.get(pick, self.rate(pick))
+        # The figures reported are the steady state's; the decision's own medians are in the rate
+        # that decided (per epoch where epochs are short: NOTE [per-epoch rate] in epoch_cost.py).
+        rate = self.race.log.median(pick) or decision.medians.get(pick, self.rate(pick))
         base_rate = self.rate(self.baseline)
         self.race.confirm_effects(self.effects)
         noise = self.race.noise()
+        deciding = self.race.deciding
+        per_epoch = self.race.per_epoch and deciding is not self.race.log
         keep = pick == self.baseline or keeps_baseline(
-            rate,
-            base_rate,
-            paired=self.race.log.ratios(pick, self.baseline),
-            noise=noise,
+            decision.medians.get(pick, rate),
+            (deciding.median(self.baseline) or 0.0) if per_epoch else base_rate,
+            paired=deciding.ratios(pick, self.baseline),
+            noise=self.race.noise(deciding),
             min_gain=self.settings.min_gain,
             seed=self.settings.seed,
         )
@@ -704,12 +717,10 @@ class Search:
             margin_interval=decision.margin_interval,
             gain_interval=None
             if keep or decision.pick == self.baseline
-            else margin_interval(self.race.log.log_ratios(decision.pick, self.baseline)),
+            else margin_interval(deciding.log_ratios(decision.pick, self.baseline)),
             tie=decision.tie,
             tie_margin=decision.tie_margin,
-            finalists={
-                c.label(): m for c, m in sorted(decision.medians.items(), key=lambda p: -p[1])
-            },
+            finalists=self._finalists(decision),
             rounds=self.race.rounds,
             noise=noise,
             startup_s=startup,
@@ -717,9 +728,12 @@ class Search:
             head_to_head=self.race.head_to_head(),
             skipped=self.skipped,
             keep_baseline=keep,
-            within_pct=within_pct(rate, base_rate),
+            within_pct=within_pct(rate, base_rate)
+            if not per_epoch
+            else within_pct(decision.medians.get(pick, 0.0), deciding.median(self.baseline) or 0.0),
             plan=self.plan,
             persistent=persistent,
+            epochs=self._epochs(decision, per_epoch),
             pick_memory=self._pick_memory(self.baseline if keep else pick),
             noisy_tie=None
             if not decision.noisy_tie
@@ -730,6 +744,34 @@ class Search:
                 "resolvable_noise": MAX_SIG,
             },
         )
+
+    def _finalists(self, decision: Decision) -> dict[str, float]:
+        """Label → steady-state median of every raced config (the scan's rates when none raced)."""
+        medians = {
+            c: m for c in self.race.log.configs() if (m := self.race.log.median(c)) is not None
+        } or decision.medians
+        return {c.label(): m for c, m in sorted(medians.items(), key=lambda p: -p[1])}
+
+    def _epochs(self, decision: Decision, per_epoch: bool) -> dict[str, Any] | None:
+        """The epoch's length and each raced config's per-epoch rate, and whether that rate
+        decided (NOTE [per-epoch rate]); None where no trial saw an epoch end."""
+        cost = self.race.epochs()
+        if cost is None:
+            return None
+        log = cost.log(self.race.round_trials)
+        medians = {c: m for c in log.configs() if (m := log.median(c)) is not None}
+        out = cost.to_dict(medians, decides=per_epoch)
+        if per_epoch:
+            pick, base = medians.get(decision.pick), medians.get(self.baseline)
+            out["pick"] = decision.pick.label()
+            out["pick_samples_per_s"] = None if pick is None else round(pick, 2)
+            out["baseline_samples_per_s"] = None if base is None else round(base, 2)
+            out["speedup"] = round(pick / base, 4) if pick and base else None
+            steady = self.race.log
+            out["steady_leader"] = max(
+                steady.configs(), key=lambda c: steady.median(c) or 0.0
+            ).label()
+        return out
 
     def _pick_memory(self, config: LoaderConfig) -> dict[str, Any]:
         """The budget and the measured memory of the config to recommend (NOTE [memory budget])."""
