@@ -4,14 +4,23 @@
 from __future__ import annotations
 
 import pytest
+from report_numbers import visible_html_text
 from tune_costmodel import CPU_BOUND, CostModel
 from tune_simulated import SimulatedEvaluator
 
+from stallscope.analysis.run_verdict import decide
+from stallscope.analysis.sections import tuning_facts, unraced_faster_sweep_best
+from stallscope.analysis.tune_rules import keeps_yours
+from stallscope.commands.tune import emitted_config
 from stallscope.config import LoaderConfig
+from stallscope.render.console import ConsoleRenderer
+from stallscope.render.html import HTMLRenderer
+from stallscope.render.markdown import MarkdownRenderer
 from stallscope.tuning.epoch_cost import EPOCH_SHARE, epoch_cost
 from stallscope.tuning.search import Search
 from stallscope.tuning.space import MB, MemoryBudget, SearchSettings, SearchSpace
 from stallscope.tuning.trial import Trial
+from stallscope.tuning.tuner import TuneResult
 
 
 def _startup(config: LoaderConfig) -> float:
@@ -161,3 +170,70 @@ def test_a_small_share_does_not_decide():
     two = _trial(2, 5000.0, restart=0.2, epoch=100_000)
     cost = epoch_cost([two], {two.config: 5000.0})
     assert cost is not None and cost.share(two.config) < EPOCH_SHARE and not cost.decides
+
+
+# -- what the verdict says ------------------------------------------------------------------
+
+
+def _record(epoch_samples: int | None, baseline: LoaderConfig | None = None) -> dict:
+    """The tune section a search on the simulated model writes (as ``tune --json`` does)."""
+    result = _search(CPU_BOUND, epoch_samples=epoch_samples, baseline=baseline)
+    return TuneResult(
+        config=result.pick,
+        samples_per_s=result.samples_per_s,
+        baseline=result.baseline,
+        baseline_samples_per_s=result.baseline_samples_per_s,
+        confidence=result.confidence,
+        tuning_seconds=result.elapsed_s,
+        search=result,
+        profile=CPU_BOUND.profile(),
+        space=SearchSpace(cores=CPU_BOUND.cores, batch_size=CPU_BOUND.batch_size, max_workers=64),
+    ).to_dict()
+
+
+EIGHT = LoaderConfig(num_workers=8, batch_size=CPU_BOUND.batch_size)
+
+
+def test_the_verdict_says_the_rate_per_epoch_decided():
+    record = _record(3 * CPU_BOUND.batch_size, baseline=EIGHT)
+    v = decide(record)
+    assert v.action == "switch" and v.config["num_workers"] < 8
+    assert v.decided_by.startswith("epochs are 3 batches (96 samples); each restarts 8 workers")
+    assert "the rate per epoch, start-ups included, decides" in v.decided_by
+    assert v.measurement.startswith("per epoch, start-ups included: the tuner's race")
+    # The gain is per epoch: the steady state's ratio is below 1 (8 workers are faster there).
+    assert record["best"]["speedup"] < 1 < v.gain
+    epochs = record["search"]["epochs"]
+    assert v.samples_per_s == epochs["pick_samples_per_s"]
+    assert v.baseline_samples_per_s == epochs["baseline_samples_per_s"]
+    assert not keeps_yours(record)  # the rule tune --emit and doctor both read
+    # Every renderer's verdict says it, and tune --emit's comment too.
+    for text in (
+        ConsoleRenderer(width=400).render(record),
+        MarkdownRenderer().render(record),
+        visible_html_text(HTMLRenderer(plots=False).render(record)),
+    ):
+        assert "Epochs are 3 batches (96 samples); each restarts 8 workers" in text
+    _, comment = emitted_config("pipeline:make_loader", record)
+    assert "samples/s per epoch, start-ups included" in comment
+    assert "Epochs are 3 batches" in comment
+
+
+def test_a_steady_state_sweep_row_does_not_overrule_a_per_epoch_pick():
+    record = _record(3 * CPU_BOUND.batch_size, baseline=EIGHT)
+    # The sweep's fastest row, never raced, far faster in steady state than the per-epoch pick.
+    four = LoaderConfig(num_workers=4, batch_size=CPU_BOUND.batch_size).to_dict()
+    record["results"] = [
+        {"config": four, "label": "w=4 bs=32 pf=2", "samples_per_s": {"median": 990.0}}
+    ]
+    record["best"]["head_to_head"] = [
+        h for h in record["best"]["head_to_head"] if h["config"] != four
+    ]
+    assert unraced_faster_sweep_best(record, tuning_facts(record)) is None
+    assert decide(record).config == record["best"]["config"]
+
+
+def test_long_epochs_the_verdict_is_the_steady_states():
+    v = decide(_record(1_000_000))
+    assert v.decided_by is None
+    assert not v.measurement.startswith("per epoch")
