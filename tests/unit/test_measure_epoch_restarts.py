@@ -95,3 +95,11 @@ def test_no_epoch_end_in_the_window_no_epoch_figures(clock):
     pipeline = _pipeline(clock, batches=100_000)
     m = measure_module.measure(pipeline, pipeline.baseline, min_window_s=2.0, max_window_s=60)
     assert m.epoch_samples is None and m.restart_s is None
+
+
+def test_one_epoch_start_and_no_whole_epoch_gives_the_cost_alone(clock):
+    # The window opens late in the first epoch and closes within the second.
+    pipeline = _pipeline(clock, batches=30)
+    m = measure_module.measure(pipeline, pipeline.baseline, min_window_s=0.4, max_window_s=60)
+    assert m.epoch_samples is None
+    assert m.restart_s == pytest.approx(0.96)

@@ -84,9 +84,9 @@ class Measurement:
     # Epochs too short for a steady state (NOTE [epoch restarts]): the rate includes start-up.
     startup_included: bool = False
     # Epochs that ended within the window (a re-iterated loader, NOTE [epoch restarts]): the
-    # median samples and batches of a whole epoch, and the median seconds an epoch start added
-    # beyond the steady-state time of the batches delivered meanwhile (its start-up's cost per
-    # epoch; 0 where the rate already includes it). None where no epoch ended in the window.
+    # median samples and batches of a whole epoch (None without one), and the median seconds an
+    # epoch start added beyond the steady-state time of the batches delivered meanwhile (its
+    # start-up's cost per epoch; 0 where the rate already includes it; None without one).
     epoch_samples: int | None = None
     epoch_batches: int | None = None
     restart_s: float | None = None
@@ -363,17 +363,17 @@ def _epoch_figures(
     boundaries: Sequence[Sequence[float]],
     steady_samples: int,
 ) -> None:
-    """An epoch's length and its start-up's cost, from the epochs that ended within the window.
+    """An epoch's length (from the whole epochs in the window) and its start-up's cost (from the
+    epoch starts in it).
 
     An epoch start costs the wait off the clock less what the batches delivered meanwhile would
     have taken at the steady rate (they were made during the wait: NOTE [epoch restarts]); an
     epoch then takes that cost plus its samples at the steady rate, which is what a training loop
     over such epochs sees. Where the rate already includes the start-ups (epochs too short for a
     steady state) the cost is 0."""
-    if not whole:
-        return
-    result.epoch_samples = int(statistics.median(s for s, _ in whole))
-    result.epoch_batches = int(statistics.median(b for _, b in whole))
+    if whole:
+        result.epoch_samples = int(statistics.median(s for s, _ in whole))
+        result.epoch_batches = int(statistics.median(b for _, b in whole))
     if result.startup_included:
         result.restart_s = 0.0
         return
