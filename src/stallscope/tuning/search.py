@@ -55,6 +55,11 @@ of the time budget:
    workers, on the config to recommend (:mod:`.persistence`); the flag is
    recommended only on that measurement.
 
+Where epochs end within a window and their start-up is a noticeable share of
+one (a re-iterated loader that restarts its workers every epoch), the rate per
+epoch, start-ups included, ranks the finalists and decides the race and the
+pick instead of the steady state (NOTE [per-epoch rate] in :mod:`.epoch_cost`).
+
 The memory budget (:class:`MemoryBudget`, NOTE [memory budget] in space.py) is a
 limit on measured memory: no config is measured whose conservative estimate
 (the largest per-worker memory measured so far, times its workers, plus its
