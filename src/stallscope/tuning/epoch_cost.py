@@ -8,8 +8,10 @@ a training loop over such epochs pays that start-up once per epoch: 8 workers th
 0.1 s lose to none at all over a 0.1 s epoch, however fast their steady state. Where epochs end
 within a measurement window, every trial records the epoch's length ``S`` (samples) and what an
 epoch start cost beyond the steady state, ``R`` (``Trial.restart_s``); a config's rate per epoch
-is ``S / (R + S / r)`` at the steady rate ``r``. A raced config that measured no epoch start of
-its own reuses its measured start-up (time to first batch) as ``R``.
+is ``S / (R + S / r)`` at the steady rate ``r``, ``R`` the median over every trial of the config
+(scan and race: an epoch start under load varies far more than a window's steady rate, and no
+single quick or slow start should decide). A raced config that measured no epoch start of its
+own reuses its measured start-up (time to first batch) as ``R``.
 
 When the start-up takes at least ``EPOCH_SHARE`` of some raced config's epoch, the per-epoch rate
 decides everything the race decides: who drops out, the pick, the tie, the confidence, "keep
@@ -65,8 +67,9 @@ class EpochCost:
         return any(self.share(c) >= EPOCH_SHARE for c in self.restart_s)
 
     def trial_rate(self, trial: Trial) -> float:
-        """One trial's per-epoch rate: its own epoch starts' cost where it saw any."""
-        return self.rate(trial.config, trial.samples_per_s, trial.restart_s)
+        """One trial's per-epoch rate: its steady rate, and its config's epoch-start cost (the
+        median over all its trials: one start varies more than a window's steady rate does)."""
+        return self.rate(trial.config, trial.samples_per_s)
 
     def log(self, rounds: Sequence[Mapping[LoaderConfig, Sequence[Trial]]]) -> RaceLog:
         """The race's rounds in per-epoch rates (paired by round as the steady ones are)."""

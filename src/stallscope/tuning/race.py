@@ -101,12 +101,15 @@ class Race:
         # [per-epoch rate] in epoch_cost.py: once it does, it does for the rest of the race).
         self.round_trials: list[dict[LoaderConfig, list[Trial]]] = []
         self.per_epoch = False
+        # The trials measured before the race (the scan): their epoch starts count too.
+        self.earlier: Sequence[Trial] = ()
 
     def epochs(self) -> EpochCost | None:
-        """The epoch's length and each raced config's start-up cost per epoch, from the race's
-        trials (NOTE [per-epoch rate])."""
+        """The epoch's length and each raced config's start-up cost per epoch, from its trials
+        before and in the race (NOTE [per-epoch rate])."""
         steady = {c: m for c in self.log.configs() if (m := self.log.median(c)) is not None}
-        trials = [t for rates in self.round_trials for ts in rates.values() for t in ts]
+        raced = [t for rates in self.round_trials for ts in rates.values() for t in ts]
+        trials = [*(t for t in self.earlier if t.config in steady), *raced]
         return epoch_cost(trials, steady) if steady else None
 
     @property

@@ -632,6 +632,7 @@ class Search:
         per_epoch = scan_cost.trial_rate if scan_cost is not None and scan_cost.decides else None
         ok = {c: per_epoch(t) if per_epoch else t.samples_per_s for c, t in usable.items()}
         seeds = [(c, role) for c, role in self.seeds if c in usable]
+        self.race.earlier = list(self.trials)
         decision = self.race.run(entrants(ok, self.finalists(), seeds, self.baseline))
         if decision is None:
             # Not one round raced: single measurements pick, and within their noise floor the
