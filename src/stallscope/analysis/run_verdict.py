@@ -98,13 +98,12 @@ class RunVerdict:
     def to_dict(self) -> dict[str, Any]:
         """The record's derived ``analysis`` block (SPEC §5): ignored on load, recomputed by
         ``report``."""
-        return {
+        out = {
             "action": self.action,
             "config": self.config,
             "label": self.label,
             "samples_per_s": self.samples_per_s,
             "measurement": self.measurement,
-            "decided_by": self.decided_by,
             "sample_unit": self.sample_unit,
             "baseline": None
             if self.baseline_label is None
@@ -135,6 +134,9 @@ class RunVerdict:
             "not_measured": [{"what": what, "why": why} for what, why in self.not_measured],
             "problems": [p.to_dict() for p in self.problems],
         }
+        if self.decided_by is not None:  # only where the rate per epoch decided
+            out["decided_by"] = self.decided_by
+        return out
 
 
 def decide(record: Any) -> RunVerdict:
