@@ -10,7 +10,7 @@ from tune_simulated import SimulatedEvaluator
 
 from stallscope.analysis.run_verdict import decide
 from stallscope.analysis.sections import tuning_facts, unraced_faster_sweep_best
-from stallscope.analysis.tune_rules import keeps_yours
+from stallscope.analysis.tune_rules import epoch_rule, keeps_yours
 from stallscope.commands.tune import emitted_config
 from stallscope.config import LoaderConfig
 from stallscope.render.console import ConsoleRenderer
@@ -250,3 +250,22 @@ def test_long_epochs_the_verdict_is_the_steady_states():
     v = decide(_record(1_000_000))
     assert v.decided_by is None
     assert not v.measurement.startswith("per epoch")
+
+
+def test_a_saved_record_with_few_epoch_figures_still_reads():
+    # A record another version wrote: one raced config, no steady rates, no pick named.
+    record = {
+        "search": {
+            "epochs": {
+                "decides": True,
+                "samples_per_epoch": 512,
+                "configs": [{"label": "w=8", "workers": 8, "per_epoch_samples_per_s": 2478.0}],
+            }
+        }
+    }
+    rule = epoch_rule(record)
+    assert rule is not None
+    assert rule.sentence.startswith("epochs are 512 samples; each restarts 8 workers of w=8")
+    assert rule.speedup is None
+    assert epoch_rule({"search": {"epochs": {"decides": False}}}) is None
+    assert epoch_rule({}) is None

@@ -153,13 +153,14 @@ def epoch_rule(section: dict[str, Any]) -> EpochRule | None:
     )
     batches, samples = epochs.get("batches_per_epoch"), epochs.get("samples_per_epoch")
     length = f"{batches} batches ({samples} samples)" if batches else f"{samples} samples"
-    named = rival or pick
-    assert named is not None
+    named = rival if rival is not None else pick
+    if named is None:
+        return None
     workers = named.get("workers") or 0
     restarts = (
-        f"each restarts {_plural(workers, 'worker')} of {named['label']} "
+        f"each restarts {_plural(workers, 'worker')} of {named.get('label')} "
         if workers
-        else f"each starts {named['label']} again "
+        else f"each starts {named.get('label')} again "
     )
     share = number(named.get("startup_share")) or 0.0
     sentence = (
@@ -168,10 +169,9 @@ def epoch_rule(section: dict[str, Any]) -> EpochRule | None:
     )
     if pick is not None and rival is not None:
         sentence += (
-            f": {pick['label']} {pick['per_epoch_samples_per_s']:,.0f} vs {rival['label']} "
-            f"{rival['per_epoch_samples_per_s']:,.0f} samples/s per epoch ("
-            f"{pick['steady_samples_per_s']:,.0f} vs {rival['steady_samples_per_s']:,.0f} in "
-            "steady state)"
+            f": {pick.get('label')} {_rate(pick, 'per_epoch')} vs {rival.get('label')} "
+            f"{_rate(rival, 'per_epoch')} samples/s per epoch ({_rate(pick, 'steady')} vs "
+            f"{_rate(rival, 'steady')} in steady state)"
         )
     return EpochRule(
         sentence=sentence,
@@ -182,6 +182,11 @@ def epoch_rule(section: dict[str, Any]) -> EpochRule | None:
             (row.get("config") or {}, float(row["per_epoch_samples_per_s"])) for row in rows
         ],
     )
+
+
+def _rate(row: dict[str, Any], which: str) -> str:
+    value = number(row.get(f"{which}_samples_per_s"))
+    return "?" if value is None else f"{value:,.0f}"
 
 
 def _plural(n: int, word: str) -> str:
