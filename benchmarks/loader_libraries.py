@@ -24,7 +24,10 @@ code changes) picks one config (its verdict: the record's ``analysis`` block); `
 (num_workers=0)``, ``make_loader(num_workers=2)`` and the pick (built by running the code doctor
 printed, which calls the factory) are timed the plain way in shuffled rounds: ``pick_fraction`` =
 the pick's median ÷ the best median, on the steady clock and on the wall clock (epoch start-ups
-included). The machine's load average is recorded per library.
+included). Where a loader's epochs are short and restart its workers, doctor decides on the rate
+per epoch (NOTE [per-epoch rate] in ``tuning/epoch_cost.py``), which the wall clock measures; its
+verdict's sentence saying so is recorded (``doctor.decided_by``). The machine's load average is
+recorded per library.
 """
 
 from __future__ import annotations
@@ -170,6 +173,10 @@ def doctor_pick(name: str, budget: float, full: bool) -> dict:
         "label": verdict.get("label"),
         "config": verdict.get("config"),
         "samples_per_s": verdict.get("samples_per_s"),
+        "measurement": verdict.get("measurement"),
+        # Where the rate per epoch, start-ups included, decided (short epochs that restart their
+        # workers): the verdict's sentence; None where the steady state decided.
+        "decided_by": verdict.get("decided_by"),
         "baseline": verdict.get("baseline"),
         "code": code.get("python"),
         "code_verified": code.get("verified"),
@@ -289,7 +296,9 @@ def main() -> None:
                 f"{'':52s} doctor exit {row['doctor']['exit_code']}, pick "
                 f"{row['doctor']['label']!r}: {steady['pick_fraction']} of the best timed "
                 f"steady ({steady['best_timed']}; {steady['medians']}), "
-                f"{wall['pick_fraction']} on the wall clock ({wall['best_timed']})",
+                f"{wall['pick_fraction']} on the wall clock ({wall['best_timed']}; "
+                f"{wall['medians']}); decided "
+                + ("per epoch" if row["doctor"]["decided_by"] else "on the steady state"),
                 flush=True,
             )
         else:

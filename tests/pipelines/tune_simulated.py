@@ -23,6 +23,10 @@ class SimulatedEvaluator(Evaluator):
 
     An epoch boundary costs one worker's batch time, plus (without persistent
     workers) the shutdown and start-up of the workers, ``1.5 × startup_fn(config)``.
+
+    ``epoch_samples``: epochs of that many samples end within every window (a loader re-iterated
+    at each epoch end, NOTE [per-epoch rate]): each trial records the epoch and what an epoch
+    start cost, ``1.5 × startup_fn(config)`` (none with persistent workers), with the noise.
     """
 
     def __init__(
@@ -35,7 +39,9 @@ class SimulatedEvaluator(Evaluator):
         worker_bytes_fn: Callable[[LoaderConfig], int | None] | None = None,
         overhead_s: float = 0.05,
         min_batches: int = 8,
+        epoch_samples: int | None = None,
     ) -> None:
+        self.epoch_samples = epoch_samples
         self.rate_fn = rate_fn
         self.noise = noise
         self.rng = random.Random(seed)
@@ -64,6 +70,14 @@ class SimulatedEvaluator(Evaluator):
         self.clock += cost
         self.measured.append(config)
         noisy = true * math.exp(self.rng.gauss(0.0, self.noise)) if true > 0 else 0.0
+        epoch: dict = {}
+        if self.epoch_samples:
+            restart = 0.0 if config.persistent_workers else 1.5 * startup
+            epoch = {
+                "epoch_samples": self.epoch_samples,
+                "epoch_batches": self.epoch_samples // config.batch_size,
+                "restart_s": restart * math.exp(self.rng.gauss(0.0, self.noise)),
+            }
         return Trial(
             config=config,
             samples_per_s=noisy,
@@ -74,6 +88,7 @@ class SimulatedEvaluator(Evaluator):
             worker_bytes=self.worker_bytes_fn(config) if config.num_workers else None,
             cost_s=cost,
             error=None if true > 0 else "simulated failure",
+            **epoch,
         )
 
     def epoch_gap(self, config: LoaderConfig, *, epochs: int) -> EpochGap:

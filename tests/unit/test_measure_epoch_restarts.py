@@ -73,3 +73,33 @@ def test_epochs_shorter_than_their_burst_are_timed_whole(clock):
     assert m.startup_included
     # An epoch: 1.0 s of start-up, 3 free batches, 2 more 0.01 s apart: 60 samples in 1.02 s.
     assert m.samples_per_s == pytest.approx(60 / 1.02, rel=0.15)
+
+
+def test_an_epoch_and_its_start_up_cost_are_recorded(clock):
+    pipeline = _pipeline(clock, batches=40)
+    m = measure_module.measure(pipeline, pipeline.baseline, min_window_s=5.0, max_window_s=60)
+    assert m.epoch_samples == 400 and m.epoch_batches == 40
+    # An epoch start: 1.0 s off the clock, during which 4 batches (40 samples) arrived; at the
+    # steady 1000 samples/s those take 0.04 s, so the start-up costs an epoch 0.96 s: an epoch
+    # takes 0.96 + 400 / 1000 = 1.36 s, its 1.0 s wait plus 36 batches 0.01 s apart.
+    assert m.restart_s == pytest.approx(0.96)
+
+
+def test_epochs_timed_whole_cost_nothing_beyond_their_rate(clock):
+    pipeline = _pipeline(clock, batches=6)
+    m = measure_module.measure(pipeline, pipeline.baseline, min_window_s=2.0, max_window_s=60)
+    assert m.startup_included and m.epoch_samples == 60 and m.restart_s == 0.0
+
+
+def test_no_epoch_end_in_the_window_no_epoch_figures(clock):
+    pipeline = _pipeline(clock, batches=100_000)
+    m = measure_module.measure(pipeline, pipeline.baseline, min_window_s=2.0, max_window_s=60)
+    assert m.epoch_samples is None and m.restart_s is None
+
+
+def test_one_epoch_start_and_no_whole_epoch_gives_the_cost_alone(clock):
+    # The window opens late in the first epoch and closes within the second.
+    pipeline = _pipeline(clock, batches=30)
+    m = measure_module.measure(pipeline, pipeline.baseline, min_window_s=0.4, max_window_s=60)
+    assert m.epoch_samples is None
+    assert m.restart_s == pytest.approx(0.96)

@@ -98,15 +98,34 @@ def test_cpu_of_processes_that_ended_inside_the_window_is_counted():
     assert elapsed is not None and elapsed - own >= 0.35
 
 
-def test_a_reading_taken_twice_does_not_count_a_reaped_process_twice():
-    from stallscope.runtime.processes import tree_cpu
+_REAPED_TWICE = """
+import multiprocessing, time
+from stallscope.runtime.processes import tree_cpu
 
+def burn(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+if __name__ == "__main__":
     pool = multiprocessing.get_context("fork").Pool(2)
-    pool.map(_burn, [0.05] * 4)
-    own0, alive = tree_cpu()
+    pool.map(burn, [0.05] * 4)
+    _, alive = tree_cpu()
     pool.close()
     pool.join()
-    own1, reaped = tree_cpu()
+    _, reaped = tree_cpu()
+    print(alive, reaped)
+"""
+
+
+def test_a_reading_taken_twice_does_not_count_a_reaped_process_twice(tmp_path):
+    # In a process of its own: this one's other children (earlier tests') would move the totals.
+    script = tmp_path / "reaped_twice.py"
+    script.write_text(_REAPED_TWICE)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True
+    )
+    alive, reaped = (float(x) for x in done.stdout.split())
     # The pool's CPU moved from its live processes to this process's children times, once.
     assert alive >= 0.18
     assert reaped - alive == pytest.approx(0.0, abs=0.05)

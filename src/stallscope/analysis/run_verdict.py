@@ -47,6 +47,7 @@ from .readers import (
 )
 from .recommendation_rules import recommendations
 from .sections import best_configuration, stage_facts, training_facts, tuning_facts
+from .tune_rules import EpochRule, epoch_rule
 
 
 @dataclass
@@ -59,6 +60,9 @@ class RunVerdict:
     config: dict[str, Any] | None = None
     samples_per_s: float | None = None
     measurement: str | None = None  # which measurement the rate is
+    # Where the rate per epoch decided (NOTE [per-epoch rate] in tuning/epoch_cost.py): the
+    # sentence that says so; the rates and the gain above are then per epoch.
+    decided_by: str | None = None
     baseline_label: str | None = None
     baseline_samples_per_s: float | None = None
     # Rounds the user's loader raced the pick (None: not a tuner's race); 0: its rate is the
@@ -95,7 +99,7 @@ class RunVerdict:
     def to_dict(self) -> dict[str, Any]:
         """The record's derived ``analysis`` block (SPEC §5): ignored on load, recomputed by
         ``report``."""
-        return {
+        out = {
             "action": self.action,
             "config": self.config,
             "label": self.label,
@@ -131,6 +135,9 @@ class RunVerdict:
             "not_measured": [{"what": what, "why": why} for what, why in self.not_measured],
             "problems": [p.to_dict() for p in self.problems],
         }
+        if self.decided_by is not None:  # only where the rate per epoch decided
+            out["decided_by"] = self.decided_by
+        return out
 
 
 def decide(record: Any) -> RunVerdict:
@@ -190,6 +197,7 @@ def _winner(r: Record) -> RunVerdict:
         v.confidence, problem = checked_confidence(best_entry.confidence, rounds)
         if problem is not None:
             problems.append(problem)
+        rule = epoch_rule(r)
         if best.keep_baseline:
             v.action = "keep-yours"
             found = best.best_found or tuning.best
@@ -201,6 +209,8 @@ def _winner(r: Record) -> RunVerdict:
             v.gain = best.speedup
             _tie(r, tuning, v)
             _gain_interval(r, best_entry, tuning, v)
+        if rule is not None:
+            _per_epoch(v, rule, best, found.config if best.keep_baseline else None)
     else:
         repeats = best.result.repeats if best.result else None
         v.measurement = (
@@ -225,6 +235,21 @@ def _winner(r: Record) -> RunVerdict:
     _fastest_in_sweep(r, v, label)
     v.problems = problems
     return v
+
+
+def _per_epoch(v: RunVerdict, rule: EpochRule, best: Any, found: Any) -> None:
+    """The per-epoch rate decided (NOTE [per-epoch rate]): the verdict's rates and gain are the
+    race's per-epoch ones, and it says so; the steady-state figures stay in the tuner's tables."""
+    v.decided_by = rule.sentence
+    v.measurement = f"per epoch, start-ups included: {v.measurement}"
+    v.samples_per_s = rule.rate_of(best.config) or v.samples_per_s
+    if rule.baseline_samples_per_s is not None:
+        v.baseline_samples_per_s = rule.baseline_samples_per_s
+    if v.action == "keep-yours":
+        v.best_found_samples_per_s = rule.rate_of(found) or v.best_found_samples_per_s
+        return
+    if rule.speedup is not None:
+        v.gain = rule.speedup
 
 
 def _tie(r: Record, tuning: TuningFacts, v: RunVerdict) -> None:

@@ -55,7 +55,7 @@ from .readers import (
     workers_of,
 )
 from .training import profile_advice, profile_verdict
-from .tune_rules import is_tune_section, keeps_yours
+from .tune_rules import epoch_rule, is_tune_section, keeps_yours
 
 # A sweep is latency-bound when its best speed-up over one process beats the core count by this
 # factor: 10% is beyond the noise of a speed-up, itself the ratio of two noisy rates.
@@ -316,6 +316,10 @@ def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> BenchResult | N
     """
     sweep = best_result(r)
     if sweep is None or tuning.best is None:
+        return None
+    if epoch_rule(r) is not None:
+        # The rate per epoch decided the pick (NOTE [per-epoch rate]); the sweep measured the
+        # steady state only, which is not the evidence that decides here.
         return None
     raced = [row.config for row in tuning.head_to_head]
     if any(_steady_state(c) == _steady_state(sweep.config) for c in raced):

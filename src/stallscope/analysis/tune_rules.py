@@ -11,11 +11,12 @@ The tuner records measurements only; these rules read them, in a saved record to
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..record.model import Best, ConfigRate, Trial, baseline_of, best_of, search_of, trials_of
 from ..thresholds import TIE_MARGIN
-from .readers import config_label
+from .readers import config_label, mapping, number
 
 # A knob effect seen only in single scan measurements (never raced) counts from this gain on, and
 # so does a gain from more workers than cores: 5%, above the tie margin, because one measurement
@@ -93,20 +94,27 @@ def keep_yours_sentence(
     best: Best | Mapping[str, Any],
     baseline: ConfigRate | Mapping[str, Any],
     floor: float | None = None,
+    rule: EpochRule | None = None,
 ) -> str:
+    """Why no change is recommended; per epoch where that rate decided (``rule``)."""
     best, baseline = _best(best), _baseline(baseline)
+    rate, base = _rate(best), _rate(baseline)
+    unit = "samples/s"
+    if rule is not None:
+        mine, yours = rule.rate_of(best.config), rule.rate_of(baseline.config)
+        if mine and yours:
+            rate, base, unit = mine, yours, "samples/s per epoch, start-ups included"
     within = best.within_pct
     if within is None:
-        rate, base = _rate(best), _rate(baseline)
         within = max(0.0, (1 - base / rate) * 100) if rate > 0 else 0.0
     if best.config == baseline.config:
         return (
-            f"your settings ({_label(best)}, {_rate(baseline):,.1f} samples/s) were "
+            f"your settings ({_label(best)}, {base:,.1f} {unit}) were "
             "the fastest found; no change is recommended"
         )
     return (
         f"your loader is within {within:.1f}% of the best found ({_label(best)} at "
-        f"{_rate(best):,.1f} vs your {_rate(baseline):,.1f} samples/s)"
+        f"{rate:,.1f} vs your {base:,.1f} {unit})"
         + (
             f", a gain the noise ({floor - 1:.0%}) could make alone"
             if floor is not None and not best.keep_baseline
@@ -114,6 +122,92 @@ def keep_yours_sentence(
         )
         + "; no change is recommended"
     )
+
+
+@dataclass(frozen=True)
+class EpochRule:
+    """The per-epoch rate decided the pick (NOTE [per-epoch rate] in ``tuning/epoch_cost.py``):
+    the sentence that says so, and the pick's and the user's loader's rates per epoch."""
+
+    sentence: str
+    pick_samples_per_s: float | None
+    baseline_samples_per_s: float | None
+    speedup: float | None
+    per_epoch: list[tuple[dict[str, Any], float]] = field(default_factory=list)  # (config, rate)
+
+    def rate_of(self, config: Any) -> float | None:
+        """A raced config's per-epoch rate (persistent_workers aside: it changes no restart
+        the race measured)."""
+        want = _steady_knobs(config)
+        return next((rate for c, rate in self.per_epoch if _steady_knobs(c) == want), None)
+
+
+def _steady_knobs(config: Any) -> dict[str, Any]:
+    return {k: v for k, v in (config or {}).items() if k != "persistent_workers"}
+
+
+def epoch_rule(section: dict[str, Any]) -> EpochRule | None:
+    """The per-epoch rule where it decided the tuner's pick (the record's ``search.epochs``), else
+    None: one sentence naming the epoch, the restart it pays and the rates per epoch."""
+    epochs = mapping(mapping(section.get("search")).get("epochs"))
+    if epochs.get("decides") is not True:
+        return None
+    rows = [
+        row
+        for row in epochs.get("configs") or []
+        if isinstance(row, dict) and number(row.get("per_epoch_samples_per_s")) is not None
+    ]
+    if not rows:
+        return None
+    pick_label = epochs.get("pick")
+    pick = next((row for row in rows if row.get("label") == pick_label), None)
+    others = [row for row in rows if row is not pick]
+    leader = next((row for row in others if row.get("label") == epochs.get("steady_leader")), None)
+    # The config the rule turned down: the steady state's fastest, else the one whose start-up
+    # takes the largest share of its epoch.
+    rival = leader or max(
+        others, key=lambda row: number(row.get("startup_share")) or 0.0, default=None
+    )
+    batches, samples = epochs.get("batches_per_epoch"), epochs.get("samples_per_epoch")
+    length = f"{batches} batches ({samples} samples)" if batches else f"{samples} samples"
+    named = rival if rival is not None else pick
+    if named is None:
+        return None
+    workers = named.get("workers") or 0
+    restarts = (
+        f"each restarts {_plural(workers, 'worker')} of {named.get('label')} "
+        if workers
+        else f"each starts {named.get('label')} again "
+    )
+    share = number(named.get("startup_share")) or 0.0
+    sentence = (
+        f"epochs are {length}; {restarts}({number(named.get('restart_s')) or 0.0:.2f} s, "
+        f"{share:.0%} of its epoch), so the rate per epoch, start-ups included, decides"
+    )
+    if pick is not None and rival is not None:
+        sentence += (
+            f": {pick.get('label')} {_epoch_rate(pick, 'per_epoch')} vs {rival.get('label')} "
+            f"{_epoch_rate(rival, 'per_epoch')} samples/s per epoch "
+            f"({_epoch_rate(pick, 'steady')} vs {_epoch_rate(rival, 'steady')} in steady state)"
+        )
+    return EpochRule(
+        sentence=sentence,
+        pick_samples_per_s=number(epochs.get("pick_samples_per_s")),
+        baseline_samples_per_s=number(epochs.get("baseline_samples_per_s")),
+        speedup=number(epochs.get("speedup")),
+        per_epoch=[
+            (row.get("config") or {}, float(row["per_epoch_samples_per_s"])) for row in rows
+        ],
+    )
+
+
+def _epoch_rate(row: dict[str, Any], which: str) -> str:
+    value = number(row.get(f"{which}_samples_per_s"))
+    return "?" if value is None else f"{value:,.0f}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def is_tune_section(r: dict[str, Any]) -> bool:
@@ -142,7 +236,9 @@ def keeps_yours(section: dict[str, Any]) -> bool:
     best, baseline = _best(best_of(section)), _baseline(baseline_of(section))
     if best.keep_baseline or best.config == baseline.config:
         return True
-    speedup = best.speedup
+    rule = epoch_rule(section)
+    # Where the per-epoch rate decided, the gain is per epoch (NOTE [per-epoch rate]).
+    speedup = rule.speedup if rule is not None and rule.speedup is not None else best.speedup
     if speedup is None and best.samples_per_s is not None and baseline.samples_per_s:
         speedup = best.samples_per_s / baseline.samples_per_s
     return speedup is None or speedup < gain_floor(section)
@@ -155,16 +251,21 @@ def tune_pick(section: dict[str, Any]) -> dict[str, Any] | None:
         return _keep_yours(section)
     # keeps_yours is False: both rates are measured and the pick's gain clears the noise
     speedup = best.speedup or _rate(best) / _rate(baseline)
+    measured = f"{_rate(best):.1f} vs {_rate(baseline):.1f} samples/s in steady state"
+    rule = epoch_rule(section)
+    if rule is not None and rule.pick_samples_per_s and rule.baseline_samples_per_s:
+        speedup = rule.speedup or rule.pick_samples_per_s / rule.baseline_samples_per_s
+        measured = (
+            f"{rule.pick_samples_per_s:.1f} vs {rule.baseline_samples_per_s:.1f} samples/s per "
+            f"epoch, start-ups included ({rule.sentence})"
+        )
     return {
         "id": "loader-config",
         "title": "Use the tuned DataLoader settings",
         "detail": f"{_label(best)} instead of {_label(baseline)} "
         "(`stallscope tune --emit python` prints the call).",
-        "measured": (
-            f"{_rate(best):.1f} vs {_rate(baseline):.1f} samples/s "
-            "in steady state; " + how_sure(best)
-        ),
-        "expected_gain": f"{speedup:.2f}x throughput",
+        "measured": f"{measured}; " + how_sure(best),
+        "expected_gain": f"{speedup:.2f}x throughput" + (" per epoch" if rule else ""),
     }
 
 
@@ -220,12 +321,16 @@ def knob_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _keep_yours(section: dict[str, Any]) -> dict[str, Any]:
     best, baseline = _best(best_of(section)), _baseline(baseline_of(section))
-    sentence = keep_yours_sentence(best, baseline, gain_floor(section))
+    rule = epoch_rule(section)
+    sentence = keep_yours_sentence(best, baseline, gain_floor(section), rule)
+    measured = f"{_rate(best):.1f} vs {_rate(baseline):.1f} samples/s"
+    if rule is not None:
+        measured = f"{measured} in steady state; {rule.sentence}"
     return {
         "id": "keep-yours",
         "title": "Keep your DataLoader settings",
         "detail": sentence[0].upper() + sentence[1:] + ".",
-        "measured": f"{_rate(best):.1f} vs {_rate(baseline):.1f} samples/s; " + how_sure(best),
+        "measured": f"{measured}; " + how_sure(best),
         "expected_gain": "none beyond the noise",
     }
 

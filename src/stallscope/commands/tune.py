@@ -170,13 +170,24 @@ def emitted_config(target: str, section: dict[str, Any]) -> tuple[LoaderConfig, 
     """The config --emit prints and its comment: the user's own when the best is within noise of
     it."""
     from ..analysis import recommendations
-    from ..analysis.tune_rules import gain_floor, how_sure, keep_yours_sentence, keeps_yours
+    from ..analysis.tune_rules import (
+        epoch_rule,
+        gain_floor,
+        how_sure,
+        keep_yours_sentence,
+        keeps_yours,
+    )
 
     best, baseline = section["best"], section["baseline"]
     lines = [f"stallscope tune {target}"]
+    rule = epoch_rule(section)  # the rate per epoch decided (NOTE [per-epoch rate])
     if keeps_yours(section):  # the rule doctor's verdict reads too (NOTE [one verdict])
         config = LoaderConfig.from_dict(baseline["config"])
-        lines.append(f"Keep yours: {keep_yours_sentence(best, baseline, gain_floor(section))}.")
+        lines.append(
+            f"Keep yours: {keep_yours_sentence(best, baseline, gain_floor(section), rule)}."
+        )
+        if rule is not None:
+            lines.append(rule.sentence[0].upper() + rule.sentence[1:] + ".")
         for rec in recommendations(section):
             if rec.id == "persistent-workers":
                 x = rec.values
@@ -189,6 +200,15 @@ def emitted_config(target: str, section: dict[str, Any]) -> tuple[LoaderConfig, 
         return config, "\n".join(lines)
     config = LoaderConfig.from_dict(best["config"])
     speedup = best.get("speedup")
+    if rule is not None:
+        speedup = rule.speedup
+        lines.append(
+            f"{rule.pick_samples_per_s or 0.0:,.1f} samples/s per epoch, start-ups included"
+            + (f", {speedup:.2f}x the baseline" if speedup else "")
+            + f" ({best['samples_per_s']:,.1f} samples/s in steady state); {how_sure(best)}"
+        )
+        lines.append(rule.sentence[0].upper() + rule.sentence[1:] + ".")
+        return config, "\n".join(lines)
     lines.append(
         f"{best['samples_per_s']:,.1f} samples/s"
         + (f", {speedup:.2f}x the baseline" if speedup else "")

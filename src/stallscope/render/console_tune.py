@@ -14,7 +14,7 @@ from ..analysis import trials_by_config
 from ..analysis.invariants import ran_label, relabel
 from ..analysis.readers import same_config
 from ..analysis.run_verdict import RunVerdict, decide
-from ..analysis.tune_rules import TIE_SENTENCE, tie_pct
+from ..analysis.tune_rules import TIE_SENTENCE, epoch_rule, tie_pct
 from ..record.model import Best, ConfigRate, HeadToHead, Trial
 from ..record.sections import TuneSection
 from .report_format import fmt_fixed
@@ -114,15 +114,23 @@ def _render_head_to_head(
         ("median samples/s", "right"),
         ("rounds", "right"),
     ]
+    # Where the rate per epoch decided (short epochs, NOTE [per-epoch rate]), it is shown beside.
+    rule = epoch_rule(data)
+    if rule is not None:
+        columns.insert(3, ("per epoch", "right"))
     for column, justify in columns:
         table.add_column(column, justify=justify)
     for row in rows:
-        table.add_row(
+        cells = [
             escape(ran_label(data, row.config, row.label)),
             row.role or "–",
             fmt_fixed(row.samples_per_s),
             str(row.rounds or "–"),
-        )
+        ]
+        if rule is not None:
+            per_epoch = rule.rate_of(row.config)
+            cells.insert(3, "–" if per_epoch is None else fmt_fixed(per_epoch))
+        table.add_row(*cells)
     console.print(table)
 
 

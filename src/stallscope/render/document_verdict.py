@@ -84,6 +84,13 @@ def _by_reason(v: RunVerdict) -> list[tuple[str, str]]:
     return [(", ".join(whats), why) for why, whats in steps.items()]
 
 
+def _decided_by(v: RunVerdict) -> dm.Text | None:
+    """Which rate decided, where it was the rate per epoch (NOTE [per-epoch rate])."""
+    if v.decided_by is None:
+        return None
+    return [dm.capital(v.decided_by) + "."]
+
+
 def _how_sure(v: RunVerdict, r: dict[str, Any]) -> dm.Text | None:
     if v.source != "tune" or v.action != "switch":
         return None  # keep yours: how sure the tuner is of its pick is not what the user acts on
@@ -179,7 +186,14 @@ def verdict_blocks(r: dict[str, Any], v: RunVerdict | None = None) -> list[dm.Bl
     blocks: list[dm.Block] = []
     if v.action != "none":
         blocks.append(dm.Paragraph(_decision(v), style="verdict " + v.action))
-    for text in (_how_sure(v, r), _sweep(v), _bound(v), _buys_more(v), unit_note(v)):
+    for text in (
+        _decided_by(v),
+        _how_sure(v, r),
+        _sweep(v),
+        _bound(v),
+        _buys_more(v),
+        unit_note(v),
+    ):
         if text:
             blocks.append(dm.Paragraph(text))
     if v.config is not None and v.action in ("switch", "keep-yours"):

@@ -32,6 +32,7 @@ How a number is taken, and why:
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -82,6 +83,13 @@ class Measurement:
     loader_cpu_s: float | None = None
     # Epochs too short for a steady state (NOTE [epoch restarts]): the rate includes start-up.
     startup_included: bool = False
+    # Epochs that ended within the window (a re-iterated loader, NOTE [epoch restarts]): the
+    # median samples and batches of a whole epoch (None without one), and the median seconds an
+    # epoch start added beyond the steady-state time of the batches delivered meanwhile (its
+    # start-up's cost per epoch; 0 where the rate already includes it; None without one).
+    epoch_samples: int | None = None
+    epoch_batches: int | None = None
+    restart_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -100,6 +108,9 @@ class Measurement:
             "error": self.error,
             "main_cpu_s": self.main_cpu_s,
             "loader_cpu_s": self.loader_cpu_s,
+            "epoch_samples": self.epoch_samples,
+            "epoch_batches": self.epoch_batches,
+            "restart_s": self.restart_s,
         }
 
 
@@ -247,6 +258,12 @@ def _measure(
         # Every sample, batch, token and epoch start in the window, for the fallback.
         epoch_samples = epoch_batches = epoch_tokens = restarts = 0
         short = False  # epochs too short for a steady state (NOTE [epoch restarts])
+        # Per epoch start in the window: [seconds off the clock, samples delivered meanwhile];
+        # per whole epoch in it: (samples, batches).
+        boundaries: list[list[float]] = []
+        whole: list[tuple[int, int]] = []
+        epoch: list[int] | None = None  # [samples, batches] since the last epoch start
+        restarting = False
         while True:
             batch = _next(iterator)
             if main_step is not None and batch is not _END:
@@ -263,12 +280,25 @@ def _measure(
             counted_tokens = count_tokens(batch) if count_tokens is not None else 0
             epoch_tokens += counted_tokens
             del batch
+            if fresh:
+                if epoch is not None:
+                    whole.append((epoch[0], epoch[1]))
+                epoch = [0, 0]
+                boundaries.append([0.0, 0.0])
+                restarting = True
+            if epoch is not None:
+                epoch[0] += count
+                epoch[1] += 1
             if fresh or burst > 0:
                 # Start-up of the next epoch, reported apart from the steady state as the first
                 # epoch's is (a short stream would otherwise be timed on its prefetched batches).
                 paused += now - last
                 burst = restart_burst(config) if fresh else burst - 1
+                if restarting:
+                    boundaries[-1][0] += now - last
+                    boundaries[-1][1] += count
             else:
+                restarting = False
                 samples += count
                 tokens += counted_tokens
                 waits.append(now - last)
@@ -295,6 +325,7 @@ def _measure(
             result.window_s = last - window_start
             samples, tokens = epoch_samples, epoch_tokens
             waits = [(last - window_start) / epoch_batches] * epoch_batches
+        _epoch_figures(result, whole, boundaries, samples)
         result.main_cpu_s = max(0.0, receive_cpu() - cpu_start)
         result.loader_cpu_s = loader_cpu.elapsed()
         result.batches = len(waits)
@@ -324,6 +355,32 @@ def _measure(
 
 
 _END = object()
+
+
+def _epoch_figures(
+    result: Measurement,
+    whole: Sequence[tuple[int, int]],
+    boundaries: Sequence[Sequence[float]],
+    steady_samples: int,
+) -> None:
+    """An epoch's length (from the whole epochs in the window) and its start-up's cost (from the
+    epoch starts in it).
+
+    An epoch start costs the wait off the clock less what the batches delivered meanwhile would
+    have taken at the steady rate (they were made during the wait: NOTE [epoch restarts]); an
+    epoch then takes that cost plus its samples at the steady rate, which is what a training loop
+    over such epochs sees. Where the rate already includes the start-ups (epochs too short for a
+    steady state) the cost is 0."""
+    if whole:
+        result.epoch_samples = int(statistics.median(s for s, _ in whole))
+        result.epoch_batches = int(statistics.median(b for _, b in whole))
+    if result.startup_included:
+        result.restart_s = 0.0
+        return
+    if not boundaries or result.window_s <= 0 or steady_samples <= 0:
+        return
+    rate = steady_samples / result.window_s
+    result.restart_s = statistics.median(max(0.0, off - n / rate) for off, n in boundaries)
 
 
 class LoaderCpuClock:

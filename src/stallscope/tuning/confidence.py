@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..config import LoaderConfig
@@ -244,25 +244,27 @@ def decide_from_scan(
     baseline: LoaderConfig,
     *,
     tolerance: float = PLATEAU_TOLERANCE,
+    rate: Callable[[Trial], float] | None = None,
 ) -> Decision:
     """No round was raced: the scan's single measurements pick, with no confidence (not
-    confirmed)."""
-    ok = {c: t for c, t in scan.items() if t.ok}
+    confirmed). ``rate``: the rate that decides (default: the steady state's; per epoch where
+    epochs are short, NOTE [per-epoch rate] in epoch_cost.py)."""
+    ok = {c: (rate(t) if rate else t.samples_per_s) for c, t in scan.items() if t.ok}
     if not ok:
         return Decision(pick=baseline, leader=baseline, medians={}, confidence=None)
-    leader = max(ok, key=lambda c: ok[c].samples_per_s)
-    top = ok[leader].samples_per_s
-    tied = [c for c in ok if ok[c].samples_per_s >= top * (1 - tolerance)]
+    leader = max(ok, key=lambda c: ok[c])
+    top = ok[leader]
+    tied = [c for c in ok if ok[c] >= top * (1 - tolerance)]
     pick = min(tied, key=cost_key)
-    rivals = [t for c, t in ok.items() if c != pick]
-    runner = max(rivals, key=lambda t: t.samples_per_s) if rivals else None
+    rivals = [c for c in ok if c != pick]
+    runner = max(rivals, key=lambda c: ok[c]) if rivals else None
     return Decision(
         pick=pick,
         leader=leader,
-        medians={c: t.samples_per_s for c, t in ok.items()},
+        medians=ok,
         confidence=None,
-        runner_up=runner.config if runner else None,
-        margin=ok[pick].samples_per_s / runner.samples_per_s if runner else None,
+        runner_up=runner,
+        margin=ok[pick] / ok[runner] if runner is not None and ok[runner] > 0 else None,
         tie=len(tied) > 1,
         tie_margin=tolerance,
     )

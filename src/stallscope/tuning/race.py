@@ -25,6 +25,7 @@ from .confidence import (
     clearly_slower,
     decide,
 )
+from .epoch_cost import EpochCost, epoch_cost
 from .space import SearchSettings, confirm_window
 from .trial import Effect, Evaluator, Trial
 
@@ -94,8 +95,29 @@ class Race:
         self.record = record
         self.note = note
         self.skip = skip
-        self.log = RaceLog()
+        self.log = RaceLog()  # steady-state rates: the figures reported
         self.entrants: list[Entrant] = []
+        # Each round's trials per config, and whether the per-epoch rate decides (NOTE
+        # [per-epoch rate] in epoch_cost.py: once it does, it does for the rest of the race).
+        self.round_trials: list[dict[LoaderConfig, list[Trial]]] = []
+        self.per_epoch = False
+        # The trials measured before the race (the scan): their epoch starts count too.
+        self.earlier: Sequence[Trial] = ()
+
+    def epochs(self) -> EpochCost | None:
+        """The epoch's length and each raced config's start-up cost per epoch, from its trials
+        before and in the race (NOTE [per-epoch rate])."""
+        steady = {c: m for c in self.log.configs() if (m := self.log.median(c)) is not None}
+        raced = [t for rates in self.round_trials for ts in rates.values() for t in ts]
+        trials = [*(t for t in self.earlier if t.config in steady), *raced]
+        return epoch_cost(trials, steady) if steady else None
+
+    @property
+    def deciding(self) -> RaceLog:
+        """The rounds in the rate that decides: per epoch where epochs are short enough for their
+        start-up to matter, else the steady state."""
+        cost = self.epochs() if self.per_epoch else None
+        return cost.log(self.round_trials) if cost is not None else self.log
 
     @property
     def rounds(self) -> int:
@@ -113,12 +135,18 @@ class Race:
             windows = [confirm_window(c, settings) for c in alive]
             results = self.ev.interleaved(alive, repeats=1, window_s=windows, phase="confirm")
             rates: dict[LoaderConfig, list[float]] = {}
+            kept: dict[LoaderConfig, list[Trial]] = {}
             for config, trials in zip(alive, results):
                 for trial in trials:
                     self.record(trial)
                     if trial.ok:
                         rates.setdefault(config, []).append(trial.samples_per_s)
+                        kept.setdefault(config, []).append(trial)
             self.log.add(rates)
+            self.round_trials.append(kept)
+            if not self.per_epoch:
+                cost = self.epochs()
+                self.per_epoch = cost is not None and cost.decides
             alive = [c for c in alive if c in rates]
             if settings.rounds is not None:
                 if self.rounds >= settings.rounds:
@@ -128,7 +156,7 @@ class Race:
             if self.rounds < settings.min_rounds:
                 continue
             # Sure enough only after CONFIDENT_ROUNDS rounds (NOTE [what the confidence states]).
-            decision = decide(self.log, margin=settings.tie_margin)
+            decision = decide(self.deciding, margin=settings.tie_margin)
             sure = (
                 self.rounds >= CONFIDENT_ROUNDS and (decision.confidence or 0.0) >= STOP_CONFIDENCE
             )
@@ -137,7 +165,7 @@ class Race:
         self._skip_unconfirmed()
         if not self.log.rounds:
             return None
-        return decide(self.log, margin=settings.tie_margin)
+        return decide(self.deciding, margin=settings.tie_margin)
 
     def _fit_budget(self, alive: list[LoaderConfig]) -> list[LoaderConfig]:
         """Leave out entrants until the rounds a confidence needs fit (``min_rounds`` of them, those
@@ -149,8 +177,10 @@ class Race:
         scan = {e.config: e.scan_rate for e in self.entrants}
         wanted = max(1, self.settings.min_rounds - self.rounds)
 
+        deciding = self.deciding
+
         def rate(c: LoaderConfig) -> float:
-            return self.log.median(c) or scan.get(c, 0.0)
+            return deciding.median(c) or scan.get(c, 0.0)
 
         out = list(alive)
         while len(out) > 2 and not self.affordable(wanted * self.round_cost(out)):
@@ -177,8 +207,9 @@ class Race:
 
     def _drop_losers(self, alive: list[LoaderConfig]) -> list[LoaderConfig]:
         """Far behind after one round, or clearly slower (paired, beyond the noise) after
-        ``min_rounds``."""
-        medians = {c: self.log.median(c) or 0.0 for c in alive}
+        ``min_rounds`` (in the rate that decides)."""
+        log = self.deciding
+        medians = {c: log.median(c) or 0.0 for c in alive}
         if not medians:
             return alive
         leader = max(medians, key=lambda c: medians[c])
@@ -190,7 +221,7 @@ class Race:
             if medians[config] < FAR_BEHIND * medians[leader]:
                 continue
             if self.rounds >= self.settings.min_rounds and clearly_slower(
-                self.log.ratios(config, leader), tolerance=self.settings.tolerance
+                log.ratios(config, leader), tolerance=self.settings.tolerance
             ):
                 continue
             keep.append(config)
@@ -214,11 +245,13 @@ class Race:
                     entrant.config, f"raced {raced} round(s) of the {MIN_ROUNDS} a confidence needs"
                 )
 
-    def noise(self) -> float | None:
-        """Median relative spread (max − min) / median of the raced configs' round rates."""
+    def noise(self, log: RaceLog | None = None) -> float | None:
+        """Median relative spread (max − min) / median of the raced configs' round rates (the
+        steady state's, or ``log``'s)."""
+        log = self.log if log is None else log
         spreads = []
-        for config in self.log.configs():
-            values = self.log.values(config)
+        for config in log.configs():
+            values = log.values(config)
             if len(values) >= 2 and statistics.median(values) > 0:
                 spreads.append((max(values) - min(values)) / statistics.median(values))
         return statistics.median(spreads) if spreads else None

@@ -55,6 +55,11 @@ of the time budget:
    workers, on the config to recommend (:mod:`.persistence`); the flag is
    recommended only on that measurement.
 
+Where epochs end within a window and their start-up is a noticeable share of
+one (a re-iterated loader that restarts its workers every epoch), the rate per
+epoch, start-ups included, ranks the finalists and decides the race and the
+pick instead of the steady state (NOTE [per-epoch rate] in :mod:`.epoch_cost`).
+
 The memory budget (:class:`MemoryBudget`, NOTE [memory budget] in space.py) is a
 limit on measured memory: no config is measured whose conservative estimate
 (the largest per-worker memory measured so far, times its workers, plus its
@@ -85,12 +90,14 @@ from typing import Any
 from ..config import LoaderConfig
 from .confidence import (
     Decision,
+    RaceLog,
     decide,
     decide_from_scan,
     keeps_baseline,
     margin_interval,
     within_pct,
 )
+from .epoch_cost import EpochCost, epoch_cost
 from .persistence import (
     choose_start_method,
     epoch_gap_cost,
@@ -156,6 +163,8 @@ class Search:
         self.skipped: list[dict[str, str]] = []
         self.plan: dict[str, Any] = {}
         self._scan: dict[LoaderConfig, Trial] = {}
+        # The scan's epoch and start-up costs (NOTE [per-epoch rate]), as the race began.
+        self._scan_cost: EpochCost | None = None
         # Configs whose gain over a cheaper one was within the noise: kept out of the race.
         self.unresolved: set[LoaderConfig] = set()
         self.race = Race(
@@ -564,10 +573,17 @@ class Search:
 
     # -- the race --------------------------------------------------------------------
     def finalists(self) -> list[LoaderConfig]:
-        """The best few scanned configs, plus the cheapest one within a few percent of the best."""
-        ranked = sorted(
-            ((t.samples_per_s, c) for c, t in self.usable().items()), key=lambda p: -p[0]
-        )
+        """The best few scanned configs, plus the cheapest one within a few percent of the best:
+        ranked per epoch where the scan saw short epochs whose start-up matters (NOTE [per-epoch
+        rate] in epoch_cost.py), else on the steady state."""
+        usable = self.usable()
+        cost = epoch_cost(list(usable.values()), {c: t.samples_per_s for c, t in usable.items()})
+        per_epoch = cost is not None and cost.decides
+
+        def score(trial: Trial) -> float:
+            return cost.trial_rate(trial) if cost is not None and per_epoch else trial.samples_per_s
+
+        ranked = sorted(((score(t), c) for c, t in usable.items()), key=lambda p: -p[0])
         if not ranked:
             return []
         top = ranked[0][0]
@@ -609,21 +625,28 @@ class Search:
             trial = self._scan.get(config)
             if trial is not None and trial.ok and not self.memory.over(config):
                 usable[config] = trial
-        ok = {c: t.samples_per_s for c, t in usable.items()}
+        # Short epochs whose start-up matters: the scan's rates per epoch (NOTE [per-epoch rate]).
+        self._scan_cost = scan_cost = epoch_cost(
+            list(usable.values()), {c: t.samples_per_s for c, t in usable.items()}
+        )
+        per_epoch = scan_cost.trial_rate if scan_cost is not None and scan_cost.decides else None
+        ok = {c: per_epoch(t) if per_epoch else t.samples_per_s for c, t in usable.items()}
         seeds = [(c, role) for c, role in self.seeds if c in usable]
+        self.race.earlier = list(self.trials)
         decision = self.race.run(entrants(ok, self.finalists(), seeds, self.baseline))
         if decision is None:
             # Not one round raced: single measurements pick, and within their noise floor the
             # cheaper config.
             tolerance = max(self.settings.tolerance, self.settings.min_gain)
-            return decide_from_scan(usable, self.baseline, tolerance=tolerance)
-        noise = self.race.noise()
+            return decide_from_scan(usable, self.baseline, tolerance=tolerance, rate=per_epoch)
+        deciding = self.race.deciding
+        noise = self.race.noise(deciding)
         if self.race.rounds < self.settings.min_rounds:
             return self._cheaper_within_window_noise(decision)
         if noise is not None and noise > MAX_SIG:
             # The rounds spread wider than the search can resolve: configs they cannot tell apart
             # from the fastest are tied with it, and the cheaper is kept.
-            decision = decide(self.race.log, margin=self.settings.tie_margin, noisy=True)
+            decision = decide(deciding, margin=self.settings.tie_margin, noisy=True)
             if decision.noisy_tie:
                 self._note(
                     f"too noisy to tell {decision.pick.label()} from {decision.leader.label()}: "
@@ -654,15 +677,19 @@ class Search:
     # -- result --------------------------------------------------------------------
     def _result(self, decision: Decision) -> SearchResult:
         pick = decision.pick
-        rate = decision.medians.get(pick, self.rate(pick))
+        # The figures reported are the steady state's; the decision's own medians are in the rate
+        # that decided (per epoch where epochs are short: NOTE [per-epoch rate] in epoch_cost.py).
+        rate = self.rate(pick)
         base_rate = self.rate(self.baseline)
         self.race.confirm_effects(self.effects)
         noise = self.race.noise()
+        deciding = self.race.deciding
+        per_epoch, base_deciding = self._deciding_baseline(deciding, base_rate)
         keep = pick == self.baseline or keeps_baseline(
-            rate,
-            base_rate,
-            paired=self.race.log.ratios(pick, self.baseline),
-            noise=noise,
+            decision.medians.get(pick, rate),
+            base_deciding,
+            paired=deciding.ratios(pick, self.baseline),
+            noise=self.race.noise(deciding),
             min_gain=self.settings.min_gain,
             seed=self.settings.seed,
         )
@@ -704,12 +731,10 @@ class Search:
             margin_interval=decision.margin_interval,
             gain_interval=None
             if keep or decision.pick == self.baseline
-            else margin_interval(self.race.log.log_ratios(decision.pick, self.baseline)),
+            else margin_interval(deciding.log_ratios(decision.pick, self.baseline)),
             tie=decision.tie,
             tie_margin=decision.tie_margin,
-            finalists={
-                c.label(): m for c, m in sorted(decision.medians.items(), key=lambda p: -p[1])
-            },
+            finalists=self._finalists(decision),
             rounds=self.race.rounds,
             noise=noise,
             startup_s=startup,
@@ -717,9 +742,12 @@ class Search:
             head_to_head=self.race.head_to_head(),
             skipped=self.skipped,
             keep_baseline=keep,
-            within_pct=within_pct(rate, base_rate),
+            within_pct=within_pct(rate, base_rate)
+            if not per_epoch
+            else within_pct(decision.medians.get(pick, 0.0), base_deciding),
             plan=self.plan,
             persistent=persistent,
+            epochs=self._epochs(decision, per_epoch),
             pick_memory=self._pick_memory(self.baseline if keep else pick),
             noisy_tie=None
             if not decision.noisy_tie
@@ -730,6 +758,62 @@ class Search:
                 "resolvable_noise": MAX_SIG,
             },
         )
+
+    def _finalists(self, decision: Decision) -> dict[str, float]:
+        """Label → steady-state median of every raced config (the scan's rates when none raced)."""
+        medians = {
+            c: m for c in self.race.log.configs() if (m := self.race.log.median(c)) is not None
+        } or decision.medians
+        return {c.label(): m for c, m in sorted(medians.items(), key=lambda p: -p[1])}
+
+    def _deciding_baseline(self, deciding: RaceLog, steady: float) -> tuple[bool, float]:
+        """Whether the per-epoch rate decided (NOTE [per-epoch rate]), and the user's loader's
+        rate in the rate that decided: the race's, or the scan's where no round raced."""
+        if self.race.rounds:
+            if self.race.per_epoch and deciding is not self.race.log:
+                raced = deciding.median(self.baseline)
+                return True, raced if raced is not None else self._scan_per_epoch(self.baseline)
+            return False, steady
+        cost = self._scan_cost
+        if cost is None or not cost.decides:
+            return False, steady
+        return True, self._scan_per_epoch(self.baseline)
+
+    def _scan_per_epoch(self, config: LoaderConfig) -> float:
+        """``config``'s per-epoch rate from its scan measurement (one that did not race)."""
+        cost, trial = self._scan_cost, self._scan.get(config)
+        if cost is None or trial is None or not trial.ok or config not in cost.restart_s:
+            return 0.0
+        return cost.trial_rate(trial)
+
+    def _epochs(self, decision: Decision, per_epoch: bool) -> dict[str, Any] | None:
+        """The epoch's length and each raced config's per-epoch rate (the scan's where no round
+        raced), and whether that rate decided (NOTE [per-epoch rate]); None where no trial saw an
+        epoch end."""
+        if self.race.rounds:
+            cost = self.race.epochs()
+            if cost is None:
+                return None
+            log = cost.log(self.race.round_trials)
+            medians = {c: m for c in log.configs() if (m := log.median(c)) is not None}
+            steady = {c: m for c in log.configs() if (m := self.race.log.median(c)) is not None}
+        else:
+            cost = self._scan_cost
+            if cost is None:
+                return None
+            scanned = {c: t for c, t in self._scan.items() if c in cost.restart_s and t.ok}
+            medians = {c: cost.trial_rate(t) for c, t in scanned.items()}
+            steady = {c: t.samples_per_s for c, t in scanned.items()}
+        out = cost.to_dict(medians, decides=per_epoch)
+        if per_epoch:
+            pick = medians.get(decision.pick)
+            base = medians.get(self.baseline) or self._scan_per_epoch(self.baseline) or None
+            out["pick"] = decision.pick.label()
+            out["pick_samples_per_s"] = None if pick is None else round(pick, 2)
+            out["baseline_samples_per_s"] = None if base is None else round(base, 2)
+            out["speedup"] = round(pick / base, 4) if pick and base else None
+            out["steady_leader"] = max(steady, key=lambda c: steady[c]).label()
+        return out
 
     def _pick_memory(self, config: LoaderConfig) -> dict[str, Any]:
         """The budget and the measured memory of the config to recommend (NOTE [memory budget])."""

@@ -40,6 +40,11 @@ class Trial:
         None  # main process CPU per batch received (NOTE [receive cost])
     )
     cpu_ms_per_sample: float | None = None  # CPU of main process and workers per sample
+    # Epochs that ended within the window (a re-iterated loader): samples and batches of a whole
+    # epoch, and what an epoch start cost beyond the steady state (Measurement.restart_s).
+    epoch_samples: int | None = None
+    epoch_batches: int | None = None
+    restart_s: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -62,6 +67,9 @@ class Trial:
             "error": self.error,
             "main_ms_per_batch": _round(self.main_ms_per_batch, 4),
             "cpu_ms_per_sample": _round(self.cpu_ms_per_sample, 4),
+            "epoch_samples": self.epoch_samples,
+            "epoch_batches": self.epoch_batches,
+            "restart_s": _round(self.restart_s, 4),
         }
 
 
@@ -183,6 +191,9 @@ class SearchResult:
     pick_memory: dict[str, Any] | None = None
     # Raced configs the rounds could not tell apart, where the cheaper was kept.
     noisy_tie: dict[str, Any] | None = None
+    # The epoch's length and the raced configs' per-epoch rates, and whether that rate decided
+    # (NOTE [per-epoch rate] in epoch_cost.py); None where no trial saw an epoch end.
+    epochs: dict[str, Any] | None = None
 
     @property
     def confirmed(self) -> bool:
@@ -232,6 +243,7 @@ class SearchResult:
             "persistent_workers": None if self.persistent is None else dict(self.persistent),
             "pick_memory": None if self.pick_memory is None else dict(self.pick_memory),
             "noisy_tie": None if self.noisy_tie is None else dict(self.noisy_tie),
+            "epochs": None if self.epochs is None else dict(self.epochs),
         }
 
 

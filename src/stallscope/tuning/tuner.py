@@ -162,6 +162,9 @@ class LoaderEvaluator(Evaluator):
             error=m.error,
             main_ms_per_batch=main_ms_per_batch([m]),
             cpu_ms_per_sample=loader_cpu_ms_per_sample([m]),
+            epoch_samples=m.epoch_samples,
+            epoch_batches=m.epoch_batches,
+            restart_s=m.restart_s,
         )
         return trial
 
@@ -335,6 +338,7 @@ class TuneResult:
                 "plan": search["plan"],
                 "persistent_workers": search["persistent_workers"],
                 "noisy_tie": search["noisy_tie"],
+                "epochs": search["epochs"],
                 "space": self.space.to_dict(),
                 "profile": self.profile.to_dict(),
                 "batched_fetch": None if self.batched is None else self.batched.to_dict(),

@@ -1,0 +1,135 @@
+"""Which rate decides the pick: the steady state, or the rate per epoch where epochs are short.
+
+NOTE [per-epoch rate]
+The race compares steady-state rates: each epoch's start-up stays off the clock (SPEC §3.1,
+NOTE [epoch restarts] in ``throughput/measure.py``). A loader re-iterated at each epoch end (a
+factory's loader without persistent workers, a stream) starts its workers again every epoch, and
+a training loop over such epochs pays that start-up once per epoch: 8 workers that start in
+0.1 s lose to none at all over a 0.1 s epoch, however fast their steady state. Where epochs end
+within a measurement window, every trial records the epoch's length ``S`` (samples) and what an
+epoch start cost beyond the steady state, ``R`` (``Trial.restart_s``); a config's rate per epoch
+is ``S / (R + S / r)`` at the steady rate ``r``, ``R`` the median over every trial of the config
+(scan and race: an epoch start under load varies far more than a window's steady rate, and no
+single quick or slow start should decide). A raced config that measured no epoch start of its
+own reuses its measured start-up (time to first batch) as ``R``.
+
+When the start-up takes at least ``EPOCH_SHARE`` of some raced config's epoch, the per-epoch rate
+decides everything the race decides: who drops out, the pick, the tie, the confidence, "keep
+yours". The rates reported stay the steady state's, the per-epoch rates are recorded beside them
+(``search.epochs``), and the verdict names the rate that decided. Epochs too long to end within a
+window, infinite iterators, and DataLoaders whose sampler stallscope cycles itself (no restart in
+a window) are decided on the steady state as before; a DataLoader that takes
+``persistent_workers`` gets it from the epoch-boundary phase (``persistence.py``), measured.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import LoaderConfig
+from .confidence import RaceLog
+from .trial import Trial
+
+# The per-epoch rate decides once an epoch's start-up is this share of some raced config's epoch.
+EPOCH_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class EpochCost:
+    """An epoch's length and each config's start-up cost per epoch, as the trials measured them."""
+
+    samples: int  # samples in one epoch (median over the whole epochs the trials saw)
+    batches: int | None
+    restart_s: Mapping[LoaderConfig, float]  # per config: what an epoch start costs it
+    measured: Mapping[LoaderConfig, bool]  # its own epoch starts (True) or its start-up reused
+    steady: Mapping[LoaderConfig, float]  # the steady rates the shares were taken at
+
+    def rate(self, config: LoaderConfig, steady: float, restart_s: float | None = None) -> float:
+        """Samples per second over whole epochs at the steady rate ``steady``."""
+        if steady <= 0:
+            return 0.0
+        restart = self.restart_s.get(config, 0.0) if restart_s is None else restart_s
+        return self.samples / (restart + self.samples / steady)
+
+    def share(self, config: LoaderConfig) -> float:
+        """The share of ``config``'s epoch its start-up takes."""
+        steady = self.steady.get(config, 0.0)
+        if steady <= 0:
+            return 0.0
+        restart = self.restart_s.get(config, 0.0)
+        return restart / (restart + self.samples / steady)
+
+    @property
+    def decides(self) -> bool:
+        return any(self.share(c) >= EPOCH_SHARE for c in self.restart_s)
+
+    def trial_rate(self, trial: Trial) -> float:
+        """One trial's per-epoch rate: its steady rate, and its config's epoch-start cost (the
+        median over all its trials: one start varies more than a window's steady rate does)."""
+        return self.rate(trial.config, trial.samples_per_s)
+
+    def log(self, rounds: Sequence[Mapping[LoaderConfig, Sequence[Trial]]]) -> RaceLog:
+        """The race's rounds in per-epoch rates (paired by round as the steady ones are)."""
+        log = RaceLog()
+        for trials in rounds:
+            log.add({c: [self.trial_rate(t) for t in ts if t.ok] for c, ts in trials.items()})
+        return log
+
+    def to_dict(self, per_epoch: Mapping[LoaderConfig, float], *, decides: bool) -> dict[str, Any]:
+        """The record's ``search.epochs``: the epoch, and per config its start-up cost, its steady
+        and per-epoch rates (``per_epoch``: the race's medians), fastest per epoch first."""
+        rows = [
+            {
+                "config": c.to_dict(),
+                "label": c.label(),
+                "workers": c.num_workers,
+                "restart_s": round(self.restart_s[c], 4),
+                "restart_measured": self.measured.get(c, False),
+                "startup_share": round(self.share(c), 4),
+                "steady_samples_per_s": round(self.steady.get(c, 0.0), 2),
+                "per_epoch_samples_per_s": round(per_epoch[c], 2),
+            }
+            for c in sorted(per_epoch, key=lambda c: -per_epoch[c])
+            if c in self.restart_s
+        ]
+        return {
+            "decides": decides,
+            "samples_per_epoch": self.samples,
+            "batches_per_epoch": self.batches,
+            "share_threshold": EPOCH_SHARE,
+            "configs": rows,
+        }
+
+
+def epoch_cost(trials: Sequence[Trial], steady: Mapping[LoaderConfig, float]) -> EpochCost | None:
+    """The epoch's length and each config's start-up cost per epoch (NOTE [per-epoch rate]), for
+    the configs in ``steady`` (their steady rates); None where no trial saw a whole epoch end (the
+    epochs are long, or never end), or a config has neither an epoch start nor a start-up
+    measured."""
+    ok = [t for t in trials if t.ok]
+    lengths = [t.epoch_samples for t in ok if t.epoch_samples]
+    if not lengths:
+        return None
+    batches = [t.epoch_batches for t in ok if t.epoch_batches]
+    restart: dict[LoaderConfig, float] = {}
+    measured: dict[LoaderConfig, bool] = {}
+    for config in steady:
+        mine = [t for t in ok if t.config == config]
+        own = [t.restart_s for t in mine if t.restart_s is not None]
+        startups = [t.startup_s for t in mine if t.startup_s is not None]
+        if own:
+            restart[config], measured[config] = statistics.median(own), True
+        elif startups:
+            restart[config], measured[config] = statistics.median(startups), False
+        else:
+            return None
+    return EpochCost(
+        samples=int(statistics.median(lengths)),
+        batches=int(statistics.median(batches)) if batches else None,
+        restart_s=restart,
+        measured=measured,
+        steady=dict(steady),
+    )

@@ -1,0 +1,271 @@
+"""Short epochs: the per-epoch rate decides the pick (NOTE [per-epoch rate] in
+``tuning/epoch_cost.py``), on a simulated cost model with a fake clock and on fake trials."""
+
+from __future__ import annotations
+
+import pytest
+from report_numbers import visible_html_text
+from tune_costmodel import CPU_BOUND, CostModel
+from tune_simulated import SimulatedEvaluator
+
+from stallscope.analysis.run_verdict import decide
+from stallscope.analysis.sections import tuning_facts, unraced_faster_sweep_best
+from stallscope.analysis.tune_rules import epoch_rule, keeps_yours
+from stallscope.commands.tune import emitted_config
+from stallscope.config import LoaderConfig
+from stallscope.render.console import ConsoleRenderer
+from stallscope.render.html import HTMLRenderer
+from stallscope.render.markdown import MarkdownRenderer
+from stallscope.tuning.epoch_cost import EPOCH_SHARE, epoch_cost
+from stallscope.tuning.search import Search
+from stallscope.tuning.space import MB, MemoryBudget, SearchSettings, SearchSpace
+from stallscope.tuning.trial import Trial
+from stallscope.tuning.tuner import TuneResult
+
+
+def _startup(config: LoaderConfig) -> float:
+    """Workers that take a while to start: 0.02 s, plus 0.05 s per worker."""
+    return 0.02 + 0.05 * config.num_workers
+
+
+def _search(
+    model: CostModel,
+    *,
+    epoch_samples: int | None,
+    baseline: LoaderConfig | None = None,
+    seed: int = 0,
+    noise: float = 0.03,
+    budget_s: float = 60.0,
+):
+    profile = model.profile()
+    space = SearchSpace(cores=model.cores, batch_size=model.batch_size, max_workers=64)
+    memory = MemoryBudget(budget_bytes=int(16_000 * MB), batch_bytes=profile.batch_bytes)
+    ev = SimulatedEvaluator(
+        model.rate,
+        noise=noise,
+        seed=seed,
+        startup_fn=_startup,
+        worker_bytes_fn=model.worker_bytes,
+        epoch_samples=epoch_samples,
+    )
+    result = Search(
+        ev,
+        space,
+        profile,
+        baseline=baseline or LoaderConfig(batch_size=model.batch_size),
+        memory=memory,
+        settings=SearchSettings(budget_s=budget_s, seed=seed),
+    ).run()
+    return result
+
+
+def _per_epoch(model: CostModel, config: LoaderConfig, samples: int) -> float:
+    """The truth per epoch: an epoch start costs 1.5 start-ups (SimulatedEvaluator's model)."""
+    return samples / (1.5 * _startup(config) + samples / model.rate(config))
+
+
+def _best_per_epoch(model: CostModel, samples: int) -> float:
+    return max(
+        _per_epoch(model, LoaderConfig(num_workers=w, batch_size=model.batch_size), samples)
+        for w in range(0, 17)
+    )
+
+
+# -- the search -----------------------------------------------------------------------------
+
+
+def test_without_epoch_ends_many_workers_win_the_steady_state():
+    # The old rule, and still the rule where no epoch ends within a window.
+    result = _search(CPU_BOUND, epoch_samples=None)
+    assert result.pick.num_workers >= 2
+    assert result.epochs is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_short_epochs_the_per_epoch_rate_decides(seed):
+    # 3-batch epochs: the 2+ workers that win the steady state (~970 vs 492 samples/s) restart
+    # every epoch (0.17 s and more), so a single process delivers the most per epoch.
+    samples = 3 * CPU_BOUND.batch_size
+    result = _search(CPU_BOUND, epoch_samples=samples, seed=seed)
+    assert result.pick.num_workers == 0
+    assert _per_epoch(CPU_BOUND, result.pick, samples) >= 0.95 * _best_per_epoch(CPU_BOUND, samples)
+    epochs = result.epochs
+    assert epochs is not None and epochs["decides"]
+    assert epochs["samples_per_epoch"] == samples and epochs["batches_per_epoch"] == 3
+    # A raced many-worker config is recorded faster in steady state, slower per epoch.
+    rows = {row["workers"]: row for row in epochs["configs"]}
+    many = max(rows)
+    assert many >= 2
+    assert rows[many]["steady_samples_per_s"] > rows[0]["steady_samples_per_s"]
+    assert rows[many]["per_epoch_samples_per_s"] < rows[0]["per_epoch_samples_per_s"]
+    assert rows[many]["startup_share"] >= EPOCH_SHARE and rows[many]["restart_measured"]
+    # The rate reported is still the steady state's (start-up apart, SPEC §3.1).
+    assert result.samples_per_s == pytest.approx(CPU_BOUND.rate(result.pick), rel=0.1)
+
+
+def test_short_epochs_switch_away_from_many_workers():
+    # The user's loader starts 8 workers every 3-batch epoch: fewer is the advice, with the gain
+    # per epoch, although 8 workers are faster in steady state.
+    samples = 3 * CPU_BOUND.batch_size
+    eight = LoaderConfig(num_workers=8, batch_size=CPU_BOUND.batch_size)
+    result = _search(CPU_BOUND, epoch_samples=samples, baseline=eight)
+    assert not result.keep_baseline
+    assert result.pick.num_workers < 8
+    assert _per_epoch(CPU_BOUND, result.pick, samples) > 1.2 * _per_epoch(CPU_BOUND, eight, samples)
+    epochs = result.epochs
+    assert epochs["decides"] and epochs["speedup"] > 1.2
+    assert epochs["pick"] == result.pick.label()
+
+
+def test_with_no_round_raced_the_scan_decides_per_epoch_too():
+    # A budget that fits the scan but no race round: the single measurements pick, on the same
+    # rule (the old one picked 2 workers here, faster in steady state).
+    samples = 3 * CPU_BOUND.batch_size
+    steady = _search(CPU_BOUND, epoch_samples=None, budget_s=4.0)
+    assert steady.rounds == 0 and steady.pick.num_workers == 2
+    result = _search(CPU_BOUND, epoch_samples=samples, budget_s=4.0)
+    assert result.rounds == 0
+    assert result.pick.num_workers == 0
+    assert result.epochs["decides"] and result.epochs["pick"] == result.pick.label()
+    assert result.samples_per_s == pytest.approx(CPU_BOUND.rate(result.pick), rel=0.1)
+
+
+def test_long_epochs_change_nothing():
+    # Epochs of a million samples: start-up is a negligible share, the steady state decides, and
+    # the pick is the one the search makes without any epoch figures (same seed, no noise).
+    plain = _search(CPU_BOUND, epoch_samples=None, noise=0.0)
+    long = _search(CPU_BOUND, epoch_samples=1_000_000, noise=0.0)
+    assert long.pick == plain.pick and long.pick.num_workers >= 2
+    assert long.keep_baseline == plain.keep_baseline
+    assert long.epochs is not None and not long.epochs["decides"]
+    assert "pick" not in long.epochs
+
+
+# -- the cost itself, on fake trials --------------------------------------------------------
+
+
+def _trial(workers: int, rate: float, *, restart=None, startup=0.1, epoch=512) -> Trial:
+    return Trial(
+        LoaderConfig(num_workers=workers, batch_size=8),
+        rate,
+        "confirm",
+        startup_s=startup,
+        epoch_samples=epoch,
+        epoch_batches=None if epoch is None else epoch // 8,
+        restart_s=restart,
+    )
+
+
+def test_per_epoch_rate_from_the_measured_restart():
+    zero, eight = _trial(0, 4200.0, restart=0.002), _trial(8, 5000.0, restart=0.11)
+    cost = epoch_cost([zero, eight], {zero.config: 4200.0, eight.config: 5000.0})
+    assert cost is not None and cost.decides and cost.batches == 64
+    assert cost.trial_rate(eight) == pytest.approx(512 / (0.11 + 512 / 5000))
+    assert cost.trial_rate(zero) > cost.trial_rate(eight)
+    assert cost.measured[eight.config]
+
+
+def test_a_config_without_an_epoch_start_reuses_its_start_up():
+    seen, unseen = _trial(0, 4200.0, restart=0.0), _trial(8, 5000.0, startup=0.3, epoch=None)
+    cost = epoch_cost([seen, unseen], {seen.config: 4200.0, unseen.config: 5000.0})
+    assert cost is not None
+    assert cost.restart_s[unseen.config] == pytest.approx(0.3)
+    assert not cost.measured[unseen.config]
+
+
+def test_no_epoch_end_no_cost():
+    trials = [_trial(0, 4200.0, epoch=None), _trial(8, 5000.0, epoch=None)]
+    assert epoch_cost(trials, {t.config: t.samples_per_s for t in trials}) is None
+
+
+def test_a_small_share_does_not_decide():
+    # 0.2 s of start-up over an epoch of 100,000 samples at 5,000/s (20 s): 1%.
+    two = _trial(2, 5000.0, restart=0.2, epoch=100_000)
+    cost = epoch_cost([two], {two.config: 5000.0})
+    assert cost is not None and cost.share(two.config) < EPOCH_SHARE and not cost.decides
+
+
+# -- what the verdict says ------------------------------------------------------------------
+
+
+def _record(epoch_samples: int | None, baseline: LoaderConfig | None = None) -> dict:
+    """The tune section a search on the simulated model writes (as ``tune --json`` does)."""
+    result = _search(CPU_BOUND, epoch_samples=epoch_samples, baseline=baseline)
+    return TuneResult(
+        config=result.pick,
+        samples_per_s=result.samples_per_s,
+        baseline=result.baseline,
+        baseline_samples_per_s=result.baseline_samples_per_s,
+        confidence=result.confidence,
+        tuning_seconds=result.elapsed_s,
+        search=result,
+        profile=CPU_BOUND.profile(),
+        space=SearchSpace(cores=CPU_BOUND.cores, batch_size=CPU_BOUND.batch_size, max_workers=64),
+    ).to_dict()
+
+
+EIGHT = LoaderConfig(num_workers=8, batch_size=CPU_BOUND.batch_size)
+
+
+def test_the_verdict_says_the_rate_per_epoch_decided():
+    record = _record(3 * CPU_BOUND.batch_size, baseline=EIGHT)
+    v = decide(record)
+    assert v.action == "switch" and v.config["num_workers"] < 8
+    assert v.decided_by.startswith("epochs are 3 batches (96 samples); each restarts ")
+    assert "the rate per epoch, start-ups included, decides" in v.decided_by
+    assert v.measurement.startswith("per epoch, start-ups included: the tuner's race")
+    # The gain is per epoch: the steady state's ratio is below 1 (8 workers are faster there).
+    assert record["best"]["speedup"] < 1 < v.gain
+    epochs = record["search"]["epochs"]
+    assert v.samples_per_s == epochs["pick_samples_per_s"]
+    assert v.baseline_samples_per_s == epochs["baseline_samples_per_s"]
+    assert not keeps_yours(record)  # the rule tune --emit and doctor both read
+    # Every renderer's verdict says it, and tune --emit's comment too.
+    for text in (
+        ConsoleRenderer(width=400).render(record),
+        MarkdownRenderer().render(record),
+        visible_html_text(HTMLRenderer(plots=False).render(record)),
+    ):
+        assert "Epochs are 3 batches (96 samples); each restarts " in text
+    _, comment = emitted_config("pipeline:make_loader", record)
+    assert "samples/s per epoch, start-ups included" in comment
+    assert "Epochs are 3 batches" in comment
+
+
+def test_a_steady_state_sweep_row_does_not_overrule_a_per_epoch_pick():
+    record = _record(3 * CPU_BOUND.batch_size, baseline=EIGHT)
+    # The sweep's fastest row, never raced, far faster in steady state than the per-epoch pick.
+    four = LoaderConfig(num_workers=4, batch_size=CPU_BOUND.batch_size).to_dict()
+    record["results"] = [
+        {"config": four, "label": "w=4 bs=32 pf=2", "samples_per_s": {"median": 990.0}}
+    ]
+    record["best"]["head_to_head"] = [
+        h for h in record["best"]["head_to_head"] if h["config"] != four
+    ]
+    assert unraced_faster_sweep_best(record, tuning_facts(record)) is None
+    assert decide(record).config == record["best"]["config"]
+
+
+def test_long_epochs_the_verdict_is_the_steady_states():
+    v = decide(_record(1_000_000))
+    assert v.decided_by is None
+    assert not v.measurement.startswith("per epoch")
+
+
+def test_a_saved_record_with_few_epoch_figures_still_reads():
+    # A record another version wrote: one raced config, no steady rates, no pick named.
+    record = {
+        "search": {
+            "epochs": {
+                "decides": True,
+                "samples_per_epoch": 512,
+                "configs": [{"label": "w=8", "workers": 8, "per_epoch_samples_per_s": 2478.0}],
+            }
+        }
+    }
+    rule = epoch_rule(record)
+    assert rule is not None
+    assert rule.sentence.startswith("epochs are 512 samples; each restarts 8 workers of w=8")
+    assert rule.speedup is None
+    assert epoch_rule({"search": {"epochs": {"decides": False}}}) is None
+    assert epoch_rule({}) is None
