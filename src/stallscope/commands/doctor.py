@@ -24,6 +24,7 @@ from . import _common as common
 
 DEMO_TARGET = "stallscope.demo:pipeline"
 STEPS = ("check", "bench", "stages", "tune", "changes", "profile")
+CHECK_BUDGET_S = 40.0
 
 
 def build_parser() -> common.ArgumentParser:
@@ -54,6 +55,14 @@ def build_parser() -> common.ArgumentParser:
         metavar="SECONDS",
         help="time budget of the code-change step: changes applied in the probes and raced"
         " against the config the verdict picks (default 30)",
+    )
+    parser.add_argument(
+        "--check-budget",
+        type=float,
+        default=CHECK_BUDGET_S,
+        metavar="SECONDS",
+        help="time budget of the check step: the probes share it, each stopping at its share"
+        f" (default {CHECK_BUDGET_S:g})",
     )
     parser.add_argument(
         "--no-changes",
@@ -96,6 +105,8 @@ def _run(ctx: common.CommandContext) -> int:
         skip.add("changes")
     if args.changes_budget is not None and args.changes_budget <= 0:
         raise UsageError(f"--changes-budget must be positive, not {args.changes_budget:g}.")
+    if args.check_budget <= 0:
+        raise UsageError(f"--check-budget must be positive, not {args.check_budget:g}.")
     target_rate = common.positive_target_rate(args)
     out: Path = args.out
     # The report folder is written by execute() through these paths, on Ctrl-C too.
@@ -220,7 +231,8 @@ def _step_check(pipeline: Pipeline, args: Any, report: Report, record: RunRecord
     def progress(text: str, done: int | None = None, total: int | None = None) -> None:
         report(text, done / total if done is not None and total else None)
 
-    return check(pipeline, timeout=args.timeout, budget=40.0, progress=progress).to_dict()
+    result = check(pipeline, timeout=args.timeout, budget=args.check_budget, progress=progress)
+    return result.to_dict()
 
 
 def _step_bench(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
