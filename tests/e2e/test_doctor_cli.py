@@ -122,6 +122,8 @@ def test_doctor_bad_skip_and_budgets_are_usage_errors(tmp_path, capsys):
         assert doctor_command.main([flag, "0", "--out", str(tmp_path)]) == 2
         err = " ".join(capsys.readouterr().err.split())
         assert f"{flag} must be positive" in err and "Traceback" not in err
+    assert doctor_command.main(["--num-workers", "2,-1", "--out", str(tmp_path)]) == 2
+    assert "worker counts of 0 or more" in " ".join(capsys.readouterr().err.split())
 
 
 @pytest.mark.parametrize("command", ["bench", "doctor"])

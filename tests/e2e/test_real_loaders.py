@@ -31,9 +31,12 @@ LIBRARIES = {
 
 # What these tests check holds at any budget (every step runs, one pick, code that runs): the
 # smallest budgets that still run each step keep the file short. The check's probes share its
-# budget (10 s instead of 40 s: the sharding probe the split-stream test reads runs early).
+# budget (10 s instead of 40 s: the sharding probe the split-stream test reads runs early); the
+# sweep measures no workers and two (not also 1, 4 and 8: nothing here reads the scaling).
 CHECK_BUDGET = 10.0
 SHORT_DOCTOR = (
+    "--num-workers",
+    "0,2",
     "--budget",
     "4",
     "--changes-budget",
@@ -98,6 +101,7 @@ def test_doctor_on_a_real_library_names_one_config_and_fails_no_step(target, doc
     assert not record.get("step_failures")
     assert not [f for f in record.get("findings") or [] if f["severity"] == "error"]
     assert record["coverage"]["budget_s"] == CHECK_BUDGET  # --check-budget reached the check step
+    assert sorted(r["config"]["num_workers"] for r in record["results"]) == [0, 2]  # the sweep's
     assert record["best"]["samples_per_s"] > 0
     # The stage table ran inside the library's own loader.
     assert record["stages"], "no stage table"

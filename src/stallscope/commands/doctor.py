@@ -81,6 +81,14 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument(
         "--repeats", type=int, default=2, help="repeats per config in the sweep (default 2)"
     )
+    parser.add_argument(
+        "--num-workers",
+        type=common.int_list,
+        default=None,
+        metavar="N,N,...",
+        help="worker counts the sweep measures (default: 0,1,2,cores,2×cores,4×cores with usable"
+        " cores, as bench)",
+    )
     common.add_target_rate_argument(parser)
     common.add_output_arguments(
         parser,
@@ -107,6 +115,8 @@ def _run(ctx: common.CommandContext) -> int:
         raise UsageError(f"--changes-budget must be positive, not {args.changes_budget:g}.")
     if args.check_budget <= 0:
         raise UsageError(f"--check-budget must be positive, not {args.check_budget:g}.")
+    if args.num_workers and min(args.num_workers) < 0:
+        raise UsageError("--num-workers takes worker counts of 0 or more.")
     target_rate = common.positive_target_rate(args)
     out: Path = args.out
     # The report folder is written by execute() through these paths, on Ctrl-C too.
@@ -238,7 +248,7 @@ def _step_check(pipeline: Pipeline, args: Any, report: Report, record: RunRecord
 def _step_bench(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..throughput.sweep import bench, default_worker_counts
 
-    workers = default_worker_counts()
+    workers = args.num_workers or default_worker_counts()
     total = len(workers) * args.repeats
     done = [0]
 
