@@ -148,6 +148,8 @@ def test_doctor_on_a_graph_checks_it_and_breaks_it_down(tmp_path):
         "1",
         "--check-budget",
         "10",  # the probes share it: the test reads that the check ran, not its coverage
+        "--num-workers",
+        "0,2",  # the sweep: nothing here reads the scaling
         "--repeats",
         "1",  # one sweep pass: nothing here reads the sweep's spread
         "--out",
@@ -292,6 +294,8 @@ def test_doctor_on_an_adapter_runs_every_step_on_the_loader_inside(tmp_path):
         "1",
         "--check-budget",
         "10",  # the probes share it: the test reads that the check ran, not its coverage
+        "--num-workers",
+        "0,2",  # the sweep: nothing here reads the scaling
         "--repeats",
         "1",  # one sweep pass: nothing here reads the sweep's spread
         "--out",
