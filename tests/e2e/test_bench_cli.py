@@ -152,5 +152,8 @@ def test_bad_flags_exit_2():
     proc = run_cli("bench", f"{PIPELINES}/bench_sleepy.py:sleepy", "--num-workers", "two")
     assert proc.returncode == 2
     assert "comma-separated integers" in proc.stderr
+    proc = run_cli("bench", f"{PIPELINES}/bench_sleepy.py:sleepy", "--num-workers", "0,-1")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--num-workers takes worker counts of 0 or more" in proc.stderr
     proc = run_cli("frobnicate")
     assert proc.returncode == 2

@@ -39,9 +39,9 @@ def test_doctor_reports_applied_code_changes_with_verified_diffs(tmp_path):
             "--skip",
             "check,bench,stages",
             "--budget",
-            "8",
+            "4",  # the tuner only gives the pick the changes race: its quality is not read here
             "--changes-budget",
-            "12",
+            "3",  # one interleaved round of every change always runs: the race is what is read
         ],
         capture_output=True,
         text=True,

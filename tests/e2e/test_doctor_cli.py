@@ -15,6 +15,7 @@ import psutil
 import pytest
 from interrupts import default_sigint
 
+from stallscope.commands import doctor as doctor_command
 from stallscope.schema import record_schema
 
 PIPELINES = Path(__file__).resolve().parents[1] / "pipelines"
@@ -113,16 +114,16 @@ def test_doctor_exit_1_on_error_findings(tmp_path):
     assert "unpicklable" in codes
 
 
-def test_doctor_bad_skip_is_usage_error(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "stallscope", "doctor", "--skip", "lunch", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=_env(),
-    )
-    assert proc.returncode == 2
-    assert "not a step" in proc.stderr and "Traceback" not in proc.stderr
+def test_doctor_bad_skip_and_budgets_are_usage_errors(tmp_path, capsys):
+    # Refused before any target is loaded: one sentence each, exit 2.
+    assert doctor_command.main(["--skip", "lunch", "--out", str(tmp_path)]) == 2
+    assert "not a step" in " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+    for flag in ("--check-budget", "--changes-budget"):
+        assert doctor_command.main([flag, "0", "--out", str(tmp_path)]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"{flag} must be positive" in err and "Traceback" not in err
+    assert doctor_command.main(["--num-workers", "2,-1", "--out", str(tmp_path)]) == 2
+    assert "worker counts of 0 or more" in " ".join(capsys.readouterr().err.split())
 
 
 @pytest.mark.parametrize("command", ["bench", "doctor"])

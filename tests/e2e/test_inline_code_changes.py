@@ -63,7 +63,7 @@ def test_doctor_applies_races_and_prints_a_diff_that_runs(name, tmp_path):
             "--budget",
             "4",  # the tuner only gives the pick the changes race: its quality is not read here
             "--changes-budget",
-            "12",
+            "3",  # one interleaved round of every change always runs: the race is what is read
         ],
         capture_output=True,
         text=True,

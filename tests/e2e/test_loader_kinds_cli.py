@@ -146,6 +146,10 @@ def test_doctor_on_a_graph_checks_it_and_breaks_it_down(tmp_path):
         TUNE_BUDGET,
         "--changes-budget",
         "1",
+        "--check-budget",
+        "10",  # the probes share it: the test reads that the check ran, not its coverage
+        "--num-workers",
+        "0,2",  # the sweep: nothing here reads the scaling
         "--repeats",
         "1",  # one sweep pass: nothing here reads the sweep's spread
         "--out",
@@ -288,6 +292,10 @@ def test_doctor_on_an_adapter_runs_every_step_on_the_loader_inside(tmp_path):
         TUNE_BUDGET,
         "--changes-budget",
         "1",
+        "--check-budget",
+        "10",  # the probes share it: the test reads that the check ran, not its coverage
+        "--num-workers",
+        "0,2",  # the sweep: nothing here reads the scaling
         "--repeats",
         "1",  # one sweep pass: nothing here reads the sweep's spread
         "--out",

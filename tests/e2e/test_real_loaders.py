@@ -30,8 +30,22 @@ LIBRARIES = {
 
 
 # What these tests check holds at any budget (every step runs, one pick, code that runs): the
-# smallest budgets that still run each step keep the file short.
-SHORT_DOCTOR = ("--budget", "4", "--changes-budget", "1", "--repeats", "1")
+# smallest budgets that still run each step keep the file short. The check's probes share its
+# budget (10 s instead of 40 s: the sharding probe the split-stream test reads runs early); the
+# sweep measures no workers and two (not also 1, 4 and 8: nothing here reads the scaling).
+CHECK_BUDGET = 10.0
+SHORT_DOCTOR = (
+    "--num-workers",
+    "0,2",
+    "--budget",
+    "4",
+    "--changes-budget",
+    "1",
+    "--check-budget",
+    f"{CHECK_BUDGET:g}",
+    "--repeats",
+    "1",
+)
 
 
 def _need(target: str) -> None:
@@ -86,6 +100,8 @@ def test_doctor_on_a_real_library_names_one_config_and_fails_no_step(target, doc
     assert "num_workers" in record["loader_kind"]["knobs"]
     assert not record.get("step_failures")
     assert not [f for f in record.get("findings") or [] if f["severity"] == "error"]
+    assert record["coverage"]["budget_s"] == CHECK_BUDGET  # --check-budget reached the check step
+    assert sorted(r["config"]["num_workers"] for r in record["results"]) == [0, 2]  # the sweep's
     assert record["best"]["samples_per_s"] > 0
     # The stage table ran inside the library's own loader.
     assert record["stages"], "no stage table"
@@ -102,7 +118,7 @@ def test_tune_prints_the_factory_called_with_the_pick_and_it_runs(tmp_path):
     _need(target)
     out = tmp_path / "tune.json"
     done = run_cli(
-        "tune", target, "--budget", "5", "--emit", "python", "--json", str(out), "--quiet"
+        "tune", target, "--budget", "4", "--emit", "python", "--json", str(out), "--quiet"
     )
     assert done.returncode == 0, done.stderr[-3000:]
     record = json.loads(out.read_text())
@@ -120,7 +136,16 @@ def test_tune_prints_the_factory_called_with_the_pick_and_it_runs(tmp_path):
 def test_webdataset_shards_read_by_every_worker_are_flagged(tmp_path):
     pytest.importorskip("webdataset")
     out = tmp_path / "check.json"
-    done = run_cli("check", "real_webdataset.py:make_unsplit_loader", "--json", str(out), "--quiet")
+    # Only the code under test: its sharding probe is the one that compares the workers' streams.
+    done = run_cli(
+        "check",
+        "real_webdataset.py:make_unsplit_loader",
+        "--only",
+        "iterable-duplicates",
+        "--json",
+        str(out),
+        "--quiet",
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     record = json.loads(out.read_text())
     assert record["coverage"]["probes"]["sharding"] == "done", record["coverage"]

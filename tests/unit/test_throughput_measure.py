@@ -19,10 +19,8 @@ from stallscope.throughput.measure import (
 COST = 0.010  # s per item: long enough that sleep overshoot and IPC stay well under 10 %
 
 
-@pytest.mark.parametrize(
-    ("workers", "context"),
-    [(0, None), (2, "fork"), (4, "fork"), (3, "spawn")],
-)
+# Spawned workers: test_startup_reported_separately_from_rate (one spawned loader, read alike).
+@pytest.mark.parametrize(("workers", "context"), [(0, None), (2, "fork"), (4, "fork")])
 def test_rate_matches_known_cost(workers, context, tmp_path):
     # Sleep releases the CPU, so W workers deliver W items per item cost even on 2 cores. The
     # item cost is what each item really took where it ran (sleeps overshoot on a loaded machine).
@@ -44,19 +42,22 @@ def test_rate_matches_known_cost(workers, context, tmp_path):
 
 def test_prefetch_buffer_does_not_inflate_rate(tmp_path):
     """A deep prefetch buffer full at start-up must not show up as extra throughput."""
-    pipeline = load_target(SleepyDataset(400, 0.02, log_dir=str(tmp_path)), batch_size=2)
+    pipeline = load_target(SleepyDataset(400, 0.04, log_dir=str(tmp_path)), batch_size=2)
     deep = LoaderConfig(num_workers=2, batch_size=2, prefetch_factor=16)
-    # The consumer idles 1 s after the first batch (a model being built): both workers
-    # fill their 16-batch buffers. The warm-up drains them before the window opens.
-    m = measure(pipeline, deep, min_window_s=1.0, settle_s=1.0)
+    # The consumer idles 1.5 s after the first batch (a model being built): both workers
+    # fill their 16-batch buffers (80 ms a batch). The warm-up drains them before the window opens.
+    m = measure(pipeline, deep, min_window_s=1.0, settle_s=1.5)
     truth = 2 / real_item_seconds(str(tmp_path))
     assert m.samples_per_s == pytest.approx(truth, rel=0.10)
     assert m.warmup_batches >= 2 * 16
 
-    # The same run timed the naive way (no warm-up, a few batches) counts the buffer
-    # as throughput: this is the mistake the warm-up prevents, so the test can fail.
-    naive = measure(pipeline, deep, min_window_s=0.0, min_batches=8, warmup_batches=0, settle_s=1.0)
-    assert naive.samples_per_s > 3 * truth
+    # The same run timed the naive way (no warm-up, a few batches) counts the buffer as
+    # throughput: this is the mistake the warm-up prevents, so the test can fail. Its rate is
+    # what the main process can take batches off a full buffer at (a few ms a batch, more on a
+    # loaded machine), not the workers' capacity: at least twice the honest rate, which is
+    # within 10% of that capacity.
+    naive = measure(pipeline, deep, min_window_s=0.0, min_batches=8, warmup_batches=0, settle_s=1.5)
+    assert naive.samples_per_s > 2 * m.samples_per_s
 
 
 def test_startup_reported_separately_from_rate(tmp_path):
@@ -66,8 +67,12 @@ def test_startup_reported_separately_from_rate(tmp_path):
     )
     # Spawning two interpreters that import torch costs far more than one batch (40 ms)...
     assert m.startup_s > 0.04
-    # ...but the steady-state rate is unaffected by it.
+    # ...but the steady-state rate is unaffected by it: the spawned workers' capacity, counted
+    # per batch as at fork (test_rate_matches_known_cost).
     assert m.samples_per_s == pytest.approx(2 / real_item_seconds(str(tmp_path)), rel=0.10)
+    assert m.batches_per_s == pytest.approx(m.samples_per_s / 4)
+    assert m.window_s >= 1.0
+    assert m.samples == m.batches * 4
 
 
 def test_a_short_stream_is_re_iterated_and_one_that_runs_dry_is_flagged():

@@ -87,6 +87,8 @@ def _run(ctx: common.CommandContext) -> int:
         common.fail("--repeats must be at least 1.")
     if args.worker_threads and min(args.worker_threads) < 0:
         common.fail("--worker-threads must be 0 (off) or more threads.")
+    if args.num_workers and min(args.num_workers) < 0:
+        common.fail("--num-workers takes worker counts of 0 or more.")
     target_rate = common.positive_target_rate(args)
     pipeline = common.run_target_loader(args)
     record = ctx.new_record("bench", pipeline.target, pipeline)

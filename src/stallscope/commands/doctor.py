@@ -24,6 +24,7 @@ from . import _common as common
 
 DEMO_TARGET = "stallscope.demo:pipeline"
 STEPS = ("check", "bench", "stages", "tune", "changes", "profile")
+CHECK_BUDGET_S = 40.0
 
 
 def build_parser() -> common.ArgumentParser:
@@ -56,6 +57,14 @@ def build_parser() -> common.ArgumentParser:
         " against the config the verdict picks (default 30)",
     )
     parser.add_argument(
+        "--check-budget",
+        type=float,
+        default=CHECK_BUDGET_S,
+        metavar="SECONDS",
+        help="time budget of the check step: the probes share it, each stopping at its share"
+        f" (default {CHECK_BUDGET_S:g})",
+    )
+    parser.add_argument(
         "--no-changes",
         action="store_true",
         help="skip the code-change step (same as --skip changes)",
@@ -71,6 +80,14 @@ def build_parser() -> common.ArgumentParser:
     )
     parser.add_argument(
         "--repeats", type=int, default=2, help="repeats per config in the sweep (default 2)"
+    )
+    parser.add_argument(
+        "--num-workers",
+        type=common.int_list,
+        default=None,
+        metavar="N,N,...",
+        help="worker counts the sweep measures (default: 0,1,2,cores,2×cores,4×cores with usable"
+        " cores, as bench)",
     )
     common.add_target_rate_argument(parser)
     common.add_output_arguments(
@@ -96,6 +113,10 @@ def _run(ctx: common.CommandContext) -> int:
         skip.add("changes")
     if args.changes_budget is not None and args.changes_budget <= 0:
         raise UsageError(f"--changes-budget must be positive, not {args.changes_budget:g}.")
+    if args.check_budget <= 0:
+        raise UsageError(f"--check-budget must be positive, not {args.check_budget:g}.")
+    if args.num_workers and min(args.num_workers) < 0:
+        raise UsageError("--num-workers takes worker counts of 0 or more.")
     target_rate = common.positive_target_rate(args)
     out: Path = args.out
     # The report folder is written by execute() through these paths, on Ctrl-C too.
@@ -220,13 +241,14 @@ def _step_check(pipeline: Pipeline, args: Any, report: Report, record: RunRecord
     def progress(text: str, done: int | None = None, total: int | None = None) -> None:
         report(text, done / total if done is not None and total else None)
 
-    return check(pipeline, timeout=args.timeout, budget=40.0, progress=progress).to_dict()
+    result = check(pipeline, timeout=args.timeout, budget=args.check_budget, progress=progress)
+    return result.to_dict()
 
 
 def _step_bench(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..throughput.sweep import bench, default_worker_counts
 
-    workers = default_worker_counts()
+    workers = args.num_workers or default_worker_counts()
     total = len(workers) * args.repeats
     done = [0]
 
