@@ -269,3 +269,15 @@ def test_a_saved_record_with_few_epoch_figures_still_reads():
     assert rule.speedup is None
     assert epoch_rule({"search": {"epochs": {"decides": False}}}) is None
     assert epoch_rule({}) is None
+
+
+def test_a_noisy_tie_that_kept_the_slower_median_says_so():
+    rows = [
+        {"label": "w=4", "workers": 4, "per_epoch_samples_per_s": 251.0, "startup_share": 0.2},
+        {"label": "w=0", "workers": 0, "per_epoch_samples_per_s": 193.0, "startup_share": 0.0},
+    ]
+    epochs = {"decides": True, "samples_per_epoch": 238, "configs": rows, "pick": "w=0"}
+    record = {"search": {"epochs": epochs}, "best": {"tie": True}}
+    assert epoch_rule(record).sentence.endswith("so the cheaper config was kept")
+    record["best"]["tie"] = False
+    assert "cheaper config" not in epoch_rule(record).sentence

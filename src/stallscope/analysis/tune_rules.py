@@ -190,6 +190,12 @@ def epoch_rule(section: dict[str, Any]) -> EpochRule | None:
             f"{_epoch_rate(rival, 'per_epoch')} samples/s per epoch "
             f"({_epoch_rate(pick, 'steady')} vs {_epoch_rate(rival, 'steady')} in steady state)"
         )
+        behind = (number(pick.get("per_epoch_samples_per_s")) or 0.0) < (
+            number(rival.get("per_epoch_samples_per_s")) or 0.0
+        )
+        if behind and (best_of(section) or Best()).tie:
+            # A noisy tie kept the cheaper config although its median is behind.
+            sentence += "; within the noise of the race's rounds, so the cheaper config was kept"
     return EpochRule(
         sentence=sentence,
         pick_samples_per_s=number(epochs.get("pick_samples_per_s")),
