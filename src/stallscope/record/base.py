@@ -15,6 +15,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar, Union
 
+from .model import field_default
+
 S = TypeVar("S", bound="Section")
 
 _MISSING = object()
@@ -59,14 +61,6 @@ def _section_of(hint: Any) -> type[Section] | None:
     return None
 
 
-def _default(f: dataclasses.Field[Any]) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return None
-
-
 @dataclasses.dataclass
 class Section:
     """Base of every record section; subclasses are dataclasses whose fields all have defaults.
@@ -100,7 +94,7 @@ class Section:
             value = data.get(f.name, _MISSING) if isinstance(data, Mapping) else _MISSING
             hint = hints[f.name]
             if value is _MISSING or not _matches(value, hint):
-                kwargs[f.name] = _default(f)
+                kwargs[f.name] = field_default(f)
                 continue
             nested = _section_of(hint)
             if nested is not None and isinstance(value, Mapping):

@@ -103,7 +103,8 @@ def _write(value: Any) -> Any:
     return value
 
 
-def _default(f: dataclasses.Field[Any]) -> Any:
+def field_default(f: dataclasses.Field[Any]) -> Any:
+    """A dataclass field's default (its factory called), None where it has none."""
     if f.default is not dataclasses.MISSING:
         return f.default
     if f.default_factory is not dataclasses.MISSING:
@@ -305,6 +306,11 @@ class Trial(Item):
     error: str | None = None
     main_ms_per_batch: float | None = None
     cpu_ms_per_sample: float | None = None
+    # An epoch's length and what an epoch start cost beyond the steady state, where the window
+    # saw one (NOTE [per-epoch rate] in tuning/epoch_cost.py).
+    epoch_samples: int | None = None
+    epoch_batches: int | None = None
+    restart_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -474,6 +480,7 @@ class Search(Item):
     space: JSON | None = None  # the knobs searched; ``cores``
     profile: JSON | None = None  # the in-process profile; ``cpu_per_wall``
     batched_fetch: JSON | None = None
+    epochs: JSON | None = None  # the epoch and each raced config's rate per epoch; ``decides``
 
 
 # -- checks and profiles -----------------------------------------------------------------------
