@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import multiprocessing
-import os
 import signal
 import sys
 import threading
@@ -182,21 +181,13 @@ class CommandContext:
         return self.record
 
 
-def piped_width() -> int | None:
-    """The console's width: the terminal's; piped, ``COLUMNS`` where it is set, else 140 columns
-    (rich's default of 80 wraps every table)."""
-    if sys.stdout.isatty():
-        return None
-    columns = os.environ.get("COLUMNS", "")
-    return int(columns) if columns.isdigit() and int(columns) >= 40 else 140
-
-
 def execute(
     parser: argparse.ArgumentParser,
     argv: list[str] | None,
     body: Callable[[CommandContext], int],
 ) -> int:
-    console = Console(stderr=False, highlight=False, width=piped_width())
+    # Piped output gets a readable width instead of rich's 80-column default.
+    console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 140)
     err = Console(stderr=True, highlight=False)
     try:
         args = parser.parse_args(argv)
