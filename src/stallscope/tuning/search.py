@@ -572,18 +572,14 @@ class Search:
         return best is not None and self.rate(config) >= self.rate(best) * (1 - within)
 
     # -- the race --------------------------------------------------------------------
-    def finalists(self) -> list[LoaderConfig]:
-        """The best few scanned configs, plus the cheapest one within a few percent of the best:
-        ranked per epoch where the scan saw short epochs whose start-up matters (NOTE [per-epoch
-        rate] in epoch_cost.py), else on the steady state."""
-        usable = self.usable()
-        cost = epoch_cost(list(usable.values()), {c: t.samples_per_s for c, t in usable.items()})
-        per_epoch = cost is not None and cost.decides
-
-        def score(trial: Trial) -> float:
-            return cost.trial_rate(trial) if cost is not None and per_epoch else trial.samples_per_s
-
-        ranked = sorted(((score(t), c) for c, t in usable.items()), key=lambda p: -p[0])
+    def finalists(self, rate: Callable[[Trial], float] | None = None) -> list[LoaderConfig]:
+        """The best few scanned configs, plus the cheapest one within a few percent of the best,
+        ranked by ``rate`` (the rate that decides: per epoch where the scan saw short epochs whose
+        start-up matters, NOTE [per-epoch rate] in epoch_cost.py; default the steady state)."""
+        ranked = sorted(
+            ((rate(t) if rate else t.samples_per_s, c) for c, t in self.usable().items()),
+            key=lambda p: -p[0],
+        )
         if not ranked:
             return []
         top = ranked[0][0]
@@ -633,7 +629,7 @@ class Search:
         ok = {c: per_epoch(t) if per_epoch else t.samples_per_s for c, t in usable.items()}
         seeds = [(c, role) for c, role in self.seeds if c in usable]
         self.race.earlier = list(self.trials)
-        decision = self.race.run(entrants(ok, self.finalists(), seeds, self.baseline))
+        decision = self.race.run(entrants(ok, self.finalists(per_epoch), seeds, self.baseline))
         if decision is None:
             # Not one round raced: single measurements pick, and within their noise floor the
             # cheaper config.
