@@ -150,15 +150,15 @@ def own_memory_mb(procs: list[psutil.Process]) -> dict[str, Any]:
     each: dict[int, float] = {}
     for proc in procs:
         try:
-            value = float(proc.memory_full_info().uss) / MB
+            full = proc.memory_full_info()  # its RSS too: one reading of the process
+            value, resident = float(full.uss) / MB, float(full.rss) / MB
         except (psutil.Error, AttributeError):
             have_uss = False
             try:
-                value = float(proc.memory_info().rss) / MB
+                value = resident = float(proc.memory_info().rss) / MB
             except psutil.Error:
                 continue
-        with contextlib.suppress(psutil.Error):
-            rss += float(proc.memory_info().rss) / MB
+        rss += resident
         own += value
         each[proc.pid] = value
     return {"own_mb": own, "rss_mb": rss, "uss": have_uss, "each": each}
