@@ -47,12 +47,11 @@ class EpochCost:
     measured: Mapping[LoaderConfig, bool]  # its own epoch starts (True) or its start-up reused
     steady: Mapping[LoaderConfig, float]  # the steady rates the shares were taken at
 
-    def rate(self, config: LoaderConfig, steady: float, restart_s: float | None = None) -> float:
+    def rate(self, config: LoaderConfig, steady: float) -> float:
         """Samples per second over whole epochs at the steady rate ``steady``."""
         if steady <= 0:
             return 0.0
-        restart = self.restart_s.get(config, 0.0) if restart_s is None else restart_s
-        return self.samples / (restart + self.samples / steady)
+        return self.samples / (self.restart_s.get(config, 0.0) + self.samples / steady)
 
     def share(self, config: LoaderConfig) -> float:
         """The share of ``config``'s epoch its start-up takes."""
