@@ -34,6 +34,7 @@ the record says which workers were idle.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..runtime.processes import (
@@ -63,8 +64,6 @@ KEY_FIELDS = ("__key__", "key", "id", "uid", "sample_id", "idx", "index")
 def sample_key(item: Any) -> str | None:
     """The key a sample carries (webdataset's ``__key__``, an ``id`` or ``index`` field; the first
     of a batch's), or None."""
-    from collections.abc import Mapping
-
     if not isinstance(item, Mapping):
         return None
     for name in KEY_FIELDS:
@@ -235,7 +234,9 @@ def duplication_verdict(record: dict[str, Any]) -> dict[str, Any]:
     names = record.get("keys") or {}
     examples: list[dict[str, Any]] = []
     for digest in dict.fromkeys(d for stream in usable.values() for d in stream):
-        if digest not in shared or len(examples) >= EXAMPLES:
+        if len(examples) >= EXAMPLES:
+            break
+        if digest not in shared:
             continue
         positions = {w: stream.index(digest) for w, stream in usable.items() if digest in stream}
         worker, at = next(iter(positions.items()))
