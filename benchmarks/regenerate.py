@@ -41,6 +41,7 @@ class Entry:
     argv: tuple[str, ...]  # after ``python``
     outputs: tuple[str, ...]  # file names under benchmarks/results/
     minutes: float  # what it took on a quiet 2-core machine, roughly
+    needs_gpu: bool = False  # run only where torch sees a CUDA device; skipped elsewhere
 
 
 def _json(name: str) -> str:
@@ -177,12 +178,25 @@ ENTRIES: tuple[Entry, ...] = (
         ("tune_under_load.json",),
         6,
     ),
+    Entry(
+        "cuda_paths",
+        ("benchmarks/cuda_paths.py", "--out", _json("cuda_paths")),
+        ("cuda_paths.json",),
+        6,
+        needs_gpu=True,
+    ),
 )
 
 
 def outputs() -> set[str]:
     """Every file name under benchmarks/results/ that an entry writes."""
     return {name for entry in ENTRIES for name in entry.outputs}
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def log(text: str) -> None:
@@ -207,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     failed = []
     for entry in chosen:
+        if entry.needs_gpu and not _cuda_available():
+            log(f"{entry.name}: skipped, it needs a CUDA device and torch sees none here")
+            continue
         log(f"{entry.name}: python {' '.join(entry.argv)} (load {load_average()}) …")
         t0 = time.perf_counter()
         code = subprocess.run([sys.executable, *entry.argv], cwd=ROOT, env=os.environ).returncode
