@@ -37,8 +37,11 @@ DEMO = "stallscope.demo:pipeline"
 DEMO_MODEL = "stallscope.demo:pipeline_with_model"
 
 
-def cli(args: list[str], folder: Path, name: str, timeout: float) -> dict[str, Any]:
-    """Run ``python -m stallscope ARGS --json`` and return its exit code, wall time and record."""
+def cli(
+    args: list[str], folder: Path, name: str, timeout: float, keep_console: bool = False
+) -> dict[str, Any]:
+    """Run ``python -m stallscope ARGS --json`` and return its exit code, wall time and record
+    (and its console output with ``keep_console``: what a user reads on that machine)."""
     out = folder / f"{name}.json"
     started = time.perf_counter()
     try:
@@ -49,8 +52,10 @@ def cli(args: list[str], folder: Path, name: str, timeout: float) -> dict[str, A
             timeout=timeout,
         )
         rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-1500:]
+        console = proc.stdout
     except subprocess.TimeoutExpired as exc:
         rc, tail = None, f"timed out after {timeout:.0f} s: {str(exc.stdout)[-800:]}"
+        console = None
     record = json.loads(out.read_text()) if out.exists() else None
     return {
         "args": args,
@@ -58,6 +63,7 @@ def cli(args: list[str], folder: Path, name: str, timeout: float) -> dict[str, A
         "wall_s": round(time.perf_counter() - started, 1),
         "record": record,
         "output_tail": tail if rc != 0 else None,
+        **({"console": console.splitlines()} if keep_console and console else {}),
     }
 
 
@@ -130,21 +136,28 @@ def bench_step(folder: Path) -> dict[str, Any]:
 
 def doctor_step(folder: Path) -> dict[str, Any]:
     run = cli(
-        ["doctor", "--budget", "40", "--check-budget", "20", "--changes-budget", "20", "--quiet"],
+        ["doctor", "--budget", "40", "--check-budget", "20", "--changes-budget", "20"],
         folder,
         "doctor",
         420,
+        keep_console=True,
     )
     record = run.pop("record") or {}
     analysis = record.get("analysis") or {}
-    run["winner"] = analysis.get("winner")
+    for key in ("action", "label", "samples_per_s", "measurement", "gain", "confidence", "rounds"):
+        run[key] = analysis.get(key)
+    run["pin_memory"] = (analysis.get("config") or {}).get("pin_memory")
     run["bound"] = analysis.get("bound")
+    run["ceiling"] = analysis.get("ceiling")
     run["host"] = record.get("host")
     return run
 
 
 def watch_step(device: str) -> dict[str, Any]:
-    """A loop whose step is ~20 ms of GPU matrix work and whose data is ready at once."""
+    """What the device synchronise changes: a loop whose step queues ~20 ms of GPU work and never
+    waits for it, fed by a loader that copies each (tiny, ready) batch to the GPU in ``next()``,
+    as GPU-prefetching wrappers do. That copy waits for the queued kernels, so without a
+    synchronise the device's time lands in "data wait"; the truth is a compute-bound loop."""
     import torch
 
     import stallscope as ss
@@ -152,10 +165,12 @@ def watch_step(device: str) -> dict[str, Any]:
     if device != "cuda":
         return {"skipped": "no CUDA device"}
     x = torch.randn(4096, 4096, device="cuda")
-    loader = [torch.randn(64, 64) for _ in range(60)]
+
+    def device_loader():  # a pageable copy: the host waits until the stream reaches it
+        for _ in range(60):
+            yield torch.randn(64, 64).to("cuda")
 
     def step(batch: torch.Tensor) -> torch.Tensor:
-        batch = batch.to("cuda", non_blocking=True)
         y = x
         for _ in range(8):  # queued kernels: the host returns long before the device finishes
             y = y @ x
@@ -165,7 +180,7 @@ def watch_step(device: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for sync in ("cuda", None):
         torch.cuda.synchronize()
-        watched = ss.watch(loader, sync=sync, warmup=5)
+        watched = ss.watch(device_loader(), sync=sync, warmup=5)
         for batch in watched:
             step(batch)
         torch.cuda.synchronize()
