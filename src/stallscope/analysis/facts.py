@@ -91,6 +91,8 @@ class BenchFacts:
     )
     batches_timed: int | None = None  # steady-state batches timed, all configurations and repeats
     window_s: float | None = None  # steady-state seconds those batches took
+    # The GPU each measured batch was copied to (NOTE [delivered to the device]); None without one.
+    delivered_to: str | None = None
 
 
 @dataclass

@@ -62,6 +62,13 @@ from .tune_rules import epoch_rule, is_tune_section, keeps_yours
 LATENCY_BOUND_MARGIN = 1.1
 
 
+def delivered_to(r: Record) -> str | None:
+    """The GPU every measured batch was copied to before the clock read (NOTE [delivered to the
+    device]: wherever the record's host has one), or None."""
+    gpu = (r.get("host") or {}).get("gpu")
+    return gpu if isinstance(gpu, str) and gpu else None
+
+
 def bench_facts(r: Record) -> BenchFacts | None:
     results = results_of(r)
     if not results:
@@ -100,6 +107,7 @@ def bench_facts(r: Record) -> BenchFacts | None:
     timed = [res.batches_measured for res in ok if res.batches_measured is not None]
     windows = [res.window_s for res in ok if res.window_s is not None]
     return BenchFacts(
+        delivered_to=delivered_to(r),
         batches_timed=sum(timed) if timed else None,
         window_s=sum(windows) if windows else None,
         rows=rows,

@@ -11,6 +11,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from ..errors import PipelineError, UsageError, describe_exception
+from ..pipeline.structure import to_device
 from ..pipeline.transforms import TransformSlot, substitute_all
 from .instrumented import (
     InstrumentedDataset,
@@ -228,20 +229,7 @@ def _to_device(batch: Any, device: Any) -> dict[str, float]:
     start = time.perf_counter()
     pinned = pin_memory(batch)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
     pinned_at = time.perf_counter()
-    _move(pinned, device)
+    to_device(pinned, device, non_blocking=True)
     torch.cuda.synchronize(device)
     done = time.perf_counter()
     return {PIN: pinned_at - start, H2D: done - pinned_at}
-
-
-def _move(obj: Any, device: Any) -> Any:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device, non_blocking=True)
-    from ..pipeline.structure import children
-
-    parts = children(obj)
-    if parts is not None:  # a Mapping, dataclass, named tuple, list or tuple: move what it holds
-        return [_move(v, device) for _, v in parts]
-    return obj

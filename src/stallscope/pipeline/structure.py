@@ -43,6 +43,18 @@ def children(obj: Any) -> list[tuple[str, Any]] | None:
     return None
 
 
+def to_device(obj: Any, device: Any, *, non_blocking: bool = False) -> Any:
+    """Every tensor ``obj`` holds, copied to ``device`` (containers as :func:`children` walks
+    them become lists; anything else is left where it is). A copy from pinned memory with
+    ``non_blocking`` returns before it ends: synchronise before reading the clock."""
+    if _array_kind(obj) == "tensor":
+        return obj.to(device, non_blocking=non_blocking)
+    parts = children(obj)
+    if parts is not None:
+        return [to_device(v, device, non_blocking=non_blocking) for _, v in parts]
+    return obj
+
+
 def _array_kind(obj: Any) -> str | None:
     """ "tensor", "ndarray" or None. Subclasses count as what they extend (grain's
     ``SharedMemoryArray``, a library's tensor subclass): the classes' modules are read first, so

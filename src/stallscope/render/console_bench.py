@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..analysis.invariants import ran_label
 from ..analysis.run_verdict import decide
+from ..analysis.sections import delivered_to
 from ..record.model import BatchMs, BenchResult
 from ..record.sections import BenchSection, Scaling
 from .report_format import fmt_fixed
@@ -33,8 +34,10 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         ),
         None,
     )
+    gpu = delivered_to(data)
+    delivery = f", each batch copied to the GPU ({escape(gpu)})" if gpu else ""
     table = Table(
-        title="DataLoader throughput (steady state; start-up reported separately)",
+        title=f"DataLoader throughput (steady state{delivery}; start-up reported separately)",
         title_justify="left",
     )
     tokens = any(r.tokens_per_s for r in results)  # token batches: tokens/s beside samples/s

@@ -41,6 +41,8 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
             f"; rates come from {bench.batches_timed:,} batches timed over "
             f"{rf.fmt_seconds(bench.window_s)} of steady state, start-up excluded"
         )
+    if bench.delivered_to:
+        intro += f"; each batch was copied to the GPU ({bench.delivered_to}) before the clock read"
     intro += "."
     if bench.single_process_ms_per_sample is not None:
         intro += (

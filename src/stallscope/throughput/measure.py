@@ -27,6 +27,18 @@ How a number is taken, and why:
   samples delivered in the window over the window's length.
 * **Repeats, interleaved.** :func:`measure_interleaved` runs configs in
   A B … B A order per repeat, so drift and order effects hit all of them alike.
+* **Delivered where training reads it.** With a CUDA device, each batch is copied to it and the
+  copy waited for, inside the timing (NOTE [delivered to the device]).
+
+NOTE [delivered to the device]: a training loop on a GPU copies every batch there before its
+step can start, so the rate that matters is batches on the device, and ``pin_memory`` is the knob
+that buys a faster copy (a pageable copy is staged through a driver buffer by the main thread; a
+pinned one runs at the link's speed: on an H200, 8–14 GiB/s against 50 GiB/s for a 64 MiB batch,
+``benchmarks/results/cuda_paths.json``). A measurement that stops at the host counts the pin
+thread's cost and none of its gain, and a tuner reading it turns ``pin_memory`` off on every GPU
+machine. So where torch sees a CUDA device, every measured batch is copied to it
+(``non_blocking`` when the config pins memory) and synchronised, and only then does the clock
+read; the record's ``host.gpu`` says where that was. Without one, nothing changes.
 """
 
 from __future__ import annotations
@@ -45,8 +57,9 @@ from ..config import LoaderConfig
 from ..errors import PipelineError, describe_exception, worker_traceback_tail
 from ..pipeline.kinds import close_trial
 from ..pipeline.loaders import EpochCycle, build_loader, close_threads, quiet_worker_warning
-from ..pipeline.structure import batch_length, token_counter
+from ..pipeline.structure import batch_length, to_device, token_counter
 from ..pipeline.threaded import noted_index, without_notes
+from ..runtime.host import cuda_available
 from ..runtime.processes import describe_worker_death, is_worker_death, stop_workers, worker_pids
 from ..runtime.resources import ResourceSampler, ResourceSummary
 from ..stats import quantile
@@ -152,6 +165,7 @@ def measure(
     seed: int = 0,
     settle_s: float = 0.0,
     main_step: Callable[[Any], Any] | None = None,
+    device: Any = None,
 ) -> Measurement:
     """Measure ``config``'s steady-state rate on ``pipeline`` (see the module docstring).
 
@@ -161,7 +175,9 @@ def measure(
     only where the user gave neither a sampler nor a generator.
 
     ``main_step`` runs on every batch in this process, inside the timing, as a training loop would
-    (the code-change probes move per-batch work here: NOTE [applied code changes]).
+    (the code-change probes move per-batch work here: NOTE [applied code changes]). Each batch is
+    then copied to ``device`` (default: the CUDA device where there is one; NOTE [delivered to the
+    device]).
 
     Raises :class:`PipelineError` when the pipeline itself fails (the dataset
     raises in a worker, a worker dies, no batch within ``timeout``).
@@ -180,7 +196,7 @@ def measure(
             seed=seed,
             settle_s=settle_s,
             dead=dead,
-            main_step=main_step,
+            main_step=chain_steps(main_step, delivery_step(config, device)),
         )
     except PipelineError:
         raise
@@ -486,6 +502,42 @@ def _cycles_itself(pipeline: Pipeline) -> bool:
     if kind.rebuilds_from_parts:
         return False
     return not (kind.name == "dataloader-subclass")
+
+
+def delivery_step(config: LoaderConfig, device: Any = None) -> Callable[[Any], Any] | None:
+    """Per batch: copy it to ``device`` and wait for the copy; None where there is no device
+    (``device`` None and no CUDA). NOTE [delivered to the device]. The batch itself is returned
+    unchanged: samples and tokens are counted on the host."""
+    import torch
+
+    if device is None:
+        if not cuda_available():
+            return None
+        device = torch.device("cuda")
+    device = torch.device(device)
+    non_blocking = bool(config.pin_memory)
+
+    def deliver(batch: Any) -> Any:
+        to_device(batch, device, non_blocking=non_blocking)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return batch
+
+    return deliver
+
+
+def chain_steps(*steps: Callable[[Any], Any] | None) -> Callable[[Any], Any] | None:
+    """The steps given, run in order on each batch (each gets what the one before returned)."""
+    present = [step for step in steps if step is not None]
+    if len(present) <= 1:
+        return present[0] if present else None
+
+    def chained(batch: Any) -> Any:
+        for step in present:
+            batch = step(batch)
+        return batch
+
+    return chained
 
 
 def _count(sizes: deque[int], batch: Any) -> int:
