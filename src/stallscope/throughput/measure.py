@@ -33,12 +33,12 @@ How a number is taken, and why:
 NOTE [delivered to the device]: a training loop on a GPU copies every batch there before its
 step can start, so the rate that matters is batches on the device, and ``pin_memory`` is the knob
 that buys a faster copy (a pageable copy is staged through a driver buffer by the main thread; a
-pinned one runs at the link's speed: on an H200, 8–14 GiB/s against 50 GiB/s for a 64 MiB batch,
+pinned one runs at the link's speed: on an H200, 15 GiB/s against 50 GiB/s for a 64 MiB batch,
 ``benchmarks/results/cuda_paths.json``). A measurement that stops at the host counts the pin
-thread's cost and none of its gain, and a tuner reading it turns ``pin_memory`` off on every GPU
-machine. So where torch sees a CUDA device, every measured batch is copied to it
-(``non_blocking`` when the config pins memory) and synchronised, and only then does the clock
-read; the record's ``host.gpu`` says where that was. Without one, nothing changes.
+thread's cost and none of its gain: there, pinning can only lose. So where torch sees a CUDA
+device, every measured batch is copied to it (``non_blocking`` when the config pins memory) and
+synchronised, and only then does the clock read; the record's ``host.gpu`` says where that was.
+Without one, nothing changes.
 """
 
 from __future__ import annotations
