@@ -85,13 +85,15 @@ def test_doctor_applies_races_and_prints_a_diff_that_runs(name, tmp_path):
     assert ("integer-transfer" in not_applied) != ("integer-transfer" in expected)
     for change_id in expected:
         change = changes[change_id]
-        # raced against the pick in the same rounds
-        assert change["rounds"] >= 1 and change["speedup"] and change["speedup"] > 0, change
-        assert change["pick_samples_per_s"] and change["samples_per_s"], change
+        # Raced against the pick in the same rounds: a speed-up exactly where a round paired
+        # them (on a loaded machine a window can deliver nothing; that round pairs nothing).
+        assert (change["speedup"] is not None) == (change["rounds"] >= 1), change
+        assert change["speedup"] is None or change["speedup"] > 0, change
         interval = change["speedup_interval"]  # two rounds or more: a 90 % interval
         assert interval is None or 0 < interval[0] <= interval[1], change
         assert change["verified"] and change["diff"], change
         assert change["side_effect"]["summary"], change
+    assert any(changes[c]["speedup"] for c in expected), changes  # the race paired some round
     assert changes["prefix-cache"]["side_effect"]["bytes_per_item"] > 0
     # The prefix-cache diff applies to the file as it is, and the patched file runs in workers,
     # twice (fill, then read), with the batch structure of the original.

@@ -280,3 +280,28 @@ def test_a_factory_built_loader_says_why_a_changed_dataset_cannot_go_in():
     graph = load_target("tests/pipelines/real_loader_kinds.py:nodes_fixed")
     with pytest.raises(NotApplicable, match="no Dataset stallscope can wrap"):
         _wrappable(graph)
+
+
+def test_a_change_counts_only_the_rounds_it_paired_with_the_pick():
+    # Round 1: the change's windows delivered nothing; round 2: the pick's. Neither round pairs
+    # them: no speed-up, and no round is claimed for one.
+    import math
+    from types import SimpleNamespace
+
+    from stallscope.changes.probe import _entry
+    from stallscope.changes.race import Entrant
+
+    pick = Entrant("pick", None, rates=[100.0, math.nan, 100.0])
+    change = Entrant("c", None, rates=[math.nan, 150.0, 120.0])
+    prepared = SimpleNamespace(
+        change=SimpleNamespace(id="c", title="C"),
+        patch=SimpleNamespace(diff="", apply=None, description="", verified=True, reason=None),
+        side_effect={"summary": "none"},
+        entrant=change,
+    )
+    entry = _entry(prepared, pick)
+    assert entry["rounds"] == 1 and entry["speedup"] == 1.2
+    change.rates = [math.nan, 150.0]
+    pick.rates = [100.0, math.nan]
+    entry = _entry(prepared, pick)
+    assert entry["rounds"] == 0 and entry["speedup"] is None

@@ -41,3 +41,15 @@ def test_a_swallowed_ctrl_c_still_ends_the_command_with_130(capsys):
 def test_a_command_without_ctrl_c_keeps_its_exit_code():
     assert common.execute(_parser(), ["target.py:make"], lambda ctx: 0) == 0
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_error_is_one_line_however_long_its_path(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    path = "/tmp/" + "a-long-folder-name/" * 8 + "no_such_run.json"
+
+    def body(ctx):
+        raise common.UsageError(f"cannot read {path}: No such file or directory.")
+
+    assert common.execute(_parser(), ["target.py:make"], body) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and path in lines[0]  # the terminal wraps it; the path stays whole

@@ -304,7 +304,13 @@ def _entry(prepared: Prepared, pick: Entrant) -> dict[str, Any]:
         "speedup": None if ratio is None else round(ratio, 3),
         # 90 % t-interval of the paired round ratios (None below two rounds)
         "speedup_interval": None if interval is None else [round(v, 3) for v in interval],
-        "rounds": sum(1 for v in entrant.rates if math.isfinite(v)) if entrant.error is None else 0,
+        # Rounds in which both it and the pick measured a rate: the speed-up's pairs (a round
+        # whose window delivered nothing on either side pairs nothing).
+        "rounds": sum(
+            1 for a, b in zip(entrant.rates, pick.rates) if math.isfinite(a) and math.isfinite(b)
+        )
+        if entrant.error is None
+        else 0,
         "samples_per_s": _median(entrant.rates),
         "pick_samples_per_s": rate,
         "diff": patch.diff,

@@ -188,7 +188,9 @@ def execute(
 ) -> int:
     # Piped output gets a readable width instead of rich's 80-column default.
     console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 140)
-    err = Console(stderr=True, highlight=False)
+    # An error is one sentence on one line, however long its path: the terminal wraps it, rich
+    # would cut it at its own width (a path cut in two cannot be copied).
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
