@@ -16,8 +16,8 @@ from stallscope.pipeline.kinds import (
     path_text,
     paths_to,
     replaced_at,
-    shallow_copy,
 )
+from stallscope.pipeline.structure import shallow_copy
 from stallscope.target import load_target
 
 

@@ -54,8 +54,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NotMeasured, describe_exception
-from ..pipeline.kinds import close_trial, shallow_copy
-from ..pipeline.structure import batch_length
+from ..pipeline.kinds import close_trial
+from ..pipeline.structure import batch_length, shallow_copy
 from .declared_table import DeclaredStageRun, declared_table
 from .results import ProgressFn, StagesResult
 from .stage_clock import StageChannel

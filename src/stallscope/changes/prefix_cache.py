@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 
+from ..pipeline.structure import shallow_copy
 from ..pipeline.transforms import get_path, replace_transforms
 from ..thresholds import MEMORY_BUDGET_SHARE
 from .anatomy import Anatomy, get_slot, same, seeded
@@ -270,9 +271,7 @@ class PrefixCache(PlacedCache, Change):
 
 def fresh_instance(obj: Any, cls: type) -> Any:
     """A shallow copy of ``obj`` whose class is ``cls`` (the patched class of the same name)."""
-    import copy
-
-    clone = copy.copy(obj)
+    clone = shallow_copy(obj)
     clone.__class__ = cls
     return clone
 

@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import LoaderConfig
+from .structure import shallow_copy
 
 # Factory (and constructor) parameter names that are knobs, -> the LoaderConfig field they set.
 KNOB_PARAMETERS: dict[str, str] = {
@@ -207,7 +208,7 @@ def reconfigured_copy(
     """
     from torch.utils.data import BatchSampler
 
-    clone = copy.copy(loader)
+    clone = shallow_copy(loader)
     state = clone.__dict__
     state["_iterator"] = None
     put = object.__setattr__
@@ -359,18 +360,6 @@ def replaced_at(obj: Any, path: Path, value: Any) -> Any:
     out_obj = shallow_copy(obj)
     object.__setattr__(out_obj, key, new_child)
     return out_obj
-
-
-def shallow_copy(obj: Any) -> Any:
-    """``copy.copy(obj)``, except for an object that disguises its class (a ``__class__`` property,
-    as adapters that pass for a DataLoader have): copying goes by ``__class__`` and would make the
-    class it claims, losing the adapter's own iteration. Such an object is copied as its real
-    type."""
-    if type(obj) is not obj.__class__ and isinstance(getattr(obj, "__dict__", None), dict):
-        clone = object.__new__(type(obj))
-        clone.__dict__.update(obj.__dict__)
-        return clone
-    return copy.copy(obj)
 
 
 def paths_to(obj: Any, target: Any, *, depth: int = SEARCH_DEPTH) -> list[Path]:

@@ -16,6 +16,7 @@ language-model stream), or a list of variable-length integer sequences.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -41,6 +42,29 @@ def children(obj: Any) -> list[tuple[str, Any]] | None:
     if isinstance(obj, (list, tuple)):
         return [(str(i), v) for i, v in enumerate(obj)]
     return None
+
+
+def shallow_copy(obj: Any) -> Any:
+    """``copy.copy(obj)``, except where copying would go wrong on a plain object (its state all in
+    ``__dict__``, no ``__copy__`` of its own):
+
+    - it disguises its class (a ``__class__`` property, as adapters that pass for a DataLoader
+      have): copying goes by ``__class__`` and would make the class it claims, losing the
+      adapter's own iteration;
+    - its class forwards unknown attributes (``__getattr__``, as wrapper datasets do): the copy
+      ``copy.copy`` makes looks up ``__setstate__`` on a new instance whose attributes are not set
+      yet, and ``__getattr__`` then recurses, deep enough in C to crash the interpreter rather
+      than raise ``RecursionError``.
+
+    Such an object is copied as its real type, its ``__dict__`` carried over."""
+    cls = type(obj)
+    plain = isinstance(getattr(obj, "__dict__", None), dict) and "__copy__" not in dir(cls)
+    forwards = getattr(cls, "__getattr__", None) is not None
+    if plain and (cls is not obj.__class__ or forwards):
+        clone = object.__new__(cls)
+        clone.__dict__.update(obj.__dict__)
+        return clone
+    return copy.copy(obj)
 
 
 def to_device(obj: Any, device: Any, *, non_blocking: bool = False) -> Any:

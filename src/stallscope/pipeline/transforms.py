@@ -21,13 +21,14 @@ Elements are not opened further: a ``RandomApply`` or ``OneOf`` inside a
 
 from __future__ import annotations
 
-import copy
 import functools
 import re
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from .structure import shallow_copy
 
 # Attribute names under which a bare callable or a list of callables is a transform pipeline.
 _PIPELINE_NAME = re.compile(r"transform|augment|pipeline|preprocess", re.IGNORECASE)
@@ -165,7 +166,7 @@ def _replace(obj: Any, substitutes: dict[tuple[Any, ...], Any], here: tuple[Any,
         for key in children:
             items[key] = _replace(items[key], substitutes, (*here, key))
         return items if isinstance(obj, list) else tuple(items)
-    clone = copy.copy(obj)
+    clone = shallow_copy(obj)
     for key in children:
         new_value = _replace(getattr(obj, key), substitutes, (*here, key))
         try:
