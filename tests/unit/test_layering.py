@@ -110,6 +110,7 @@ def test_every_package_is_placed():
         "record",
         "schema",
         "stats",
+        "text",
         "thresholds",
     }
     found = {p.stem if p.is_file() else p.name for p in PACKAGE_DIR.iterdir()}
@@ -120,7 +121,16 @@ def test_every_package_is_placed():
 
 
 def test_shared_modules_import_neither_side():
-    shared = ("config", "errors", "growth", "loader_call", "record", "stats", "thresholds")
+    shared = (
+        "config",
+        "errors",
+        "growth",
+        "loader_call",
+        "record",
+        "stats",
+        "text",
+        "thresholds",
+    )
     bad = sorted(
         f"{module_name(path)} imports {name}"
         for path in files_under(*shared)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..record.model import BenchResult, trials_of
+from ..text import plural
 from .invariants import checked_ceiling, relabel, samples_per_batch
 from .readers import (
     Record,
@@ -348,10 +349,7 @@ def ceiling_sentence(c: dict[str, Any]) -> str:
         )
     else:
         cores = c.get("usable_cores")
-        how = (
-            f"{cores} usable core{'s' if cores != 1 else ''} ÷ {c['cpu_ms_per_sample']:.2f} ms "
-            "of CPU per sample"
-        )
+        how = f"{plural(cores, 'usable core')} ÷ {c['cpu_ms_per_sample']:.2f} ms of CPU per sample"
     who = "Your loader" if c.get("pick_source") == "profile" else "The pick"
     text = (
         f"{who} ({c.get('pick_label') or 'the best configuration'}, "

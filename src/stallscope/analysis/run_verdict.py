@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..record.model import Best, best_of, search_of
+from ..text import plural
 from .ceiling import AT_CEILING, ceiling_facts
 from .code_changes import code_change_facts
 from .facts import TARGETS, Recommendation, TuningFacts
@@ -185,8 +186,7 @@ def _winner(r: Record) -> RunVerdict:
         rounds = tuning.rounds
         v.rounds = rounds
         if rounds:
-            plural = "s" if rounds != 1 else ""
-            v.measurement = f"the tuner's race, median of {rounds} paired round{plural}"
+            v.measurement = f"the tuner's race, median of {plural(rounds, 'paired round')}"
         elif rounds == 0:
             v.measurement = "the tuner's single measurements; its final race ran no round"
         else:
@@ -214,9 +214,7 @@ def _winner(r: Record) -> RunVerdict:
     else:
         repeats = best.result.repeats if best.result else None
         v.measurement = (
-            f"the sweep, median of {repeats} repeat{'s' if repeats != 1 else ''}"
-            if repeats
-            else "the sweep"
+            f"the sweep, median of {plural(repeats, 'repeat')}" if repeats else "the sweep"
         )
         v.gain = best.speedup
         good, _ = TARGETS["tuning_headroom"]
@@ -304,8 +302,8 @@ def _gain_interval(r: Record, best: Best, tuning: TuningFacts, v: RunVerdict) ->
                 else (" before it left the race, too far behind to race on")
             )
         why = (
-            f"your loader raced the pick in {rounds} round"
-            f"{'s' if rounds != 1 else ''}{left}; an interval needs two paired rounds or more"
+            f"your loader raced the pick in {plural(rounds, 'round')}{left}; an interval needs two "
+            "paired rounds or more"
         )
     elif base is None:
         why = (

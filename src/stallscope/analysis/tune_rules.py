@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..record.model import Best, ConfigRate, Trial, baseline_of, best_of, search_of, trials_of
+from ..text import plural
 from ..thresholds import TIE_MARGIN
 from .readers import config_label, mapping, number
 
@@ -175,7 +176,7 @@ def epoch_rule(section: dict[str, Any]) -> EpochRule | None:
         return None
     workers = named.get("workers") or 0
     restarts = (
-        f"each restarts {_plural(workers, 'worker')} of {named.get('label')} "
+        f"each restarts {plural(workers, 'worker')} of {named.get('label')} "
         if workers
         else f"each starts {named.get('label')} again "
     )
@@ -212,10 +213,6 @@ def _epoch_rate(row: dict[str, Any], which: str) -> str:
     return "?" if value is None else f"{value:,.0f}"
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
 def is_tune_section(r: dict[str, Any]) -> bool:
     """Whether ``r`` carries what the tuner measured (its pick against the user's baseline)."""
     best, baseline = best_of(r), baseline_of(r)
@@ -239,10 +236,13 @@ def keeps_yours(section: dict[str, Any]) -> bool:
     """The one rule behind "keep yours", for ``tune`` and ``doctor`` alike: the tuner found the
     user's loader within the noise of the best, or the pick's speed-up over it does not clear the
     noise (:func:`gain_floor`), or the pick is the user's own config."""
+    return _keeps_yours(section, epoch_rule(section))
+
+
+def _keeps_yours(section: dict[str, Any], rule: EpochRule | None) -> bool:
     best, baseline = _best(best_of(section)), _baseline(baseline_of(section))
     if best.keep_baseline or best.config == baseline.config:
         return True
-    rule = epoch_rule(section)
     # Where the per-epoch rate decided, the gain is per epoch (NOTE [per-epoch rate]).
     speedup = rule.speedup if rule is not None and rule.speedup is not None else best.speedup
     if speedup is None and best.samples_per_s is not None and baseline.samples_per_s:
@@ -253,12 +253,12 @@ def keeps_yours(section: dict[str, Any]) -> bool:
 def tune_pick(section: dict[str, Any]) -> dict[str, Any] | None:
     """The tuner's verdict on its pick: "keep yours" (:func:`keeps_yours`), or switch."""
     best, baseline = _best(best_of(section)), _baseline(baseline_of(section))
-    if keeps_yours(section):
-        return _keep_yours(section)
+    rule = epoch_rule(section)  # derived once for the rule, the sentence and the figures
+    if _keeps_yours(section, rule):
+        return _keep_yours(section, rule)
     # keeps_yours is False: both rates are measured and the pick's gain clears the noise
     speedup = best.speedup or _rate(best) / _rate(baseline)
     measured = f"{_rate(best):.1f} vs {_rate(baseline):.1f} samples/s in steady state"
-    rule = epoch_rule(section)
     if rule is not None and rule.pick_samples_per_s and rule.baseline_samples_per_s:
         speedup = rule.speedup or rule.pick_samples_per_s / rule.baseline_samples_per_s
         measured = (
@@ -325,9 +325,8 @@ def knob_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
     return recs
 
 
-def _keep_yours(section: dict[str, Any]) -> dict[str, Any]:
+def _keep_yours(section: dict[str, Any], rule: EpochRule | None) -> dict[str, Any]:
     best, baseline = _best(best_of(section)), _baseline(baseline_of(section))
-    rule = epoch_rule(section)
     sentence = keep_yours_sentence(best, baseline, gain_floor(section), rule)
     measured = f"{_rate(best):.1f} vs {_rate(baseline):.1f} samples/s"
     if rule is not None:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..text import plural
 from .results import StageRun, StageTime
 from .stage_clock import MAIN, PROCESS, StageCall
 
@@ -90,7 +91,7 @@ def _where(where: str, runners: int) -> str:
         return "main"
     if where == PROCESS:
         return f"{runners} process{'es' if runners != 1 else ''}"
-    return f"{runners} thread{'s' if runners != 1 else ''}"
+    return plural(runners, "thread")
 
 
 def _percentile_ms(values: Sequence[float], q: float) -> float | None:

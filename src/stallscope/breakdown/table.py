@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import UsageError
 from ..pipeline.transforms import TransformSlot
 from ..stats import quantile
+from ..text import plural
 from .callees import CALLEE_MIN_SHARE, OTHER_TRACED, callee_label, is_callee
 from .recorder import COLLATE, DECODE, OTHER, READ
 from .results import (
@@ -144,11 +145,7 @@ def mark_doubtful(
             if per_batch <= bound:
                 break
             spent = row.ms_per_sample * samples_per_batch
-            where = (
-                "the main process"
-                if side == "main"
-                else f"{parallel} worker{'s' if parallel != 1 else ''}"
-            )
+            where = "the main process" if side == "main" else plural(parallel, "worker")
             row.doubtful = (
                 f"{spent:.1f} ms per batch, but {where} received a batch every "
                 f"{interval:.1f} ms in the same run"

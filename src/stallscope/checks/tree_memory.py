@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..text import plural
 from .findings import WARNING, Finding
 
 # Growth over the judged epochs (after the first) below this is noise: allocator arenas, caches.
@@ -62,7 +63,7 @@ def detect_tree_memory_growth(probe: dict[str, Any] | None) -> list[Finding]:
     )
     message = (
         f"The pipeline's processes and threads together hold {grew:.0f} MB more ({measure}) "
-        f"after {epochs} more {unit}{'s' if epochs != 1 else ''} than after the first: "
+        f"after {plural(epochs, 'more ' + unit)} than after the first: "
         f"{per_epoch:.1f} MB per {unit}, rising at every reading, most of it in {where}."
     )
     fix = (

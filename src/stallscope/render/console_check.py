@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..record.model import findings_of
+from ..text import plural
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _MARK = {"error": "✖", "warning": "!", "info": "i"}
@@ -121,7 +122,7 @@ def render_check(data: dict[str, Any], console: Console) -> None:
         counts = {
             s: sum(1 for f in findings if f.severity == s) for s in ("error", "warning", "info")
         }
-        console.print(", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n))
+        console.print(", ".join(plural(n, s) for s, n in counts.items() if n))
     if coverage:
         console.print(f"[dim]coverage: {escape(_coverage_line(coverage))}[/]")
         for note in coverage.get("notes") or []:

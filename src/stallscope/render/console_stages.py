@@ -14,6 +14,7 @@ from rich.table import Table
 
 from ..record import RunRecord
 from ..record.model import Hotspot, Stage, hotspots_of, stages_of
+from ..text import plural
 
 _BAR_WIDTH = 24
 
@@ -80,11 +81,7 @@ class StagesSummary:
     def _heading(data: Mapping[str, Any]) -> str:
         run = data.get("stage_run") or {}
         workers = run.get("num_workers", 0)
-        where = (
-            "in the main process"
-            if workers == 0
-            else f"in {workers} worker{'s' if workers != 1 else ''}"
-        )
+        where = "in the main process" if workers == 0 else f"in {plural(workers, 'worker')}"
         method = f" ({run['start_method']})" if run.get("start_method") and workers else ""
         device = f", copies to {run['device']}" if run.get("device") else ""
         return (

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..analysis.against import BEYOND, against_facts
 from ..analysis.readers import as_record_dict, number
+from ..text import plural
 from . import document_model as dm
 from . import report_format as rf
 
@@ -60,7 +61,7 @@ def against_document(new: Any, old: Any) -> dm.Document:
     summary: list[dm.Block] = [
         dm.Paragraph(
             [
-                dm.Strong(f"Verdict: {dm.plural(beyond, 'figure')} beyond the noise."),
+                dm.Strong(f"Verdict: {plural(beyond, 'figure')} beyond the noise."),
                 " A difference inside the noise either record states is no difference; figures "
                 "whose records state no noise are not judged. To measure a change, race both in "
                 "one run with ",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.code_changes import CodeChangeFacts, CodeChangeRow
+from ..text import plural
 from . import document_model as dm
 from . import report_format as rf
 
@@ -26,7 +27,7 @@ def code_changes_section(
                     text,
                     dm.config_code(facts.pick_label),
                     f", on the same {rf.fmt_count(facts.items)} items in "
-                    f"{dm.plural(facts.rounds, 'interleaved round')}.",
+                    f"{plural(facts.rounds, 'interleaved round')}.",
                 ]
             )
         )
@@ -60,7 +61,7 @@ def code_changes_section(
     if best is not None:
         headline = [
             f"Code change: {best.title.lower()} measured {rf.fmt_ratio(best.speedup)} the best "
-            f"knob config over {dm.plural(best.rounds, 'round')}"
+            f"knob config over {plural(best.rounds, 'round')}"
             + (" (alters what the model sees)" if best.alters_output else "")
             + "."
         ]
@@ -84,7 +85,7 @@ def _change(row: CodeChangeRow, n: int) -> dm.Section:
                 [
                     f"{rf.fmt_ratio(row.speedup)} the knob config it raced "
                     f"({rf.fmt_rate(row.samples_per_s)} vs {rf.fmt_rate(row.pick_samples_per_s)} "
-                    f"samples/s, median of {dm.plural(row.rounds, 'interleaved round')})."
+                    f"samples/s, median of {plural(row.rounds, 'interleaved round')})."
                 ]
             )
         )

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..analysis import CheckRow, FindingFacts, FindingView, Recommendation
 from ..analysis.readers import number
+from ..text import plural
 from . import document_model as dm
 from . import report_format as rf
 
@@ -38,8 +39,8 @@ def checklist_section(
 def findings_section(found: FindingFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
     c = found.counts
     summary = (
-        f"{dm.plural(len(found.findings), 'finding')}: {dm.plural(c['error'], 'error')}, "
-        f"{dm.plural(c['warning'], 'warning')}, {dm.plural(c['info'], 'note')}."
+        f"{plural(len(found.findings), 'finding')}: {plural(c['error'], 'error')}, "
+        f"{plural(c['warning'], 'warning')}, {plural(c['info'], 'note')}."
     )
     blocks: list[dm.Block] = [dm.Paragraph([summary])]
     coverage = r.get("coverage")
@@ -82,8 +83,8 @@ def findings_section(found: FindingFacts, r: dict[str, Any]) -> tuple[dm.Section
         blocks.append(dm.Table(["Severity", "Code", "Finding"], rows, "lll"))
     codes = sorted({f.code for f in found.findings if f.severity in ("error", "warning")})
     headline: dm.Text = [
-        f"Checks: {dm.plural(c['error'], 'error')}, {dm.plural(c['warning'], 'warning')}, "
-        f"{dm.plural(c['info'], 'note')}" + (f" ({', '.join(codes)})" if codes else "") + "."
+        f"Checks: {plural(c['error'], 'error')}, {plural(c['warning'], 'warning')}, "
+        f"{plural(c['info'], 'note')}" + (f" ({', '.join(codes)})" if codes else "") + "."
     ]
     return dm.Section("findings", "Check findings", blocks), headline
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.readers import number
+from ..text import plural
 from . import document_model as dm
 from . import report_format as rf
 
@@ -49,13 +50,13 @@ def verdict_sentence(r: dict[str, Any]) -> dm.Text:
     if verdict == "undecided" or change.get("low") is None:
         return [
             dm.Strong("Verdict: undecided."),
-            f" {dm.plural(rounds, 'round')} measured (B/A "
+            f" {plural(rounds, 'round')} measured (B/A "
             f"{fmt_exact_ratio(number(ratio.get('estimate')))}): too few for an interval; raise "
             "--budget.",
         ]
     interval = (
         f" ({_level(ratio)}interval {fmt_exact_ratio(ratio['low'])} to "
-        f"{fmt_exact_ratio(ratio['high'])}, {dm.plural(rounds, 'paired round')})"
+        f"{fmt_exact_ratio(ratio['high'])}, {plural(rounds, 'paired round')})"
     )
     if verdict == "within noise":
         return [

@@ -156,11 +156,6 @@ class DocumentWriter:
         return self.inline(value if isinstance(value, list) else [value])
 
 
-def plural(count: int, noun: str) -> str:
-    """``1 error``, ``2 errors``."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
 def config_code(label: str) -> Code:
     return Code(label)
 

@@ -13,6 +13,7 @@ from ..analysis import (
     TuningFacts,
 )
 from ..analysis.readers import number, workers_of
+from ..text import plural
 from ..thresholds import TIE_MARGIN
 from . import document_model as dm
 from . import report_format as rf
@@ -27,11 +28,11 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
             [dm.Code(row.label), row.error or rf.DASH] for row in bench.rows
         ]
         blocks: list[dm.Block] = [
-            dm.Paragraph([f"All {dm.plural(bench.failed, 'configuration')} failed:"]),
+            dm.Paragraph([f"All {plural(bench.failed, 'configuration')} failed:"]),
             dm.Table(["Configuration", "error"], rows),
         ]
         return dm.Section("benchmark", "Benchmark", blocks), None
-    intro = f"{dm.plural(bench.measured, 'configuration')} measured"
+    intro = f"{plural(bench.measured, 'configuration')} measured"
     if bench.repeats:
         intro += f", {bench.repeats} interleaved repeats each (median, with min–max in brackets)"
     if bench.cores:
@@ -49,7 +50,7 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
             f" Single-process cost: {rf.fmt_ms(bench.single_process_ms_per_sample)} per sample."
         )
     if bench.failed:
-        intro += f" {dm.plural(bench.failed, 'configuration')} failed; see below the table."
+        intro += f" {plural(bench.failed, 'configuration')} failed; see below the table."
     rows = []
     for row in bench.rows:
         label: dm.Cell = dm.Strong(row.label) if row.is_best else dm.Code(row.label)
@@ -121,7 +122,7 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
             )
         blocks.append(dm.Paragraph(parts))
         headline = [
-            f"Fastest of {dm.plural(bench.measured, 'configuration')} in the sweep: ",
+            f"Fastest of {plural(bench.measured, 'configuration')} in the sweep: ",
             dm.config_code(best.label),
             ", ",
             f"{rf.fmt_rate(best.samples_per_s)} samples/s",
@@ -138,7 +139,7 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
 
 # -- tuning --------------------------------------------------------------------------
 def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
-    parts: dm.Text = [f"The tuner measured {dm.plural(tuning.trials, 'trial')}"]
+    parts: dm.Text = [f"The tuner measured {plural(tuning.trials, 'trial')}"]
     if tuning.seconds is not None:
         parts.append(f" in {rf.fmt_seconds(tuning.seconds)}")
     parts += [
@@ -162,7 +163,7 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
     if confidence is not None and (tuning.rounds or 0) >= 2:
         parts.append(f"; confidence: {rf.fmt_fraction(confidence)}")
         if tuning.rounds is not None:
-            parts.append(f" over {dm.plural(tuning.rounds, 'interleaved round')}")
+            parts.append(f" over {plural(tuning.rounds, 'interleaved round')}")
     parts.append(".")
     blocks: list[dm.Block] = [dm.Paragraph(parts)]
     if tuning.plan:
@@ -188,7 +189,7 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
             dm.Paragraph(
                 [
                     dm.Strong("Not confirmed: the budget ran out"),
-                    f" after {dm.plural(tuning.rounds or 0, 'interleaved round')}, so there is "
+                    f" after {plural(tuning.rounds or 0, 'interleaved round')}, so there is "
                     "no confidence.",
                 ]
             )
@@ -250,7 +251,7 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
             ]
             for t in tuning.top_trials
         ]
-        blocks.append(dm.Paragraph([f"The {dm.plural(len(rows), 'fastest trial')}:"]))
+        blocks.append(dm.Paragraph([f"The {plural(len(rows), 'fastest trial')}:"]))
         blocks.append(
             dm.Table(["Phase", "Configuration", "samples/s", "vs baseline"], rows, "llrr")
         )
@@ -261,7 +262,7 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
         if not any(error in n for n in tuning.notes)
     ]
     if failed:
-        blocks.append(dm.Paragraph([f"{dm.plural(len(failed), 'trial')} failed:"]))
+        blocks.append(dm.Paragraph([f"{plural(len(failed), 'trial')} failed:"]))
         blocks.append(
             dm.Bullets([[dm.Code(label), ": ", *dm.record_text(error)] for label, error in failed])
         )
@@ -270,7 +271,7 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
         blocks.append(dm.Bullets([dm.record_text(note) for note in tuning.notes]))
     headline: dm.Text = ["Tuning"]
     if tuning.seconds is not None:
-        headline.append(f" ({rf.fmt_seconds(tuning.seconds)}, {dm.plural(tuning.trials, 'trial')})")
+        headline.append(f" ({rf.fmt_seconds(tuning.seconds)}, {plural(tuning.trials, 'trial')})")
     headline += [
         " chose ",
         dm.config_code(tuning.best.label),
@@ -303,7 +304,7 @@ def stage_section(stages: StageFacts, r: dict[str, Any]) -> tuple[dm.Section, dm
             if isinstance(run.get("batch_size"), int):
                 text += f" of {run['batch_size']}"
             text += (
-                f", inside {dm.plural(run['num_workers'], 'worker')}"
+                f", inside {plural(run['num_workers'], 'worker')}"
                 if run["num_workers"]
                 else ", in the main process"
             )
@@ -313,7 +314,7 @@ def stage_section(stages: StageFacts, r: dict[str, Any]) -> tuple[dm.Section, dm
         blocks.append(
             dm.Paragraph(
                 [
-                    f"{dm.plural(len(stages.rows), 'stage')} sum to {rf.fmt_ms(stages.total_ms)} "
+                    f"{plural(len(stages.rows), 'stage')} sum to {rf.fmt_ms(stages.total_ms)} "
                     f"per sample; the largest is {top.name} at {rf.fmt_ms(top.ms_per_sample)} "
                     f"({rf.fmt_fraction(top.share)})."
                 ]
@@ -367,7 +368,7 @@ def stage_section(stages: StageFacts, r: dict[str, Any]) -> tuple[dm.Section, dm
         blocks.append(
             dm.Paragraph(
                 [
-                    f"Top {dm.plural(len(stages.hotspots), 'Python hot spot')} of ",
+                    f"Top {plural(len(stages.hotspots), 'Python hot spot')} of ",
                     dm.Code("__getitem__"),
                     " by cumulative time (cProfile):",
                 ]

@@ -11,6 +11,7 @@ from ..analysis.run_verdict import RunVerdict, decide
 from ..analysis.sections import loader_snippet
 from ..analysis.tune_rules import advice_in_words, tie_pct
 from ..record.model import Best, baseline_of, best_of
+from ..text import plural
 from . import document_model as dm
 from . import report_format as rf
 from .document_checks import recommendation_parts
@@ -98,7 +99,7 @@ def _how_sure(v: RunVerdict, r: dict[str, Any]) -> dm.Text | None:
     if v.confidence is not None:
         parts: dm.Text = [
             f"Confidence {rf.fmt_fraction(v.confidence)} that no other finalist is more than "
-            f"{tie_pct(best)} faster ({dm.plural(v.rounds or 0, 'paired round')})."
+            f"{tie_pct(best)} faster ({plural(v.rounds or 0, 'paired round')})."
         ]
     elif any(p.figure == "the confidence" for p in v.problems):
         parts = ["No confidence is stated: the one recorded broke an invariant (below)."]
@@ -106,7 +107,7 @@ def _how_sure(v: RunVerdict, r: dict[str, Any]) -> dm.Text | None:
         parts = ["No confidence: the record does not say how many paired rounds were raced."]
     else:
         parts = [
-            f"Not confirmed: {dm.plural(v.rounds, 'paired round')} raced, fewer than a "
+            f"Not confirmed: {plural(v.rounds, 'paired round')} raced, fewer than a "
             "claim of how sure needs, so another run (doctor or tune) may pick another config."
         ]
     if v.tied_with is not None and v.tied_ratio is not None:
@@ -170,7 +171,7 @@ def _buys_more(v: RunVerdict) -> dm.Text | None:
         dm.Strong("What buys more:"),
         f" code, not a setting: {more['title']} measured {rf.fmt_ratio(more['speedup'])} ",
         dm.config_code(str(more.get("against") or v.label or "the config above")),
-        f" in {dm.plural(rounds, 'paired round')}{sure} (Code changes, below).",
+        f" in {plural(rounds, 'paired round')}{sure} (Code changes, below).",
     ]
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..analysis import ReportFacts, Verdict, report_facts
 from ..analysis.readers import as_record_dict, number
+from ..text import plural
 from . import document_model as dm
 from . import report_format as rf
 from .document_attach import attach_sections
@@ -170,7 +171,7 @@ def _verdict_text(v: Verdict) -> dm.Text:
     x = v.values
     if v.label == "unsafe":
         return [
-            f"{dm.plural(x['errors'], 'error finding')} ({', '.join(x['codes'])}): loading "
+            f"{plural(x['errors'], 'error finding')} ({', '.join(x['codes'])}): loading "
             "fails or misbehaves until "
             + ("it is" if x["errors"] == 1 else "they are")
             + " fixed, whatever the loader settings."
@@ -207,7 +208,7 @@ def _verdict_text(v: Verdict) -> dm.Text:
     if v.label == "measured":
         return [
             dm.config_code(x["best"]),
-            f" was the fastest of {dm.plural(x['configurations'], 'configuration')} measured, at "
+            f" was the fastest of {plural(x['configurations'], 'configuration')} measured, at "
             f"{rf.fmt_rate(x['samples_per_s'])} samples/s.",
         ]
     if v.label == "stage-bound":
@@ -217,7 +218,7 @@ def _verdict_text(v: Verdict) -> dm.Text:
         ]
     if v.label == "no errors":
         return [
-            f"The checks found no errors ({dm.plural(x['warnings'], 'warning')}, "
-            f"{dm.plural(x['infos'], 'note')})."
+            f"The checks found no errors ({plural(x['warnings'], 'warning')}, "
+            f"{plural(x['infos'], 'note')})."
         ]
     return []
