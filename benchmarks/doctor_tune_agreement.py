@@ -10,7 +10,9 @@ yours" within the noise.
 
 A pair *agrees* when both name the same config on the knobs a run sets (workers, threads, batch
 size, prefetch depth, in-order delivery; ``persistent_workers`` is decided by a separate
-epoch-boundary measurement and is left out); it is *consistent* when it agrees or both runs hedged.
+epoch-boundary measurement and is left out); it is *consistent* when it agrees, when both runs
+hedged, or when each names the other's pick within the noise of its own (a tie in its race, or an
+unraced config within that run's own spread: NOTE [plateau] in analysis/plateau.py).
 Exit code 0 when every pair is consistent.
 
     python benchmarks/doctor_tune_agreement.py --json benchmarks/results/doctor_tune_agreement.json
@@ -93,9 +95,23 @@ def run(command: str, target: str, timeout: float) -> dict[str, Any]:
         "confidence": analysis.get("confidence"),
         "rounds": analysis.get("rounds"),
         "tied_with": analysis.get("tied_with"),
+        # the configs this verdict names within the noise of its pick: a tie in the race, or
+        # unraced configs within this run's own spread (NOTE [plateau])
+        "near": near(analysis),
         "hedged": hedged(analysis),
         "error": None if proc.returncode in (0, 1) else proc.stderr.strip()[-400:],
     }
+
+
+def plain(label: Any) -> str:
+    """A label without ``persistent`` (the epoch-boundary step adds it; the race does not)."""
+    return " ".join(t for t in str(label or "").split() if t != "persistent")
+
+
+def near(analysis: dict[str, Any]) -> list[str]:
+    named = [analysis.get("tied_with")]
+    named += [c.get("label") for c in (analysis.get("within_noise") or {}).get("configs") or []]
+    return sorted({plain(label) for label in named if label})
 
 
 def hedged(analysis: dict[str, Any]) -> bool:
@@ -125,6 +141,8 @@ def main() -> int:
             log(f"  {runs[command]['label']} ({runs[command]['measurement']})")
         doctor, tune = runs["doctor"], runs["tune"]
         agree = doctor["knobs"] is not None and doctor["knobs"] == tune["knobs"]
+        # Each names the other's pick within the noise of its own: both say they may differ.
+        mutual = plain(tune["label"]) in doctor["near"] and plain(doctor["label"]) in tune["near"]
         pairs.append(
             {
                 "target": name,
@@ -133,7 +151,8 @@ def main() -> int:
                 "tune": tune,
                 "agree": agree,
                 "both_hedged": doctor["hedged"] and tune["hedged"],
-                "consistent": agree or (doctor["hedged"] and tune["hedged"]),
+                "each_names_the_other": mutual,
+                "consistent": agree or (doctor["hedged"] and tune["hedged"]) or mutual,
             }
         )
         log(f"  agree: {agree}; consistent: {pairs[-1]['consistent']}")

@@ -19,6 +19,7 @@ import bisect
 import html
 import math
 import re
+import statistics
 import time
 from typing import Any
 
@@ -298,6 +299,22 @@ def _derive(r: dict, pools: Pools) -> None:
     free = _num(r.get("free_data_step_s"))
     if free and len(means) == 2:
         pools.add("any", max(1.0, (means["data_ms"] + means["compute_ms"]) / (free * 1000.0)))
+    # configs within this run's noise of the winner (NOTE [plateau]): each config's median over
+    # the trials, the spread of its own measurements, and every median over every other
+    by_config: dict[str, list[float]] = {}
+    for t in r.get("trials") or []:
+        rate = _num(t.get("samples_per_s")) if isinstance(t, dict) else None
+        if rate and not t.get("error"):
+            config = {k: v for k, v in (t.get("config") or {}).items() if k != "persistent_workers"}
+            by_config.setdefault(repr(sorted(config.items())), []).append(rate)
+    medians = [statistics.median(v) for v in by_config.values()]
+    spreads = [
+        (max(values) - min(values)) / statistics.median(values)
+        for values in by_config.values()
+        if len(values) >= 2
+    ]
+    pools.add("any", *spreads, *([statistics.median(spreads)] if spreads else []))
+    pools.add("any", *[a / b for a in medians for b in medians if b])
     # the run's date
     started = _num(r.get("started_at"))
     if started:

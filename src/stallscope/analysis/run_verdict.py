@@ -37,6 +37,7 @@ from .invariants import (
     true_label,
     users_config,
 )
+from .plateau import plateau
 from .readers import (
     Record,
     as_record_dict,
@@ -76,6 +77,10 @@ class RunVerdict:
     tied_with: str | None = None  # a raced config within the noise of the winner
     tied_ratio: float | None = None  # its rate over the winner's, paired by round
     tied_interval: list[float] | None = None  # 90% interval of that ratio
+    # Configs the race never met, within this run's noise of the winner (NOTE [plateau]): their
+    # labels with their median rate over the winner's, and that noise (a fraction).
+    within_noise: list[tuple[str, float]] = field(default_factory=list)
+    noise_band: float | None = None
     best_found: str | None = None  # keep-yours: the fastest config found, within the noise
     best_found_samples_per_s: float | None = None
     within_pct: float | None = None
@@ -119,6 +124,12 @@ class RunVerdict:
             "confidence": self.confidence,
             "rounds": self.rounds,
             "tied_with": self.tied_with,
+            "within_noise": None
+            if not self.within_noise
+            else {
+                "band": self.noise_band,
+                "configs": [{"label": lbl, "ratio": ratio} for lbl, ratio in self.within_noise],
+            },
             "fastest_in_sweep": self.fastest_in_sweep,
             "bound": self.bound,
             "ceiling": None
@@ -209,6 +220,9 @@ def _winner(r: Record) -> RunVerdict:
             v.gain = best.speedup
             _tie(r, tuning, v)
             _gain_interval(r, best_entry, tuning, v)
+            near = plateau(r) if rule is None else None  # per epoch: not comparable
+            if near is not None and near.configs:
+                v.within_noise, v.noise_band = near.configs, near.band
         if rule is not None:
             _per_epoch(v, rule, best, found.config if best.keep_baseline else None)
     else:

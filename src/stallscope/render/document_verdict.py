@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.invariants import factory_knobs
+from ..analysis.plateau import SHOWN
 from ..analysis.readers import mapping
 from ..analysis.run_verdict import RunVerdict, decide
 from ..analysis.sections import loader_snippet
@@ -124,6 +125,16 @@ def _how_sure(v: RunVerdict, r: dict[str, Any]) -> dm.Text | None:
             f"{sweep} ran at {rf.fmt_fraction(v.tied_ratio)} of it in the race "
             f"(paired by round{interval}): within the noise, so the cheaper config was kept.",
         ]
+    if v.within_noise and v.noise_band is not None:
+        parts.append(" Not raced, but within this run's noise of it: ")
+        for i, (label, ratio) in enumerate(v.within_noise[:SHOWN]):
+            parts += [", " if i else "", dm.config_code(label), f" ({rf.fmt_fraction(ratio)})"]
+        more = len(v.within_noise) - SHOWN
+        parts.append(
+            (f" and {plural(more, 'other')}" if more > 0 else "")
+            + f" (one config's own measurements spread by {rf.fmt_fraction(v.noise_band)} in "
+            "this run): another run may name one of these."
+        )
     return parts
 
 
