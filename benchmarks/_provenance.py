@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS_EXCLUDED = ":(exclude)benchmarks/results"
 
 
 def git_commit() -> str | None:
-    """The commit the working tree is at, with ``+dirty`` when it has uncommitted changes."""
+    """The commit the working tree is at, with ``+dirty`` when it has uncommitted changes outside
+    ``benchmarks/results/`` (the results are outputs: ``regenerate.py`` writes them one after the
+    other, and an earlier one's new JSON does not change what a later one measures)."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -33,7 +36,7 @@ def git_commit() -> str | None:
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", RESULTS_EXCLUDED],
             cwd=ROOT,
             capture_output=True,
             text=True,
