@@ -315,6 +315,13 @@ def _derive(r: dict, pools: Pools) -> None:
     ]
     pools.add("any", *spreads, *([statistics.median(spreads)] if spreads else []))
     pools.add("any", *[a / b for a in medians for b in medians if b])
+    raced = [
+        _num(h.get("samples_per_s"))
+        for h in (r.get("best") or {}).get("head_to_head") or []
+        if isinstance(h, dict)
+    ]
+    raced = [x for x in raced if x]
+    pools.add("any", *[a / b for a in raced for b in raced])
     # the run's date
     started = _num(r.get("started_at"))
     if started:

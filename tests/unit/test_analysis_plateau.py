@@ -16,21 +16,24 @@ def _config(workers, **more):
     return {"num_workers": workers, "batch_size": 32, "prefetch_factor": 2, **more}
 
 
-def _record(trials, raced=(2, 8)):
-    return {
+def _record(trials, raced=((2, 105.0), (8, 100.0)), baseline=None):
+    record = {
         "best": {
             "config": _config(2, persistent_workers=True),
             "samples_per_s": 105.0,
-            "head_to_head": [{"config": _config(w), "samples_per_s": 100.0} for w in raced],
+            "head_to_head": [{"config": _config(w), "samples_per_s": rate} for w, rate in raced],
         },
         "trials": [
             {"config": _config(w), "label": f"w={w} bs=32 pf=2", "samples_per_s": rate}
             for w, rate in trials
         ],
     }
+    if baseline is not None:
+        record["baseline"] = {"config": _config(baseline), "samples_per_s": 90.0}
+    return record
 
 
-def test_unraced_configs_within_the_runs_own_spread_are_named_fastest_first():
+def test_configs_within_the_runs_own_spread_are_named_fastest_first():
     # w=2 measured 100, 105, 110: spread 10/105; w=8 90 and 100: 10/95. Band: their median.
     record = _record(
         [(2, 100), (2, 105), (2, 110), (8, 90), (8, 100), (3, 99), (4, 80), (5, 112), (6, 96)]
@@ -38,10 +41,20 @@ def test_unraced_configs_within_the_runs_own_spread_are_named_fastest_first():
     found = plateau(record)
     band = ((10 / 105) + (10 / 95)) / 2
     assert found is not None and found.band == round(band, 4)
-    labels = [label for label, _ in found.configs]
-    # w=5 is faster, w=3 and w=6 within the band; w=4 (76%) is not; w=8 raced (the race judged it)
-    assert labels == ["w=5 bs=32 pf=2", "w=3 bs=32 pf=2", "w=6 bs=32 pf=2"]
-    assert [ratio for _, ratio in found.configs] == [round(112 / 105, 4), 0.9429, 0.9143]
+    # w=5 is faster, w=3 and w=6 within the band (not raced); w=8 raced and lost by 100/105, less
+    # than the band; w=4 (76%) is not within it
+    assert found.configs == [
+        ("w=5 bs=32 pf=2", round(112 / 105, 4), False),
+        ("w=8 bs=32 pf=2", round(100 / 105, 4), True),
+        ("w=3 bs=32 pf=2", 0.9429, False),
+        ("w=6 bs=32 pf=2", 0.9143, False),
+    ]
+
+
+def test_a_raced_config_beaten_beyond_the_noise_and_the_users_own_are_not_named():
+    trials = [(2, 100), (2, 105), (2, 110), (8, 70), (8, 72), (0, 99)]
+    found = plateau(_record(trials, raced=((2, 105.0), (8, 71.0)), baseline=0))
+    assert found is not None and found.configs == []  # w=8 at 68%; w=0 is the keep-yours rule's
 
 
 def test_nothing_is_named_without_a_race_or_a_config_measured_twice():
@@ -52,8 +65,11 @@ def test_nothing_is_named_without_a_race_or_a_config_measured_twice():
 def test_the_verdict_names_them_on_every_surface():
     record = json.loads((FIXTURES / "record_tune.json").read_text())
     verdict = decide(record)
-    assert verdict.action == "switch" and verdict.within_noise  # w=3 single-measured at 98%
-    assert verdict.to_dict()["within_noise"]["configs"][0]["label"] == "w=3 bs=16 pf=2"
+    assert verdict.action == "switch" and verdict.tied_with == "w=2 bs=16 pf=2 unordered"
+    # the tie is named by its own sentence; w=3 was measured once, at 98% of the winner
+    named = verdict.to_dict()["within_noise"]["configs"]
+    assert [c["label"] for c in named] == ["w=2 bs=16 pf=4", "w=3 bs=16 pf=2"]
+    assert [c["raced"] for c in named] == [True, False]
     text = " ".join(MarkdownRenderer().render(record).split())
-    assert "Not raced, but within this run's noise of it: `w=3 bs=16 pf=2` (98.3%)" in text
-    assert "another run may name one of these" in text
+    assert "so another run may name one of these: `w=2 bs=16 pf=4` (99.5%, raced)" in text
+    assert "`w=3 bs=16 pf=2` (98.3%, not raced)." in text

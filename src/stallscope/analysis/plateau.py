@@ -1,17 +1,17 @@
 """Configs the race never met that this run cannot tell from the winner (NOTE [plateau]).
 
 NOTE [plateau]: the race compares its finalists in paired rounds, and its confidence speaks of
-them alone. A config the scan measured but the race left out (its single measurement a few
-percent behind, or the budget ended) may be as fast as the winner: on a 2-core machine the
-configs from two to five workers of a CPU-bound pipeline lie within a few percent of each other,
-and two runs (``doctor``, then ``tune``) then name different ones, each with a confidence over
-its own finalists. How far apart two measurements of one config fall in this run is measured:
-every raced config was measured at least twice, in different rounds. Where a config that did not
-race lies within that spread of the winner (its median against the winner's median, both over
-this run's measurements), the verdict names it as "within this run's noise": another run may
-pick it, and that is no contradiction. Raced configs are left to the race (a tie is named as
-one; a loss was paired and beyond the noise). Where the rate per epoch decided the pick, the
-scan's steady-state rates are not comparable with it and nothing is named.
+them alone, in this run. Two runs (``doctor``, then ``tune``) on a 2-core machine often name
+different configs from two to five workers of a CPU-bound pipeline, each with a confidence over
+its own finalists: between runs, configs that close swap places. How far one config's rate moves
+from measurement to measurement is measured in the run itself: every raced config was measured at
+least twice, in different rounds, and the median of their spreads ((max − min) / median) is the
+run's noise. Every config within that noise of the winner is named as "within this run's noise":
+one the race never met (its median over the run's measurements against the winner's), and one it
+raced and found slower by less than that noise (the race's medians). Another run may pick any of
+them, and that is no contradiction. The user's own config is left to the keep-yours rule and a
+tie to the race's tie sentence. Where the rate per epoch decided the pick, the scan's
+steady-state rates do not compare with it and nothing is named.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from ..record.model import Trial, best_of, trials_of
+from ..record.model import Trial, baseline_of, best_of, trials_of
 from .invariants import ran_label
 
 # At most this many configs are named; the rest are counted.
@@ -29,11 +29,11 @@ SHOWN = 4
 
 @dataclass(frozen=True)
 class Plateau:
-    """The unraced configs within ``band`` (a fraction) of the winner, fastest first, each with
-    its median rate over the winner's."""
+    """The configs within ``band`` (a fraction) of the winner, fastest first: each label, its
+    median rate over the winner's, and whether it raced."""
 
     band: float
-    configs: list[tuple[str, float]]
+    configs: list[tuple[str, float, bool]]
 
 
 def _key(config: Any) -> tuple[tuple[str, str], ...]:
@@ -43,8 +43,13 @@ def _key(config: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), repr(v)) for k, v in items if k != "persistent_workers"))
 
 
+def _baseline_config(r: dict[str, Any]) -> Any:
+    baseline = baseline_of(r)
+    return baseline.config if baseline is not None and baseline.has("config") else None
+
+
 def plateau(r: dict[str, Any]) -> Plateau | None:
-    """NOTE [plateau]. None without a race, without a config measured twice, or without a
+    """NOTE [plateau]. None without a race, without a config measured twice, or without the
     winner's measurements to compare with."""
     best = best_of(r)
     if best is None or not best.head_to_head or not best.has("config"):
@@ -67,18 +72,32 @@ def plateau(r: dict[str, Any]) -> Plateau | None:
         return None
     band = statistics.median(spreads)
     top = statistics.median(winner)
-    raced = {_key(h.config) for h in best.head_to_head if h.has("config")}
-    near = sorted(
-        (
-            (statistics.median(values) / top, key)
-            for key, values in rates.items()
-            if key not in raced and key != _key(best.config)
-        ),
-        key=lambda pair: -pair[0],
-    )
+    mine = _key(best.config)
+    baseline = _baseline_config(r)
+    left_out = {_key(baseline)} if baseline is not None else set()
+    near: list[tuple[float, str, bool]] = []
+    raced = {}
+    for h in best.head_to_head:
+        if h.has("config"):
+            raced[_key(h.config)] = h
+    lead = raced.get(mine)
+    lead_rate = lead.samples_per_s if lead is not None and lead.samples_per_s else None
+    for key, h in raced.items():
+        if key == mine or key in left_out or not lead_rate or not h.samples_per_s:
+            continue
+        near.append((h.samples_per_s / lead_rate, ran_label(r, h.config, h.label), True))
+    for key, values in rates.items():
+        if key == mine or key in raced or key in left_out:
+            continue
+        near.append(
+            (
+                statistics.median(values) / top,
+                ran_label(r, first[key].config, first[key].label),
+                False,
+            )
+        )
+    near.sort(key=lambda item: -item[0])
     configs = [
-        (ran_label(r, first[key].config, first[key].label), round(ratio, 4))
-        for ratio, key in near
-        if ratio >= 1 - band
+        (label, round(ratio, 4), was_raced) for ratio, label, was_raced in near if ratio >= 1 - band
     ]
     return Plateau(round(band, 4), configs)

@@ -77,9 +77,9 @@ class RunVerdict:
     tied_with: str | None = None  # a raced config within the noise of the winner
     tied_ratio: float | None = None  # its rate over the winner's, paired by round
     tied_interval: list[float] | None = None  # 90% interval of that ratio
-    # Configs the race never met, within this run's noise of the winner (NOTE [plateau]): their
-    # labels with their median rate over the winner's, and that noise (a fraction).
-    within_noise: list[tuple[str, float]] = field(default_factory=list)
+    # Configs within this run's noise of the winner (NOTE [plateau]): each label, its rate over
+    # the winner's, whether it raced; and that noise (a fraction).
+    within_noise: list[tuple[str, float, bool]] = field(default_factory=list)
     noise_band: float | None = None
     best_found: str | None = None  # keep-yours: the fastest config found, within the noise
     best_found_samples_per_s: float | None = None
@@ -128,7 +128,10 @@ class RunVerdict:
             if not self.within_noise
             else {
                 "band": self.noise_band,
-                "configs": [{"label": lbl, "ratio": ratio} for lbl, ratio in self.within_noise],
+                "configs": [
+                    {"label": label, "ratio": ratio, "raced": raced}
+                    for label, ratio, raced in self.within_noise
+                ],
             },
             "fastest_in_sweep": self.fastest_in_sweep,
             "bound": self.bound,
@@ -221,8 +224,9 @@ def _winner(r: Record) -> RunVerdict:
             _tie(r, tuning, v)
             _gain_interval(r, best_entry, tuning, v)
             near = plateau(r) if rule is None else None  # per epoch: not comparable
-            if near is not None and near.configs:
-                v.within_noise, v.noise_band = near.configs, near.band
+            named = [c for c in near.configs if c[0] != v.tied_with] if near else []
+            if near is not None and named:  # a tie has its own sentence
+                v.within_noise, v.noise_band = named, near.band
         if rule is not None:
             _per_epoch(v, rule, best, found.config if best.keep_baseline else None)
     else:

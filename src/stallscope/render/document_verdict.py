@@ -126,15 +126,19 @@ def _how_sure(v: RunVerdict, r: dict[str, Any]) -> dm.Text | None:
             f"(paired by round{interval}): within the noise, so the cheaper config was kept.",
         ]
     if v.within_noise and v.noise_band is not None:
-        parts.append(" Not raced, but within this run's noise of it: ")
-        for i, (label, ratio) in enumerate(v.within_noise[:SHOWN]):
-            parts += [", " if i else "", dm.config_code(label), f" ({rf.fmt_fraction(ratio)})"]
-        more = len(v.within_noise) - SHOWN
         parts.append(
-            (f" and {plural(more, 'other')}" if more > 0 else "")
-            + f" (one config's own measurements spread by {rf.fmt_fraction(v.noise_band)} in "
-            "this run): another run may name one of these."
+            f" Within this run's noise of it (one config's own measurements spread by "
+            f"{rf.fmt_fraction(v.noise_band)} in this run), so another run may name one of these: "
         )
+        for i, (label, ratio, raced) in enumerate(v.within_noise[:SHOWN]):
+            how = "raced" if raced else "not raced"
+            parts += [
+                ", " if i else "",
+                dm.config_code(label),
+                f" ({rf.fmt_fraction(ratio)}, {how})",
+            ]
+        more = len(v.within_noise) - SHOWN
+        parts.append((f" and {plural(more, 'other')}" if more > 0 else "") + ".")
     return parts
 
 
