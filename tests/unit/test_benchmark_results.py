@@ -55,9 +55,7 @@ BEFORE_PROVENANCE = {
     "code_changes.json",  # two of its five pipelines
     "confidence_calibration.json",
     "confidence_calibration_budget60.json",
-    "cores_needed.json",
     "loader_kinds_agreement.json",
-    "watch_hot_path.json",
 }
 
 
