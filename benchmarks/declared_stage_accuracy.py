@@ -177,8 +177,8 @@ def main() -> int:
             "the load of its moment); "
             "declared_vs_interval is the "
             "part the declared stages account for; per_runner_vs_interval is the earlier "
-            "accounting (each stage divided by its own runners); measured on a shared 2-core "
-            "machine under load (see load_average)"
+            "accounting (each stage divided by its own runners); how busy the machine was: "
+            "provenance.load_average"
         ),
         "pipelines": rows,
     }
