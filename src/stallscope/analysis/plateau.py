@@ -1,4 +1,4 @@
-"""Configs the race never met that this run cannot tell from the winner (NOTE [plateau]).
+"""The configs this run cannot tell from the winner, raced or not (NOTE [plateau]).
 
 NOTE [plateau]: the race compares its finalists in paired rounds, and its confidence speaks of
 them alone, in this run. Two runs (``doctor``, then ``tune``) on a 2-core machine often name
@@ -22,9 +22,6 @@ from typing import Any
 
 from ..record.model import Trial, baseline_of, best_of, trials_of
 from .invariants import ran_label
-
-# At most this many configs are named; the rest are counted.
-SHOWN = 4
 
 
 @dataclass(frozen=True)
@@ -67,35 +64,28 @@ def plateau(r: dict[str, Any]) -> Plateau | None:
         for values in rates.values()
         if len(values) >= 2
     ]
-    winner = rates.get(_key(best.config))
+    mine = _key(best.config)
+    winner = rates.get(mine)
     if not spreads or not winner:
         return None
     band = statistics.median(spreads)
     top = statistics.median(winner)
-    mine = _key(best.config)
     baseline = _baseline_config(r)
-    left_out = {_key(baseline)} if baseline is not None else set()
-    near: list[tuple[float, str, bool]] = []
-    raced = {}
-    for h in best.head_to_head:
-        if h.has("config"):
-            raced[_key(h.config)] = h
+    left_out = {mine, _key(baseline)} if baseline is not None else {mine}
+    raced = {_key(h.config): h for h in best.head_to_head if h.has("config")}
     lead = raced.get(mine)
-    lead_rate = lead.samples_per_s if lead is not None and lead.samples_per_s else None
-    for key, h in raced.items():
-        if key == mine or key in left_out or not lead_rate or not h.samples_per_s:
-            continue
-        near.append((h.samples_per_s / lead_rate, ran_label(r, h.config, h.label), True))
-    for key, values in rates.items():
-        if key == mine or key in raced or key in left_out:
-            continue
-        near.append(
-            (
-                statistics.median(values) / top,
-                ran_label(r, first[key].config, first[key].label),
-                False,
-            )
-        )
+    near: list[tuple[float, str, bool]] = []
+    if lead is not None and lead.samples_per_s:  # raced: the race's medians
+        near += [
+            (h.samples_per_s / lead.samples_per_s, ran_label(r, h.config, h.label), True)
+            for key, h in raced.items()
+            if key not in left_out and h.samples_per_s
+        ]
+    near += [  # not raced: the medians of the run's measurements
+        (statistics.median(values) / top, ran_label(r, first[key].config, first[key].label), False)
+        for key, values in rates.items()
+        if key not in raced and key not in left_out
+    ]
     near.sort(key=lambda item: -item[0])
     configs = [
         (label, round(ratio, 4), was_raced) for ratio, label, was_raced in near if ratio >= 1 - band

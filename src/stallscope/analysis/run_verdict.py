@@ -224,9 +224,9 @@ def _winner(r: Record) -> RunVerdict:
             _tie(r, tuning, v)
             _gain_interval(r, best_entry, tuning, v)
             near = plateau(r) if rule is None else None  # per epoch: not comparable
-            named = [c for c in near.configs if c[0] != v.tied_with] if near else []
-            if near is not None and named:  # a tie has its own sentence
-                v.within_noise, v.noise_band = named, near.band
+            if near is not None:  # a tie has its own sentence
+                v.within_noise = [c for c in near.configs if c[0] != v.tied_with]
+                v.noise_band = near.band if v.within_noise else None
         if rule is not None:
             _per_epoch(v, rule, best, found.config if best.keep_baseline else None)
     else:

@@ -58,7 +58,7 @@ def shallow_copy(obj: Any) -> Any:
 
     Such an object is copied as its real type, its ``__dict__`` carried over."""
     cls = type(obj)
-    plain = isinstance(getattr(obj, "__dict__", None), dict) and "__copy__" not in dir(cls)
+    plain = isinstance(getattr(obj, "__dict__", None), dict) and not hasattr(cls, "__copy__")
     forwards = getattr(cls, "__getattr__", None) is not None
     if plain and (cls is not obj.__class__ or forwards):
         clone = object.__new__(cls)

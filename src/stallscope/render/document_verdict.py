@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.invariants import factory_knobs
-from ..analysis.plateau import SHOWN
 from ..analysis.readers import mapping
 from ..analysis.run_verdict import RunVerdict, decide
 from ..analysis.sections import loader_snippet
@@ -16,6 +15,9 @@ from ..text import plural
 from . import document_model as dm
 from . import report_format as rf
 from .document_checks import recommendation_parts
+
+# The configs within the run's noise named in the verdict; the rest are counted.
+SHOWN = 4
 
 # Recommendations the verdict's first sentence already makes (the config to use, or keep yours).
 _SAID_BY_THE_VERDICT = {"loader-config", "keep-yours", "use-best-config"}
