@@ -55,6 +55,8 @@ def test_doctor_makes_the_same_pick_on_the_same_rule(tmp_path):
         BUDGET,
         "--repeats",
         "1",
+        "--num-workers",
+        "0,2",
         "--skip",
         "check,stages,changes",
         "--quiet",
