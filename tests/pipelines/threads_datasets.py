@@ -96,7 +96,9 @@ class SharedHandleRecords(Dataset):
     """NOT thread-safe: one file handle for every fetch, read with seek() then read().
 
     Two threads can interleave between one's seek and its read, so a thread
-    reads another index's record: the classic shared-handle race.
+    reads another index's record: the classic shared-handle race. Half the latency falls between
+    the seek and the read (a remote file's read waits too), so threads that overlap race every
+    time rather than by the scheduler's chance.
     """
 
     def __init__(self, path: str, n: int = 256, wait_s: float = 0.001) -> None:
@@ -114,8 +116,9 @@ class SharedHandleRecords(Dataset):
     def __getitem__(self, index: int) -> torch.Tensor:
         if self._handle is None:
             self._handle = open(self.path, "rb", buffering=0)
-        time.sleep(self.wait_s)  # the request's latency
+        time.sleep(self.wait_s / 2)  # the request's latency, half before the seek...
         self._handle.seek(index * RECORD)
+        time.sleep(self.wait_s / 2)  # ...and half in the read, where other threads seek meanwhile
         raw = self._handle.read(RECORD)
         return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
 

@@ -416,3 +416,21 @@ def test_no_gain_interval_for_a_users_config_that_left_the_race_after_one_round(
     base = next(h for h in result.head_to_head if h["role"] == "baseline")
     assert base["rounds"] == 1 and result.rounds >= 2
     assert result.gain_interval is None
+
+
+def test_every_config_keeps_what_the_loader_is_and_the_kinds_labels():
+    # A loader that batches itself (webdataset's WebLoader, batch_size=None) tuned through a factory
+    # that takes only num_workers: every config the search measures still batches itself and is
+    # labelled by the factory's knob alone, so the race compares the baseline with itself under one
+    # label, not "w=2" with a twin "w=2 bs=1 pf=2".
+    baseline = LoaderConfig(
+        num_workers=2,
+        batch_size=CPU_BOUND.batch_size,
+        batches_itself=True,
+        label_knobs=("num_workers",),
+    )
+    result, ev = _search(CPU_BOUND, baseline=baseline)
+    configs = [t.config for t in result.trials]
+    assert configs and all(c.batches_itself for c in configs)
+    assert all(c.label() == f"w={c.num_workers}" for c in [*configs, result.pick])
+    assert sum(c == baseline for c in configs) >= 1

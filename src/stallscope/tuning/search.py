@@ -176,12 +176,16 @@ class Search:
             note=self._note,
             skip=self._skip,
         )
+        # What the loader is stays the baseline's: a loader that batches itself still does, and
+        # labels show the knobs its kind has (NOTE [loader kinds]).
         self._template = LoaderConfig(
             num_workers=1,
             batch_size=space.batch_size,
             prefetch_factor=min(space.prefetch_factors) if space.prefetch_factors else 2,
             pin_memory=space.pin_memory,
             multiprocessing_context=space.multiprocessing_context,
+            batches_itself=baseline.batches_itself,
+            label_knobs=baseline.label_knobs,
         )
 
     # -- what the search knows, and measuring within the budgets ----------------------------------
