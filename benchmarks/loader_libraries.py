@@ -26,8 +26,11 @@ printed, which calls the factory) are timed the plain way in shuffled rounds: ``
 the pick's median ÷ the best median, on the steady clock and on the wall clock (epoch start-ups
 included). Where a loader's epochs are short and restart its workers, doctor decides on the rate
 per epoch (NOTE [per-epoch rate] in ``tuning/epoch_cost.py``), which the wall clock measures; its
-verdict's sentence saying so is recorded (``doctor.decided_by``). The machine's load average is
-recorded per library.
+verdict's sentence saying so is recorded (``doctor.decided_by``), and the wall clock judges that
+pick (``pick.pick_fraction``; the steady clock judges the rest). Where the pick is the
+``num_workers=0`` or ``=2`` arm's config (``pick.pick_is``), the two arms are one config: their
+measurements are pooled into one median, not set against each other (two timings of one config
+differ by the machine's noise alone). The machine's load average is recorded per library.
 """
 
 from __future__ import annotations
@@ -188,9 +191,27 @@ def doctor_pick(name: str, budget: float, full: bool) -> dict:
     }
 
 
-def pick_versus_independent(factory, doctor: dict, args) -> dict:
+def same_arm(name: str, config: dict) -> str | None:
+    """The arm ("w=0" or "w=2") whose loader is the config doctor named, if one is: the factory's
+    defaults with that worker count. Two arms of one config differ only by noise, so their
+    measurements are pooled rather than set against each other."""
+    from stallscope.config import LoaderConfig
+    from stallscope.target import load_target
+
+    if not config:
+        return None
+    baseline = load_target(resolve(name)).baseline
+    pick = LoaderConfig.from_dict(config)
+    for workers in (0, 2):
+        if pick == baseline.replace(num_workers=workers):
+            return f"w={workers}"
+    return None
+
+
+def pick_versus_independent(factory, doctor: dict, args, same: str | None = None) -> dict:
     """Doctor's pick (its printed code where it printed some) against ``factory(num_workers=0)``
-    and ``=2``, timed the plain way in shuffled rounds."""
+    and ``=2``, timed the plain way in shuffled rounds. Where the pick is one of those arms
+    (``same``), both are timed and their measurements pooled: one config, one median."""
     config = doctor.get("config") or {}
     if doctor.get("code"):
         pick = snippet_factory(doctor["code"])
@@ -219,9 +240,13 @@ def pick_versus_independent(factory, doctor: dict, args) -> dict:
             steady, wall = independent(arms[arm], args.window, bursts[arm])
             rates[arm].append(steady)
             walls[arm].append(wall)
-    out: dict = {"timed": True}
+    out: dict = {"timed": True, "pick_is": same}
     for clock, measured in (("steady", rates), ("wall", walls)):
-        medians = {arm: statistics.median(v) for arm, v in measured.items()}
+        pooled = {
+            arm: v + measured[same] if same and arm in ("pick", same) else v
+            for arm, v in measured.items()
+        }
+        medians = {arm: statistics.median(v) for arm, v in pooled.items()}
         best = max(medians, key=lambda arm: medians[arm])
         out[clock] = {
             "samples_per_s": {arm: [round(v, 1) for v in r] for arm, r in measured.items()},
@@ -288,10 +313,16 @@ def main() -> None:
             flush=True,
         )
         row["doctor"] = doctor_pick(name, args.budget, args.full)
+        same = same_arm(name, row["doctor"].get("config") or {})
         with no_orphans():
-            row["pick"] = pick_versus_independent(resolve(name), row["doctor"], args)
+            row["pick"] = pick_versus_independent(resolve(name), row["doctor"], args, same)
         if row["pick"]["timed"]:
             steady, wall = row["pick"]["steady"], row["pick"]["wall"]
+            # The clock the pick was chosen on is the one that judges it: the wall clock (epoch
+            # start-ups included) where the rate per epoch decided, else the steady state.
+            clock = "wall" if row["doctor"]["decided_by"] else "steady"
+            row["pick"]["deciding_clock"] = clock
+            row["pick"]["pick_fraction"] = row["pick"][clock]["pick_fraction"]
             print(
                 f"{'':52s} doctor exit {row['doctor']['exit_code']}, pick "
                 f"{row['doctor']['label']!r}: {steady['pick_fraction']} of the best timed "
