@@ -281,18 +281,3 @@ def test_a_noisy_tie_that_kept_the_slower_median_says_so():
     assert epoch_rule(record).sentence.endswith("so the cheaper config was kept")
     record["best"]["tie"] = False
     assert "cheaper config" not in epoch_rule(record).sentence
-
-
-def test_persistent_workers_start_once_so_an_epoch_costs_them_no_start_up():
-    zero = _trial(0, 4200.0, restart=0.0)
-    persistent = Trial(
-        LoaderConfig(num_workers=8, batch_size=8, persistent_workers=True),
-        5000.0,
-        "confirm",
-        startup_s=0.3,
-        epoch_samples=None,
-    )
-    cost = epoch_cost([zero, persistent], {zero.config: 4200.0, persistent.config: 5000.0})
-    assert cost is not None and cost.restart_s[persistent.config] == 0.0
-    assert cost.rate(persistent.config, 5000.0) == pytest.approx(5000.0)
-    assert not cost.measured[persistent.config]

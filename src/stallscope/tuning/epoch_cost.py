@@ -11,16 +11,14 @@ epoch start cost beyond the steady state, ``R`` (``Trial.restart_s``); a config'
 is ``S / (R + S / r)`` at the steady rate ``r``, ``R`` the median over every trial of the config
 (scan and race: an epoch start under load varies far more than a window's steady rate, and no
 single quick or slow start should decide). A raced config that measured no epoch start of its
-own reuses its measured start-up (time to first batch) as ``R``, and one with persistent workers
-costs none. A DataLoader whose epochs stallscope walks one after another (its sampler cycled, so
-the window holds no epoch start) records the user's epoch length all the same: a training loop
-re-iterating it starts its workers at every epoch, which its measured start-up stands for.
+own reuses its measured start-up (time to first batch) as ``R``.
 
 When the start-up takes at least ``EPOCH_SHARE`` of some raced config's epoch, the per-epoch rate
 decides everything the race decides: who drops out, the pick, the tie, the confidence, "keep
 yours". The rates reported stay the steady state's, the per-epoch rates are recorded beside them
 (``search.epochs``), and the verdict names the rate that decided. Epochs too long to end within a
-window and infinite iterators are decided on the steady state as before; a DataLoader that takes
+window, infinite iterators, and DataLoaders whose sampler stallscope cycles itself (no restart in
+a window) are decided on the steady state as before; a DataLoader that takes
 ``persistent_workers`` gets it from the epoch-boundary phase (``persistence.py``), measured.
 """
 
@@ -123,10 +121,6 @@ def epoch_cost(trials: Sequence[Trial], steady: Mapping[LoaderConfig, float]) ->
         startups = [t.startup_s for t in mine if t.startup_s is not None]
         if own:
             restart[config], measured[config] = statistics.median(own), True
-        elif config.persistent_workers and config.num_workers > 0:
-            # Its workers outlive the epoch: no start-up at the next (the boundary's gap is the
-            # persistence phase's to measure, persistence.py).
-            restart[config], measured[config] = 0.0, False
         elif startups:
             restart[config], measured[config] = statistics.median(startups), False
         else:
