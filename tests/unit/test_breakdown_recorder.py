@@ -234,3 +234,14 @@ def test_skipped_transform_passes_input_through_in_both_call_styles():
     assert skip(5) == 5
     assert skip(image=1, mask=2) == {"image": 1, "mask": 2}
     assert skip(1, 2) == (1, 2)
+
+
+def test_a_loader_that_looks_at_its_batches_sees_the_users_batch():
+    # mosaicml-streaming's StreamingDataLoader counts each batch's samples with len(batch[0]).
+    import torch
+
+    from stallscope.breakdown.recorder import StageBatch
+
+    images, labels = torch.zeros(4, 3), torch.arange(4)
+    batch = StageBatch((images, labels), {"other": 0.1}, 4, 0, 0.0)
+    assert len(batch) == 2 and len(batch[0]) == 4 and batch[1] is labels

@@ -225,6 +225,14 @@ class StageBatch:
         self.sample_times = sample_times or {}
         self.transfer: TransferTimes | None = None
 
+    # A library's loader may look at the batches it yields (mosaicml-streaming's
+    # StreamingDataLoader counts samples by ``len(batch[0])``): it sees the user's batch.
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.batch[key]
+
     def __reduce__(self) -> tuple[Any, ...]:
         # The stamps are pickled (and unpickled) in argument order, so they bracket the batch.
         return (
