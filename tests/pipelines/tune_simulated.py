@@ -27,6 +27,8 @@ class SimulatedEvaluator(Evaluator):
     ``epoch_samples``: epochs of that many samples end within every window (a loader re-iterated
     at each epoch end, NOTE [per-epoch rate]): each trial records the epoch and what an epoch
     start cost, ``1.5 × startup_fn(config)`` (none with persistent workers), with the noise.
+    ``cycled``: the epochs are a DataLoader's that stallscope walks back to back (its sampler
+    cycled): each trial records the epoch's length, and no epoch start (``restart_s`` None).
     """
 
     def __init__(
@@ -40,8 +42,10 @@ class SimulatedEvaluator(Evaluator):
         overhead_s: float = 0.05,
         min_batches: int = 8,
         epoch_samples: int | None = None,
+        cycled: bool = False,
     ) -> None:
         self.epoch_samples = epoch_samples
+        self.cycled = cycled
         self.rate_fn = rate_fn
         self.noise = noise
         self.rng = random.Random(seed)
@@ -76,7 +80,9 @@ class SimulatedEvaluator(Evaluator):
             epoch = {
                 "epoch_samples": self.epoch_samples,
                 "epoch_batches": self.epoch_samples // config.batch_size,
-                "restart_s": restart * math.exp(self.rng.gauss(0.0, self.noise)),
+                "restart_s": None
+                if self.cycled
+                else restart * math.exp(self.rng.gauss(0.0, self.noise)),
             }
         return Trial(
             config=config,

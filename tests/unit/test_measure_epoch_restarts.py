@@ -103,3 +103,14 @@ def test_one_epoch_start_and_no_whole_epoch_gives_the_cost_alone(clock):
     m = measure_module.measure(pipeline, pipeline.baseline, min_window_s=0.4, max_window_s=60)
     assert m.epoch_samples is None
     assert m.restart_s == pytest.approx(0.96)
+
+
+def test_a_dataloader_whose_epochs_are_walked_back_to_back_records_its_epoch():
+    # stallscope cycles a DataLoader's sampler (no epoch start in the window), but a training loop
+    # re-iterates it: the user's epoch (5 batches of 4 over 20 items) is recorded, so the start-up
+    # can be charged per epoch (NOTE [per-epoch rate]); no epoch start was seen, so no cost.
+    loader = torch.utils.data.DataLoader(torch.arange(20.0), batch_size=4)
+    pipeline = load_target(loader)
+    m = measure_module.measure(pipeline, pipeline.baseline, min_window_s=0.01, max_window_s=1)
+    assert m.epoch_batches == 5 and m.epoch_samples == 20
+    assert m.restart_s is None

@@ -36,9 +36,16 @@ def _search(
     seed: int = 0,
     noise: float = 0.03,
     budget_s: float = 60.0,
+    cycled: bool = False,
+    can_persist: bool = True,
 ):
     profile = model.profile()
-    space = SearchSpace(cores=model.cores, batch_size=model.batch_size, max_workers=64)
+    space = SearchSpace(
+        cores=model.cores,
+        batch_size=model.batch_size,
+        max_workers=64,
+        persistent_workers=can_persist,
+    )
     memory = MemoryBudget(budget_bytes=int(16_000 * MB), batch_bytes=profile.batch_bytes)
     ev = SimulatedEvaluator(
         model.rate,
@@ -47,6 +54,7 @@ def _search(
         startup_fn=_startup,
         worker_bytes_fn=model.worker_bytes,
         epoch_samples=epoch_samples,
+        cycled=cycled,
     )
     result = Search(
         ev,
@@ -281,3 +289,70 @@ def test_a_noisy_tie_that_kept_the_slower_median_says_so():
     assert epoch_rule(record).sentence.endswith("so the cheaper config was kept")
     record["best"]["tie"] = False
     assert "cheaper config" not in epoch_rule(record).sentence
+
+
+# -- a DataLoader whose epochs stallscope walks back to back ----------------------------------
+
+
+def test_a_cycled_dataloader_is_compared_in_steady_state_and_its_workers_persist():
+    # 3-batch epochs of a DataLoader (sampler cycled: the window sees no epoch start) that takes
+    # persistent_workers: workers win the steady state, and the pick keeps them across epochs, so
+    # a loop re-iterating it never pays their start-up again.
+    samples = 3 * CPU_BOUND.batch_size
+    result = _search(CPU_BOUND, epoch_samples=samples, cycled=True)
+    assert result.pick.num_workers >= 2 and result.pick.persistent_workers
+    assert result.epochs is not None and not result.epochs["decides"]
+    assert CPU_BOUND.rate(result.pick) > 1.5 * CPU_BOUND.rate(LoaderConfig(batch_size=16))
+
+
+def test_a_cycled_loader_that_cannot_persist_pays_its_start_up_every_epoch():
+    samples = 3 * CPU_BOUND.batch_size
+    result = _search(CPU_BOUND, epoch_samples=samples, cycled=True, can_persist=False)
+    assert result.pick.num_workers == 0
+    assert result.epochs["decides"]
+    rows = {row["workers"]: row for row in result.epochs["configs"]}
+    assert not rows[max(rows)]["restart_measured"]  # its start-up stands for the epoch's start
+
+
+def _bare_search(trials: list[Trial], rates: dict[LoaderConfig, float]) -> Search:
+    profile = CPU_BOUND.profile()
+    space = SearchSpace(cores=2, batch_size=16, max_workers=8)
+    memory = MemoryBudget(budget_bytes=int(16_000 * MB), batch_bytes=profile.batch_bytes)
+    search = Search(
+        SimulatedEvaluator(CPU_BOUND.rate),
+        space,
+        profile,
+        baseline=LoaderConfig(batch_size=16),
+        memory=memory,
+    )
+    search.trials = trials
+    search.rate = rates.__getitem__  # type: ignore[method-assign]
+    return search
+
+
+def test_a_pick_whose_start_up_is_a_share_of_its_epoch_persists_when_the_gap_was_not_measured():
+    four = LoaderConfig(num_workers=4, batch_size=16)
+    trial = Trial(four, 6400.0, "confirm", startup_s=0.05, epoch_samples=512, epoch_batches=32)
+    search = _bare_search([trial], {four: 6400.0})
+    # 512 samples at 6,400/s: 0.08 s an epoch; 0.05 s of start-up is 38% of it.
+    pick = search._persist_short_epochs(four, None)
+    assert pick == four.replace(persistent_workers=True)
+    assert any("38% of the epoch" in note for note in search.notes)
+    # A gap the epoch-boundary phase measured decides instead; a long epoch changes nothing.
+    assert search._persist_short_epochs(four, {"gap_without_s": 0.05}) == four
+    long = Trial(four, 6400.0, "confirm", startup_s=0.05, epoch_samples=512_000)
+    assert _bare_search([long], {four: 6400.0})._persist_short_epochs(four, None) == four
+
+
+def test_a_saving_small_in_seconds_but_large_for_a_short_epoch_recommends_persistence():
+    from stallscope.throughput.epochs import EpochGap
+    from stallscope.tuning.persistence import choose_persistent
+
+    four = LoaderConfig(num_workers=4, batch_size=16)
+    without = EpochGap(four, [0.04, 0.042], batches_per_epoch=32)
+    with_ = EpochGap(four.replace(persistent_workers=True), [0.004, 0.005], batches_per_epoch=32)
+    notes: list[str] = []
+    kept, evidence = choose_persistent(four, without, with_, note=notes.append)
+    assert kept == four and not evidence["recommended"]  # 0.037 s saved: below 0.05 s
+    chosen, evidence = choose_persistent(four, without, with_, note=notes.append, epoch_s=0.08)
+    assert chosen.persistent_workers and evidence["recommended"]

@@ -56,7 +56,13 @@ import numpy as np
 from ..config import LoaderConfig
 from ..errors import PipelineError, describe_exception, worker_traceback_tail
 from ..pipeline.kinds import close_trial
-from ..pipeline.loaders import EpochCycle, build_loader, close_threads, quiet_worker_warning
+from ..pipeline.loaders import (
+    CyclingBatches,
+    EpochCycle,
+    build_loader,
+    close_threads,
+    quiet_worker_warning,
+)
 from ..pipeline.structure import batch_length, to_device, token_counter
 from ..pipeline.threaded import noted_index, without_notes
 from ..runtime.host import cuda_available
@@ -342,6 +348,8 @@ def _measure(
             samples, tokens = epoch_samples, epoch_tokens
             waits = [(last - window_start) / epoch_batches] * epoch_batches
         _epoch_figures(result, whole, boundaries, samples)
+        if not whole and epoch_batches and not _cycles_itself(pipeline):
+            _cycled_epoch(result, loader, epoch_samples / epoch_batches)
         result.main_cpu_s = max(0.0, receive_cpu() - cpu_start)
         result.loader_cpu_s = loader_cpu.elapsed()
         result.batches = len(waits)
@@ -371,6 +379,26 @@ def _measure(
 
 
 _END = object()
+
+
+def _cycled_epoch(result: Measurement, loader: Any, per_batch: float) -> None:
+    """The user's epoch where stallscope walked its epochs one after another without a pause
+    (``CyclingBatches``): the window saw no epoch start, but a training loop re-iterating the
+    loader starts its workers again at each (NOTE [per-epoch rate] in ``tuning/epoch_cost.py``).
+    Its length is the user's batch sampler's (at ``per_batch`` samples a batch, as measured); the
+    start-up cost is left to the measured start-up. Nothing is recorded where the length is not
+    known."""
+    cycling = getattr(loader, "batch_sampler", None)
+    if not isinstance(cycling, CyclingBatches):
+        return
+    try:
+        batches = len(cycling.epoch)  # type: ignore[arg-type]
+    except TypeError:
+        return
+    if batches <= 0:
+        return
+    result.epoch_batches = batches
+    result.epoch_samples = round(batches * per_batch)
 
 
 def _epoch_figures(

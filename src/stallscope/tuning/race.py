@@ -110,7 +110,9 @@ class Race:
         steady = {c: m for c in self.log.configs() if (m := self.log.median(c)) is not None}
         raced = [t for rates in self.round_trials for ts in rates.values() for t in ts]
         trials = [*(t for t in self.earlier if t.config in steady), *raced]
-        return epoch_cost(trials, steady) if steady else None
+        if not steady:
+            return None
+        return epoch_cost(trials, steady, can_persist=self.settings.workers_can_persist)
 
     @property
     def deciding(self) -> RaceLog:
