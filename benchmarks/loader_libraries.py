@@ -242,10 +242,8 @@ def pick_versus_independent(factory, doctor: dict, args, same: str | None = None
             walls[arm].append(wall)
     out: dict = {"timed": True, "pick_is": same}
     for clock, measured in (("steady", rates), ("wall", walls)):
-        pooled = {
-            arm: v + measured[same] if same and arm in ("pick", same) else v
-            for arm, v in measured.items()
-        }
+        both = measured["pick"] + measured[same] if same else []
+        pooled = {arm: both if same and arm in ("pick", same) else v for arm, v in measured.items()}
         medians = {arm: statistics.median(v) for arm, v in pooled.items()}
         best = max(medians, key=lambda arm: medians[arm])
         out[clock] = {
