@@ -31,6 +31,7 @@ from ..runtime.processes import (
     TORCH_WORKER_WARNING,
     describe_worker_death,
     is_worker_death,
+    quiet_lost_handovers,
     reap_children,
 )
 
@@ -207,7 +208,7 @@ def execute(
     try:
         # Worker counts above the cores are configs stallscope measures on purpose; torch's
         # warning about them would only interleave with the report.
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), quiet_lost_handovers():
             warnings.filterwarnings("ignore", message=TORCH_WORKER_WARNING, category=UserWarning)
             code = body(ctx)
         if interrupts:

@@ -29,6 +29,12 @@ the iterator down, absorbing the one asynchronous raise if it lands there;
 the caller turns the failure into one sentence *after* that. The commands'
 ``execute`` also turns any worker-death ``RuntimeError`` that still escapes
 into that sentence and exit code 2 (:func:`describe_worker_death`).
+
+One more way reaches the terminal without passing through our code: torch hands some of a
+worker's tensors over as file descriptors, served by ``multiprocessing``'s resource-sharer
+thread in the main process, and a worker that dies in the middle of a handover resets that
+connection; the thread prints the ``ConnectionResetError`` through ``sys.excepthook``, a
+traceback beside our one sentence. :func:`quiet_lost_handovers` drops exactly those.
 """
 
 from __future__ import annotations
@@ -210,6 +216,38 @@ _DEATH_TEXT = re.compile(
     r"DataLoader worker \(pids?\(?s?\)? ?([\d, ]+)\)[^\n]*(exited unexpectedly|killed "
     r"by signal|is killed)"
 )
+
+
+_RESOURCE_SHARER = ("multiprocessing", "resource_sharer.py")
+
+
+def _from_resource_sharer(tb: Any) -> bool:
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename.replace("\\", "/").split("/")
+        if tuple(path[-2:]) == _RESOURCE_SHARER:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+@contextlib.contextmanager
+def quiet_lost_handovers() -> Iterator[None]:
+    """While it lasts, a connection error that ``multiprocessing``'s resource-sharer thread
+    reports through ``sys.excepthook`` (a worker died mid-handover: NOTE [worker death]) is
+    dropped; every other exception goes to the hook as before."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if issubclass(kind, (ConnectionError, EOFError)) and _from_resource_sharer(tb):
+            return
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
+    try:
+        yield
+    finally:
+        if sys.excepthook is hook:
+            sys.excepthook = previous
 
 
 def is_worker_death(exc: BaseException) -> bool:
