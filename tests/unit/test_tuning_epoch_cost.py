@@ -314,16 +314,19 @@ def test_a_cycled_loader_that_cannot_persist_pays_its_start_up_every_epoch():
     assert not rows[max(rows)]["restart_measured"]  # its start-up stands for the epoch's start
 
 
-def _bare_search(trials: list[Trial], rates: dict[LoaderConfig, float]) -> Search:
+def _bare_search(
+    trials: list[Trial], rates: dict[LoaderConfig, float], *, budget_s: float, startup=None
+) -> Search:
     profile = CPU_BOUND.profile()
     space = SearchSpace(cores=2, batch_size=16, max_workers=8)
     memory = MemoryBudget(budget_bytes=int(16_000 * MB), batch_bytes=profile.batch_bytes)
     search = Search(
-        SimulatedEvaluator(CPU_BOUND.rate),
+        SimulatedEvaluator(CPU_BOUND.rate, startup_fn=startup),
         space,
         profile,
         baseline=LoaderConfig(batch_size=16),
         memory=memory,
+        settings=SearchSettings(budget_s=budget_s),
     )
     search.trials = trials
     search.rate = rates.__getitem__  # type: ignore[method-assign]
@@ -331,17 +334,26 @@ def _bare_search(trials: list[Trial], rates: dict[LoaderConfig, float]) -> Searc
 
 
 def test_a_pick_whose_start_up_is_a_share_of_its_epoch_persists_when_the_gap_was_not_measured():
+    from stallscope.tuning.persistence import measure_persistent
+
     four = LoaderConfig(num_workers=4, batch_size=16)
     trial = Trial(four, 6400.0, "confirm", startup_s=0.05, epoch_samples=512, epoch_batches=32)
-    search = _bare_search([trial], {four: 6400.0})
-    # 512 samples at 6,400/s: 0.08 s an epoch; 0.05 s of start-up is 38% of it.
-    pick = search._persist_short_epochs(four, None)
-    assert pick == four.replace(persistent_workers=True)
+    # No budget left for the epoch-boundary gap. 512 samples at 6,400/s: 0.08 s an epoch; 0.05 s
+    # of start-up is 38% of it.
+    search = _bare_search([trial], {four: 6400.0}, budget_s=0.0)
+    pick, evidence = measure_persistent(search, four)
+    assert pick == four.replace(persistent_workers=True) and evidence is None
     assert any("38% of the epoch" in note for note in search.notes)
-    # A gap the epoch-boundary phase measured decides instead; a long epoch changes nothing.
-    assert search._persist_short_epochs(four, {"gap_without_s": 0.05}) == four
+    assert not any("not recommended" in note for note in search.notes)
+    # A gap the epoch-boundary phase measured decides instead (here it saves nothing)...
+    measured = _bare_search([trial], {four: 6400.0}, budget_s=60.0, startup=lambda c: 0.0)
+    pick, evidence = measure_persistent(measured, four)
+    assert pick == four and evidence is not None and evidence["gap_without_s"] is not None
+    # ...and a long epoch changes nothing.
     long = Trial(four, 6400.0, "confirm", startup_s=0.05, epoch_samples=512_000)
-    assert _bare_search([long], {four: 6400.0})._persist_short_epochs(four, None) == four
+    unmeasured = _bare_search([long], {four: 6400.0}, budget_s=0.0)
+    assert measure_persistent(unmeasured, four) == (four, None)
+    assert any("not recommended" in note for note in unmeasured.notes)
 
 
 def test_a_saving_small_in_seconds_but_large_for_a_short_epoch_recommends_persistence():

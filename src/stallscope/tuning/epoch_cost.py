@@ -16,10 +16,12 @@ own reuses its measured start-up (time to first batch) as ``R``.
 A DataLoader whose epochs stallscope walks back to back (its sampler cycled: no epoch start in
 the window) records the user's epoch length all the same. A training loop re-iterating it starts
 its workers at every epoch unless they persist; it takes ``persistent_workers``, so worker configs
-are compared without start-ups (``R`` = 0), and the pick is given persistent workers where its
-measured start-up is at least ``EPOCH_SHARE`` of its epoch and the epoch-boundary phase did not
-measure otherwise (``Search._persist_short_epochs``): 8 workers at 7,000 samples/s, restarted
-every 32-batch epoch, deliver 2,700 samples/s to a loop that one process feeds at 6,600.
+are compared without start-ups (``R`` = 0), and the pick's workers are made to persist by the
+epoch-boundary gap (``persistence.py``, its saving judged against the epoch's length too), or,
+where the budget ran out before that gap was measured, where its measured start-up is at least
+``EPOCH_SHARE`` of its epoch (``persistence.persist_by_startup``): 8 workers at 7,000 samples/s
+that take 0.05 s to start, restarted every 512-sample epoch, deliver 512 / (0.05 + 512 / 7,000),
+about 4,200 samples/s, to such a loop.
 
 When the start-up takes at least ``EPOCH_SHARE`` of some raced config's epoch, the per-epoch rate
 decides everything the race decides: who drops out, the pick, the tie, the confidence, "keep
@@ -118,7 +120,7 @@ def epoch_cost(
     epochs are long, or never end), or a config has neither an epoch start nor a start-up
     measured. ``can_persist``: the loader takes ``persistent_workers``, so a config that saw no
     epoch start of its own need not start its workers at each (the search makes the pick persist
-    where its start-up matters: ``Search._persist_short_epochs``)."""
+    where its start-up matters: ``persistence.persist_by_startup``)."""
     ok = [t for t in trials if t.ok]
     lengths = [t.epoch_samples for t in ok if t.epoch_samples]
     if not lengths:

@@ -160,7 +160,11 @@ def measure_persistent(
     decide (:func:`choose_persistent`)."""
     if chosen.num_workers == 0 or chosen.persistent_workers or not search.space.persistent_workers:
         return chosen, None
+    epoch_s = epoch_seconds(search, chosen)
     if not search.affordable(epoch_gap_cost(search, chosen)):
+        persisted = persist_by_startup(search, chosen, epoch_s)
+        if persisted is not None:
+            return persisted, None
         search._note("time budget: persistent_workers was not measured, so it is not recommended")
         search._skip(
             chosen.replace(persistent_workers=True),
@@ -170,10 +174,36 @@ def measure_persistent(
     epochs = search.settings.epoch_gap_epochs
     without = search.ev.epoch_gap(chosen, epochs=epochs)
     with_ = search.ev.epoch_gap(chosen.replace(persistent_workers=True), epochs=epochs)
-    rate = search.rate(chosen)
-    lengths = [t.epoch_samples for t in search.trials if t.ok and t.epoch_samples]
-    epoch_s = statistics.median(lengths) / rate if lengths and rate > 0 else None
     return choose_persistent(chosen, without, with_, note=search._note, epoch_s=epoch_s)
+
+
+def epoch_seconds(search: Any, config: LoaderConfig) -> float | None:
+    """The user's epoch in seconds at ``config``'s measured rate (its length as the trials
+    recorded it: NOTE [per-epoch rate]); None where neither is known."""
+    lengths = [t.epoch_samples for t in search.trials if t.ok and t.epoch_samples]
+    rate: float = search.rate(config)
+    return statistics.median(lengths) / rate if lengths and rate > 0 else None
+
+
+def persist_by_startup(
+    search: Any, chosen: LoaderConfig, epoch_s: float | None
+) -> LoaderConfig | None:
+    """``chosen`` with persistent workers where the epoch-boundary gap could not be measured (the
+    budget ran out) but its measured start-up is at least ``EPOCH_SHARE`` of its epoch
+    (``epoch_s``): a loop re-iterating the loader would pay it at every epoch. None otherwise."""
+    startup = startup_of(search.trials, chosen)
+    if epoch_s is None or startup is None:
+        return None
+    share = startup / (startup + epoch_s)
+    if share < EPOCH_SHARE:
+        return None
+    search._note(
+        f"persistent_workers=True: an epoch of {round(epoch_s * search.rate(chosen))} samples "
+        f"takes {epoch_s:.2f} s at {chosen.label()}'s rate, and starting its "
+        f"{chosen.num_workers} workers took {startup:.2f} s ({share:.0%} of the epoch with it), "
+        "which a loop re-iterating the loader would pay at every epoch"
+    )
+    return chosen.replace(persistent_workers=True)
 
 
 def epoch_gap_cost(search: Any, config: LoaderConfig) -> float:

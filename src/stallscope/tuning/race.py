@@ -87,9 +87,12 @@ class Race:
         record: Callable[[Trial], None],
         note: Callable[[str], None],
         skip: Callable[[LoaderConfig, str], None],
+        can_persist: bool = False,
     ) -> None:
         self.ev = evaluator
         self.settings = settings
+        # The loader takes persistent_workers (NOTE [per-epoch rate] in epoch_cost.py).
+        self.can_persist = can_persist
         self.round_cost = round_cost
         self.affordable = affordable
         self.record = record
@@ -112,7 +115,7 @@ class Race:
         trials = [*(t for t in self.earlier if t.config in steady), *raced]
         if not steady:
             return None
-        return epoch_cost(trials, steady, can_persist=self.settings.workers_can_persist)
+        return epoch_cost(trials, steady, can_persist=self.can_persist)
 
     @property
     def deciding(self) -> RaceLog:

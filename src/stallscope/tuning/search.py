@@ -84,7 +84,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -98,7 +97,7 @@ from .confidence import (
     margin_interval,
     within_pct,
 )
-from .epoch_cost import EPOCH_SHARE, EpochCost, epoch_cost
+from .epoch_cost import EpochCost, epoch_cost
 from .persistence import (
     choose_start_method,
     epoch_gap_cost,
@@ -155,9 +154,7 @@ class Search:
         self.baseline = baseline
         self.memory = memory
         # A copy: run() may narrow the phases' shares of the budget (see _reserve_for_seeds).
-        self.settings = dataclasses.replace(
-            settings or SearchSettings(), workers_can_persist=space.persistent_workers
-        )
+        self.settings = dataclasses.replace(settings or SearchSettings())
         self.on_trial = on_trial
         self.trials: list[Trial] = []
         self.notes: list[str] = []
@@ -178,6 +175,7 @@ class Search:
             record=self._record,
             note=self._note,
             skip=self._skip,
+            can_persist=space.persistent_workers,
         )
         # What the loader is stays the baseline's: a loader that batches itself still does, and
         # labels show the knobs its kind has (NOTE [loader kinds]).
@@ -632,7 +630,7 @@ class Search:
         self._scan_cost = scan_cost = epoch_cost(
             list(usable.values()),
             {c: t.samples_per_s for c, t in usable.items()},
-            can_persist=self.settings.workers_can_persist,
+            can_persist=self.space.persistent_workers,
         )
         per_epoch = scan_cost.trial_rate if scan_cost is not None and scan_cost.decides else None
         ok = {c: per_epoch(t) if per_epoch else t.samples_per_s for c, t in usable.items()}
@@ -716,7 +714,6 @@ class Search:
                 note=self._note,
             )
             pick, persistent = measure_persistent(self, pick)
-            pick = self._persist_short_epochs(pick, persistent)
         if self.baseline.persistent_workers and pick.num_workers:
             pick = pick.replace(
                 persistent_workers=True
@@ -771,34 +768,6 @@ class Search:
             c: m for c in self.race.log.configs() if (m := self.race.log.median(c)) is not None
         } or decision.medians
         return {c.label(): m for c, m in sorted(medians.items(), key=lambda p: -p[1])}
-
-    def _persist_short_epochs(
-        self, pick: LoaderConfig, persistent: dict[str, Any] | None
-    ) -> LoaderConfig:
-        """``pick`` with persistent workers where a training loop re-iterating the loader would
-        restart them at each epoch for a measurable share of it (NOTE [per-epoch rate]) and the
-        epoch-boundary phase did not measure the gap (the budget ran out): the pick's measured
-        start-up against its epoch at its measured rate."""
-        if not pick.num_workers or pick.persistent_workers or not self.settings.workers_can_persist:
-            return pick
-        if persistent is not None and persistent.get("gap_without_s") is not None:
-            return pick  # measured: the boundary's gap decided
-        lengths = [t.epoch_samples for t in self.trials if t.ok and t.epoch_samples]
-        startup = startup_of(self.trials, pick)
-        rate = self.rate(pick)
-        if not lengths or startup is None or rate <= 0:
-            return pick
-        epoch_s = statistics.median(lengths) / rate
-        share = startup / (startup + epoch_s)
-        if share < EPOCH_SHARE:
-            return pick
-        self._note(
-            f"persistent_workers=True: an epoch of {int(statistics.median(lengths))} samples takes "
-            f"{epoch_s:.2f} s at {pick.label()}'s rate, and starting its {pick.num_workers} "
-            f"workers took {startup:.2f} s ({share:.0%} of the epoch with it), which a loop "
-            "re-iterating the loader would pay at every epoch"
-        )
-        return pick.replace(persistent_workers=True)
 
     def _deciding_baseline(self, deciding: RaceLog, steady: float) -> tuple[bool, float]:
         """Whether the per-epoch rate decided (NOTE [per-epoch rate]), and the user's loader's

@@ -247,9 +247,6 @@ class SearchSettings:
     scan_share: float = 0.5
     knobs_share: float = 0.65
     epoch_gap_epochs: int = 2  # short epochs per persistent_workers run (one boundary each)
-    # The loader takes persistent_workers: workers may outlive an epoch, so a config's start-up
-    # need not recur at every epoch (NOTE [per-epoch rate] in epoch_cost.py). Set by the search.
-    workers_can_persist: bool = False
 
 
 def confirm_window(config: LoaderConfig, settings: SearchSettings) -> float:
