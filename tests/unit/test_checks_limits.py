@@ -100,12 +100,12 @@ def _run(tmp_path, codes):
         timeout=1.0,
         budget=10.0,
         full=False,
-        num_workers=2,
+        workers=2,
         start_method="fork",
         seed=0,
-        shm_free_bytes=None,
+        shm_free_override=None,
         workdir=tmp_path,
-        progress=None,
+        on_progress=None,
         on_update=None,
     )
 

@@ -27,6 +27,7 @@ import random
 import tempfile
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -137,73 +138,64 @@ def check(
             timeout=float(timeout),
             budget=float(budget) if budget is not None else float("inf"),
             full=full,
-            num_workers=workers,
+            workers=workers,
             start_method=method,
             seed=seed,
-            shm_free_bytes=shm_free_bytes,
+            shm_free_override=shm_free_bytes,
             workdir=Path(tmp),
-            progress=progress,
+            on_progress=progress,
             on_update=on_update,
         )
         return run.run()
 
 
+@dataclass(eq=False)
 class CheckRun:
     """One ``check``: the probes in order, each within its share of the budget, then the
     rules over what they recorded."""
 
-    def __init__(
-        self,
-        pipeline: Any,
-        *,
-        codes: list[str],
-        timeout: float,
-        budget: float,
-        full: bool,
-        num_workers: int,
-        start_method: str,
-        seed: int,
-        shm_free_bytes: int | None,
-        workdir: Path,
-        progress: Callable[[str, int | None, int | None], None] | None,
-        on_update: Callable[[CheckResult], None] | None,
-    ) -> None:
-        self.pipeline = pipeline
-        self.codes = codes
-        self.timeout = timeout
-        self.budget = budget
-        self.full = full
-        self.workers = num_workers
-        self.start_method = start_method
-        self.seed = seed
-        self.shm_free_override = shm_free_bytes
-        self.workdir = workdir
-        self.progress_cb = progress
-        self.on_update = on_update
+    pipeline: Any
+    codes: list[str]
+    timeout: float
+    budget: float
+    full: bool
+    workers: int
+    start_method: str
+    seed: int
+    shm_free_override: int | None  # stands in for the measured free space of /dev/shm
+    workdir: Path
+    on_progress: Callable[[str, int | None, int | None], None] | None
+    on_update: Callable[[CheckResult], None] | None
+    notes: list[str] = field(init=False, default_factory=list)
+    probe_status: dict[str, str] = field(init=False, default_factory=dict)
+    # probe -> why it could not judge
+    not_checked: dict[str, str] = field(init=False, default_factory=dict)
+    health_total: int | None = field(init=False, default=None)
+    # items per second the probe pool fetched
+    health_rate: float | None = field(init=False, default=None)
+    health_checked: set[Any] = field(init=False, default_factory=set)
+
+    def __post_init__(self) -> None:
         self.started = time.monotonic()
-        self.deadline = self.started + budget
-        self.needed = set().union(*(PROBES_FOR[c] for c in codes)) if codes else set()
-        self.length = pipeline.length()
+        self.deadline = self.started + self.budget
+        self.needed = set().union(*(PROBES_FOR[c] for c in self.codes)) if self.codes else set()
+        self.length = self.pipeline.length()
         self.batch_size = (
-            pipeline.batch_size if not self.length else min(pipeline.batch_size, self.length)
+            self.pipeline.batch_size
+            if not self.length
+            else min(self.pipeline.batch_size, self.length)
         )
-        self.notes: list[str] = []
-        self.probe_status: dict[str, str] = {}
-        self.not_checked: dict[str, str] = {}  # probe -> why it could not judge
-        self.result = CheckResult(target=pipeline.target)
+        self.result = CheckResult(target=self.pipeline.target)
         self.probes = self.result.probes
-        self.worker_method = start_method
-        self.health_total: int | None = None
-        self.health_rate: float | None = None  # items per second the probe pool fetched
-        self.health_checked: set[Any] = set()
+        self.worker_method = self.start_method
 
     # -- helpers -------------------------------------------------------------------------
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
 
     def progress(self, stage: str, done: int | None = None, total: int | None = None) -> None:
-        if self.progress_cb is not None:
-            self.progress_cb(stage, done, total)
+        if self.on_progress is not None:
+            self.on_progress(stage, done, total)
 
     def publish(self) -> None:
         self.result.findings = analyse(self.probes, codes=set(self.codes))

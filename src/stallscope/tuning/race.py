@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import LoaderConfig
@@ -73,39 +73,29 @@ def entrants(
     return out
 
 
+@dataclass(eq=False)
 class Race:
     """Interleaved rounds over the entrants, within the budget the caller's ``affordable``
     grants."""
 
-    def __init__(
-        self,
-        evaluator: Evaluator,
-        settings: SearchSettings,
-        *,
-        round_cost: Callable[[Sequence[LoaderConfig]], float],
-        affordable: Callable[[float], bool],
-        record: Callable[[Trial], None],
-        note: Callable[[str], None],
-        skip: Callable[[LoaderConfig, str], None],
-        can_persist: bool = False,
-    ) -> None:
-        self.ev = evaluator
-        self.settings = settings
-        # The loader takes persistent_workers (NOTE [per-epoch rate] in epoch_cost.py).
-        self.can_persist = can_persist
-        self.round_cost = round_cost
-        self.affordable = affordable
-        self.record = record
-        self.note = note
-        self.skip = skip
-        self.log = RaceLog()  # steady-state rates: the figures reported
-        self.entrants: list[Entrant] = []
-        # Each round's trials per config, and whether the per-epoch rate decides (NOTE
-        # [per-epoch rate] in epoch_cost.py: once it does, it does for the rest of the race).
-        self.round_trials: list[dict[LoaderConfig, list[Trial]]] = []
-        self.per_epoch = False
-        # The trials measured before the race (the scan): their epoch starts count too.
-        self.earlier: Sequence[Trial] = ()
+    evaluator: Evaluator
+    settings: SearchSettings
+    round_cost: Callable[[Sequence[LoaderConfig]], float]
+    affordable: Callable[[float], bool]
+    record: Callable[[Trial], None]
+    note: Callable[[str], None]
+    skip: Callable[[LoaderConfig, str], None]
+    # The loader takes persistent_workers (NOTE [per-epoch rate] in epoch_cost.py).
+    can_persist: bool = False
+    # Steady-state rates: the figures reported.
+    log: RaceLog = field(init=False, default_factory=RaceLog)
+    entrants: list[Entrant] = field(init=False, default_factory=list)
+    # Each round's trials per config, and whether the per-epoch rate decides (NOTE
+    # [per-epoch rate] in epoch_cost.py: once it does, it does for the rest of the race).
+    round_trials: list[dict[LoaderConfig, list[Trial]]] = field(init=False, default_factory=list)
+    per_epoch: bool = field(init=False, default=False)
+    # The trials measured before the race (the scan): their epoch starts count too.
+    earlier: Sequence[Trial] = field(init=False, default=())
 
     def epochs(self) -> EpochCost | None:
         """The epoch's length and each raced config's start-up cost per epoch, from its trials
@@ -138,7 +128,9 @@ class Race:
             if len(alive) < 2:
                 break
             windows = [confirm_window(c, settings) for c in alive]
-            results = self.ev.interleaved(alive, repeats=1, window_s=windows, phase="confirm")
+            results = self.evaluator.interleaved(
+                alive, repeats=1, window_s=windows, phase="confirm"
+            )
             rates: dict[LoaderConfig, list[float]] = {}
             kept: dict[LoaderConfig, list[Trial]] = {}
             for config, trials in zip(alive, results):
