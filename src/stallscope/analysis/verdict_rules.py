@@ -15,6 +15,8 @@ VerdictRule = Callable[[Record], Optional[Verdict]]
 
 
 class _Rated(Protocol):
+    """A config as measured: ConfigRate, BestConfig or BenchRow."""
+
     @property
     def label(self) -> str: ...
 
