@@ -218,3 +218,12 @@ def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, 
     ss_res = sum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys))
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
     return slope, intercept, r2
+
+
+# -- figures for records --------------------------------------------------------------------------
+
+
+def round_or_none(value: float | None, digits: int | None = None) -> float | None:
+    """``value`` rounded as :func:`round` rounds it (to a whole number without ``digits``), or None
+    where it was not measured."""
+    return None if value is None else round(value, digits)

@@ -138,3 +138,10 @@ def test_precise_enough_reads_the_half_width():
 def test_linear_fit_exact_and_flat():
     assert stats.linear_fit([0, 1, 2, 3], [1, 3, 5, 7]) == pytest.approx((2.0, 1.0, 1.0))
     assert stats.linear_fit([1, 1, 1], [2, 4, 6]) == pytest.approx((0.0, 4.0, 0.0))
+
+
+def test_round_or_none_keeps_a_missing_figure_missing():
+    assert stats.round_or_none(None, 2) is None and stats.round_or_none(None) is None
+    assert stats.round_or_none(1.23456, 2) == 1.23
+    whole = stats.round_or_none(41.6)
+    assert whole == 42 and isinstance(whole, int)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Optional
 
 from .costs import epoch_estimate, memory_facts
-from .facts import CheckRow, target
+from .facts import CheckRow, Target, target
 from .finding_rules import finding_facts
 from .readers import Record, workers_of
 from .sections import best_configuration, stage_facts, training_facts
@@ -16,24 +16,25 @@ ChecklistRule = Callable[[Record], Optional[CheckRow]]
 
 
 def check_data_wait(r: Record) -> CheckRow | None:
-    training = training_facts(r)
-    if training is None or training.stall_fraction is None:
-        return None
     # The pass boundary is the input-bound threshold, so the row agrees with the verdict.
     goal = target("data_wait_fraction")
-    return CheckRow("Data wait share of step time", training.stall_fraction, "fraction", goal)
+    return _training_check(r, "Data wait share of step time", "stall_fraction", "fraction", goal)
 
 
 def check_gpu_utilisation(r: Record) -> CheckRow | None:
+    goal = target("gpu_util_percent", higher_is_better=True)
+    return _training_check(r, "GPU utilisation", "gpu_util", "percent", goal)
+
+
+def _training_check(
+    r: Record, name: str, measured: str, unit: str, goal: Target
+) -> CheckRow | None:
+    """The training loop's ``measured`` (a TrainingFacts field) against ``goal``."""
     training = training_facts(r)
-    if training is None or training.gpu_util is None:
+    value = getattr(training, measured) if training is not None else None
+    if value is None:
         return None
-    return CheckRow(
-        "GPU utilisation",
-        training.gpu_util,
-        "percent",
-        target("gpu_util_percent", higher_is_better=True),
-    )
+    return CheckRow(name, value, unit, goal)
 
 
 def check_augmentation_overhead(r: Record) -> CheckRow | None:

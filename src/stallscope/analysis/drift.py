@@ -29,7 +29,7 @@ from ..growth import (
     grows,
 )
 from ..record.model import Window, windows_of
-from ..stats import linear_fit
+from ..stats import linear_fit, round_or_none
 
 GROWING, PLATEAUED, FLAT = "growing", "plateaued", "flat"
 
@@ -63,14 +63,10 @@ def judge_channel(
         verdict = GROWING
     return {
         "verdict": verdict,
-        "mb_per_hour": None if per_hour is None else round(per_hour, 2),
+        "mb_per_hour": round_or_none(per_hour, 2),
         "mb_per_1000": round(channel["mb_per_1000"], 3),
-        "after_plateau_mb_per_1000": None
-        if channel["after_plateau_mb_per_1000"] is None
-        else round(channel["after_plateau_mb_per_1000"], 3),
-        "plateaued_after": None
-        if channel["plateaued_after"] is None
-        else round(channel["plateaued_after"]),
+        "after_plateau_mb_per_1000": round_or_none(channel["after_plateau_mb_per_1000"], 3),
+        "plateaued_after": round_or_none(channel["plateaued_after"]),
         "grew_mb": round(channel["grew_mb"], 1),
         "start_mb": round(py[0], 1),
         "end_mb": round(py[-1], 1),
@@ -136,7 +132,7 @@ def memory_drift(
         "reason": None,
         "windows": len(rows),
         "per": "samples" if by_samples else "steps",
-        "pass_samples": None if pass_samples is None else round(pass_samples),
+        "pass_samples": round_or_none(pass_samples),
         "minimum_mb": NATIVE_MIN_MB,
         "main": main,
         "workers": workers,

@@ -31,6 +31,11 @@ def _from_text(rec: dict[str, Any]) -> Recommendation:
     )
 
 
+def _from_values(rec_id: str, **values: Any) -> Recommendation:
+    """A rule's recommendation given as the measured values a renderer words."""
+    return Recommendation(rec_id, "analysis", values=values)
+
+
 def _use_best_config(r: dict[str, Any]) -> Recommendation | None:
     best = best_configuration(r)
     good, _ = TARGETS["tuning_headroom"]
@@ -42,16 +47,13 @@ def _use_best_config(r: dict[str, Any]) -> Recommendation | None:
         or best.speedup < good
     ):
         return None
-    return Recommendation(
-        id="use-best-config",
-        source="analysis",
-        values={
-            "label": best.label,
-            "samples_per_s": best.samples_per_s,
-            "baseline": best.baseline.label,
-            "baseline_samples_per_s": best.baseline.samples_per_s,
-            "speedup": best.speedup,
-        },
+    return _from_values(
+        "use-best-config",
+        label=best.label,
+        samples_per_s=best.samples_per_s,
+        baseline=best.baseline.label,
+        baseline_samples_per_s=best.baseline.samples_per_s,
+        speedup=best.speedup,
     )
 
 
@@ -71,16 +73,13 @@ def _persistent_workers(r: dict[str, Any]) -> Recommendation | None:
     epoch = epoch_estimate(r)
     row = epoch.rows[0] if epoch else None
     seconds = row.seconds if row is not None and row.seconds > 0 else None
-    return Recommendation(
-        id="persistent-workers",
-        source="analysis",
-        values={
-            "label": gap.measured_on,
-            "gap_without_s": gap.gap_without_s,
-            "gap_with_s": gap.gap_with_s,
-            "saved_s": gap.saved_s,
-            "epoch_s": seconds,
-        },
+    return _from_values(
+        "persistent-workers",
+        label=gap.measured_on,
+        gap_without_s=gap.gap_without_s,
+        gap_with_s=gap.gap_with_s,
+        saved_s=gap.saved_s,
+        epoch_s=seconds,
     )
 
 

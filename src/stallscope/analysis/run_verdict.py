@@ -102,6 +102,13 @@ class RunVerdict:
     def unit(self) -> str:
         return self.sample_unit or "samples"
 
+    def _nested(self, block: str, *keys: str, present: str) -> dict[str, Any] | None:
+        """The fields ``{block}_{key}`` as one block keyed by ``key``; None where the field
+        ``{block}_{present}`` is (a baseline without its label, a ceiling without its share)."""
+        if getattr(self, f"{block}_{present}") is None:
+            return None
+        return {key: getattr(self, f"{block}_{key}") for key in keys}
+
     def to_dict(self) -> dict[str, Any]:
         """The record's derived ``analysis`` block (SPEC §5): ignored on load, recomputed by
         ``report``."""
@@ -112,13 +119,9 @@ class RunVerdict:
             "samples_per_s": self.samples_per_s,
             "measurement": self.measurement,
             "sample_unit": self.sample_unit,
-            "baseline": None
-            if self.baseline_label is None
-            else {
-                "label": self.baseline_label,
-                "samples_per_s": self.baseline_samples_per_s,
-                "rounds": self.baseline_rounds,
-            },
+            "baseline": self._nested(
+                "baseline", "label", "samples_per_s", "rounds", present="label"
+            ),
             "gain": self.gain,
             "gain_interval": self.gain_interval,
             "confidence": self.confidence,
@@ -135,13 +138,7 @@ class RunVerdict:
             },
             "fastest_in_sweep": self.fastest_in_sweep,
             "bound": self.bound,
-            "ceiling": None
-            if self.ceiling_share is None
-            else {
-                "samples_per_s": self.ceiling_samples_per_s,
-                "share": self.ceiling_share,
-                "basis": self.ceiling_basis,
-            },
+            "ceiling": self._nested("ceiling", "samples_per_s", "share", "basis", present="share"),
             "buys_more": self.buys_more,
             "recommendations": [
                 {k: v for k, v in asdict(rec).items() if v not in (None, {}, "")}

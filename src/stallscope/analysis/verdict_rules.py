@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Optional
+from typing import Any, Optional, Protocol
 
 from .attach import attach_facts
 from .facts import TARGETS, Verdict
@@ -12,6 +12,25 @@ from .readers import Record
 from .sections import bench_facts, best_configuration, stage_facts, training_facts
 
 VerdictRule = Callable[[Record], Optional[Verdict]]
+
+
+class _Rated(Protocol):
+    """A config as measured: ConfigRate, BestConfig or BenchRow."""
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def samples_per_s(self) -> float | None: ...
+
+
+def _rates(best: _Rated, baseline: _Rated | None = None) -> dict[str, Any]:
+    """A verdict's evidence of the config it names and its rate, then the user's loader and its
+    rate where there is one."""
+    rates: dict[str, Any] = {"best": best.label, "samples_per_s": best.samples_per_s}
+    if baseline is not None:
+        rates.update(baseline=baseline.label, baseline_samples_per_s=baseline.samples_per_s)
+    return rates
 
 
 def verdict_from_errors(r: Record) -> Verdict | None:
@@ -62,38 +81,19 @@ def verdict_from_headroom(r: Record) -> Verdict | None:
             {
                 "keep_baseline": True,
                 "within_pct": best.within_pct,
-                "best": best.best_found.label,
-                "samples_per_s": best.best_found.samples_per_s,
-                "baseline": best.baseline.label,
-                "baseline_samples_per_s": best.baseline.samples_per_s,
+                **_rates(best.best_found, best.baseline),
             },
         )
     good, _ = TARGETS["tuning_headroom"]
     label = "loader-limited" if best.speedup >= good else "near-optimal"
-    return Verdict(
-        label,
-        {
-            "best": best.label,
-            "samples_per_s": best.samples_per_s,
-            "baseline": best.baseline.label,
-            "baseline_samples_per_s": best.baseline.samples_per_s,
-            "speedup": best.speedup,
-        },
-    )
+    return Verdict(label, {**_rates(best, best.baseline), "speedup": best.speedup})
 
 
 def verdict_from_sweep(r: Record) -> Verdict | None:
     bench = bench_facts(r)
     if bench is None or bench.best is None:
         return None
-    return Verdict(
-        "measured",
-        {
-            "best": bench.best.label,
-            "samples_per_s": bench.best.samples_per_s,
-            "configurations": bench.measured,
-        },
-    )
+    return Verdict("measured", {**_rates(bench.best), "configurations": bench.measured})
 
 
 def verdict_from_stages(r: Record) -> Verdict | None:

@@ -33,6 +33,7 @@ from ..growth import (
     channel_growth,
 )
 from ..growth import grows as _grows
+from ..stats import round_or_none
 from .findings import ERROR, INFO, WARNING, Finding
 
 MB = 1024 * 1024
@@ -204,24 +205,18 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
         ),
         "python_heap_mb_per_1000_samples": round(worst["heap"]["mb_per_1000"], 2),
         "native_mb_per_1000_samples": round(worst["native"]["mb_per_1000"], 2),
-        "plateaued_after_samples": None if plateau is None else round(plateau),
+        "plateaued_after_samples": round_or_none(plateau),
         "cause": cause if plateau is None else f"{cause}-first-pass",
         "python_heap_grew_mb": round(worst["heap"]["grew_mb"], 1),
         "native_grew_mb": round(worst["native"]["grew_mb"], 1),
-        "first_pass_mb": None
-        if channel["first_pass_mb"] is None
-        else round(channel["first_pass_mb"], 1),
+        "first_pass_mb": round_or_none(channel["first_pass_mb"], 1),
         "samples_per_worker": round(worst["samples"]),
-        "pass_samples_per_worker": None if per_worker_pass is None else round(per_worker_pass),
+        "pass_samples_per_worker": round_or_none(per_worker_pass),
         "rss_mb_start": round(worst["rss_start"], 1),
         "rss_mb_end": round(worst["rss_end"], 1),
         # the processes the worker started, at any depth (None: a record that did not read them)
-        "children_mb_start": None
-        if worst["children_start"] is None
-        else round(worst["children_start"], 1),
-        "children_mb_end": None
-        if worst["children_end"] is None
-        else round(worst["children_end"], 1),
+        "children_mb_start": round_or_none(worst["children_start"], 1),
+        "children_mb_end": round_or_none(worst["children_end"], 1),
         "growing_attribute": containers[0]["attribute"]
         if containers and cause == "python-heap"
         else None,
@@ -245,7 +240,7 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
     # One epoch: each worker fetches length / workers samples, so all workers together grow by rate
     # x length.
     projected = channel["mb_per_1000"] * length / 1000 if length else None
-    evidence["projected_mb_per_epoch"] = None if projected is None else round(projected, 1)
+    evidence["projected_mb_per_epoch"] = round_or_none(projected, 1)
     severity = (
         ERROR if projected is not None and available and projected * MB > available else WARNING
     )
@@ -442,7 +437,7 @@ def detect_copy_on_write(probes: dict[str, Any]) -> list[Finding]:
         "python_objects": objects,
         "heap_measured_completely": heap.get("complete"),
         "samples_per_worker": round(per_worker_samples),
-        "dataset_fraction_read": None if fraction is None else round(fraction, 4),
+        "dataset_fraction_read": round_or_none(fraction, 4),
         "projected_mb_per_worker": round(projected, 1),
         "workers": workers,
     }
