@@ -16,7 +16,17 @@ from ..errors import UsageError
 from . import _common as common
 
 
-def _positive(kind: type) -> Any:
+def _add_positive(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    kind: type,
+    default: float,
+    *,
+    metavar: str,
+    help: str,
+) -> None:
+    """``flag``: a positive number of type ``kind``; its help ends with its default."""
+
     def parse(text: str) -> Any:
         try:
             value = kind(text)
@@ -26,7 +36,9 @@ def _positive(kind: type) -> Any:
             raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
         return value
 
-    return parse
+    parser.add_argument(
+        flag, type=parse, default=default, metavar=metavar, help=f"{help} (default {default:g})"
+    )
 
 
 def build_parser() -> common.ArgumentParser:
@@ -41,26 +53,15 @@ def build_parser() -> common.ArgumentParser:
         target=None,
     )
     parser.add_argument("pid", type=int, metavar="PID", help="the training process (or torchrun)")
-    parser.add_argument(
-        "--duration",
-        type=_positive(float),
-        default=30.0,
-        metavar="S",
-        help="seconds to sample (default 30)",
-    )
-    parser.add_argument(
-        "--rate",
-        type=_positive(int),
-        default=100,
-        metavar="HZ",
-        help="samples per second per thread (default 100)",
-    )
-    parser.add_argument(
+    _add_positive(parser, "--duration", float, 30.0, metavar="S", help="seconds to sample")
+    _add_positive(parser, "--rate", int, 100, metavar="HZ", help="samples per second per thread")
+    _add_positive(
+        parser,
         "--hang-after",
-        type=_positive(float),
-        default=HANG_AFTER_S,
+        float,
+        HANG_AFTER_S,
         metavar="S",
-        help=f"a thread in one stack this long is reported stuck (default {HANG_AFTER_S:g})",
+        help="a thread in one stack this long is reported stuck",
     )
     parser.add_argument(
         "--tree",
