@@ -8,12 +8,12 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ..analysis.attach import AttachFacts, attach_facts
 from ..analysis.readers import as_record_dict
 from ..analysis.training import thresholds
 from . import report_format as rf
+from .console_table import titled_table
 
 _VERDICT_STYLE = {
     "input-bound": "bold red",
@@ -55,18 +55,13 @@ def render_attach(record: Mapping[str, Any], console: Console) -> None:
         f"{limits['compute_bound_below'] * 100:.0f}% (the profile command's)",
         highlight=False,
     )
-    table = Table(title="Training thread", title_justify="left")
-    table.add_column("where the samples fell")
-    table.add_column("samples", justify="right")
-    table.add_column("share", justify="right")
+    table = titled_table("Training thread", ["where the samples fell", "samples", "share"], "lrr")
     for category, count in facts.counts.items():
         share = count / facts.samples if facts.samples else None
         table.add_row(category, rf.fmt_count(count), rf.fmt_fraction(share))
     console.print(table)
     if len(facts.ranks) > 1:
-        ranks = Table(title="Ranks", title_justify="left")
-        for column in ("rank", "pid", "samples", "data wait", "verdict"):
-            ranks.add_column(column, justify="right" if column != "verdict" else "left")
+        ranks = titled_table("Ranks", ["rank", "pid", "samples", "data wait", "verdict"], "rrrrl")
         for rank in facts.ranks:
             mark = " (slowest)" if rank is facts.slowest_rank else ""
             ranks.add_row(
@@ -83,10 +78,12 @@ def render_attach(record: Mapping[str, Any], console: Console) -> None:
         )
     if facts.workers:
         ranked = len(facts.ranks) > 1
-        workers = Table(title="Loader workers", title_justify="left")
-        columns = ("pid", *(("of",) if ranked else ()), "kind", "samples", "busy", "top function")
-        for column in (*columns, ""):
-            workers.add_column(column, justify="right" if column in ("samples", "busy") else "left")
+        of = ["of"] if ranked else []
+        workers = titled_table(
+            "Loader workers",
+            ["pid", *of, "kind", "samples", "busy", "top function", ""],
+            "l" * len(of) + "llrrll",
+        )
         for w in facts.workers:
             workers.add_row(
                 str(w.pid),
@@ -99,9 +96,11 @@ def render_attach(record: Mapping[str, Any], console: Console) -> None:
             )
         console.print(workers)
     if facts.stages:
-        stages = Table(title="Where the workers' busy time goes", title_justify="left")
-        for column in ("stage", "kind", "samples", "share", "worker time"):
-            stages.add_column(column, justify="left" if column in ("stage", "kind") else "right")
+        stages = titled_table(
+            "Where the workers' busy time goes",
+            ["stage", "kind", "samples", "share", "worker time"],
+            "llrrr",
+        )
         for s in facts.stages:
             stages.add_row(
                 escape(s.name),

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import document_model as dm
+from .console_table import titled_table
 from .document_compare import (
     figures_table,
     gate_sentence,
@@ -42,9 +43,7 @@ def plain(parts: Sequence[dm.Cell]) -> str:
 
 
 def _table(doc_table: dm.Table, title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    for header, align in zip(doc_table.headers, doc_table.align.ljust(len(doc_table.headers), "l")):
-        table.add_column(header, justify="right" if align == "r" else "left")
+    table = titled_table(title, doc_table.headers, doc_table.align)
     for row in doc_table.rows:
         table.add_row(*[plain(cell if isinstance(cell, list) else [cell]) for cell in row])
     return table
