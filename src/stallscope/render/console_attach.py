@@ -13,7 +13,8 @@ from ..analysis.attach import AttachFacts, attach_facts
 from ..analysis.readers import as_record_dict
 from ..analysis.training import thresholds
 from . import report_format as rf
-from .console_table import titled_table
+from .console_table import document_table, titled_table
+from .document_attach import ranks_table, training_table, worker_stages_table
 
 _VERDICT_STYLE = {
     "input-bound": "bold red",
@@ -55,23 +56,9 @@ def render_attach(record: Mapping[str, Any], console: Console) -> None:
         f"{limits['compute_bound_below'] * 100:.0f}% (the profile command's)",
         highlight=False,
     )
-    table = titled_table("Training thread", ["where the samples fell", "samples", "share"], "lrr")
-    for category, count in facts.counts.items():
-        share = count / facts.samples if facts.samples else None
-        table.add_row(category, rf.fmt_count(count), rf.fmt_fraction(share))
-    console.print(table)
+    console.print(document_table(training_table(facts), "Training thread"))
     if len(facts.ranks) > 1:
-        ranks = titled_table("Ranks", ["rank", "pid", "samples", "data wait", "verdict"], "rrrrl")
-        for rank in facts.ranks:
-            mark = " (slowest)" if rank is facts.slowest_rank else ""
-            ranks.add_row(
-                "?" if rank.rank is None else str(rank.rank),
-                str(rank.pid),
-                rf.fmt_count(rank.samples),
-                rf.fmt_fraction(rank.data_wait_fraction),
-                (rank.verdict or "–") + mark,
-            )
-        console.print(ranks)
+        console.print(document_table(ranks_table(facts), "Ranks"))
     if facts.sampler_errors:
         console.print(
             f"  py-spy could not read {facts.sampler_errors} samples (left out)", highlight=False
@@ -96,20 +83,8 @@ def render_attach(record: Mapping[str, Any], console: Console) -> None:
             )
         console.print(workers)
     if facts.stages:
-        stages = titled_table(
-            "Where the workers' busy time goes",
-            ["stage", "kind", "samples", "share", "worker time"],
-            "llrrr",
-        )
-        for s in facts.stages:
-            stages.add_row(
-                escape(s.name),
-                s.kind,
-                rf.fmt_count(s.samples),
-                rf.fmt_fraction(s.share),
-                rf.fmt_seconds(s.seconds),
-            )
-        console.print(stages)
+        stages = worker_stages_table(facts)
+        console.print(document_table(stages, "Where the workers' busy time goes"))
     if facts.top_functions:
         functions = ", ".join(
             f"{f.name} {rf.fmt_fraction(f.share)}" for f in facts.top_functions[:5]
