@@ -8,12 +8,13 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ..analysis.attach import AttachFacts, attach_facts
 from ..analysis.readers import as_record_dict
 from ..analysis.training import thresholds
 from . import report_format as rf
+from .console_table import document_table, titled_table
+from .document_attach import ranks_table, training_table, worker_stages_table
 
 _VERDICT_STYLE = {
     "input-bound": "bold red",
@@ -55,38 +56,21 @@ def render_attach(record: Mapping[str, Any], console: Console) -> None:
         f"{limits['compute_bound_below'] * 100:.0f}% (the profile command's)",
         highlight=False,
     )
-    table = Table(title="Training thread", title_justify="left")
-    table.add_column("where the samples fell")
-    table.add_column("samples", justify="right")
-    table.add_column("share", justify="right")
-    for category, count in facts.counts.items():
-        share = count / facts.samples if facts.samples else None
-        table.add_row(category, rf.fmt_count(count), rf.fmt_fraction(share))
-    console.print(table)
+    console.print(document_table(training_table(facts), "Training thread"))
     if len(facts.ranks) > 1:
-        ranks = Table(title="Ranks", title_justify="left")
-        for column in ("rank", "pid", "samples", "data wait", "verdict"):
-            ranks.add_column(column, justify="right" if column != "verdict" else "left")
-        for rank in facts.ranks:
-            mark = " (slowest)" if rank is facts.slowest_rank else ""
-            ranks.add_row(
-                "?" if rank.rank is None else str(rank.rank),
-                str(rank.pid),
-                rf.fmt_count(rank.samples),
-                rf.fmt_fraction(rank.data_wait_fraction),
-                (rank.verdict or "–") + mark,
-            )
-        console.print(ranks)
+        console.print(document_table(ranks_table(facts), "Ranks"))
     if facts.sampler_errors:
         console.print(
             f"  py-spy could not read {facts.sampler_errors} samples (left out)", highlight=False
         )
     if facts.workers:
         ranked = len(facts.ranks) > 1
-        workers = Table(title="Loader workers", title_justify="left")
-        columns = ("pid", *(("of",) if ranked else ()), "kind", "samples", "busy", "top function")
-        for column in (*columns, ""):
-            workers.add_column(column, justify="right" if column in ("samples", "busy") else "left")
+        of = ["of"] if ranked else []
+        workers = titled_table(
+            "Loader workers",
+            ["pid", *of, "kind", "samples", "busy", "top function", ""],
+            "l" * len(of) + "llrrll",
+        )
         for w in facts.workers:
             workers.add_row(
                 str(w.pid),
@@ -99,18 +83,8 @@ def render_attach(record: Mapping[str, Any], console: Console) -> None:
             )
         console.print(workers)
     if facts.stages:
-        stages = Table(title="Where the workers' busy time goes", title_justify="left")
-        for column in ("stage", "kind", "samples", "share", "worker time"):
-            stages.add_column(column, justify="left" if column in ("stage", "kind") else "right")
-        for s in facts.stages:
-            stages.add_row(
-                escape(s.name),
-                s.kind,
-                rf.fmt_count(s.samples),
-                rf.fmt_fraction(s.share),
-                rf.fmt_seconds(s.seconds),
-            )
-        console.print(stages)
+        stages = worker_stages_table(facts)
+        console.print(document_table(stages, "Where the workers' busy time goes"))
     if facts.top_functions:
         functions = ", ".join(
             f"{f.name} {rf.fmt_fraction(f.share)}" for f in facts.top_functions[:5]

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console, JustifyMethod
+from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ..analysis.invariants import ran_label
 from ..analysis.run_verdict import decide
 from ..analysis.sections import delivered_to
 from ..record.model import BatchMs, BenchResult
 from ..record.sections import BenchSection, Scaling
+from .console_table import titled_table
 from .report_format import fmt_fixed
 
 
@@ -36,28 +36,26 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
     )
     gpu = delivered_to(data)
     delivery = f", each batch copied to the GPU ({escape(gpu)})" if gpu else ""
-    table = Table(
-        title=f"DataLoader throughput (steady state{delivery}; start-up reported separately)",
-        title_justify="left",
-    )
     tokens = any(r.tokens_per_s for r in results)  # token batches: tokens/s beside samples/s
-    token_columns: list[tuple[str, JustifyMethod]] = [("tokens/s", "right")] if tokens else []
-    columns: list[tuple[str, JustifyMethod]] = [
-        ("config", "left"),
-        ("samples/s", "right"),
-        ("range", "right"),
-        *token_columns,
-        ("batches/s", "right"),
-        ("start-up s", "right"),
-        ("batch ms p50", "right"),
-        ("p95", "right"),
-        ("p99", "right"),
-        ("speed-up", "right"),
-        ("efficiency", "right"),
-        ("workers CPU %", "right"),
+    headers = [
+        "config",
+        "samples/s",
+        "range",
+        *(["tokens/s"] if tokens else []),
+        "batches/s",
+        "start-up s",
+        "batch ms p50",
+        "p95",
+        "p99",
+        "speed-up",
+        "efficiency",
+        "workers CPU %",
     ]
-    for column, justify in columns:
-        table.add_column(column, justify=justify)
+    table = titled_table(
+        f"DataLoader throughput (steady state{delivery}; start-up reported separately)",
+        headers,
+        "l" + "r" * (len(headers) - 1),
+    )
     for i, r in enumerate(results):
         if r.error or r.samples_per_s is None or r.samples_per_s.scalar:
             # A configuration that failed (the schema allows it; a record may come from elsewhere).

@@ -3,14 +3,12 @@ tables."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from . import document_model as dm
+from .console_table import document_table, plain
 from .document_compare import (
     figures_table,
     gate_sentence,
@@ -28,40 +26,20 @@ _STYLES = {
 }
 
 
-def plain(parts: Sequence[dm.Cell]) -> str:
-    """Inline document parts as console text (markup escaped)."""
-    out: list[str] = []
-    for part in parts:
-        if isinstance(part, (dm.Code, dm.Strong)):
-            out.append(part.text)
-        elif isinstance(part, list):
-            out.append(plain(part))
-        else:
-            out.append(str(part))
-    return escape("".join(out))
-
-
-def _table(doc_table: dm.Table, title: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    for header, align in zip(doc_table.headers, doc_table.align.ljust(len(doc_table.headers), "l")):
-        table.add_column(header, justify="right" if align == "r" else "left")
-    for row in doc_table.rows:
-        table.add_row(*[plain(cell if isinstance(cell, list) else [cell]) for cell in row])
-    return table
-
-
 def render_compare(data: dict[str, Any], console: Console) -> None:
     figures = figures_table(data)
     if figures is not None:
         console.print(
-            _table(
+            document_table(
                 figures,
                 "B against A (paired rounds; spread = (max - min) / median of a side's windows)",
             )
         )
     stages, error = stage_table(data)
     if stages is not None:
-        console.print(_table(stages, "Stages of A and B (ms per sample, largest change first)"))
+        console.print(
+            document_table(stages, "Stages of A and B (ms per sample, largest change first)")
+        )
     elif error:
         console.print(f"[yellow]{escape(error)}[/]")
     for sentence in (settings_sentence(data), stop_sentence(data)):

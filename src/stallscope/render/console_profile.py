@@ -12,10 +12,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ..analysis.training import judged_profile, profile_advice, profile_verdict, thresholds
 from .console_advice import render_recommendations
+from .console_table import titled_table
 from .document_windows import long_run_lines
 
 _VERDICT_STYLE = {
@@ -136,9 +136,9 @@ def render_profile(data: dict[str, Any], console: Console) -> None:
     verdict = profile_verdict(data)
     style = _VERDICT_STYLE.get(verdict or "", "bold")
     console.print(f"[{style}]{escape(headline(data))}[/]")
-    table = Table(title="Per step (steady state)", title_justify="left")
-    for column in ("", "mean", "p50", "p95", "max", "total s"):
-        table.add_column(column, justify="right" if column else "left")
+    table = titled_table(
+        "Per step (steady state)", ["", "mean", "p50", "p95", "max", "total s"], "lrrrrr"
+    )
     for label, key in (("data wait", "data_ms"), ("compute", "compute_ms"), ("step", "step_ms")):
         dist = data.get(key) or {}
         table.add_row(

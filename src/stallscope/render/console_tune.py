@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rich.console import Console, JustifyMethod
+from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ..analysis import trials_by_config
 from ..analysis.invariants import ran_label, relabel
@@ -17,6 +16,7 @@ from ..analysis.run_verdict import RunVerdict, decide
 from ..analysis.tune_rules import TIE_SENTENCE, epoch_rule, tie_pct
 from ..record.model import Best, ConfigRate, HeadToHead, Trial
 from ..record.sections import TuneSection
+from .console_table import titled_table
 from .report_format import fmt_fixed
 
 
@@ -33,20 +33,11 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
             f"[bold]Region:[/] {escape(region.name or '?')} — {escape(region.reason or '')}"
         )
     rows = trials_by_config(trials, data)
-    table = Table(
-        title=(f"Configs measured ({len(trials)} runs in {tune.tuning_seconds or 0:.1f} s)"),
-        title_justify="left",
+    table = titled_table(
+        f"Configs measured ({len(trials)} runs in {tune.tuning_seconds or 0:.1f} s)",
+        ["config", "phases", "samples/s", "runs", "vs baseline", "start-up s"],
+        "llrrrr",
     )
-    columns: list[tuple[str, JustifyMethod]] = [
-        ("config", "left"),
-        ("phases", "left"),
-        ("samples/s", "right"),
-        ("runs", "right"),
-        ("vs baseline", "right"),
-        ("start-up s", "right"),
-    ]
-    for column, justify in columns:
-        table.add_column(column, justify=justify)
     base_rate = baseline.samples_per_s or 0.0
     # The schema does not require labels: name a config from its settings where the record has none.
     pick_label = ran_label(data, best.config, best.label)
@@ -107,19 +98,14 @@ def _render_head_to_head(
 ) -> None:
     if not rows:
         return
-    table = Table(title="Raced head to head (same interleaved rounds)", title_justify="left")
-    columns: list[tuple[str, JustifyMethod]] = [
-        ("config", "left"),
-        ("role", "left"),
-        ("median samples/s", "right"),
-        ("rounds", "right"),
-    ]
+    headers = ["config", "role", "median samples/s", "rounds"]
     # Where the rate per epoch decided (short epochs, NOTE [per-epoch rate]), it is shown beside.
     rule = epoch_rule(data)
     if rule is not None:
-        columns.insert(3, ("per epoch", "right"))
-    for column, justify in columns:
-        table.add_column(column, justify=justify)
+        headers.insert(3, "per epoch")
+    table = titled_table(
+        "Raced head to head (same interleaved rounds)", headers, "ll" + "r" * (len(headers) - 2)
+    )
     for row in rows:
         cells = [
             escape(ran_label(data, row.config, row.label)),

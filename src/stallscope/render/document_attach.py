@@ -44,30 +44,55 @@ def _training_section(facts: AttachFacts) -> dm.Section:
             "while it changed); they are left out."
         )
     blocks.append(dm.Paragraph([sampled]))
+    blocks.append(training_table(facts))
+    if len(facts.ranks) > 1:
+        blocks.append(ranks_table(facts))
+    return dm.Section("attach", "Attached: the training thread", blocks)
+
+
+def training_table(facts: AttachFacts) -> dm.Table:
+    """Where the training thread's samples fell, and each place's share."""
     rows = [
         [category, rf.fmt_count(n), rf.fmt_fraction(n / facts.samples if facts.samples else None)]
         for category, n in facts.counts.items()
     ]
-    blocks.append(dm.Table(["where the samples fell", "samples", "share"], rows, "lrr"))
-    if len(facts.ranks) > 1:
-        blocks.append(
-            dm.Table(
-                ["rank", "pid", "samples", "data wait", "verdict"],
-                [
-                    [
-                        "?" if rank.rank is None else str(rank.rank),
-                        str(rank.pid),
-                        rf.fmt_count(rank.samples),
-                        rf.fmt_fraction(rank.data_wait_fraction),
-                        (rank.verdict or "–")
-                        + (" (slowest)" if rank is facts.slowest_rank else ""),
-                    ]
-                    for rank in facts.ranks
-                ],
-                "rrrrl",
-            )
-        )
-    return dm.Section("attach", "Attached: the training thread", blocks)
+    return dm.Table(["where the samples fell", "samples", "share"], rows, "lrr")
+
+
+def ranks_table(facts: AttachFacts) -> dm.Table:
+    """Each rank's training process and how long it waited for data, the slowest marked."""
+    return dm.Table(
+        ["rank", "pid", "samples", "data wait", "verdict"],
+        [
+            [
+                "?" if rank.rank is None else str(rank.rank),
+                str(rank.pid),
+                rf.fmt_count(rank.samples),
+                rf.fmt_fraction(rank.data_wait_fraction),
+                (rank.verdict or "–") + (" (slowest)" if rank is facts.slowest_rank else ""),
+            ]
+            for rank in facts.ranks
+        ],
+        "rrrrl",
+    )
+
+
+def worker_stages_table(facts: AttachFacts) -> dm.Table:
+    """The workers' busy samples by stage, with the worker time they stand for."""
+    return dm.Table(
+        ["stage", "kind", "samples", "share", "worker time"],
+        [
+            [
+                dm.Code(s.name),
+                s.kind,
+                rf.fmt_count(s.samples),
+                rf.fmt_fraction(s.share),
+                rf.fmt_seconds(s.seconds),
+            ]
+            for s in facts.stages
+        ],
+        "llrrr",
+    )
 
 
 def _workers_section(facts: AttachFacts) -> dm.Section:
@@ -101,22 +126,7 @@ def _workers_section(facts: AttachFacts) -> dm.Section:
                 ]
             )
         )
-        blocks.append(
-            dm.Table(
-                ["stage", "kind", "samples", "share", "worker time"],
-                [
-                    [
-                        dm.Code(s.name),
-                        s.kind,
-                        rf.fmt_count(s.samples),
-                        rf.fmt_fraction(s.share),
-                        rf.fmt_seconds(s.seconds),
-                    ]
-                    for s in facts.stages
-                ],
-                "llrrr",
-            )
-        )
+        blocks.append(worker_stages_table(facts))
     if facts.top_functions:
         blocks.append(
             dm.Bullets(

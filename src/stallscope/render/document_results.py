@@ -142,17 +142,7 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
     parts: dm.Text = [f"The tuner measured {plural(tuning.trials, 'trial')}"]
     if tuning.seconds is not None:
         parts.append(f" in {rf.fmt_seconds(tuning.seconds)}")
-    parts += [
-        " and chose ",
-        dm.config_code(tuning.best.label),
-        f" at {rf.fmt_rate(tuning.best.samples_per_s)} samples/s",
-    ]
-    if tuning.baseline is not None and tuning.speedup is not None:
-        parts += [
-            f", {rf.fmt_ratio(tuning.speedup)} the baseline ",
-            dm.config_code(tuning.baseline.label),
-            f" ({rf.fmt_rate(tuning.baseline.samples_per_s)} samples/s)",
-        ]
+    parts += [" and chose ", *_pick_text(tuning, " at ", baseline_rate=True)]
     if tuning.runner_up and tuning.margin:
         parts += [
             "; the runner-up ",
@@ -272,22 +262,30 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
     headline: dm.Text = ["Tuning"]
     if tuning.seconds is not None:
         headline.append(f" ({rf.fmt_seconds(tuning.seconds)}, {plural(tuning.trials, 'trial')})")
-    headline += [
-        " chose ",
-        dm.config_code(tuning.best.label),
-        f": {rf.fmt_rate(tuning.best.samples_per_s)} samples/s",
-    ]
-    if tuning.baseline is not None and tuning.speedup is not None:
-        headline += [
-            f", {rf.fmt_ratio(tuning.speedup)} the baseline ",
-            dm.config_code(tuning.baseline.label),
-        ]
+    headline += [" chose ", *_pick_text(tuning, ": ", baseline_rate=False)]
     if tuning.keep_baseline:
         headline.append(": within the noise, so keep yours")
     if tuning.confirmed is False:
         headline.append(" (not confirmed: the budget ran out)")
     headline.append(".")
     return dm.Section("tuning", "Tuning", blocks), headline
+
+
+def _pick_text(tuning: TuningFacts, before_rate: str, *, baseline_rate: bool) -> dm.Text:
+    """The tuner's pick and its rate, then its speed-up over the baseline where both are known (with
+    the baseline's own rate where ``baseline_rate``)."""
+    text: dm.Text = [
+        dm.config_code(tuning.best.label),
+        f"{before_rate}{rf.fmt_rate(tuning.best.samples_per_s)} samples/s",
+    ]
+    if tuning.baseline is not None and tuning.speedup is not None:
+        text += [
+            f", {rf.fmt_ratio(tuning.speedup)} the baseline ",
+            dm.config_code(tuning.baseline.label),
+        ]
+        if baseline_rate:
+            text.append(f" ({rf.fmt_rate(tuning.baseline.samples_per_s)} samples/s)")
+    return text
 
 
 # -- stages ---------------------------------------------------------------------------
