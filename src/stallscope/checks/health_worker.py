@@ -21,22 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import describe_exception
-from .messages import (
-    AskThreads,
-    Collated,
-    CollateFailed,
-    Done,
-    Exhausted,
-    Fetch,
-    Fetched,
-    FetchFailed,
-    InitFailed,
-    Next,
-    Ready,
-    Started,
-    Stop,
-    ThreadReport,
-)
+from . import messages as msg
 from .stacks import THIS_PACKAGE, frame_label
 
 STACK_SIGNAL = getattr(signal, "SIGUSR1", None)
@@ -119,7 +104,7 @@ def _collate(
         batch = collate(items)
     except Exception as exc:
         conn.send(
-            CollateFailed(
+            msg.CollateFailed(
                 indices,
                 describe_exception(exc, 300),
                 _where_raised(exc),
@@ -129,7 +114,7 @@ def _collate(
         return
     seconds = time.perf_counter() - start
     conn.send(
-        Collated(
+        msg.Collated(
             indices, seconds, nbytes(batch), describe_structure(batch) if report_structure else None
         )
     )
@@ -146,14 +131,14 @@ def _fetch_indices(
     items: list[Any] = []
     fetched: list[int] = []
     for index in indices:
-        conn.send(Started(index))
+        conn.send(msg.Started(index))
         start = time.perf_counter()
         try:
             item = dataset[index]
         except Exception as exc:
             seconds = time.perf_counter() - start
             conn.send(
-                FetchFailed(
+                msg.FetchFailed(
                     index,
                     seconds,
                     type(exc).__name__,
@@ -162,7 +147,7 @@ def _fetch_indices(
                 )
             )
             continue
-        conn.send(Fetched(index, time.perf_counter() - start))
+        conn.send(msg.Fetched(index, time.perf_counter() - start))
         if do_collate:
             items.append(item)
             fetched.append(index)
@@ -198,9 +183,9 @@ def health_worker(
     try:
         _become_dataloader_worker(worker_id, num_workers, dataset, base_seed, init_fn)
     except Exception as exc:
-        conn.send(InitFailed(describe_exception(exc, 300), _where_raised(exc)))
+        conn.send(msg.InitFailed(describe_exception(exc, 300), _where_raised(exc)))
         return
-    conn.send(Ready())
+    conn.send(msg.Ready())
     iterator = None
     position = 0
     first = True
@@ -211,24 +196,24 @@ def health_worker(
             message = conn.recv()
         except EOFError:
             return
-        if isinstance(message, Stop):
+        if isinstance(message, msg.Stop):
             return
-        if isinstance(message, AskThreads):
+        if isinstance(message, msg.AskThreads):
             from .threads import thread_report
 
-            conn.send(ThreadReport(thread_report(dataset, collate)))
-        elif isinstance(message, Fetch):
+            conn.send(msg.ThreadReport(thread_report(dataset, collate)))
+        elif isinstance(message, msg.Fetch):
             _fetch_indices(conn, dataset, collate, message.indices, message.collate, first)
             first = False
-            conn.send(Done())
-        elif isinstance(message, Next):
+            conn.send(msg.Done())
+        elif isinstance(message, msg.Next):
             if iterator is None:
                 iterator = iter(dataset)
             items: list[Any] = []
             labels: list[Any] = []
             exhausted = False
             for _ in range(message.count):
-                conn.send(Started(position))
+                conn.send(msg.Started(position))
                 start = time.perf_counter()
                 try:
                     item = next(iterator)
@@ -237,7 +222,7 @@ def health_worker(
                     break
                 except Exception as exc:
                     conn.send(
-                        FetchFailed(
+                        msg.FetchFailed(
                             position,
                             time.perf_counter() - start,
                             type(exc).__name__,
@@ -247,7 +232,7 @@ def health_worker(
                     )
                     exhausted = True  # a generator that raised is finished
                     break
-                conn.send(Fetched(position, time.perf_counter() - start))
+                conn.send(msg.Fetched(position, time.perf_counter() - start))
                 items.append(item)
                 labels.append(position)
                 position += 1
@@ -255,5 +240,5 @@ def health_worker(
                 _collate(conn, collate, items, labels, first)
                 first = False
             if exhausted:
-                conn.send(Exhausted())
-            conn.send(Done())
+                conn.send(msg.Exhausted())
+            conn.send(msg.Done())

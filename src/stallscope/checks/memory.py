@@ -275,31 +275,28 @@ def probe_memory(
         "error": None,
     }
     consumed = [0]
-    collate = ProbedCollate(pipeline.collate)
+    dataset: Any
+    order: dict[str, Any] = {}  # an iterable dataset orders its own items
     if pipeline.is_iterable:
-        loader = DataLoader(
-            ProbedIterable(pipeline.dataset, every),
-            batch_size=batch_size,
-            num_workers=workers,
-            collate_fn=collate,
-            worker_init_fn=pipeline.worker_init_fn,
-            multiprocessing_context=start_method,
-            timeout=batch_timeout,
-        )
+        dataset = ProbedIterable(pipeline.dataset, every)
     else:
         import torch
 
-        loader = DataLoader(
-            ProbedDataset(pipeline.dataset, every),
-            batch_size=batch_size,
-            sampler=IndexCycler(indices, max_samples, seed=seed),
-            num_workers=workers,
-            collate_fn=collate,
-            worker_init_fn=pipeline.worker_init_fn,
-            multiprocessing_context=start_method,
-            timeout=batch_timeout,
-            generator=torch.Generator().manual_seed(seed),
-        )
+        dataset = ProbedDataset(pipeline.dataset, every)
+        order = {
+            "sampler": IndexCycler(indices, max_samples, seed=seed),
+            "generator": torch.Generator().manual_seed(seed),
+        }
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=workers,
+        collate_fn=ProbedCollate(pipeline.collate),
+        worker_init_fn=pipeline.worker_init_fn,
+        multiprocessing_context=start_method,
+        timeout=batch_timeout,
+        **order,
+    )
     inside = _WorkerReports()
     started = time.perf_counter()
     until = deadline  # until the first batch (worker start-up); then ``seconds`` of iteration

@@ -3,9 +3,10 @@
 One small frozen dataclass per kind of message, as torch's worker loop does
 (``_ResumeIteration``, ``_IterableDatasetStopIteration``): each side
 dispatches on the type, never on a string tag or a tuple position, and a
-field added to one message cannot shift the others. They are defined at
-module level and hold only plain values (ints, floats, strings, lists,
-dicts), so they pickle under every start method.
+field added to one message cannot shift the others; the kinds that carry
+nothing (``Ready()``, ``Stop()``, ...) share the base :class:`Signal`. They are
+defined at module level and hold only plain values (ints, floats, strings,
+lists, dicts), so they pickle under every start method.
 
     main -> worker   Fetch(indices, collate)   Next(count, collate)   AskThreads()   Stop()
     worker -> main   Ready()  Started(index)  Fetched(index, seconds)
@@ -22,6 +23,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Union
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A message that carries nothing but its kind (the subclasses below)."""
+
 
 # -- main process -> probe worker -----------------------------------------------------------
 
@@ -42,21 +49,18 @@ class Next:
     collate: bool
 
 
-@dataclass(frozen=True)
-class AskThreads:
+class AskThreads(Signal):
     """Report the threads the dataset and collate start (``threads.thread_report``)."""
 
 
-@dataclass(frozen=True)
-class Stop:
+class Stop(Signal):
     """Exit now (the worker is idle)."""
 
 
 # -- probe worker -> main process -----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Ready:
+class Ready(Signal):
     """The worker set itself up as a DataLoader worker and waits for work."""
 
 
@@ -109,13 +113,11 @@ class CollateFailed:
     item_structures: list[list[Any]]
 
 
-@dataclass(frozen=True)
-class Exhausted:
+class Exhausted(Signal):
     """The worker's stream (iterable dataset) ended."""
 
 
-@dataclass(frozen=True)
-class Done:
+class Done(Signal):
     """The work sent last is finished: the worker is idle."""
 
 

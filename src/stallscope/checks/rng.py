@@ -250,37 +250,41 @@ class RngProbeCollate:
         }
 
 
-def _run_workers(
-    pipeline: Any,
-    *,
-    indices: list[int],
-    workers: int,
-    start_method: str,
-    worker_init_fn: Any,
-    attributes: list[RngAttribute],
-    timeout: float,
-    deadline: float,
-    epochs: int,
-    seed: int,
-) -> list[list[dict[str, Any]]]:
+@dataclass(frozen=True)
+class _RunSettings:
+    """What every run of the probe's workers shares; only the ``worker_init_fn`` differs."""
+
+    pipeline: Any
+    indices: list[int]  # every worker fetches all of them
+    workers: int
+    start_method: str
+    attributes: list[RngAttribute]
+    timeout: float
+    deadline: float
+    seed: int
+    epochs: int = 2
+
+
+def _run_workers(settings: _RunSettings, worker_init_fn: Any) -> list[list[dict[str, Any]]]:
     """Per epoch, one hash report per worker (sorted by worker id); fewer epochs past
     ``deadline``."""
     import torch
     from torch.utils.data import DataLoader
 
-    collate = RngProbeCollate([(a.path, a.steps) for a in attributes])
-    generator = torch.Generator().manual_seed(seed)
+    pipeline, indices, workers = settings.pipeline, settings.indices, settings.workers
+    collate = RngProbeCollate([(a.path, a.steps) for a in settings.attributes])
+    generator = torch.Generator().manual_seed(settings.seed)
     runs: list[list[dict[str, Any]]] = []
-    for _ in range(epochs):
-        left = deadline - time.monotonic()
+    for _ in range(settings.epochs):
+        left = settings.deadline - time.monotonic()
         if runs and left < 1.0:
             break
         common: dict[str, Any] = {
             "num_workers": workers,
             "collate_fn": collate,
             "worker_init_fn": worker_init_fn,
-            "multiprocessing_context": start_method,
-            "timeout": max(1.0, min(timeout, left)),  # every wait on a worker is bounded
+            "multiprocessing_context": settings.start_method,
+            "timeout": max(1.0, min(settings.timeout, left)),  # every wait on a worker is bounded
             "generator": generator,
         }
         if pipeline.is_iterable:
@@ -349,19 +353,11 @@ def probe_rng(
         "seed_worker_available": None,
         "error": None,
     }
+    settings = _RunSettings(
+        pipeline, fetch, workers, start_method, attributes, timeout, deadline, seed
+    )
     try:
-        record["epochs"] = _run_workers(
-            pipeline,
-            indices=fetch,
-            workers=workers,
-            start_method=start_method,
-            worker_init_fn=pipeline.worker_init_fn,
-            attributes=attributes,
-            timeout=timeout,
-            deadline=deadline,
-            epochs=2,
-            seed=seed,
-        )
+        record["epochs"] = _run_workers(settings, pipeline.worker_init_fn)
     except Exception as exc:  # the user's dataset failed in a worker: record, do not crash check
         record["error"] = describe_worker_exception(exc)
         record["seconds"] = round(time.perf_counter() - started, 3)
@@ -372,16 +368,7 @@ def probe_rng(
         if seed_worker is not None:
             try:
                 record["with_seed_worker"] = _run_workers(
-                    pipeline,
-                    indices=fetch,
-                    workers=workers,
-                    start_method=start_method,
-                    worker_init_fn=ChainedWorkerInit(pipeline.worker_init_fn, seed_worker),
-                    attributes=attributes,
-                    timeout=timeout,
-                    deadline=deadline,
-                    epochs=2,
-                    seed=seed,
+                    settings, ChainedWorkerInit(pipeline.worker_init_fn, seed_worker)
                 )
             except Exception as exc:
                 record["with_seed_worker_error"] = describe_worker_exception(exc)
