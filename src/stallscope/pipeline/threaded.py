@@ -44,7 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -249,17 +249,7 @@ class ThreadSafety:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "safe": self.safe,
-            "reason": self.reason,
-            "threads": self.threads,
-            "indices": list(self.indices),
-            "mismatched": list(self.mismatched),
-            "fields": self.fields,
-            "random_fields": self.random_fields,
-            "rounds": self.rounds,
-            "seconds": round(self.seconds, 3),
-        }
+        return {**asdict(self), "seconds": round(self.seconds, 3)}
 
 
 # Concurrent fetches switch threads this often during the check, so unsynchronised

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,39 +229,21 @@ def dataset_facts(pipeline: Pipeline, pre: Preflight) -> dict[str, Any]:
 
 def grid(
     base: LoaderConfig,
+    axes: Mapping[str, Sequence[Any]],
     *,
-    num_workers: Sequence[int],
-    batch_sizes: Sequence[int] | None = None,
-    prefetch_factors: Sequence[int] | None = None,
-    persistent_workers: Sequence[bool] | None = None,
-    pin_memory: Sequence[bool] | None = None,
-    in_order: Sequence[bool] | None = None,
     multiprocessing_context: str | None = None,
-    worker_threads: Sequence[int] | None = None,
 ) -> list[LoaderConfig]:
-    """The cartesian product, deduplicated (knobs that need workers collapse at 0 workers).
-
-    ``worker_threads`` applies at every worker count, 0 included (threads in the main process).
+    """The cartesian product of ``axes`` (a LoaderConfig field -> the values to try, the first
+    changing slowest) over ``base``, deduplicated (knobs that need workers collapse at 0 workers,
+    as LoaderConfig drops them there).
     """
-    axes = itertools.product(
-        batch_sizes or [base.batch_size],
-        num_workers,
-        worker_threads or [base.worker_threads],
-        prefetch_factors or [base.prefetch_factor or 2],
-        persistent_workers or [base.persistent_workers],
-        pin_memory or [base.pin_memory],
-        in_order or [base.in_order],
-    )
     configs: list[LoaderConfig] = []
-    for bs, w, threads, pf, persist, pin, ordered in axes:
+    for values in itertools.product(*axes.values()):
+        knobs = dict(zip(axes, values))
+        if "pin_memory" in knobs:  # pinning needs CUDA
+            knobs["pin_memory"] = knobs["pin_memory"] and cuda_available()
         cfg = base.replace(  # other knobs (a loader kind's own) stay the baseline's
-            worker_threads=threads,
-            num_workers=w,
-            batch_size=bs,
-            prefetch_factor=pf if w else None,
-            persistent_workers=persist,
-            pin_memory=pin and cuda_available(),
-            in_order=ordered,
+            **knobs,
             multiprocessing_context=multiprocessing_context or base.multiprocessing_context,
             batched_fetch=False,
             torch_threads=None,
@@ -306,17 +288,18 @@ def bench(
     pre = preflight(pipeline)
     cores = usable_cores()
     if configs is None:
-        configs = grid(
-            pipeline.baseline,
-            num_workers=num_workers or default_worker_counts(cores),
-            batch_sizes=batch_sizes,
-            prefetch_factors=prefetch_factors,
-            persistent_workers=persistent_workers,
-            pin_memory=pin_memory,
-            in_order=in_order,
-            multiprocessing_context=multiprocessing_context,
-            worker_threads=worker_threads,
-        )
+        base = pipeline.baseline
+        axes = {  # a knob left out sweeps only the baseline's value
+            "batch_size": batch_sizes or [base.batch_size],
+            "num_workers": num_workers or default_worker_counts(cores),
+            # at every worker count, 0 included (threads in the main process)
+            "worker_threads": worker_threads or [base.worker_threads],
+            "prefetch_factor": prefetch_factors or [base.prefetch_factor or 2],
+            "persistent_workers": persistent_workers or [base.persistent_workers],
+            "pin_memory": pin_memory or [base.pin_memory],
+            "in_order": in_order or [base.in_order],
+        }
+        configs = grid(base, axes, multiprocessing_context=multiprocessing_context)
     configs = [c for c in configs if _settable(pipeline, c)]
     replay = None
     if pipeline.is_iterable and any(c.num_workers > 0 for c in configs):
