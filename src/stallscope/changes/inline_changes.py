@@ -38,9 +38,9 @@ from .base import (
     Applied,
     Change,
     Patch,
+    batch_step_seconds,
     batches,
     copy_batch,
-    fastest_seconds,
     max_difference,
     nbytes_at,
     patched_class,
@@ -745,7 +745,7 @@ class InlineIntegerTransfer(Change):
         reproducible(anatomy, pipeline)
         theirs = anatomy.memo[("batches", pipeline.batch_size)][:1]
         difference = max_difference(ours, theirs, self.slot)
-        main_cost = fastest_seconds(lambda: step(copy_batch(raw[0])), repeats=5)
+        main_cost = batch_step_seconds(step, raw[0])
         before, after = nbytes_at(theirs[0], self.slot), nbytes_at(raw[0], self.slot)
         removed = _lines(self.removed)
         return {
