@@ -195,7 +195,7 @@ class IntegerTransfer(MovedTail):
             f"Replace {', '.join(names)} in the transforms by a conversion to a uint8 "
             "tensor, and normalise each "
             "batch in the main process or on the accelerator: x.float() * "
-            f"{_fmt(self.scale)} + {_fmt(self.shift)} per channel."
+            f"{listed(self.scale)} + {listed(self.shift)} per channel."
         )
 
     def rewrite(self, lines: list[str], first: int, last: int) -> str:
@@ -218,5 +218,6 @@ class IntegerTransfer(MovedTail):
         return anatomy.with_compose(compose), slot_step(anatomy, module.normalize_batch)
 
 
-def _fmt(values: list[float]) -> str:
+def listed(values: list[float]) -> str:
+    """Per-channel values as a sentence shows them: ``(0.0171, 0.0175, 0.0174)``."""
     return "(" + ", ".join(f"{v:.6g}" for v in values) + ")"
