@@ -6,9 +6,10 @@ The rule modules build these from a record; renderers turn them into sentences, 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..record.as_dict import AsDict
 from ..record.model import BenchResult
 from ..thresholds import (
     INPUT_BOUND_AT,
@@ -48,13 +49,10 @@ TARGETS: dict[str, tuple[float, float]] = {
 
 
 @dataclass
-class ConfigRate:
+class ConfigRate(AsDict):
     label: str
     config: dict[str, Any]
     samples_per_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass

@@ -4,8 +4,10 @@ and the raw per-stage totals the worker run hands to the analysis (``table.py``)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
+
+from ..record.as_dict import AsDict
 
 ProgressFn = Callable[[str, float], None]  # (what is running, fraction done)
 
@@ -21,7 +23,7 @@ H2D = "host→device"
 
 
 @dataclass
-class StageTime:
+class StageTime(AsDict):
     name: str
     ms_per_sample: float
     share: float
@@ -37,12 +39,9 @@ class StageTime:
     # table.py); a doubtful row keeps its measurement but has no share and is not printed as a cost.
     doubtful: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
-class AugmentationOverhead:
+class AugmentationOverhead(AsDict):
     """Cost of the random transforms: their measured stage time, and a with/without run."""
 
     ms_per_sample: float
@@ -55,12 +54,9 @@ class AugmentationOverhead:
     differential_percent: float | None = None
     samples: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
-class Hotspot:
+class Hotspot(AsDict):
     function: str
     file: str
     line: int
@@ -69,12 +65,9 @@ class Hotspot:
     cumulative_ms: float
     ms_per_sample: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
-class StorageSplit:
+class StorageSplit(AsDict):
     """Cold vs warm page cache: fetching from storage vs preparing on the CPU."""
 
     files: int
@@ -86,12 +79,9 @@ class StorageSplit:
     prepare_ms_per_sample: float
     fetch_share: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
-class StageRun:
+class StageRun(AsDict):
     """How the worker-side breakdown was taken."""
 
     num_workers: int
@@ -106,9 +96,6 @@ class StageRun:
     # The main process's steady time per batch in the same run (an upper estimate: the batches
     # the prefetch buffer held when the first arrived are not counted), or None when too few.
     batch_interval_ms: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass

@@ -18,7 +18,16 @@ import numpy as np
 from ..errors import describe_exception
 from ..pipeline.structure import describe_structure
 from ..pipeline.verify import skeleton
-from .anatomy import Anatomy, StagesCompose, as_array, get_slot, seeded, set_slot
+from .anatomy import (
+    Anatomy,
+    StagesCompose,
+    as_array,
+    fresh,
+    get_slot,
+    run_stages,
+    seeded,
+    set_slot,
+)
 from .source import (
     SourceFile,
     apply_command,
@@ -27,7 +36,6 @@ from .source import (
     constructor_block,
     enclosing_function,
     exec_patched,
-    helper_block,
     unified_diff,
 )
 
@@ -245,45 +253,94 @@ def rebuilt_compose(
     return StagesCompose([*anatomy.stages[:start], replacement])
 
 
-def transform_list_patch(
-    anatomy: Anatomy,
-    pipeline: Any,
-    *,
-    names: list[str],
-    words: str,
-    files: Sequence[Any],
-    title: str,
-    rewrite: Callable[[list[str], int, int], str],
-    rebuild: Callable[[Any, str | None], tuple[Any, MainStep | None]],
-    tolerance: float | None,
-) -> Patch:
-    """A change to the user's list of transforms as a verified patch.
+class MovedTail(Change):
+    """A change to the user's list of transforms that takes the stages from ``start`` on out of
+    the workers and does their work on each batch, in the main process or on the accelerator.
 
-    The list is found in the source of ``files`` (the constructors of ``names``, one per line);
-    ``rewrite(lines, first, last)`` edits its lines in place and returns the helper code appended
-    under ``title``. The patched module, rebuilt by ``rebuild(module, function)`` (``function``:
-    the one that builds the list, when there is one), must give two batches like the user's
-    (within ``tolerance`` at the image slot)."""
-    found = constructor_block(candidate_files(files), names)
-    if found is None:
-        return Patch(
-            None,
-            words,
-            False,
-            f"no list with {', '.join(n + '()' for n in names)} one per line was found",
+    A subclass finds ``start`` on the measured items (``measure``, once ``applies`` has checked
+    that the item holds the transforms' output as it is) and says how the list changes:
+    ``words``, ``rewrite`` and ``rebuild`` (see :meth:`patch`)."""
+
+    start: int
+    tolerance: float  # at the image slot, between the patched batches and the user's
+
+    def applies(self, anatomy: Anatomy, pipeline: Any) -> str | None:
+        if anatomy.item_slot is None:
+            return "the dataset does not return its transforms' output as it is"
+        return self.measure(anatomy, pipeline)
+
+    def measure(self, anatomy: Anatomy, pipeline: Any) -> str | None:
+        """None when the change applies (``start`` and what it needs kept), else why not."""
+        raise NotImplementedError
+
+    def words(self, names: list[str]) -> str:
+        """The change in words, ``names`` being the moved stages' classes."""
+        raise NotImplementedError
+
+    def rewrite(self, lines: list[str], first: int, last: int) -> str:
+        """Edit ``lines[first : last + 1]``, the moved stages' lines, in place; the helper code
+        to append, under its heading (:func:`~.source.helper_block`)."""
+        raise NotImplementedError
+
+    def rebuild(self, anatomy: Anatomy, module: Any, function: str | None) -> tuple[Any, MainStep]:
+        """The dataset and the batch step the patched ``module`` gives (``function``: the one
+        that builds the list, when there is one)."""
+        raise NotImplementedError
+
+    def worker_seconds(self, anatomy: Anatomy) -> float:
+        """What the moved stages cost a worker on the first measured item."""
+        image = anatomy.samples[0].input_to(self.start)
+        return fastest_seconds(
+            lambda: run_stages(anatomy.stages[self.start :], fresh(image)), threads=1
         )
-    source, first = found
-    lines = list(source.lines)
-    helpers = rewrite(lines, first, block_end(lines, first, names[-1]))
-    text = "".join(lines) + helper_block(title, helpers)
-    function = enclosing_function(source, first)
 
-    def verify(module: Any) -> str | None:
-        return run_two_batches(
-            lambda: rebuild(module, function), anatomy, pipeline, tolerance=tolerance
-        )
+    def patch(self, anatomy: Anatomy, pipeline: Any) -> Patch:
+        """The change as a verified patch of the user's list of transforms.
 
-    return verified_patch(source, text, words, verify)
+        The list is found in the source files of the dataset, its Compose and its stages (the
+        constructors of the moved stages, one per line). The patched module must give two
+        batches like the user's (within ``tolerance`` at the image slot, unless a moved stage is
+        random)."""
+        names = [type(s).__name__ for s in anatomy.stages[self.start :]]
+        words = self.words(names)
+        files = candidate_files([anatomy.dataset, anatomy.compose, *anatomy.stages])
+        found = constructor_block(files, names)
+        if found is None:
+            return Patch(
+                None,
+                words,
+                False,
+                f"no list with {', '.join(n + '()' for n in names)} one per line was found",
+            )
+        source, first = found
+        lines = list(source.lines)
+        helpers = self.rewrite(lines, first, block_end(lines, first, names[-1]))
+        text = "".join(lines) + helpers
+        function = enclosing_function(source, first)
+        tolerance = None if any(anatomy.random[self.start :]) else self.tolerance
+
+        def verify(module: Any) -> str | None:
+            return run_two_batches(
+                lambda: self.rebuild(anatomy, module, function),
+                anatomy,
+                pipeline,
+                tolerance=tolerance,
+            )
+
+        return verified_patch(source, text, words, verify)
+
+
+def batch_step_seconds(step: MainStep, batch: Any) -> float:
+    """What ``step`` costs the main process on ``batch`` (on a copy: a step may work in place)."""
+    return fastest_seconds(lambda: step(copy_batch(batch)), repeats=5)
+
+
+def moved_work(worker_saved_s: float, main_added_s: float) -> dict[str, float]:
+    """A moved tail's costs, as its side effect states them."""
+    return {
+        "worker_ms_per_sample_saved": round(1000 * worker_saved_s, 4),
+        "main_ms_per_batch_added": round(1000 * main_added_s, 4),
+    }
 
 
 def compared_batch(

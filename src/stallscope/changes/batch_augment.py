@@ -13,19 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from .anatomy import Anatomy, StagesCompose, array_of, fresh, run_stages
+from .anatomy import Anatomy, StagesCompose, array_of, fresh
 from .base import (
     Applied,
-    Change,
-    Patch,
+    MovedTail,
+    batch_step_seconds,
     compared_batch,
-    copy_batch,
-    fastest_seconds,
+    moved_work,
     rebuilt_compose,
     slot_step,
-    transform_list_patch,
 )
-from .source import expression_of
+from .source import expression_of, helper_block
 from .wrappers import BatchStages
 
 TOLERANCE = 1e-5
@@ -47,15 +45,14 @@ def is_tensor(value: Any) -> bool:
     return hasattr(value, "dim") and hasattr(value, "is_floating_point")
 
 
-class BatchAugmentation(Change):
+class BatchAugmentation(MovedTail):
     id = "batch-augment"
     title = "Batch-level augmentation"
+    tolerance = TOLERANCE
 
-    def applies(self, anatomy: Anatomy, pipeline: Any) -> str | None:
+    def measure(self, anatomy: Anatomy, pipeline: Any) -> str | None:
         import torch
 
-        if anatomy.item_slot is None:
-            return "the dataset does not return its transforms' output as it is"
         n = len(anatomy.stages)
         start = n
         while start > 0:
@@ -110,11 +107,8 @@ class BatchAugmentation(Change):
             anatomy.names[j] for j in range(self.start, len(anatomy.stages)) if anatomy.random[j]
         ]
         raw, _, difference = compared_batch(anatomy, pipeline, applied)
-        image = anatomy.samples[0].input_to(self.start)
-        worker = fastest_seconds(
-            lambda: run_stages(anatomy.stages[self.start :], fresh(image)), threads=1
-        )
-        main_cost = fastest_seconds(lambda: applied.main_step(copy_batch(raw)), repeats=5)  # type: ignore[misc]
+        worker = self.worker_seconds(anatomy)
+        main_cost = batch_step_seconds(applied.main_step, raw)  # type: ignore[arg-type]
         if randoms:
             summary = (
                 f"alters what the model sees: {', '.join(randoms)} draw once per batch "
@@ -137,39 +131,26 @@ class BatchAugmentation(Change):
             "moved": moved,
             "random_per_batch": randoms,
             "max_abs_difference": difference,
-            "worker_ms_per_sample_saved": round(1000 * worker, 4),
-            "main_ms_per_batch_added": round(1000 * main_cost, 4),
+            **moved_work(worker, main_cost),
         }
 
-    def patch(self, anatomy: Anatomy, pipeline: Any) -> Patch:
-        names = [type(s).__name__ for s in anatomy.stages[self.start :]]
-        words = (
+    def words(self, names: list[str]) -> str:
+        return (
             f"Remove {', '.join(names)} from the per-sample transforms and run them on each batch "
             "in the training loop (images = augment_batch(images.to(device)))."
         )
-        randoms = any(anatomy.random[self.start :])
 
-        def rewrite(lines: list[str], first: int, last: int) -> str:
-            expressions = [
-                expression_of(line) for line in lines[first : last + 1] if expression_of(line)
-            ]
-            del lines[first : last + 1]
-            return HELPER.format(expressions=", ".join(expressions))
-
-        def rebuild(module: Any, function: str | None) -> tuple[Any, Any]:
-            compose = rebuilt_compose(module, function, anatomy, self.start, None)
-            if compose.transforms and compose.transforms[-1] is None:
-                compose = StagesCompose(compose.transforms[:-1])
-            return anatomy.with_compose(compose), slot_step(anatomy, module.augment_batch)
-
-        return transform_list_patch(
-            anatomy,
-            pipeline,
-            names=names,
-            words=words,
-            files=[anatomy.dataset, anatomy.compose, *anatomy.stages],
-            title="batch-level augmentation",
-            rewrite=rewrite,
-            rebuild=rebuild,
-            tolerance=None if randoms else TOLERANCE,
+    def rewrite(self, lines: list[str], first: int, last: int) -> str:
+        expressions = [
+            expression_of(line) for line in lines[first : last + 1] if expression_of(line)
+        ]
+        del lines[first : last + 1]
+        return helper_block(
+            "batch-level augmentation", HELPER.format(expressions=", ".join(expressions))
         )
+
+    def rebuild(self, anatomy: Anatomy, module: Any, function: str | None) -> tuple[Any, Any]:
+        compose = rebuilt_compose(module, function, anatomy, self.start, None)
+        if compose.transforms and compose.transforms[-1] is None:
+            compose = StagesCompose(compose.transforms[:-1])
+        return anatomy.with_compose(compose), slot_step(anatomy, module.augment_batch)

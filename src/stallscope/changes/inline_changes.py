@@ -38,9 +38,9 @@ from .base import (
     Applied,
     Change,
     Patch,
+    batch_step_seconds,
     batches,
     copy_batch,
-    fastest_seconds,
     max_difference,
     nbytes_at,
     patched_class,
@@ -56,7 +56,7 @@ from .inline import (
     prefix_values,
     trace_item,
 )
-from .integer_transfer import normalize_batch_helper
+from .integer_transfer import listed, normalize_batch_helper
 from .prefix_cache import PlacedCache, fresh_instance
 from .reduced_decode import FACTORS, draft_words, psnr, psnr_effect, reduced_decode_text
 from .source import helper_block
@@ -745,7 +745,7 @@ class InlineIntegerTransfer(Change):
         reproducible(anatomy, pipeline)
         theirs = anatomy.memo[("batches", pipeline.batch_size)][:1]
         difference = max_difference(ours, theirs, self.slot)
-        main_cost = fastest_seconds(lambda: step(copy_batch(raw[0])), repeats=5)
+        main_cost = batch_step_seconds(step, raw[0])
         before, after = nbytes_at(theirs[0], self.slot), nbytes_at(raw[0], self.slot)
         removed = _lines(self.removed)
         return {
@@ -767,7 +767,7 @@ class InlineIntegerTransfer(Change):
             f"In {anatomy.cls.__name__}.__getitem__, drop {_lines(self.removed)} (the float "
             f"conversion and normalising of {self.name}) so the item's image stays uint8, and "
             "normalise each batch in the main process or on the "
-            f"accelerator: x.float() * {_fmt(self.scale)} + {_fmt(self.shift)} per channel."
+            f"accelerator: x.float() * {listed(self.scale)} + {listed(self.shift)} per channel."
         )
         text = self.text(anatomy)
 
@@ -816,10 +816,6 @@ def slot_step_at(slot: tuple[Any, ...], fn: Any) -> Any:
 def _lines(statements: list[Any]) -> str:
     first, last = statements[0].first, statements[-1].last
     return f"line {first}" if first == last else f"lines {first}-{last}"
-
-
-def _fmt(values: list[float]) -> str:
-    return "(" + ", ".join(f"{v:.6g}" for v in values) + ")"
 
 
 class NotMoved(Change):

@@ -11,19 +11,19 @@ from typing import Any
 
 import numpy as np
 
-from .anatomy import Anatomy, StagesCompose, array_of, as_array, fresh, run_stages
+from .anatomy import Anatomy, StagesCompose, array_of, as_array
 from .base import (
     Applied,
-    Change,
-    Patch,
+    MovedTail,
+    batch_step_seconds,
     compared_batch,
-    copy_batch,
     fastest_seconds,
+    moved_work,
     nbytes_at,
     rebuilt_compose,
     slot_step,
-    transform_list_patch,
 )
+from .source import helper_block
 from .wrappers import AffineBatch, Uint8Layout
 
 TOLERANCE = 1e-4  # float rounding of (x/255 - mean)/std against x*scale + shift
@@ -80,13 +80,12 @@ def is_float_tensor(value: Any) -> bool:
     return hasattr(value, "is_floating_point") and value.is_floating_point()
 
 
-class IntegerTransfer(Change):
+class IntegerTransfer(MovedTail):
     id = "integer-transfer"
     title = "Integer transfer (uint8 to the main process)"
+    tolerance = TOLERANCE
 
-    def applies(self, anatomy: Anatomy, pipeline: Any) -> str | None:
-        if anatomy.item_slot is None:
-            return "the dataset does not return its transforms' output as it is"
+    def measure(self, anatomy: Anatomy, pipeline: Any) -> str | None:
         first = anatomy.samples[0]
         start = next(
             (
@@ -168,12 +167,10 @@ class IntegerTransfer(Change):
 
     def side_effect(self, anatomy: Anatomy, pipeline: Any, applied: Applied) -> dict[str, Any]:
         raw, theirs, difference = compared_batch(anatomy, pipeline, applied)
-        step = self._main_step(anatomy)
         image = anatomy.samples[0].input_to(self.start)
-        suffix = anatomy.stages[self.start :]
-        worker_before = fastest_seconds(lambda: run_stages(suffix, fresh(image)), threads=1)
+        worker_before = self.worker_seconds(anatomy)
         worker_after = fastest_seconds(lambda: Uint8Layout(self.permute)(image), threads=1)
-        main_cost = fastest_seconds(lambda: step(copy_batch(raw)), repeats=5)
+        main_cost = batch_step_seconds(self._main_step(anatomy), raw)
         slot = anatomy.item_slot or ()
         bytes_before, bytes_after = nbytes_at(theirs, slot), nbytes_at(raw, slot)
         alters = difference is None or difference > TOLERANCE
@@ -190,52 +187,37 @@ class IntegerTransfer(Change):
             "alters_output": alters,
             "max_abs_difference": difference,
             "bytes_per_batch": {"before": bytes_before, "after": bytes_after},
-            "worker_ms_per_sample_saved": round(1000 * (worker_before - worker_after), 4),
-            "main_ms_per_batch_added": round(1000 * main_cost, 4),
+            **moved_work(worker_before - worker_after, main_cost),
         }
 
-    def patch(self, anatomy: Anatomy, pipeline: Any) -> Patch:
-        names = [type(s).__name__ for s in anatomy.stages[self.start :]]
-        words = (
+    def words(self, names: list[str]) -> str:
+        return (
             f"Replace {', '.join(names)} in the transforms by a conversion to a uint8 "
             "tensor, and normalise each "
             "batch in the main process or on the accelerator: x.float() * "
-            f"{_fmt(self.scale)} + {_fmt(self.shift)} per channel."
+            f"{listed(self.scale)} + {listed(self.shift)} per channel."
         )
-        convert = "tensor.permute(2, 0, 1).contiguous()" if self.permute else "tensor"
-        layout = "C×H×W" if self.permute else "as it is"
+
+    def rewrite(self, lines: list[str], first: int, last: int) -> str:
+        indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+        lines[first : last + 1] = [
+            f"{indent}ToUint8Tensor(),  # normalised per batch: normalize_batch()\n"
+        ]
+        to_uint8 = HELPER.format(
+            layout="C×H×W" if self.permute else "as it is",
+            convert="tensor.permute(2, 0, 1).contiguous()" if self.permute else "tensor",
+        )
         channel = (self.channel if self.channel is not None else 0) + 1
-
-        def rewrite(lines: list[str], first: int, last: int) -> str:
-            indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
-            lines[first : last + 1] = [
-                f"{indent}ToUint8Tensor(),  # normalised per batch: normalize_batch()\n"
-            ]
-            return HELPER.format(layout=layout, convert=convert) + normalize_batch_helper(
-                self.scale, self.shift, channel, "the per-sample transforms made"
-            )
-
-        def rebuild(module: Any, function: str | None) -> tuple[Any, Any]:
-            compose = rebuilt_compose(module, function, anatomy, self.start, module.ToUint8Tensor())
-            return anatomy.with_compose(compose), slot_step(anatomy, module.normalize_batch)
-
-        return transform_list_patch(
-            anatomy,
-            pipeline,
-            names=names,
-            words=words,
-            files=[
-                anatomy.dataset,
-                anatomy.compose,
-                *anatomy.stages,
-                getattr(pipeline, "target_module", None),
-            ],
-            title="integer transfer",
-            rewrite=rewrite,
-            rebuild=rebuild,
-            tolerance=TOLERANCE,
+        normalize = normalize_batch_helper(
+            self.scale, self.shift, channel, "the per-sample transforms made"
         )
+        return helper_block("integer transfer", to_uint8 + normalize)
+
+    def rebuild(self, anatomy: Anatomy, module: Any, function: str | None) -> tuple[Any, Any]:
+        compose = rebuilt_compose(module, function, anatomy, self.start, module.ToUint8Tensor())
+        return anatomy.with_compose(compose), slot_step(anatomy, module.normalize_batch)
 
 
-def _fmt(values: list[float]) -> str:
+def listed(values: list[float]) -> str:
+    """Per-channel values as a sentence shows them: ``(0.0171, 0.0175, 0.0174)``."""
     return "(" + ", ".join(f"{v:.6g}" for v in values) + ")"

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import describe_exception
+from ..record.as_dict import AsDict
 from .pickler import pickle_real, try_pickle
 
 # Long containers are bisected rather than pickled item by item.
@@ -190,14 +191,11 @@ FIXES = {
 
 
 @dataclass
-class Culprit:
+class Culprit(AsDict):
     path: str
     kind: str
     description: str
     error: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _children(obj: Any) -> list[tuple[str, Any]]:
