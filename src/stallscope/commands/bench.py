@@ -92,7 +92,9 @@ def _run(ctx: common.CommandContext) -> int:
     target_rate = common.positive_target_rate(args)
     pipeline = common.run_target_loader(args)
     record = ctx.new_record("bench", pipeline.target, pipeline)
-    workers = args.num_workers or default_worker_counts(usable_cores())
+    workers = args.num_workers or default_worker_counts(
+        usable_cores(), epoch_batches=pipeline.batches_per_epoch()
+    )
     n_configs = len(workers) * len(args.prefetch_factors or [0]) * len(args.batch_sizes or [0])
     n_configs *= (
         len(args.persistent_workers or [0])

@@ -248,7 +248,7 @@ def _step_check(pipeline: Pipeline, args: Any, report: Report, record: RunRecord
 def _step_bench(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..throughput.sweep import bench, default_worker_counts
 
-    workers = args.num_workers or default_worker_counts()
+    workers = args.num_workers or default_worker_counts(epoch_batches=pipeline.batches_per_epoch())
     total = len(workers) * args.repeats
     done = [0]
 
