@@ -25,7 +25,8 @@ def build_parser() -> common.ArgumentParser:
         type=common.int_list,
         default=None,
         metavar="N,N,...",
-        help="worker counts (default: 0,1,2,cores,2×cores,4×cores with usable cores)",
+        help="worker counts (default: 0,1,2,cores,2×cores,4×cores with usable cores, none above "
+        "the batches in one epoch)",
     )
     parser.add_argument(
         "--prefetch-factor",

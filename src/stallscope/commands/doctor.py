@@ -87,7 +87,7 @@ def build_parser() -> common.ArgumentParser:
         default=None,
         metavar="N,N,...",
         help="worker counts the sweep measures (default: 0,1,2,cores,2×cores,4×cores with usable"
-        " cores, as bench)",
+        " cores, none above the batches in one epoch, as bench)",
     )
     common.add_target_rate_argument(parser)
     common.add_output_arguments(
