@@ -42,6 +42,7 @@ class Entry:
     outputs: tuple[str, ...]  # file names under benchmarks/results/
     minutes: float  # what it took on a quiet 2-core machine, roughly
     needs_gpu: bool = False  # run only where torch sees a CUDA device; skipped elsewhere
+    min_cores: int = 0  # run only where this many cores are usable; skipped elsewhere
 
 
 def _json(name: str) -> str:
@@ -172,6 +173,22 @@ ENTRIES: tuple[Entry, ...] = (
         ("tune_under_load.json",),
         6,
     ),
+    Entry(
+        "epoch_workers",
+        ("benchmarks/epoch_workers.py", "--workers", "0,2,4,8", "--json", _json("epoch_workers")),
+        ("epoch_workers.json",),
+        2,
+    ),
+    Entry(
+        "epoch_workers_16cores",
+        (
+            "benchmarks/epoch_workers.py",
+            *("--workers", "0,7,16", "--json", _json("epoch_workers_16cores")),
+        ),
+        ("epoch_workers_16cores.json",),
+        2,
+        min_cores=16,
+    ),
     # Last: it rewrites the README's block, a tracked file outside benchmarks/results/, and a
     # result measured after it would name a dirty tree.
     Entry(
@@ -225,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     for entry in chosen:
         if entry.needs_gpu and not _cuda_available():
             log(f"{entry.name}: skipped, it needs a CUDA device and torch sees none here")
+            continue
+        if len(os.sched_getaffinity(0)) < entry.min_cores:
+            log(f"{entry.name}: skipped, it needs {entry.min_cores} usable cores")
             continue
         log(f"{entry.name}: python {' '.join(entry.argv)} (load {load_average()}) …")
         t0 = time.perf_counter()

@@ -13,6 +13,7 @@ hands ``sys.path`` to spawn/forkserver children, so they import it the same way.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -94,6 +95,20 @@ class Pipeline:
             return len(self.dataset)
         except TypeError:
             return None
+
+    def batches_per_epoch(self) -> int | None:
+        """Batches in one epoch of the user's loader: its batch sampler's length where that
+        decides the batches, else the dataset's length in batches (the last one short unless
+        ``drop_last``); None where either is unsized."""
+        if self.batch_sampler is not None:
+            try:
+                return len(self.batch_sampler)
+            except TypeError:
+                return None
+        length = self.length()
+        if length is None or self.batch_size < 1:
+            return None
+        return length // self.batch_size if self.drop_last else math.ceil(length / self.batch_size)
 
     @property
     def collate(self) -> Callable[[list[Any]], Any]:

@@ -354,6 +354,31 @@ def test_a_loader_its_constructor_cannot_rebuild_gets_its_knobs_set_after_buildi
     assert printed.split() == ["3"]
 
 
+def test_tune_emits_the_form_of_the_code_that_ran():
+    # The constructor call cannot be replayed here (it raised TypeError when run); what ran is the
+    # knobs set on the factory's object, and --emit python must print that, not the call.
+    from stallscope.commands.tune import emitted_text
+
+    spec = "real_lm_stream.py:make_loader"
+    code = _advice_for(spec, num_workers=3, prefetch_factor=4)
+    assert code["verified"] and code["form"] == "attributes", code
+    data = {
+        "loader_code": code,
+        "best": {"config": code["config"], "samples_per_s": 150.0, "speedup": 1.5, "rounds": 4},
+        "baseline": {"config": code["baseline"], "samples_per_s": 100.0},
+    }
+    from stallscope.target import load_target
+
+    pipeline = load_target(str(PIPELINES / spec))
+    data |= {"loader": pipeline.call.to_dict(), "loader_kind": pipeline.kind.to_dict()}
+    text = emitted_text(spec, data, "python")
+    assert "PretrainLoader(" not in text and "yours.num_workers = 3  # was 2" in text, text
+    printed = _run_printed(
+        text, "it = iter(loader)\nnext(it)\nnext(it)\nprint(loader.num_workers)\n" + STOP
+    )
+    assert printed.split() == ["3"]
+
+
 def test_a_streaming_loader_is_written_without_torchs_placeholder_sampler():
     code = _advice_for("real_streaming_lib.py:make_loader", num_workers=3)
     assert code["verified"], code["reason"]

@@ -48,17 +48,6 @@ def test_the_docs_link_only_results_that_are_committed():
     assert not missing, missing
 
 
-# Results measured before their script wrote the provenance block; docs/benchmarks.md names the
-# commit and the machine of each. Regenerating one (benchmarks/regenerate.py --only NAME) adds the
-# block, and then it leaves this list.
-BEFORE_PROVENANCE = {
-    "code_changes.json",  # two of its five pipelines
-    "confidence_calibration.json",
-    "confidence_calibration_budget60.json",
-    "loader_kinds_agreement.json",
-}
-
-
 def _provenance_blocks(name: str, data: dict) -> list[dict]:
     if name == "demo_doctor.json":  # the record is the CLI's own; its provenance sits beside it
         return [json.loads((RESULTS / "demo_doctor.provenance.json").read_text())]
@@ -78,7 +67,4 @@ def test_every_committed_result_names_its_commit_host_and_load():
             and {"start", "end"} <= set(b.get("load_average") or {})
             for b in blocks
         ]
-        if path.name in BEFORE_PROVENANCE:
-            assert not all(complete), f"{path.name} has its provenance now: drop it from the list"
-        else:
-            assert blocks and all(complete), f"{path.name} lacks commit, host or load"
+        assert blocks and all(complete), f"{path.name} lacks commit, host or load"

@@ -25,6 +25,7 @@ def _search(
     budget_s: float = 60.0,
     memory_mb: float = 16_000,
     max_workers: int = 128,
+    epoch_batches: int | None = None,
     baseline: LoaderConfig | None = None,
     seeds=(),
     startup=None,
@@ -35,6 +36,7 @@ def _search(
         cores=model.cores,
         batch_size=model.batch_size,
         max_workers=max_workers,
+        epoch_batches=epoch_batches,
         batched_fetch=model.batched,
         threads=(1,) if model.threads_gain != 1.0 else (),
     )
@@ -116,6 +118,18 @@ def test_memory_budget_caps_workers_and_is_never_exceeded():
     feasible = [c for c in dense_space(model, max_workers=16) if need(c) <= budget_mb * MB]
     assert model.rate(result.pick) >= 0.97 * max(model.rate(c) for c in feasible)
     assert any("memory budget" in note for note in result.notes)
+
+
+def test_the_cap_note_names_the_limit_it_reached():
+    # latency-bound: the climb wants far more workers than cores, and meets each limit in turn
+    by_epoch, ev = _search(LATENCY_BOUND, max_workers=7, epoch_batches=7)
+    assert max(c.num_workers for c in ev.measured) <= 7
+    assert (
+        "worker count capped at 7: one epoch holds 7 batches, and workers beyond them only wait"
+        in by_epoch.notes
+    )
+    by_flag, _ = _search(LATENCY_BOUND, max_workers=6, epoch_batches=50)
+    assert "worker count capped at 6: the most workers searched (--max-workers)" in by_flag.notes
 
 
 @pytest.mark.parametrize("budget", [4.0, 12.0, 25.0])

@@ -477,7 +477,10 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
         )
         if run.ok or i == 0:
             advice.update(
-                python=code if run.ok else None, tried=None if run.ok else code, **run.to_dict()
+                python=code if run.ok else None,
+                tried=None if run.ok else code,
+                form=candidate.form,  # --emit writes the form that ran
+                **run.to_dict(),
             )
         if run.ok:
             break

@@ -25,7 +25,8 @@ def build_parser() -> common.ArgumentParser:
         type=common.int_list,
         default=None,
         metavar="N,N,...",
-        help="worker counts (default: 0,1,2,cores,2×cores,4×cores with usable cores)",
+        help="worker counts (default: 0,1,2,cores,2×cores,4×cores with usable cores, none above "
+        "the batches in one epoch)",
     )
     parser.add_argument(
         "--prefetch-factor",
@@ -92,7 +93,9 @@ def _run(ctx: common.CommandContext) -> int:
     target_rate = common.positive_target_rate(args)
     pipeline = common.run_target_loader(args)
     record = ctx.new_record("bench", pipeline.target, pipeline)
-    workers = args.num_workers or default_worker_counts(usable_cores())
+    workers = args.num_workers or default_worker_counts(
+        usable_cores(), epoch_batches=pipeline.batches_per_epoch()
+    )
     n_configs = len(workers) * len(args.prefetch_factors or [0]) * len(args.batch_sizes or [0])
     n_configs *= (
         len(args.persistent_workers or [0])

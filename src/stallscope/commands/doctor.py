@@ -87,7 +87,7 @@ def build_parser() -> common.ArgumentParser:
         default=None,
         metavar="N,N,...",
         help="worker counts the sweep measures (default: 0,1,2,cores,2×cores,4×cores with usable"
-        " cores, as bench)",
+        " cores, none above the batches in one epoch, as bench)",
     )
     common.add_target_rate_argument(parser)
     common.add_output_arguments(
@@ -248,7 +248,7 @@ def _step_check(pipeline: Pipeline, args: Any, report: Report, record: RunRecord
 def _step_bench(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..throughput.sweep import bench, default_worker_counts
 
-    workers = args.num_workers or default_worker_counts()
+    workers = args.num_workers or default_worker_counts(epoch_batches=pipeline.batches_per_epoch())
     total = len(workers) * args.repeats
     done = [0]
 

@@ -82,9 +82,6 @@ def build_parser() -> common.ArgumentParser:
 
 
 def _run(ctx: common.CommandContext) -> int:
-    from ..analysis.tune_rules import advice_in_words
-    from ..render.loader_code import render_diff, render_python, render_yaml, to_yaml
-    from ..render.loader_snippet import snippet_for_record
     from ..tuning.tuner import tune
 
     args = ctx.args
@@ -138,25 +135,7 @@ def _run(ctx: common.CommandContext) -> int:
     common.add_ceiling(record, pipeline, target_rate)
     common.print_summary(ctx, record, console)
     if args.emit:
-        data = record.to_dict()
-        emitted, comment = emitted_config(pipeline.target, data)
-        advice = data.get("loader_code") or {}
-        snippet = snippet_for_record(data, emitted.to_dict())
-        if args.emit == "yaml":
-            text = (
-                render_yaml(snippet, emitted, comment=comment)
-                if snippet
-                else to_yaml(emitted, comment=comment)
-            )
-        elif not advice.get("verified") or snippet is None:
-            # NOTE [verified snippets]: no code that was not run; the change in words instead.
-            text = "".join(
-                f"# {line}\n" for line in (comment + "\n" + advice_in_words(advice)).splitlines()
-            )
-        elif args.emit == "diff":
-            text = render_diff(snippet, comment=comment)
-        else:
-            text = render_python(snippet, comment=comment)
+        text = emitted_text(pipeline.target, record.to_dict(), args.emit)
         sys.stdout.write(text)
         sys.stdout.flush()
     return 0
@@ -164,6 +143,35 @@ def _run(ctx: common.CommandContext) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     return common.execute(build_parser(), argv, _run)
+
+
+def emitted_text(target: str, data: dict[str, Any], emit: str) -> str:
+    """What ``--emit python|diff|yaml`` writes for a record: the config it names, as the code that
+    ran (NOTE [verified snippets]), or the change in words where none ran."""
+    from ..analysis.tune_rules import advice_in_words
+    from ..render.loader_code import render_diff, render_python, render_yaml, to_yaml
+    from ..render.loader_snippet import snippet_for_record
+
+    emitted, comment = emitted_config(target, data)
+    advice = data.get("loader_code") or {}
+    # The form that ran: the knobs set on the object the user's factory returns where their
+    # constructor call could not be replayed, else the call.
+    form = "attributes" if advice.get("form") == "attributes" else "call"
+    snippet = snippet_for_record(data, emitted.to_dict(), form=form)
+    if emit == "yaml":
+        return (
+            render_yaml(snippet, emitted, comment=comment)
+            if snippet
+            else to_yaml(emitted, comment=comment)
+        )
+    if not advice.get("verified") or snippet is None:
+        # No code that was not run; the change in words instead.
+        return "".join(
+            f"# {line}\n" for line in (comment + "\n" + advice_in_words(advice)).splitlines()
+        )
+    if emit == "diff":
+        return render_diff(snippet, comment=comment)
+    return render_python(snippet, comment=comment)
 
 
 def emitted_config(target: str, section: dict[str, Any]) -> tuple[LoaderConfig, str]:

@@ -417,6 +417,17 @@ class Search:
         gain = rc / r0 if r0 > 0 else float(start)
         self._climb(start, last_gain=gain, last_factor=float(max(1, start)), share=share)
 
+    def _cap_reason(self, cap: int) -> str:
+        """Which limit ``worker_cap`` reached."""
+        if cap < self.space.max_workers:
+            return "more would not fit the memory budget"
+        if self.space.epoch_batches is not None and cap >= self.space.epoch_batches:
+            return (
+                f"one epoch holds {self.space.epoch_batches} batches, and workers beyond them "
+                "only wait"
+            )
+        return "the most workers searched (--max-workers)"
+
     def _climb_factor(self, current: int, last_gain: float, last_factor: float) -> int:
         predicted = self.region.predicted_workers or 0.0
         near_linear = last_gain >= 0.6 * last_factor
@@ -432,7 +443,7 @@ class Search:
             nxt = min(current * factor, cap)
             if nxt <= current:
                 if cap <= current:
-                    self._note(f"worker count capped at {cap} (max workers / memory budget)")
+                    self._note(f"worker count capped at {cap}: {self._cap_reason(cap)}")
                 return
             here = self._scan[self.workers(current)]
             trial = self.measure(self.workers(nxt), "climb", share=share)

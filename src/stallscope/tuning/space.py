@@ -201,6 +201,7 @@ class SearchSpace:
     multiprocessing_context: str | None = None  # the start method candidates use
     worker_methods: tuple[str, ...] = ()  # torchdata.nodes mappers: threads or processes
     snapshot_steps: tuple[int, ...] = ()  # StatefulDataLoader snapshot intervals to try
+    epoch_batches: int | None = None  # batches in one epoch of the user's loader, where known
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -210,13 +210,11 @@ def _relative_se(batch_ms: Sequence[float], chunks: int = 4) -> float | None:
 
 
 def default_max_workers(cores: int, pipeline: Pipeline) -> int:
-    """``max(64, 8 × cores)`` capped at 256, and at the batches in one epoch (idle workers help
-    nobody)."""
+    """``max(64, 8 × cores)`` capped at 256, and at the batches in one epoch (workers beyond them
+    only wait: ``sweep.default_worker_counts``)."""
     cap = min(256, max(64, 8 * cores))
-    length = pipeline.length()
-    if length:
-        cap = min(cap, max(1, math.ceil(length / pipeline.batch_size)))
-    return cap
+    batches = pipeline.batches_per_epoch()
+    return min(cap, max(1, batches)) if batches is not None else cap
 
 
 def start_method_alternatives() -> tuple[str, ...]:
@@ -267,6 +265,7 @@ def build_space(
         batch_sizes=sizes,
         contexts=start_method_alternatives() if compare_start_methods else (),
         multiprocessing_context=pipeline.baseline.multiprocessing_context,
+        epoch_batches=pipeline.batches_per_epoch(),
     )
 
 
