@@ -35,8 +35,8 @@ def default_worker_counts(
     A loop over epochs hands each worker a batch at a time, and an epoch's indices run out with
     its last batch: workers beyond an epoch's batches only wait. The steady state does not see
     it (its sampler runs on across epochs), so a sweep past the epoch would show a rate no loop
-    gets: on the demo's 7-batch epochs and 16 cores, 16 persistent workers measured 2,891
-    images/s in the steady state and 1,073 over whole epochs, 7 workers 1,036
+    gets: on the demo's 7-batch epochs and 16 cores, 16 persistent workers measured 2,940
+    images/s in the steady state and 1,019 over whole epochs, 7 workers 1,078
     (docs/methodology.md, "Workers beyond an epoch")."""
     cores = cores or usable_cores()
     counts = {0, 1, 2, cores, 2 * cores, 4 * cores}
