@@ -39,10 +39,13 @@ def default_worker_counts(
     images/s in the steady state and 1,019 over whole epochs, 7 workers 1,078
     (docs/methodology.md, "Workers beyond an epoch")."""
     cores = cores or usable_cores()
-    counts = {0, 1, 2, cores, 2 * cores, 4 * cores}
-    if epoch_batches is not None:
-        counts = {min(c, max(1, epoch_batches)) for c in counts}
-    return sorted(counts)
+    return sorted({within_epoch(c, epoch_batches) for c in (0, 1, 2, cores, 2 * cores, 4 * cores)})
+
+
+def within_epoch(workers: int, epoch_batches: int | None) -> int:
+    """``workers``, at most the batches in one epoch where that is known (and at least one worker
+    then: see :func:`default_worker_counts`)."""
+    return workers if epoch_batches is None else min(workers, max(1, epoch_batches))
 
 
 @dataclass

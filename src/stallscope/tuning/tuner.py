@@ -38,6 +38,7 @@ from ..runtime.processes import no_orphans
 from ..target import Pipeline, load_target
 from ..thresholds import MEMORY_BUDGET_SHARE
 from ..throughput.epochs import EpochGap, epoch_gap
+from ..throughput.sweep import within_epoch
 from .profiling import profile_loader, profile_pipeline
 from .search import Search
 from .space import MB, MemoryBudget, Profile, SearchSettings, SearchSpace
@@ -209,12 +210,10 @@ def _relative_se(batch_ms: Sequence[float], chunks: int = 4) -> float | None:
 # -- the search space for this host -----------------------------------------------------------
 
 
-def default_max_workers(cores: int, pipeline: Pipeline) -> int:
+def default_max_workers(cores: int, epoch_batches: int | None) -> int:
     """``max(64, 8 × cores)`` capped at 256, and at the batches in one epoch (workers beyond them
     only wait: ``sweep.default_worker_counts``)."""
-    cap = min(256, max(64, 8 * cores))
-    batches = pipeline.batches_per_epoch()
-    return min(cap, max(1, batches)) if batches is not None else cap
+    return within_epoch(min(256, max(64, 8 * cores)), epoch_batches)
 
 
 def start_method_alternatives() -> tuple[str, ...]:
@@ -252,12 +251,13 @@ def build_space(
             if s >= 1 and s != bs and (length is None or s <= length)
         )
     threads = tuple(sorted({1, cores} - {torch.get_num_threads()})) if cores > 1 else ()
+    epoch_batches = pipeline.batches_per_epoch()
     return SearchSpace(
         cores=cores,
         batch_size=bs,
         max_workers=max_workers
         if max_workers is not None
-        else default_max_workers(cores, pipeline),
+        else default_max_workers(cores, epoch_batches),
         in_order=loader_supports("in_order"),
         batched_fetch=profile.batched_fetch is not None,
         pin_memory=cuda_available(),
@@ -265,7 +265,7 @@ def build_space(
         batch_sizes=sizes,
         contexts=start_method_alternatives() if compare_start_methods else (),
         multiprocessing_context=pipeline.baseline.multiprocessing_context,
-        epoch_batches=pipeline.batches_per_epoch(),
+        epoch_batches=epoch_batches,
     )
 
 
