@@ -10,7 +10,9 @@ load drifts over all of them alike):
 2. an independent re-race, started afresh after the tune: the pick, the runner-up and the
    user's baseline, ``--rounds`` rounds (default 10) of one measurement each, the order
    reversed every other round (A B C, C B A, ...: two rounds make an A B C C B A block),
-   windows of ``--window`` seconds (default 1.0) and at least 8 batches.
+   windows of ``--window`` seconds (default 1.0) and at least 8 batches, all configs of a round
+   opening their windows at the same point of the epoch and the rounds at points spread over it
+   (NOTE [window position] in ``stallscope/throughput/measure.py``).
 
 **Holds** (defined before looking at any result): for every rival R in {runner-up, baseline}
 other than the pick, the median over the re-race's rounds of the paired ratio
@@ -51,6 +53,7 @@ from tuner_pipelines import KINDS  # noqa: E402
 
 from stallscope.runtime.host import host_info  # noqa: E402
 from stallscope.runtime.processes import no_orphans  # noqa: E402
+from stallscope.stats import spread_point  # noqa: E402
 from stallscope.target import load_target  # noqa: E402
 from stallscope.thresholds import TIE_MARGIN  # noqa: E402
 from stallscope.throughput.measure import measure  # noqa: E402
@@ -108,8 +111,9 @@ def legacy_confidence(
 
 
 def rerace(pipeline: Any, configs: list[Any], *, rounds: int, window: float) -> list[list[float]]:
-    """``rounds`` rounds, one measurement per config, order reversed every other round; rates
-    per config."""
+    """``rounds`` rounds, one measurement per config, order reversed every other round, every
+    config of a round opening its window at the same point of the epoch and the rounds spread over
+    it (NOTE [window position]: a loop's epochs cover every part of it); rates per config."""
     rates: list[list[float]] = [[] for _ in configs]
     order = list(range(len(configs)))
     for i in range(rounds):
@@ -122,6 +126,7 @@ def rerace(pipeline: Any, configs: list[Any], *, rounds: int, window: float) -> 
                     max_window_s=max(10.0, 4 * window),
                     min_batches=8,
                     timeout=60.0,
+                    epoch_position=spread_point(i),
                 )
                 rates[index].append(m.samples_per_s)
             except Exception as exc:  # a failed re-race measurement: recorded, never a crash

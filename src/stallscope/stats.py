@@ -227,3 +227,14 @@ def round_or_none(value: float | None, digits: int | None = None) -> float | Non
     """``value`` rounded as :func:`round` rounds it (to a whole number without ``digits``), or None
     where it was not measured."""
     return None if value is None else round(value, digits)
+
+
+# The golden ratio's fraction: successive multiples fill [0, 1) evenly, however many are taken.
+_SPREAD = 0.6180339887498949
+
+
+def spread_point(k: int) -> float:
+    """The ``k``-th of a sequence of points in [0, 1) that stays evenly spread at any length (0
+    first): where the ``k``-th repeat opens its window in the epoch (NOTE [window position] in
+    ``throughput/measure.py``)."""
+    return (k * _SPREAD) % 1.0

@@ -60,7 +60,9 @@ class SimulatedEvaluator(Evaluator):
     def elapsed(self) -> float:
         return self.clock
 
-    def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial:
+    def measure(
+        self, config: LoaderConfig, *, window_s: float, phase: str, position: float = 0.0
+    ) -> Trial:
         true = self.rate_fn(config)
         startup = self.startup_fn(config)
         if true > 0 and self.min_batches:

@@ -70,32 +70,51 @@ class CyclingBatches(Sampler[list[int]]):
     Each pass iterates ``epoch`` afresh (a new epoch: a RandomSampler draws a new
     order, a bucketing sampler reshuffles its buckets) and calls ``set_epoch`` on
     samplers that have it, as a training loop would. Stops if an epoch is empty.
+    ``start`` index lists of the first pass are passed over: the cycle begins that far into
+    the epoch (NOTE [window position] in ``throughput/measure.py``).
     """
 
     def __init__(
-        self, epoch: Iterable[list[int]], total: int, *, sizes: deque[int] | None = None
+        self,
+        epoch: Iterable[list[int]],
+        total: int,
+        *,
+        sizes: deque[int] | None = None,
+        start: int = 0,
     ) -> None:
         self.epoch = epoch
         self.total = total
         self.sizes = sizes
+        self.start = start
 
     def __iter__(self) -> Iterator[list[int]]:
         emitted = 0
         passes = 0
+        skip = self.start
         while emitted < self.total:
             _set_epoch(self.epoch, passes)
-            yielded = False
+            drawn = False
             for indices in self.epoch:
+                drawn = True
+                if skip > 0:
+                    skip -= 1
+                    continue
                 if emitted >= self.total:
                     return
                 if self.sizes is not None:
                     self.sizes.append(len(indices))
                 yield indices
-                yielded = True
                 emitted += 1
-            if not yielded:
+            if not drawn:
                 return
             passes += 1
+
+    def epoch_length(self) -> int | None:
+        """Index lists in one of the user's epochs, where the sampler knows."""
+        try:
+            return len(self.epoch)  # type: ignore[arg-type]
+        except TypeError:
+            return None
 
     def __len__(self) -> int:
         return self.total

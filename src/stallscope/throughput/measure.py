@@ -22,6 +22,9 @@ How a number is taken, and why:
   leading dimension. With ``in_order=False`` a batch may overtake another; the
   count per batch is then that of the index list drawn at its place, which
   leaves the window's total right but for the few batches in flight at its edges.
+* **Every part of the epoch, every config at the same part.** A measurement can open its
+  window at a chosen point of the user's epoch (NOTE [window position]); repeats move that point
+  through the epoch, and all configs of one repeat open at the same one.
 * **Windows of a second or more.** The window closes after ``min_window_s``
   and at least ``min_batches`` batches (or ``max_window_s``), and the rate is
   samples delivered in the window over the window's length.
@@ -68,7 +71,7 @@ from ..pipeline.threaded import noted_index, without_notes
 from ..runtime.host import cuda_available
 from ..runtime.processes import describe_worker_death, is_worker_death, stop_workers, worker_pids
 from ..runtime.resources import ResourceSampler, ResourceSummary
-from ..stats import quantile
+from ..stats import quantile, spread_point
 from ..target import Pipeline
 
 # Draws in the cycling sampler: far more than any window needs.
@@ -109,6 +112,9 @@ class Measurement:
     epoch_samples: int | None = None
     epoch_batches: int | None = None
     restart_s: float | None = None
+    # Where in the user's epoch the window opened, as a share of it (NOTE [window position]);
+    # None where the cycle was not positioned (no position asked, or no index lists to rotate).
+    epoch_position: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -130,6 +136,7 @@ class Measurement:
             "epoch_samples": self.epoch_samples,
             "epoch_batches": self.epoch_batches,
             "restart_s": self.restart_s,
+            "epoch_position": self.epoch_position,
         }
 
 
@@ -172,8 +179,12 @@ def measure(
     settle_s: float = 0.0,
     main_step: Callable[[Any], Any] | None = None,
     device: Any = None,
+    epoch_position: float | None = None,
 ) -> Measurement:
     """Measure ``config``'s steady-state rate on ``pipeline`` (see the module docstring).
+
+    ``epoch_position`` (a share of the epoch, 0 to 1) opens the window at that point of the user's
+    epoch (NOTE [window position]); None starts the cycle at the epoch's beginning.
 
     ``settle_s`` idles after the first batch, as a training loop does while it
     builds or compiles its model: the prefetch buffer fills up meanwhile, and
@@ -203,6 +214,7 @@ def measure(
             settle_s=settle_s,
             dead=dead,
             main_step=chain_steps(main_step, delivery_step(config, device)),
+            epoch_position=epoch_position,
         )
     except PipelineError:
         raise
@@ -225,6 +237,7 @@ def _measure(
     settle_s: float,
     dead: list[tuple[int, int]],
     main_step: Callable[[Any], Any] | None = None,
+    epoch_position: float | None = None,
 ) -> Measurement:
     result = Measurement(config=config)
     warmup = warmup_batches_for(config) if warmup_batches is None else warmup_batches
@@ -233,6 +246,9 @@ def _measure(
     loader = build_loader(
         pipeline, config, cycle=_CYCLE_TOTAL, sizes=sizes, timeout=timeout, seed=seed
     )
+    if epoch_position is not None:
+        # The first batch and the warm-up come before the window (NOTE [window position]).
+        result.epoch_position = position_window(loader, epoch_position, before=warmup + 1)
     resources: ResourceSampler | None = None
     iterator = None
     failure: BaseException | None = None
@@ -380,6 +396,54 @@ def _measure(
 
 _END = object()
 
+# NOTE [window position]
+# A window is a slice of the epoch, not a sample of it. The cycle used to begin at the epoch's
+# first batch and the window to open after the warm-up, so every repeat of a config timed the same
+# index range, and configs with other warm-ups (a deeper prefetch buffer) timed another one. Where
+# the cost of an item depends on which item it is (a slow replica, large images, long
+# sequences), that is a bias no number of rounds reveals: rounds agree because they time the same
+# items. Measured on the jittery pipeline of ``benchmarks/tuner_pipelines.py`` (5% of fixed
+# indices stall 100 ms, 11 workers, 2 cores): in-order delivery at prefetch 4 timed 1,553
+# samples/s in 0.75 s windows and 1,397 in 1 s windows, while out-of-order delivery timed 1,529
+# and 1,607; over whole epochs of a persistent loader the two ran 1,170 and 1,273. The race had
+# ranked them the wrong way round, 99.6% sure (``confidence_calibration_budget60.json`` at
+# 1ce114f). So a measurement can open its window at a chosen share of the epoch: the cycle passes
+# over that many index lists less the first batch and the warm-up, so every config opens at the
+# same batch whatever its warm-up, and repeats move that point through the epoch
+# (``stats.spread_point``: evenly spread, the first at the start), as a loop's epochs cover every
+# part of it. Index lists are cheap to pass over; an epoch longer than ``MAX_SKIP`` of them is
+# entered within its first ``MAX_SKIP``. A loader stallscope does not cycle itself (an iterable
+# dataset, a stream, an adapter's own loader) is not positioned: ``epoch_position`` stays None.
+
+MAX_SKIP = 20_000
+
+
+def cycling_batches(loader: Any) -> CyclingBatches | None:
+    """The cycle of index lists a trial loader draws from, where stallscope built one."""
+    for name in ("batch_sampler", "sampler"):
+        found = getattr(loader, name, None)
+        if isinstance(found, CyclingBatches):
+            return found
+    return None
+
+
+def position_window(loader: Any, position: float, *, before: int) -> float | None:
+    """Start ``loader``'s cycle so that, after ``before`` batches, its next one lies ``position``
+    (a share) into the epoch; the share it will open at, or None where nothing can be positioned
+    (NOTE [window position])."""
+    cycling = cycling_batches(loader)
+    length = None if cycling is None else cycling.epoch_length()
+    if cycling is None or not length:
+        return None
+    share = position % 1.0
+    if length <= MAX_SKIP:
+        target = int(share * length)
+        cycling.start = (target - before) % length
+    else:
+        cycling.start = int(share * MAX_SKIP)
+        target = cycling.start + before
+    return target / length
+
 
 def _cycled_epoch(result: Measurement, loader: Any, per_batch: float) -> None:
     """The user's epoch where stallscope walked its epochs one after another without a pause
@@ -388,14 +452,9 @@ def _cycled_epoch(result: Measurement, loader: Any, per_batch: float) -> None:
     Its length is the user's batch sampler's (at ``per_batch`` samples a batch, as measured); the
     start-up cost is left to the measured start-up. Nothing is recorded where the length is not
     known."""
-    cycling = getattr(loader, "batch_sampler", None)
-    if not isinstance(cycling, CyclingBatches):
-        return
-    try:
-        batches = len(cycling.epoch)  # type: ignore[arg-type]
-    except TypeError:
-        return
-    if batches <= 0:
+    cycling = cycling_batches(loader)
+    batches = None if cycling is None else cycling.epoch_length()
+    if not batches or batches <= 0:
         return
     result.epoch_batches = batches
     result.epoch_samples = round(batches * per_batch)
@@ -646,11 +705,13 @@ def measure_interleaved(
     results: list[list[Measurement]] = [[] for _ in configs]
     order = list(range(len(configs)))
     for rep in range(repeats):
+        # Every config of a repeat at the same point of the epoch (NOTE [window position]).
+        position = spread_point(rep)
         for index in order if rep % 2 == 0 else reversed(order):
             if failures is not None and index in failures:
                 continue
             try:
-                m = measure(pipeline, configs[index], **measure_kwargs)
+                m = measure(pipeline, configs[index], epoch_position=position, **measure_kwargs)
             except PipelineError as exc:
                 if failures is None:
                     raise

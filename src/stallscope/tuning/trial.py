@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import LoaderConfig
+from ..stats import spread_point
 from ..throughput.epochs import EpochGap
 from .regions import Region
 from .space import MB, MemoryBudget
@@ -88,7 +89,14 @@ class Evaluator:
         """Seconds since tuning started."""
         raise NotImplementedError
 
-    def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial:
+    # Halves of interleaved rounds run so far: each opens its windows at the next point of the
+    # epoch (NOTE [window position] in ``throughput/measure.py``).
+    halves: int = 0
+
+    def measure(
+        self, config: LoaderConfig, *, window_s: float, phase: str, position: float = 0.0
+    ) -> Trial:
+        """One trial of ``config``, its window opening ``position`` (a share) into the epoch."""
         raise NotImplementedError
 
     def epoch_gap(self, config: LoaderConfig, *, epochs: int) -> EpochGap:
@@ -106,7 +114,9 @@ class Evaluator:
     ) -> list[list[Trial]]:
         """``repeats`` rounds of A B … B A, so drift and order effects hit every config alike; the
         trials per config, in ``configs`` order (``window_s``: one window for all, or one per
-        config)."""
+        config). Every config of a half round opens its window at the same point of the epoch, and
+        each half at the next one (NOTE [window position])."""
+
         windows = (
             [float(window_s)] * len(configs)
             if isinstance(window_s, (int, float))
@@ -115,10 +125,15 @@ class Evaluator:
         out: list[list[Trial]] = [[] for _ in configs]
         order = list(range(len(configs)))
         for _ in range(repeats):
-            for index in order + order[::-1]:
-                out[index].append(
-                    self.measure(configs[index], window_s=windows[index], phase=phase)
-                )
+            for half in (order, order[::-1]):
+                position = spread_point(self.halves)
+                self.halves += 1
+                for index in half:
+                    out[index].append(
+                        self.measure(
+                            configs[index], window_s=windows[index], phase=phase, position=position
+                        )
+                    )
         return out
 
 

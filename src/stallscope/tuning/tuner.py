@@ -112,7 +112,9 @@ class LoaderEvaluator(Evaluator):
         left = self.budget_s - self.elapsed()
         return max(window_s, min(10.0, left / 4))
 
-    def measure(self, config: LoaderConfig, *, window_s: float, phase: str) -> Trial:
+    def measure(
+        self, config: LoaderConfig, *, window_s: float, phase: str, position: float = 0.0
+    ) -> Trial:
         from ..throughput.measure import latency_stats, measure
         from ..throughput.sweep import loader_cpu_ms_per_sample, main_ms_per_batch
 
@@ -136,6 +138,7 @@ class LoaderEvaluator(Evaluator):
                 timeout=timeout,
                 sample_resources=sample,
                 seed=self.seed,
+                epoch_position=position,
             )
         except PipelineError as exc:
             return Trial(config, 0.0, phase, cost_s=time.perf_counter() - t0, error=str(exc))
