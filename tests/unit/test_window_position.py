@@ -21,6 +21,8 @@ from stallscope.throughput.measure import (
     position_window,
     warmup_batches_for,
 )
+from stallscope.tuning.race import Entrant, Race
+from stallscope.tuning.space import SearchSettings
 from stallscope.tuning.trial import Evaluator, Trial
 
 
@@ -146,20 +148,73 @@ class Recording(Evaluator):
         return Trial(config, 100.0, phase)
 
 
-def test_each_half_round_opens_at_one_position_and_the_next_half_at_the_next():
+def test_every_measurement_of_a_round_opens_at_one_position_and_the_next_round_at_the_next():
     evaluator = Recording()
     a, b = LoaderConfig(batch_size=4), LoaderConfig(batch_size=4, num_workers=2)
+    evaluator.interleaved([a, b], repeats=2, window_s=1.0, phase="confirm")
     evaluator.interleaved([a, b], repeats=1, window_s=1.0, phase="confirm")
-    evaluator.interleaved([a, b], repeats=1, window_s=1.0, phase="confirm")
-    p = [spread_point(k) for k in range(4)]
     la, lb = a.label(), b.label()
     assert evaluator.asked == [
-        (la, p[0]),
-        (lb, p[0]),
-        (lb, p[1]),
-        (la, p[1]),
-        (la, p[2]),
-        (lb, p[2]),
-        (lb, p[3]),
-        (la, p[3]),
+        (label, spread_point(k)) for k in range(3) for label in (la, lb, lb, la)
     ]
+
+
+class Sliced(Evaluator):
+    """Rates that depend on the part of the epoch a window opens at, and nothing else."""
+
+    def __init__(self, rate) -> None:
+        self.rate = rate
+        self.clock = 0.0
+
+    def elapsed(self) -> float:
+        return self.clock
+
+    def measure(
+        self, config: LoaderConfig, *, window_s: float, phase: str, position: float = 0.0
+    ) -> Trial:
+        self.clock += 1.0
+        return Trial(config, self.rate(config, position), phase, window_s=window_s)
+
+
+def _race(evaluator: Evaluator) -> Race:
+    return Race(
+        evaluator,
+        SearchSettings(),
+        round_cost=lambda configs: 0.0,
+        affordable=lambda seconds: True,
+        record=lambda trial: None,
+        note=lambda text: None,
+        skip=lambda config, why: None,
+    )
+
+
+IN_ORDER = LoaderConfig(batch_size=16, num_workers=4)
+UNORDERED = LoaderConfig(batch_size=16, num_workers=4, in_order=False)
+
+
+def test_a_part_of_the_epoch_that_slows_every_config_alike_is_no_noise_between_them():
+    # The second half of the epoch costs twice as much; in-order delivery is 10% faster anywhere.
+    def rate(config: LoaderConfig, position: float) -> float:
+        slice_cost = 1.0 if position < 0.5 else 2.0
+        return (1100.0 if config.in_order else 1000.0) / slice_cost
+
+    race = _race(Sliced(rate))
+    decision = race.run([Entrant(IN_ORDER, "tuner", 1100.0), Entrant(UNORDERED, "other", 1000.0)])
+    assert decision.pick == IN_ORDER
+    assert race.noise() == pytest.approx(0.0, abs=1e-9)
+    assert decision.confidence is not None and decision.confidence >= 0.95
+
+
+def test_the_race_ranks_by_the_whole_epoch_not_by_its_first_part():
+    # In-order delivery wins the epoch's first part (where slow items are rare) and loses the rest
+    # by more: over the epoch, out-of-order delivery is faster. A race that timed only the start
+    # of the epoch would pick in-order, its rounds agreeing.
+    def rate(config: LoaderConfig, position: float) -> float:
+        if not config.in_order:
+            return 1500.0
+        return 1600.0 if position < 0.2 else 1200.0
+
+    race = _race(Sliced(rate))
+    decision = race.run([Entrant(IN_ORDER, "tuner", 1600.0), Entrant(UNORDERED, "other", 1500.0)])
+    assert decision.pick == UNORDERED
+    assert race.log.median(IN_ORDER) < race.log.median(UNORDERED)

@@ -242,11 +242,29 @@ class Race:
                     entrant.config, f"raced {raced} round(s) of the {MIN_ROUNDS} a confidence needs"
                 )
 
-    def noise(self, log: RaceLog | None = None) -> float | None:
-        """Median relative spread (max − min) / median of the raced configs' round rates (the
-        steady state's, or ``log``'s)."""
-        log = self.log if log is None else log
+    def noise(self, *, deciding: bool = False) -> float | None:
+        """How far one config's measurements scatter on this machine: the median relative spread
+        (max − min) / mean of a config's measurements within one round, over every raced config
+        and round (in the rate that decides, with ``deciding``). Within a round, because every
+        measurement of a round opens its window at the same point of the epoch and rounds at
+        different ones (NOTE [window position] in ``throughput/measure.py``): the rounds' rates
+        also differ by what that part of the epoch costs, which moves every config of a round
+        alike and is no noise between them. Where no round measured a config twice, the spread of
+        its rates over the rounds."""
+        cost = self.epochs() if deciding and self.per_epoch else None
+
+        def rate(trial: Trial) -> float:
+            return cost.trial_rate(trial) if cost is not None else trial.samples_per_s
+
         spreads = []
+        for trials in self.round_trials:
+            for measured in trials.values():
+                values = [rate(t) for t in measured if t.ok]
+                if len(values) >= 2 and statistics.fmean(values) > 0:
+                    spreads.append((max(values) - min(values)) / statistics.fmean(values))
+        if spreads:
+            return statistics.median(spreads)
+        log = self.deciding if deciding else self.log
         for config in log.configs():
             values = log.values(config)
             if len(values) >= 2 and statistics.median(values) > 0:

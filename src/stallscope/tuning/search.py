@@ -654,7 +654,7 @@ class Search:
             tolerance = max(self.settings.tolerance, self.settings.min_gain)
             return decide_from_scan(usable, self.baseline, tolerance=tolerance, rate=per_epoch)
         deciding = self.race.deciding
-        noise = self.race.noise(deciding)
+        noise = self.race.noise(deciding=True)
         if self.race.rounds < self.settings.min_rounds:
             return self._cheaper_within_window_noise(decision)
         if noise is not None and noise > MAX_SIG:
@@ -703,7 +703,7 @@ class Search:
             decision.medians.get(pick, rate),
             base_deciding,
             paired=deciding.ratios(pick, self.baseline),
-            noise=self.race.noise(deciding),
+            noise=self.race.noise(deciding=True),
             min_gain=self.settings.min_gain,
             seed=self.settings.seed,
         )

@@ -89,9 +89,9 @@ class Evaluator:
         """Seconds since tuning started."""
         raise NotImplementedError
 
-    # Halves of interleaved rounds run so far: each opens its windows at the next point of the
-    # epoch (NOTE [window position] in ``throughput/measure.py``).
-    halves: int = 0
+    # Interleaved rounds run so far: each opens its windows at the next point of the epoch (NOTE
+    # [window position] in ``throughput/measure.py``).
+    rounds_run: int = 0
 
     def measure(
         self, config: LoaderConfig, *, window_s: float, phase: str, position: float = 0.0
@@ -114,8 +114,9 @@ class Evaluator:
     ) -> list[list[Trial]]:
         """``repeats`` rounds of A B … B A, so drift and order effects hit every config alike; the
         trials per config, in ``configs`` order (``window_s``: one window for all, or one per
-        config). Every config of a half round opens its window at the same point of the epoch, and
-        each half at the next one (NOTE [window position])."""
+        config). Every measurement of a round opens its window at the same point of the epoch, so
+        a config's two in one round differ by the machine's noise alone, and each round at the
+        next point (NOTE [window position] in ``throughput/measure.py``)."""
 
         windows = (
             [float(window_s)] * len(configs)
@@ -125,15 +126,14 @@ class Evaluator:
         out: list[list[Trial]] = [[] for _ in configs]
         order = list(range(len(configs)))
         for _ in range(repeats):
-            for half in (order, order[::-1]):
-                position = spread_point(self.halves)
-                self.halves += 1
-                for index in half:
-                    out[index].append(
-                        self.measure(
-                            configs[index], window_s=windows[index], phase=phase, position=position
-                        )
+            position = spread_point(self.rounds_run)
+            self.rounds_run += 1
+            for index in order + order[::-1]:
+                out[index].append(
+                    self.measure(
+                        configs[index], window_s=windows[index], phase=phase, position=position
                     )
+                )
         return out
 
 
