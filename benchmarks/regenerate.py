@@ -189,6 +189,12 @@ ENTRIES: tuple[Entry, ...] = (
         2,
         min_cores=16,
     ),
+    Entry(
+        "window_position",
+        ("benchmarks/window_position.py", "--json", _json("window_position")),
+        ("window_position.json",),
+        5,
+    ),
     # Last: it rewrites the README's block, a tracked file outside benchmarks/results/, and a
     # result measured after it would name a dirty tree.
     Entry(
