@@ -383,3 +383,14 @@ def test_a_streaming_loader_is_written_without_torchs_placeholder_sampler():
     code = _advice_for("real_streaming_lib.py:make_loader", num_workers=3)
     assert code["verified"], code["reason"]
     assert "StreamingLoader(" in code["python"] and "sampler" not in code["python"]
+
+
+def test_where_no_form_of_the_advice_runs_each_forms_reason_is_given():
+    # The constructor call cannot be replayed (TypeError), and persistent_workers cannot be set on
+    # a loader already built: no code is shown, and the reason names both, not the call's alone.
+    code = _advice_for("real_lm_stream.py:make_loader", num_workers=3, persistent_workers=True)
+    assert not code["verified"] and code["python"] is None
+    reason = code["reason"]
+    assert reason.startswith("the call: ") and "TypeError" in reason, reason
+    assert "; setting the knobs on the loader it builds: " in reason, reason
+    assert "persistent_workers" in reason.split("; setting the knobs")[1], reason

@@ -428,7 +428,7 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
     from ..config import LoaderConfig
     from ..pipeline.verify import run_snippet
     from ..render.loader_code import render_python
-    from ..render.loader_snippet import snippet_for_record
+    from ..render.loader_snippet import SETTABLE_AFTER_BUILD, changed_fields, snippet_for_record
 
     data = record.to_dict()
     baseline = data.get("baseline")
@@ -462,6 +462,8 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
     references: dict[
         bool, str | None
     ] = {}  # each takes a batch from the user's pipeline: once per form
+    after_build = "setting the knobs on the loader it builds"
+    failed: list[tuple[str, str]] = []  # (form, why) of each form that did not run
     for i, candidate in enumerate(candidates):
         code = render_python(candidate)
         factory_form = candidate.form == "factory"
@@ -484,6 +486,20 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
             )
         if run.ok:
             break
+        form = after_build if candidate.form == "attributes" else "the call"
+        failed.append((form, run.reason or "it did not run"))
+    settable_kind = pipeline.kind.name != "factory"  # a factory's trials set nothing on it
+    if len(failed) == len(candidates) == 1 and candidates[0].form == "call" and settable_kind:
+        unsettable = [
+            f for f in changed_fields(config, pipeline.baseline) if f not in SETTABLE_AFTER_BUILD
+        ]
+        if unsettable:
+            # The knobs-after-building form was not written: a changed knob cannot be set so.
+            why = f"{', '.join(unsettable)} cannot be set once a loader is built"
+            failed.append((after_build, why))
+    if len(failed) > 1:
+        # No form ran: each one's reason, not the first's alone.
+        advice["reason"] = "; ".join(f"{form}: {why}" for form, why in failed)
     record.add(loader_code=advice)
 
 

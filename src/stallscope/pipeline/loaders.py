@@ -19,6 +19,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -64,6 +65,7 @@ def loader_dataset(pipeline: Pipeline, config: LoaderConfig) -> Any:
     return threaded_dataset(dataset, config.worker_threads)
 
 
+@dataclass(eq=False)
 class CyclingBatches(Sampler[list[int]]):
     """The user's epochs of index lists, one after another, for ``total`` batches.
 
@@ -74,18 +76,10 @@ class CyclingBatches(Sampler[list[int]]):
     the epoch (NOTE [window position] in ``throughput/measure.py``).
     """
 
-    def __init__(
-        self,
-        epoch: Iterable[list[int]],
-        total: int,
-        *,
-        sizes: deque[int] | None = None,
-        start: int = 0,
-    ) -> None:
-        self.epoch = epoch
-        self.total = total
-        self.sizes = sizes
-        self.start = start
+    epoch: Iterable[list[int]]
+    total: int
+    sizes: deque[int] | None = field(default=None, kw_only=True)
+    start: int = field(default=0, kw_only=True)
 
     def __iter__(self) -> Iterator[list[int]]:
         emitted = 0
