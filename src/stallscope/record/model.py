@@ -470,7 +470,7 @@ class Search(Item):
     finalists: JSON = field(default_factory=dict)  # label -> median rate in the race
     notes: tuple[str, ...] = ()
     rounds: int | None = None
-    noise: float | None = None  # median relative spread of the raced configs
+    noise: float | None = None  # a config's measurements within one race round: median spread
     startup_s: float | None = None
     effects: tuple[Effect, ...] = ()
     memory: JSON | None = None

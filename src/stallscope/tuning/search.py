@@ -664,9 +664,9 @@ class Search:
             if decision.noisy_tie:
                 self._note(
                     f"too noisy to tell {decision.pick.label()} from {decision.leader.label()}: "
-                    f"the rounds' rates spread {noise:.0%} (beyond the {MAX_SIG:.0%} the search "
-                    f"resolves) and {decision.pick.label()} was not clearly slower, so the "
-                    "cheaper config is kept"
+                    f"one config's measurements in a round spread {noise:.0%} (beyond the "
+                    f"{MAX_SIG:.0%} the search resolves) and {decision.pick.label()} was not "
+                    "clearly slower, so the cheaper config is kept"
                 )
         return decision
 

@@ -187,7 +187,7 @@ class SearchResult:
     tie_margin: float | None = None
     finalists: dict[str, float] = field(default_factory=dict)  # label -> median rate in the race
     rounds: int = 0
-    noise: float | None = None  # median relative spread of raced configs
+    noise: float | None = None  # a config's measurements within one race round: median spread
     startup_s: float | None = None  # the pick's measured start-up (time to first batch)
     memory: MemoryBudget | None = None
     head_to_head: list[dict[str, Any]] = field(default_factory=list)  # who raced, medians, roles
