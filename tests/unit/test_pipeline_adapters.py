@@ -13,6 +13,7 @@ from stallscope.errors import UsageError
 from stallscope.pipeline.kinds import (
     effective_path,
     is_dataloader,
+    knob_parameters,
     path_text,
     paths_to,
     replaced_at,
@@ -84,3 +85,28 @@ def test_labels_show_only_the_knobs_a_kind_has():
     assert (
         LoaderConfig(num_workers=0, batch_size=8).label(("num_workers", "prefetch_factor")) == "w=0"
     )
+
+
+class EngineLoader:
+    """An engine's loader of batches: its own worker processes, named as grain names them."""
+
+    def __init__(self, worker_count: int, worker_buffer_size: int) -> None:
+        self.worker_count = worker_count
+        self.worker_buffer_size = worker_buffer_size
+
+    def __iter__(self):
+        return iter([[self.worker_count] * 4] * 3)
+
+
+def make_engine_loader(worker_count: int = 0, worker_buffer_size: int = 1) -> EngineLoader:
+    return EngineLoader(worker_count, worker_buffer_size)
+
+
+def test_a_factory_that_names_its_workers_worker_count_is_tuned_through_it():
+    # grain's DataLoader(worker_count=...) and factories written after it: the workers knob is the
+    # factory's own parameter, so trials pass worker_count=N and the advice names it.
+    assert knob_parameters(make_engine_loader) == {"worker_count": ("num_workers", 0)}
+    pipeline = load_target(make_engine_loader)
+    assert pipeline.kind.name == "factory" and pipeline.kind.knobs == ("num_workers",)
+    built = pipeline.kind.build(pipeline.baseline.replace(num_workers=3))
+    assert built.worker_count == 3 and next(iter(built)) == [3, 3, 3, 3]

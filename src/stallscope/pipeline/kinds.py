@@ -79,6 +79,7 @@ KNOB_PARAMETERS: dict[str, str] = {
     "num_workers": "num_workers",
     "workers": "num_workers",
     "n_workers": "num_workers",
+    "worker_count": "num_workers",  # grain's DataLoader
     "prefetch_factor": "prefetch_factor",
     "prefetch": "prefetch_factor",
     "batch_size": "batch_size",
