@@ -368,3 +368,24 @@ def test_a_saving_small_in_seconds_but_large_for_a_short_epoch_recommends_persis
     assert kept == four and not evidence["recommended"]  # 0.037 s saved: below 0.05 s
     chosen, evidence = choose_persistent(four, without, with_, note=notes.append, epoch_s=0.08)
     assert chosen.persistent_workers and evidence["recommended"]
+
+
+def test_the_epoch_sentence_names_a_factorys_defaults_as_yours():
+    # A factory-built loader whose own defaults (no workers) won per epoch: the sentence labels
+    # that config as every other surface does, "yours (make_loader's defaults)", not "bs=32".
+    yours = {"num_workers": 0, "batch_size": 32, "label_knobs": ["num_workers"]}
+    one = {**yours, "num_workers": 1}
+    rows = [
+        {"config": yours, "label": "bs=32", "workers": 0, "per_epoch_samples_per_s": 306.0},
+        {"config": one, "label": "w=1 bs=32", "workers": 1, "per_epoch_samples_per_s": 156.0},
+    ]
+    epochs = {"decides": True, "batches_per_epoch": 8, "samples_per_epoch": 256, "configs": rows}
+    record = {
+        "search": {"epochs": {**epochs, "pick": "bs=32", "steady_leader": "w=1 bs=32"}},
+        "loader_kind": {"name": "factory"},
+        "loader": {"origin": "make_loader()", "knobs": yours},
+        "baseline": {"config": yours, "samples_per_s": 325.0},
+    }
+    sentence = epoch_rule(record).sentence
+    assert "yours (make_loader's defaults) 306 vs w=1 bs=32 156" in sentence, sentence
+    assert " bs=32 306" not in sentence

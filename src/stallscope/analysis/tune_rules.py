@@ -17,6 +17,7 @@ from typing import Any
 from ..record.model import Best, ConfigRate, Trial, baseline_of, best_of, search_of, trials_of
 from ..text import plural
 from ..thresholds import TIE_MARGIN
+from .invariants import ran_label
 from .readers import config_label, mapping, number
 
 # A knob effect seen only in single scan measurements (never raced) counts from this gain on, and
@@ -174,11 +175,15 @@ def epoch_rule(section: dict[str, Any]) -> EpochRule | None:
     named = rival if rival is not None else pick
     if named is None:
         return None
+
+    def label(row: dict[str, Any]) -> str:
+        return ran_label(section, row.get("config"), row.get("label"))
+
     workers = named.get("workers") or 0
     restarts = (
-        f"each restarts {plural(workers, 'worker')} of {named.get('label')} "
+        f"each restarts {plural(workers, 'worker')} of {label(named)} "
         if workers
-        else f"each starts {named.get('label')} again "
+        else f"each starts {label(named)} again "
     )
     share = number(named.get("startup_share")) or 0.0
     sentence = (
@@ -187,7 +192,7 @@ def epoch_rule(section: dict[str, Any]) -> EpochRule | None:
     )
     if pick is not None and rival is not None:
         sentence += (
-            f": {pick.get('label')} {_epoch_rate(pick, 'per_epoch')} vs {rival.get('label')} "
+            f": {label(pick)} {_epoch_rate(pick, 'per_epoch')} vs {label(rival)} "
             f"{_epoch_rate(rival, 'per_epoch')} samples/s per epoch "
             f"({_epoch_rate(pick, 'steady')} vs {_epoch_rate(rival, 'steady')} in steady state)"
         )
