@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..stats import quantile
+from ..stats import quantile, round_or_none
 
 # Per-step series longer than this are averaged into buckets for the plots.
 TIMELINE_POINTS = 2000
@@ -53,7 +53,7 @@ def summarize_steps(
         "warmup_steps": min(warmup, n),
         "epochs": len(epoch_starts),
         "stall_fraction": round(stall, 4) if stall is not None else None,
-        "what_if_speedup": _round(what_if_speedup(total, compute_total), 3),
+        "what_if_speedup": round_or_none(what_if_speedup(total, compute_total), 3),
         "data_ms": data_dist.to_dict() if data_dist else None,
         "compute_ms": compute_dist.to_dict() if compute_dist else None,
         "step_ms": step_dist.to_dict() if step_dist else None,
@@ -255,7 +255,3 @@ def gpu_summary(
         "memory_total_mb": memory_total,
         "samples": len(ordered),
     }
-
-
-def _round(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)

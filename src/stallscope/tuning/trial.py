@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import LoaderConfig
-from ..stats import spread_point
+from ..stats import round_or_none, spread_point
 from ..throughput.epochs import EpochGap
 from .regions import Region
 from .space import MB, MemoryBudget
@@ -55,27 +55,26 @@ class Trial:
         return {
             "config": self.config.to_dict(),
             "label": self.config.label(),
-            "samples_per_s": _round(self.samples_per_s, 2),
+            "samples_per_s": round_or_none(self.samples_per_s, 2),
             "phase": self.phase,
-            "startup_s": _round(self.startup_s, 4),
-            "window_s": _round(self.window_s, 3),
+            "startup_s": round_or_none(self.startup_s, 4),
+            "window_s": round_or_none(self.window_s, 3),
             "batches": self.batches,
-            "batch_ms": {"p50": _round(self.batch_p50_ms, 3), "p95": _round(self.batch_p95_ms, 3)},
-            "rel_se": _round(self.rel_se, 4),
+            "batch_ms": {
+                "p50": round_or_none(self.batch_p50_ms, 3),
+                "p95": round_or_none(self.batch_p95_ms, 3),
+            },
+            "rel_se": round_or_none(self.rel_se, 4),
             "worker_mb": None if self.worker_bytes is None else round(self.worker_bytes / MB, 1),
             "workers_mb": None if self.workers_bytes is None else round(self.workers_bytes / MB, 1),
-            "cost_s": _round(self.cost_s, 3),
+            "cost_s": round_or_none(self.cost_s, 3),
             "error": self.error,
-            "main_ms_per_batch": _round(self.main_ms_per_batch, 4),
-            "cpu_ms_per_sample": _round(self.cpu_ms_per_sample, 4),
+            "main_ms_per_batch": round_or_none(self.main_ms_per_batch, 4),
+            "cpu_ms_per_sample": round_or_none(self.cpu_ms_per_sample, 4),
             "epoch_samples": self.epoch_samples,
             "epoch_batches": self.epoch_batches,
-            "restart_s": _round(self.restart_s, 4),
+            "restart_s": round_or_none(self.restart_s, 4),
         }
-
-
-def _round(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(float(value), digits)
 
 
 class Evaluator:
@@ -228,11 +227,11 @@ class SearchResult:
             "baseline": self.baseline.to_dict(),
             "baseline_samples_per_s": round(self.baseline_samples_per_s, 2),
             "speedup": None if self.speedup is None else round(self.speedup, 3),
-            "confidence": _round(self.confidence, 3),
+            "confidence": round_or_none(self.confidence, 3),
             "confirmed": self.confirmed,
             "region": self.region.to_dict(),
             "runner_up": None if self.runner_up is None else self.runner_up.label(),
-            "margin": _round(self.margin, 4),
+            "margin": round_or_none(self.margin, 4),
             "margin_interval": None
             if self.margin_interval is None
             else [round(v, 4) for v in self.margin_interval],
@@ -240,11 +239,11 @@ class SearchResult:
             if self.gain_interval is None
             else [round(v, 4) for v in self.gain_interval],
             "tie": self.tie,
-            "tie_margin": _round(self.tie_margin, 4),
+            "tie_margin": round_or_none(self.tie_margin, 4),
             "finalists": {k: round(v, 2) for k, v in self.finalists.items()},
             "rounds": self.rounds,
-            "noise": _round(self.noise, 4),
-            "startup_s": _round(self.startup_s, 4),
+            "noise": round_or_none(self.noise, 4),
+            "startup_s": round_or_none(self.startup_s, 4),
             "elapsed_s": round(self.elapsed_s, 3),
             "notes": list(self.notes),
             "effects": [e.to_dict() for e in self.effects],
@@ -253,7 +252,7 @@ class SearchResult:
             "head_to_head": list(self.head_to_head),
             "skipped": list(self.skipped),
             "keep_baseline": self.keep_baseline,
-            "within_pct": _round(self.within_pct, 2),
+            "within_pct": round_or_none(self.within_pct, 2),
             "plan": dict(self.plan),
             "persistent_workers": None if self.persistent is None else dict(self.persistent),
             "pick_memory": None if self.pick_memory is None else dict(self.pick_memory),
