@@ -402,12 +402,13 @@ _END = object()
 # index range, and configs with other warm-ups (a deeper prefetch buffer) timed another one. Where
 # the cost of an item depends on which item it is (a slow replica, large images, long
 # sequences), that is a bias no number of rounds reveals: rounds agree because they time the same
-# items. Measured on the jittery pipeline of ``benchmarks/tuner_pipelines.py`` (5% of fixed
-# indices stall 100 ms, 11 workers, 2 cores): in-order delivery at prefetch 4 timed 1,553
-# samples/s in 0.75 s windows and 1,397 in 1 s windows, while out-of-order delivery timed 1,529
-# and 1,607; over whole epochs of a persistent loader the two ran 1,170 and 1,273. The race had
-# ranked them the wrong way round, 99.6% sure (``confidence_calibration_budget60.json`` at
-# 1ce114f). So a measurement can open its window at a chosen share of the epoch: the cycle passes
+# items. On the jittery pipeline of ``benchmarks/tuner_pipelines.py`` (5% of fixed indices stall
+# 100 ms, 11 workers, 2 cores; ``benchmarks/results/window_position.json``) in-order delivery at
+# prefetch 4 timed 1,577 samples/s in 0.75 s windows and 1,414 in 1 s windows, out-of-order
+# delivery 1,524 and 1,566; over whole epochs of a persistent loader the two ran 1,157 and 1,348.
+# The race, in 0.75 s windows, had ranked them the wrong way round, once 99.6% sure (the
+# calibration run at 1ce114f). So a measurement can open its window at a chosen share of the
+# epoch: the cycle passes
 # over that many index lists less the first batch and the warm-up, so every config opens at the
 # same batch whatever its warm-up, and repeats move that point through the epoch
 # (``stats.spread_point``: evenly spread, the first at the start), as a loop's epochs cover every
