@@ -11,7 +11,8 @@ epoch start cost beyond the steady state, ``R`` (``Trial.restart_s``); a config'
 is ``S / (R + S / r)`` at the steady rate ``r``, ``R`` the median over every trial of the config
 (scan and race: an epoch start under load varies far more than a window's steady rate, and no
 single quick or slow start should decide). A raced config that measured no epoch start of its
-own reuses its measured start-up (time to first batch) as ``R``.
+own reuses its measured start-up (time to first batch) less the steady time of that first batch
+as ``R``.
 
 A DataLoader whose epochs stallscope walks back to back (its sampler cycled: no epoch start in
 the window) records the user's epoch length all the same. A training loop re-iterating it starts
@@ -126,6 +127,8 @@ def epoch_cost(
     if not lengths:
         return None
     batches = [t.epoch_batches for t in ok if t.epoch_batches]
+    samples = int(statistics.median(lengths))
+    per_epoch_batches = int(statistics.median(batches)) if batches else None
     restart: dict[LoaderConfig, float] = {}
     measured: dict[LoaderConfig, bool] = {}
     for config in steady:
@@ -137,12 +140,19 @@ def epoch_cost(
         elif config.num_workers and (config.persistent_workers or can_persist):
             restart[config], measured[config] = 0.0, False  # its workers outlive the epoch
         elif startups:
-            restart[config], measured[config] = statistics.median(startups), False
+            # The time to the first batch holds that batch's own fetch: an epoch start costs only
+            # what it took beyond one batch at the steady rate (as ``Measurement.restart_s``). A
+            # single-process loader's first batch is otherwise all of it, and would make the
+            # per-epoch rate decide on any epoch of fewer than about 20 batches.
+            per_batch = samples / per_epoch_batches if per_epoch_batches else config.batch_size
+            one_batch = per_batch / steady[config] if steady[config] > 0 else 0.0
+            restart[config] = max(0.0, statistics.median(startups) - one_batch)
+            measured[config] = False
         else:
             return None
     return EpochCost(
-        samples=int(statistics.median(lengths)),
-        batches=int(statistics.median(batches)) if batches else None,
+        samples=samples,
+        batches=per_epoch_batches,
         restart_s=restart,
         measured=measured,
         steady=dict(steady),
