@@ -106,6 +106,7 @@ class SharedHandleRecords(Dataset):
         self.n = n
         self.wait_s = wait_s
         self._handle = None
+        self._pid = 0
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_handle": None}
@@ -114,8 +115,11 @@ class SharedHandleRecords(Dataset):
         return self.n
 
     def __getitem__(self, index: int) -> torch.Tensor:
-        if self._handle is None:
-            self._handle = open(self.path, "rb", buffering=0)
+        # One handle per process: a handle opened before a fork would share its file offset with
+        # the forked workers, and their seeks would race across processes (reads past the end
+        # of the file, not only wrong records). The race under test is between threads.
+        if self._handle is None or self._pid != os.getpid():
+            self._handle, self._pid = open(self.path, "rb", buffering=0), os.getpid()
         time.sleep(self.wait_s / 2)  # the request's latency, half before the seek...
         self._handle.seek(index * RECORD)
         time.sleep(self.wait_s / 2)  # ...and half in the read, where other threads seek meanwhile
