@@ -127,8 +127,8 @@ def epoch_cost(
     if not lengths:
         return None
     batches = [t.epoch_batches for t in ok if t.epoch_batches]
-    samples = int(statistics.median(lengths))
-    per_epoch_batches = int(statistics.median(batches)) if batches else None
+    # Samples a batch holds, where the trials counted an epoch's batches too.
+    per_batch = statistics.median(lengths) / statistics.median(batches) if batches else None
     restart: dict[LoaderConfig, float] = {}
     measured: dict[LoaderConfig, bool] = {}
     for config in steady:
@@ -144,15 +144,14 @@ def epoch_cost(
             # what it took beyond one batch at the steady rate (as ``Measurement.restart_s``). A
             # single-process loader's first batch is otherwise all of it, and would make the
             # per-epoch rate decide on any epoch of fewer than about 20 batches.
-            per_batch = samples / per_epoch_batches if per_epoch_batches else config.batch_size
-            one_batch = per_batch / steady[config] if steady[config] > 0 else 0.0
+            one_batch = (per_batch or config.batch_size) / steady[config] if steady[config] else 0.0
             restart[config] = max(0.0, statistics.median(startups) - one_batch)
             measured[config] = False
         else:
             return None
     return EpochCost(
-        samples=samples,
-        batches=per_epoch_batches,
+        samples=int(statistics.median(lengths)),
+        batches=int(statistics.median(batches)) if batches else None,
         restart_s=restart,
         measured=measured,
         steady=dict(steady),
