@@ -185,7 +185,7 @@ def test_a_config_without_an_epoch_start_reuses_its_start_up():
 def test_a_single_process_first_batch_is_no_epoch_start_cost():
     # A 7-batch epoch of 32-sample batches at 330 samples/s, single-process: its time to the first
     # batch (0.1 s) is that batch's own fetch, not a start-up an epoch pays on top. Counted whole,
-    # it would be 13% of the epoch and make the per-epoch rate decide.
+    # it would be 14% of the epoch and make the per-epoch rate decide.
     zero = Trial(
         LoaderConfig(num_workers=0, batch_size=32),
         330.0,
