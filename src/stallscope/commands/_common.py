@@ -428,7 +428,7 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
     from ..config import LoaderConfig
     from ..pipeline.verify import run_snippet
     from ..render.loader_code import render_python
-    from ..render.loader_snippet import SETTABLE_AFTER_BUILD, changed_fields, snippet_for_record
+    from ..render.loader_snippet import snippet_for_record, unsettable_after_build
 
     data = record.to_dict()
     baseline = data.get("baseline")
@@ -490,9 +490,7 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
         failed.append((form, run.reason or "it did not run"))
     settable_kind = pipeline.kind.name != "factory"  # a factory's trials set nothing on it
     if len(failed) == len(candidates) == 1 and candidates[0].form == "call" and settable_kind:
-        unsettable = [
-            f for f in changed_fields(config, pipeline.baseline) if f not in SETTABLE_AFTER_BUILD
-        ]
+        unsettable = unsettable_after_build(config, pipeline.baseline)
         if unsettable:
             # The knobs-after-building form was not written: a changed knob cannot be set so.
             why = f"{', '.join(unsettable)} cannot be set once a loader is built"

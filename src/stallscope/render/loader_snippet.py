@@ -312,6 +312,12 @@ SETTABLE_AFTER_BUILD = (
 )
 
 
+def unsettable_after_build(config: LoaderConfig, baseline: LoaderConfig) -> list[str]:
+    """The knobs ``config`` changes that a DataLoader refuses once built (so no
+    :func:`attribute_snippet` can be written for it)."""
+    return [f for f in changed_fields(config, baseline) if f not in SETTABLE_AFTER_BUILD]
+
+
 def attribute_snippet(
     config: LoaderConfig, call: LoaderCall, baseline: LoaderConfig
 ) -> Snippet | None:
@@ -322,9 +328,9 @@ def attribute_snippet(
     factory cannot be named."""
     if not call.origin:
         return None
-    changed = changed_fields(config, baseline)
-    if any(f not in SETTABLE_AFTER_BUILD for f in changed):
+    if unsettable_after_build(config, baseline):
         return None
+    changed = changed_fields(config, baseline)
     prelude = [f"yours = {call.origin}"]
     imports = list(call.origin_imports)
     if config.torch_threads is not None:

@@ -408,13 +408,13 @@ _END = object()
 # delivery 1,524 and 1,566; over whole epochs of a persistent loader the two ran 1,157 and 1,348.
 # The race, in 0.75 s windows, had ranked them the wrong way round, once 99.6% sure (the
 # calibration run at 1ce114f). So a measurement can open its window at a chosen share of the
-# epoch: the cycle passes
-# over that many index lists less the first batch and the warm-up, so every config opens at the
-# same batch whatever its warm-up, and repeats move that point through the epoch
-# (``stats.spread_point``: evenly spread, the first at the start), as a loop's epochs cover every
-# part of it. Index lists are cheap to pass over; an epoch longer than ``MAX_SKIP`` of them is
-# entered within its first ``MAX_SKIP``. A loader stallscope does not cycle itself (an iterable
-# dataset, a stream, an adapter's own loader) is not positioned: ``epoch_position`` stays None.
+# epoch: the cycle passes over that many index lists less the first batch and the warm-up, so
+# every config opens at the same batch whatever its warm-up, and repeats move that point through
+# the epoch (``stats.spread_point``: evenly spread, the first at the start), as a loop's epochs
+# cover every part of it. Index lists are cheap to pass over; an epoch longer than ``MAX_SKIP``
+# of them is entered within its first ``MAX_SKIP``. A loader stallscope does not cycle itself (an
+# iterable dataset, a stream, an adapter's own loader) is not positioned: ``epoch_position`` stays
+# None.
 
 MAX_SKIP = 20_000
 
@@ -455,7 +455,7 @@ def _cycled_epoch(result: Measurement, loader: Any, per_batch: float) -> None:
     known."""
     cycling = cycling_batches(loader)
     batches = None if cycling is None else cycling.epoch_length()
-    if not batches or batches <= 0:
+    if not batches:
         return
     result.epoch_batches = batches
     result.epoch_samples = round(batches * per_batch)

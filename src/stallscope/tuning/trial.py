@@ -116,7 +116,6 @@ class Evaluator:
         config). Every measurement of a round opens its window at the same point of the epoch, so
         a config's two in one round differ by the machine's noise alone, and each round at the
         next point (NOTE [window position] in ``throughput/measure.py``)."""
-
         windows = (
             [float(window_s)] * len(configs)
             if isinstance(window_s, (int, float))
