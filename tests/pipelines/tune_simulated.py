@@ -10,6 +10,8 @@ from collections.abc import Callable
 from stallscope.config import LoaderConfig
 from stallscope.throughput.epochs import EpochGap, epoch_batches
 from stallscope.throughput.measure import warmup_batches_for
+from stallscope.tuning.race import Race
+from stallscope.tuning.space import SearchSettings
 from stallscope.tuning.trial import Evaluator, Trial
 
 
@@ -116,3 +118,16 @@ class SimulatedEvaluator(Evaluator):
         self.clock += cost
         self.epoch_gaps.append(config)
         return EpochGap(config=config, gaps_s=gaps, batches_per_epoch=batches, cost_s=cost)
+
+
+def unbounded_race(evaluator: Evaluator) -> Race:
+    """A race with default settings and no time budget, that records nothing."""
+    return Race(
+        evaluator,
+        SearchSettings(),
+        round_cost=lambda configs: 0.0,
+        affordable=lambda seconds: True,
+        record=lambda trial: None,
+        note=lambda text: None,
+        skip=lambda config, why: None,
+    )

@@ -192,22 +192,14 @@ def test_the_tuner_record_says_tie_and_the_renderers_print_the_tie_sentence():
 
 
 def test_a_far_behind_rival_stays_in_the_race_until_the_pick_can_be_sure():
-    from tune_simulated import SimulatedEvaluator
+    from tune_simulated import SimulatedEvaluator, unbounded_race
 
-    from stallscope.tuning.race import Entrant, Race
+    from stallscope.tuning.race import Entrant
     from stallscope.tuning.space import SearchSettings, confirm_window
 
     fast, slow = _cfg(4), _cfg(0)
     ev = SimulatedEvaluator(lambda c: 1000.0 if c.num_workers else 100.0, noise=0.03, seed=1)
-    race = Race(
-        ev,
-        SearchSettings(),
-        round_cost=lambda configs: 0.0,
-        affordable=lambda seconds: True,
-        record=lambda trial: None,
-        note=lambda text: None,
-        skip=lambda config, why: None,
-    )
+    race = unbounded_race(ev)
     decision = race.run([Entrant(fast, "tuner", 1000.0), Entrant(slow, "baseline", 100.0)])
     # 10x behind after one round, yet it races on: a confidence needs a rival in the rounds.
     assert race.rounds == CONFIDENT_ROUNDS

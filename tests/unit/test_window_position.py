@@ -9,6 +9,7 @@ from collections import deque
 import pytest
 import torch
 from torch.utils.data import BatchSampler, Dataset, SequentialSampler
+from tune_simulated import unbounded_race
 
 from stallscope.config import LoaderConfig
 from stallscope.pipeline.loaders import CyclingBatches, build_loader
@@ -21,8 +22,7 @@ from stallscope.throughput.measure import (
     position_window,
     warmup_batches_for,
 )
-from stallscope.tuning.race import Entrant, Race
-from stallscope.tuning.space import SearchSettings
+from stallscope.tuning.race import Entrant
 from stallscope.tuning.trial import Evaluator, Trial
 
 
@@ -176,18 +176,6 @@ class Sliced(Evaluator):
         return Trial(config, self.rate(config, position), phase, window_s=window_s)
 
 
-def _race(evaluator: Evaluator) -> Race:
-    return Race(
-        evaluator,
-        SearchSettings(),
-        round_cost=lambda configs: 0.0,
-        affordable=lambda seconds: True,
-        record=lambda trial: None,
-        note=lambda text: None,
-        skip=lambda config, why: None,
-    )
-
-
 IN_ORDER = LoaderConfig(batch_size=16, num_workers=4)
 UNORDERED = LoaderConfig(batch_size=16, num_workers=4, in_order=False)
 
@@ -198,7 +186,7 @@ def test_a_part_of_the_epoch_that_slows_every_config_alike_is_no_noise_between_t
         slice_cost = 1.0 if position < 0.5 else 2.0
         return (1100.0 if config.in_order else 1000.0) / slice_cost
 
-    race = _race(Sliced(rate))
+    race = unbounded_race(Sliced(rate))
     decision = race.run([Entrant(IN_ORDER, "tuner", 1100.0), Entrant(UNORDERED, "other", 1000.0)])
     assert decision.pick == IN_ORDER
     assert race.noise() == pytest.approx(0.0, abs=1e-9)
@@ -214,7 +202,7 @@ def test_the_race_ranks_by_the_whole_epoch_not_by_its_first_part():
             return 1500.0
         return 1600.0 if position < 0.2 else 1200.0
 
-    race = _race(Sliced(rate))
+    race = unbounded_race(Sliced(rate))
     decision = race.run([Entrant(IN_ORDER, "tuner", 1600.0), Entrant(UNORDERED, "other", 1500.0)])
     assert decision.pick == UNORDERED
     assert race.log.median(IN_ORDER) < race.log.median(UNORDERED)
