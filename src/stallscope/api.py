@@ -18,6 +18,7 @@ import functools
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
+from .runtime.processes import safe_from_worker_deaths
 from .training import watch as probe_watch
 from .tuning import tuner as probe_tuner
 
@@ -38,6 +39,7 @@ class TuneResult(probe_tuner.TuneResult):
 
 
 @functools.wraps(probe_tuner.tune)
+@safe_from_worker_deaths
 def tune(target: Any, **options: Any) -> TuneResult:
     found = probe_tuner.tune(target, **options)
     return TuneResult(**{f.name: getattr(found, f.name) for f in fields(found)})

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import PipelineError, UsageError, describe_exception
 from ..pipeline.transforms import TransformSlot, find_transforms, substitute_all
+from ..runtime.processes import safe_from_worker_deaths
 from .inprocess import measure_augmentation_differential, profile_hotspots
 from .results import Hotspot, ProgressFn, StagesResult, StageTime
 from .storage import measure_storage_split
@@ -35,6 +36,7 @@ from .workers import default_stage_workers, measure_worker_stages
 # -- the library entry point -------------------------------------------------------------
 
 
+@safe_from_worker_deaths
 def stages(
     target: Any,
     *,

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError, describe_exception
-from ..runtime.processes import default_start_method, no_orphans
+from ..runtime.processes import default_start_method, no_orphans, safe_from_worker_deaths
 from .findings import PROBES_FOR, codes_of_probe, select_codes
 from .result import CheckResult
 from .rules import analyse, slow_candidates
@@ -62,6 +62,7 @@ RNG_MAX_REPEATS = 6
 STARTUP_S = {"fork": 5.0, "spawn": 30.0, "forkserver": 30.0}
 
 
+@safe_from_worker_deaths
 def check(
     target: Any,
     *,

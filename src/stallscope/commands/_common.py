@@ -29,6 +29,7 @@ from ..errors import StallscopeError, UsageError
 from ..record import RunRecord
 from ..runtime.processes import (
     TORCH_WORKER_WARNING,
+    deferred_worker_deaths,
     describe_worker_death,
     is_worker_death,
     quiet_lost_handovers,
@@ -186,7 +187,13 @@ def execute(
     parser: argparse.ArgumentParser,
     argv: list[str] | None,
     body: Callable[[CommandContext], int],
+    *,
+    runs_loaders: bool = True,
 ) -> int:
+    """Parse, run ``body``, turn failures into one sentence and an exit code, reap every child.
+    ``runs_loaders``: the command iterates loaders in this process, so torch's worker-death error
+    is raised only where it is safe (NOTE [worker death]); a command that only reads records
+    passes False and does not import torch."""
     # Piped output gets a readable width instead of rich's 80-column default.
     console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 140)
     # An error is one sentence on one line, however long its path: the terminal wraps it, rich
@@ -208,7 +215,8 @@ def execute(
     try:
         # Worker counts above the cores are configs stallscope measures on purpose; torch's
         # warning about them would only interleave with the report.
-        with warnings.catch_warnings(), quiet_lost_handovers():
+        deaths = deferred_worker_deaths() if runs_loaders else contextlib.nullcontext()
+        with warnings.catch_warnings(), quiet_lost_handovers(), deaths:
             warnings.filterwarnings("ignore", message=TORCH_WORKER_WARNING, category=UserWarning)
             code = body(ctx)
         if interrupts:

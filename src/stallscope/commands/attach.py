@@ -132,4 +132,4 @@ def _run(ctx: common.CommandContext) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.execute(build_parser(), argv, _run)
+    return common.execute(build_parser(), argv, _run, runs_loaders=False)

@@ -147,4 +147,4 @@ def _against(ctx: common.CommandContext, record: RunRecord, old: RunRecord) -> i
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.execute(build_parser(), argv, _run)
+    return common.execute(build_parser(), argv, _run, runs_loaders=False)

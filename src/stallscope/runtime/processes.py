@@ -30,6 +30,20 @@ the caller turns the failure into one sentence *after* that. The commands'
 ``execute`` also turns any worker-death ``RuntimeError`` that still escapes
 into that sentence and exit code 2 (:func:`describe_worker_death`).
 
+That asynchronous raise can also land where no ``except`` or ``finally`` helps: right after a
+lock was taken. ``with cond:`` calls ``Condition.__enter__``, which takes the lock in C and then
+runs pending signal handlers before it returns; an exception raised there leaves the lock held and
+the ``with`` block never entered, so no ``__exit__`` releases it. When that is the ``notempty``
+lock of a DataLoader index queue (its ``put``), the queue's feeder thread and, later, the queue's
+finaliser (run by the garbage collector, at any line of the main thread) wait for it for ever: a
+``bench`` over a dataset whose workers die hung there once in about 200 runs on a loaded 2-core
+machine (main thread in ``Queue._finalize_close``, feeder in ``_feed``). So the commands run
+under :func:`deferred_worker_deaths`: torch's handler still checks the workers at every SIGCHLD,
+but its error is raised only where the main thread waits for a batch inside a queue's ``get``
+(``safe_to_raise``); anywhere else it is kept and the signal sent again shortly after, until the
+main thread waits there or the dead worker is reaped (its iterator shut down, which handles the
+death itself).
+
 One more way reaches the terminal without passing through our code: torch hands some of a
 worker's tensors over as file descriptors, served by ``multiprocessing``'s resource-sharer
 thread in the main process, and a worker that dies in the middle of a handover resets that
@@ -40,14 +54,18 @@ traceback beside our one sentence. :func:`quiet_lost_handovers` drops exactly th
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
+import os
 import pickle
 import re
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import wait
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import psutil
 
@@ -330,3 +348,168 @@ def describe_worker_death(
         detail = match.group(0).split(". ")[0].rstrip(".")
         return f"a DataLoader worker died{where}: {detail}; {advice}"
     return f"a DataLoader worker died unexpectedly{where}; {advice}"
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+# -- worker deaths raised where they are safe (NOTE [worker death]) ------------------------------
+
+# Where the main thread blocks waiting for data: a signal interrupts the wait there, and raising
+# leaves no lock taken (the callers' ``with`` and ``finally`` blocks are entered).
+_SAFE_WAITS = frozenset(
+    {
+        ("selectors.py", "select"),
+        ("connection.py", "wait"),
+        ("connection.py", "poll"),
+        ("connection.py", "_poll"),
+        ("connection.py", "recv"),
+        ("connection.py", "recv_bytes"),
+        ("connection.py", "_recv"),
+        ("connection.py", "_recv_bytes"),
+        ("threading.py", "wait"),
+    }
+)
+# ... inside the get of a multiprocessing queue (batches from workers) or a queue.Queue (from the
+# pin-memory thread).
+_QUEUE_GETS = frozenset({("queues.py", "get"), ("queue.py", "get")})
+_MAX_DEPTH = 12
+# How often a kept worker death is offered again, and for how long at most.
+RETRY_S = 0.02
+GIVE_UP_S = 30.0
+
+
+def _where(frame: Any) -> tuple[str, str]:
+    return os.path.basename(frame.f_code.co_filename), frame.f_code.co_name
+
+
+def safe_to_raise(frame: Any) -> bool:
+    """Whether the main thread, stopped at ``frame``, waits for a batch inside a queue's ``get``:
+    the only place a worker-death error is raised asynchronously (NOTE [worker death])."""
+    if frame is None or _where(frame) not in _SAFE_WAITS:
+        return False
+    for _ in range(_MAX_DEPTH):
+        if frame is None:
+            return False
+        if _where(frame) in _QUEUE_GETS:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _unreaped(exc: BaseException) -> bool:
+    """Whether a dead worker the error names is still an unreaped child of this process (its
+    iterator not shut down); True where the error names no pid."""
+    match = _DEATH_TEXT.search(str(exc))
+    pids = [int(p) for p in re.findall(r"\d+", match.group(1))] if match else []
+    if not pids:
+        return True
+    for pid in pids:
+        try:
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            continue
+        except OSError:
+            return True
+        return True
+    return False
+
+
+class DeferredDeaths:
+    """A SIGCHLD handler around torch's: a worker-death error torch raises is re-raised only where
+    ``safe_to_raise``, else kept and offered again every ``RETRY_S`` by signalling the main thread
+    (NOTE [worker death]). No locks: it may run nested in itself or in any code of the main
+    thread."""
+
+    def __init__(
+        self,
+        torch_handler: Callable[[int, Any], Any],
+        main_thread: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        alive: Callable[[BaseException], bool] = _unreaped,
+    ) -> None:
+        self.torch_handler = torch_handler
+        self.main_thread = main_thread
+        self.clock = clock
+        self.alive = alive
+        self.kept: list[tuple[BaseException, float]] = []
+        self.raised = 0
+        self._stop = threading.Event()
+        self._resender: threading.Thread | None = None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        try:
+            self.torch_handler(signum, frame)
+        except RuntimeError as exc:
+            if not is_worker_death(exc):
+                raise
+            self.kept.append((exc, self.clock()))
+        if not self.kept:
+            return
+        now = self.clock()
+        self.kept = [(e, t) for e, t in self.kept if now - t < GIVE_UP_S and self.alive(e)]
+        if self.kept and safe_to_raise(frame):
+            death, _ = self.kept.pop(0)
+            self.raised += 1
+            raise death
+
+    def start(self) -> None:
+        """The thread that offers kept errors again (started here, never inside the handler)."""
+        self._resender = threading.Thread(
+            target=self._resend, name="stallscope-worker-deaths", daemon=True
+        )
+        self._resender.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._resender is not None:
+            self._resender.join(timeout=1.0)
+
+    def _resend(self) -> None:
+        while not self._stop.wait(RETRY_S):
+            if self.kept:
+                with contextlib.suppress(Exception):
+                    signal.pthread_kill(self.main_thread, signal.SIGCHLD)
+
+
+@contextlib.contextmanager
+def deferred_worker_deaths() -> Iterator[DeferredDeaths | None]:
+    """While it lasts, torch's worker-death error is raised only where the main thread waits for
+    a batch (NOTE [worker death]); yields the handler, or None where nothing was changed (not the
+    main thread, no SIGCHLD). Imports torch."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGCHLD"):
+        yield None
+        return
+    try:
+        from torch.utils.data._utils import signal_handling
+    except ImportError:
+        yield None
+        return
+
+    signal_handling._set_SIGCHLD_handler()  # torch's own first, so that it is the one wrapped
+    previous = signal.getsignal(signal.SIGCHLD)
+    if isinstance(previous, DeferredDeaths) or not callable(previous):  # already in force
+        yield previous if isinstance(previous, DeferredDeaths) else None
+        return
+    deaths = DeferredDeaths(previous, threading.get_ident())
+    signal.signal(signal.SIGCHLD, deaths)
+    deaths.start()
+    try:
+        yield deaths
+    finally:
+        deaths.stop()
+        signal.signal(signal.SIGCHLD, previous)
+
+
+def safe_from_worker_deaths(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``function`` run under :func:`deferred_worker_deaths`: the library's entry points that
+    iterate loaders (``ss.bench``, ``ss.tune``, ``ss.check``, ``ss.stages``), as the commands do."""
+
+    @functools.wraps(function)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with deferred_worker_deaths():
+            return function(*args, **kwargs)
+
+    return run

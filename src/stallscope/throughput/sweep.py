@@ -11,6 +11,7 @@ from ..config import LoaderConfig
 from ..errors import PipelineError, UsageError
 from ..pipeline.preflight import Preflight, preflight
 from ..runtime.host import cuda_available, usable_cores
+from ..runtime.processes import safe_from_worker_deaths
 from ..target import Pipeline, load_target
 from .measure import (
     Measurement,
@@ -269,6 +270,7 @@ def grid(
     return configs
 
 
+@safe_from_worker_deaths
 def bench(
     target: Any,
     *,
