@@ -80,6 +80,41 @@ def test_main_process_ceiling_wins_when_receiving_is_slower_than_the_cores():
     assert c["pick_fraction"] == pytest.approx(15000.0 / 16000.0)
 
 
+def cheap_samples_record() -> dict:
+    """Samples so cheap (2.6 µs of CPU) that receiving a batch of 32 from a worker (0.37 ms of the
+    main process's CPU: 86,486/s) costs more than making it; the pick runs without workers."""
+    record = bench_record(cpu_s=2.6e-6, wall_s=7.3e-6, main_ms=0.37, rate=12000.0)
+    record["results"][0]["samples_per_s"] = {"median": 130000.0, "min": 1.2e5, "max": 1.4e5}
+    record["scaling"]["best_index"] = 0
+    return record
+
+
+def test_a_pick_without_workers_is_held_to_one_process_not_to_what_workers_can_hand_over():
+    c = ceiling_section(cheap_samples_record())
+    assert c["pick_label"] == "w=0 bs=32"
+    assert c["main_process_samples_per_s"] == pytest.approx(32 / 0.00037, rel=1e-4)
+    assert c["basis"] == "one-process"
+    assert c["samples_per_s"] == pytest.approx(1 / 2.6e-6, rel=1e-4)  # 384,615/s
+    assert c["pick_fraction"] == pytest.approx(130000.0 * 2.6e-6, rel=1e-3)  # 33.8%, not 150%
+    record = cheap_samples_record()
+    record.update(ceiling_sections(record))
+    sentence = ceiling_facts(record).ceiling_sentence
+    assert "33.8% of this machine's ceiling of 384,615 samples/s" in sentence
+    assert "one process making every sample itself at 0.0026 ms of CPU each" in sentence
+    assert "0.37 ms of CPU per batch of 32" in sentence
+
+
+def test_a_pick_faster_than_one_process_at_one_thread_is_held_to_the_cores():
+    # The pick at 400,000/s beats one process's 384,615/s (more intra-op threads than the probe's
+    # one): the cores' bound, 769,231/s, is the ceiling it is held to.
+    record = cheap_samples_record()
+    record["results"][0]["samples_per_s"] = {"median": 4e5, "min": 4e5, "max": 4e5}
+    record.update(ceiling_sections(record))
+    facts = ceiling_facts(record)
+    assert facts.ceiling["basis"] == "cpu"
+    assert facts.ceiling["pick_fraction"] == pytest.approx(4e5 * 2.6e-6 / 2, rel=1e-3)
+
+
 def test_cores_needed_is_target_times_cpu_per_sample_over_the_picks_efficiency():
     n = cores_needed_section(bench_record(), 5000.0)
     assert n["cores"] == pytest.approx(5000 * 0.0025 / 0.9375, abs=0.01)  # 13.33

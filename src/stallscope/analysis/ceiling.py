@@ -13,9 +13,14 @@ Two limits bound what any loader configuration can deliver on this machine:
   NOTE [receive cost] in ``throughput/measure.py``) allows at most
   ``batch_size / main_s_per_batch``.
 
-The lower of the two is the ceiling, and its ``basis`` says which. ``pick_fraction`` is the
-report's one winner (``sections.best_configuration``) over the ceiling: near 1, more workers
-cannot help, only a cheaper pipeline (or more cores) can.
+The lower of the two is what configurations with workers can reach, and its ``basis`` says which.
+A loader without workers receives nothing: one process making every sample itself reaches
+``1 / cpu_s_per_sample`` (the probe's one intra-op thread). Where that is higher (samples so cheap
+that receiving a batch costs more than making it), the ceiling is that, basis **one-process**: a
+0-worker pick faster than the receive limit is no share above 100% of a ceiling it never met
+(``invariants.ceiling_bound``; a pick faster than one process at one thread is held to the cores).
+``pick_fraction`` is the report's one winner (``sections.best_configuration``) over the ceiling:
+near 1, more workers cannot help, only a cheaper pipeline (or more cores) can.
 
 Cores needed at a target rate: ``target × cpu_s_per_sample ÷ efficiency``. The efficiency is the
 pick's CPU efficiency where its CPU was measured (every steady-state window clocks the CPU of the
@@ -39,7 +44,7 @@ from typing import Any, Literal
 
 from ..record.model import BenchResult, trials_of
 from ..text import plural
-from .invariants import checked_ceiling, relabel, samples_per_batch
+from .invariants import ceiling_bound, checked_ceiling, relabel, samples_per_batch
 from .readers import (
     Record,
     batch_size_of,
@@ -227,11 +232,8 @@ def ceiling_section(r: Record) -> dict[str, Any] | None:
     )
     main_ms = receive_ms_per_batch(r, pick)
     main_rate = batch / (main_ms / 1000.0) if main_ms and batch else None
-    rate, basis = (
-        (main_rate, "main-process")
-        if main_rate is not None and main_rate < cpu_rate
-        else (cpu_rate, "cpu")
-    )
+    one_process = 1.0 / cpu_s
+    rate, basis = ceiling_bound(cpu_rate, main_rate, one_process, pick.samples_per_s)
     return {
         "samples_per_s": round(rate, 2),
         "basis": basis,
@@ -242,6 +244,7 @@ def ceiling_section(r: Record) -> dict[str, Any] | None:
         "usable_cores": cores,
         "cpu_ms_per_sample": round(cpu_s * 1000.0, 4),
         "cpu_samples_per_s": round(cpu_rate, 2),
+        "one_process_samples_per_s": round(one_process, 2),
         "main_ms_per_batch": None if main_ms is None else round(main_ms, 4),
         "batch_size": batch,
         "main_process_samples_per_s": None if main_rate is None else round(main_rate, 2),
@@ -337,6 +340,11 @@ def _pct(fraction: float) -> str:
     return f"{fraction * 100:.1f}%"
 
 
+def _ms(ms: float) -> str:
+    """Milliseconds with two significant digits at least (0.0026 ms is not 0.00 ms)."""
+    return f"{ms:.2f} ms" if ms >= 0.1 else f"{ms:.2g} ms"
+
+
 def ceiling_sentence(c: dict[str, Any]) -> str:
     """ "The pick reaches 94% of this machine's ceiling of 800 samples/s (...): more workers cannot
     help; ..."."""
@@ -347,9 +355,16 @@ def ceiling_sentence(c: dict[str, Any]) -> str:
             f"what the main process can receive: {main:.2f} ms of CPU per batch of "
             f"{c.get('batch_size') or '?'}"
         )
+    elif c.get("basis") == "one-process":
+        how = f"one process making every sample itself at {_ms(c['cpu_ms_per_sample'])} of CPU each"
+        if main is not None:
+            how += (
+                f", faster than it can receive them from workers ({main:.2f} ms of CPU per batch "
+                f"of {c.get('batch_size') or '?'})"
+            )
     else:
         cores = c.get("usable_cores")
-        how = f"{plural(cores, 'usable core')} ÷ {c['cpu_ms_per_sample']:.2f} ms of CPU per sample"
+        how = f"{plural(cores, 'usable core')} ÷ {_ms(c['cpu_ms_per_sample'])} of CPU per sample"
     who = "Your loader" if c.get("pick_source") == "profile" else "The pick"
     text = (
         f"{who} ({c.get('pick_label') or 'the best configuration'}, "
@@ -357,6 +372,11 @@ def ceiling_sentence(c: dict[str, Any]) -> str:
         f"machine's ceiling of {_rate(c['samples_per_s'])} samples/s ({how})"
     )
     if fraction >= AT_CEILING:
+        if c.get("basis") == "one-process":
+            return (
+                text + ": workers cannot help, receiving a batch costs more than making it; only "
+                "less CPU per sample can."
+            )
         if c.get("basis") != "main-process":
             return (
                 text + ": more workers cannot help; only less CPU per sample (a cheaper decode, "

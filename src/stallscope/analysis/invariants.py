@@ -277,6 +277,21 @@ def checked_confidence(confidence: Any, rounds: int | None) -> tuple[float | Non
     return None, Problem("the confidence", found, "dropped")
 
 
+def ceiling_bound(
+    cpu_rate: float, main_rate: float | None, one_process: float | None, pick: float
+) -> tuple[float, str]:
+    """The ceiling and its basis (NOTE [ceiling] in ceiling.py): with workers, the lower of the
+    cores' and the main process's limits; one process making every sample itself where that is
+    higher; and the cores' limit where the pick outran the one-process figure (measured at one
+    intra-op thread, which a loader with more may pass)."""
+    rate, basis = (
+        (main_rate, "main-process") if main_rate and main_rate < cpu_rate else (cpu_rate, "cpu")
+    )
+    if one_process and one_process > rate:
+        rate, basis = (one_process, "one-process") if pick <= one_process else (cpu_rate, "cpu")
+    return rate, basis
+
+
 def checked_ceiling(
     r: Record, ceiling: dict[str, Any]
 ) -> tuple[dict[str, Any] | None, Problem | None]:
@@ -290,13 +305,11 @@ def checked_ceiling(
     held = samples_per_batch(r)
     main_ms = number(ceiling.get("main_ms_per_batch"))
     cpu_rate = number(ceiling.get("cpu_samples_per_s"))
-    candidates = []
+    main_rate = held / (main_ms / 1000.0) if held and main_ms else None
     if cpu_rate:
-        candidates.append((cpu_rate, "cpu"))
-    if held and main_ms:
-        candidates.append((held / (main_ms / 1000.0), "main-process"))
-    if candidates:
-        rate, basis = min(candidates)
+        rate, basis = ceiling_bound(
+            cpu_rate, main_rate, number(ceiling.get("one_process_samples_per_s")), pick
+        )
         if pick / rate <= 1.0:
             fixed = dict(ceiling)
             fixed.update(

@@ -402,11 +402,11 @@ def _bound(r: Record, v: RunVerdict) -> str | None:
     if training is not None and training.verdict:
         return f"the training loop is {training.verdict} (its measured data-wait share)"
     if v.ceiling_share is not None and v.ceiling_share >= AT_CEILING:
-        return (
-            "the main process receiving batches, near this machine's ceiling"
-            if v.ceiling_basis == "main-process"
-            else "this machine's CPU, near its ceiling"
-        )
+        return {
+            "main-process": "the main process receiving batches, near this machine's ceiling",
+            "one-process": "one process's CPU (receiving from workers costs more), near its "
+            "ceiling",
+        }.get(v.ceiling_basis or "", "this machine's CPU, near its ceiling")
     region = search_of(r).region
     if region is not None and region.name is not None:
         return f"{region.name} (the tuner's reading of the fetch)"

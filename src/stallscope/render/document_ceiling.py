@@ -38,6 +38,13 @@ def ceiling_section(facts: Any, r: dict[str, Any]) -> tuple[dm.Section | None, d
                     f"{rf.fmt_rate(ceiling['main_process_samples_per_s'])} samples/s",
                 ]
             )
+        if ceiling.get("basis") == "one-process":
+            rows.append(
+                [
+                    "one-process ceiling (1 ÷ CPU per sample, nothing to receive)",
+                    f"{rf.fmt_rate(ceiling.get('one_process_samples_per_s'))} samples/s",
+                ]
+            )
         rows.append(
             [
                 f"ceiling ({ceiling.get('basis')})",
