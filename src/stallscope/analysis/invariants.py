@@ -12,6 +12,7 @@ of the record and the figure; ``verdict.decide`` applies them all before any sur
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from dataclasses import dataclass
@@ -306,11 +307,11 @@ def checked_ceiling(
     main_ms = number(ceiling.get("main_ms_per_batch"))
     cpu_rate = number(ceiling.get("cpu_samples_per_s"))
     main_rate = held / (main_ms / 1000.0) if held and main_ms else None
-    if cpu_rate:
+    if cpu_rate or main_rate:
         rate, basis = ceiling_bound(
-            cpu_rate, main_rate, number(ceiling.get("one_process_samples_per_s")), pick
+            cpu_rate or math.inf, main_rate, number(ceiling.get("one_process_samples_per_s")), pick
         )
-        if pick / rate <= 1.0:
+        if math.isfinite(rate) and pick / rate <= 1.0:
             fixed = dict(ceiling)
             fixed.update(
                 samples_per_s=round(rate, 2),
