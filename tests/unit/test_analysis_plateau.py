@@ -73,3 +73,23 @@ def test_the_verdict_names_them_on_every_surface():
     text = " ".join(MarkdownRenderer().render(record).split())
     assert "so another run may name one of these: `w=2 bs=16 pf=4` (99.5%, raced)" in text
     assert "`w=3 bs=16 pf=2` (98.3%, not raced)." in text
+
+
+def test_doctors_sweep_names_the_configs_its_tuner_did_not_measure_again():
+    # The sweep measured w=1, w=2 and w=4; the tuner measured w=2 and w=8 only. w=4 (sweep median
+    # 101, 96% of the winner's 105) is within the band; w=1 (60%) is not; w=2 is the tuner's.
+    record = _record([(2, 100), (2, 105), (2, 110), (8, 90), (8, 100)])
+    record["results"] = [
+        {
+            "config": _config(w),
+            "label": f"w={w} bs=32 pf=2",
+            "samples_per_s": {"median": rate, "min": rate * 0.95, "max": rate * 1.05},
+        }
+        for w, rate in ((1, 63.0), (2, 104.0), (4, 101.0))
+    ]
+    found = plateau(record)
+    assert found is not None
+    assert found.configs == [
+        ("w=4 bs=32 pf=2", round(101 / 105, 4), False),
+        ("w=8 bs=32 pf=2", round(100 / 105, 4), True),
+    ]

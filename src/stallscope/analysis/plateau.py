@@ -8,8 +8,11 @@ from measurement to measurement is measured in the run itself: every raced confi
 least twice, in different rounds, and the median of their spreads ((max − min) / median) is the
 run's noise. Every config within that noise of the winner is named as "within this run's noise":
 one the race never met (its median over the run's measurements against the winner's), and one it
-raced and found slower by less than that noise (the race's medians). Another run may pick any of
-them, and that is no contradiction. The user's own config is left to the keep-yours rule and a
+raced and found slower by less than that noise (the race's medians); in ``doctor``, a config its
+sweep measured and the tuner did not is compared by the sweep's median (two commands on the same
+target otherwise disagreed without either saying so: ``doctor``'s tuner never measured the sweep's
+``w=2`` that ``tune`` then picked). Another run may pick any of them, and that is no
+contradiction. The user's own config is left to the keep-yours rule and a
 tie to the race's tie sentence. Where the rate per epoch decided the pick, the scan's
 steady-state rates do not compare with it and nothing is named.
 """
@@ -22,6 +25,7 @@ from typing import Any
 
 from ..record.model import Trial, baseline_of, best_of, trials_of
 from .invariants import ran_label
+from .readers import ok_results
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,11 @@ def plateau(r: dict[str, Any]) -> Plateau | None:
         for key, values in rates.items()
         if key not in raced and key not in left_out
     ]
+    for res in ok_results(r):  # doctor's sweep: configs the tuner did not measure again
+        key = _key(res.config)
+        if res.rate and key not in rates and key not in left_out:
+            near.append((res.rate / top, ran_label(r, res.config, res.label), False))
+            rates[key] = [res.rate]
     near.sort(key=lambda item: -item[0])
     configs = [
         (label, round(ratio, 4), was_raced) for ratio, label, was_raced in near if ratio >= 1 - band
