@@ -151,6 +151,19 @@ def test_recommendations_carry_their_measured_gain():
     assert recs[1].expected_gain == "+80% throughput"
 
 
+def test_a_knob_whose_variant_raced_the_pick_and_lost_is_not_advised_beside_it():
+    # in_order=False gained 4.3% at w=2 before the race; w=2 unordered then raced w=4 (in order)
+    # and lost: telling the user to set it beside the w=4 pick would contradict the race.
+    effect = dict(_effect("in_order", 0.043), variant="w=2 bs=8 pf=2 unordered")
+    section = _section([effect])
+    assert "in-order-false" in _ids(section)
+    section["best"]["head_to_head"] = [
+        {"config": {"num_workers": 4}, "label": "w=4 bs=8 pf=2", "samples_per_s": 200.0},
+        {"config": {"num_workers": 2}, "label": "w=2 bs=8 pf=2 unordered", "samples_per_s": 190},
+    ]
+    assert "in-order-false" not in _ids(section)
+
+
 def test_keep_yours_within_the_noise():
     # A 2% gain is inside the tie margin: the one "keep yours" rule says so (doctor reads the
     # same rule), and no knob that changes the steady state is recommended either.

@@ -282,7 +282,8 @@ def tune_pick(section: dict[str, Any]) -> dict[str, Any] | None:
 
 def knob_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
     """What the tuner measured beyond its pick: single knobs that paid, workers beyond the cores,
-    threads per worker. Nothing that changes the steady state when the verdict is "keep yours".
+    threads per worker. Nothing that changes the steady state when the verdict is "keep yours",
+    and no knob whose variant raced the pick and lost.
 
     A knob effect counts only beyond the noise: the tie margin (or the race's noise) when
     measured interleaved, ``SCAN_MIN_GAIN`` (or twice the noise) from single scan measurements.
@@ -293,6 +294,12 @@ def knob_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
     noise = search.noise or 0.0
     recs: list[dict[str, Any]] = []
     seen: set[str] = set()
+    # A variant that raced and lost to the pick was weighed by the race: its knob, measured at
+    # another config before the race, is no advice beside the pick.
+    best = best_of(section)
+    lost = {h.label for h in (best.head_to_head if best is not None else []) if h.label} - {
+        best.label if best is not None else None
+    }
     # An effect without its figures (a record from elsewhere) is no evidence for a knob.
     measured = [
         e
@@ -303,7 +310,7 @@ def knob_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
     ]
     for effect in sorted(measured, key=lambda e: -(e.gain or 0.0)):
         advice = _KNOB_ADVICE.get(effect.knob or "")
-        if advice is None or advice[0] in seen:
+        if advice is None or advice[0] in seen or effect.variant in lost:
             continue
         confirmed = effect.source == "confirm"
         floor = max(TIE_MARGIN, noise) if confirmed else max(SCAN_MIN_GAIN, 2 * noise)
