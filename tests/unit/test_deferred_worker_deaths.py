@@ -25,7 +25,9 @@ DEATH = "DataLoader worker (pid 4242) exited unexpectedly with exit code 3."
 # ``safe_to_raise`` reads are (file name, function name).
 _LIBRARY = {
     "/lib/python3/selectors.py": "def select(grab):\n    return grab()\n",
-    "/lib/python3/multiprocessing/connection.py": "def wait(inner, grab):\n    return inner(grab)\n",
+    "/lib/python3/multiprocessing/connection.py": (
+        "def wait(inner, grab):\n    return inner(grab)\n"
+    ),
     "/lib/python3/multiprocessing/queues.py": (
         "def get(inner, *args):\n    return inner(*args)\n"
         "def put(inner, *args):\n    return inner(*args)\n"
