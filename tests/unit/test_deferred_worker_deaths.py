@@ -150,3 +150,24 @@ def test_a_real_worker_death_waits_for_a_get_and_interrupts_it():
             child.join()
     with pytest.raises(queue.Empty):  # the handler is torch's again, the death long gone
         results.get(timeout=0.05)
+
+
+def test_a_broken_connection_with_workers_is_a_worker_death_unless_the_dataset_raised_it():
+    from stallscope.config import LoaderConfig
+    from stallscope.throughput.measure import _as_pipeline_error
+
+    reset = ConnectionResetError(104, "Connection reset by peer")
+    with_workers = LoaderConfig(num_workers=2, batch_size=32, prefetch_factor=2)
+    # The worker died mid-handover and was not seen dead in time: still its death.
+    text = str(_as_pipeline_error(reset, with_workers, 20.0, dead=[]))
+    assert text.startswith("a DataLoader worker died unexpectedly with w=2 bs=32 pf=2")
+    # The dataset's own network error, forwarded by torch with the worker's traceback.
+    forwarded = ConnectionResetError(
+        "Caught ConnectionResetError in DataLoader worker process 1.\nOriginal Traceback (most "
+        'recent call last):\n  File "x.py", line 3, in get\nConnectionResetError: replica hung up'
+    )
+    text = str(_as_pipeline_error(forwarded, with_workers, 20.0, dead=[]))
+    assert text.startswith("the dataset raised ConnectionResetError: replica hung up (worker 1)")
+    # Without workers nothing was handed over: the error is the loader's own.
+    in_process = LoaderConfig(num_workers=0, batch_size=32)
+    assert "worker died" not in str(_as_pipeline_error(reset, in_process, 20.0, dead=[]))

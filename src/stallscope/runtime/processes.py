@@ -273,7 +273,7 @@ def is_worker_death(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and bool(_DEATH_TEXT.search(str(exc)))
 
 
-def _may_be_death(exc: BaseException) -> bool:
+def may_be_death(exc: BaseException) -> bool:
     """Errors that a worker dying mid-message produces in the main process."""
     return is_worker_death(exc) or isinstance(
         exc, (ConnectionError, EOFError, pickle.UnpicklingError)
@@ -321,7 +321,7 @@ def stop_workers(
     for _ in range(3):  # torch's SIGCHLD handler raises at most once per iterator
         try:
             if failure is not None and not dead:
-                dead = _await_death(iterator, grace if _may_be_death(failure) else 0.0)
+                dead = _await_death(iterator, grace if may_be_death(failure) else 0.0)
             shutdown_iterator(iterator)
             return dead
         except Exception:

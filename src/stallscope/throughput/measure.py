@@ -69,7 +69,13 @@ from ..pipeline.loaders import (
 from ..pipeline.structure import batch_length, to_device, token_counter
 from ..pipeline.threaded import noted_index, without_notes
 from ..runtime.host import cuda_available
-from ..runtime.processes import describe_worker_death, is_worker_death, stop_workers, worker_pids
+from ..runtime.processes import (
+    describe_worker_death,
+    is_worker_death,
+    may_be_death,
+    stop_workers,
+    worker_pids,
+)
 from ..runtime.resources import ResourceSampler, ResourceSummary
 from ..stats import quantile, spread_point
 from ..target import Pipeline
@@ -657,9 +663,12 @@ def _as_pipeline_error(
 ) -> PipelineError:
     """One sentence for a failure inside the user's pipeline (wrapped worker errors included)."""
     text = str(exc)
-    if dead or is_worker_death(exc):
-        # A worker that died without a Python exception (os._exit, a segfault, the OOM
-        # killer) can surface as a broken connection rather than torch's own message.
+    # A worker that died without a Python exception (os._exit, a segfault, the OOM killer) can
+    # surface as a broken connection rather than torch's own message; where the dead worker was
+    # not seen in time (NOTE [worker death]), such an error with workers, and no worker traceback
+    # forwarded with it (the dataset's own), is that death all the same.
+    lost = config.num_workers > 0 and may_be_death(exc) and worker_traceback_tail(exc) is None
+    if dead or is_worker_death(exc) or lost:
         return PipelineError(describe_worker_death(dead, f" with {config.label()}", exc))
     if "timed out after" in text:
         return PipelineError(
