@@ -162,6 +162,11 @@ def test_a_knob_whose_variant_raced_the_pick_and_lost_is_not_advised_beside_it()
         {"config": {"num_workers": 2}, "label": "w=2 bs=8 pf=2 unordered", "samples_per_s": 190},
     ]
     assert "in-order-false" not in _ids(section)
+    # The pick is that variant (raced without the persistent workers added after): it won, and the
+    # knob that made it is still said with its measured gain.
+    section["best"]["config"] = {"num_workers": 2, "in_order": False, "persistent_workers": True}
+    section["best"]["head_to_head"][1]["config"] = {"num_workers": 2, "in_order": False}
+    assert "in-order-false" in _ids(section)
 
 
 def test_keep_yours_within_the_noise():

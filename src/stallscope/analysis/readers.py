@@ -104,6 +104,12 @@ def same_config(a: Any, b: Any) -> bool:
     return all(a.get(k) == b.get(k) for k in keys)
 
 
+def steady_config(config: Any) -> dict[str, Any]:
+    """The knobs that set the steady-state rate: ``persistent_workers`` only changes epoch
+    boundaries (the epoch-boundary step adds it to a pick the race ran without it)."""
+    return {k: v for k, v in (config or {}).items() if k != "persistent_workers"}
+
+
 def workers_of(config: Any) -> int:
     value = config.get("num_workers") if isinstance(config, dict) else None
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -18,7 +18,7 @@ from ..record.model import Best, ConfigRate, Trial, baseline_of, best_of, search
 from ..text import plural
 from ..thresholds import TIE_MARGIN
 from .invariants import ran_label
-from .readers import config_label, mapping, number
+from .readers import config_label, mapping, number, steady_config
 
 # A knob effect seen only in single scan measurements (never raced) counts from this gain on, and
 # so does a gain from more workers than cores: 5%, above the tie margin, because one measurement
@@ -295,11 +295,18 @@ def knob_recommendations(section: dict[str, Any]) -> list[dict[str, Any]]:
     recs: list[dict[str, Any]] = []
     seen: set[str] = set()
     # A variant that raced and lost to the pick was weighed by the race: its knob, measured at
-    # another config before the race, is no advice beside the pick.
+    # another config before the race, is no advice beside the pick. (The pick's own entry in the
+    # race lacks the persistent_workers the epoch-boundary step may add to it.)
     best = best_of(section)
-    lost = {h.label for h in (best.head_to_head if best is not None else []) if h.label} - {
-        best.label if best is not None else None
-    }
+    lost = (
+        {
+            h.label
+            for h in best.head_to_head
+            if h.label and steady_config(h.config) != steady_config(best.config)
+        }
+        if best is not None
+        else set()
+    )
     # An effect without its figures (a record from elsewhere) is no evidence for a knob.
     measured = [
         e
