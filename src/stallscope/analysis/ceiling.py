@@ -54,6 +54,7 @@ from .readers import (
     rate_of,
     recorded_mean,
     result_for_config,
+    steady_config,
     workers_of,
 )
 from .sections import best_configuration
@@ -93,10 +94,6 @@ class CeilingFacts:
 # -- from the record -----------------------------------------------------------------------------
 
 
-def _steady(config: Any) -> dict[str, Any]:
-    return {k: v for k, v in (config or {}).items() if k != "persistent_workers"}
-
-
 def pick_of(r: Record) -> Pick | None:
     """The report's one winner, else the loader the training loop ran (``loader_rate``, profile)."""
     best = best_configuration(r)
@@ -107,7 +104,11 @@ def pick_of(r: Record) -> Pick | None:
             best.result
             or result_for_config(r, best.config)
             or next(
-                (res for res in ok_results(r) if _steady(res.config) == _steady(best.config)),
+                (
+                    res
+                    for res in ok_results(r)
+                    if steady_config(res.config) == steady_config(best.config)
+                ),
                 BenchResult(),
             )
         )
@@ -171,7 +172,7 @@ def receive_ms_per_batch(r: Record, pick: Pick) -> float | None:
     """The main process's CPU ms per batch at the pick: its own measurements (median), else the
     median over configurations with workers at the pick's batch size."""
     costs = _measured(r, "main_ms_per_batch", with_workers=True)
-    own = [ms for config, ms in costs if _steady(config) == _steady(pick.config)]
+    own = [ms for config, ms in costs if steady_config(config) == steady_config(pick.config)]
     if own:
         return statistics.median(own)
     bs = batch_size_of(pick.config)
@@ -184,7 +185,7 @@ def loader_cpu_ms_per_sample(r: Record, pick: Pick) -> float | None:
     own = [
         ms
         for config, ms in _measured(r, "cpu_ms_per_sample", with_workers=False)
-        if _steady(config) == _steady(pick.config)
+        if steady_config(config) == steady_config(pick.config)
     ]
     return statistics.median(own) if own else None
 

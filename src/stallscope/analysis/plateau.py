@@ -90,11 +90,12 @@ def plateau(r: dict[str, Any]) -> Plateau | None:
         for key, values in rates.items()
         if key not in raced and key not in left_out
     ]
+    seen = set(rates) | left_out
     for res in ok_results(r):  # doctor's sweep: configs the tuner did not measure again
         key = _key(res.config)
-        if res.rate and key not in rates and key not in left_out:
+        if res.rate and key not in seen:
             near.append((res.rate / top, ran_label(r, res.config, res.label), False))
-            rates[key] = [res.rate]
+            seen.add(key)
     near.sort(key=lambda item: -item[0])
     configs = [
         (label, round(ratio, 4), was_raced) for ratio, label, was_raced in near if ratio >= 1 - band

@@ -52,6 +52,7 @@ from .readers import (
     recorded_mean,
     result_for_config,
     single_process_result,
+    steady_config,
     workers_of,
 )
 from .training import profile_advice, profile_verdict
@@ -308,12 +309,6 @@ def best_configuration(r: Record) -> BestConfig | None:
     )
 
 
-def _steady_state(config: Any) -> dict[str, Any]:
-    """The knobs that set steady-state throughput (persistent_workers only changes epoch
-    boundaries)."""
-    return {k: v for k, v in (config or {}).items() if k != "persistent_workers"}
-
-
 def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> BenchResult | None:
     """The sweep's best when it beat the tuner's pick by more than the noise without racing it, else
     None.
@@ -330,9 +325,9 @@ def unraced_faster_sweep_best(r: Record, tuning: TuningFacts) -> BenchResult | N
         # steady state only, which is not the evidence that decides here.
         return None
     raced = [row.config for row in tuning.head_to_head]
-    if any(_steady_state(c) == _steady_state(sweep.config) for c in raced):
+    if any(steady_config(c) == steady_config(sweep.config) for c in raced):
         return None
-    if _steady_state(sweep.config) == _steady_state(tuning.best.config):
+    if steady_config(sweep.config) == steady_config(tuning.best.config):
         return None
     noise = max(TIE_MARGIN, sweep.noise or 0.0, search_of(r).noise or 0.0)
     sweep_rate = sweep.rate or 0.0

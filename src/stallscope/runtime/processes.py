@@ -398,22 +398,23 @@ def safe_to_raise(frame: Any) -> bool:
     return False
 
 
+def _child_unreaped(pid: int) -> bool:
+    """Whether ``pid`` is still a child of this process (``WNOWAIT``: a zombie stays one)."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def _unreaped(exc: BaseException) -> bool:
     """Whether a dead worker the error names is still an unreaped child of this process (its
     iterator not shut down); True where the error names no pid."""
     match = _DEATH_TEXT.search(str(exc))
     pids = [int(p) for p in re.findall(r"\d+", match.group(1))] if match else []
-    if not pids:
-        return True
-    for pid in pids:
-        try:
-            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            continue
-        except OSError:
-            return True
-        return True
-    return False
+    return not pids or any(_child_unreaped(pid) for pid in pids)
 
 
 class DeferredDeaths:
