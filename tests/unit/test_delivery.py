@@ -29,9 +29,9 @@ Pair = namedtuple("Pair", "image label")
 def test_every_tensor_of_a_nested_batch_moves_and_the_rest_stays():
     batch = {"x": torch.ones(2, 3), "meta": [Pair(torch.zeros(2), 7), "name"]}
     moved = to_device(batch, "meta")
-    x, (pair, name) = moved
+    x, (pair, name) = moved["x"], moved["meta"]
     assert x.is_meta and x.shape == (2, 3)
-    assert pair[0].is_meta and pair[1] == 7 and name == "name"
+    assert isinstance(pair, Pair) and pair.image.is_meta and pair.label == 7 and name == "name"
     assert not batch["x"].is_meta  # the host batch is untouched
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections import namedtuple
 
 import pytest
 import torch
@@ -18,7 +17,6 @@ from stallscope.training.runner import (
     MIN_WARMUP,
     RankShardSampler,
     default_warmup,
-    move_to_device,
     resolve_device,
     resolve_profile_sync,
     run_profile,
@@ -95,19 +93,6 @@ def test_profile_sync_is_on_for_cuda_unless_refused():
     assert resolve_profile_sync(True, "cpu") is None
     assert resolve_profile_sync(None, "cuda") == "cuda"
     assert resolve_profile_sync(False, "cuda:0") is None
-
-
-def test_move_to_device_reaches_nested_tensors():
-    Pair = namedtuple("Pair", "x y")
-    batch = {"a": [torch.zeros(2), (torch.ones(1), 3)], "b": Pair(torch.zeros(1), "label")}
-    moved = move_to_device(batch, "meta")
-    assert moved["a"][0].device.type == "meta" and moved["a"][1][0].device.type == "meta"
-    assert (
-        moved["a"][1][1] == 3
-        and isinstance(moved["b"], Pair)
-        and moved["b"].x.device.type == "meta"
-    )
-    assert moved["b"].y == "label"
 
 
 def test_rank_shard_sampler_interleaves_ranks():

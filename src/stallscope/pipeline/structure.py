@@ -16,8 +16,10 @@ language-model stream), or a list of variable-length integer sequences.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -68,15 +70,46 @@ def shallow_copy(obj: Any) -> Any:
 
 
 def to_device(obj: Any, device: Any, *, non_blocking: bool = False) -> Any:
-    """Every tensor ``obj`` holds, copied to ``device`` (containers as :func:`children` walks
-    them become lists; anything else is left where it is). A copy from pinned memory with
-    ``non_blocking`` returns before it ends: synchronise before reading the clock."""
+    """``obj`` with every tensor it holds copied to ``device``, its containers rebuilt as their own
+    types where they can be (else as a dict or list). An object that is no container but has a
+    ``to`` method of its own (a graph library's ``Batch``) is moved by it, the convention
+    Lightning's ``move_data_to_device`` follows. A copy from pinned memory with ``non_blocking``
+    returns before it ends: synchronise before reading the clock."""
     if _array_kind(obj) == "tensor":
         return obj.to(device, non_blocking=non_blocking)
     parts = children(obj)
-    if parts is not None:
-        return [to_device(v, device, non_blocking=non_blocking) for _, v in parts]
-    return obj
+    if parts is None:
+        move = getattr(obj, "to", None)
+        if not callable(move) or isinstance(obj, type):
+            return obj
+        try:
+            return move(device, non_blocking=non_blocking)
+        except TypeError:  # a ``to`` without that keyword
+            return move(device)
+    moved = {key: to_device(value, device, non_blocking=non_blocking) for key, value in parts}
+    return _rebuilt(obj, moved)
+
+
+def _rebuilt(obj: Any, values: dict[str, Any]) -> Any:
+    """A container of ``obj``'s type holding ``values`` (keyed as :func:`children` keys them);
+    a dict or list where its type cannot be built from them."""
+    if isinstance(obj, Mapping):
+        rebuilt = dict(zip(obj.keys(), values.values()))
+        with contextlib.suppress(Exception):
+            return type(obj)(rebuilt)  # type: ignore[call-arg]  # dict-like: UserDict, BatchEncoding
+        return rebuilt
+    if dataclasses.is_dataclass(obj):
+        with contextlib.suppress(Exception):
+            return dataclasses.replace(obj, **values)  # type: ignore[type-var]
+        return values
+    items = list(values.values())
+    if _is_namedtuple(obj):
+        return type(obj)(*items)
+    if isinstance(obj, tuple):
+        with contextlib.suppress(Exception):
+            return type(obj)(items)
+        return tuple(items)
+    return items
 
 
 def _array_kind(obj: Any) -> str | None:
@@ -110,8 +143,18 @@ def nbytes(obj: Any, _depth: int = 0) -> int:
         return 0
     parts = children(obj)
     if parts is None:
-        return 0
-    return sum(nbytes(v, _depth + 1) for _, v in parts)
+        parts = _attributes(obj)
+    return sum(nbytes(v, _depth + 1) for _, v in parts or ())
+
+
+def _attributes(obj: Any) -> list[tuple[str, Any]] | None:
+    """The instance attributes of a plain object, which are what pickling it sends: a batch class
+    of a library's own (a graph library's ``Batch``) keeps its tensors there, often behind a Mapping
+    of its own. None for classes, modules and functions."""
+    if isinstance(obj, (type, types.ModuleType, types.FunctionType, types.MethodType)):
+        return None
+    state = getattr(obj, "__dict__", None)
+    return list(state.items()) if isinstance(state, dict) else None
 
 
 def batch_length(batch: Any, _depth: int = 0) -> int:

@@ -29,6 +29,7 @@ from torch.utils.data import Sampler
 
 from ..config import LoaderConfig
 from ..errors import PipelineError, UsageError, describe_exception
+from ..pipeline.structure import to_device
 from ..runtime.processes import shutdown_iterator
 from ..target import Pipeline
 from ..throughput.measure import warmup_batches_for
@@ -133,22 +134,6 @@ def resolve_profile_sync(sync: bool | None, device: str) -> SyncSpec:
     if sync is False:
         return None
     return "cuda"
-
-
-def move_to_device(batch: Any, device: Any) -> Any:
-    """Tensors inside ``batch`` (nested tuples, lists, dicts) moved to ``device``; others
-    unchanged."""
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=batch.is_pinned())
-    if isinstance(batch, dict):
-        return {k: move_to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
-        return type(batch)(*(move_to_device(v, device) for v in batch))
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(move_to_device(v, device) for v in batch)
-    return batch
 
 
 def prepare_model(model: Any, device: str) -> Any:
@@ -277,7 +262,7 @@ def run_profile(
                     if free_data and len(cached) < CACHED_BATCHES:
                         cached.append(batch)
                     try:
-                        call(move_to_device(batch, device) if move else batch)
+                        call(to_device(batch, device, non_blocking=True) if move else batch)
                     except Exception as exc:
                         raise PipelineError(
                             f"train_step raised {describe_exception(exc)} at step {done}."
@@ -295,7 +280,7 @@ def run_profile(
     if free_data and cached:
         sync_fn, _ = resolve_sync(sync)
         replay = replay_free_data(
-            lambda b: call(move_to_device(b, device) if move else b),
+            lambda b: call(to_device(b, device, non_blocking=True) if move else b),
             cached,
             sync=sync_fn,
             fixed_steps=2 * REPLAY_STEPS if info.world_size > 1 else None,
