@@ -4,9 +4,10 @@ Used by the report tests (unit and e2e). A printed number is accepted when it is
 
 - a token of a string in the record (labels, messages, versions), or
 - a record value, or a value this file derives from the record by the
-  formulas the report documents (epoch time = length / rate, in-flight
-  bytes = batch bytes × prefetch × workers, ...), recomputed here
-  independently of stallscope.analysis, or a named target (analysis.TARGETS),
+  formulas the report documents (epoch time = length / rate, and that plus
+  the epoch-boundary gap without persistent workers; in-flight bytes = batch
+  bytes × prefetch × workers, ...), recomputed here independently of
+  stallscope.analysis, or a named target (analysis.TARGETS),
 - printed under the report's formatting rules: unit conversions (×100 for
   percentages, ms/s/min/h, KiB/MiB/GiB) and rounding to the printed decimals;
   integers must match exactly unless the value is ≥ 100 (rates and times print
@@ -209,6 +210,10 @@ def _derive(r: dict, pools: Pools) -> None:
         epochs = [length / x for x in rates]
         pools.add("s", *epochs)
         pools.add("s", *[a - b for a in epochs for b in epochs])
+        # an epoch without persistent workers: its loading plus the epoch-boundary gap
+        gap = _num(((r.get("search") or {}).get("persistent_workers") or {}).get("gap_without_s"))
+        if gap is not None:
+            pools.add("s", *[e + gap for e in epochs])
         pools.add("any", *[s / e for s in startups for e in epochs])
         pools.add(
             "any",

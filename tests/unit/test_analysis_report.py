@@ -11,6 +11,8 @@ import pytest
 from stallscope import analysis as an
 from stallscope.analysis.checklist_rules import check_batch_time_consistency, check_data_wait
 from stallscope.analysis.training import profile_verdict
+from stallscope.render.console_table import plain
+from stallscope.render.document_checks import recommendation_parts
 from stallscope.thresholds import INPUT_BOUND_AT
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -221,6 +223,11 @@ def test_one_rule_per_advice_over_the_measurements_only():
         0.5,
     )
     assert rec.values["epoch_s"] == pytest.approx(4.0)
+    # The gain is a share of an epoch with the gap in it, never of the loading alone.
+    assert plain(recommendation_parts(rec)).endswith(
+        "Expected gain: 500 ms per epoch after the first, of a 4.60 s epoch without it "
+        "(4.00 s of loading at this rate, plus the gap)."
+    )
     # With its rounds and confidence recorded: still one recommendation each.
     record["best"].update(speedup=2.5, label="w=2 bs=10 pf=2", rounds=3, confidence=0.9)
     recs = an.recommendations(record)

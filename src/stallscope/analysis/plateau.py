@@ -25,7 +25,7 @@ from typing import Any
 
 from ..record.model import Trial, baseline_of, best_of, trials_of
 from .invariants import ran_label
-from .readers import ok_results
+from .readers import ok_results, steady_config
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,8 @@ class Plateau:
 def _key(config: Any) -> tuple[tuple[str, str], ...]:
     """A config without ``persistent_workers`` (the epoch-boundary step adds it to the pick; it
     does not change a steady-state rate)."""
-    items = config.items() if isinstance(config, dict) else ()
-    return tuple(sorted((str(k), repr(v)) for k, v in items if k != "persistent_workers"))
+    items = steady_config(config if isinstance(config, dict) else None).items()
+    return tuple(sorted((str(k), repr(v)) for k, v in items))
 
 
 def _baseline_config(r: dict[str, Any]) -> Any:

@@ -46,6 +46,7 @@ from .readers import (
     config_label,
     mapping,
     number,
+    steady_config,
 )
 from .recommendation_rules import recommendations
 from .sections import best_configuration, stage_facts, training_facts, tuning_facts
@@ -334,19 +335,15 @@ def _fastest_in_sweep(r: Record, v: RunVerdict, label: Any) -> None:
     sweep = best_result(r)
     if sweep is None or v.config is None:
         return
-    steady = {k: x for k, x in sweep.config.items() if k != "persistent_workers"}
-    mine = {k: x for k, x in v.config.items() if k != "persistent_workers"}
+    steady = steady_config(sweep.config)
+    mine = steady_config(v.config)
     if steady == mine:
         return
     name = label(sweep.config, config_label(sweep.config, sweep.label))
     v.fastest_in_sweep = name
     tuning = tuning_facts(r)
     raced = next(
-        (
-            h
-            for h in (tuning.head_to_head if tuning else [])
-            if {k: x for k, x in h.config.items() if k != "persistent_workers"} == steady
-        ),
+        (h for h in (tuning.head_to_head if tuning else []) if steady_config(h.config) == steady),
         None,
     )
     if v.overruled is not None:

@@ -140,12 +140,8 @@ class EpochRule:
     def rate_of(self, config: Any) -> float | None:
         """A raced config's per-epoch rate (persistent_workers aside: it changes no restart
         the race measured)."""
-        want = _steady_knobs(config)
-        return next((rate for c, rate in self.per_epoch if _steady_knobs(c) == want), None)
-
-
-def _steady_knobs(config: Any) -> dict[str, Any]:
-    return {k: v for k, v in (config or {}).items() if k != "persistent_workers"}
+        want = steady_config(config)
+        return next((rate for c, rate in self.per_epoch if steady_config(c) == want), None)
 
 
 def epoch_rule(section: dict[str, Any]) -> EpochRule | None:

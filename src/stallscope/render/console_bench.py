@@ -8,12 +8,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..analysis.invariants import ran_label
+from ..analysis.readers import steady_config
 from ..analysis.run_verdict import decide
 from ..analysis.sections import delivered_to
 from ..record.model import BatchMs, BenchResult
 from ..record.sections import BenchSection, Scaling
 from .console_table import titled_table
-from .report_format import fmt_fixed
+from .report_format import fmt_fixed, fmt_rate
 
 
 def render_bench(data: dict[str, Any], console: Console) -> None:
@@ -24,13 +25,12 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
     scaling = bench.scaling or Scaling()
     # ★ marks the verdict's config (NOTE [one verdict]) where the sweep measured it.
     chosen = decide(data).config
-    steady = {k: v for k, v in (chosen or {}).items() if k != "persistent_workers"}
+    steady = steady_config(chosen)
     star = next(
         (
             i
             for i, r in enumerate(results)
-            if chosen is not None
-            and {k: v for k, v in r.config.items() if k != "persistent_workers"} == steady
+            if chosen is not None and steady_config(r.config) == steady
         ),
         None,
     )
@@ -73,10 +73,12 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         table.add_row(
             ("★ " if i == star else "⚠ " if copies else "  ")
             + escape(ran_label(data, r.config, r.label)),
-            fmt_fixed(rate.median),
-            f"{fmt_fixed(rate.min)}–{fmt_fixed(rate.max)}",
-            *([fmt_fixed(r.tokens_per_s.median if r.tokens_per_s else None, 0)] if tokens else []),
-            fmt_fixed(r.batches_per_s.median if r.batches_per_s else None),
+            # Rates at three significant figures, as every other surface writes them: a range of
+            # two five-digit rates then fits its column at 140 columns.
+            _rate(rate.median),
+            f"{_rate(rate.min)}–{_rate(rate.max)}",
+            *([_rate(r.tokens_per_s.median if r.tokens_per_s else None)] if tokens else []),
+            _rate(r.batches_per_s.median if r.batches_per_s else None),
             fmt_fixed(r.startup_s, 2),
             fmt_fixed(latency.p50, 2),
             fmt_fixed(latency.p95, 2),
@@ -119,7 +121,7 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         console.print(
             f"Fastest in the sweep: [bold]"
             f"{escape(ran_label(data, best.config, best.label))}[/] at "
-            f"{best.rate:,.1f} samples/s"
+            f"{fmt_rate(best.rate)} samples/s"
             + (f" ({tokens_per_s:,.0f} tokens/s)" if tokens_per_s is not None else "")
             + (f" ({', '.join(how)})" if how else "")
             + "."
@@ -139,3 +141,7 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         if plateau is not None:
             line += f"; throughput plateaus from num_workers={plateau}"
         console.print(line + ".")
+
+
+def _rate(value: float | None) -> str:
+    return "–" if value is None else fmt_rate(value)

@@ -15,6 +15,7 @@ from rich.table import Table
 from ..record import RunRecord
 from ..record.model import Hotspot, Stage, hotspots_of, stages_of
 from ..text import plural
+from .report_format import fmt_bytes
 
 _BAR_WIDTH = 24
 
@@ -48,13 +49,6 @@ def _ms(value: float | None) -> str:
     if value >= 10:
         return f"{value:.1f}"
     return f"{value:.2f}" if value >= 0.1 else f"{value:.3f}"
-
-
-def _bytes(count: int) -> str:
-    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
-    return f"{count} B"
 
 
 class StagesSummary:
@@ -177,9 +171,10 @@ class StagesSummary:
             lines.append(line)
         transfer = data.get("transfer")
         if transfer:
+            payload = int(transfer.get("batch_bytes") or 0)
+            size = f"{fmt_bytes(payload)} of tensors and arrays" if payload else "no array in it"
             lines.append(
-                "Worker→main transfer per batch "
-                f"({_bytes(int(transfer.get('batch_bytes') or 0))}): serialise "
+                f"Worker→main transfer per batch ({size}): serialise "
                 f"{_ms(transfer.get('serialise_ms_per_batch'))} ms, queue "
                 f"{_ms(transfer.get('queue_ms_per_batch'))} ms, deserialise "
                 f"{_ms(transfer.get('deserialise_ms_per_batch'))} ms (plus "
@@ -196,7 +191,7 @@ class StagesSummary:
         storage = data.get("storage")
         if storage:
             lines.append(
-                f"Page cache ({storage['files']} files, {_bytes(int(storage['bytes']))}): warm "
+                f"Page cache ({storage['files']} files, {fmt_bytes(storage['bytes'])}): warm "
                 f"{_ms(storage['warm_ms_per_sample'])} ms, cold "
                 f"{_ms(storage['cold_ms_per_sample'])} ms per sample → fetching from storage "
                 f"{_ms(storage['fetch_ms_per_sample'])} ms ({100 * storage['fetch_share']:.0f}%), "

@@ -127,7 +127,14 @@ def recommendation_parts(rec: Recommendation) -> dm.Text:
             f". Expected gain: {rf.fmt_ratio(x['speedup'])} loader throughput.",
         ]
     if rec.id == "persistent-workers":
-        epoch = f", of a {rf.fmt_seconds(x['epoch_s'])} epoch" if x.get("epoch_s") else ""
+        # An epoch without it is its loading at the pick's rate plus the gap: the gain is a share
+        # of that, never of the loading alone (which the gap can exceed on short epochs).
+        epoch = (
+            f", of a {rf.fmt_seconds(x['epoch_s'] + x['gap_without_s'])} epoch without it "
+            f"({rf.fmt_seconds(x['epoch_s'])} of loading at this rate, plus the gap)"
+            if x.get("epoch_s")
+            else ""
+        )
         return [
             dm.Strong("Set persistent_workers=True"),
             " — at ",
