@@ -116,6 +116,27 @@ def test_errors_other_than_a_death_pass_through():
     assert deaths.kept == []
 
 
+def test_the_resending_thread_sleeps_until_a_death_is_kept():
+    deaths = DeferredDeaths(
+        FakeTorch(RuntimeError(DEATH)), threading.get_ident(), alive=lambda exc: True
+    )
+    deaths.start()
+    try:
+        time.sleep(0.3)
+        # Nothing kept: no timer runs, so nothing wakes it (a thread polling every RETRY_S would
+        # have woken about 15 times by now, however loaded the machine).
+        assert deaths.wakeups == 0
+        deaths(17, sys._getframe())  # kept, not raised: the handler wakes the thread
+        until = time.monotonic() + 30
+        while deaths.wakeups < 3 and time.monotonic() < until:
+            time.sleep(0.01)
+        assert deaths.wakeups >= 3  # awake every RETRY_S while a death is kept
+    finally:
+        deaths.kept = []
+        deaths.stop()
+    assert deaths._resender is not None and not deaths._resender.is_alive()
+
+
 def _exit_soon() -> None:
     time.sleep(0.3)
     raise SystemExit(3)

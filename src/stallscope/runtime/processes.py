@@ -40,9 +40,10 @@ finaliser (run by the garbage collector, at any line of the main thread) wait fo
 machine (main thread in ``Queue._finalize_close``, feeder in ``_feed``). So the commands run
 under :func:`deferred_worker_deaths`: torch's handler still checks the workers at every SIGCHLD,
 but its error is raised only where the main thread waits for a batch inside a queue's ``get``
-(``safe_to_raise``); anywhere else it is kept and the signal sent again shortly after, until the
+(``safe_to_raise``); anywhere else it is kept and the signal sent again every 20 ms, until the
 main thread waits there or the dead worker is reaped (its iterator shut down, which handles the
-death itself).
+death itself). The thread that sends it sleeps while no death is kept: the handler wakes it
+through a pipe.
 
 One more way reaches the terminal without passing through our code: torch hands some of a
 worker's tensors over as file descriptors, served by ``multiprocessing``'s resource-sharer
@@ -59,6 +60,7 @@ import multiprocessing
 import os
 import pickle
 import re
+import select
 import signal
 import sys
 import threading
@@ -421,7 +423,9 @@ class DeferredDeaths:
     """A SIGCHLD handler around torch's: a worker-death error torch raises is re-raised only where
     ``safe_to_raise``, else kept and offered again every ``RETRY_S`` by signalling the main thread
     (NOTE [worker death]). No locks: it may run nested in itself or in any code of the main
-    thread."""
+    thread. So it wakes its resending thread with a byte written to a pipe (``os.write`` takes no
+    Python lock), and only when it keeps a death: the rest of the time that thread sleeps in
+    ``poll`` and costs the process being measured nothing."""
 
     def __init__(
         self,
@@ -437,7 +441,9 @@ class DeferredDeaths:
         self.alive = alive
         self.kept: list[tuple[BaseException, float]] = []
         self.raised = 0
-        self._stop = threading.Event()
+        self.wakeups = 0  # times the resending thread woke (a test reads it)
+        self._stopping = False
+        self._wake: tuple[int, int] | None = None
         self._resender: threading.Thread | None = None
 
     def __call__(self, signum: int, frame: Any) -> None:
@@ -447,6 +453,7 @@ class DeferredDeaths:
             if not is_worker_death(exc):
                 raise
             self.kept.append((exc, self.clock()))
+            self._wake_resender()
         if not self.kept:
             return
         now = self.clock()
@@ -458,19 +465,41 @@ class DeferredDeaths:
 
     def start(self) -> None:
         """The thread that offers kept errors again (started here, never inside the handler)."""
+        read, write = os.pipe()
+        for end in (read, write):
+            os.set_blocking(end, False)
+        self._wake = (read, write)
         self._resender = threading.Thread(
-            target=self._resend, name="stallscope-worker-deaths", daemon=True
+            target=self._resend, args=(read,), name="stallscope-worker-deaths", daemon=True
         )
         self._resender.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping = True
+        self._wake_resender()
         if self._resender is not None:
             self._resender.join(timeout=1.0)
+        if self._wake is not None and (self._resender is None or not self._resender.is_alive()):
+            for end in self._wake:
+                os.close(end)
+            self._wake = None
 
-    def _resend(self) -> None:
-        while not self._stop.wait(RETRY_S):
-            if self.kept:
+    def _wake_resender(self) -> None:
+        if self._wake is not None:
+            with contextlib.suppress(OSError):  # the pipe is full: it is awake already
+                os.write(self._wake[1], b"\0")
+
+    def _resend(self, wake: int) -> None:
+        poller = select.poll()  # not select(): no limit on the descriptor's number
+        poller.register(wake, select.POLLIN)
+        while not self._stopping:
+            # Asleep until the handler keeps a death; then awake every RETRY_S while one is kept.
+            ready = poller.poll(RETRY_S * 1000 if self.kept else None)
+            self.wakeups += 1
+            if ready:
+                with contextlib.suppress(OSError):
+                    os.read(wake, 4096)
+            if self.kept and not self._stopping:
                 with contextlib.suppress(Exception):
                     signal.pthread_kill(self.main_thread, signal.SIGCHLD)
 
