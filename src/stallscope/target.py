@@ -83,7 +83,7 @@ class Pipeline:
     def has_dataset(self) -> bool:
         """Whether per-sample probes (check, stages, the in-process profile) can fetch from a
         dataset."""
-        return self.dataset is not None
+        return self.dataset is not None and self.kind.fetches_by_index
 
     @property
     def is_iterable(self) -> bool:
@@ -100,9 +100,12 @@ class Pipeline:
         """Batches in one epoch of the user's loader: its batch sampler's length where that
         decides the batches, else the dataset's length in batches (the last one short unless
         ``drop_last``); None where either is unsized."""
-        if self.batch_sampler is not None:
+        own = self.batch_sampler
+        if own is None and self.baseline.batches_itself and not self.is_iterable:
+            own = self.sampler  # automatic batching off: each of its items is a batch
+        if own is not None:
             try:
-                return len(self.batch_sampler)
+                return len(own)
             except TypeError:
                 return None
         length = self.length()
@@ -226,6 +229,7 @@ def _adopt_factory(
         knobs=knobs,
         limits=dict(pipeline.kind.limits),
         counts_indices=False,
+        fetches_by_index=pipeline.kind.fetches_by_index,
         factory=factory,
         parameters=parameters,
         baseline=baseline,
@@ -342,6 +346,10 @@ def _copy_knobs(loader: DataLoader[Any]) -> tuple[str, ...]:
     knobs = [k for k in DATALOADER_KNOBS if k not in ("batched_fetch",)]
     if isinstance(loader.dataset, IterableDataset):
         knobs.remove("worker_threads")  # fetch threads take a batch of indices: a stream has none
+    elif loader.batch_size is None and loader.batch_sampler is None:
+        # Its sampler decides what a batch is, and each fetch is one call: no batch size to set,
+        # no batch of indices for fetch threads to share.
+        knobs = [k for k in knobs if k not in ("batch_size", "worker_threads")]
     if "snapshot_every_n_steps" in vars(loader):
         knobs.append("snapshot_every_n_steps")
     try:
@@ -532,7 +540,30 @@ def _from_loader(loader: DataLoader[Any], label: str, modules: tuple[str, ...] =
         sampler if batch_sampler is None and type(sampler) is not SequentialSampler else None
     )
     kind = parts_kind("dataloader")
-    if type(loader) is not DataLoader and holds_iterator:
+    unbatched = (
+        loader.batch_size is None
+        and loader.batch_sampler is None
+        and not isinstance(dataset, IterableDataset)
+    )
+    if type(loader) is DataLoader and unbatched and not holds_iterator:
+        # Automatic batching off over a map-style dataset: what its sampler yields (a list of
+        # indices, a CutSet) is what ``__getitem__`` makes a whole batch of. A loader rebuilt from
+        # the parts would fetch one integer index per sample and collate those, other batches than
+        # the user's: trials are copies of the loader itself (NOTE [loader kinds]).
+        what = (
+            "a torch DataLoader without automatic batching (batch_size=None: its sampler yields "
+            "what __getitem__ makes a batch of)"
+        )
+        kind = CopiedLoaderKind(
+            "unbatched-dataloader",
+            what,
+            _copy_knobs(loader),
+            limits=dataset_limits(what),
+            counts_indices=False,
+            fetches_by_index=False,
+            loader=loader,
+        )
+    elif type(loader) is not DataLoader and holds_iterator:
         # Its iterator was started by the class itself and is shared by any copy: trials are
         # DataLoaders over its parts (sampler, collate, worker_init_fn), said so.
         kind = replace(

@@ -79,6 +79,7 @@ def tuned(tmp_path_factory) -> Callable[[str], tuple[subprocess.CompletedProcess
         ("threaded_stream", "factory"),
         ("sharded_text", "dataloader-subclass"),
         ("stateful_text", "dataloader-subclass"),
+        ("sampled_batches", "factory"),
     ],
 )
 def test_tune_prints_only_code_that_runs(factory, kind, tuned):
@@ -163,6 +164,41 @@ def test_doctor_on_a_graph_checks_it_and_breaks_it_down(tmp_path):
     assert record["best"]["samples_per_s"] > 0
     assert record["coverage"]["mode"] == "pipeline"  # checked as it runs
     assert any("ParallelMapper" in row["name"] for row in record["stages"])
+
+
+def test_a_loader_whose_sampler_yields_batches_is_measured_in_its_own_samples(tmp_path):
+    # Automatic batching off (batch_size=None): __getitem__ takes the sampler's lists and refuses
+    # an integer. Trials are copies of the loader; its batches of 16 count 16 samples each; the
+    # per-index checks say why they did not run instead of fetching dataset[0].
+    out = tmp_path / "bench.json"
+    done = run_cli(
+        "bench",
+        f"{KINDS}:sampled_batches",
+        "--num-workers",
+        "0,2",
+        "--repeats",
+        "1",
+        "--window",
+        "0.4",
+        "--json",
+        str(out),
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    record = json.loads(out.read_text())
+    assert record["dataset"]["kind"]["name"] == "factory"
+    assert "batch_size" not in record["dataset"]["kind"]["knobs"]
+    assert record["dataset"]["batch"].startswith("{frames: Tensor[16,20,8]")
+    for row in record["results"]:
+        per_batch = row["samples_per_s"]["median"] / row["batches_per_s"]["median"]
+        assert 15.0 < per_batch <= 16.0  # 30 batches of 16 an epoch, none short
+    checked = tmp_path / "check.json"
+    done = run_cli("check", f"{KINDS}:sampled_batches", "--budget", "10", "--json", str(checked))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    record = json.loads(checked.read_text())
+    assert not [f for f in record["findings"] if f["code"] == "getitem-error"]
+    not_checked = record["coverage"]["not_checked"]
+    reasons = {code: n["reason"] for n in not_checked for code in n["codes"]}
+    assert "__getitem__ takes instead" in reasons["duplicate-rng"]
 
 
 def test_token_batches_report_tokens_per_second(tmp_path):

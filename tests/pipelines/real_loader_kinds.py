@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 IMAGES = 48
 SIDE = 96
@@ -170,6 +170,28 @@ def pad_tokens(items: list[list[int]]) -> TokenBatch:
 
 def mapping_batches() -> DataLoader:
     return DataLoader(Sentences(), batch_size=16, collate_fn=pad_tokens)
+
+
+class Recordings(Dataset):
+    """Automatic batching off, as speech toolkits' datasets are (a bucketing sampler yields a set of
+    cuts): ``__getitem__`` takes what the sampler yields, here a list of indices, and returns the
+    whole batch; an integer index is refused, as such datasets refuse it."""
+
+    def __init__(self, size: int = 480) -> None:
+        self.features = torch.randn(size, 20, 8)
+
+    def __getitem__(self, picked: list[int]) -> dict[str, torch.Tensor]:
+        if not isinstance(picked, list):
+            raise TypeError(f"Recordings takes a list of indices from its sampler, not {picked!r}")
+        frames = self.features[picked]
+        for _ in range(4):
+            frames = torch.tanh(frames * 1.01)
+        return {"frames": frames, "ids": torch.tensor(picked)}
+
+
+def sampled_batches(num_workers: int = 0) -> DataLoader:
+    sampler = BatchSampler(RandomSampler(range(480)), batch_size=16, drop_last=False)
+    return DataLoader(Recordings(), sampler=sampler, batch_size=None, num_workers=num_workers)
 
 
 class BatchStream:

@@ -65,3 +65,27 @@ def test_a_factory_product_without_a_batch_size_keeps_what_it_holds():
     # A DataLoader that says its batch size.
     loader = DataLoader(Batches(), batch_size=4)
     assert not factory_baseline(parameters, loader, config_from_loader(loader)).batches_itself
+
+
+def test_a_loader_whose_sampler_yields_batches_is_copied_not_rebuilt_from_its_parts():
+    from real_loader_kinds import Recordings, sampled_batches
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    from stallscope.pipeline.preflight import preflight
+    from stallscope.target import load_target
+
+    sampler = BatchSampler(SequentialSampler(range(480)), batch_size=16, drop_last=False)
+    pipeline = load_target(DataLoader(Recordings(), sampler=sampler, batch_size=None))
+    # Rebuilt from its parts it would fetch dataset[0], dataset[1], ... and collate them.
+    assert pipeline.kind.name == "unbatched-dataloader" and not pipeline.kind.rebuilds_from_parts
+    assert not pipeline.has_dataset  # no per-index probe fetches dataset[i]
+    assert "batch_size" not in pipeline.kind.knobs and "worker_threads" not in pipeline.kind.knobs
+    assert pipeline.batches_per_epoch() == 30  # its sampler's lists, not len(dataset) batches of 1
+    pre = preflight(pipeline)  # the loader's own first batch: Recordings refuses an integer index
+    assert pre.batch_structure.startswith("{frames: Tensor[16,20,8]")
+    # Built by a factory whose knob it is, the same holds: trials call the factory.
+    factory = load_target(sampled_batches)
+    assert factory.kind.name == "factory" and not factory.has_dataset
+    # Automatic batching on: rebuilt from the parts as before.
+    batched = load_target(DataLoader(Batches(), batch_size=2))
+    assert batched.kind.rebuilds_from_parts and batched.has_dataset

@@ -346,6 +346,15 @@ def _ms(ms: float) -> str:
     return f"{ms:.2f} ms" if ms >= 0.1 else f"{ms:.2g} ms"
 
 
+def _batch(size: Any) -> str:
+    """A batch's samples: a whole number as it is, a mean over batches of several sizes to one
+    decimal ("31.7 on average")."""
+    size = number(size)
+    if not size:
+        return "?"
+    return f"{size:.0f}" if float(size).is_integer() else f"{size:.1f} on average"
+
+
 def ceiling_sentence(c: dict[str, Any]) -> str:
     """ "The pick reaches 94% of this machine's ceiling of 800 samples/s (...): more workers cannot
     help; ..."."""
@@ -354,14 +363,14 @@ def ceiling_sentence(c: dict[str, Any]) -> str:
     if c.get("basis") == "main-process" and main is not None:
         how = (
             f"what the main process can receive: {main:.2f} ms of CPU per batch of "
-            f"{c.get('batch_size') or '?'}"
+            f"{_batch(c.get('batch_size'))}"
         )
     elif c.get("basis") == "one-process":
         how = f"one process making every sample itself at {_ms(c['cpu_ms_per_sample'])} of CPU each"
         if main is not None:
             how += (
                 f", faster than it can receive them from workers ({main:.2f} ms of CPU per batch "
-                f"of {c.get('batch_size') or '?'})"
+                f"of {_batch(c.get('batch_size'))})"
             )
     else:
         cores = c.get("usable_cores")

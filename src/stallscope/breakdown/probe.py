@@ -78,7 +78,7 @@ def stages(
         if isinstance(target, Pipeline)
         else load_target(target, batch_size=batch_size, collate=collate)
     )
-    if pipeline.dataset is None:
+    if not pipeline.has_dataset:
         # A graph or pool pipeline: its own stages, timed where they run (NOTE [declared stages]).
         from .declared import declared_stages
 

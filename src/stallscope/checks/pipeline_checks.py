@@ -20,7 +20,9 @@ check's budget.
   stack of the thread that waits for it says where.
 * getitem-error: an exception the pipeline raises while iterating.
 
-The rest cannot run on such a pipeline and say why (``NOT_RUN``).
+The rest cannot run on such a pipeline and say why (``NOT_RUN``). A DataLoader with automatic
+batching off (its sampler yields what ``__getitem__`` takes, not integer indices) is checked the
+same way, and says that is why (``NOT_BY_INDEX``).
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ NOT_RUN: dict[str, str] = {
     "shm-too-small": "the pipeline does not pass batches through a DataLoader's shared memory",
     "oversubscription": "it is read from DataLoader workers' thread settings",
 }
+# A DataLoader whose sampler yields what ``__getitem__`` takes (automatic batching off) is checked
+# as it runs too: its per-index probes fetch ``dataset[i]`` for integer ``i``, which it never does.
+NOT_BY_INDEX = (
+    "its probes fetch dataset[i] for integer indices, and this loader's sampler yields what "
+    "__getitem__ takes instead (batch_size=None)"
+)
 
 
 def tree_memory_mb() -> dict[str, Any]:
@@ -211,6 +219,10 @@ def check_pipeline(
         for code, why in NOT_RUN.items()
         if code in codes
     ]
+    if not getattr(pipeline.kind, "fetches_by_index", True) and not_checked:
+        # One reason for all of them: said once.
+        codes_not_run = [code for entry in not_checked for code in entry["codes"]]
+        not_checked = [{"probe": "pipeline", "codes": codes_not_run, "reason": NOT_BY_INDEX}]
     if "memory-growth" in run and len(series) < 3:
         not_checked.append(
             {

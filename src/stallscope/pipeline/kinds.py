@@ -111,6 +111,9 @@ class LoaderKind:
         default_factory=dict
     )  # operation -> why it cannot run on this kind
     counts_indices: bool = True  # samples per batch come from the sampler's index lists
+    # Per-sample probes (check, stages, the in-process profile) may fetch ``dataset[i]`` for an
+    # integer ``i``: not where the loader's sampler yields what ``__getitem__`` takes instead.
+    fetches_by_index: bool = True
     choices: dict[str, tuple[Any, ...]] = field(
         default_factory=dict
     )  # values to try for the kind's own knobs

@@ -58,7 +58,7 @@ import numpy as np
 
 from ..config import LoaderConfig
 from ..errors import PipelineError, describe_exception, worker_traceback_tail
-from ..pipeline.kinds import close_trial
+from ..pipeline.kinds import CopiedLoaderKind, close_trial
 from ..pipeline.loaders import (
     CyclingBatches,
     EpochCycle,
@@ -595,7 +595,11 @@ def _cycles_itself(pipeline: Pipeline) -> bool:
         return True
     if kind.rebuilds_from_parts:
         return False
-    return not (kind.name == "dataloader-subclass")
+    if isinstance(kind, CopiedLoaderKind):
+        # A copy's batch sampler is cycled in place (``_kind_trial``); without one (automatic
+        # batching off) the copy is iterated epoch after epoch.
+        return kind.loader.batch_sampler is None
+    return True
 
 
 def delivery_step(config: LoaderConfig, device: Any = None) -> Callable[[Any], Any] | None:
