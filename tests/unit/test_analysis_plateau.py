@@ -51,6 +51,19 @@ def test_configs_within_the_runs_own_spread_are_named_fastest_first():
     ]
 
 
+def test_a_config_never_raced_and_faster_beyond_the_noise_is_named_apart():
+    # w=4 measured once at 140 (a scan's short window): 133% of the winner, beyond the 10% band.
+    record = _record([(2, 100), (2, 105), (2, 110), (8, 90), (8, 100), (4, 140), (3, 99)])
+    found = plateau(record)
+    assert found is not None
+    assert ("w=4 bs=32 pf=2", round(140 / 105, 4)) in found.beyond
+    assert "w=4 bs=32 pf=2" not in [label for label, _, _ in found.configs]
+    verdict = decide(record)
+    assert verdict.to_dict()["faster_not_raced"] == [
+        {"label": "w=4 bs=32 pf=2", "ratio": round(140 / 105, 4)}
+    ]
+
+
 def test_a_raced_config_beaten_beyond_the_noise_and_the_users_own_are_not_named():
     trials = [(2, 100), (2, 105), (2, 110), (8, 70), (8, 72), (0, 99)]
     found = plateau(_record(trials, raced=((2, 105.0), (8, 71.0)), baseline=0))

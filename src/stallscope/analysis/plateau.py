@@ -12,7 +12,10 @@ raced and found slower by less than that noise (the race's medians); in ``doctor
 sweep measured and the tuner did not is compared by the sweep's median (two commands on the same
 target otherwise disagreed without either saying so: ``doctor``'s tuner never measured the sweep's
 ``w=2`` that ``tune`` then picked). Another run may pick any of them, and that is no
-contradiction. The user's own config is left to the keep-yours rule and a
+contradiction. A config never raced whose rate lies beyond that noise above the winner's (a scan's
+one short window that the tuner set aside as too noisy to tell apart) is not within the noise: it
+is named apart, as measured faster and never raced. The user's own config is left to the
+keep-yours rule and a
 tie to the race's tie sentence. Where the rate per epoch decided the pick, the scan's
 steady-state rates do not compare with it and nothing is named.
 """
@@ -20,7 +23,7 @@ steady-state rates do not compare with it and nothing is named.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..record.model import Trial, baseline_of, best_of, trials_of
@@ -35,6 +38,9 @@ class Plateau:
 
     band: float
     configs: list[tuple[str, float, bool]]
+    # Configs never raced whose rate outside the race lies beyond the noise above the winner's
+    # (a scan's short window the tuner set aside): not "within the noise", said apart.
+    beyond: list[tuple[str, float]] = field(default_factory=list)
 
 
 def _key(config: Any) -> tuple[tuple[str, str], ...]:
@@ -98,6 +104,9 @@ def plateau(r: dict[str, Any]) -> Plateau | None:
             seen.add(key)
     near.sort(key=lambda item: -item[0])
     configs = [
-        (label, round(ratio, 4), was_raced) for ratio, label, was_raced in near if ratio >= 1 - band
+        (label, round(ratio, 4), was_raced)
+        for ratio, label, was_raced in near
+        if 1 - band <= ratio <= 1 + band
     ]
-    return Plateau(round(band, 4), configs)
+    beyond = [(label, round(ratio, 4)) for ratio, label, was_raced in near if ratio > 1 + band]
+    return Plateau(round(band, 4), configs, beyond)

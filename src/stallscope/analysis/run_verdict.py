@@ -82,6 +82,8 @@ class RunVerdict:
     # the winner's, whether it raced; and that noise (a fraction).
     within_noise: list[tuple[str, float, bool]] = field(default_factory=list)
     noise_band: float | None = None
+    # Never raced, measured faster than the winner beyond that noise: each label and rate ratio.
+    faster_not_raced: list[tuple[str, float]] = field(default_factory=list)
     best_found: str | None = None  # keep-yours: the fastest config found, within the noise
     best_found_samples_per_s: float | None = None
     within_pct: float | None = None
@@ -137,6 +139,10 @@ class RunVerdict:
                     for label, ratio, raced in self.within_noise
                 ],
             },
+            "faster_not_raced": [
+                {"label": label, "ratio": ratio} for label, ratio in self.faster_not_raced
+            ]
+            or None,
             "fastest_in_sweep": self.fastest_in_sweep,
             "bound": self.bound,
             "ceiling": self._nested("ceiling", "samples_per_s", "share", "basis", present="share"),
@@ -224,7 +230,8 @@ def _winner(r: Record) -> RunVerdict:
             near = plateau(r) if rule is None else None  # per epoch: not comparable
             if near is not None:  # a tie has its own sentence
                 v.within_noise = [c for c in near.configs if c[0] != v.tied_with]
-                v.noise_band = near.band if v.within_noise else None
+                v.faster_not_raced = list(near.beyond)
+                v.noise_band = near.band if v.within_noise or v.faster_not_raced else None
         if rule is not None:
             _per_epoch(v, rule, best, found.config if best.keep_baseline else None)
     else:

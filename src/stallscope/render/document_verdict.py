@@ -141,6 +141,15 @@ def _how_sure(v: RunVerdict, r: dict[str, Any]) -> dm.Text | None:
             ]
         more = len(v.within_noise) - SHOWN
         parts.append((f" and {plural(more, 'other')}" if more > 0 else "") + ".")
+    if v.faster_not_raced and v.noise_band is not None:
+        parts.append(
+            " Measured faster than it outside the race, by more than this run's noise "
+            f"({rf.fmt_fraction(v.noise_band)}), and never raced against it, so another run may "
+            "pick it: "
+        )
+        for i, (label, ratio) in enumerate(v.faster_not_raced[:SHOWN]):
+            parts += [", " if i else "", dm.config_code(label), f" ({rf.fmt_fraction(ratio)})"]
+        parts.append(".")
     return parts
 
 
