@@ -166,25 +166,21 @@ def test_doctor_on_a_graph_checks_it_and_breaks_it_down(tmp_path):
     assert any("ParallelMapper" in row["name"] for row in record["stages"])
 
 
+def _bench(tmp_path: Path, factory: str, workers: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """``bench`` of a factory in KINDS over ``workers``, one short pass each; the run and its
+    record."""
+    out = tmp_path / "bench.json"
+    options = ("--num-workers", workers, "--repeats", "1", "--window", "0.4", "--json", str(out))
+    done = run_cli("bench", f"{KINDS}:{factory}", *options)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done, json.loads(out.read_text())
+
+
 def test_a_loader_whose_sampler_yields_batches_is_measured_in_its_own_samples(tmp_path):
     # Automatic batching off (batch_size=None): __getitem__ takes the sampler's lists and refuses
     # an integer. Trials are copies of the loader; its batches of 16 count 16 samples each; the
     # per-index checks say why they did not run instead of fetching dataset[0].
-    out = tmp_path / "bench.json"
-    done = run_cli(
-        "bench",
-        f"{KINDS}:sampled_batches",
-        "--num-workers",
-        "0,2",
-        "--repeats",
-        "1",
-        "--window",
-        "0.4",
-        "--json",
-        str(out),
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    record = json.loads(out.read_text())
+    done, record = _bench(tmp_path, "sampled_batches", "0,2")
     assert record["dataset"]["kind"]["name"] == "factory"
     assert "batch_size" not in record["dataset"]["kind"]["knobs"]
     assert record["dataset"]["batch"].startswith("{frames: Tensor[16,20,8]")
@@ -202,21 +198,8 @@ def test_a_loader_whose_sampler_yields_batches_is_measured_in_its_own_samples(tm
 
 
 def test_token_batches_report_tokens_per_second(tmp_path):
-    out = tmp_path / "bench.json"
-    done = run_cli(
-        "bench",
-        f"{KINDS}:mapping_batches",
-        "--num-workers",
-        "0",
-        "--repeats",
-        "1",
-        "--window",
-        "0.4",
-        "--json",
-        str(out),
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    row = json.loads(out.read_text())["results"][0]
+    done, record = _bench(tmp_path, "mapping_batches", "0")
+    row = record["results"][0]
     # a UserDict batch of padded token ids with an attention mask: tokens counted, padding not
     assert 0 < row["tokens_per_s"]["median"]
     assert "tokens/s" in done.stdout
