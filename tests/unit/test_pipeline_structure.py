@@ -103,6 +103,8 @@ def test_to_device_keeps_each_container_type_and_uses_a_batch_class_own_to():
     assert isinstance(graph, GraphBatch) and graph._store["x"].is_meta
     assert to_device(Tokens(ids), "meta").ids.is_meta  # a ``to`` without non_blocking
     assert not ids.is_meta  # the host batch is untouched
+    moved = to_device({1: torch.zeros(1), "1": torch.ones(1)}, "meta")
+    assert set(moved) == {1, "1"} and moved[1].is_meta  # keys as they were, none merged
 
 
 def test_batch_length_finds_the_samples_in_any_container():

@@ -86,23 +86,24 @@ def to_device(obj: Any, device: Any, *, non_blocking: bool = False) -> Any:
             return move(device, non_blocking=non_blocking)
         except TypeError:  # a ``to`` without that keyword
             return move(device)
-    moved = {key: to_device(value, device, non_blocking=non_blocking) for key, value in parts}
-    return _rebuilt(obj, moved)
+    return _rebuilt(
+        obj, [to_device(value, device, non_blocking=non_blocking) for _, value in parts]
+    )
 
 
-def _rebuilt(obj: Any, values: dict[str, Any]) -> Any:
-    """A container of ``obj``'s type holding ``values`` (keyed as :func:`children` keys them);
+def _rebuilt(obj: Any, items: list[Any]) -> Any:
+    """A container of ``obj``'s type holding ``items``, in the order :func:`children` walks it;
     a dict or list where its type cannot be built from them."""
     if isinstance(obj, Mapping):
-        rebuilt = dict(zip(obj.keys(), values.values()))
+        rebuilt = dict(zip(obj.keys(), items))  # its own keys, not children's strings of them
         with contextlib.suppress(Exception):
             return type(obj)(rebuilt)  # type: ignore[call-arg]  # dict-like: UserDict, BatchEncoding
         return rebuilt
     if dataclasses.is_dataclass(obj):
+        values = {f.name: item for f, item in zip(dataclasses.fields(obj), items)}
         with contextlib.suppress(Exception):
             return dataclasses.replace(obj, **values)  # type: ignore[type-var]
         return values
-    items = list(values.values())
     if _is_namedtuple(obj):
         return type(obj)(*items)
     if isinstance(obj, tuple):
