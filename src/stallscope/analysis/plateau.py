@@ -15,9 +15,8 @@ target otherwise disagreed without either saying so: ``doctor``'s tuner never me
 contradiction. A config never raced whose rate lies beyond that noise above the winner's (a scan's
 one short window that the tuner set aside as too noisy to tell apart) is not within the noise: it
 is named apart, as measured faster and never raced. The user's own config is left to the
-keep-yours rule and a
-tie to the race's tie sentence. Where the rate per epoch decided the pick, the scan's
-steady-state rates do not compare with it and nothing is named.
+keep-yours rule and a tie to the race's tie sentence. Where the rate per epoch decided the pick,
+the scan's steady-state rates do not compare with it and nothing is named.
 """
 
 from __future__ import annotations
@@ -106,7 +105,11 @@ def plateau(r: dict[str, Any]) -> Plateau | None:
     configs = [
         (label, round(ratio, 4), was_raced)
         for ratio, label, was_raced in near
-        if 1 - band <= ratio <= 1 + band
+        if ratio >= 1 - band and (was_raced or ratio <= 1 + band)
     ]
-    beyond = [(label, round(ratio, 4)) for ratio, label, was_raced in near if ratio > 1 + band]
+    beyond = [
+        (label, round(ratio, 4))
+        for ratio, label, was_raced in near
+        if not was_raced and ratio > 1 + band
+    ]
     return Plateau(round(band, 4), configs, beyond)

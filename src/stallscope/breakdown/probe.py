@@ -79,7 +79,8 @@ def stages(
         else load_target(target, batch_size=batch_size, collate=collate)
     )
     if not pipeline.has_dataset:
-        # A graph or pool pipeline: its own stages, timed where they run (NOTE [declared stages]).
+        # A graph or pool pipeline, or a DataLoader whose sampler yields what __getitem__ takes:
+        # its own stages, timed where they run (NOTE [declared stages]).
         from .declared import declared_stages
 
         return declared_stages(pipeline, max_seconds=max_seconds, progress=progress)

@@ -214,15 +214,15 @@ def check_pipeline(
     result.findings = sort_findings(findings)
     result.probes = {"tree_memory": probe}
     last = series[-1] if series else {}
-    not_checked = [
-        {"probe": "pipeline", "codes": [code], "reason": why}
-        for code, why in NOT_RUN.items()
-        if code in codes
-    ]
-    if not getattr(pipeline.kind, "fetches_by_index", True) and not_checked:
-        # One reason for all of them: said once.
-        codes_not_run = [code for entry in not_checked for code in entry["codes"]]
-        not_checked = [{"probe": "pipeline", "codes": codes_not_run, "reason": NOT_BY_INDEX}]
+    not_run = [code for code in NOT_RUN if code in codes]
+    if pipeline.kind.fetches_by_index:
+        not_checked = [
+            {"probe": "pipeline", "codes": [code], "reason": NOT_RUN[code]} for code in not_run
+        ]
+    else:  # one reason for all of them, said once
+        not_checked = (
+            [{"probe": "pipeline", "codes": not_run, "reason": NOT_BY_INDEX}] if not_run else []
+        )
     if "memory-growth" in run and len(series) < 3:
         not_checked.append(
             {

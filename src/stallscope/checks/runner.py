@@ -116,7 +116,7 @@ def check(
         if isinstance(target, Pipeline)
         else load_target(target, batch_size=batch_size, collate=collate)
     )
-    if not pipeline.has_dataset:  # a graph or pool pipeline: NOTE [pipeline checks]
+    if not pipeline.has_dataset:  # a graph, a pool, no batching: NOTE [pipeline checks]
         from .pipeline_checks import check_pipeline
 
         return check_pipeline(
