@@ -14,7 +14,7 @@ from ..analysis.sections import delivered_to
 from ..record.model import BatchMs, BenchResult
 from ..record.sections import BenchSection, Scaling
 from .console_table import titled_table
-from .report_format import fmt_fixed, fmt_rate
+from .report_format import fmt_fixed, fmt_rate, fmt_rate_cell
 
 
 def render_bench(data: dict[str, Any], console: Console) -> None:
@@ -73,12 +73,12 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         table.add_row(
             ("★ " if i == star else "⚠ " if copies else "  ")
             + escape(ran_label(data, r.config, r.label)),
-            # Rates at three significant figures, as every other surface writes them: a range of
-            # two five-digit rates then fits its column at 140 columns.
-            _rate(rate.median),
-            f"{_rate(rate.min)}–{_rate(rate.max)}",
-            *([_rate(r.tokens_per_s.median if r.tokens_per_s else None)] if tokens else []),
-            _rate(r.batches_per_s.median if r.batches_per_s else None),
+            # Rates at three significant figures, as the verdict and the documents write them: a
+            # range of two five-digit rates then fits its column at 140 columns.
+            fmt_rate_cell(rate.median),
+            f"{fmt_rate_cell(rate.min)}–{fmt_rate_cell(rate.max)}",
+            *([fmt_rate_cell(r.tokens_per_s.median if r.tokens_per_s else None)] if tokens else []),
+            fmt_rate_cell(r.batches_per_s.median if r.batches_per_s else None),
             fmt_fixed(r.startup_s, 2),
             fmt_fixed(latency.p50, 2),
             fmt_fixed(latency.p95, 2),
@@ -141,7 +141,3 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         if plateau is not None:
             line += f"; throughput plateaus from num_workers={plateau}"
         console.print(line + ".")
-
-
-def _rate(value: float | None) -> str:
-    return "–" if value is None else fmt_rate(value)

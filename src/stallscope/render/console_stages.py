@@ -78,10 +78,12 @@ class StagesSummary:
         where = "in the main process" if workers == 0 else f"in {plural(workers, 'worker')}"
         method = f" ({run['start_method']})" if run.get("start_method") and workers else ""
         device = f", copies to {run['device']}" if run.get("device") else ""
+        samples, batches, size = run.get("samples", 0), run.get("batches", 0), run.get("batch_size")
+        if isinstance(size, int) and samples < batches * size:
+            size = f"up to {size}"  # an epoch's last batch is short
         return (
-            f"[bold]Stage breakdown[/] of {data.get('target', '?')}: {run.get('samples', 0)} "
-            f"samples ({run.get('batches', 0)} batches of {run.get('batch_size', '?')}) measured "
-            f"{where}{method}{device}"
+            f"[bold]Stage breakdown[/] of {data.get('target', '?')}: {samples} "
+            f"samples ({batches} batches of {size or '?'}) measured {where}{method}{device}"
         )
 
     @staticmethod

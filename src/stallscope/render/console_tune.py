@@ -17,7 +17,7 @@ from ..analysis.tune_rules import TIE_SENTENCE, epoch_rule, tie_pct
 from ..record.model import Best, ConfigRate, HeadToHead, Trial
 from ..record.sections import TuneSection
 from .console_table import titled_table
-from .report_format import fmt_fixed
+from .report_format import fmt_fixed, fmt_rate_cell, fmt_role
 
 
 def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -> None:
@@ -49,7 +49,7 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
         table.add_row(
             mark + escape(row["label"]),
             ", ".join(row["phases"]),
-            fmt_fixed(row["rate"]) if row["error"] is None else "[red]failed[/]",
+            fmt_rate_cell(row["rate"]) if row["error"] is None else "[red]failed[/]",
             str(len(row["rates"]) or 1),
             rel,
             fmt_fixed(row["startup_s"], 2),
@@ -109,13 +109,13 @@ def _render_head_to_head(
     for row in rows:
         cells = [
             escape(ran_label(data, row.config, row.label)),
-            row.role or "–",
-            fmt_fixed(row.samples_per_s),
+            fmt_role(row.role),
+            fmt_rate_cell(row.samples_per_s),
             str(row.rounds or "–"),
         ]
         if rule is not None:
             per_epoch = rule.rate_of(row.config)
-            cells.insert(3, "–" if per_epoch is None else fmt_fixed(per_epoch))
+            cells.insert(3, fmt_rate_cell(per_epoch))
         table.add_row(*cells)
     console.print(table)
 

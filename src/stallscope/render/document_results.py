@@ -198,7 +198,12 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
         )
     if tuning.head_to_head:
         rows: list[list[dm.Cell]] = [
-            [dm.Code(h.label), h.role, rf.fmt_rate(h.samples_per_s), rf.fmt_count(h.rounds)]
+            [
+                dm.Code(h.label),
+                rf.fmt_role(h.role),
+                rf.fmt_rate(h.samples_per_s),
+                rf.fmt_count(h.rounds),
+            ]
             for h in tuning.head_to_head
         ]
         blocks.append(

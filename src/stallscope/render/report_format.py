@@ -37,6 +37,18 @@ def fmt_fixed(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
 
 
+def fmt_role(role: str | None) -> str:
+    """Why a config raced, in the race table: the record's role, except that the sweep's fastest
+    row is never called "best" (the verdict names the one config to use)."""
+    return {"sweep-best": "fastest in the sweep"}.get(role or "", role or "–")
+
+
+def fmt_rate_cell(value: float | None) -> str:
+    """Console tables: a rate at three significant figures (as :func:`fmt_rate`), an en dash where
+    nothing was measured."""
+    return "–" if value is None else _scaled(value)
+
+
 def fmt_rate(value: float | None) -> str:
     """samples/s or batches/s."""
     return DASH if value is None else _scaled(value)
