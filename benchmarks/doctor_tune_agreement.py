@@ -98,6 +98,12 @@ def run(command: str, target: str, timeout: float) -> dict[str, Any]:
         # the configs this verdict names within the noise of its pick: a tie in the race, or
         # unraced configs within this run's own spread (NOTE [plateau])
         "near": near(analysis),
+        # every config the run measured (the sweep's and the tuner's), to tell a pick the other
+        # command never measured from one it measured and did not name
+        "measured": sorted(
+            {plain(r.get("label")) for r in [*record.get("results", []), *record.get("trials", [])]}
+            - {""}
+        ),
         "hedged": hedged(analysis),
         "error": None if proc.returncode in (0, 1) else proc.stderr.strip()[-400:],
     }
@@ -152,6 +158,8 @@ def main() -> int:
                 "agree": agree,
                 "both_hedged": doctor["hedged"] and tune["hedged"],
                 "each_names_the_other": mutual,
+                "doctor_measured_tunes_pick": plain(tune["label"]) in doctor["measured"],
+                "tune_measured_doctors_pick": plain(doctor["label"]) in tune["measured"],
                 "consistent": agree or (doctor["hedged"] and tune["hedged"]) or mutual,
             }
         )

@@ -4,6 +4,7 @@ injected noise)."""
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 import pytest
 from tune_costmodel import CPU_BOUND, JITTERY, LATENCY_BOUND, TINY_IN_MEMORY, CostModel, dense_space
@@ -101,11 +102,17 @@ def test_tiny_in_memory_without_batched_fetch_stays_near_the_flat_optimum():
     assert model.rate(result.pick) >= 0.97 * _optimum(model)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_jittery_source_tries_out_of_order_delivery(seed):
-    result, ev = _search(JITTERY, seed=seed)
-    assert any(not c.in_order for c in ev.measured)
-    assert JITTERY.rate(result.pick) >= 0.97 * _optimum(JITTERY)
+def test_jittery_source_tries_out_of_order_delivery():
+    # Across noise draws, not one: the race keeps the cheaper of two configs within its 3% tie
+    # margin, so a single draw may land a few percent below the optimum by design.
+    optimum = _optimum(JITTERY)
+    shares = []
+    for seed in range(12):
+        result, ev = _search(JITTERY, seed=seed)
+        assert any(not c.in_order for c in ev.measured)
+        shares.append(JITTERY.rate(result.pick) / optimum)
+    assert min(shares) >= 0.95
+    assert statistics.median(shares) >= 0.98
 
 
 def test_memory_budget_caps_workers_and_is_never_exceeded():
@@ -309,6 +316,82 @@ def test_memory_budget_arithmetic():
     assert mem.measured and mem.worker_bytes == 50 * MB
     mem.observe(70 * MB)
     assert mem.worker_bytes == 70 * MB  # the largest measured worker counts
+
+
+@dataclasses.dataclass(frozen=True)
+class _ScaledAbove(CostModel):
+    """The CPU-bound source with its rate from 2 workers on multiplied by ``factors`` (workers ->
+    factor, the nearest count at or below): a flat step, a decline or a late gain, by design."""
+
+    factors: tuple[tuple[int, float], ...] = ()
+
+    def rate(self, config):
+        base = CPU_BOUND.rate(config.replace(num_workers=min(config.num_workers, 2)))
+        if config.num_workers < 2:
+            return CPU_BOUND.rate(config)
+        factor = 1.0
+        for workers, f in self.factors:
+            if config.num_workers >= workers:
+                factor = f
+        return base * factor
+
+
+def _scaled(*factors):
+    return _ScaledAbove(**dataclasses.asdict(CPU_BOUND), factors=factors)
+
+
+def _climbed(ev):
+    return sorted({c.num_workers for c in ev.measured if c.in_order and c.prefetch_factor == 2})
+
+
+def test_a_flat_step_does_not_end_the_climb():
+    # 2 and 4 workers read the same; 8 are 30% faster (what a busy machine's scheduler can give).
+    result, ev = _search(_scaled((8, 1.3)), noise=0.0)
+    assert 8 in _climbed(ev)
+    assert result.pick.num_workers >= 8
+
+
+def test_a_decline_ends_the_climb():
+    result, ev = _search(_scaled((4, 0.7), (8, 1.3)), noise=0.0)
+    assert max(_climbed(ev)) == 4
+    assert result.pick.num_workers <= 3
+
+
+def test_a_flat_step_at_four_times_the_cores_ends_the_climb():
+    # 4 workers gain, 8 read flat at 4 x 2 cores: 16, faster again, is past the grid's range.
+    result, ev = _search(_scaled((4, 1.2), (16, 1.5)), noise=0.0)
+    assert max(_climbed(ev)) == 8
+
+
+@dataclasses.dataclass(frozen=True)
+class _KnobFactors(CostModel):
+    """The CPU-bound source with a deeper prefetch and out-of-order delivery each multiplying its
+    rate by a factor of their own."""
+
+    deeper: float = 1.0
+    unordered: float = 1.0
+
+    def rate(self, config):
+        rate = CPU_BOUND.rate(config.replace(prefetch_factor=2, in_order=True))
+        if config.num_workers and (config.prefetch_factor or 2) > 2:
+            rate *= self.deeper
+        return rate * (self.unordered if not config.in_order else 1.0)
+
+
+def _knob_search(**factors):
+    result, ev = _search(_KnobFactors(**dataclasses.asdict(CPU_BOUND), **factors), noise=0.0)
+    both = [c for c in ev.measured if (c.prefetch_factor or 2) > 2 and not c.in_order]
+    return result, both
+
+
+def test_two_knobs_that_read_level_are_measured_together():
+    _, both = _knob_search()
+    assert both
+
+
+def test_a_deeper_prefetch_that_read_slower_is_not_combined():
+    _, both = _knob_search(deeper=0.9)
+    assert not both
 
 
 def test_failed_trials_stop_the_climb_and_are_noted():

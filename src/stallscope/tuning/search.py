@@ -68,6 +68,31 @@ it races, is picked or is recommended. On a busy machine more processes win
 more of the CPU from the other jobs, so the scan's rates favour them: only the
 measured budget stops the climb there.
 
+NOTE [knobs that read level]
+The knob phase keeps a change only when it measured faster than its parent by
+more than half the noise, then tries the next change on top of the one kept.
+A deeper prefetch that read level (no slower, not clearly faster) is not kept,
+so ``in_order=False`` is tried without it; when that also reads level, the
+two are measured together once. Each alone may gain less than one window can
+show while both together gain more, and a second run whose windows happened
+to keep the deeper prefetch (``doctor``'s search, whose budget also holds the
+sweep) tries exactly that combination: without the measurement, one command
+would pick a config the other never measured and neither could say how far
+apart they are.
+
+NOTE [climb past a flat step]
+A step up whose rate lies within the noise of the fastest so far, either way,
+does not end the climb: one more step is measured, compared with that
+fastest. Single windows on a shared machine make a real gain read as flat
+(and more processes win more of a busy machine's CPU, NOTE [memory budget]);
+stopping there left the next step, which a grid such as ``doctor``'s sweep
+measures (0, 1, 2, cores, 2× and 4× cores), out of the run altogether, so the
+two commands could pick configs neither had measured against the other. A
+clear decline still stops the climb, and so do a second flat step and a flat
+step that reached ``FLAT_STEP_REACH`` × the usable cores: past the grid's
+range a flat step is left to the refine phase, whose midpoints would cost race
+rounds (on the simulated CPU-bound source, 0.8 of a round a run).
+
 Noise decides for the cheaper config. A climb or refine step whose gain would
 count (above :meth:`Search._sig`) but lies within the
 measurements' own, uncapped noise is "too noisy to tell": the dearer config
@@ -127,6 +152,9 @@ from .trial import Effect, Evaluator, SearchResult, Trial, overhead_fit
 MAX_SIG = 0.10
 # Refine a bracket only while neighbour / best is at least this (finer steps are within noise).
 REFINE_RATIO = 1.3
+# The climb passes one flat step below this many times the usable cores (NOTE [climb past a flat
+# step]): the top of the grid a sweep measures by default.
+FLAT_STEP_REACH = 4
 
 
 class Search:
@@ -436,13 +464,18 @@ class Search:
         return 2
 
     def _climb(self, current: int, *, last_gain: float, last_factor: float, share: float) -> None:
-        """Grow the worker count geometrically while each step gains more than the noise."""
+        """Grow the worker count geometrically while each step gains more than the noise; a step
+        that neither gains nor loses beyond it gets one more step (NOTE [climb past a flat
+        step])."""
+        top = current  # the most workers measured; ``current`` is the fastest of the climb
+        cores = max(1, self.space.cores)
+        flat_steps_left = 1
         while True:
             cap = self.worker_cap(self._template.prefetch_factor or 2)
-            factor = self._climb_factor(current, last_gain, last_factor)
-            nxt = min(current * factor, cap)
-            if nxt <= current:
-                if cap <= current:
+            factor = self._climb_factor(top, last_gain, last_factor)
+            nxt = min(top * factor, cap)
+            if nxt <= top:
+                if cap <= top:
                     self._note(f"worker count capped at {cap}: {self._cap_reason(cap)}")
                 return
             here = self._scan[self.workers(current)]
@@ -452,12 +485,19 @@ class Search:
             if self.memory.over(trial.config):
                 return  # measured beyond the memory budget (noted): no further up
             gain = trial.samples_per_s / here.samples_per_s if here.samples_per_s > 0 else 0.0
-            if gain < 1 + self._sig(here, trial):
-                return  # plateau or decline: refine between the neighbours instead
+            last_gain, last_factor, top = gain, float(nxt) / top, nxt
+            sig = self._sig(here, trial)
+            if gain < 1 + sig:
+                if gain <= 1 - sig or flat_steps_left == 0 or nxt >= FLAT_STEP_REACH * cores:
+                    return  # a decline, or no flat step to pass: refine between the neighbours
+                flat_steps_left -= 1
+                if gain > 1:
+                    current = nxt
+                continue
             if self.too_noisy(here, trial, gain):
                 self.unresolved.add(trial.config)
                 return  # the noise hides whether the step gained: keep the cheaper
-            current, last_gain, last_factor = nxt, gain, float(nxt) / current
+            current = nxt
 
     def _refine(self, rounds: int = 3) -> None:
         share = self.settings.scan_share
@@ -532,6 +572,12 @@ class Search:
             return False
         return a.samples_per_s > b.samples_per_s * (1 + self._sig(a, b) / 2)
 
+    def _not_slower(self, variant: LoaderConfig, parent: LoaderConfig) -> bool:
+        a, b = self._scan.get(variant), self._scan.get(parent)
+        if a is None or b is None or not a.ok or not b.ok or self.memory.over(variant):
+            return False
+        return a.samples_per_s >= b.samples_per_s
+
     def _knobs(self) -> None:
         share = self.settings.knobs_share
         # The best plain or threaded worker config (threads phase): knobs apply to either.
@@ -547,16 +593,23 @@ class Search:
             deeper = sorted(p for p in space.prefetch_factors if p > (best.prefetch_factor or 2))
             if not self._jittery():
                 deeper = deeper[:1] if best.num_workers <= 2 * space.cores else []
+            level: LoaderConfig | None = None  # a deeper prefetch that read level with ``best``
             for pf in deeper:
                 variant = best.replace(prefetch_factor=pf)
                 self._try_variant("prefetch_factor", best, variant, share)
                 if not self._improves(variant, best):
+                    level = variant if self._not_slower(variant, best) else None
                     break
                 best = variant
             if space.in_order and best.num_workers > 1:
                 # Worth one probe even when per-item times look steady: decode times that
                 # vary a little still stall an in-order loader behind its slowest worker.
-                self._try_variant("in_order", best, best.replace(in_order=False), share)
+                unordered = best.replace(in_order=False)
+                self._try_variant("in_order", best, unordered, share)
+                if level is not None and self._not_slower(unordered, best):
+                    # Two changes that each read level within the noise, measured together once:
+                    # gains below the noise can add up (NOTE [knobs that read level]).
+                    self._try_variant("in_order", level, level.replace(in_order=False), share)
         if best.num_workers > 0:
             for method in space.worker_methods:  # torchdata.nodes: the mapper's other method
                 self._try_variant("worker_method", best, best.replace(worker_method=method), share)
