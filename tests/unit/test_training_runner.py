@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
-from profile_synthetic import SleepDataset, compute_bound, input_bound
+from profile_synthetic import compute_bound, input_bound
 from torch import nn
 
 from stallscope.analysis.training import profile_advice, profile_recommendations, verdict_for
@@ -151,53 +149,75 @@ def test_compute_dominated_target_is_compute_bound():
     assert profile["what_if_speedup"] < 1.06
 
 
-class FakeDevice:
-    """Asynchronous 'device': train_step queues work and returns; synchronize() waits for it."""
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
 
-    def __init__(self, work_s: float) -> None:
-        self.work_s = work_s
+    def __call__(self) -> float:
+        return self.t
+
+
+class ClockedDataset(torch.utils.data.Dataset):
+    """Items of shape (4,), each costing 1 ms of the fake clock to fetch."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        self.clock.t += 0.001
+        return torch.zeros(4)
+
+
+class FakeDevice:
+    """Asynchronous 'device' on the fake clock: train_step queues 50 ms of work and returns;
+    synchronize() waits for it."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
         self.busy_until = 0.0
 
     def launch(self) -> None:
-        self.busy_until = max(self.busy_until, time.perf_counter()) + self.work_s
+        self.busy_until = max(self.busy_until, self.clock.t) + 0.05
 
     def synchronize(self) -> None:
-        remaining = self.busy_until - time.perf_counter()
-        if remaining > 0:
-            time.sleep(remaining)
+        self.clock.t = max(self.clock.t, self.busy_until)
 
 
-def _async_target(device: FakeDevice) -> dict:
-    return {
-        "dataset": SleepDataset(64, 0.0),
+def _device_profile(synced: bool) -> dict:
+    clock = FakeClock()
+    device = FakeDevice(clock)
+    target = {
+        "dataset": ClockedDataset(clock),
         "model": nn.Linear(4, 2),
         "train_step": lambda m, b: device.launch(),
         "batch_size": 2,
     }
-
-
-def test_sync_makes_device_time_count_as_compute():
-    # 50 ms of device work a step: a loaded CI machine once spent 5.5% of 25 ms fetching a batch
-    # of two empty items, past the compute-bound line.
-    device = FakeDevice(work_s=0.05)
-    unsynced = run_profile(
-        load_target(_async_target(device)), steps=10, warmup=1, config=LoaderConfig(batch_size=2)
-    )
-    # The unsynced run queued every launch of its replays (seconds of fake work): start the synced
-    # run on an idle device rather than sleeping that queue out.
-    device = FakeDevice(work_s=0.05)
-    synced = run_profile(
-        load_target(_async_target(device)),
+    return run_profile(
+        load_target(target),
         steps=10,
         warmup=1,
         config=LoaderConfig(batch_size=2),
-        sync=device.synchronize,
+        sync=device.synchronize if synced else None,
+        watch_options={"clock": clock},
+        free_data=False,
     )
+
+
+def test_sync_makes_device_time_count_as_compute():
+    unsynced, synced = _device_profile(synced=False), _device_profile(synced=True)
     # Without a synchronise the queued device work is invisible: the loop looks input-bound.
+    assert unsynced["data_ms"]["mean"] == pytest.approx(2.0)
+    assert unsynced["compute_ms"]["mean"] == pytest.approx(0.0, abs=1e-9)
     assert verdict_for(unsynced["stall_fraction"]) == "input-bound"
-    assert verdict_for(synced["stall_fraction"]) == "compute-bound", synced["stall_fraction"]
-    assert synced["compute_ms"]["mean"] == pytest.approx(50.0, abs=10.0)
-    assert synced["sync"]["calls"] >= 10 and synced["sync"]["mean_ms"] > 15.0
+    # With it, each step waits for its 50 ms: 2 ms of loading in 52 is compute-bound.
+    assert synced["data_ms"]["mean"] == pytest.approx(2.0)
+    assert synced["compute_ms"]["mean"] == pytest.approx(50.0)
+    assert synced["stall_fraction"] == pytest.approx(2 / 52, abs=1e-4)  # rounded in the record
+    assert verdict_for(synced["stall_fraction"]) == "compute-bound"
+    assert synced["sync"]["calls"] >= 10
 
 
 def test_train_step_errors_name_the_step():
