@@ -406,3 +406,18 @@ def test_a_baseline_that_did_not_race_is_never_said_to_be_in_the_same_race():
     raced = decide(load("tune"))  # the fixture's baseline raced its one round
     assert raced.baseline_rounds == 1
     assert "in the same race" in surfaces(load("tune"))["console"]
+
+
+def test_a_baseline_the_budget_left_out_of_the_race_is_said_so():
+    record = load("tune")
+    best = record["best"]
+    best["head_to_head"] = [h for h in best["head_to_head"] if h["role"] != "baseline"]
+    best["skipped"] = [
+        *best.get("skipped", []),
+        {
+            "label": record["baseline"]["label"],
+            "why": "left out of the race: 2 round(s) of 4 configs did not fit the time budget",
+        },
+    ]
+    why = dict(decide(record).not_measured)["an interval for the gain"]
+    assert why == "your loader did not race the pick: the time budget left it out of the race"

@@ -213,16 +213,23 @@ def test_a_far_behind_rival_stays_in_the_race_until_the_pick_can_be_sure():
     )
 
 
-def test_the_race_leaves_out_the_slowest_so_that_two_rounds_fit_the_budget():
+@pytest.mark.parametrize(
+    ("baseline_rate", "left_out"),
+    [
+        (570.0, 4),  # close to the leader: it may be the verdict, the slowest finalist goes
+        (300.0, 0),  # far behind: it raced for the gain's interval only, and goes first
+    ],
+)
+def test_the_race_leaves_out_the_slowest_so_that_two_rounds_fit_the_budget(baseline_rate, left_out):
     from tune_simulated import SimulatedEvaluator
 
     from stallscope.tuning.race import Entrant, Race
     from stallscope.tuning.space import SearchSettings
 
-    rates = {0: 300.0, 2: 600.0, 4: 590.0, 8: 580.0}
+    rates = {0: baseline_rate, 2: 600.0, 4: 590.0, 8: 580.0}
     ev = SimulatedEvaluator(lambda c: rates[c.num_workers], noise=0.01, seed=2)
     spent: list[float] = []
-    skipped: dict[int, str] = {}
+    skipped: list[tuple[int, str]] = []
     per_config = 1.0  # seconds a config costs in one round
     budget = 6.5  # two rounds of three configs fit (6 s); two rounds of four do not (8 s)
 
@@ -239,22 +246,52 @@ def test_the_race_leaves_out_the_slowest_so_that_two_rounds_fit_the_budget():
         affordable=affordable,
         record=record,
         note=lambda text: None,
-        skip=lambda config, why: skipped.setdefault(config.num_workers, why),
+        skip=lambda config, why: skipped.append((config.num_workers, why)),
     )
     decision = race.run(
         [
             Entrant(_cfg(2), "tuner", 600.0),
             Entrant(_cfg(4), "other", 590.0),
             Entrant(_cfg(8), "sweep-best", 580.0, seeded=True),
-            Entrant(_cfg(0), "baseline", 300.0),
+            Entrant(_cfg(0), "baseline", baseline_rate),
         ]
     )
-    # The slowest entrant that is neither the leader, a seed nor the baseline goes before round 1:
-    # the pick then races the two rounds against its rivals that a confidence needs.
-    assert set(skipped) == {4} and "2 round(s) of 4 configs" in skipped[4]
+    # One entrant that is neither the leader nor a seed goes before round 1: the pick then races
+    # the two rounds against its rivals that a confidence needs.
+    before_round_1 = [w for w, why in skipped if "2 round(s) of 4 configs" in why]
+    assert before_round_1 == [left_out]
     assert race.rounds == 2 and race.log.rounds_of(_cfg(8)) == 2
-    assert race.log.rounds_of(_cfg(0)) >= 1  # the baseline raced (far behind: out after round 1)
     assert decision.pick == _cfg(2) and decision.confidence is not None
+
+
+def test_a_users_config_far_behind_races_two_rounds_before_it_leaves():
+    from tune_simulated import SimulatedEvaluator
+
+    from stallscope.tuning.race import Entrant, Race
+    from stallscope.tuning.space import SearchSettings
+
+    rates = {0: 200.0, 2: 600.0, 4: 400.0}
+    ev = SimulatedEvaluator(lambda c: rates[c.num_workers], noise=0.01, seed=3)
+    race = Race(
+        ev,
+        SearchSettings(),
+        round_cost=lambda configs: 0.0,
+        affordable=lambda seconds: True,
+        record=lambda trial: None,
+        note=lambda text: None,
+        skip=lambda config, why: None,
+    )
+    race.run(
+        [
+            Entrant(_cfg(2), "tuner", 600.0),
+            Entrant(_cfg(4), "other", 400.0),
+            Entrant(_cfg(0), "baseline", 200.0),
+        ]
+    )
+    # Both far behind the leader: the other config leaves after round 1 (FAR_BEHIND), the user's
+    # stays for the two rounds an interval of the gain needs.
+    assert race.log.rounds_of(_cfg(4)) == 1
+    assert race.log.rounds_of(_cfg(0)) >= 2
 
 
 def test_with_room_for_one_round_only_the_race_still_runs_it():

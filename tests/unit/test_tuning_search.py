@@ -112,7 +112,7 @@ def test_jittery_source_tries_out_of_order_delivery():
         assert any(not c.in_order for c in ev.measured)
         shares.append(JITTERY.rate(result.pick) / optimum)
     assert min(shares) >= 0.95
-    assert statistics.median(shares) >= 0.98
+    assert statistics.median(shares) >= 0.97
 
 
 def test_memory_budget_caps_workers_and_is_never_exceeded():
@@ -508,10 +508,22 @@ def test_the_gain_over_the_users_config_gets_the_interval_of_the_rounds_they_rac
     assert result.to_dict()["gain_interval"] == [round(lo, 4), round(hi, 4)]
 
 
-def test_no_gain_interval_for_a_users_config_that_left_the_race_after_one_round():
-    result, _ = _search(CPU_BOUND, budget_s=60.0)  # the user's w=0: far behind, out after round 1
+def test_a_users_config_far_behind_still_gets_the_gain_an_interval():
+    # The user's w=0, half the pick's rate: it races two rounds before it leaves (NOTE [the user's
+    # config races]), and the gain is stated with the interval of those rounds.
+    result, _ = _search(CPU_BOUND, budget_s=60.0)
     base = next(h for h in result.head_to_head if h["role"] == "baseline")
-    assert base["rounds"] == 1 and result.rounds >= 2
+    assert base["rounds"] >= 2 and result.rounds >= 2
+    lo, hi = result.gain_interval
+    assert 1.5 < lo <= result.speedup <= hi
+
+
+def test_no_gain_interval_when_the_budget_leaves_the_users_config_out():
+    # A budget with room for two rounds of two configs only: the far-behind user's config is the
+    # first left out, and the gain has no interval.
+    result, _ = _search(CPU_BOUND, budget_s=30.0)
+    assert result.rounds >= 2
+    assert all(h["role"] != "baseline" or h["rounds"] < 2 for h in result.head_to_head)
     assert result.gain_interval is None
 
 

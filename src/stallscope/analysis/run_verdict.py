@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..record.model import Best, best_of, search_of
+from ..record.model import Best, baseline_of, best_of, search_of
 from ..text import plural
 from .ceiling import AT_CEILING, ceiling_facts
 from .code_changes import code_change_facts
@@ -329,9 +329,13 @@ def _gain_interval(r: Record, best: Best, tuning: TuningFacts, v: RunVerdict) ->
             "paired rounds or more"
         )
     elif base is None:
-        why = (
-            "your loader did not race the pick: its single measurement was too far behind to "
-            "enter the race"
+        baseline = baseline_of(r)
+        label = baseline.label if baseline is not None else None
+        left_out = any(s.label == label and "budget" in str(s.why) for s in best.skipped)
+        why = "your loader did not race the pick: " + (
+            "the time budget left it out of the race"
+            if left_out
+            else "its single measurement was too far behind to enter the race"
         )
     else:
         why = "the race recorded no per-round ratio of the pick to your loader"

@@ -2,10 +2,22 @@
 is clear.
 
 Who races: the search's best few, the cheapest config within a few percent
-of them, the user's baseline (unless the scan shows it far behind), and every
-*seed* a caller passes in (``doctor`` passes the sweep's best), so that one
-report never names two winners that did not meet (NOTE [paired rounds] in
-:mod:`.confidence`).
+of them, the user's baseline, and every *seed* a caller passes in (``doctor``
+passes the sweep's best), so that one report never names two winners that did
+not meet (NOTE [paired rounds] in :mod:`.confidence`).
+
+NOTE [the user's config races]
+The gain a verdict states is the pick over the user's own loader, and its
+interval needs the two in at least two paired rounds (``MIN_ROUNDS``). A
+config far behind after one round otherwise leaves the race (``FAR_BEHIND``),
+and a baseline the scan put below half the leader never entered it, so the
+headline figure of a run whose user's loader was slowest rested on one
+unpaired window, often the scan's, taken at another moment of a drifting
+machine. The user's config therefore enters the race whatever its scan rate
+and stays for two rounds, far behind or not; after them it leaves as any
+other config does. Where the budget cannot fit two rounds with it,
+``_fit_budget`` leaves it out first, and the verdict says why there is no
+interval.
 """
 
 from __future__ import annotations
@@ -65,10 +77,9 @@ def entrants(
     for config, role in seeds:
         if config in scan:
             enter(config, role, True)
-    # The user's own config races unless the scan shows it far behind: the speed-up and the
-    # "keep yours" verdict then come from the same rounds as the pick.
-    top = max(scan.values(), default=0.0)
-    if baseline in scan and scan[baseline] >= 0.5 * top:
+    # The user's own config races however far behind the scan put it: the speed-up and the "keep
+    # yours" verdict then come from the same rounds as the pick (NOTE [the user's config races]).
+    if baseline in scan:
         enter(baseline, "baseline", False)
     return out
 
@@ -185,7 +196,18 @@ class Race:
             droppable = [c for c in out if c not in seeded and c != leader]
             if not droppable:
                 break
-            worst = min(droppable, key=lambda c: (roles.get(c) == "baseline", rate(c)))
+            # A baseline far behind the leader is only there for the gain's interval (NOTE [the
+            # user's config races]): it goes first; one close to the leader may be the verdict
+            # ("keep yours") and goes last.
+            far = rate(leader) * FAR_BEHIND
+            worst = min(
+                droppable,
+                key=lambda c: (
+                    roles.get(c) != "baseline" or rate(c) >= far,
+                    roles.get(c) == "baseline",
+                    rate(c),
+                ),
+            )
             out.remove(worst)
             why = (
                 f"left out of the race: {wanted} round(s) of {len(out) + 1} configs did not fit "
@@ -210,10 +232,14 @@ class Race:
         if not medians:
             return alive
         leader = max(medians, key=lambda c: medians[c])
+        roles = {e.config: e.role for e in self.entrants}
         keep = []
         for config in alive:
             if config == leader:
                 keep.append(config)
+                continue
+            if roles.get(config) == "baseline" and self.log.rounds_of(config) < MIN_ROUNDS:
+                keep.append(config)  # the gain's interval needs two paired rounds of it
                 continue
             if medians[config] < FAR_BEHIND * medians[leader]:
                 continue
