@@ -33,19 +33,30 @@ def _when(r: dict[str, Any]) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)) if started else "?"
 
 
+def _figures_table(facts: dict[str, Any]) -> dm.Table:
+    """Each figure then and now, with its noise, their ratio and whether it moved beyond it."""
+    return dm.table(
+        facts["rows"],
+        [
+            dm.Column("figure", lambda row: row["title"]),
+            dm.Column("then (old)", lambda row: _value(row["old"], row["unit"]), "r"),
+            dm.Column("now (new)", lambda row: _value(row["new"], row["unit"]), "r"),
+            dm.Column(
+                "now / then",
+                lambda row: rf.DASH if row["ratio"] is None else f"{row['ratio']:.3f}×",
+                "r",
+            ),
+            dm.Column(
+                "judged",
+                lambda row: dm.Strong(row["judged"]) if row["judged"] == BEYOND else row["judged"],
+            ),
+        ],
+    )
+
+
 def against_document(new: Any, old: Any) -> dm.Document:
     n, o = as_record_dict(new), as_record_dict(old)
     facts = against_facts(n, o)
-    rows = [
-        [
-            row["title"],
-            _value(row["old"], row["unit"]),
-            _value(row["new"], row["unit"]),
-            rf.DASH if row["ratio"] is None else f"{row['ratio']:.3f}×",
-            dm.Strong(row["judged"]) if row["judged"] == BEYOND else row["judged"],
-        ]
-        for row in facts["rows"]
-    ]
     intro: list[dm.Block] = [
         dm.Paragraph(
             [
@@ -74,20 +85,8 @@ def against_document(new: Any, old: Any) -> dm.Document:
     if facts["warnings"]:
         summary.append(dm.Bullets([[dm.Strong("Warning:"), " ", w] for w in facts["warnings"]]))
     sections = [dm.Section("summary", "Executive summary", summary)]
-    if rows:
-        sections.append(
-            dm.Section(
-                "figures",
-                "Figures side by side",
-                [
-                    dm.Table(
-                        ["figure", "then (old)", "now (new)", "now / then", "judged"],
-                        rows,
-                        align="lrrrl",
-                    )
-                ],
-            )
-        )
+    if facts["rows"]:
+        sections.append(dm.Section("figures", "Figures side by side", [_figures_table(facts)]))
     return dm.Document(
         title=f"stallscope {facts['command']} report against an earlier run",
         intro=intro,

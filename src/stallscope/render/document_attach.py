@@ -52,46 +52,49 @@ def _training_section(facts: AttachFacts) -> dm.Section:
 
 def training_table(facts: AttachFacts) -> dm.Table:
     """Where the training thread's samples fell, and each place's share."""
-    rows = [
-        [category, rf.fmt_count(n), rf.fmt_fraction(n / facts.samples if facts.samples else None)]
-        for category, n in facts.counts.items()
+    counts = facts.counts
+    columns: list[dm.Column[str]] = [
+        dm.Column("where the samples fell", lambda place: place),
+        dm.Column("samples", lambda place: rf.fmt_count(counts[place]), "r"),
+        dm.Column(
+            "share",
+            lambda place: rf.fmt_fraction(counts[place] / facts.samples if facts.samples else None),
+            "r",
+        ),
     ]
-    return dm.Table(["where the samples fell", "samples", "share"], rows, "lrr")
+    return dm.table(counts, columns)
 
 
 def ranks_table(facts: AttachFacts) -> dm.Table:
     """Each rank's training process and how long it waited for data, the slowest marked."""
-    return dm.Table(
-        ["rank", "pid", "samples", "data wait", "verdict"],
+    return dm.table(
+        facts.ranks,
         [
-            [
-                "?" if rank.rank is None else str(rank.rank),
-                str(rank.pid),
-                rf.fmt_count(rank.samples),
-                rf.fmt_fraction(rank.data_wait_fraction),
-                (rank.verdict or "–") + (" (slowest)" if rank is facts.slowest_rank else ""),
-            ]
-            for rank in facts.ranks
+            dm.Column("rank", lambda rank: "?" if rank.rank is None else str(rank.rank), "r"),
+            dm.Column("pid", lambda rank: str(rank.pid), "r"),
+            dm.Column("samples", lambda rank: rf.fmt_count(rank.samples), "r"),
+            dm.Column("data wait", lambda rank: rf.fmt_fraction(rank.data_wait_fraction), "r"),
+            dm.Column(
+                "verdict",
+                lambda rank: (
+                    (rank.verdict or "–") + (" (slowest)" if rank is facts.slowest_rank else "")
+                ),
+            ),
         ],
-        "rrrrl",
     )
 
 
 def worker_stages_table(facts: AttachFacts) -> dm.Table:
     """The workers' busy samples by stage, with the worker time they stand for."""
-    return dm.Table(
-        ["stage", "kind", "samples", "share", "worker time"],
+    return dm.table(
+        facts.stages,
         [
-            [
-                dm.Code(s.name),
-                s.kind,
-                rf.fmt_count(s.samples),
-                rf.fmt_fraction(s.share),
-                rf.fmt_seconds(s.seconds),
-            ]
-            for s in facts.stages
+            dm.Column("stage", lambda s: dm.Code(s.name)),
+            dm.Column("kind", lambda s: s.kind),
+            dm.Column("samples", lambda s: rf.fmt_count(s.samples), "r"),
+            dm.Column("share", lambda s: rf.fmt_fraction(s.share), "r"),
+            dm.Column("worker time", lambda s: rf.fmt_seconds(s.seconds), "r"),
         ],
-        "llrrr",
     )
 
 
@@ -99,21 +102,19 @@ def _workers_section(facts: AttachFacts) -> dm.Section:
     blocks: list[dm.Block] = []
     if facts.workers:
         blocks.append(
-            dm.Table(
-                ["worker", "of process", "kind", "samples", "busy", "top function", "uneven"],
+            dm.table(
+                facts.workers,
                 [
-                    [
-                        str(w.pid),
-                        str(w.trainer or "?"),
-                        w.kind,
-                        rf.fmt_count(w.samples),
-                        rf.fmt_fraction(w.busy_fraction),
-                        dm.Code(w.top_function) if w.top_function else "–",
-                        "yes" if w.uneven else "",
-                    ]
-                    for w in facts.workers
+                    dm.Column("worker", lambda w: str(w.pid)),
+                    dm.Column("of process", lambda w: str(w.trainer or "?")),
+                    dm.Column("kind", lambda w: w.kind),
+                    dm.Column("samples", lambda w: rf.fmt_count(w.samples), "r"),
+                    dm.Column("busy", lambda w: rf.fmt_fraction(w.busy_fraction), "r"),
+                    dm.Column(
+                        "top function", lambda w: dm.Code(w.top_function) if w.top_function else "–"
+                    ),
+                    dm.Column("uneven", lambda w: "yes" if w.uneven else ""),
                 ],
-                "lllrrll",
             )
         )
     if facts.stages:

@@ -32,19 +32,23 @@ def code_changes_section(
             )
         )
     if facts.rows:
-        rows: list[list[dm.Cell]] = [
-            [
-                row.title,
-                _speedup(row),
-                str(row.rounds),
-                rf.fmt_rate(row.samples_per_s),
-                "yes" if row.alters_output else ("no" if row.alters_output is False else rf.DASH),
-            ]
-            for row in facts.rows
-        ]
         blocks.append(
-            dm.Table(
-                ["Change", "vs that config", "rounds", "samples/s", "alters samples"], rows, "lrrrl"
+            dm.table(
+                facts.rows,
+                [
+                    dm.Column("Change", lambda row: row.title),
+                    dm.Column("vs that config", _speedup, "r"),
+                    dm.Column("rounds", lambda row: str(row.rounds), "r"),
+                    dm.Column("samples/s", lambda row: rf.fmt_rate(row.samples_per_s), "r"),
+                    dm.Column(
+                        "alters samples",
+                        lambda row: (
+                            "yes"
+                            if row.alters_output
+                            else ("no" if row.alters_output is False else rf.DASH)
+                        ),
+                    ),
+                ],
             )
         )
     for note in facts.notes:

@@ -21,17 +21,16 @@ def _target_text(row: CheckRow) -> str:
 def checklist_section(
     checklist: list[CheckRow], r: dict[str, Any]
 ) -> tuple[dm.Section, dm.Text | None]:
-    rows = [
+    table = dm.table(
+        checklist,
         [
-            row.name,
-            dm.Code(row.subject) if row.subject else rf.DASH,
-            rf.fmt_quantity(row.measured, row.unit),
-            _target_text(row),
-            dm.Status(row.status),
-        ]
-        for row in checklist
-    ]
-    table = dm.Table(["Check", "measured at", "measured", "target", "status"], rows, "llrrl")
+            dm.Column("Check", lambda row: row.name),
+            dm.Column("measured at", lambda row: dm.Code(row.subject) if row.subject else rf.DASH),
+            dm.Column("measured", lambda row: rf.fmt_quantity(row.measured, row.unit), "r"),
+            dm.Column("target", _target_text, "r"),
+            dm.Column("status", lambda row: dm.Status(row.status)),
+        ],
+    )
     return dm.Section("checklist", "Checklist", [table]), None
 
 
@@ -72,15 +71,21 @@ def findings_section(found: FindingFacts, r: dict[str, Any]) -> tuple[dm.Section
                 )
             )
     if found.findings:
-        rows: list[list[dm.Cell]] = [
-            [
-                dm.Status({"error": "fail", "warning": "warn"}.get(f.severity, "info")),
-                dm.Code(f.code),
-                dm.record_text(f.message),
-            ]
-            for f in found.findings
-        ]
-        blocks.append(dm.Table(["Severity", "Code", "Finding"], rows, "lll"))
+        blocks.append(
+            dm.table(
+                found.findings,
+                [
+                    dm.Column(
+                        "Severity",
+                        lambda f: dm.Status(
+                            {"error": "fail", "warning": "warn"}.get(f.severity, "info")
+                        ),
+                    ),
+                    dm.Column("Code", lambda f: dm.Code(f.code)),
+                    dm.Column("Finding", lambda f: dm.record_text(f.message)),
+                ],
+            )
+        )
     codes = sorted({f.code for f in found.findings if f.severity in ("error", "warning")})
     headline: dm.Text = [
         f"Checks: {plural(c['error'], 'error')}, {plural(c['warning'], 'warning')}, "

@@ -174,18 +174,23 @@ def stage_table(r: dict[str, Any]) -> tuple[dm.Table | None, str | None]:
     stages = r.get("stages_compared") or {}
     if stages.get("error"):
         return None, stages["error"]
-    rows = [
-        [
-            row["name"],
-            rf.fmt_ms(number(row.get("a_ms_per_sample"))),
-            rf.fmt_ms(number(row.get("b_ms_per_sample"))),
-            _signed_ms(number(row.get("delta_ms_per_sample"))),
-        ]
-        for row in stages.get("rows") or []
-    ]
+    rows = stages.get("rows") or []
     if not rows:
         return None, None
-    return dm.Table(["stage", "A ms/sample", "B ms/sample", "B − A"], rows, align="lrrr"), None
+    table = dm.table(
+        rows,
+        [
+            dm.Column("stage", lambda row: row["name"]),
+            dm.Column(
+                "A ms/sample", lambda row: rf.fmt_ms(number(row.get("a_ms_per_sample"))), "r"
+            ),
+            dm.Column(
+                "B ms/sample", lambda row: rf.fmt_ms(number(row.get("b_ms_per_sample"))), "r"
+            ),
+            dm.Column("B − A", lambda row: _signed_ms(number(row.get("delta_ms_per_sample"))), "r"),
+        ],
+    )
+    return table, None
 
 
 def _signed_ms(value: float | None) -> str:

@@ -4,30 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis import CpuUse, EpochEstimate, MemoryFacts
+from ..analysis import CpuUse, EpochEstimate, EpochRow, MemoryFacts
 from . import document_model as dm
 from . import report_format as rf
 
 
 # -- epoch -------------------------------------------------------------------------------
 def epoch_section(epoch: EpochEstimate, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
-    rows: list[list[dm.Cell]] = []
-    for row in epoch.rows:
-        start = rf.DASH
-        if row.startup_s is not None:
-            start = f"{rf.fmt_seconds(row.startup_s)}" + (
-                " once" if row.persistent else " per epoch"
-            )
-        rows.append(
-            [
-                dm.Code(row.label),
-                row.role,
-                rf.fmt_rate(row.samples_per_s),
-                rf.fmt_seconds(row.seconds),
-                rf.fmt_count(row.batches),
-                start,
-            ]
-        )
     blocks: list[dm.Block] = [
         dm.Paragraph(
             [
@@ -35,10 +18,16 @@ def epoch_section(epoch: EpochEstimate, r: dict[str, Any]) -> tuple[dm.Section, 
                 "the measured steady-state rates:"
             ]
         ),
-        dm.Table(
-            ["Configuration", "role", "samples/s", "epoch time", "batches", "worker start-up"],
-            rows,
-            "llrrrr",
+        dm.table(
+            epoch.rows,
+            [
+                dm.Column("Configuration", lambda row: dm.Code(row.label)),
+                dm.Column("role", lambda row: row.role),
+                dm.Column("samples/s", lambda row: rf.fmt_rate(row.samples_per_s), "r"),
+                dm.Column("epoch time", lambda row: rf.fmt_seconds(row.seconds), "r"),
+                dm.Column("batches", lambda row: rf.fmt_count(row.batches), "r"),
+                dm.Column("worker start-up", _startup, "r"),
+            ],
         ),
     ]
     best = epoch.rows[0]
@@ -69,6 +58,13 @@ def epoch_section(epoch: EpochEstimate, r: dict[str, Any]) -> tuple[dm.Section, 
         ]
     headline.append(".")
     return dm.Section("epoch", "Estimated epoch time", blocks), headline
+
+
+def _startup(row: EpochRow) -> str:
+    """The workers' start-up, paid once with persistent workers and every epoch without."""
+    if row.startup_s is None:
+        return rf.DASH
+    return rf.fmt_seconds(row.startup_s) + (" once" if row.persistent else " per epoch")
 
 
 # -- memory -------------------------------------------------------------------------------
@@ -104,33 +100,21 @@ def memory_section(memory: MemoryFacts, r: dict[str, Any]) -> tuple[dm.Section, 
                 )
             parts.append(".")
         blocks.append(dm.Paragraph(parts))
-    rows: list[list[dm.Cell]] = [
-        [
-            dm.Code(row.label),
-            row.role,
-            f"{row.workers} × {row.prefetch_factor}",
-            rf.fmt_bytes(row.batch_bytes),
-            rf.fmt_bytes(row.in_flight_bytes),
-            rf.fmt_fraction(row.shm_fraction),
-            rf.fmt_bytes(row.workers_rss_bytes),
-            rf.fmt_fraction(row.ram_fraction),
-        ]
-        for row in memory.rows
-    ]
     blocks.append(
-        dm.Table(
+        dm.table(
+            memory.rows,
             [
-                "Configuration",
-                "role",
-                "workers × prefetch",
-                "batch",
-                "in flight",
-                "of free /dev/shm",
-                "workers RSS",
-                "of available RAM",
+                dm.Column("Configuration", lambda row: dm.Code(row.label)),
+                dm.Column("role", lambda row: row.role),
+                dm.Column(
+                    "workers × prefetch", lambda row: f"{row.workers} × {row.prefetch_factor}", "r"
+                ),
+                dm.Column("batch", lambda row: rf.fmt_bytes(row.batch_bytes), "r"),
+                dm.Column("in flight", lambda row: rf.fmt_bytes(row.in_flight_bytes), "r"),
+                dm.Column("of free /dev/shm", lambda row: rf.fmt_fraction(row.shm_fraction), "r"),
+                dm.Column("workers RSS", lambda row: rf.fmt_bytes(row.workers_rss_bytes), "r"),
+                dm.Column("of available RAM", lambda row: rf.fmt_fraction(row.ram_fraction), "r"),
             ],
-            rows,
-            "llrrrrrr",
         )
     )
     first = memory.rows[0]
@@ -159,31 +143,23 @@ def cpu_section(cpu: CpuUse, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | N
     if f.capacity_fraction is not None:
         text += f", {rf.fmt_fraction(f.capacity_fraction)} of the {cpu.cores} usable cores"
     blocks: list[dm.Block] = [dm.Paragraph([*where, text + "."])]
-    rows = [
-        [
-            row.label if row.label == "training loop" else dm.Code(row.label),
-            rf.fmt_percent(row.main_percent),
-            rf.fmt_percent(row.workers_percent),
-            rf.fmt_fraction(row.capacity_fraction),
-            rf.fmt_mib(row.main_rss_mb),
-            rf.fmt_mib(row.workers_rss_mb),
-            rf.fmt_mib(row.worker_uss_mb),
-        ]
-        for row in cpu.rows
-    ]
     blocks.append(
-        dm.Table(
+        dm.table(
+            cpu.rows,
             [
-                "Configuration",
-                "main CPU",
-                "workers CPU",
-                "of usable cores",
-                "main RSS",
-                "workers RSS",
-                "worker USS",
+                dm.Column(
+                    "Configuration",
+                    lambda row: row.label if row.label == "training loop" else dm.Code(row.label),
+                ),
+                dm.Column("main CPU", lambda row: rf.fmt_percent(row.main_percent), "r"),
+                dm.Column("workers CPU", lambda row: rf.fmt_percent(row.workers_percent), "r"),
+                dm.Column(
+                    "of usable cores", lambda row: rf.fmt_fraction(row.capacity_fraction), "r"
+                ),
+                dm.Column("main RSS", lambda row: rf.fmt_mib(row.main_rss_mb), "r"),
+                dm.Column("workers RSS", lambda row: rf.fmt_mib(row.workers_rss_mb), "r"),
+                dm.Column("worker USS", lambda row: rf.fmt_mib(row.worker_uss_mb), "r"),
             ],
-            rows,
-            "lrrrrrr",
         )
     )
     headline: dm.Text | None = None

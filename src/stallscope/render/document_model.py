@@ -6,9 +6,11 @@ it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Generic, TypeVar, Union
+
+R = TypeVar("R")
 
 
 @dataclass
@@ -53,6 +55,28 @@ class Table:
     headers: list[str]
     rows: Sequence[Sequence[Cell]]
     align: str = ""  # one letter per column: l or r (default l)
+
+
+@dataclass(frozen=True)
+class Column(Generic[R]):
+    """A table column: its header, the cell it shows for a row, and its alignment (l or r)."""
+
+    header: str
+    cell: Callable[[R], Cell]
+    align: str = "l"
+
+
+def table(
+    rows: Iterable[R], columns: Sequence[Column[R]], *, footer: Sequence[Cell] | None = None
+) -> Table:
+    """A table of one line per row, each column's cell taken from it (then ``footer``, a line of
+    cells as they stand, such as a total)."""
+    lines: list[Sequence[Cell]] = [[column.cell(row) for column in columns] for row in rows]
+    if footer is not None:
+        lines.append(footer)
+    return Table(
+        [column.header for column in columns], lines, "".join(column.align for column in columns)
+    )
 
 
 @dataclass

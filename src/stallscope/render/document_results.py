@@ -4,10 +4,12 @@ training loop (the config to use is the verdict's, ``document_verdict``). Each b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..analysis import (
     BenchFacts,
+    BenchRow,
     StageFacts,
     TrainingFacts,
     TuningFacts,
@@ -24,12 +26,15 @@ from .document_windows import long_run_blocks
 # -- benchmark ---------------------------------------------------------------------
 def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.Text | None]:
     if bench.measured == 0:
-        rows: list[list[dm.Cell]] = [
-            [dm.Code(row.label), row.error or rf.DASH] for row in bench.rows
-        ]
         blocks: list[dm.Block] = [
             dm.Paragraph([f"All {plural(bench.failed, 'configuration')} failed:"]),
-            dm.Table(["Configuration", "error"], rows),
+            dm.table(
+                bench.rows,
+                [
+                    dm.Column("Configuration", lambda row: dm.Code(row.label)),
+                    dm.Column("error", lambda row: row.error or rf.DASH),
+                ],
+            ),
         ]
         return dm.Section("benchmark", "Benchmark", blocks), None
     intro = f"{plural(bench.measured, 'configuration')} measured"
@@ -51,44 +56,7 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
         )
     if bench.failed:
         intro += f" {plural(bench.failed, 'configuration')} failed; see below the table."
-    rows = []
-    for row in bench.rows:
-        label: dm.Cell = dm.Strong(row.label) if row.is_best else dm.Code(row.label)
-        if row.error:
-            rows.append([label, "failed", rf.DASH, rf.DASH, rf.DASH, rf.DASH, rf.DASH, rf.DASH])
-            continue
-        rate = rf.fmt_rate(row.samples_per_s)
-        if row.min_samples_per_s is not None and row.max_samples_per_s is not None:
-            rate += f" [{rf.fmt_rate(row.min_samples_per_s)}–{rf.fmt_rate(row.max_samples_per_s)}]"
-        rows.append(
-            [
-                label,
-                rate,
-                rf.fmt_seconds(row.startup_s),
-                rf.fmt_ms(row.p50_ms),
-                rf.fmt_ms(row.p95_ms),
-                rf.fmt_fraction(row.efficiency),
-                rf.fmt_ratio(row.speedup),
-                rf.fmt_fraction(row.noise),
-            ]
-        )
-    blocks = [
-        dm.Paragraph([intro]),
-        dm.Table(
-            [
-                "Configuration",
-                "samples/s median [min–max]",
-                "start-up",
-                "p50 batch",
-                "p95 batch",
-                "efficiency",
-                "speed-up",
-                "noise",
-            ],
-            rows,
-            "lrrrrrrr",
-        ),
-    ]
+    blocks = [dm.Paragraph([intro]), dm.table(bench.rows, _BENCH_COLUMNS)]
     failed = [row for row in bench.rows if row.error]
     if failed:
         blocks.append(dm.Bullets([[dm.Code(row.label), f" failed: {row.error}"] for row in failed]))
@@ -135,6 +103,35 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
     )
     blocks.append(dm.Figure("latency", "Distribution of steady-state batch waits"))
     return dm.Section("benchmark", "Benchmark", blocks), headline
+
+
+def _rate_range(row: BenchRow) -> str:
+    """The median rate, with the repeats' min–max in brackets; "failed" for a config that failed."""
+    if row.error:
+        return "failed"
+    rate = rf.fmt_rate(row.samples_per_s)
+    if row.min_samples_per_s is not None and row.max_samples_per_s is not None:
+        rate += f" [{rf.fmt_rate(row.min_samples_per_s)}–{rf.fmt_rate(row.max_samples_per_s)}]"
+    return rate
+
+
+def _unless_failed(cell: Callable[[BenchRow], dm.Cell]) -> Callable[[BenchRow], dm.Cell]:
+    """A column's cell, or a dash for a configuration that failed."""
+    return lambda row: rf.DASH if row.error else cell(row)
+
+
+_BENCH_COLUMNS: list[dm.Column[BenchRow]] = [
+    dm.Column(
+        "Configuration", lambda row: dm.Strong(row.label) if row.is_best else dm.Code(row.label)
+    ),
+    dm.Column("samples/s median [min–max]", _rate_range, "r"),
+    dm.Column("start-up", _unless_failed(lambda row: rf.fmt_seconds(row.startup_s)), "r"),
+    dm.Column("p50 batch", _unless_failed(lambda row: rf.fmt_ms(row.p50_ms)), "r"),
+    dm.Column("p95 batch", _unless_failed(lambda row: rf.fmt_ms(row.p95_ms)), "r"),
+    dm.Column("efficiency", _unless_failed(lambda row: rf.fmt_fraction(row.efficiency)), "r"),
+    dm.Column("speed-up", _unless_failed(lambda row: rf.fmt_ratio(row.speedup)), "r"),
+    dm.Column("noise", _unless_failed(lambda row: rf.fmt_fraction(row.noise)), "r"),
+]
 
 
 # -- tuning --------------------------------------------------------------------------
@@ -197,19 +194,20 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
             )
         )
     if tuning.head_to_head:
-        rows: list[list[dm.Cell]] = [
-            [
-                dm.Code(h.label),
-                rf.fmt_role(h.role),
-                rf.fmt_rate(h.samples_per_s),
-                rf.fmt_count(h.rounds),
-            ]
-            for h in tuning.head_to_head
-        ]
         blocks.append(
             dm.Paragraph(["Raced head to head, in the same interleaved rounds (median samples/s):"])
         )
-        blocks.append(dm.Table(["Configuration", "Role", "samples/s", "Rounds"], rows, "llrr"))
+        blocks.append(
+            dm.table(
+                tuning.head_to_head,
+                [
+                    dm.Column("Configuration", lambda h: dm.Code(h.label)),
+                    dm.Column("Role", lambda h: rf.fmt_role(h.role)),
+                    dm.Column("samples/s", lambda h: rf.fmt_rate(h.samples_per_s), "r"),
+                    dm.Column("Rounds", lambda h: rf.fmt_count(h.rounds), "r"),
+                ],
+            )
+        )
     if tuning.skipped:
         blocks.append(dm.Paragraph(["Skipped:"]))
         blocks.append(
@@ -237,18 +235,17 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
             dm.Paragraph([text + (f": {tuning.region_reason}." if tuning.region_reason else ".")])
         )
     if tuning.top_trials:
-        rows = [
-            [
-                t.phase or rf.DASH,
-                dm.Code(t.label),
-                rf.fmt_rate(t.samples_per_s),
-                rf.fmt_ratio(t.vs_baseline),
-            ]
-            for t in tuning.top_trials
-        ]
-        blocks.append(dm.Paragraph([f"The {plural(len(rows), 'fastest trial')}:"]))
+        blocks.append(dm.Paragraph([f"The {plural(len(tuning.top_trials), 'fastest trial')}:"]))
         blocks.append(
-            dm.Table(["Phase", "Configuration", "samples/s", "vs baseline"], rows, "llrr")
+            dm.table(
+                tuning.top_trials,
+                [
+                    dm.Column("Phase", lambda t: t.phase or rf.DASH),
+                    dm.Column("Configuration", lambda t: dm.Code(t.label)),
+                    dm.Column("samples/s", lambda t: rf.fmt_rate(t.samples_per_s), "r"),
+                    dm.Column("vs baseline", lambda t: rf.fmt_ratio(t.vs_baseline), "r"),
+                ],
+            )
         )
     # A failure the search notes already explain is not listed twice.
     failed = [
@@ -323,17 +320,26 @@ def stage_section(stages: StageFacts, r: dict[str, Any]) -> tuple[dm.Section, dm
                 ]
             )
         )
-        rows: list[list[dm.Cell]] = [
-            [
-                row.name,
-                row.kind or rf.DASH,
-                "doubtful" if row.doubtful else rf.fmt_ms(row.ms_per_sample),
-                rf.DASH if row.doubtful else rf.fmt_fraction(row.share),
-            ]
-            for row in stages.rows
-        ]
-        rows.append([dm.Strong("total"), "", dm.Strong(rf.fmt_ms(stages.total_ms)), ""])
-        blocks.append(dm.Table(["Stage", "kind", "per sample", "share"], rows, "llrr"))
+        blocks.append(
+            dm.table(
+                stages.rows,
+                [
+                    dm.Column("Stage", lambda row: row.name),
+                    dm.Column("kind", lambda row: row.kind or rf.DASH),
+                    dm.Column(
+                        "per sample",
+                        lambda row: "doubtful" if row.doubtful else rf.fmt_ms(row.ms_per_sample),
+                        "r",
+                    ),
+                    dm.Column(
+                        "share",
+                        lambda row: rf.DASH if row.doubtful else rf.fmt_fraction(row.share),
+                        "r",
+                    ),
+                ],
+                footer=[dm.Strong("total"), "", dm.Strong(rf.fmt_ms(stages.total_ms)), ""],
+            )
+        )
         doubtful = [row for row in stages.rows if row.doubtful]
         if doubtful:
             blocks.append(
@@ -377,18 +383,17 @@ def stage_section(stages: StageFacts, r: dict[str, Any]) -> tuple[dm.Section, dm
                 ]
             )
         )
-        rows = [
-            [
-                dm.Code(h.function),
-                h.location,
-                rf.fmt_count(h.calls),
-                rf.fmt_ms(h.total_ms),
-                rf.fmt_ms(h.cumulative_ms),
-            ]
-            for h in stages.hotspots
-        ]
         blocks.append(
-            dm.Table(["Function", "where", "calls", "own time", "cumulative"], rows, "llrrr")
+            dm.table(
+                stages.hotspots,
+                [
+                    dm.Column("Function", lambda h: dm.Code(h.function)),
+                    dm.Column("where", lambda h: h.location),
+                    dm.Column("calls", lambda h: rf.fmt_count(h.calls), "r"),
+                    dm.Column("own time", lambda h: rf.fmt_ms(h.total_ms), "r"),
+                    dm.Column("cumulative", lambda h: rf.fmt_ms(h.cumulative_ms), "r"),
+                ],
+            )
         )
     return dm.Section("stages", "Stage breakdown", blocks), [p for p in headline if p] or None
 

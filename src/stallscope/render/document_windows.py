@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 from ..analysis.readers import number
-from ..record.model import windows_of
+from ..record.model import Window, windows_of
 from . import document_model as dm
 from . import report_format as rf
 
@@ -130,42 +130,30 @@ def long_run_blocks(profile: dict[str, Any]) -> list[Any]:
     shown = windows[::stride]
     if shown[-1] is not windows[-1]:
         shown.append(windows[-1])
-    rows = []
-    for w in shown:
-        workers = [x.rss_mb for x in w.workers if x.rss_mb is not None]
-        rows.append(
-            [
-                rf.fmt_count(w.index),
-                _duration(w.start_s),
-                rf.fmt_count(w.total_steps),
-                _pct(w.stall_fraction),
-                _ms(w.step_ms_p50),
-                _ms(w.step_ms_p95),
-                _mb(w.main_rss_mb),
-                _mb(max(workers)) if workers else "–",
-                _mb(w.worker_uss_mb),
-            ]
-        )
     note = f"One window in {stride} shown; the JSON record holds all {len(windows)}."
     caption = [] if stride == 1 else [dm.Paragraph([note])]
     blocks.append(
-        dm.Table(
+        dm.table(
+            shown,
             [
-                "window",
-                "from",
-                "steps",
-                "stall",
-                "step p50",
-                "step p95",
-                "main RSS",
-                "largest worker RSS",
-                "mean worker USS",
+                dm.Column("window", lambda w: rf.fmt_count(w.index)),
+                dm.Column("from", lambda w: _duration(w.start_s), "r"),
+                dm.Column("steps", lambda w: rf.fmt_count(w.total_steps), "r"),
+                dm.Column("stall", lambda w: _pct(w.stall_fraction), "r"),
+                dm.Column("step p50", lambda w: _ms(w.step_ms_p50), "r"),
+                dm.Column("step p95", lambda w: _ms(w.step_ms_p95), "r"),
+                dm.Column("main RSS", lambda w: _mb(w.main_rss_mb), "r"),
+                dm.Column("largest worker RSS", _largest_worker_rss, "r"),
+                dm.Column("mean worker USS", lambda w: _mb(w.worker_uss_mb), "r"),
             ],
-            rows,
-            "lrrrrrrrr",
         )
     )
     return blocks + caption
+
+
+def _largest_worker_rss(window: Window) -> str:
+    rss = [worker.rss_mb for worker in window.workers if worker.rss_mb is not None]
+    return _mb(max(rss)) if rss else "–"
 
 
 def _ms(value: Any) -> str:
