@@ -71,20 +71,22 @@ OUTPUT_HELP = {
 }
 
 
-def add_output_arguments(
-    parser: argparse.ArgumentParser,
-    *,
-    formats: tuple[str, ...] = ("json", "md", "html"),
-    help: dict[str, str] | None = None,
-    quiet_help: str = "no progress bars or console summary",
-) -> None:
-    """``--json/--md/--html PATH`` (those in ``formats``), ``--quiet`` and ``--debug``; ``help``
-    rewords any."""
-    for fmt in formats:
-        text = (help or {}).get(fmt, OUTPUT_HELP[fmt])
-        parser.add_argument(f"--{fmt}", type=Path, default=None, metavar="PATH", help=text)
-    parser.add_argument("--quiet", action="store_true", help=quiet_help)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+@dataclass(frozen=True)
+class Outputs:
+    """The options :func:`execute` reads for every command: ``--json/--md/--html PATH`` (those in
+    ``formats``; ``help`` rewords any), ``--quiet`` and ``--debug``."""
+
+    formats: tuple[str, ...] = ("json", "md", "html")
+    help: dict[str, str] = field(default_factory=dict)
+    quiet_help: str = "no progress bars or console summary"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Add the options after the command's own, so ``--help`` lists them last."""
+        for fmt in self.formats:
+            text = self.help.get(fmt, OUTPUT_HELP[fmt])
+            parser.add_argument(f"--{fmt}", type=Path, default=None, metavar="PATH", help=text)
+        parser.add_argument("--quiet", action="store_true", help=self.quiet_help)
+        parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
 
 
 def add_start_method_argument(parser: argparse.ArgumentParser, help: str) -> None:
@@ -189,11 +191,14 @@ def execute(
     body: Callable[[CommandContext], int],
     *,
     runs_loaders: bool = True,
+    outputs: Outputs = Outputs(),
 ) -> int:
-    """Parse, run ``body``, turn failures into one sentence and an exit code, reap every child.
+    """Add the ``outputs`` options to ``parser``, parse, run ``body``, turn failures into one
+    sentence and an exit code, write the reports asked for, reap every child.
     ``runs_loaders``: the command iterates loaders in this process, so torch's worker-death error
     is raised only where it is safe (NOTE [worker death]); a command that only reads records
     passes False and does not import torch."""
+    outputs.add_arguments(parser)
     # Piped output gets a readable width instead of rich's 80-column default.
     console = Console(stderr=False, highlight=False, width=None if sys.stdout.isatty() else 140)
     # An error is one sentence on one line, however long its path: the terminal wraps it, rich

@@ -76,7 +76,6 @@ def build_parser() -> common.ArgumentParser:
         help="functions (as py-spy names them, e.g. MyLoader.__iter__) that also count as data "
         "wait on the training thread: a generator or a loader stallscope does not know",
     )
-    common.add_output_arguments(parser)
     return parser
 
 

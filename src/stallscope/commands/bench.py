@@ -78,7 +78,6 @@ def build_parser() -> common.ArgumentParser:
         "--plot", type=Path, default=None, metavar="PATH", help="PNG: throughput vs num_workers"
     )
     common.add_target_rate_argument(parser)
-    common.add_output_arguments(parser)
     return parser
 
 

@@ -81,7 +81,6 @@ def build_parser() -> common.ArgumentParser:
         help="judge shared memory against this many free MB instead of this machine's /dev/shm "
         "(e.g. 64, Docker's default)",
     )
-    common.add_output_arguments(parser)
     return parser
 
 

@@ -112,7 +112,6 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for any one batch"
     )
-    common.add_output_arguments(parser)
     return parser
 
 

@@ -27,6 +27,16 @@ STEPS = ("check", "bench", "stages", "tune", "changes", "profile")
 CHECK_BUDGET_S = 40.0
 
 
+# doctor prints its report to the console; the files are extra copies.
+OUTPUTS = common.Outputs(
+    help={
+        "json": "also write the record here",
+        "md": "also write Markdown here",
+        "html": "also write HTML here",
+    }
+)
+
+
 def build_parser() -> common.ArgumentParser:
     parser = common.command_parser(
         "stallscope doctor",
@@ -90,14 +100,6 @@ def build_parser() -> common.ArgumentParser:
         " cores, none above the batches in one epoch, as bench)",
     )
     common.add_target_rate_argument(parser)
-    common.add_output_arguments(
-        parser,
-        help={
-            "json": "also write the record here",
-            "md": "also write Markdown here",
-            "html": "also write HTML here",
-        },
-    )
     return parser
 
 
@@ -342,4 +344,4 @@ RUNNERS: dict[str, Callable[[Pipeline, Any, Report, RunRecord], dict[str, Any]]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.execute(build_parser(), argv, _run)
+    return common.execute(build_parser(), argv, _run, outputs=OUTPUTS)

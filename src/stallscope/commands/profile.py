@@ -76,7 +76,6 @@ def build_parser() -> common.ArgumentParser:
         help="append each closed time window to this JSON-lines file as the run goes",
     )
     common.add_target_rate_argument(parser)
-    common.add_output_arguments(parser)
     return parser
 
 

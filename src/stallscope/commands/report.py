@@ -14,6 +14,9 @@ from ..errors import UsageError
 from ..record import RunRecord
 from . import _common as common
 
+# A record is already JSON: report writes the documents, and prints nothing else when quiet.
+OUTPUTS = common.Outputs(formats=("md", "html"), quiet_help="print nothing but errors")
+
 
 def build_parser() -> common.ArgumentParser:
     parser = common.command_parser(
@@ -43,9 +46,6 @@ def build_parser() -> common.ArgumentParser:
         default=None,
         metavar="DIR",
         help="write the PNG plots into DIR (the Markdown links them from there)",
-    )
-    common.add_output_arguments(
-        parser, formats=("md", "html"), quiet_help="print nothing but errors"
     )
     return parser
 
@@ -147,4 +147,4 @@ def _against(ctx: common.CommandContext, record: RunRecord, old: RunRecord) -> i
 
 
 def main(argv: list[str] | None = None) -> int:
-    return common.execute(build_parser(), argv, _run, runs_loaders=False)
+    return common.execute(build_parser(), argv, _run, runs_loaders=False, outputs=OUTPUTS)

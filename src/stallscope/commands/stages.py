@@ -99,7 +99,6 @@ def build_parser() -> common.ArgumentParser:
         help="keep 'other (__getitem__)' whole instead of breaking out the calls it makes"
         " (5%% or more)",
     )
-    common.add_output_arguments(parser)
     return parser
 
 

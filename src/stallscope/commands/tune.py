@@ -77,7 +77,6 @@ def build_parser() -> common.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed for samplers and the bootstrap")
     common.add_target_rate_argument(parser)
-    common.add_output_arguments(parser)
     return parser
 
 
