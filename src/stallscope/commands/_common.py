@@ -95,6 +95,14 @@ def add_start_method_argument(parser: argparse.ArgumentParser, help: str) -> Non
     )
 
 
+def add_batch_timeout_argument(parser: argparse.ArgumentParser) -> None:
+    """``--timeout S``: how long the measured loader may take for one batch before it counts as
+    hung."""
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for any one batch (default 60)"
+    )
+
+
 def add_target_rate_argument(parser: argparse.ArgumentParser) -> None:
     """``--target-rate N``: the samples/s the training step consumes, for the cores-needed
     estimate."""

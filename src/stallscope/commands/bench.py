@@ -71,9 +71,7 @@ def build_parser() -> common.ArgumentParser:
         metavar="WINDOW",
         help="seconds of steady state per repeat (default 1)",
     )
-    parser.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds to wait for any one batch"
-    )
+    common.add_batch_timeout_argument(parser)
     parser.add_argument(
         "--plot", type=Path, default=None, metavar="PATH", help="PNG: throughput vs num_workers"
     )

@@ -109,9 +109,7 @@ def build_parser() -> common.ArgumentParser:
         action="store_false",
         help="skip the side-by-side stage breakdown after the rounds",
     )
-    parser.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds to wait for any one batch"
-    )
+    common.add_batch_timeout_argument(parser)
     return parser
 
 

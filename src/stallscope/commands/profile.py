@@ -57,9 +57,7 @@ def build_parser() -> common.ArgumentParser:
         help="synchronise the device at every step boundary for honest timing"
         " (default: on for CUDA)",
     )
-    parser.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds to wait for any one batch (default 60)"
-    )
+    common.add_batch_timeout_argument(parser)
     parser.add_argument(
         "--window",
         type=float,
