@@ -115,6 +115,35 @@ def test_a_pick_faster_than_one_process_at_one_thread_is_held_to_the_cores():
     assert facts.ceiling["pick_fraction"] == pytest.approx(4e5 * 2.6e-6 / 2, rel=1e-3)
 
 
+def saturated_record(pick_cpu_ms: float) -> dict:
+    """The demo's shape at 1faab48: the probe read 3.37 ms of CPU per sample (594/s on 2 cores),
+    the pick w=2 ran at 666/s, its own windows at ``pick_cpu_ms`` per sample."""
+    record = bench_record(cpu_s=0.00337, wall_s=0.00337, rate=666.0)
+    record["results"][1]["cpu_ms_per_sample"] = pick_cpu_ms
+    return record
+
+
+def test_a_pick_that_kept_every_core_busy_past_the_probes_ceiling_is_the_ceiling():
+    record = saturated_record(3.0)  # 666/s x 3.0 ms: 2.00 of 2 cores busy
+    c = ceiling_section(record)
+    assert c["basis"] == "saturated"
+    assert c["samples_per_s"] == pytest.approx(666.0) and c["pick_fraction"] == 1.0
+    assert c["cpu_samples_per_s"] == pytest.approx(2 / 0.00337, rel=1e-4)  # what the probe allowed
+    record.update(ceiling_sections(record))
+    facts = ceiling_facts(record)
+    assert facts.problem is None
+    assert "its own windows kept 2.00 of the 2 usable cores busy" in facts.ceiling_sentence
+    assert "more workers cannot help" in facts.ceiling_sentence
+
+
+def test_a_pick_past_the_probes_ceiling_with_cores_to_spare_is_still_a_bug_caught():
+    record = saturated_record(2.4)  # 1.60 of 2 cores busy: the cores did not bound it
+    assert ceiling_section(record)["basis"] == "cpu"
+    record.update(ceiling_sections(record))
+    facts = ceiling_facts(record)
+    assert facts.ceiling is None and facts.problem is not None
+
+
 def test_cores_needed_is_target_times_cpu_per_sample_over_the_picks_efficiency():
     n = cores_needed_section(bench_record(), 5000.0)
     assert n["cores"] == pytest.approx(5000 * 0.0025 / 0.9375, abs=0.01)  # 13.33

@@ -149,8 +149,31 @@ def test_a_share_at_or_below_100_percent_is_kept_as_measured():
     record = load("bench")
     facts = ceiling_facts(record)
     assert facts is not None and facts.problem is None
-    assert facts.ceiling == record["ceiling"]
+    # Judged again from the record's measurements, it says what the command stored (the record
+    # predates the one-process figure, which it adds).
+    assert {key: facts.ceiling[key] for key in record["ceiling"]} == record["ceiling"]
     assert decide(record).ceiling_share == record["ceiling"]["pick_fraction"]
+
+
+def test_report_judges_the_ceiling_again_with_todays_rules():
+    # The demo's shape at 1faab48, stored as the command judged it then: 112% of a ceiling from the
+    # probe's CPU per sample. Rendered today, the pick's own windows (2.0 of 2 cores busy) make the
+    # ceiling, and no bug is said.
+    from stallscope.analysis.ceiling import ceiling_section
+
+    record = load("bench")
+    pick = max(record["results"], key=lambda res: res["samples_per_s"]["median"])
+    rate = pick["samples_per_s"]["median"]
+    cores = record["cpu_cost"]["usable_cores"]
+    pick["cpu_ms_per_sample"] = 1000.0 * cores / rate  # every core busy in its windows
+    record["cpu_cost"]["cpu_s_per_sample"] = 1.12 * cores / rate  # the probe read 12% more
+    stored = dict(ceiling_section(record), basis="cpu", pick_fraction=1.122)
+    record["ceiling"] = stored
+    facts = ceiling_facts(record)
+    assert facts.problem is None and facts.ceiling["basis"] == "saturated"
+    assert facts.ceiling["pick_fraction"] == 1.0
+    for name, text in surfaces(record).items():
+        assert "Bug caught" not in text and "112" not in text, name
 
 
 # -- confidence: never above what the rounds support -------------------------------------------

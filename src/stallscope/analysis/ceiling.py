@@ -22,6 +22,15 @@ that receiving a batch costs more than making it), the ceiling is that, basis **
 ``pick_fraction`` is the report's one winner (``sections.best_configuration``) over the ceiling:
 near 1, more workers cannot help, only a cheaper pipeline (or more cores) can.
 
+The probe's CPU per sample comes from one short window in one process, early in the run; every
+window of the pick measures it again, with the workers. Where the pick outran ``cores ÷`` the
+probe's figure and its own windows kept the usable cores busy (``SATURATED`` of them or more), the
+probe read more CPU than the pick spent (a first window's warm-up, a busy host's steal): the pick's
+rate is then the ceiling, basis **saturated**, at a share of 100%. It is what the ceiling means, all
+cores making samples, measured rather than extrapolated. (The demo at ``1faab48``: the probe read
+3.37 ms of CPU per sample, the pick's windows 2.9 to 3.3 ms at 2.0 of 2 cores busy, and the
+ceiling from the probe put the pick at 112%.)
+
 Cores needed at a target rate: ``target × cpu_s_per_sample ÷ efficiency``. The efficiency is the
 pick's CPU efficiency where its CPU was measured (every steady-state window clocks the CPU of the
 main process and its workers, ``LoaderCpuClock`` in ``throughput/measure.py``): CPU per sample in
@@ -61,6 +70,9 @@ from .sections import best_configuration
 
 # The pick is "at the ceiling" from this fraction on: more workers cannot help.
 AT_CEILING = 0.85
+# The pick's own windows kept at least this share of the usable cores busy: its rate is the
+# ceiling's measure where it outran the probe's (NOTE [ceiling], basis "saturated").
+SATURATED = 0.95
 
 
 @dataclass
@@ -235,6 +247,12 @@ def ceiling_section(r: Record) -> dict[str, Any] | None:
     main_rate = batch / (main_ms / 1000.0) if main_ms and batch else None
     one_process = 1.0 / cpu_s
     rate, basis = ceiling_bound(cpu_rate, main_rate, one_process, pick.samples_per_s)
+    busy = busy_cores(r, pick, cores)
+    if basis == "cpu" and pick.samples_per_s > rate and busy is not None:
+        if busy >= SATURATED * cores:
+            # The pick's own windows kept the cores busy: its rate measures the ceiling, where the
+            # probe's single window read more CPU per sample than the pick's (NOTE [ceiling]).
+            rate, basis = pick.samples_per_s, "saturated"
     return {
         "samples_per_s": round(rate, 2),
         "basis": basis,
@@ -249,7 +267,7 @@ def ceiling_section(r: Record) -> dict[str, Any] | None:
         "main_ms_per_batch": None if main_ms is None else round(main_ms, 4),
         "batch_size": batch,
         "main_process_samples_per_s": None if main_rate is None else round(main_rate, 2),
-        "pick_cpu_cores": busy_cores(r, pick, cores),
+        "pick_cpu_cores": busy,
         "others_busy_cores": number(cost.get("others_busy_cores")),
     }
 
@@ -372,6 +390,12 @@ def ceiling_sentence(c: dict[str, Any]) -> str:
                 f", faster than it can receive them from workers ({main:.2f} ms of CPU per batch "
                 f"of {_batch(c.get('batch_size'))})"
             )
+    elif c.get("basis") == "saturated":
+        how = (
+            f"its own windows kept {number(c.get('pick_cpu_cores')) or 0:.2f} of the "
+            f"{plural(c.get('usable_cores'), 'usable core')} busy; the CPU probe's "
+            f"{_ms(c['cpu_ms_per_sample'])} per sample would allow {_rate(c['cpu_samples_per_s'])}"
+        )
     else:
         cores = c.get("usable_cores")
         how = f"{plural(cores, 'usable core')} ÷ {_ms(c['cpu_ms_per_sample'])} of CPU per sample"
@@ -505,10 +529,18 @@ def free_data_sentence(r: Record) -> str | None:
 
 
 def ceiling_facts(r: Record) -> CeilingFacts | None:
-    """The ``ceiling`` and ``cores_needed`` keys of the record with their sentences, and the
-    free-data step; None when the record has none of them."""
-    ceiling: dict[str, Any] = r["ceiling"] if isinstance(r.get("ceiling"), dict) else {}
-    cores: dict[str, Any] = r["cores_needed"] if isinstance(r.get("cores_needed"), dict) else {}
+    """The ``ceiling`` and ``cores_needed`` keys with their sentences, and the free-data step;
+    None when the record has none of them. Both are judged again from the record's measurements
+    with today's rules (the keys a command stored are what it judged then), the stored ones
+    standing where the measurements behind them are not in the record."""
+    stored = r.get("ceiling")
+    ceiling: dict[str, Any] = ceiling_section(r) or (stored if isinstance(stored, dict) else {})
+    stored = r.get("cores_needed")
+    cores: dict[str, Any] = stored if isinstance(stored, dict) else {}
+    given = (
+        number(cores.get("target_rate")) if cores.get("target_source") == "--target-rate" else None
+    )
+    cores = cores_needed_section(r, given) or cores
     ceiling_ok = bool(ceiling) and all(
         number(ceiling.get(k)) is not None
         for k in ("samples_per_s", "pick_fraction", "pick_samples_per_s", "cpu_ms_per_sample")

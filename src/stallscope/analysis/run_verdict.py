@@ -414,6 +414,7 @@ def _bound(r: Record, v: RunVerdict) -> str | None:
             "main-process": "the main process receiving batches, near this machine's ceiling",
             "one-process": "one process's CPU (receiving from workers costs more), near its "
             "ceiling",
+            "saturated": "this machine's CPU: the pick keeps every usable core busy",
         }.get(v.ceiling_basis or "", "this machine's CPU, near its ceiling")
     region = search_of(r).region
     if region is not None and region.name is not None:

@@ -38,6 +38,13 @@ def ceiling_section(facts: Any, r: dict[str, Any]) -> tuple[dm.Section | None, d
                     f"{rf.fmt_rate(ceiling['main_process_samples_per_s'])} samples/s",
                 ]
             )
+        if ceiling.get("basis") == "saturated":
+            rows.append(
+                [
+                    "the pick's own windows (usable cores busy)",
+                    f"{ceiling.get('pick_cpu_cores')} of {ceiling.get('usable_cores')}",
+                ]
+            )
         if ceiling.get("basis") == "one-process":
             rows.append(
                 [

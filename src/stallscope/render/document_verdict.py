@@ -234,6 +234,7 @@ def verdict_blocks(r: dict[str, Any], v: RunVerdict | None = None) -> list[dm.Bl
         blocks.append(dm.Paragraph(["Also measured to help:"]))
         blocks.append(dm.Bullets(recs))
     if v.problems:
+        blocks.append(dm.Paragraph(["Figures that could not be true, left out:"]))
         blocks.append(dm.Bullets([[dm.Strong(p.sentence())] for p in v.problems]))
     if v.not_measured:
         blocks.append(dm.Paragraph(["Not measured:"]))
