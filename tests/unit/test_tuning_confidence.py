@@ -265,22 +265,12 @@ def test_the_race_leaves_out_the_slowest_so_that_two_rounds_fit_the_budget(basel
 
 
 def test_a_users_config_far_behind_races_two_rounds_before_it_leaves():
-    from tune_simulated import SimulatedEvaluator
+    from tune_simulated import SimulatedEvaluator, unbounded_race
 
-    from stallscope.tuning.race import Entrant, Race
-    from stallscope.tuning.space import SearchSettings
+    from stallscope.tuning.race import Entrant
 
     rates = {0: 200.0, 2: 600.0, 4: 400.0}
-    ev = SimulatedEvaluator(lambda c: rates[c.num_workers], noise=0.01, seed=3)
-    race = Race(
-        ev,
-        SearchSettings(),
-        round_cost=lambda configs: 0.0,
-        affordable=lambda seconds: True,
-        record=lambda trial: None,
-        note=lambda text: None,
-        skip=lambda config, why: None,
-    )
+    race = unbounded_race(SimulatedEvaluator(lambda c: rates[c.num_workers], noise=0.01, seed=3))
     race.run(
         [
             Entrant(_cfg(2), "tuner", 600.0),
