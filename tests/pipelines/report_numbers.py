@@ -335,12 +335,11 @@ def _derive(r: dict, pools: Pools) -> None:
 
 
 def pools_for(record: dict) -> Pools:
-    from stallscope.analysis.ceiling import ceiling_sections
+    from stallscope.analysis.ceiling import judged_sections
 
     # The ceiling and the cores needed are judged again from the record's measurements when it is
     # rendered (``ceiling_facts``): their figures are today's, not those a command stored.
-    given = (record.get("cores_needed") or {}).get("target_rate")
-    record = {**record, **ceiling_sections(record, given)}
+    record = {**record, **judged_sections(record)}
     pools = Pools()
     _walk(record, (), pools)
     _derive(record, pools)

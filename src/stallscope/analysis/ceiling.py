@@ -248,11 +248,10 @@ def ceiling_section(r: Record) -> dict[str, Any] | None:
     one_process = 1.0 / cpu_s
     rate, basis = ceiling_bound(cpu_rate, main_rate, one_process, pick.samples_per_s)
     busy = busy_cores(r, pick, cores)
-    if basis == "cpu" and pick.samples_per_s > rate and busy is not None:
-        if busy >= SATURATED * cores:
-            # The pick's own windows kept the cores busy: its rate measures the ceiling, where the
-            # probe's single window read more CPU per sample than the pick's (NOTE [ceiling]).
-            rate, basis = pick.samples_per_s, "saturated"
+    if basis == "cpu" and pick.samples_per_s > rate and (busy or 0.0) >= SATURATED * cores:
+        # The pick's own windows kept the cores busy: its rate measures the ceiling, where the
+        # probe's single window read more CPU per sample than the pick's (NOTE [ceiling]).
+        rate, basis = pick.samples_per_s, "saturated"
     return {
         "samples_per_s": round(rate, 2),
         "basis": basis,
@@ -528,19 +527,25 @@ def free_data_sentence(r: Record) -> str | None:
     )
 
 
-def ceiling_facts(r: Record) -> CeilingFacts | None:
-    """The ``ceiling`` and ``cores_needed`` keys with their sentences, and the free-data step;
-    None when the record has none of them. Both are judged again from the record's measurements
-    with today's rules (the keys a command stored are what it judged then), the stored ones
-    standing where the measurements behind them are not in the record."""
+def judged_sections(r: Record) -> dict[str, dict[str, Any]]:
+    """``{"ceiling": ..., "cores_needed": ...}`` judged again from the record's measurements with
+    today's rules (the keys a command stored are what it judged then), a stored key standing where
+    the measurements behind it are not in the record, ``{}`` where neither is."""
     stored = r.get("ceiling")
-    ceiling: dict[str, Any] = ceiling_section(r) or (stored if isinstance(stored, dict) else {})
+    ceiling = ceiling_section(r) or (stored if isinstance(stored, dict) else {})
     stored = r.get("cores_needed")
     cores: dict[str, Any] = stored if isinstance(stored, dict) else {}
     given = (
         number(cores.get("target_rate")) if cores.get("target_source") == "--target-rate" else None
     )
-    cores = cores_needed_section(r, given) or cores
+    return {"ceiling": ceiling, "cores_needed": cores_needed_section(r, given) or cores}
+
+
+def ceiling_facts(r: Record) -> CeilingFacts | None:
+    """The ``ceiling`` and ``cores_needed`` keys with their sentences (:func:`judged_sections`),
+    and the free-data step; None when the record has none of them."""
+    judged = judged_sections(r)
+    ceiling, cores = judged["ceiling"], judged["cores_needed"]
     ceiling_ok = bool(ceiling) and all(
         number(ceiling.get(k)) is not None
         for k in ("samples_per_s", "pick_fraction", "pick_samples_per_s", "cpu_ms_per_sample")

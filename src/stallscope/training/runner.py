@@ -242,6 +242,10 @@ def run_profile(
     }
     options.update(watch_options or {})
     watch = Watch(loader, **options)
+
+    def step(batch: Any) -> Any:
+        return call(to_device(batch, device, non_blocking=True) if move else batch)
+
     done = 0
     cached: list[Any] = []  # the first batches, replayed with free data
     try:
@@ -262,7 +266,7 @@ def run_profile(
                     if free_data and len(cached) < CACHED_BATCHES:
                         cached.append(batch)
                     try:
-                        call(to_device(batch, device, non_blocking=True) if move else batch)
+                        step(batch)
                     except Exception as exc:
                         raise PipelineError(
                             f"train_step raised {describe_exception(exc)} at step {done}."
@@ -280,7 +284,7 @@ def run_profile(
     if free_data and cached:
         sync_fn, _ = resolve_sync(sync)
         replay = replay_free_data(
-            lambda b: call(to_device(b, device, non_blocking=True) if move else b),
+            step,
             cached,
             sync=sync_fn,
             fixed_steps=2 * REPLAY_STEPS if info.world_size > 1 else None,
