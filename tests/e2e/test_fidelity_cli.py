@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from stallscope.commands.tune import emitted_config
+from stallscope.commands.tune import emitted_config, emitted_text
 from stallscope.pipeline.batching import same_batch
-from stallscope.render.loader_code import render_diff
+from stallscope.render.loader_code import render_diff, render_python
 from stallscope.render.loader_snippet import PLACEHOLDER, snippet_for_record
 from stallscope.runtime.processes import shutdown_iterator
 
@@ -164,35 +164,56 @@ def test_emitted_python_keeps_the_users_arguments_and_yields_their_batches(
         str(out),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    code = proc.stdout
-    for argument in KEPT[name]:
-        assert f"    {argument}," in code, (argument, code)
     record = json.loads(out.read_text())
-    if name == "real_translation":
-        assert "batch_size=" not in code  # their batch sampler decides: never a batch size
-    else:
+    if name != "real_translation":
         assert record["best"]["config"]["batch_size"] == record["baseline"]["config"]["batch_size"]
     chosen, _ = emitted_config(
         _target(pipelines_dir, name), record
     )  # the pick, or yours when within noise
-    snippet = snippet_for_record(record, chosen.to_dict())
+    assert proc.stdout == emitted_text(_target(pipelines_dir, name), record, "python")
+    # The call as emitted, whichever config that is, and the call rebuilt with one more worker than
+    # yours: each keeps the user's arguments (the first only where it changes a knob: unchanged, it
+    # is the user's own factory call), changes only tuned knobs, runs and yields their batches.
+    baseline = record["baseline"]["config"]
+    rebuilt = snippet_for_record(
+        record, {**baseline, "num_workers": baseline["num_workers"] + 1, "prefetch_factor": 2}
+    )
+    assert rebuilt.changed and set(rebuilt.changed) <= KNOBS
+    emitted = snippet_for_record(record, chosen.to_dict())
+    for snippet, text, workers in (
+        (emitted, proc.stdout, chosen.num_workers),
+        (rebuilt, render_python(rebuilt), baseline["num_workers"] + 1),
+    ):
+        if snippet.changed:
+            _assert_keeps_the_users_call(name, text, snippet)
+        else:
+            assert text.endswith("\nloader = make_loader()\n"), text  # keep yours: your call
+        _assert_runs_and_yields_their_batches(name, module, text, workers)
+
+
+def _assert_keeps_the_users_call(name: str, code: str, snippet) -> None:
+    for argument in KEPT[name]:
+        assert f"    {argument}," in code, (argument, code)
+    if name == "real_translation":
+        assert "batch_size=" not in code  # their batch sampler decides: never a batch size
     assert set(snippet.changed) <= KNOBS | {
         "worker_init_fn"
     }  # only tuned knobs (and seeding) change
-
     assert (
         re.search(rf"^from {name} import .*\bmake_loader\b", code, re.M)
         and "yours = make_loader()\n" in code
     )
     assert not PLACEHOLDER.search(code)  # executable as it stands, from the target's folder
+
+
+def _assert_runs_and_yields_their_batches(name, module, code, workers: int) -> None:
     namespace: dict = {}
     exec(compile(code, f"<emitted for {name}>", "exec"), namespace)
-    if hasattr(
-        namespace["yours"], "iterator"
-    ):  # their InfiniteDataLoader started workers in __init__
-        shutdown_iterator(namespace["yours"].iterator)
+    yours = namespace.get("yours")
+    if hasattr(yours, "iterator"):  # their InfiniteDataLoader started workers in __init__
+        shutdown_iterator(yours.iterator)
     emitted = namespace["loader"]
-    assert emitted.num_workers == chosen.num_workers
+    assert emitted.num_workers == workers
     got = _two_batches(emitted)
     want = _two_batches(module.make_loader())
     assert [_structure(b) for b in got] == [_structure(b) for b in want]

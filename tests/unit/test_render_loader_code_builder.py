@@ -145,6 +145,18 @@ def test_diff_lists_only_the_changed_keyword_arguments():
     assert "nothing to change" in render_diff(unchanged)
 
 
+def test_keeping_yours_is_your_factory_call_not_a_loader_rebuilt_from_its_parts():
+    pipeline = load_target(real_audio.make_loader)
+    kept = build_snippet(pipeline.baseline, call=pipeline.call, baseline=pipeline.baseline)
+    assert render_python(kept) == "from real_audio import make_loader\n\nloader = make_loader()\n"
+    assert kept.changes == [] and "nothing to change" in render_diff(kept)
+    # Where workers would share random streams the call gains seeding: a change, so a rebuild.
+    seeded = build_snippet(
+        pipeline.baseline, call=pipeline.call, baseline=pipeline.baseline, seeding_missing=True
+    )
+    assert "yours = make_loader()" in seeded.prelude and "worker_init_fn" in _kwargs(seeded)
+
+
 def test_diff_removes_worker_only_knobs_when_going_to_zero_workers():
     base = LoaderConfig(num_workers=2, batch_size=8, prefetch_factor=4, persistent_workers=True)
     snippet = build_snippet(LoaderConfig(batch_size=8), baseline=base)
@@ -216,7 +228,8 @@ def test_batch_size_changes_only_when_the_pick_asks_for_it():
 
 def test_subclass_is_called_by_its_own_name_and_import():
     pipeline = load_target(detection().make_loader)
-    snippet = build_snippet(pipeline.baseline, call=pipeline.call, baseline=pipeline.baseline)
+    pick = pipeline.baseline.replace(num_workers=pipeline.baseline.num_workers + 1)
+    snippet = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline)
     assert snippet.callable == "InfiniteDataLoader"
     line = next(i for i in snippet.imports if i.startswith("from real_detection import "))
     assert {"InfiniteDataLoader", "collate_fn", "seed_worker"} <= set(

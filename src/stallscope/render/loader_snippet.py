@@ -153,6 +153,11 @@ def build_snippet(
     """
     call = call or default_call(config.batch_size)
     baseline = baseline or LoaderConfig(batch_size=config.batch_size)
+    if call.origin and not changed_fields(config, baseline) and not seeding_missing:
+        # Nothing to change: the user's call is their own factory as they call it, not a
+        # DataLoader rebuilt from the parts of what it returns.
+        name = call.origin[: -len("()")] if call.origin.endswith("()") else call.origin
+        return Snippet(name, list(call.origin_imports), [], [], [], form="factory")
     by_factory = _factory_call(config, call, baseline, through_factory=through_factory)
     if by_factory is not None or through_factory:
         if by_factory is None:
