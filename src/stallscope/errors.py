@@ -31,6 +31,20 @@ class PipelineError(UsageError):
     """The user's pipeline failed while being measured (dataset raised, worker died)."""
 
 
+class NoFirstBatch(PipelineError):
+    """A trial with worker processes gave no first batch within its timeout: the workers never
+    delivered (a hang at start, or in every worker's first sample). The sweep tries no more
+    configs with workers (NOTE [no first batch] in ``throughput/measure.py``)."""
+
+
+NOT_TRIED = "not tried: "
+
+
+def not_tried(error: str | None) -> bool:
+    """A config's error that says it was never run (NOTE [no first batch]), not that it failed."""
+    return bool(error) and str(error).startswith(NOT_TRIED)
+
+
 class NotMeasured(PipelineError):
     """A step's own stand-in for the user's loader (an instrumented dataset, a rebuilt loader)
     could not be built or does not yield batches like the user's: the step says "not measured:

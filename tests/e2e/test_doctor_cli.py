@@ -183,3 +183,49 @@ def test_ctrl_c_leaves_partial_report_and_no_orphans(tmp_path, command):
     assert partial["results"], "the configs measured before Ctrl-C are in the partial report"
     _, alive = psutil.wait_procs(descendants, timeout=5)
     assert not alive, f"left behind: {[p.pid for p in alive]}"
+
+
+def test_doctor_on_a_pipeline_whose_forked_workers_hang_after_use_says_so_and_measures_in_process(
+    tmp_path,
+):
+    # NOTE [fork after use]: doctor runs the pipeline in its own process first, so the check's
+    # forked workers hang at their first item; a fresh interpreter's worker returns it. The
+    # finding says so, and the sweep and the tuner measure no config with workers.
+    out = tmp_path / "report"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "stallscope",
+            "doctor",
+            f"{PIPELINES}/fork_after_use.py:make_loader",
+            "--out",
+            str(out),
+            "--budget",
+            "4",
+            "--repeats",
+            "1",
+            "--timeout",
+            "3",
+            "--skip",
+            "changes,stages",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=_env(),
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    record = json.loads((out / "report.json").read_text())
+    jsonschema.validate(record, record_schema())
+    [hang] = [f for f in record["findings"] if f["code"] == "hang"]
+    assert hang["severity"] == "warning" and hang["evidence"]["cause"] == "fork-after-use"
+    assert hang["evidence"]["fork_control"]["returned"] is True
+    assert "engine-loop" in hang["evidence"]["threads_at_fork"]
+    assert "fork_after_use.py" in hang["evidence"]["where"]
+    assert "engine-loop" in hang["message"] and "forkserver" in hang["fix"]
+    assert {r["config"]["num_workers"] for r in record["results"]} == {0}
+    assert {t["config"]["num_workers"] for t in record["trials"]} == {0}
+    [skipped] = [n for n in record["not_run"] if n["step"] == "configs with worker processes"]
+    assert "hang" in skipped["why"]
+    assert "configs with worker processes: workers forked from this process hang" in proc.stdout

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from _cli import run_stallscope
 
+from stallscope.render.loader_code import render_python
+from stallscope.render.loader_snippet import snippet_for_record
+
 PIPELINES = Path(__file__).parent.parent / "pipelines"
 KINDS = "real_loader_kinds.py"
 
@@ -249,21 +252,28 @@ def test_a_wrapper_is_tuned_where_its_loader_really_runs_and_the_code_puts_it_ba
     assert f"at {path.lstrip('.')}" in record["loader_kind"]["description"]
     code = record["loader_code"]
     assert code["verified"], code["reason"]
-    assert f"yours{path} = DataLoader(" in done.stdout and "loader = yours" in done.stdout
-    workers = code["config"][
-        "num_workers"
-    ]  # the winner's (yours, where the report says to keep them)
-    printed = _run_printed(
-        done.stdout,
-        (
-            "it = iter(loader)\nfirst = next(it)\nnext(it)\n"
-            f"print(type(first).__name__, loader{path}.num_workers)\n" + STOP
-        ),
-    )
-    assert printed.split() == [
-        batch_type,
-        str(workers),
-    ]  # the wrapper's own batches, with the code's workers
+    factory = target.split(":")[1]
+    # The code as emitted for the winner (your factory's call where the verdict keeps yours), and
+    # the code with
+    # one more worker than yours, which puts a DataLoader back where the wrapper holds it.
+    baseline = record["baseline"]["config"]
+    more = {**baseline, "num_workers": baseline["num_workers"] + 1, "prefetch_factor": 2}
+    for emitted, config in ((done.stdout, code["config"]), (None, more)):
+        snippet = snippet_for_record(record, config)
+        text = emitted if emitted is not None else render_python(snippet)
+        if snippet.changed:
+            assert f"yours{path} = DataLoader(" in text and "loader = yours" in text
+        else:
+            assert text.endswith(f"\nloader = {factory}()\n"), text
+        printed = _run_printed(
+            text,
+            (
+                "it = iter(loader)\nfirst = next(it)\nnext(it)\n"
+                f"print(type(first).__name__, loader{path}.num_workers)\n" + STOP
+            ),
+        )
+        # the wrapper's own batches, with the code's workers
+        assert printed.split() == [batch_type, str(config["num_workers"])]
 
 
 def test_a_wrapper_that_cannot_take_another_loader_is_measured_and_says_why(tmp_path):

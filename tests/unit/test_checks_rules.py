@@ -179,6 +179,48 @@ def test_hang_names_index_and_line():
     )
 
 
+_HUNG_AT_ZERO = {
+    "index": 0,
+    "worker": 0,
+    "pid": 11,
+    "waited_s": 2.1,
+    "where": "/lib/engine.py:28 in run",
+    "stack": ["/usr/lib/python3.11/queue.py:171 in get", "/lib/engine.py:28 in run"],
+}
+
+
+def test_a_hang_that_a_fresh_interpreters_worker_does_not_share_is_the_fork_after_use():
+    health = _health(hangs=[_HUNG_AT_ZERO], timeout_s=2.0)
+    health["threads_at_fork"] = ["DAFTIO ×2", "tokio-rt-worker"]
+    health["fork_control"] = {"returned": True, "seconds": 0.0123, "where": None, "note": None}
+    [finding] = detect_hang({"health": health})
+    assert finding.severity == "warning" and finding.evidence["cause"] == "fork-after-use"
+    assert finding.message.startswith(
+        "Workers forked from a process that has already run the pipeline hang: dataset[0] was "
+        "stuck at /lib/engine.py:28 in run, and returned in 12.3 ms in a worker forked from a "
+        "fresh interpreter. The pipeline's library runs on threads it starts at first use (this "
+        "process ran DAFTIO ×2, tokio-rt-worker)"
+    )
+    assert "forkserver" in finding.fix and "worker_init_fn" in finding.fix
+    assert "Bound the blocking call" not in finding.fix
+
+
+@pytest.mark.parametrize(
+    ("control", "says"),
+    [
+        ({"returned": False, "seconds": None, "where": "/lib/engine.py:28 in run"}, " too."),
+        ({"returned": None, "seconds": None, "where": None, "note": "an object"}, "in run."),
+    ],
+)
+def test_a_hang_a_fresh_interpreter_shares_or_could_not_test_stays_an_error(control, says):
+    health = _health(hangs=[_HUNG_AT_ZERO], timeout_s=2.0)
+    health["fork_control"] = control
+    [finding] = detect_hang({"health": health})
+    assert finding.severity == "error" and "cause" not in finding.evidence
+    assert finding.message.endswith(says) and finding.evidence["fork_control"] == control
+    assert "Bound the blocking call" in finding.fix
+
+
 def test_getitem_error_counts_and_groups():
     errors = [
         {

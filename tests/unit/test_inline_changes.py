@@ -95,6 +95,21 @@ def test_creating_a_generator_ends_the_prefix():
     assert _first(anatomy).startswith("rng = random.Random")
 
 
+class ReturnsAtOnce:
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        return torch.full((2,), float(index))
+
+
+def test_a_getitem_that_returns_in_its_first_statement_is_not_said_to_draw():
+    anatomy = examine_inline(ReturnsAtOnce())
+    assert anatomy.random_by is None and not anatomy.prefix
+    why = InlinePrefixCache().applies(anatomy, None)
+    assert why.startswith("__getitem__ returns in its first statement") and "random" not in why
+
+
 def test_a_library_dataset_is_not_examined():
     from torch.utils.data import TensorDataset
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 from bench_sleepy import SleepyDataset, real_item_seconds
+from torch.utils.data import DataLoader
 
 from stallscope.config import LoaderConfig
 from stallscope.target import load_target
 from stallscope.throughput.measure import (
+    Measurement,
     batch_length,
     latency_stats,
     measure,
@@ -125,3 +127,49 @@ def test_batch_length_of_common_batch_shapes():
     assert batch_length((torch.zeros(7, 2), torch.zeros(7))) == 7
     assert batch_length({"x": np.zeros((6, 2)), "y": [1] * 6}) == 6
     assert batch_length([1, 2, 3]) == 3
+
+
+def test_after_a_worker_config_gives_no_first_batch_no_other_worker_config_is_tried(monkeypatch):
+    # NOTE [no first batch]: fake measurements, no processes. w=1 never delivers; w=2 and w=4 are
+    # not tried; w=0 keeps its rates, and so does the user's own config (w=4 here), tried anyway.
+    from stallscope.errors import NoFirstBatch, not_tried
+    from stallscope.throughput import measure as measure_module
+
+    pipeline = load_target(lambda: DataLoader(SleepyDataset(32, 0.0), batch_size=4, num_workers=4))
+    configs = [pipeline.baseline.replace(num_workers=n) for n in (0, 1, 2, 4)]
+    tried: list[int] = []
+
+    def fake_measure(_pipeline, config, **_kwargs):
+        tried.append(config.num_workers)
+        if config.num_workers == 1:
+            raise NoFirstBatch("no batch arrived within 60 s with w=1")
+        return Measurement(config=config, samples_per_s=100.0 * (1 + config.num_workers))
+
+    monkeypatch.setattr(measure_module, "measure", fake_measure)
+    failures: dict = {}
+    results = measure_module.measure_interleaved(pipeline, configs, repeats=2, failures=failures)
+    assert tried == [0, 1, 4, 4, 0]  # A B … B A; w=2 never runs
+    assert [len(r) for r in results] == [2, 0, 0, 2]
+    assert isinstance(failures[1], NoFirstBatch) and not not_tried(str(failures[1]))
+    assert set(failures) == {1, 2} and not_tried(str(failures[2]))
+    assert "w=1" in str(failures[2])
+
+
+class _HangsInWorkers(SleepyDataset):
+    def __getitem__(self, index: int):
+        import threading
+
+        from torch.utils.data import get_worker_info
+
+        if get_worker_info() is not None:
+            threading.Event().wait()  # a worker never delivers
+        return super().__getitem__(index)
+
+
+def test_a_worker_trial_whose_first_batch_never_comes_raises_no_first_batch():
+    from stallscope.errors import NoFirstBatch
+
+    pipeline = load_target(lambda: DataLoader(_HangsInWorkers(16, 0.0), batch_size=4))
+    config = pipeline.baseline.replace(num_workers=1, multiprocessing_context="fork")
+    with pytest.raises(NoFirstBatch, match="no batch arrived within 1 s with w=1"):
+        measure(pipeline, config, timeout=1.0, sample_resources=False)

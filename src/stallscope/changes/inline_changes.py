@@ -256,6 +256,11 @@ class InlinePrefixCache(PlacedCache, Change):
     def applies(self, anatomy: InlineAnatomy, pipeline: Any) -> str | None:
         where = anatomy.first_random_text()
         if not anatomy.prefix:
+            if anatomy.random_by is None and anatomy.first_random < len(anatomy.statements):
+                # The prefix ends at the return too: a one-statement __getitem__ has none.
+                return (
+                    f"__getitem__ returns in its first statement: nothing comes before it ({where})"
+                )
             return f"the first statement of __getitem__ already draws random numbers ({where})"
         calls = anatomy.calls_in(anatomy.prefix)
         if not calls & (READ_CALLS | DECODE_CALLS):

@@ -375,7 +375,51 @@ def detect_hang(probes: dict[str, Any]) -> list[Finding]:
     }
     if unfinished:
         evidence["unfinished"] = unfinished
+    control = health.get("fork_control")
+    if isinstance(control, dict):
+        evidence["fork_control"] = control
+        evidence["threads_at_fork"] = health.get("threads_at_fork") or []
+        if control.get("returned") is True:
+            return [_fork_after_use(subject, first, where, control, evidence)]
+        if control.get("returned") is False:
+            message = message[:-1] + "; it hung in a worker forked from a fresh interpreter too."
     return [Finding("hang", ERROR, message, evidence, fix)]
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 0.1 else f"{seconds:.2f} s"
+
+
+def _fork_after_use(
+    subject: Callable[[Any], str],
+    first: dict[str, Any],
+    where: str,
+    control: dict[str, Any],
+    evidence: dict[str, Any],
+) -> Finding:
+    """A hang only in workers forked after this process ran the pipeline (NOTE [fork after
+    use] in fork_control.py)."""
+    threads = evidence["threads_at_fork"]
+    held = f" (this process ran {', '.join(threads)})" if threads else ""
+    seconds = control.get("seconds")
+    took = f" in {_duration(seconds)}" if isinstance(seconds, (int, float)) else ""
+    item = (
+        "a worker's start-up" if first["index"] == "<worker start-up>" else subject(first["index"])
+    )
+    message = (
+        f"Workers forked from a process that has already run the pipeline hang: {item} was "
+        f"stuck at {where}, and returned{took} in a worker forked from a fresh interpreter. "
+        f"The pipeline's library runs on threads it starts at first use{held}; fork copies "
+        "their state but not the threads, so the worker waits for them forever."
+    )
+    evidence["cause"] = "fork-after-use"
+    fix = (
+        "Start the workers before anything runs the pipeline in the main process (no "
+        "single-process pass, no next(iter(loader)) first), or create the library's objects "
+        "in each worker (in worker_init_fn, or lazily in the dataset's __iter__/__getitem__), "
+        "or use DataLoader(multiprocessing_context='forkserver') where the dataset pickles."
+    )
+    return Finding("hang", WARNING, message, evidence, fix)
 
 
 def detect_getitem_error(probes: dict[str, Any]) -> list[Finding]:

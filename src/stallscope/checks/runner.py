@@ -33,6 +33,7 @@ from typing import Any
 
 from ..errors import UsageError, describe_exception
 from ..runtime.processes import default_start_method, no_orphans, safe_from_worker_deaths
+from . import fork_control
 from .findings import PROBES_FOR, codes_of_probe, select_codes
 from .result import CheckResult
 from .rules import analyse, slow_candidates
@@ -373,6 +374,9 @@ class CheckRun:
             sample_limit=None if self.full else SAMPLE_SIZE,
         )
         self.progress("fetching samples in worker processes", 0, self.health_total)
+        threads = (
+            fork_control.threads_here()
+        )  # what the workers are forked from (NOTE [fork after use])
         self.probes["health"], self.health_checked = probe_health(
             self.pipeline,
             settings,
@@ -388,6 +392,35 @@ class CheckRun:
             "done"
             if not self.probes["health"].get("stopped")
             else f"stopped: {self.probes['health']['stopped']}"
+        )
+        hangs = self.probes["health"].get("hangs") or []
+        # The fork after use leaves every worker stuck at its first item: nothing was fetched.
+        if hangs and self.worker_method == "fork" and not self.probes["health"].get("fetched"):
+            self.probes["health"]["threads_at_fork"] = threads
+            self.probes["health"]["fork_control"] = self._fork_control(hangs[0]["index"])
+
+    def _fork_control(self, index: Any) -> dict[str, Any]:
+        """The hung item fetched in a worker forked from a fresh interpreter (NOTE [fork after
+        use])."""
+        iterable, startup = self.pipeline.is_iterable, index == "<worker start-up>"
+        if iterable and not startup and not str(index).endswith("#0"):
+            return fork_control.unknown(
+                "the item that hung is not the first of its worker's stream"
+            )
+        if not fork_control.loadable_target(self.pipeline.target):
+            return fork_control.unknown(
+                "the loader was passed as an object, not a TARGET a fresh interpreter can load"
+            )
+        if self.remaining() < self.timeout + fork_control.STARTUP_S / 6:
+            return fork_control.unknown("the check's time budget ran out before it")
+        self.progress("fetching the item that hung in a worker of a fresh interpreter")
+        return fork_control.run_control(
+            self.pipeline.target,
+            None if iterable else (0 if startup else index),
+            iterable=iterable,
+            timeout=self.timeout,
+            batch_size=self.batch_size,
+            workdir=self.workdir,
         )
 
     def _good_indices(self, limit: int | None = None) -> list[int]:

@@ -34,6 +34,7 @@ from ..runtime.processes import (
     is_worker_death,
     quiet_lost_handovers,
     reap_children,
+    release_queue_feeders,
 )
 
 
@@ -301,9 +302,10 @@ def _reap() -> None:
     for _ in range(3):  # torch's SIGCHLD handler raises at most once per iterator
         try:
             reap_children()
-            return
+            break
         except RuntimeError:
             continue
+    release_queue_feeders()  # nothing reads their pipes now (NOTE [queue feeders at exit])
 
 
 def _escape(text: str) -> str:

@@ -187,6 +187,10 @@ def _run(ctx: common.CommandContext) -> int:
             progress.update(
                 task, completed=1.0, description=f"done in {time.perf_counter() - started:.0f} s"
             )
+            if step == "check" and (why := forked_workers_hang(sections)):
+                args.no_forked_workers = True
+                not_run.append({"step": "configs with worker processes", "why": why})
+                record.add(not_run=not_run)
     if failures:
         record.add(step_failures=failures)
     common.add_verified_advice(record, pipeline)
@@ -247,10 +251,30 @@ def _step_check(pipeline: Pipeline, args: Any, report: Report, record: RunRecord
     return result.to_dict()
 
 
+def forked_workers_hang(check: dict[str, Any]) -> str | None:
+    """Why no config with workers can be measured here, where the check found that workers
+    forked from this process hang once it has run the pipeline (NOTE [fork after use] in
+    checks/fork_control.py); None where it did not. The sweep, the tuner and the stage
+    breakdown then measure in this process only: every worker trial would wait out its
+    timeout."""
+    for finding in check.get("findings") or []:
+        if finding.get("code") == "hang" and (
+            (finding.get("evidence") or {}).get("cause") == "fork-after-use"
+        ):
+            return (
+                "workers forked from this process hang once it has run the pipeline (the hang "
+                "finding); measure them from a script that starts its workers before any "
+                "in-process use, or with --start-method forkserver where the dataset pickles"
+            )
+    return None
+
+
 def _step_bench(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..throughput.sweep import bench, default_worker_counts
 
     workers = args.num_workers or default_worker_counts(epoch_batches=pipeline.batches_per_epoch())
+    if getattr(args, "no_forked_workers", False):
+        workers = [0]
     total = len(workers) * args.repeats
     done = [0]
 
@@ -270,7 +294,8 @@ def _step_stages(
     def progress(text: str, fraction: float | None = None) -> None:
         report(text, fraction)
 
-    return stages(pipeline, progress=progress).to_dict()
+    workers = 0 if getattr(args, "no_forked_workers", False) else None
+    return stages(pipeline, num_workers=workers, progress=progress).to_dict()
 
 
 def sweep_best(sections: dict[str, Any]) -> LoaderConfig | None:
@@ -303,7 +328,14 @@ def _step_tune(pipeline: Pipeline, args: Any, report: Report, record: RunRecord)
         text = f"{label}: {rate:,.0f} samples/s" if rate else str(label)
         report(text, min(1.0, (time.perf_counter() - started) / args.budget))
 
-    return tune(pipeline, budget_s=args.budget, on_trial=on_trial, seeds=seeds).to_dict()
+    no_workers = getattr(args, "no_forked_workers", False)
+    return tune(
+        pipeline,
+        budget_s=args.budget,
+        on_trial=on_trial,
+        seeds=seeds,
+        max_workers=0 if no_workers else None,
+    ).to_dict()
 
 
 def _step_changes(

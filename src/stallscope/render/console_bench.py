@@ -11,6 +11,7 @@ from ..analysis.invariants import ran_label
 from ..analysis.readers import steady_config
 from ..analysis.run_verdict import decide
 from ..analysis.sections import delivered_to
+from ..errors import not_tried
 from ..record.model import BatchMs, BenchResult
 from ..record.sections import BenchSection, Scaling
 from .console_table import titled_table
@@ -61,7 +62,7 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
             # A configuration that failed (the schema allows it; a record may come from elsewhere).
             table.add_row(
                 "  " + escape(r.label or "?"),
-                "[red]failed[/]",
+                "not tried" if not_tried(r.error) else "[red]failed[/]",
                 *["–"] * (len(table.columns) - 2),
             )
             continue
@@ -93,7 +94,10 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         if r.error:
             # Why a config failed, one sentence each (NOTE [failed configs] in throughput/sweep.py).
             label = ran_label(data, r.config, r.label)
-            console.print(f"[red]✖ {escape(label)} failed:[/] {escape(r.error)}")
+            if not_tried(r.error):
+                console.print(f"· {escape(label)} {escape(r.error)}")
+            else:
+                console.print(f"[red]✖ {escape(label)} failed:[/] {escape(r.error)}")
     whole = [
         ran_label(data, r.config, r.label) for r in results if r.startup_included and not r.error
     ]

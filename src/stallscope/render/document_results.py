@@ -15,6 +15,7 @@ from ..analysis import (
     TuningFacts,
 )
 from ..analysis.readers import number, workers_of
+from ..errors import not_tried
 from ..text import plural
 from ..thresholds import TIE_MARGIN
 from . import document_model as dm
@@ -55,11 +56,23 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
             f" Single-process cost: {rf.fmt_ms(bench.single_process_ms_per_sample)} per sample."
         )
     if bench.failed:
-        intro += f" {plural(bench.failed, 'configuration')} failed; see below the table."
+        intro += (
+            f" {plural(bench.failed, 'configuration')} failed or not tried; see below the table."
+        )
     blocks = [dm.Paragraph([intro]), dm.table(bench.rows, _BENCH_COLUMNS)]
     failed = [row for row in bench.rows if row.error]
     if failed:
-        blocks.append(dm.Bullets([[dm.Code(row.label), f" failed: {row.error}"] for row in failed]))
+        blocks.append(
+            dm.Bullets(
+                [
+                    [
+                        dm.Code(row.label),
+                        f" {row.error}" if not_tried(row.error) else f" failed: {row.error}",
+                    ]
+                    for row in failed
+                ]
+            )
+        )
     headline: dm.Text | None = None
     if bench.best is not None:
         best = bench.best
@@ -108,7 +121,7 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
 def _rate_range(row: BenchRow) -> str:
     """The median rate, with the repeats' min–max in brackets; "failed" for a config that failed."""
     if row.error:
-        return "failed"
+        return "not tried" if not_tried(row.error) else "failed"
     rate = rf.fmt_rate(row.samples_per_s)
     if row.min_samples_per_s is not None and row.max_samples_per_s is not None:
         rate += f" [{rf.fmt_rate(row.min_samples_per_s)}–{rf.fmt_rate(row.max_samples_per_s)}]"

@@ -153,9 +153,15 @@ def build_snippet(
     """
     call = call or default_call(config.batch_size)
     baseline = baseline or LoaderConfig(batch_size=config.batch_size)
-    if call.origin and not changed_fields(config, baseline) and not seeding_missing:
+    if (
+        call.origin
+        and call.arguments
+        and not changed_fields(config, baseline)
+        and not seeding_missing
+    ):
         # Nothing to change: the user's call is their own factory as they call it, not a
-        # DataLoader rebuilt from the parts of what it returns.
+        # DataLoader rebuilt from the parts of what it returns (a loader stallscope cannot write
+        # as a call keeps no code, as before).
         name = call.origin[: -len("()")] if call.origin.endswith("()") else call.origin
         return Snippet(name, list(call.origin_imports), [], [], [], form="factory")
     by_factory = _factory_call(config, call, baseline, through_factory=through_factory)

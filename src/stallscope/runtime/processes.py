@@ -206,6 +206,35 @@ def reap_children(timeout: float = 3.0, *, exclude: set[int] | None = None) -> l
     return [p.pid for p in procs]
 
 
+# NOTE [queue feeders at exit]
+# A ``multiprocessing.Queue`` writes through a feeder thread, and at interpreter exit
+# multiprocessing joins that thread. A queue a pipeline's processes read from (a torchdata process
+# mapper's, an engine's) can be left with a full pipe when the trial stops them: its feeder then
+# blocks in ``send`` forever, and so does the exit. ``stallscope stages`` on a graph of process
+# mappers printed its table, wrote its record and never exited (twice in fresh-clone runs under
+# load; py-spy: ``_exit_function`` → ``Queue._finalize_join`` → the feeder in
+# ``Connection._send``). When a command ends, its children are gone, nothing will read those
+# pipes, so every live feeder is released (``cancel_join_thread``, the documented way to let a
+# process exit without flushing a queue).
+
+
+def release_queue_feeders() -> int:
+    """Let the interpreter exit without joining any queue's feeder thread (NOTE [queue feeders
+    at exit]); returns how many were released."""
+    import gc
+    from multiprocessing.queues import Queue
+
+    released = 0
+    for obj in gc.get_objects():
+        if isinstance(obj, Queue):
+            feeder = getattr(obj, "_thread", None)
+            if feeder is not None and feeder.is_alive():
+                with contextlib.suppress(Exception):
+                    obj.cancel_join_thread()
+                    released += 1
+    return released
+
+
 def shutdown_iterator(iterator: Any) -> None:
     """Shut a DataLoader iterator's workers down now, not at garbage collection."""
     shutdown = getattr(iterator, "_shutdown_workers", None)

@@ -57,7 +57,13 @@ from typing import Any
 import numpy as np
 
 from ..config import LoaderConfig
-from ..errors import PipelineError, describe_exception, worker_traceback_tail
+from ..errors import (
+    NOT_TRIED,
+    NoFirstBatch,
+    PipelineError,
+    describe_exception,
+    worker_traceback_tail,
+)
 from ..pipeline.kinds import CopiedLoaderKind, close_trial
 from ..pipeline.loaders import (
     CyclingBatches,
@@ -263,7 +269,12 @@ def _measure(
         start = time.perf_counter()
         with quiet_worker_warning():
             iterator = iter(loader) if not _cycles_itself(pipeline) else EpochCycle(loader)
-        batch = _next(iterator)
+        try:
+            batch = _next(iterator)
+        except Exception as exc:
+            if config.num_workers > 0 and _timed_out(exc):
+                raise NoFirstBatch(_no_batch_sentence(config, timeout)) from exc
+            raise
         if batch is _END:
             raise PipelineError(f"the loader yielded no batch with {config.label()}.")
         first = time.perf_counter()
@@ -662,6 +673,18 @@ def _set_threads(n: int | None) -> int | None:
     return previous
 
 
+def _timed_out(exc: BaseException) -> bool:
+    """torch's ``DataLoader(timeout=...)`` ran out waiting for a batch."""
+    return "timed out after" in str(exc)
+
+
+def _no_batch_sentence(config: LoaderConfig, timeout: float) -> str:
+    return (
+        f"no batch arrived within {timeout:g} s with {config.label()}; a sample may hang "
+        "(run `stallscope check` to find which)."
+    )
+
+
 def _as_pipeline_error(
     exc: Exception, config: LoaderConfig, timeout: float, dead: list[tuple[int, int]] | None = None
 ) -> PipelineError:
@@ -674,11 +697,8 @@ def _as_pipeline_error(
     lost = config.num_workers > 0 and may_be_death(exc) and worker_traceback_tail(exc) is None
     if dead or is_worker_death(exc) or lost:
         return PipelineError(describe_worker_death(dead, f" with {config.label()}", exc))
-    if "timed out after" in text:
-        return PipelineError(
-            f"no batch arrived within {timeout:g} s with {config.label()}; a sample may hang "
-            "(run `stallscope check` to find which)."
-        )
+    if _timed_out(exc):
+        return PipelineError(_no_batch_sentence(config, timeout))
     # Worker threads name the index that raised (NOTE [worker threads]).
     index = noted_index(text) or noted_index("\n".join(getattr(exc, "__notes__", None) or []))
     find = "run `stallscope check` to find the index" if index is None else f"the index was {index}"
@@ -730,11 +750,48 @@ def measure_interleaved(
                 if failures is None:
                     raise
                 failures[index] = exc
+                if isinstance(exc, NoFirstBatch):
+                    _skip_worker_configs(pipeline, configs, index, results, failures)
                 continue
             results[index].append(m)
             if on_result is not None:
                 on_result(index, rep, m)
     return results
+
+
+# NOTE [no first batch]
+# A config with workers whose first batch never came waited the whole timeout (60 s by default)
+# for it. When that happens the cause is rarely the worker count: a sample that hangs, a worker
+# start that blocks, or workers forked from a process whose library threads they need (a native
+# runtime started when this process iterated the pipeline: NOTE [fork after use] in
+# ``checks/fork_control.py``) hang at every count. A sweep of 1, 2, 4 and 8 workers paid four
+# timeouts to learn that once (four minutes on a Daft DataFrame's loader). So after the first such
+# config the sweep tries no other config with workers that has not been measured already, and
+# each says why; the user's own config is still tried (its failure is the command's error), and
+# configs that did deliver keep their rates.
+
+
+def _skip_worker_configs(
+    pipeline: Pipeline,
+    configs: Sequence[LoaderConfig],
+    hung: int,
+    results: list[list[Measurement]],
+    failures: dict[int, PipelineError],
+) -> None:
+    """Mark the worker configs not measured yet as not tried (NOTE [no first batch])."""
+    label = configs[hung].label()
+    for index, config in enumerate(configs):
+        if (
+            config.num_workers > 0
+            and index not in failures
+            and not results[index]
+            and config != pipeline.baseline
+            and config.label() != pipeline.baseline.label()
+        ):
+            failures[index] = PipelineError(
+                f"{NOT_TRIED}{label} gave no first batch within its timeout, so no other "
+                "config with worker processes was tried (each would wait as long)."
+            )
 
 
 # -- summaries -----------------------------------------------------------------------
