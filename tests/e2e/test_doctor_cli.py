@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import psutil
 import pytest
+from _cli import run_stallscope
 from interrupts import default_sigint
 
 from stallscope.commands import doctor as doctor_command
@@ -192,28 +193,21 @@ def test_doctor_on_a_pipeline_whose_forked_workers_hang_after_use_says_so_and_me
     # forked workers hang at their first item; a fresh interpreter's worker returns it. The
     # finding says so, and the sweep and the tuner measure no config with workers.
     out = tmp_path / "report"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "stallscope",
-            "doctor",
-            f"{PIPELINES}/fork_after_use.py:make_loader",
-            "--out",
-            str(out),
-            "--budget",
-            "4",
-            "--repeats",
-            "1",
-            "--timeout",
-            "3",
-            "--skip",
-            "changes,stages",
-        ],
-        capture_output=True,
-        text=True,
+    proc = run_stallscope(
+        "doctor",
+        f"{PIPELINES}/fork_after_use.py:make_loader",
+        "--out",
+        str(out),
+        "--budget",
+        "4",
+        "--repeats",
+        "1",
+        "--timeout",
+        "3",
+        "--skip",
+        "changes,stages",
         timeout=400,
-        env=_env(),
+        columns=160,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     record = json.loads((out / "report.json").read_text())

@@ -226,3 +226,18 @@ def test_a_factory_stream_that_ends_is_re_iterated_with_each_restart_off_the_win
     stream = load_target(make_batch_pipeline)
     result = measure(stream, stream.baseline, min_window_s=0.05, min_batches=12)
     assert not result.exhausted and result.samples == 5 * result.batches
+
+
+def test_a_snippet_whose_loader_starts_a_pool_is_run_and_its_pool_terminated():
+    # Its pool's processes would otherwise be killed first (no_orphans), leaving the lock its
+    # terminate must take held by a dead worker: the collector's finaliser then hung `bench`.
+    import gc
+
+    from stallscope.pipeline.verify import run_snippet
+
+    code = (
+        "from declared_stages import ProcessPoolLoader\n\nloader = ProcessPoolLoader(batches=3)\n"
+    )
+    run = run_snippet(code, reference=None)
+    assert run.ok, run.reason
+    gc.collect()  # the pool's finaliser runs here: it returns at once, the pool already ended

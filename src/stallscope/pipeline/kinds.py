@@ -619,6 +619,26 @@ def close_trial(loader: Any, iterator: Any, *, deadline: float = CLOSE_DEADLINE_
                 obj.close()
 
 
+def terminate_pools(*roots: Any) -> int:
+    """Terminate the ``multiprocessing`` pools reachable from ``roots`` while their processes are
+    alive; returns how many. For objects built only to be thrown away (a printed snippet's run):
+    a pool whose processes are killed first (``no_orphans``) can never be terminated, since a
+    killed idle worker holds the lock its terminate must take, and the garbage collector's
+    finaliser then hangs the command (``stallscope bench`` did, on a loader that starts a
+    ``Pool`` in ``__iter__``). Trials do not call this: a loader keeps its pool for its next
+    epoch."""
+    from multiprocessing.pool import Pool
+
+    done = 0
+    for root in roots:
+        for obj in _reachable(root):
+            if isinstance(obj, Pool):
+                with contextlib.suppress(Exception):
+                    obj.terminate()
+                    done += 1
+    return done
+
+
 def _opened_iterators(from_iterator: list[Any], from_loader: list[Any]) -> list[Any]:
     """Iterators the trial's ``iter()`` made that carry a ``close()``: reachable from the iterator
     but not from the loader (what the loader holds is the user's and lives on), outermost

@@ -15,6 +15,7 @@ here, and any process left over is reaped.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import re
 from dataclasses import dataclass
@@ -55,7 +56,7 @@ def run_snippet(
     the DataLoader must be seen to build its iterator with them."""
     from ..pipeline.structure import describe_structure
     from ..runtime.processes import no_orphans, stop_workers
-    from .kinds import close_trial
+    from .kinds import close_trial, terminate_pools
 
     namespace: dict[str, Any] = {"__name__": "__stallscope_snippet__"}
     loader = iterator = None
@@ -90,6 +91,10 @@ def run_snippet(
             finally:
                 if iterator is not None:
                     stop_workers(iterator)
+                # What the snippet built, not the modules and functions it imported (a module's
+                # own pool serves the trials still to come).
+                built = [v for k, v in namespace.items() if k[:2] != "__" and not _imported(v)]
+                terminate_pools(loader, iterator, *built)
                 close_trial(loader, iterator)
                 for value in list(namespace.values()):
                     if value is not loader:
@@ -103,6 +108,10 @@ def run_snippet(
             False, f"its batches look like {structure}, yours like {reference}", structure
         )
     return SnippetRun(True, None, structure)
+
+
+def _imported(value: Any) -> bool:
+    return inspect.ismodule(value) or inspect.isclass(value) or inspect.isroutine(value)
 
 
 class _IteratorWatch:

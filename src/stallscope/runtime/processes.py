@@ -226,7 +226,9 @@ def release_queue_feeders() -> int:
 
     released = 0
     for obj in gc.get_objects():
-        if isinstance(obj, Queue):
+        # type(), not isinstance(): isinstance reads ``__class__``, which some objects compute
+        # (torch's deprecated ``reduce_op`` warns when asked)
+        if issubclass(type(obj), Queue):
             feeder = getattr(obj, "_thread", None)
             if feeder is not None and feeder.is_alive():
                 with contextlib.suppress(Exception):
