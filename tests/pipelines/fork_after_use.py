@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 
 class Engine:
@@ -62,3 +62,16 @@ class EngineRows(Dataset):
 
 def make_loader(num_workers: int = 0, batch_size: int = 16) -> DataLoader:
     return DataLoader(EngineRows(), batch_size=batch_size, num_workers=num_workers)
+
+
+class EngineStream(IterableDataset):
+    """The same engine behind a stream that, like Daft's ``to_torch_iter_dataset()``, does not
+    split itself among workers: each worker yields every row."""
+
+    def __iter__(self):
+        for index in range(64):
+            yield engine().run(lambda index=index: torch.full((8,), float(index)))
+
+
+def make_stream_loader(num_workers: int = 0, batch_size: int = 16) -> DataLoader:
+    return DataLoader(EngineStream(), batch_size=batch_size, num_workers=num_workers)

@@ -19,7 +19,9 @@ fresh interpreter loads the target, forks one worker the same way and fetches th
 first of a stream), without using the pipeline in its own process first. If that returns within
 the timeout, the hang is the fork after use, and the finding says so with the threads this process
 held when it forked (thread names from ``/proc``: Daft's read ``DAFTIO-0``, ``DAFTCPU-0``,
-``tokio-rt-worker``); if it hangs too, the sample hangs wherever it is fetched. A control that
+``tokio-rt-worker``); if it hangs too, the sample hangs wherever it is fetched. For a stream,
+the fresh interpreter then compares two forked workers' streams (the duplicates probe, which the
+hang stopped here), so an unsharded stream is still found. A control that
 cannot run (a loader passed as an object, not a TARGET a fresh interpreter can load; a check
 budget spent) is said, and the finding keeps its first reading. ``doctor`` then measures in its
 own process only (``commands/doctor.py``, ``forked_workers_hang``): every worker trial would wait
@@ -110,6 +112,8 @@ def run_control(
     )
     args = [json.dumps(sys.path), target, json.dumps(index), str(timeout), str(batch_size)]
     args += ["iterable" if iterable else "map", str(out)]
+    # A stream's workers are compared there too (the sharding probe), after the fetch.
+    limit = timeout + STARTUP_S + (sharding_seconds(timeout) if iterable else 0.0)
     started = time.monotonic()
     with no_orphans():
         try:
@@ -118,11 +122,11 @@ def run_control(
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                timeout=timeout + STARTUP_S,
+                timeout=limit,
                 start_new_session=True,
             )
         except subprocess.TimeoutExpired:
-            return unknown(f"the fresh interpreter did not finish within {timeout + STARTUP_S:g} s")
+            return unknown(f"the fresh interpreter did not finish within {limit:g} s")
         except OSError as exc:
             return unknown(f"the fresh interpreter could not start: {exc}")
     try:
@@ -132,6 +136,11 @@ def run_control(
         return unknown(f"the fresh interpreter exited with code {proc.returncode}: {tail[0]}")
     result["wall_s"] = round(time.monotonic() - started, 2)
     return result
+
+
+def sharding_seconds(timeout: float) -> float:
+    """What the fresh interpreter may spend comparing a stream's workers."""
+    return min(STARTUP_S, 16 * timeout)
 
 
 def unknown(why: str) -> dict[str, Any]:
@@ -173,6 +182,18 @@ def control_main(argv: list[str]) -> None:
         "where": hangs[0].get("where") if hangs else None,
         "note": None,
     }
+    if result["returned"] and kind == "iterable":
+        # The workers' streams, compared where they run: the duplicates probe the hang stopped.
+        from .sharding import probe_sharding
+
+        result["sharding"] = probe_sharding(
+            pipeline,
+            workers=2,
+            start_method="fork",
+            deadline=time.monotonic() + sharding_seconds(wait),
+            timeout=wait,
+            startup=STARTUP_S / 2,
+        )
     if result["returned"] is None:
         problem = record.get("init_error") or (record.get("errors") or [None])[0] or {}
         result["note"] = "the fresh worker neither returned the item nor hung: " + str(

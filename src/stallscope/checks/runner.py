@@ -176,6 +176,8 @@ class CheckRun:
     # items per second the probe pool fetched
     health_rate: float | None = field(init=False, default=None)
     health_checked: set[Any] = field(init=False, default_factory=set)
+    # A stream's workers compared in a fresh interpreter, where forked ones hang here.
+    fresh_sharding: dict[str, Any] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.started = time.monotonic()
@@ -397,7 +399,9 @@ class CheckRun:
         # The fork after use leaves every worker stuck at its first item: nothing was fetched.
         if hangs and self.worker_method == "fork" and not self.probes["health"].get("fetched"):
             self.probes["health"]["threads_at_fork"] = threads
-            self.probes["health"]["fork_control"] = self._fork_control(hangs[0]["index"])
+            control = self._fork_control(hangs[0]["index"])
+            self.fresh_sharding = control.pop("sharding", None)
+            self.probes["health"]["fork_control"] = control
 
     def _fork_control(self, index: Any) -> dict[str, Any]:
         """The hung item fetched in a worker forked from a fresh interpreter (NOTE [fork after
@@ -493,6 +497,15 @@ class CheckRun:
         # the sampler splits a map-style dataset: nothing to probe
         if not self.pipeline.is_iterable:
             self.probe_status["sharding"] = "not an IterableDataset"
+            return
+        if self.fresh_sharding is not None:
+            # Compared in a fresh interpreter's workers (NOTE [fork after use]).
+            record = self.probes["sharding"] = self.fresh_sharding
+            self.probe_status["sharding"] = (
+                f"failed: {record['error']}"
+                if record.get("error")
+                else "done in workers forked from a fresh interpreter (forked from here, they hang)"
+            )
             return
         if blocked or self.remaining() < 1.0:
             self.probe_status["sharding"] = f"skipped: {blocked or 'budget exhausted'}"
