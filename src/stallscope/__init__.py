@@ -11,7 +11,7 @@ from typing import Any
 
 # The one place the version is written: pyproject.toml reads it from here at build time
 # ([tool.setuptools.dynamic]), and every record and report prints it (tool_version).
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 # public name -> module that defines it
 _EXPORTS = {
