@@ -279,6 +279,33 @@ def test_a_gain_inside_the_noise_is_keep_yours_in_tune_and_doctor_alike():
     assert "a gain the noise" in tune_pick(tune)["detail"]
 
 
+def test_a_users_config_that_failed_in_the_tuner_is_never_kept_at_zero():
+    # Its forked workers hung (NOTE [fork after use]): 0 samples/s is no rate to keep.
+    tune = load("tune")
+    baseline = tune["baseline"]
+    baseline["samples_per_s"] = 0.0
+    tune["best"].update(speedup=None, keep_baseline=False, gain_interval=None)
+    raced = tune["best"]["head_to_head"]
+    tune["best"]["head_to_head"] = [h for h in raced if h["config"] != baseline["config"]]
+    tune["trials"].append(
+        {
+            "config": baseline["config"],
+            "samples_per_s": 0.0,
+            "error": "no batch arrived within 15 s",
+        }
+    )
+    assert tune["best"]["config"] != baseline["config"]
+    verdict = decide(tune)
+    assert verdict.action == "switch" and verdict.config == tune["best"]["config"]
+    assert dict(verdict.not_measured)["an interval for the gain"] == (
+        "your loader did not race the pick: it gave no rate here (no batch arrived within 15 s)"
+    )
+    pick = tune_pick(tune)
+    assert pick["id"] == "loader-config"
+    assert pick["expected_gain"] == "not measured: your config failed here"
+    assert "yours gave no rate here (no batch arrived within 15 s)" in pick["measured"]
+
+
 def test_the_sweeps_fastest_is_never_called_best_when_it_tied_the_race():
     record = load("doctor")
     sweep_best = record["results"][record["scaling"]["best_index"]]

@@ -241,3 +241,33 @@ def test_a_snippet_whose_loader_starts_a_pool_is_run_and_its_pool_terminated():
     run = run_snippet(code, reference=None)
     assert run.ok, run.reason
     gc.collect()  # the pool's finaliser runs here: it returns at once, the pool already ended
+
+
+def test_a_snippet_whose_loader_never_gives_a_batch_is_stopped_at_its_timeout():
+    # A DataLoader built without timeout= whose forked workers hang (NOTE [fork after use]) hung
+    # doctor in the snippet's run. In its own interpreter: the timer is SIGALRM, which the suite's
+    # per-test timeout holds in this one.
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        from stallscope.pipeline.verify import run_snippet
+        code = (
+            "import threading\\n"
+            "class Stuck:\\n"
+            "    def __iter__(self):\\n"
+            "        threading.Event().wait()\\n"
+            "        yield 1\\n"
+            "loader = Stuck()\\n"
+        )
+        run = run_snippet(code, reference=None, timeout=1.0)
+        print(run.ok, run.reason)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False the loader it builds gave no two batches in 1 s"

@@ -50,7 +50,7 @@ from .readers import (
 )
 from .recommendation_rules import recommendations
 from .sections import best_configuration, stage_facts, training_facts, tuning_facts
-from .tune_rules import EpochRule, epoch_rule
+from .tune_rules import EpochRule, baseline_failure, epoch_rule
 
 
 @dataclass
@@ -332,8 +332,11 @@ def _gain_interval(r: Record, best: Best, tuning: TuningFacts, v: RunVerdict) ->
         baseline = baseline_of(r)
         label = baseline.label if baseline is not None else None
         left_out = any(s.label == label and "budget" in str(s.why) for s in best.skipped)
+        failed = baseline_failure(r)
         why = "your loader did not race the pick: " + (
-            "the time budget left it out of the race"
+            f"it gave no rate here ({failed.rstrip('.')})"
+            if failed is not None
+            else "the time budget left it out of the race"
             if left_out
             else "its single measurement was too far behind to enter the race"
         )

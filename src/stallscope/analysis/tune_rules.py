@@ -240,10 +240,25 @@ def keeps_yours(section: dict[str, Any]) -> bool:
     return _keeps_yours(section, epoch_rule(section))
 
 
+def baseline_failure(section: dict[str, Any]) -> str | None:
+    """Why the user's own config gave no rate in the tuner (its trial failed: a worker that hangs
+    only forked from stallscope's process, NOTE [fork after use]); None where it measured. "Keep
+    yours" at 0 samples/s is a figure that cannot be true."""
+    baseline = _baseline(baseline_of(section))
+    if baseline.samples_per_s:
+        return None
+    for trial in trials_of(section):
+        if trial.config == baseline.config and trial.error:
+            return str(trial.error)
+    return None
+
+
 def _keeps_yours(section: dict[str, Any], rule: EpochRule | None) -> bool:
     best, baseline = _best(best_of(section)), _baseline(baseline_of(section))
     if best.keep_baseline or best.config == baseline.config:
         return True
+    if baseline_failure(section) is not None and _rate(best) > 0:
+        return False  # yours gave no rate: the pick is the only config measured to work
     # Where the per-epoch rate decided, the gain is per epoch (NOTE [per-epoch rate]).
     speedup = rule.speedup if rule is not None and rule.speedup is not None else best.speedup
     if speedup is None and best.samples_per_s is not None and baseline.samples_per_s:
@@ -257,6 +272,17 @@ def tune_pick(section: dict[str, Any]) -> dict[str, Any] | None:
     rule = epoch_rule(section)  # derived once for the rule, the sentence and the figures
     if _keeps_yours(section, rule):
         return _keep_yours(section, rule)
+    failed = baseline_failure(section)
+    if failed is not None:
+        return {
+            "id": "loader-config",
+            "title": "Use the tuned DataLoader settings",
+            "detail": f"{_label(best)} instead of {_label(baseline)} "
+            "(`stallscope tune --emit python` prints the call).",
+            "measured": f"{_rate(best):.1f} samples/s; yours gave no rate here "
+            f"({failed.rstrip('.')}); " + how_sure(best),
+            "expected_gain": "not measured: your config failed here",
+        }
     # keeps_yours is False: both rates are measured and the pick's gain clears the noise
     speedup = best.speedup or _rate(best) / _rate(baseline)
     measured = f"{_rate(best):.1f} vs {_rate(baseline):.1f} samples/s in steady state"

@@ -18,6 +18,9 @@ import contextlib
 import inspect
 import io
 import re
+import signal
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,9 +78,10 @@ def run_snippet(
                 # arguments are checked above, on the object it built).
                 watch = _IteratorWatch.install(inner) if attributes and config else None
                 try:
-                    iterator = iter(loader)
-                    first = next(iterator)
-                    next(iterator)
+                    with _deadline(timeout):
+                        iterator = iter(loader)
+                        first = next(iterator)
+                        next(iterator)
                 finally:
                     if watch is not None:
                         watch.remove()
@@ -86,6 +90,10 @@ def run_snippet(
                     return SnippetRun(False, unread)
             except StopIteration:
                 return SnippetRun(False, "the loader it builds yielded fewer than two batches")
+            except _NoBatchInTime:
+                return SnippetRun(
+                    False, f"the loader it builds gave no two batches in {timeout:g} s"
+                )
             except Exception as exc:
                 return SnippetRun(False, f"running it raised {describe_exception(exc, 160)}")
             finally:
@@ -108,6 +116,37 @@ def run_snippet(
             False, f"its batches look like {structure}, yours like {reference}", structure
         )
     return SnippetRun(True, None, structure)
+
+
+class _NoBatchInTime(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise :class:`_NoBatchInTime` in this thread after ``seconds`` (a SIGALRM timer, so a wait
+    inside the snippet's loader is interrupted whatever it waits on: a DataLoader built without
+    ``timeout=`` whose forked workers hang, NOTE [fork after use], waited forever and hung
+    ``doctor``). Outside the main thread, or where SIGALRM is someone else's, it does nothing."""
+    usable = (
+        hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None)
+    )
+    if not usable:
+        yield
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise _NoBatchInTime
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _imported(value: Any) -> bool:
