@@ -188,7 +188,6 @@ def _run(ctx: common.CommandContext) -> int:
                 task, completed=1.0, description=f"done in {time.perf_counter() - started:.0f} s"
             )
             if step == "check" and (why := forked_workers_hang(sections)):
-                args.no_forked_workers = True
                 not_run.append({"step": "configs with worker processes", "why": why})
                 record.add(not_run=not_run)
     if failures:
@@ -273,7 +272,7 @@ def _step_bench(pipeline: Pipeline, args: Any, report: Report, record: RunRecord
     from ..throughput.sweep import bench, default_worker_counts
 
     workers = args.num_workers or default_worker_counts(epoch_batches=pipeline.batches_per_epoch())
-    if getattr(args, "no_forked_workers", False):
+    if forked_workers_hang(record.sections):
         workers = [0]
     total = len(workers) * args.repeats
     done = [0]
@@ -294,7 +293,7 @@ def _step_stages(
     def progress(text: str, fraction: float | None = None) -> None:
         report(text, fraction)
 
-    workers = 0 if getattr(args, "no_forked_workers", False) else None
+    workers = 0 if forked_workers_hang(record.sections) else None
     return stages(pipeline, num_workers=workers, progress=progress).to_dict()
 
 
@@ -328,7 +327,7 @@ def _step_tune(pipeline: Pipeline, args: Any, report: Report, record: RunRecord)
         text = f"{label}: {rate:,.0f} samples/s" if rate else str(label)
         report(text, min(1.0, (time.perf_counter() - started) / args.budget))
 
-    no_workers = getattr(args, "no_forked_workers", False)
+    no_workers = forked_workers_hang(record.sections) is not None
     return tune(
         pipeline,
         budget_s=args.budget,

@@ -771,6 +771,11 @@ def measure_interleaved(
 # configs that did deliver keep their rates.
 
 
+def is_baseline(pipeline: Pipeline, config: LoaderConfig) -> bool:
+    """Whether ``config`` is the user's own (equal, or labelled the same)."""
+    return config == pipeline.baseline or config.label() == pipeline.baseline.label()
+
+
 def _skip_worker_configs(
     pipeline: Pipeline,
     configs: Sequence[LoaderConfig],
@@ -785,8 +790,7 @@ def _skip_worker_configs(
             config.num_workers > 0
             and index not in failures
             and not results[index]
-            and config != pipeline.baseline
-            and config.label() != pipeline.baseline.label()
+            and not is_baseline(pipeline, config)
         ):
             failures[index] = PipelineError(
                 f"{NOT_TRIED}{label} gave no first batch within its timeout, so no other "

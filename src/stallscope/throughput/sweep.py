@@ -16,6 +16,7 @@ from ..target import Pipeline, load_target
 from .measure import (
     Measurement,
     histogram,
+    is_baseline,
     latency_stats,
     measure,
     measure_interleaved,
@@ -379,10 +380,8 @@ def _raise_unless_measured(
     """
     if not failures:
         return
-    baseline = pipeline.baseline
     for index, error in failures.items():
-        config = configs[index]
-        if config == baseline or config.label() == baseline.label():
+        if is_baseline(pipeline, configs[index]):
             raise error
     if len(failures) == len(configs):
         raise failures[min(failures)]
