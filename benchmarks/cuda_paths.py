@@ -21,8 +21,10 @@ code and the end of its output, and the script goes on.
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -135,8 +137,21 @@ def bench_step(folder: Path) -> dict[str, Any]:
 
 
 def doctor_step(folder: Path) -> dict[str, Any]:
+    md, html = folder / "doctor.md", folder / "doctor.html"
     run = cli(
-        ["doctor", "--budget", "40", "--check-budget", "20", "--changes-budget", "20"],
+        [
+            "doctor",
+            "--budget",
+            "40",
+            "--check-budget",
+            "20",
+            "--changes-budget",
+            "20",
+            "--md",
+            str(md),
+            "--html",
+            str(html),
+        ],
         folder,
         "doctor",
         420,
@@ -144,6 +159,16 @@ def doctor_step(folder: Path) -> dict[str, Any]:
     )
     record = run.pop("record") or {}
     analysis = record.get("analysis") or {}
+    label = analysis.get("label")
+    surfaces = {
+        "console": "\n".join(run.get("console") or []),
+        "md": md.read_text() if md.exists() else "",
+        "html": html.read_text() if html.exists() else "",
+    }
+    # the one-verdict check on this machine: every surface names the verdict's config
+    run["label_on_surfaces"] = {
+        name: bool(label) and label in _words(text) for name, text in surfaces.items()
+    }
     for key in ("action", "label", "samples_per_s", "measurement", "gain", "confidence", "rounds"):
         run[key] = analysis.get(key)
     run["pin_memory"] = (analysis.get("config") or {}).get("pin_memory")
@@ -151,6 +176,13 @@ def doctor_step(folder: Path) -> dict[str, Any]:
     run["ceiling"] = analysis.get("ceiling")
     run["host"] = record.get("host")
     return run
+
+
+def _words(text: str) -> str:
+    """Text without markup or line breaks (a console wraps, HTML tags a label's parts)."""
+    text = re.sub(r"<[^>]+>", "", text)
+    text = html.unescape(text).replace("**", "").replace("`", "")
+    return " ".join(text.split())
 
 
 def watch_step(device: str) -> dict[str, Any]:
