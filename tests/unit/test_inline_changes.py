@@ -259,6 +259,7 @@ def test_opencv_prefix_cache_and_reduced_decode_diffs_apply_and_run(tmp_path):
 
 
 def test_albumentations_prefix_found_by_the_compose_generators(tmp_path):
+    pytest.importorskip("albumentations")
     path = _copy("inline_albumentations.py", tmp_path)
     pipeline = load_target(f"{path}:small_pipeline")
     anatomy = examine_inline(pipeline.dataset)
@@ -422,7 +423,7 @@ def test_faster_decode_says_when_decoding_is_small_or_already_fastest(monkeypatc
 
 
 def test_an_installed_packages_dataset_is_not_examined():
-    import albumentations
+    albumentations = pytest.importorskip("albumentations")
 
     class Installed:  # stands for a dataset class defined in site-packages
         __module__ = "albumentations"
