@@ -52,6 +52,53 @@ def test_albumentations_style_probability_marks_random():
     assert transform_name(sh.HorizontalFlip()) == "HorizontalFlip"
 
 
+class _Randomizable:
+    """MONAI's way: the transform owns a RandomState, draws from it in ``randomize`` and is seeded
+    through ``set_random_state`` (its DataLoader's worker_init_fn calls it)."""
+
+    def __init__(self, prob=1.0):
+        self.prob = prob
+        self.R = np.random.RandomState()
+
+    def set_random_state(self, seed=None, state=None):
+        self.R = np.random.RandomState(seed)
+        return self
+
+    def randomize(self, data=None):
+        self._do = self.R.rand() < self.prob
+
+    def __call__(self, data):
+        self.randomize(data)
+        return data
+
+
+class SpatialPadd(_Randomizable):  # a name that says nothing: only the interface tells
+    pass
+
+
+class Orientationd:
+    def __init__(self, prob=0.3):  # a probability-named number on a deterministic transform
+        self.axcodes = "RAS"
+
+    def __call__(self, data):
+        return data
+
+
+class RandSpatialCropd(Orientationd):
+    pass
+
+
+def test_monai_style_random_transforms_are_found_by_name_interface_and_prob():
+    assert is_random_transform(RandSpatialCropd())  # Rand* is MONAI's name for random
+    assert is_random_transform(SpatialPadd())  # randomize + set_random_state
+    assert is_random_transform(type("Thresholdd", (), {"prob": 0.5, "__call__": lambda s, d: d})())
+    assert not is_random_transform(Orientationd())
+    assert not is_random_transform(type("Rand", (), {})())  # the prefix, then a capital
+    assert not is_random_transform(type("Randall", (), {})())
+    slots = find_transforms(sh.TorchvisionLikeDataset(sh.Compose([Orientationd(), SpatialPadd()])))
+    assert [s.random for s in slots] == [False, True]
+
+
 def test_wrapped_datasets_are_searched_and_the_original_is_never_modified():
     inner = sh.TorchvisionLikeDataset(sh.Compose([sh.RandomCrop(), sh.Normalize()]))
     subset = Subset(inner, [0, 1, 2])

@@ -505,6 +505,18 @@ def test_duplicated_streams_and_the_rule():
     assert finding.evidence["attributes"][0]["path"] == "dataset.rng"
     assert finding.evidence["fixed_by_seed_worker"] is True
     assert "dataset.rng (numpy.random.Generator)" in finding.message
+    assert "started, is copied into each" in finding.message
+    # two generators (a MONAI Compose holds one per random transform) are named, in the plural
+    second = "dataset.transform.transforms[4].R"
+    record["attributes"].append(
+        {"path": second, "type": "numpy.random.RandomState", "parent_fingerprint": "s0"}
+    )
+    for epoch in record["epochs"]:
+        for report in epoch:
+            report["attributes"][second] = "s1"
+    [finding] = detect_duplicate_rng({"rng": record})
+    assert "transforms[4].R (numpy.random.RandomState), created before" in finding.message
+    assert "started, are copied into each" in finding.message
 
 
 def test_deterministic_pipeline_is_not_duplicate_rng():

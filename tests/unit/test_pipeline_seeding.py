@@ -79,6 +79,46 @@ def test_find_rngs_walks_attributes_and_reports_paths():
     assert "dataset.transform.rng" not in dict(find_rngs(ds, "dataset", depth=1))
 
 
+class _OwnRngTransform:
+    """A transform that owns its RandomState, as MONAI's Randomizable transforms do (``self.R``)."""
+
+    def __init__(self):
+        self.R = np.random.RandomState()
+
+    def __call__(self, x):
+        return x + self.R.randint(1 << 30)
+
+
+class _ComposedDataset(torch.utils.data.Dataset):
+    def __init__(self):
+        self.transform = type("Compose", (), {})()
+        self.transform.transforms = [_OwnRngTransform(), _OwnRngTransform()]
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        value = 0
+        for t in self.transform.transforms:
+            value = t(value)
+        return torch.tensor([torch.utils.data.get_worker_info().id, value])
+
+
+def test_generators_inside_a_compose_inside_a_subset_are_reached_and_reseeded():
+    # dataset.dataset.transform.transforms[1].R: five steps down, where a MONAI pipeline under a
+    # torch Subset keeps its random state (the check found such a pipeline's crops identical in
+    # every worker, and seed_worker, which looked three steps down, did not fix them).
+    subset = torch.utils.data.Subset(_ComposedDataset(), range(8))
+    assert "dataset.dataset.transform.transforms[1].R" in dict(find_rngs(subset, "dataset"))
+    streams = {}
+    for init in (None, ss.seed_worker):
+        loader = DataLoader(subset, batch_size=4, num_workers=2, worker_init_fn=init)
+        rows = torch.cat(list(loader))
+        streams[init] = [rows[rows[:, 0] == w][:, 1] for w in (0, 1)]
+    assert torch.equal(*streams[None])  # the trap: both workers draw the same numbers
+    assert not torch.equal(*streams[ss.seed_worker])
+
+
 def test_seed_worker_in_the_main_process_seeds_the_globals():
     torch.manual_seed(5)
     report = ss.seed_worker(0)

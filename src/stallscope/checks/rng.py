@@ -27,11 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..pipeline.seeding import ChainedWorkerInit
+from ..pipeline.seeding import MAX_DEPTH, ChainedWorkerInit
 from ..runtime.processes import stop_workers
 from .util import describe_worker_exception
 
-_SCAN_DEPTH = 4
+# As deep as ss.seed_worker looks, so the generators it names are those seed_worker reseeds.
+_SCAN_DEPTH = MAX_DEPTH
 _SCAN_OBJECTS = 5000
 _CONTAINER_ITEMS = 50
 

@@ -166,8 +166,10 @@ def detect_duplicate_rng(probes: dict[str, Any]) -> list[Finding]:
         head = "Each worker draws the same random numbers again every epoch"
     if attributes:
         named = ", ".join(f"{a['path']} ({a['type']})" for a in attributes)
+        verb = "is" if len(attributes) == 1 else "are"
         cause = (
-            f"{named}, created before the workers started, is copied into each with the same state"
+            f"{named}, created before the workers started, {verb} copied into each with the same "
+            "state"
         )
     elif verdict["globals"]:
         cause = (

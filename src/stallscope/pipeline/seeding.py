@@ -26,8 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
-# How deep seed_worker looks for RNG objects inside the dataset (dataset.transform.rng is depth 2).
-MAX_DEPTH = 3
+# How deep seed_worker looks for RNG objects inside the dataset: dataset.transform.rng is depth 2;
+# MONAI's transforms each hold one in a Compose, dataset.transform.transforms[4].R (depth 4), and a
+# Subset around that dataset adds one more.
+MAX_DEPTH = 5
 # Containers larger than this are data, not configuration: not searched.
 MAX_CONTAINER = 64
 

@@ -37,11 +37,15 @@ _DATASET_ATTRS = ("dataset", "datasets", "base", "base_dataset")
 _PLAIN_PREFIXES = {"transform", "transforms"}
 _MAX_DEPTH = 3
 
-# Class/function names of random augmentations (torchvision, albumentations, kornia, our demo).
+# Class/function names of random augmentations (torchvision, albumentations, kornia, our demo;
+# MONAI names its random transforms Rand*: RandSpatialCropd, RandRotate90d).
 _RANDOM_NAME = re.compile(
-    r"^Random|Jitter|Flip|Augment|AugMix|Erasing|Noise|Mix[Uu]p|CutMix|Cutout|Dropout|"
-    r"ShiftScaleRotate|Elastic|GridDistortion|OpticalDistortion"
+    r"^Random|^Rand(?=[A-Z0-9])|Jitter|Flip|Augment|AugMix|Erasing|Noise|Mix[Uu]p|CutMix|Cutout|"
+    r"Dropout|ShiftScaleRotate|Elastic|GridDistortion|OpticalDistortion"
 )
+# Where a transform keeps the probability it is applied with: albumentations' and kornia's ``p``,
+# MONAI's ``prob``.
+_PROBABILITY_ATTRS = ("p", "prob")
 
 
 @dataclass(frozen=True)
@@ -69,11 +73,20 @@ def transform_name(obj: Any) -> str:
 
 
 def is_random_transform(obj: Any) -> bool:
-    """Whether ``obj`` looks like a random augmentation (by name, or a probability ``p`` < 1)."""
+    """Whether ``obj`` looks like a random augmentation: by name, by a probability below 1, or
+    by drawing its own random numbers the way MONAI's ``Randomizable`` transforms do (a
+    ``randomize`` method and a ``set_random_state`` to seed it)."""
     if _RANDOM_NAME.search(transform_name(obj)):
         return True
-    p = getattr(obj, "p", None)
-    return isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 < float(p) < 1.0
+    if callable(getattr(obj, "randomize", None)) and callable(
+        getattr(obj, "set_random_state", None)
+    ):
+        return True
+    for attr in _PROBABILITY_ATTRS:
+        p = getattr(obj, attr, None)
+        if isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 < float(p) < 1.0:
+            return True
+    return False
 
 
 def _is_compose(value: Any) -> bool:
