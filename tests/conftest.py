@@ -9,23 +9,22 @@ from pathlib import Path
 import psutil
 import pytest
 
+from stallscope.runtime.processes import is_interpreter_helper
+
 PIPELINES = Path(__file__).parent / "pipelines"
 sys.path.insert(0, str(PIPELINES))
 
 
-# Per-interpreter helpers of multiprocessing itself (started by the first spawn or
-# forkserver use; they exit with the interpreter), not workers.
-_MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
-
-
 def _is_worker(proc: psutil.Process) -> bool:
+    # The interpreter's own helpers (multiprocessing's resource tracker and forkserver, started
+    # by the first spawn or forkserver use; Open MPI's daemon, started by an mpi4py import) exit
+    # with it: they are not workers a test left behind.
     try:
         if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        cmdline = " ".join(proc.cmdline())
     except psutil.Error:
         return False
-    return not any(helper in cmdline for helper in _MP_HELPERS)
+    return not is_interpreter_helper(proc)
 
 
 def _children() -> list[psutil.Process]:

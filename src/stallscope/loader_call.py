@@ -46,6 +46,10 @@ class LoaderCall:
     # ``make_loader()``; objects that cannot be imported are read from what it returns.
     origin: str | None = None
     origin_imports: list[str] = field(default_factory=list)
+    # Calling ``origin`` gives the loader itself (a DataLoader, a subclass, a wrapper, a loader of
+    # another kind), not its parts (a Dataset, a dict holding one): only then is keeping the
+    # user's loader ``loader = make_loader()``.
+    origin_is_loader: bool = False
     loader_path: str = (
         ""  # where the DataLoader sits in what the factory returns (".loader" in a wrapper)
     )

@@ -67,7 +67,7 @@ class Pipeline:
     model: Any = None
     train_step: Callable[..., Any] | None = None
     target: str = "<object>"
-    source: str = "dataset"  # "dataset" | "dataloader" | "dict"
+    source: str = "dataset"  # "dataset" | "dict" | "dataloader" | "loader" | "wrapper"
     extras: dict[str, Any] = field(default_factory=dict)
     # The user's own loader parts, kept in every trial (NOTE [loader fidelity] in
     # pipeline/arguments.py).
@@ -210,6 +210,7 @@ def _adopt_factory(
     if pipeline.call is not None:
         if origin is not None:
             pipeline.call.origin_imports, pipeline.call.origin = origin
+            pipeline.call.origin_is_loader = pipeline.source not in ("dataset", "dict")
         pipeline.call.factory_parameters = {
             name: field_name for name, (field_name, _) in parameters.items()
         }

@@ -12,17 +12,30 @@ import psutil
 
 
 def run_stallscope(
-    *args: str, cwd: Path | None = None, timeout: float = 240, columns: int | None = None
+    *args: str,
+    cwd: Path | None = None,
+    timeout: float = 240,
+    columns: int | None = None,
+    cores: int | None = None,
 ) -> subprocess.CompletedProcess:
     """``stallscope ARGS`` run from ``cwd``; its exit code, stdout and stderr. ``columns`` fixes the
-    console's width where a test reads wrapped lines. A run past ``timeout`` fails the test with
-    the Python stacks of the command and its children (py-spy), then is killed with them."""
+    console's width where a test reads wrapped lines; ``cores`` limits the command to that many
+    CPUs (its affinity, which stallscope reads as the cores it may use), where what a test checks
+    was built on a machine of that size. A run past ``timeout`` fails the test with the Python
+    stacks of the command and its children (py-spy), then is killed with them."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if columns is not None:
         env["COLUMNS"] = str(columns)
     argv = [sys.executable, "-m", "stallscope", *args]
+    cpus = sorted(os.sched_getaffinity(0))[:cores] if cores else None
     with subprocess.Popen(
-        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        argv,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
     ) as proc:
         try:
             stdout, stderr = proc.communicate(timeout=timeout)

@@ -32,7 +32,10 @@ def check_consistent(record: dict, pick_rate: float, pick_workers: int) -> None:
     assert ceiling["basis"] == (
         "main-process" if main_rate is not None and main_rate < cpu_rate else "cpu"
     )
-    assert ceiling["pick_fraction"] == pytest.approx(pick_rate / ceiling["samples_per_s"], rel=1e-3)
+    # the record keeps four decimals: a small share (0.0254 of a 16-core ceiling) is that close
+    assert ceiling["pick_fraction"] == pytest.approx(
+        pick_rate / ceiling["samples_per_s"], rel=1e-3, abs=5e-5
+    )
     # JPEG decode + augment: the cores bind, not the main process.
     assert ceiling["basis"] == "cpu"
     assert needed["target_rate"] == 5000 and needed["usable_cores"] == cores

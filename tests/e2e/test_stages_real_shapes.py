@@ -38,6 +38,9 @@ def _stages(target: str, out: Path, *extra: str) -> dict:
             "0",
             "--start-method",
             "fork",
+            # the shares are read against a CPU-only table: a GPU adds pin and host→device rows
+            "--device",
+            "cpu",
             *extra,
         ],
         env=env,

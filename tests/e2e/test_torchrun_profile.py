@@ -37,6 +37,8 @@ def test_stallscope_profile_under_torchrun_names_the_slow_rank(tmp_path):
             "stallscope",
             "profile",
             f"{PIPELINES / 'profile_synthetic.py'}:slow_rank_one",
+            "--device",  # the ranks are the subject, not the device: the same on a GPU machine
+            "cpu",
             "--steps",
             "12",
             "--warmup",

@@ -48,7 +48,8 @@ def test_tune_cli_json_and_yaml(tmp_path, pipelines_dir):
     # Fetches overlap: more worker processes, or fetch threads inside them (worker_threads), than
     # the user's one. (How far the tuner goes past 2 depends on the machine's load: the tuner
     # benchmarks measure where it lands.)
-    concurrent = best["config"]["num_workers"] * max(1, best["config"].get("worker_threads", 0))
+    workers, threads = best["config"]["num_workers"], best["config"].get("worker_threads", 0)
+    concurrent = max(1, workers) * threads if threads else workers  # w=0 threads×8: the main's
     assert concurrent >= 2 and best["speedup"] > 1.5
     # No confidence without two interleaved rounds (a 10 s budget often has none).
     assert best["confidence"] is None if best["rounds"] < 2 else 0.0 <= best["confidence"] <= 1.0
@@ -138,7 +139,8 @@ def test_slow_loader_reports_rounds_and_no_confidence_without_them(tmp_path, pip
         assert best["confidence"] is None and best["confirmed"] is False
         # The tuner's evidence says why, the verdict that nothing is claimed.
         assert "Not confirmed: the budget ran out" in proc.stdout
-        assert f"Not confirmed: {best['rounds']} paired round" in proc.stdout
+        if record["analysis"]["action"] == "switch":  # keeping yours claims no pick to qualify
+            assert f"Not confirmed: {best['rounds']} paired round" in proc.stdout
         assert best["skipped"] and all(s["why"] for s in best["skipped"])
     else:
         assert 0.0 <= best["confidence"] <= 1.0 and best["confirmed"] is True

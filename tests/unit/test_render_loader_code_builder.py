@@ -157,6 +157,22 @@ def test_keeping_yours_is_your_factory_call_not_a_loader_rebuilt_from_its_parts(
     assert "yours = make_loader()" in seeded.prelude and "worker_init_fn" in _kwargs(seeded)
 
 
+def test_keeping_yours_from_a_factory_of_parts_is_the_loader_built_from_them():
+    # A target that returns a dict or a Dataset: calling it gives no loader (iterating the dict
+    # gave its keys, "its batches look like str", on a machine where tune kept yours), so the
+    # code is the DataLoader call over the parts, as before.
+    import tune_pipelines
+
+    for target in (tune_pipelines.tensors, tune_pipelines.waiting):
+        pipeline = load_target(target)
+        assert not pipeline.call.origin_is_loader
+        kept = render_python(
+            build_snippet(pipeline.baseline, call=pipeline.call, baseline=pipeline.baseline)
+        )
+        assert f"yours = {target.__name__}()" in kept and "loader = DataLoader(" in kept
+    assert load_target(real_audio.make_loader).call.origin_is_loader
+
+
 def test_diff_removes_worker_only_knobs_when_going_to_zero_workers():
     base = LoaderConfig(num_workers=2, batch_size=8, prefetch_factor=4, persistent_workers=True)
     snippet = build_snippet(LoaderConfig(batch_size=8), baseline=base)

@@ -155,6 +155,7 @@ def build_snippet(
     baseline = baseline or LoaderConfig(batch_size=config.batch_size)
     if (
         call.origin
+        and call.origin_is_loader
         and call.arguments
         and not changed_fields(config, baseline)
         and not seeding_missing

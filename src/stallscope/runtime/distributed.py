@@ -13,6 +13,8 @@ import socket
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..errors import UsageError
+
 
 @dataclass
 class RankInfo:
@@ -85,7 +87,14 @@ def init_from_env(device: str = "cpu", timeout_s: float = 300.0) -> bool:
         return False
     backend = "gloo"
     if device.startswith("cuda"):
-        torch.cuda.set_device(_env_int("LOCAL_RANK", 0))
+        local_rank, gpus = _env_int("LOCAL_RANK", 0), torch.cuda.device_count()
+        if local_rank >= gpus:  # torch would say "invalid device ordinal", from deep in CUDA
+            raise UsageError(
+                f"torchrun started local rank {local_rank} on a node where torch sees "
+                f"{gpus} GPU(s), so it has no GPU of its own: start at most {gpus} process(es) "
+                "per node (--nproc-per-node), or measure on the CPU with --device cpu."
+            )
+        torch.cuda.set_device(local_rank)
         backend = "nccl"
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
     return True

@@ -71,10 +71,15 @@ from typing import Any, ParamSpec, TypeVar
 
 import psutil
 
-# multiprocessing's own per-interpreter helpers: they exit with this process, and
-# killing them early only makes the next spawn complain. Their children (workers
-# started through a forkserver) are still reaped.
+# Per-interpreter helpers, not workers: they exit with this process, and killing them early
+# breaks what started them. multiprocessing's own (killing them only makes the next spawn
+# complain; their children, workers started through a forkserver, are still reaped), and Open
+# MPI's runtime daemon, which MPI_Init starts in a process that mpirun did not launch (``orted``
+# before Open MPI 5, ``prted`` since): Lightning initialises mpi4py where it is installed, and
+# killing that daemon aborted the process that had started it (a test process on a GPU machine
+# whose image has mpi4py).
 _MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+_MPI_DAEMONS = ("orted", "prted")
 
 # torch's warning when a DataLoader has more workers than it suggests (a regex for
 # ``warnings.filterwarnings``): stallscope runs such configs on purpose.
@@ -93,8 +98,11 @@ def default_start_method() -> str:
     return "forkserver" if sys.version_info >= (3, 14) else "fork"
 
 
-def _is_mp_helper(proc: psutil.Process) -> bool:
+def is_interpreter_helper(proc: psutil.Process) -> bool:
+    """Whether ``proc`` is one of this interpreter's helpers (above), which no command reaps."""
     try:
+        if proc.name() in _MPI_DAEMONS:
+            return True
         cmdline = " ".join(proc.cmdline())
     except psutil.Error:
         return False
@@ -102,13 +110,13 @@ def _is_mp_helper(proc: psutil.Process) -> bool:
 
 
 def descendants(root: psutil.Process | None = None) -> list[psutil.Process]:
-    """Live child processes of ``root`` (default: this process), at any depth, except
-    multiprocessing's helpers."""
+    """Live child processes of ``root`` (default: this process), at any depth, except the
+    interpreter's helpers (multiprocessing's, Open MPI's daemon)."""
     try:
         found = (root or psutil.Process()).children(recursive=True)
     except psutil.Error:
         return []
-    return [p for p in found if not _is_mp_helper(p)]
+    return [p for p in found if not is_interpreter_helper(p)]
 
 
 def tree_cpu(
