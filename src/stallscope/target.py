@@ -210,7 +210,7 @@ def _adopt_factory(
     if pipeline.call is not None:
         if origin is not None:
             pipeline.call.origin_imports, pipeline.call.origin = origin
-            pipeline.call.origin_is_loader = pipeline.source not in ("dataset", "dict")
+            pipeline.call.origin_is_loader = pipeline.source in ("dataloader", "loader", "wrapper")
         pipeline.call.factory_parameters = {
             name: field_name for name, (field_name, _) in parameters.items()
         }
