@@ -190,6 +190,12 @@ ENTRIES: tuple[Entry, ...] = (
         min_cores=16,
     ),
     Entry(
+        "tuner_vs_grid",
+        ("benchmarks/tuner_vs_grid.py", "--json", _json("tuner_vs_grid")),
+        ("tuner_vs_grid.json",),
+        45,
+    ),
+    Entry(
         "window_position",
         ("benchmarks/window_position.py", "--json", _json("window_position")),
         ("window_position.json",),

@@ -15,7 +15,7 @@ works (then the 15% bar is not meaningful: the grid is no longer exhaustive).
 
     python benchmarks/tuner_vs_grid.py  # all kinds, full grid (long: ~8 min per kind)
     python benchmarks/tuner_vs_grid.py --kind latency --quick
-    python benchmarks/tuner_vs_grid.py --json results.json
+    python benchmarks/tuner_vs_grid.py --json benchmarks/results/tuner_vs_grid.json
 """
 
 from __future__ import annotations
@@ -182,20 +182,36 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         parser.error(f"unknown kind(s): {', '.join(unknown)}")
-    host = host_info().to_dict()
-    import os
+    from _provenance import Provenance, load_average
 
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    log(f"host: {host['cores']} usable cores, torch {host['torch']}, load average {load}")
-    rows = [run_kind(kind, args) for kind in kinds]
+    prov = Provenance.start()
+    host = host_info().to_dict()
+    log(f"host: {host['cores']} usable cores, torch {host['torch']}, load {prov.load_at_start}")
+    rows = []
+    for kind in kinds:
+        start = load_average()
+        row = run_kind(kind, args)
+        row["load_average"] = {"start": start, "end": load_average()}
+        rows.append(row)
     print(markdown(rows, args))
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {"host": host, "load_average_at_start": load, "quick": args.quick, "rows": rows},
-                indent=2,
-            )
-        )
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "script": "benchmarks/tuner_vs_grid.py",
+            "provenance": prov.finish(),
+            "quick": args.quick,
+            "settings": {
+                "grid": QUICK_GRID if args.quick else FULL_GRID,
+                "grid_repeats": args.grid_repeats,
+                "window_s": args.window,
+                "tune_budget_s": args.budget,
+                "head_to_head_repeats": args.h2h_repeats,
+                "seed": args.seed,
+                "tie_margin": TIE_MARGIN,
+            },
+            "rows": rows,
+        }
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
     return 0 if all(r["pass_quality"] and r["pass_cost"] for r in rows) else 1
 
 
