@@ -27,6 +27,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeE
 
 from ..errors import StallscopeError, UsageError
 from ..record import RunRecord
+from ..runtime.held_output import HeldOutput, held_note, holding
 from ..runtime.processes import (
     TORCH_WORKER_WARNING,
     deferred_worker_deaths,
@@ -224,13 +225,14 @@ def execute(
         args=args, console=console, argv=list(sys.argv[1:] if argv is None else argv)
     )
     code = 0
+    held = HeldOutput()  # what the user's code printed when called again (NOTE [held output])
     interrupts: list[float] = []
     previous = _note_interrupts(interrupts)
     try:
         # Worker counts above the cores are configs stallscope measures on purpose; torch's
         # warning about them would only interleave with the report.
         deaths = deferred_worker_deaths() if runs_loaders else contextlib.nullcontext()
-        with warnings.catch_warnings(), quiet_lost_handovers(), deaths:
+        with warnings.catch_warnings(), quiet_lost_handovers(), deaths, holding() as held:
             warnings.filterwarnings("ignore", message=TORCH_WORKER_WARNING, category=UserWarning)
             code = body(ctx)
         if interrupts:
@@ -271,6 +273,9 @@ def execute(
         _reap()
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+        note = held_note(held)
+        if note and not ctx.quiet:
+            err.print(note, markup=False, highlight=False)
     if ctx.record is not None:
         _write_outputs(ctx, err)
     return code

@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import LoaderConfig
+from ..runtime.held_output import held_call
 from .structure import shallow_copy
 
 # Factory (and constructor) parameter names that are knobs, -> the LoaderConfig field they set.
@@ -490,9 +491,10 @@ class FactoryKind(LoaderKind):
 
     def build(self, config: LoaderConfig, **options: Any) -> Iterable[Any]:
         assert self.factory is not None and self.baseline is not None
-        built: Iterable[Any] = self.factory(
-            **factory_arguments(self.parameters, config, self.baseline)
-        )
+        with held_call():  # NOTE [held output]
+            built: Iterable[Any] = self.factory(
+                **factory_arguments(self.parameters, config, self.baseline)
+            )
         return built
 
 
@@ -564,7 +566,8 @@ class IterableKind(LoaderKind):
             from ..errors import UsageError
 
             raise UsageError(ONE_SHOT.format(what=self.description))
-        fresh: Iterable[Any] = self.factory()
+        with held_call():  # NOTE [held output]
+            fresh: Iterable[Any] = self.factory()
         return fresh
 
 

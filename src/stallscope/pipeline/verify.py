@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import io
 import re
 import signal
 import threading
@@ -26,6 +25,7 @@ from typing import Any
 
 from ..config import LoaderConfig
 from ..errors import describe_exception
+from ..runtime.held_output import held_call
 
 
 @dataclass
@@ -64,7 +64,7 @@ def run_snippet(
     namespace: dict[str, Any] = {"__name__": "__stallscope_snippet__"}
     loader = iterator = None
     try:
-        with no_orphans(), contextlib.redirect_stdout(io.StringIO()):
+        with no_orphans(), held_call():  # NOTE [held output]
             try:
                 exec(compile(code, "<stallscope snippet>", "exec"), namespace)  # noqa: S102 - our own printed code
                 loader = namespace.get("loader")
