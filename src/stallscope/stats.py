@@ -238,3 +238,11 @@ def spread_point(k: int) -> float:
     first): where the ``k``-th repeat opens its window in the epoch (NOTE [window position] in
     ``throughput/measure.py``)."""
     return (k * _SPREAD) % 1.0
+
+
+def per_epoch_rate(samples: float, restart_s: float, steady: float) -> float:
+    """Samples per second over whole epochs of ``samples``, each paying ``restart_s`` to start and
+    then delivering at the steady rate ``steady`` (NOTE [per-epoch rate]); 0 without a rate."""
+    if steady <= 0:
+        return 0.0
+    return samples / (restart_s + samples / steady)

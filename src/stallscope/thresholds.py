@@ -34,6 +34,11 @@ INPUT_BOUND_AT = 0.15
 # less than the run-to-run noise of most training steps.
 COMPUTE_BOUND_BELOW = 0.05
 
+# The rate per epoch, start-ups included, decides between configs (the tuner's race, the sweep's
+# fastest) once an epoch start takes this share of some config's epoch (NOTE [per-epoch rate] in
+# tuning/epoch_cost.py): below it, start-up moves a loop's rate less than the race's noise does.
+EPOCH_SHARE = 0.05
+
 # Worker start-up (the first batch of an epoch) costing at least this share of an epoch is worth
 # advice and fails the checklist's pass boundary: 5% of every epoch is worth a one-line change
 # (persistent_workers=True, a cheaper dataset __init__).

@@ -10,6 +10,7 @@ import types
 import pytest
 import torch
 
+from stallscope.stats import per_epoch_rate
 from stallscope.target import load_target
 from stallscope.throughput import measure as measure_module
 
@@ -97,12 +98,33 @@ def test_no_epoch_end_in_the_window_no_epoch_figures(clock):
     assert m.epoch_samples is None and m.restart_s is None
 
 
-def test_one_epoch_start_and_no_whole_epoch_gives_the_cost_alone(clock):
-    # The window opens late in the first epoch and closes within the second.
+def test_the_first_epoch_counted_from_the_trials_first_batch_is_whole(clock):
+    # The window opens late in the first epoch and closes within the second: one epoch start, no
+    # epoch between two starts. The trial began at the first epoch's first batch, so that epoch,
+    # first batch and warm-up included, is whole (NOTE [the first epoch]).
     pipeline = _pipeline(clock, batches=30)
     m = measure_module.measure(pipeline, pipeline.baseline, min_window_s=0.4, max_window_s=60)
-    assert m.epoch_samples is None
+    assert m.epoch_samples == 300 and m.epoch_batches == 30
     assert m.restart_s == pytest.approx(0.96)
+
+
+def test_an_epoch_made_during_its_start_up_is_known_from_one_epoch_start(clock):
+    """grain's DataLoader: the start-up fills the buffers with most of the epoch, the rest comes
+    at no wait, and the next epoch starts the same way. The window sees one epoch start; the
+    epoch's length is what makes its start-up count (NOTE [per-epoch rate])."""
+
+    def make_loader(num_workers: int = 8):
+        return Epochs(clock, 64, burst=40, startup=15.0, step=0.01)
+
+    pipeline = load_target(make_loader)
+    # The window closes inside the second epoch, as grain's did: one epoch start in it.
+    m = measure_module.measure(pipeline, pipeline.baseline, min_window_s=0.3, max_window_s=60)
+    assert m.epoch_samples == 640 and m.epoch_batches == 64
+    # The window's rate is the drained buffer's (no steady state comes before the epoch ends),
+    # but over whole epochs it is the loop's: 640 samples every 15 s + 23 steps of 0.01 s.
+    assert m.samples_per_s > 2000
+    per_epoch = per_epoch_rate(m.epoch_samples, m.restart_s or 0.0, m.samples_per_s)
+    assert per_epoch == pytest.approx(640 / 15.23, rel=0.01)
 
 
 def test_a_dataloader_whose_epochs_are_walked_back_to_back_records_its_epoch():

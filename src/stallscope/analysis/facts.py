@@ -91,6 +91,9 @@ class BenchFacts:
     window_s: float | None = None  # steady-state seconds those batches took
     # The GPU each measured batch was copied to (NOTE [delivered to the device]); None without one.
     delivered_to: str | None = None
+    # Where the rate per epoch, start-ups included, decided the fastest (sweep_epochs.py): the
+    # best's rate per epoch; its steady rate stays in ``best``.
+    best_per_epoch: float | None = None
 
 
 @dataclass

@@ -13,7 +13,6 @@ import math
 from typing import Any
 
 from ..record.model import BenchResult, results_of
-from ..record.sections import BenchSection
 
 Record = dict[str, Any]  # a RunRecord.to_dict()
 
@@ -73,18 +72,6 @@ def config_label(config: Any, label: Any = None) -> str:
 def ok_results(r: Record) -> list[BenchResult]:
     """Bench results that measured a rate (no error)."""
     return [res for res in results_of(r) if res.measured]
-
-
-def best_result(r: Record) -> BenchResult | None:
-    """The bench result the sweep called best (scaling.best_index), else the fastest."""
-    bench = BenchSection.from_dict(r)
-    index = bench.scaling.best_index if bench.scaling else None
-    if index is not None and 0 <= index < len(bench.results):
-        chosen = BenchResult.of(bench.results[index])
-        if chosen is not None and chosen.measured:
-            return chosen
-    ok = ok_results(r)
-    return max(ok, key=lambda res: res.rate or 0.0) if ok else None
 
 
 def result_for_config(r: Record, config: Any) -> BenchResult | None:

@@ -32,6 +32,7 @@ from .invariants import (
     Problem,
     batch_size_ran,
     checked_confidence,
+    ran_label,
     relabel,
     sample_unit,
     true_label,
@@ -42,7 +43,6 @@ from .readers import (
     Record,
     as_record_dict,
     batch_size_of,
-    best_result,
     config_label,
     mapping,
     number,
@@ -50,6 +50,7 @@ from .readers import (
 )
 from .recommendation_rules import recommendations
 from .sections import best_configuration, stage_facts, training_facts, tuning_facts
+from .sweep_epochs import best_result, sweep_epochs
 from .tune_rules import EpochRule, baseline_failure, epoch_rule
 
 
@@ -239,6 +240,12 @@ def _winner(r: Record) -> RunVerdict:
         v.measurement = (
             f"the sweep, median of {plural(repeats, 'repeat')}" if repeats else "the sweep"
         )
+        epochs = sweep_epochs(r)
+        if epochs is not None:  # the rates above are per epoch (best_configuration)
+            v.decided_by = epochs.sentence(
+                lambda res: label(res.config, ran_label(r, res.config, res.label))
+            )
+            v.measurement = f"per epoch, start-ups included: {v.measurement}"
         v.gain = best.speedup
         good, _ = TARGETS["tuning_headroom"]
         if best.overruled is not None:

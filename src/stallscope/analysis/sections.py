@@ -45,7 +45,6 @@ from .invariants import checked_confidence, ran_label, relabel
 from .readers import (
     Record,
     batch_size_of,
-    best_result,
     config_label,
     number,
     ok_results,
@@ -55,6 +54,7 @@ from .readers import (
     steady_config,
     workers_of,
 )
+from .sweep_epochs import best_result, sweep_epochs
 from .training import profile_advice, profile_verdict
 from .tune_rules import epoch_rule, is_tune_section, keeps_yours
 
@@ -107,7 +107,9 @@ def bench_facts(r: Record) -> BenchFacts | None:
     ok = ok_results(r)
     timed = [res.batches_measured for res in ok if res.batches_measured is not None]
     windows = [res.window_s for res in ok if res.window_s is not None]
+    epochs = sweep_epochs(r)
     return BenchFacts(
+        best_per_epoch=epochs.rate_of(best.config) if epochs and best else None,
         delivered_to=delivered_to(r),
         batches_timed=sum(timed) if timed else None,
         window_s=sum(windows) if windows else None,
@@ -294,6 +296,13 @@ def best_configuration(r: Record) -> BestConfig | None:
             ran_label(r, single.config, single.label), single.config, single.rate or 0.0
         )
     speedup = best.speedup
+    epochs = sweep_epochs(r)
+    if epochs is not None:
+        # The rate per epoch decided (sweep_epochs): the best's and its baseline's are per epoch.
+        best_rate = epochs.rate_of(best.config) or best_rate
+        if baseline is not None:
+            baseline.samples_per_s = epochs.rate_of(baseline.config) or baseline.samples_per_s
+        speedup = None
     if speedup is None and baseline is not None and baseline.samples_per_s > 0:
         speedup = best_rate / baseline.samples_per_s
     return BestConfig(

@@ -275,6 +275,8 @@ class BenchResult(Item):
     cpu_ms_per_sample: float | None = None
     duplicates: JSON | None = None
     startup_included: bool = False
+    epoch_samples: int | None = None  # one whole epoch, where a measurement saw one
+    restart_s: float | None = None  # an epoch start's cost beyond the steady state
 
     @property
     def rate(self) -> float | None:

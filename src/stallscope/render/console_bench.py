@@ -11,8 +11,9 @@ from ..analysis.invariants import ran_label
 from ..analysis.readers import steady_config
 from ..analysis.run_verdict import decide
 from ..analysis.sections import delivered_to
+from ..analysis.sweep_epochs import best_result, sweep_epochs
 from ..errors import not_tried
-from ..record.model import BatchMs, BenchResult
+from ..record.model import BatchMs
 from ..record.sections import BenchSection, Scaling
 from .console_table import titled_table
 from .report_format import fmt_fixed, fmt_rate, fmt_rate_cell
@@ -111,21 +112,23 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
         console.print(
             f"[yellow]⚠ duplicates:[/] {marked['note']} (check code iterable-duplicates)."
         )
-    index = scaling.best_index
-    best = (
-        BenchResult.of(bench.results[index])
-        if index is not None and 0 <= index < len(bench.results)
-        else None
-    )
+    best = best_result(data)
     if best is not None and best.rate is not None:
-        # The fastest row of the sweep, said as such: the verdict decides what to use.
+        # The fastest row of the sweep, said as such (per epoch where that rate decided it:
+        # sweep_epochs.py): the verdict decides what to use.
         how = [f"median of {best.repeats} repeats"] if best.repeats is not None else []
         how += [f"spread {best.noise * 100:.0f}%"] if best.noise is not None else []
         tokens_per_s = best.tokens_per_s.median if best.tokens_per_s else None
+        epochs = sweep_epochs(data)
+        per_epoch = epochs.rate_of(best.config) if epochs is not None else None
+        rate_text = (
+            f"{fmt_rate(per_epoch)} samples/s per epoch ({fmt_rate(best.rate)} in steady state)"
+            if per_epoch is not None
+            else f"{fmt_rate(best.rate)} samples/s"
+        )
         console.print(
-            f"Fastest in the sweep: [bold]"
-            f"{escape(ran_label(data, best.config, best.label))}[/] at "
-            f"{fmt_rate(best.rate)} samples/s"
+            f"Fastest in the sweep{' per epoch, start-ups included' if per_epoch else ''}: [bold]"
+            f"{escape(ran_label(data, best.config, best.label))}[/] at {rate_text}"
             + (f" ({tokens_per_s:,.0f} tokens/s)" if tokens_per_s is not None else "")
             + (f" ({', '.join(how)})" if how else "")
             + "."
@@ -142,6 +145,6 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
     if per_sample:
         line = f"Single-process cost: {per_sample:.2f} ms/sample on {scaling.cores} usable core(s)"
         plateau = scaling.plateau_workers
-        if plateau is not None:
+        if plateau is not None and sweep_epochs(data) is None:  # a steady-state plateau
             line += f"; throughput plateaus from num_workers={plateau}"
         console.print(line + ".")

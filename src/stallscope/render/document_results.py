@@ -76,17 +76,31 @@ def bench_section(bench: BenchFacts, r: dict[str, Any]) -> tuple[dm.Section, dm.
     headline: dm.Text | None = None
     if bench.best is not None:
         best = bench.best
-        parts: dm.Text = [
-            "Fastest in the sweep: ",
-            dm.config_code(best.label),
-            f" at {rf.fmt_rate(best.samples_per_s)} samples/s",
-        ]
+        per_epoch = bench.best_per_epoch
+        parts: dm.Text = (
+            [
+                "Fastest in the sweep per epoch, start-ups included: ",
+                dm.config_code(best.label),
+                f" at {rf.fmt_rate(per_epoch)} samples/s per epoch "
+                f"({rf.fmt_rate(best.samples_per_s)} in steady state)",
+            ]
+            if per_epoch is not None
+            else [
+                "Fastest in the sweep: ",
+                dm.config_code(best.label),
+                f" at {rf.fmt_rate(best.samples_per_s)} samples/s",
+            ]
+        )
         if best.speedup is not None:
             parts.append(f", {rf.fmt_ratio(best.speedup)} the single-process loader")
         if best.efficiency is not None and workers_of(best.config) > 0:
             parts.append(f", at {rf.fmt_fraction(best.efficiency)} parallel efficiency")
         parts.append(".")
-        if bench.plateau_workers is not None and len(bench.worker_counts) > 1:
+        if (
+            bench.plateau_workers is not None
+            and len(bench.worker_counts) > 1
+            and per_epoch is None  # a plateau of the steady state, which did not decide
+        ):
             if bench.plateau_workers < bench.worker_counts[-1]:
                 parts.append(f" Throughput stops improving at {bench.plateau_workers} workers")
                 parts.append(f" on {bench.cores} usable cores." if bench.cores else ".")

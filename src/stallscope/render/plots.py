@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 
 from ..analysis import readers as rd
 from ..analysis import stage_facts
+from ..analysis.sweep_epochs import best_result
 from ..record.model import BatchMs, BenchResult, Spread, results_of, windows_of
 
 DPI = 100
@@ -136,7 +137,7 @@ def scaling_figure(record: Any) -> Figure | None:
             linewidth=1.5,
             label="ideal: min(cores, workers) / per-sample cost",
         )
-    best = rd.best_result(r)
+    best = best_result(r)
     if best is not None:
         bx, by = rd.workers_of(best.config), best.rate
         ax.scatter(
@@ -230,7 +231,7 @@ def _series_label(config: dict[str, Any]) -> str:
 # -- batch latency -----------------------------------------------------------------
 def latency_figure(record: Any) -> Figure | None:
     r = rd.as_record_dict(record)
-    best = rd.best_result(r)
+    best = best_result(r)
     if best is None:
         return None
     hist = _histogram(best)

@@ -279,24 +279,28 @@ def _measure(
             raise PipelineError(f"the loader yielded no batch with {config.label()}.")
         first = time.perf_counter()
         count_tokens = token_counter(batch)
-        del batch
         result.startup_s = first - start
         if settle_s > 0:
             time.sleep(settle_s)
         stamps = [first]
-        _count(sizes, None)
+        # Per whole epoch seen: (samples, batches). The first is counted from the trial's first
+        # batch where the cycle began at an epoch's start (NOTE [the first epoch]).
+        whole: list[tuple[int, int]] = []
+        count = _count(sizes, batch)
+        head: list[int] | None = [count, 1] if result.epoch_position is None else None
+        del batch
         burst = 0  # batches of a new epoch still to pass off the clock (NOTE [epoch restarts])
         for _ in range(warmup):
             warm = _next(iterator)
             if warm is _END:
                 break
-            burst = (
-                restart_burst(config) if getattr(iterator, "fresh", False) else max(0, burst - 1)
-            )
+            fresh = getattr(iterator, "fresh", False)
+            burst = restart_burst(config) if fresh else max(0, burst - 1)
             if main_step is not None:
                 main_step(warm)
+            count = _count(sizes, warm)
             del warm
-            _count(sizes, None)
+            head = _first_epoch(head, whole, count, fresh)
             stamps.append(time.perf_counter())
         if sample_resources:
             pids = worker_pids(iterator)
@@ -313,10 +317,8 @@ def _measure(
         # Every sample, batch, token and epoch start in the window, for the fallback.
         epoch_samples = epoch_batches = epoch_tokens = restarts = 0
         short = False  # epochs too short for a steady state (NOTE [epoch restarts])
-        # Per epoch start in the window: [seconds off the clock, samples delivered meanwhile];
-        # per whole epoch in it: (samples, batches).
+        # Per epoch start in the window: [seconds off the clock, samples delivered meanwhile].
         boundaries: list[list[float]] = []
-        whole: list[tuple[int, int]] = []
         epoch: list[int] | None = None  # [samples, batches] since the last epoch start
         restarting = False
         while True:
@@ -335,6 +337,7 @@ def _measure(
             counted_tokens = count_tokens(batch) if count_tokens is not None else 0
             epoch_tokens += counted_tokens
             del batch
+            head = _first_epoch(head, whole, count, fresh)
             if fresh:
                 if epoch is not None:
                     whole.append((epoch[0], epoch[1]))
@@ -476,6 +479,34 @@ def _cycled_epoch(result: Measurement, loader: Any, per_batch: float) -> None:
         return
     result.epoch_batches = batches
     result.epoch_samples = round(batches * per_batch)
+
+
+# NOTE [the first epoch]
+# An epoch's length comes from the whole epochs a trial sees, and one between two epoch starts
+# needs a window of more than an epoch. A pipeline whose start-up fills its buffers with most of an
+# epoch (grain's DataLoader: each of 8 workers reads ahead hundreds of records during a 15 s start)
+# then delivers the rest of it from those buffers in a fraction of a second, and the next epoch
+# starts the same way: no window held two epoch starts, so no trial knew the epoch's length, the
+# per-epoch rate never decided, and the tuner picked 8 workers for their drained-buffer rate
+# (about 3,000 samples/s) over a loop that ran 10x slower with them. Where the trial's cycle began
+# at an epoch's first batch (not positioned in it), the batches up to the first epoch start are
+# that whole epoch, first batch and warm-up included: it is counted from there.
+
+
+def _first_epoch(
+    head: list[int] | None, whole: list[tuple[int, int]], count: int, fresh: bool
+) -> list[int] | None:
+    """Count one more batch of ``count`` samples toward the first epoch (``head``: [samples,
+    batches] since the trial's first batch, None once it ended or where it is not counted); at
+    the next epoch's first batch (``fresh``), the first epoch is whole (NOTE [the first epoch])."""
+    if head is None:
+        return None
+    if fresh:
+        whole.append((head[0], head[1]))
+        return None
+    head[0] += count
+    head[1] += 1
+    return head
 
 
 def _epoch_figures(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,10 +112,24 @@ class ConfigResult:
             # Epochs too short for a steady state: the rate includes their start-up (NOTE [epoch
             # restarts] in measure.py).
             "startup_included": any(m.startup_included for m in self.measurements),
+            # The loader's epoch and what starting one cost, where the windows saw them (NOTE
+            # [per-epoch rate] in tuning/epoch_cost.py): the analysis weighs them.
+            "epoch_samples": _median_known([m.epoch_samples for m in self.measurements], 0),
+            "restart_s": _median_known([m.restart_s for m in self.measurements], 4),
             "error": None,
             "main_ms_per_batch": main_ms_per_batch(self.measurements),
             "cpu_ms_per_sample": loader_cpu_ms_per_sample(self.measurements),
         }
+
+
+def _median_known(values: Sequence[float | None], digits: int) -> Any:
+    """The median of the values measured (None where none was), rounded to ``digits`` (0: an
+    int)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return None
+    middle = statistics.median(known)
+    return round(middle) if digits == 0 else round(middle, digits)
 
 
 def main_ms_per_batch(measurements: Sequence[Measurement]) -> float | None:

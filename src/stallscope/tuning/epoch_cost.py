@@ -40,11 +40,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import LoaderConfig
+from ..stats import per_epoch_rate
+from ..thresholds import EPOCH_SHARE
 from .confidence import RaceLog
 from .trial import Trial
-
-# The per-epoch rate decides once an epoch's start-up is this share of some raced config's epoch.
-EPOCH_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -59,9 +58,7 @@ class EpochCost:
 
     def rate(self, config: LoaderConfig, steady: float) -> float:
         """Samples per second over whole epochs at the steady rate ``steady``."""
-        if steady <= 0:
-            return 0.0
-        return self.samples / (self.restart_s.get(config, 0.0) + self.samples / steady)
+        return per_epoch_rate(self.samples, self.restart_s.get(config, 0.0), steady)
 
     def share(self, config: LoaderConfig) -> float:
         """The share of ``config``'s epoch its start-up takes."""

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..config import LoaderConfig
+from ..thresholds import EPOCH_SHARE
 from ..throughput.epochs import EpochGap, epoch_batches
-from .epoch_cost import EPOCH_SHARE
 from .trial import Trial
 
 # persistent_workers is recommended when it saves at least this much per epoch boundary...
