@@ -94,3 +94,22 @@ def test_without_a_whole_epoch_or_an_epoch_start_nothing_changes():
     record["results"][1]["restart_s"] = None  # a DataLoader whose sampler stallscope cycles
     assert sweep_epochs(record) is None
     assert decide(record).config["num_workers"] == 8
+
+
+def test_a_real_grain_doctor_record_keeps_yours_per_epoch_and_names_labels_as_they_ran():
+    """``doctor`` on grain 0.2.18's DataLoader through ``make_loader(worker_count=0)`` (2 cores): its
+    8 workers drained buffers filled in a long start-up. The record's verdict keeps the user's
+    loader on the rate per epoch, the sweep's fastest is the same config, and the tuner's
+    runner-up is said with the knobs the factory takes (no ``pf=``: grain has no such knob)."""
+    import json
+    from pathlib import Path
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    record = json.loads((fixtures / "record_doctor_grain.json").read_text())
+    v = decide(record)
+    assert v.action == "keep-yours" and v.config["num_workers"] == 0
+    assert v.measurement.startswith("per epoch, start-ups included")
+    assert best_result(record).config["num_workers"] == 0
+    tuning = an.tuning_facts(record)
+    assert record["best"]["runner_up"] == "w=8 bs=32 pf=2"  # as the tuner stored it
+    assert tuning is not None and tuning.runner_up == "w=8 bs=32"

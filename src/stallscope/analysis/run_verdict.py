@@ -33,7 +33,6 @@ from .invariants import (
     batch_size_ran,
     checked_confidence,
     ran_label,
-    relabel,
     sample_unit,
     true_label,
     users_config,
@@ -284,7 +283,7 @@ def _tie(r: Record, tuning: TuningFacts, v: RunVerdict) -> None:
     """A raced config within the noise of the winner: named once, with its ratio to the winner."""
     if not tuning.tie or not tuning.runner_up:
         return
-    v.tied_with = relabel(r, tuning.runner_up)
+    v.tied_with = tuning.runner_up  # relabelled as it ran (tuning_facts)
     best = best_of(r) or Best()
     if best.margin:
         v.tied_ratio = round(1 / best.margin, 4)
