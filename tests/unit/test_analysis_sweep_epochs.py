@@ -105,7 +105,7 @@ def test_a_real_grain_doctor_record_keeps_yours_per_epoch_and_names_labels_as_th
     from pathlib import Path
 
     fixtures = Path(__file__).resolve().parents[1] / "fixtures"
-    record = json.loads((fixtures / "record_doctor_grain.json").read_text())
+    record = json.loads((fixtures / "grain_doctor_record.json").read_text())
     v = decide(record)
     assert v.action == "keep-yours" and v.config["num_workers"] == 0
     assert v.measurement.startswith("per epoch, start-ups included")
