@@ -16,27 +16,14 @@ from stallscope.stats import per_epoch_rate
 def grain_like() -> dict:
     """grain on 2 cores: 8 workers drain buffers filled during a 15 s start (3,000 samples/s in
     the window), one process delivers 800 samples/s; the windows saw 2,048-sample epochs."""
+
+    def row(workers: int, rate: float, startup: float, restart: float | None) -> dict:
+        return result(
+            cfg(workers, bs=32), rate, startup_s=startup, epoch_samples=2048, restart_s=restart
+        )
+
     return bench_record(
-        results=[
-            result(
-                cfg(0, bs=32),
-                800.0,
-                startup_s=0.15,
-                speedup=1.0,
-                efficiency=1.0,
-                epoch_samples=2048,
-                restart_s=None,
-            ),
-            result(
-                cfg(8, bs=32),
-                3000.0,
-                startup_s=15.0,
-                speedup=3.75,
-                efficiency=1.9,
-                epoch_samples=2048,
-                restart_s=20.0,
-            ),
-        ],  # fmt: skip
+        results=[row(0, 800.0, 0.15, None), row(8, 3000.0, 15.0, 20.0)],
         scaling={"cores": 2, "best_index": 1, "plateau_workers": 8},
     )
 
@@ -97,8 +84,8 @@ def test_without_a_whole_epoch_or_an_epoch_start_nothing_changes():
 
 
 def test_a_real_grain_doctor_record_keeps_yours_per_epoch_and_names_labels_as_they_ran():
-    """``doctor`` on grain 0.2.18's DataLoader through ``make_loader(worker_count=0)`` (2 cores): its
-    8 workers drained buffers filled in a long start-up. The record's verdict keeps the user's
+    """``doctor`` on grain 0.2.18's DataLoader through ``make_loader(worker_count=0)`` (2 cores):
+    its 8 workers drained buffers filled in a long start-up. The record's verdict keeps the user's
     loader on the rate per epoch, the sweep's fastest is the same config, and the tuner's
     runner-up is said with the knobs the factory takes (no ``pf=``: grain has no such knob)."""
     import json

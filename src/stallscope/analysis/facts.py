@@ -81,6 +81,9 @@ class BenchFacts:
     cores: int | None
     single_process_ms_per_sample: float | None
     best: BenchRow | None
+    # The best's rate per epoch, start-ups included, where that rate decided it (sweep_epochs.py);
+    # its steady rate stays in ``best``.
+    best_per_epoch: float | None
     plateau_workers: int | None
     repeats: int | None  # when every configuration had the same number of repeats
     worker_counts: list[int]
@@ -91,9 +94,6 @@ class BenchFacts:
     window_s: float | None = None  # steady-state seconds those batches took
     # The GPU each measured batch was copied to (NOTE [delivered to the device]); None without one.
     delivered_to: str | None = None
-    # Where the rate per epoch, start-ups included, decided the fastest (sweep_epochs.py): the
-    # best's rate per epoch; its steady rate stays in ``best``.
-    best_per_epoch: float | None = None
 
 
 @dataclass
