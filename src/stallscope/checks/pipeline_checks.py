@@ -53,7 +53,8 @@ _END = object()
 NOT_RUN: dict[str, str] = {
     "unpicklable": (
         "the pipeline's stages are not pickled by a DataLoader: a thread pool never pickles, "
-        "and a process mapper pickles its function when it starts, which this run did"
+        "and a process mapper pickles its function when it starts its processes, where the "
+        "iteration above would have raised it"
     ),
     "duplicate-rng": (
         "the pipeline's workers are its own, seeded by the pipeline and not by a DataLoader's "
