@@ -116,6 +116,8 @@ def _one_story(command: list[str], target: str, tmp_path: Path) -> tuple[dict, d
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    if command[0] == "doctor":  # every report has its own path: no empty --out folder is made
+        assert not (tmp_path / "report").exists()
     record = json.loads(out["json"].read_text())
     surfaces = {
         "console": _words(done.stdout),

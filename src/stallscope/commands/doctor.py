@@ -121,11 +121,14 @@ def _run(ctx: common.CommandContext) -> int:
         raise UsageError("--num-workers takes worker counts of 0 or more.")
     target_rate = common.positive_target_rate(args)
     out: Path = args.out
-    # The report folder is written by execute() through these paths, on Ctrl-C too.
+    # The report folder is written by execute() through these paths, on Ctrl-C too; where --json,
+    # --md and --html all name other paths, it is not made.
+    defaulted = [name for name in ("json", "md", "html") if getattr(args, name) is None]
     args.json = args.json or out / "report.json"
     args.md = args.md or out / "report.md"
     args.html = args.html or out / "report.html"
-    out.mkdir(parents=True, exist_ok=True)
+    if defaulted:
+        out.mkdir(parents=True, exist_ok=True)
 
     target = args.target
     if target is None:
