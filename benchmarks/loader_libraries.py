@@ -9,7 +9,8 @@ arguments; a ``torchdata.nodes`` graph; webdataset (``WebLoader`` over a ``WebDa
 batches built in the workers, ``batch_size=None``); litdata (``StreamingDataLoader`` over a
 ``StreamingDataset`` written with litdata's own writer); Hugging Face ``datasets`` (map-style with
 ``with_transform``, and an ``IterableDataset``); Lightning's ``CombinedLoader``; accelerate's
-prepared loader.
+prepared loader; grain's ``DataLoader`` (its workers through ``worker_count=``, started at every
+epoch).
 
 Per library, in A B B A rounds:
 
@@ -126,6 +127,7 @@ LIBRARIES = {
     "real_hf_datasets:make_stream_loader": "datasets IterableDataset",
     "real_adapters:lightning_factory": "Lightning CombinedLoader",
     "real_adapters:accelerate_factory": "accelerate prepared loader",
+    "real_grain:make_loader": "grain DataLoader (worker_count=)",
 }
 
 
@@ -208,22 +210,36 @@ def same_arm(name: str, config: dict) -> str | None:
     return None
 
 
+def with_workers(name: str):
+    """``factory(n)``: the target's factory called with ``n`` workers through the parameter it
+    takes for them (``num_workers``; grain's ``worker_count``), as stallscope's trials call it."""
+    from stallscope.target import load_target
+
+    factory = resolve(name)
+    parameters = getattr(load_target(factory).kind, "parameters", None) or {}
+    param = next(
+        (p for p, (field, _) in parameters.items() if field == "num_workers"), "num_workers"
+    )
+    return lambda n: factory(**{param: n})
+
+
 def pick_versus_independent(factory, doctor: dict, args, same: str | None = None) -> dict:
-    """Doctor's pick (its printed code where it printed some) against ``factory(num_workers=0)``
-    and ``=2``, timed the plain way in shuffled rounds. Where the pick is one of those arms
-    (``same``), both are timed and their measurements pooled: one config, one median."""
+    """Doctor's pick (its printed code where it printed some) against ``factory(0)`` and
+    ``factory(2)`` (``with_workers``), timed the plain way in shuffled rounds. Where the pick is
+    one of those arms (``same``), both are timed and their measurements pooled: one config, one
+    median."""
     config = doctor.get("config") or {}
     if doctor.get("code"):
         pick = snippet_factory(doctor["code"])
     elif config:
         workers = config.get("num_workers", 0)
-        pick = lambda: factory(num_workers=workers)  # noqa: E731
+        pick = lambda: factory(workers)  # noqa: E731
     else:
         return {"timed": False, "why": "doctor named no config"}
     arms = {
         "pick": pick,
-        "w=0": lambda: factory(num_workers=0),
-        "w=2": lambda: factory(num_workers=2),
+        "w=0": lambda: factory(0),
+        "w=2": lambda: factory(2),
     }
     bursts = {
         "pick": burst_of(config),
@@ -313,7 +329,7 @@ def main() -> None:
         row["doctor"] = doctor_pick(name, args.budget, args.full)
         same = same_arm(name, row["doctor"].get("config") or {})
         with no_orphans():
-            row["pick"] = pick_versus_independent(resolve(name), row["doctor"], args, same)
+            row["pick"] = pick_versus_independent(with_workers(name), row["doctor"], args, same)
         if row["pick"]["timed"]:
             steady, wall = row["pick"]["steady"], row["pick"]["wall"]
             # The clock the pick was chosen on is the one that judges it: the wall clock (epoch
