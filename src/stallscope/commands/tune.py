@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -87,7 +88,10 @@ def _run(ctx: common.CommandContext) -> int:
     if args.budget <= 0:
         raise UsageError(f"--budget must be positive, not {args.budget:g}.")
     target_rate = common.positive_target_rate(args)
-    pipeline = common.run_target_loader(args)
+    # With --emit, stdout carries only the emitted config: what the user's code prints as it
+    # loads goes to stderr (the calls after it are held: NOTE [held output]).
+    with contextlib.redirect_stdout(sys.stderr) if args.emit else contextlib.nullcontext():
+        pipeline = common.run_target_loader(args)
     record = ctx.new_record("tune", pipeline.target, pipeline)
     # The CPU cost per sample (the ceiling's) is measured inside the budget, before the search.
     budget = args.budget - min(common.measure_cpu_cost(record, pipeline), 0.5 * args.budget)
