@@ -9,7 +9,7 @@ from __future__ import annotations
 import grain.python as gp
 import numpy as np
 
-ITEMS = 1024
+ITEMS = 160
 SIDE = 48
 
 
