@@ -246,3 +246,10 @@ def per_epoch_rate(samples: float, restart_s: float, steady: float) -> float:
     if steady <= 0:
         return 0.0
     return samples / (restart_s + samples / steady)
+
+
+def restart_from_startup(startup_s: float, batch_samples: float, steady: float) -> float:
+    """An epoch start's cost read from a config's time to its first batch: that wait less the
+    first batch's own time at the steady rate (NOTE [per-epoch rate]); the tuner's race and the
+    sweep's analysis take it the same way where no epoch start of the config was seen."""
+    return max(0.0, startup_s - (batch_samples / steady if steady > 0 else 0.0))

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..record.model import BenchResult
 from ..record.sections import BenchSection
-from ..stats import per_epoch_rate
+from ..stats import per_epoch_rate, restart_from_startup
 from ..text import plural
 from ..thresholds import EPOCH_SHARE
 from .readers import Record, batch_size_of, ok_results, steady_config, workers_of
@@ -130,7 +130,7 @@ def _restart(res: BenchResult, steady: float) -> tuple[float, bool] | None:
     per_batch: float = batch_size_of(config) or 1
     if not batch_size_of(config) and res.batches_measured and res.samples_measured:
         per_batch = res.samples_measured / res.batches_measured
-    return max(0.0, res.startup_s - per_batch / steady), False
+    return restart_from_startup(res.startup_s, per_batch, steady), False
 
 
 def best_result(r: Record) -> BenchResult | None:

@@ -113,13 +113,13 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
             f"[yellow]⚠ duplicates:[/] {marked['note']} (check code iterable-duplicates)."
         )
     best = best_result(data)
+    epochs = sweep_epochs(data)  # where the rate per epoch decided the sweep's fastest
     if best is not None and best.rate is not None:
         # The fastest row of the sweep, said as such (per epoch where that rate decided it:
         # sweep_epochs.py): the verdict decides what to use.
         how = [f"median of {best.repeats} repeats"] if best.repeats is not None else []
         how += [f"spread {best.noise * 100:.0f}%"] if best.noise is not None else []
         tokens_per_s = best.tokens_per_s.median if best.tokens_per_s else None
-        epochs = sweep_epochs(data)
         per_epoch = epochs.rate_of(best.config) if epochs is not None else None
         rate_text = (
             f"{fmt_rate(per_epoch)} samples/s per epoch ({fmt_rate(best.rate)} in steady state)"
@@ -145,6 +145,6 @@ def render_bench(data: dict[str, Any], console: Console) -> None:
     if per_sample:
         line = f"Single-process cost: {per_sample:.2f} ms/sample on {scaling.cores} usable core(s)"
         plateau = scaling.plateau_workers
-        if plateau is not None and sweep_epochs(data) is None:  # a steady-state plateau
+        if plateau is not None and epochs is None:  # a steady-state plateau
             line += f"; throughput plateaus from num_workers={plateau}"
         console.print(line + ".")

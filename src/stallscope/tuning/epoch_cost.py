@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import LoaderConfig
-from ..stats import per_epoch_rate
+from ..stats import per_epoch_rate, restart_from_startup
 from ..thresholds import EPOCH_SHARE
 from .confidence import RaceLog
 from .trial import Trial
@@ -141,8 +141,9 @@ def epoch_cost(
             # what it took beyond one batch at the steady rate (as ``Measurement.restart_s``). A
             # single-process loader's first batch is otherwise all of it, and would make the
             # per-epoch rate decide on any epoch of fewer than about 20 batches.
-            one_batch = (per_batch or config.batch_size) / steady[config] if steady[config] else 0.0
-            restart[config] = max(0.0, statistics.median(startups) - one_batch)
+            restart[config] = restart_from_startup(
+                statistics.median(startups), per_batch or config.batch_size, steady[config]
+            )
             measured[config] = False
         else:
             return None
