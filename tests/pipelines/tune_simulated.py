@@ -29,6 +29,8 @@ class SimulatedEvaluator(Evaluator):
     ``epoch_samples``: epochs of that many samples end within every window (a loader re-iterated
     at each epoch end, NOTE [per-epoch rate]): each trial records the epoch and what an epoch
     start cost, ``1.5 × startup_fn(config)`` (none with persistent workers), with the noise.
+    ``noise_fn(config)``: that config's noise instead of ``noise`` (the windows of an in-order
+    loader behind a jittery source swing far more than an unordered one's).
     ``cycled``: the epochs are a DataLoader's that stallscope walks back to back (its sampler
     cycled): each trial records the epoch's length, and no epoch start (``restart_s`` None).
     """
@@ -45,8 +47,10 @@ class SimulatedEvaluator(Evaluator):
         min_batches: int = 8,
         epoch_samples: int | None = None,
         cycled: bool = False,
+        noise_fn: Callable[[LoaderConfig], float] | None = None,
     ) -> None:
         self.epoch_samples = epoch_samples
+        self.noise_fn = noise_fn or (lambda c: noise)
         self.cycled = cycled
         self.rate_fn = rate_fn
         self.noise = noise
@@ -77,7 +81,8 @@ class SimulatedEvaluator(Evaluator):
         cost = window_s + startup_total + self.overhead_s
         self.clock += cost
         self.measured.append(config)
-        noisy = true * math.exp(self.rng.gauss(0.0, self.noise)) if true > 0 else 0.0
+        noise = self.noise_fn(config)
+        noisy = true * math.exp(self.rng.gauss(0.0, noise)) if true > 0 else 0.0
         epoch: dict = {}
         if self.epoch_samples:
             restart = 0.0 if config.persistent_workers else 1.5 * startup
@@ -94,7 +99,7 @@ class SimulatedEvaluator(Evaluator):
             phase=phase,
             startup_s=startup,
             window_s=window_s,
-            rel_se=self.noise / 2,
+            rel_se=noise / 2,
             worker_bytes=self.worker_bytes_fn(config) if config.num_workers else None,
             cost_s=cost,
             error=None if true > 0 else "simulated failure",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import html
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -106,15 +108,70 @@ def test_keep_yours_is_the_verdict_with_the_head_to_head(render):
     record = _keep_yours()
     text = {
         "md": lambda r: MarkdownRenderer().render(r),
-        "html": lambda r: HTMLRenderer(plots=False).render(r),
+        "html": lambda r: html.unescape(HTMLRenderer(plots=False).render(r)),
         "console": _console,
     }[render](record)
     text = " ".join(text.split())  # the console wraps its lines
     assert "within 0.97" in text or "within 1.0%" in text
     assert "no change is recommended" in text
-    assert "baseline" in text and "tuner" in text  # the head-to-head roles
+    # The head-to-head roles: the tuner's scan put its fastest in the race, which lost it; the
+    # user's loader is the one kept.
+    assert "fastest in the tuner's scan" in text and "baseline, kept" in text
     # The measured epoch-boundary gap, as the renderer writes seconds.
     assert ("0.61 s" in text and "0.12 s" in text) or ("610 ms" in text and "120 ms" in text)
+
+
+def _race_won_by_another_finalist() -> dict:
+    """The tuner's scan put w=8 first; another finalist, w=12, won the race."""
+    record = _record()
+    tuner = copy.deepcopy(record["best"]["config"])
+    winner = {**tuner, "num_workers": 12}
+    record["best"].update(config=winner, label="w=12 bs=64 pf=4 persistent", samples_per_s=260.0)
+    record["best"]["head_to_head"] = [
+        {
+            "config": tuner,
+            "label": "w=8 bs=64 pf=4",
+            "samples_per_s": 240.0,
+            "rounds": 4,
+            "role": "tuner",
+        },
+        {
+            "config": {**winner, "persistent_workers": False},
+            "label": "w=12 bs=64 pf=4",
+            "samples_per_s": 260.0,
+            "rounds": 4,
+            "role": "other",
+        },
+        {
+            "config": record["baseline"]["config"],
+            "label": "w=2 bs=64 pf=2",
+            "samples_per_s": 200.0,
+            "rounds": 4,
+            "role": "baseline",
+        },
+    ]
+    return record
+
+
+@pytest.mark.parametrize("render", ["md", "html", "console"])
+def test_the_race_table_marks_the_verdicts_row_not_the_tuners_nominee(render):
+    record = _race_won_by_another_finalist()
+    text = {
+        "md": lambda r: MarkdownRenderer().render(r),
+        # One table row a line.
+        "html": lambda r: html.unescape(
+            re.sub(r"<[^>]+>", " ", HTMLRenderer(plots=False).render(r).replace("</tr>", "\n"))
+        ),
+        "console": _console,
+    }[render](record)
+    rows = {
+        line.split("w=")[1].split()[0]: line
+        for line in text.splitlines()
+        if ("w=12 bs=64 pf=4" in line or "w=8 bs=64 pf=4" in line)
+        and ("pick" in line or "scan" in line)
+    }
+    assert "pick" in rows["12"] and "scan" not in rows["12"]
+    assert "fastest in the tuner's scan" in rows["8"] and "pick" not in rows["8"]
 
 
 def test_the_new_figures_come_from_the_record():

@@ -4,6 +4,7 @@ injected noise)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 
 import pytest
@@ -113,6 +114,87 @@ def test_jittery_source_tries_out_of_order_delivery():
         shares.append(JITTERY.rate(result.pick) / optimum)
     assert min(shares) >= 0.95
     assert statistics.median(shares) >= 0.97
+
+
+@dataclasses.dataclass(frozen=True)
+class _HeadOfLine(CostModel):
+    """A latency-bound source whose rare long stalls hold an in-order loader back: delivered in
+    order, each worker count runs at ``ordered`` of its unordered rate, at most ``ordered_cap``,
+    and its windows swing (``ordered_noise``) by whether a stall fell in them (the tuner_vs_grid
+    jittery kind: 1 ms of CPU per item, 5% of items stall 100 ms)."""
+
+    ordered: float = 0.5
+    ordered_noise: float = 0.3
+    ordered_cap: float = math.inf  # samples/s an in-order loader never passes
+
+    def rate(self, config):
+        rate = super().rate(config.replace(in_order=True))
+        if config.in_order and config.num_workers > 1:
+            return min(rate * self.ordered, self.ordered_cap)
+        return rate
+
+    def noise(self, config) -> float:
+        return self.ordered_noise if config.in_order and config.num_workers > 1 else 0.03
+
+
+HEAD_OF_LINE = _HeadOfLine(cpu_ms=1.0, wait_ms=5.0, spike_ms=100.0, spike_p=0.05, batch_size=16)
+
+
+def _head_of_line_search(model: _HeadOfLine, seed: int):
+    profile = model.profile()
+    ev = SimulatedEvaluator(model.rate, seed=seed, noise_fn=model.noise)
+    result = Search(
+        ev,
+        SearchSpace(cores=2, batch_size=16, max_workers=128),
+        profile,
+        baseline=LoaderConfig(batch_size=16),
+        memory=MemoryBudget(budget_bytes=16_000 * MB, batch_bytes=profile.batch_bytes),
+        settings=SearchSettings(budget_s=60.0, seed=seed),
+    ).run()
+    unordered = max(model.rate(c) for c in dense_space(model) if not c.in_order)
+    return result, ev, model.rate(result.pick) / unordered
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_jittery_source_is_scanned_unordered(seed):
+    # In order, the climb's windows are too noisy to tell 8 workers from 16 (the tuner_vs_grid
+    # jittery kind, where 16 unordered ran 1.6x faster than the 8 the tuner kept).
+    result, ev, share = _head_of_line_search(HEAD_OF_LINE, seed)
+    assert result.region.name == "latency-bound" and HEAD_OF_LINE.profile().jittery
+    climbed = [c for c in ev.measured[: len(result.trials)] if c.num_workers > 1]
+    assert climbed and not climbed[0].in_order
+    assert not result.pick.in_order
+    assert share >= 0.9
+    # What in-order delivery costs was measured, for the recommendation.
+    assert any(e.knob == "in_order" and e.parent.in_order for e in result.effects)
+    assert result.elapsed_s <= 60
+
+
+def test_an_unordered_scan_races_in_order_delivery_before_giving_order_up():
+    # Jittery in-process, yet in order costs nothing here (the prefetch queue absorbs the stalls):
+    # the cheapest unordered finalist's in-order twin races, and a tie keeps the order.
+    free = dataclasses.replace(HEAD_OF_LINE, ordered=1.0, ordered_noise=0.03)
+    picks = [_head_of_line_search(free, seed)[0].pick for seed in range(8)]
+    assert sum(p.in_order for p in picks) >= 4
+    # Where in order costs half the rate, the race never keeps it.
+    picks = [_head_of_line_search(HEAD_OF_LINE, seed)[0].pick for seed in range(8)]
+    assert not any(p.in_order for p in picks)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_workers_climb_again_once_out_of_order_delivery_is_kept(seed):
+    # The in-process profile saw no jitter (the stalls come from elsewhere), so the scan runs in
+    # order, where the rate stops growing at 8 workers; once the knob phase keeps in_order=False,
+    # the worker counts are climbed again with it, and grow to the cores' limit.
+    model = dataclasses.replace(
+        HEAD_OF_LINE, spike_ms=0.0, spike_p=0.0, ordered_noise=0.03, ordered_cap=600.0
+    )
+    result, ev, share = _head_of_line_search(model, seed)
+    assert not model.profile().jittery
+    assert any("climbed again with in_order=False" in n for n in result.notes)
+    assert not result.pick.in_order
+    assert share >= 0.9
+    assert result.elapsed_s <= 60
 
 
 def test_memory_budget_caps_workers_and_is_never_exceeded():

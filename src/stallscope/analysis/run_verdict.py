@@ -45,6 +45,7 @@ from .readers import (
     config_label,
     mapping,
     number,
+    same_config,
     steady_config,
 )
 from .recommendation_rules import recommendations
@@ -104,6 +105,15 @@ class RunVerdict:
     @property
     def unit(self) -> str:
         return self.sample_unit or "samples"
+
+    def names(self, config: dict[str, Any] | None) -> bool:
+        """Whether ``config`` is the verdict's config (persistent_workers aside, which an
+        epoch-boundary measurement may add to the config that raced)."""
+        return (
+            self.config is not None
+            and config is not None
+            and same_config(steady_config(config), steady_config(self.config))
+        )
 
     def _nested(self, block: str, *keys: str, present: str) -> dict[str, Any] | None:
         """The fields ``{block}_{key}`` as one block keyed by ``key``; None where the field

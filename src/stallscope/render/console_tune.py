@@ -76,7 +76,7 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
             f"{TIE_SENTENCE[0].upper() + TIE_SENTENCE[1:]} (rates within {tie_pct(best)}, "
             "paired by round)."
         )
-    _render_head_to_head(data, best.head_to_head, console)
+    _render_head_to_head(data, best.head_to_head, verdict, console)
     for skipped in best.skipped:
         console.print(
             f"  skipped {escape(relabel(data, str(skipped.label)))}: {escape(str(skipped.why))}",
@@ -94,7 +94,7 @@ def render_tune(data: dict[str, Any], console: Console, *, max_rows: int = 14) -
 
 
 def _render_head_to_head(
-    data: dict[str, Any], rows: tuple[HeadToHead, ...], console: Console
+    data: dict[str, Any], rows: tuple[HeadToHead, ...], verdict: RunVerdict, console: Console
 ) -> None:
     if not rows:
         return
@@ -109,7 +109,7 @@ def _render_head_to_head(
     for row in rows:
         cells = [
             escape(ran_label(data, row.config, row.label)),
-            fmt_role(row.role),
+            fmt_role(row.role, picked=verdict.names(row.config)),
             fmt_rate_cell(row.samples_per_s),
             str(row.rounds or "–"),
         ]

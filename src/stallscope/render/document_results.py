@@ -15,6 +15,7 @@ from ..analysis import (
     TuningFacts,
 )
 from ..analysis.readers import number, workers_of
+from ..analysis.run_verdict import decide
 from ..errors import not_tried
 from ..text import plural
 from ..thresholds import TIE_MARGIN
@@ -221,6 +222,7 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
             )
         )
     if tuning.head_to_head:
+        decision = decide(r)
         blocks.append(
             dm.Paragraph(["Raced head to head, in the same interleaved rounds (median samples/s):"])
         )
@@ -229,7 +231,9 @@ def tuning_section(tuning: TuningFacts, r: dict[str, Any]) -> tuple[dm.Section, 
                 tuning.head_to_head,
                 [
                     dm.Column("Configuration", lambda h: dm.Code(h.label)),
-                    dm.Column("Role", lambda h: rf.fmt_role(h.role)),
+                    dm.Column(
+                        "Role", lambda h: rf.fmt_role(h.role, picked=decision.names(h.config))
+                    ),
                     dm.Column("samples/s", lambda h: rf.fmt_rate(h.samples_per_s), "r"),
                     dm.Column("Rounds", lambda h: rf.fmt_count(h.rounds), "r"),
                 ],

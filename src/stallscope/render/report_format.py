@@ -37,10 +37,19 @@ def fmt_fixed(value: float | None, digits: int = 1) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
 
 
-def fmt_role(role: str | None) -> str:
-    """Why a config raced, in the race table: the record's role, except that the sweep's fastest
-    row is never called "best" (the verdict names the one config to use)."""
-    return {"sweep-best": "fastest in the sweep"}.get(role or "", role or "–")
+_ROLES = {"sweep-best": "fastest in the sweep", "tuner": "fastest in the tuner's scan"}
+
+
+def fmt_role(role: str | None, *, picked: bool = False) -> str:
+    """Why a config raced, in the race table, and which row is the verdict's (``picked``): the
+    record's role names who put a config in the race (the sweep, the tuner's scan), never the
+    winner, which the race decides after it (the verdict names the one config to use)."""
+    text = _ROLES.get(role or "", role or "–")
+    if not picked:
+        return text
+    if role == "baseline":
+        return "baseline, kept"
+    return "pick" if role in (None, "other", "tuner") else f"pick, {text}"
 
 
 def fmt_rate_cell(value: float | None) -> str:

@@ -37,8 +37,11 @@ of the time budget:
    ladder has one between them.
 4. *knobs* — at the best worker count, one measurement per knob that can
    matter here: deeper prefetch (the whole ladder when the source is
-   jittery), ``in_order=False`` with two or more workers, batched fetching when available, intra-op
-   threads at 0 workers, ``pin_memory`` on CUDA, batch sizes when allowed.
+   jittery), ``in_order=False`` with two or more workers (``in_order=True``
+   where the scan ran unordered, NOTE [a jittery source's scan]), batched
+   fetching when available, intra-op threads at 0 workers, ``pin_memory`` on
+   CUDA, batch sizes when allowed. A delivery knob kept there starts the climb
+   again (NOTE [climb again with the knobs kept]).
 5. *race* (:mod:`.race`) — the finalists (best few, plus the fewest workers
    within a few percent), the seeds and the baseline race in interleaved
    rounds (A B … B A). Configs far behind after one round, or clearly slower
@@ -80,6 +83,29 @@ to keep the deeper prefetch (``doctor``'s search, whose budget also holds the
 sweep) tries exactly that combination: without the measurement, one command
 would pick a config the other never measured and neither could say how far
 apart they are.
+
+NOTE [a jittery source's scan]
+Where the profile saw jittery fetch times and ``in_order`` may change, the scan
+(scale, climb, refine) runs with ``in_order=False``, and the knob phase
+measures in-order delivery at the best worker count. An in-order window behind
+a source whose items sometimes stall times the stalls: which windows a stall
+fell in, and how long the batches queued behind it waited. On the tuner_vs_grid
+jittery kind (1 ms of CPU per item, 5% of items stall 100 ms) in-order windows
+read 8 workers at 543 samples/s and 16 at 1,127 with a noise of ±253%, so the
+climb kept 8 ("too noisy to tell") while 16 unordered ran 1.6× faster than the
+pick. Unordered windows of the same configs are steady enough to climb on. The
+race still weighs ordered against unordered where both are near the top, and
+prefers ordered on a tie (``cost_key``).
+
+NOTE [climb again with the knobs kept]
+When the knob phase keeps ``in_order`` or a deeper ``prefetch_factor`` that
+measured faster than the plain config at the same worker count beyond both
+measurements' whole noise (a gain within it, on a busy machine, would only buy
+more processes on a plateau), the worker counts are climbed and refined again
+with that knob from there, within the knob phase's share of the budget. Both
+knobs change how far more workers pay (a slow batch holds fewer batches back,
+a deeper queue absorbs more of it), and the first climb, made without them,
+may have stopped on a step they would have carried.
 
 NOTE [worker ladder]
 The refine phase measures worker counts on one ladder, 1, 2, 3, 4, 6, 8, 12,
@@ -168,6 +194,11 @@ MAX_SIG = 0.10
 # The climb passes one flat step below this many times the usable cores (NOTE [climb past a flat
 # step]): the top of the grid a sweep measures by default.
 FLAT_STEP_REACH = 4
+# Knobs that change how batches queue and arrive, and so how far more workers pay (NOTE [climb
+# again with the knobs kept]).
+_DELIVERY_KNOBS = ("in_order", "prefetch_factor")
+# A trial's rate per epoch, where that decides (NOTE [per-epoch rate] in epoch_cost.py).
+_Rate = Callable[[Trial], float] | None
 
 
 def ladder_midpoint(lo: int, hi: int) -> int | None:
@@ -246,12 +277,15 @@ class Search:
             prefetch_factor=min(space.prefetch_factors) if space.prefetch_factors else 2,
             pin_memory=space.pin_memory,
             multiprocessing_context=space.multiprocessing_context,
+            in_order=not (space.in_order and profile.jittery),  # NOTE [a jittery source's scan]
             batches_itself=baseline.batches_itself,
             label_knobs=baseline.label_knobs,
         )
 
     # -- what the search knows, and measuring within the budgets ----------------------------------
     def workers(self, n: int, **changes: Any) -> LoaderConfig:
+        if n <= 1:
+            changes.setdefault("in_order", True)  # one worker delivers in order whatever the flag
         return self._template.replace(num_workers=n, **changes)
 
     def _note(self, text: str) -> None:
@@ -411,6 +445,7 @@ class Search:
         self._scale()
         self._refine()
         self._knobs()
+        self._climb_again()
         decision = self._confirm()
         measure_start_methods(self, decision.pick)
         return self._result(decision)
@@ -532,8 +567,8 @@ class Search:
                 return  # the noise hides whether the step gained: keep the cheaper
             current = nxt
 
-    def _refine(self, rounds: int = 3) -> None:
-        share = self.settings.scan_share
+    def _refine(self, rounds: int = 3, share: float | None = None) -> None:
+        share = self.settings.scan_share if share is None else share
         for _ in range(rounds):
             scanned = self._scanned_worker_counts()
             if not scanned:
@@ -585,20 +620,31 @@ class Search:
         if variant == parent or variant in self._scan:
             return self._scan.get(variant)
         trial = self.measure(variant, phase, share=share)
-        parent_trial = self._scan.get(parent)
-        if trial is not None and trial.ok and parent_trial is not None and parent_trial.ok:
-            self.effects.append(
-                Effect(
-                    knob, parent, variant, parent_trial.samples_per_s, trial.samples_per_s, "scan"
-                )
-            )
+        self._effect(knob, parent, variant)
         return trial
+
+    def _effect(self, knob: str, parent: LoaderConfig, variant: LoaderConfig) -> None:
+        """Record what changing ``knob`` from ``parent`` to ``variant`` measured in the scan."""
+        a, b = self._scan.get(parent), self._scan.get(variant)
+        if a is not None and a.ok and b is not None and b.ok:
+            self.effects.append(
+                Effect(knob, parent, variant, a.samples_per_s, b.samples_per_s, "scan")
+            )
 
     def _improves(self, variant: LoaderConfig, parent: LoaderConfig) -> bool:
         a, b = self._scan.get(variant), self._scan.get(parent)
         if a is None or b is None or not a.ok or not b.ok or self.memory.over(variant):
             return False
         return a.samples_per_s > b.samples_per_s * (1 + self._sig(a, b) / 2)
+
+    def _beyond_noise(self, variant: LoaderConfig, parent: LoaderConfig) -> bool:
+        """Whether ``variant`` measured faster than ``parent`` beyond both measurements' whole
+        noise (uncapped, unlike :meth:`_improves`)."""
+        a, b = self._scan.get(variant), self._scan.get(parent)
+        if a is None or b is None or not a.ok or not b.ok or b.samples_per_s <= 0:
+            return False
+        floor = max(self._sig(a, b), self._window_noise(a, b))
+        return a.samples_per_s > b.samples_per_s * (1 + floor)
 
     def _not_slower(self, variant: LoaderConfig, parent: LoaderConfig) -> bool:
         a, b = self._scan.get(variant), self._scan.get(parent)
@@ -629,7 +675,13 @@ class Search:
                     level = variant if self._not_slower(variant, best) else None
                     break
                 best = variant
-            if space.in_order and best.num_workers > 1:
+            if space.in_order and best.num_workers > 1 and not best.in_order:
+                # Scanned unordered (a jittery source): what in-order delivery would cost there.
+                ordered = best.replace(in_order=True)
+                if ordered not in self._scan:
+                    self.measure(ordered, "knobs", share=share)
+                    self._effect("in_order", ordered, best)
+            elif space.in_order and best.num_workers > 1:
                 # Worth one probe even when per-item times look steady: decode times that
                 # vary a little still stall an in-order loader behind its slowest worker.
                 unordered = best.replace(in_order=False)
@@ -663,6 +715,41 @@ class Search:
             self._try_variant("pin_memory", top, top.replace(pin_memory=not top.pin_memory), share)
         for bs in space.batch_sizes:
             self._try_variant("batch_size", top, top.replace(batch_size=bs), share)
+
+    def _climb_again(self) -> None:
+        """With a delivery knob kept (``in_order``, ``prefetch_factor``) that measured faster than
+        the plain config at the same worker count, climb and refine the worker counts again with
+        it (NOTE [climb again with the knobs kept])."""
+        template = self._template
+        best = self.best_scanned(
+            lambda c: (
+                c
+                == self.workers(
+                    c.num_workers, in_order=c.in_order, prefetch_factor=c.prefetch_factor
+                )
+            )
+        )
+        if best is None or best.num_workers < 2:
+            return
+        kept = {
+            knob: getattr(best, knob)
+            for knob in _DELIVERY_KNOBS
+            if getattr(best, knob) != getattr(template, knob)
+        }
+        if not kept or not self._beyond_noise(best, self.workers(best.num_workers)):
+            return
+        self._note(
+            f"{best.label()} measured faster than {self.workers(best.num_workers).label()}: the "
+            "worker counts were climbed again with "
+            + " and ".join(f"{knob}={value}" for knob, value in kept.items())
+        )
+        share = self.settings.knobs_share
+        self._template = template.replace(**kept)
+        try:
+            self._climb(best.num_workers, last_gain=1.0, last_factor=1.0, share=share)
+            self._refine(share=share)
+        finally:
+            self._template = template
 
     def _near_top(self, config: LoaderConfig, within: float = 0.25) -> bool:
         best = self.best_scanned()
@@ -709,7 +796,9 @@ class Search:
             )
         return self.affordable(seconds + reserve)
 
-    def _confirm(self) -> Decision:
+    def _race_rates(self) -> tuple[dict[LoaderConfig, Trial], dict[LoaderConfig, float], _Rate]:
+        """The configs that may race with their scan trials, the scan's rates that rank them, and
+        the per-epoch rate where that decides (else None)."""
         # Only configs within the memory budget race (NOTE [memory budget] in space.py).
         usable = self.usable()
         # The caller's seeds and the user's own config race whatever the scan's noise said, as
@@ -726,9 +815,33 @@ class Search:
         )
         per_epoch = scan_cost.trial_rate if scan_cost is not None and scan_cost.decides else None
         ok = {c: per_epoch(t) if per_epoch else t.samples_per_s for c, t in usable.items()}
+        return usable, ok, per_epoch
+
+    def _ordered_twin(self, finalists: Sequence[LoaderConfig]) -> LoaderConfig | None:
+        """Where the scan ran unordered (NOTE [a jittery source's scan]), the in-order twin of
+        the cheapest unordered finalist, which a tie would pick: measured here if the scan has not,
+        so that it races and order is given up only for a gain the rounds show."""
+        if self._template.in_order:
+            return None
+        unordered = [c for c in finalists if not c.in_order and c.num_workers > 1]
+        if not unordered:
+            return None
+        twin = min(unordered, key=cost_key).replace(in_order=True)
+        if twin in finalists:
+            return None
+        trial = self.measure(twin, "knobs")
+        return twin if trial is not None and trial.ok and not self.memory.over(twin) else None
+
+    def _confirm(self) -> Decision:
+        usable, ok, per_epoch = self._race_rates()
+        finalists = self.finalists(per_epoch)
+        twin = self._ordered_twin(finalists)
+        if twin is not None:
+            usable, ok, per_epoch = self._race_rates()
+            finalists = [*finalists, twin]
         seeds = [(c, role) for c, role in self.seeds if c in usable]
         self.race.earlier = list(self.trials)
-        decision = self.race.run(entrants(ok, self.finalists(per_epoch), seeds, self.baseline))
+        decision = self.race.run(entrants(ok, finalists, seeds, self.baseline))
         if decision is None:
             # Not one round raced: single measurements pick, and within their noise floor the
             # cheaper config.
