@@ -678,9 +678,8 @@ class Search:
             if space.in_order and best.num_workers > 1 and not best.in_order:
                 # Scanned unordered (a jittery source): what in-order delivery would cost there.
                 ordered = best.replace(in_order=True)
-                if ordered not in self._scan:
-                    self.measure(ordered, "knobs", share=share)
-                    self._effect("in_order", ordered, best)
+                self.measure(ordered, "knobs", share=share)  # or the scan's measurement of it
+                self._effect("in_order", ordered, best)
             elif space.in_order and best.num_workers > 1:
                 # Worth one probe even when per-item times look steady: decode times that
                 # vary a little still stall an in-order loader behind its slowest worker.
