@@ -16,14 +16,18 @@ def _running(*names: str) -> tuple[list[threading.Thread], threading.Event]:
 
 
 def test_the_census_names_a_librarys_threads_by_name_and_count_and_leaves_out_ours():
-    threads, stop = _running("engine-loop", "pool-0", "pool-1", "stallscope-probe", "Thread-7")
+    # Names no other test's threads take: a test that used fork_after_use's engine leaves its
+    # "engine-loop" thread running in this process.
+    threads, stop = _running(
+        "census-loop", "census-pool-0", "census-pool-1", "stallscope-probe", "Thread-7"
+    )
     try:
         names = threads_here()
     finally:
         stop.set()
         for t in threads:
             t.join()
-    assert "engine-loop" in names and "pool ×2" in names
+    assert "census-loop" in names and "census-pool ×2" in names
     assert not [n for n in names if n.startswith(("stallscope-", "Thread-", "MainThread"))]
 
 
