@@ -58,9 +58,9 @@ def watched_run(leak: bool, num_workers: int, tmp_path: Path) -> dict:
             if step + 1 >= STEPS:
                 break
     finally:
-        # Sampling stops before the workers do, as when the loop ends inside ``with ss.watch``:
-        # shut down first, the last window could hold a sample taken after a worker exited (one
-        # worker in it, a run in the full suite under load).
+        # The loop's break already shut the workers down (the watch's generator, and the loader
+        # iterator it held, were dropped with it); a reading taken after that in the last window
+        # keeps the window's full reading (ResourceWindows.add).
         w.close()
         shutdown_iterator(w.current_iterator)
         leaking.KEPT.clear()  # num_workers=0 kept it in this process

@@ -111,6 +111,33 @@ def test_windows_skip_a_pause_and_count_warmup_out():
     ] == [5]
 
 
+def test_a_reading_taken_as_the_workers_shut_down_keeps_the_windows_full_reading():
+    # The loop ended: its loader's workers shut down, and the sampler's last reading of the epoch
+    # found one of the two (the full suite's memory-drift run, under load).
+    rw = ResourceWindows(10.0)
+    rw.origin = 0.0
+    both = SimpleNamespace(
+        main_cpu_percent=50.0,
+        workers_cpu_percent=100.0,
+        main_rss_mb=300.0,
+        workers_rss_mb=400.0,
+        worker_rss_mb=[200.0, 200.0],
+        worker_uss_each=[150.0, 160.0],
+    )
+    one = SimpleNamespace(
+        **{**vars(both), "main_rss_mb": 310.0, "workers_rss_mb": 205.0, "worker_rss_mb": [205.0]}
+    )
+    rw.add(1.0, both)
+    rw.add(2.0, one)
+    window = rw.figures(0)
+    assert [w["rss_mb"] for w in window["workers"]] == [200.0, 200.0]
+    assert [w["uss_mb"] for w in window["workers"]] == [150.0, 160.0]
+    assert window["workers_rss_mb"] == 400.0 and window["main_rss_mb"] == 310.0
+    # A window whose only reading came after one worker ended says what it read.
+    rw.add(12.0, one)
+    assert [w["rss_mb"] for w in rw.figures(1)["workers"]] == [205.0]
+
+
 def test_resource_readings_fold_into_their_window():
     rw = ResourceWindows(10.0)
     tick = SimpleNamespace(

@@ -159,10 +159,16 @@ class ResourceWindows:
             slot["main_cpu"] += tick.main_cpu_percent
             slot["workers_cpu"] += tick.workers_cpu_percent
             slot["main_rss_mb"] = tick.main_rss_mb
-            slot["workers_rss_mb"] = tick.workers_rss_mb
-            slot["rss"] = list(tick.worker_rss_mb or [])
-            if tick.worker_uss_each is not None:
-                slot["uss"] = list(tick.worker_uss_each)
+            rss = list(tick.worker_rss_mb or [])
+            # A reading with fewer workers than an earlier one of the same window was taken as
+            # they shut down (a loop that ends shuts its loader's workers down before the
+            # sampler's last reading of the epoch): the window keeps the readings that had them
+            # all, as it does where the workers ended just after it.
+            if len(rss) >= len(slot.get("rss") or []):
+                slot["workers_rss_mb"] = tick.workers_rss_mb
+                slot["rss"] = rss
+                if tick.worker_uss_each is not None:
+                    slot["uss"] = list(tick.worker_uss_each)
 
     def figures(self, k: int) -> dict[str, Any]:
         """Window ``k``'s resource figures (None values where nothing was read in it)."""
