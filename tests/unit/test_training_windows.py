@@ -111,22 +111,26 @@ def test_windows_skip_a_pause_and_count_warmup_out():
     ] == [5]
 
 
+def _reading(**changes) -> SimpleNamespace:
+    """One resource reading of a main process and two workers, with ``changes``."""
+    reading = {
+        "main_cpu_percent": 50.0,
+        "workers_cpu_percent": 100.0,
+        "main_rss_mb": 300.0,
+        "workers_rss_mb": 400.0,
+        "worker_rss_mb": [200.0, 200.0],
+        "worker_uss_each": None,
+    }
+    return SimpleNamespace(**{**reading, **changes})
+
+
 def test_a_reading_taken_as_the_workers_shut_down_keeps_the_windows_full_reading():
     # The loop ended: its loader's workers shut down, and the sampler's last reading of the epoch
     # found one of the two (the full suite's memory-drift run, under load).
     rw = ResourceWindows(10.0)
     rw.origin = 0.0
-    both = SimpleNamespace(
-        main_cpu_percent=50.0,
-        workers_cpu_percent=100.0,
-        main_rss_mb=300.0,
-        workers_rss_mb=400.0,
-        worker_rss_mb=[200.0, 200.0],
-        worker_uss_each=[150.0, 160.0],
-    )
-    one = SimpleNamespace(
-        **{**vars(both), "main_rss_mb": 310.0, "workers_rss_mb": 205.0, "worker_rss_mb": [205.0]}
-    )
+    both = _reading(worker_uss_each=[150.0, 160.0])
+    one = _reading(main_rss_mb=310.0, workers_rss_mb=205.0, worker_rss_mb=[205.0])
     rw.add(1.0, both)
     rw.add(2.0, one)
     window = rw.figures(0)
@@ -140,14 +144,7 @@ def test_a_reading_taken_as_the_workers_shut_down_keeps_the_windows_full_reading
 
 def test_resource_readings_fold_into_their_window():
     rw = ResourceWindows(10.0)
-    tick = SimpleNamespace(
-        main_cpu_percent=50.0,
-        workers_cpu_percent=100.0,
-        main_rss_mb=300.0,
-        workers_rss_mb=400.0,
-        worker_rss_mb=[200.0, 200.0],
-        worker_uss_each=None,
-    )
+    tick = _reading()
     rw.add(5.0, tick)  # before the first batch request: no origin yet, dropped
     rw.origin = 1000.0
     rw.add(1001.0, tick)
