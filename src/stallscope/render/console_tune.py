@@ -11,7 +11,6 @@ from rich.markup import escape
 
 from ..analysis import trials_by_config
 from ..analysis.invariants import ran_label, relabel
-from ..analysis.readers import same_config, steady_config
 from ..analysis.run_verdict import RunVerdict, decide
 from ..analysis.tune_rules import TIE_SENTENCE, epoch_rule, tie_pct
 from ..record.model import Best, ConfigRate, HeadToHead, Trial
@@ -134,8 +133,7 @@ def _verdict_label(data: dict[str, Any], verdict: RunVerdict, trials: list[Trial
     """The trials' own label of the verdict's config (persistent_workers aside), to mark it."""
     if verdict.config is None:
         return None
-    steady = steady_config(verdict.config)
     for t in trials:
-        if t.has("config") and same_config(steady_config(t.config), steady):
+        if t.has("config") and verdict.names(t.config):
             return ran_label(data, t.config, t.label)
     return ran_label(data, verdict.config)

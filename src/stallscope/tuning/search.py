@@ -625,31 +625,42 @@ class Search:
 
     def _effect(self, knob: str, parent: LoaderConfig, variant: LoaderConfig) -> None:
         """Record what changing ``knob`` from ``parent`` to ``variant`` measured in the scan."""
-        a, b = self._scan.get(parent), self._scan.get(variant)
-        if a is not None and a.ok and b is not None and b.ok:
+        pair = self._measured(parent, variant)
+        if pair is not None:
+            a, b = pair
             self.effects.append(
                 Effect(knob, parent, variant, a.samples_per_s, b.samples_per_s, "scan")
             )
 
+    def _measured(self, first: LoaderConfig, second: LoaderConfig) -> tuple[Trial, Trial] | None:
+        """The scan's trials of both configs, or None where either was not measured or failed."""
+        a, b = self._scan.get(first), self._scan.get(second)
+        if a is None or b is None or not a.ok or not b.ok:
+            return None
+        return a, b
+
     def _improves(self, variant: LoaderConfig, parent: LoaderConfig) -> bool:
-        a, b = self._scan.get(variant), self._scan.get(parent)
-        if a is None or b is None or not a.ok or not b.ok or self.memory.over(variant):
+        pair = self._measured(variant, parent)
+        if pair is None or self.memory.over(variant):
             return False
+        a, b = pair
         return a.samples_per_s > b.samples_per_s * (1 + self._sig(a, b) / 2)
 
     def _beyond_noise(self, variant: LoaderConfig, parent: LoaderConfig) -> bool:
         """Whether ``variant`` measured faster than ``parent`` beyond both measurements' whole
         noise (uncapped, unlike :meth:`_improves`)."""
-        a, b = self._scan.get(variant), self._scan.get(parent)
-        if a is None or b is None or not a.ok or not b.ok or b.samples_per_s <= 0:
+        pair = self._measured(variant, parent)
+        if pair is None or pair[1].samples_per_s <= 0:
             return False
+        a, b = pair
         floor = max(self._sig(a, b), self._window_noise(a, b))
         return a.samples_per_s > b.samples_per_s * (1 + floor)
 
     def _not_slower(self, variant: LoaderConfig, parent: LoaderConfig) -> bool:
-        a, b = self._scan.get(variant), self._scan.get(parent)
-        if a is None or b is None or not a.ok or not b.ok or self.memory.over(variant):
+        pair = self._measured(variant, parent)
+        if pair is None or self.memory.over(variant):
             return False
+        a, b = pair
         return a.samples_per_s >= b.samples_per_s
 
     def _knobs(self) -> None:
