@@ -68,6 +68,14 @@ class LoaderCall:
     def argument(self, name: str) -> Argument | None:
         return next((a for a in self.arguments if a.name == name), None)
 
+    @property
+    def own_factory(self) -> bool:
+        """A factory of the user's that takes knobs and returns the DataLoader this call describes
+        (NOTE [a DataLoader's factory] in render/loader_snippet.py): the advice calls it."""
+        return bool(
+            self.origin and self.origin_is_loader and self.factory_parameters and self.arguments
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -171,24 +171,25 @@ def test_emitted_python_keeps_the_users_arguments_and_yields_their_batches(
         _target(pipelines_dir, name), record
     )  # the pick, or yours when within noise
     assert proc.stdout == emitted_text(_target(pipelines_dir, name), record, "python")
-    # The call as emitted, whichever config that is, and the call rebuilt with one more worker than
-    # yours: each keeps the user's arguments (the first only where it changes a knob: unchanged, it
-    # is the user's own factory call), changes only tuned knobs, runs and yields their batches.
+    # The call as emitted, whichever config that is, and the DataLoader call rebuilt with one more
+    # worker than yours: the first is the user's factory (it takes num_workers: NOTE [a
+    # DataLoader's factory]), the second keeps the user's arguments and changes only tuned knobs;
+    # each runs and yields their batches.
     baseline = record["baseline"]["config"]
-    rebuilt = snippet_for_record(
-        record, {**baseline, "num_workers": baseline["num_workers"] + 1, "prefetch_factor": 2}
-    )
-    assert rebuilt.changed and set(rebuilt.changed) <= KNOBS
+    more = {**baseline, "num_workers": baseline["num_workers"] + 1, "prefetch_factor": 2}
+    rebuilt = snippet_for_record(record, more, form="rebuild")
+    assert rebuilt.form == "call" and rebuilt.changed and set(rebuilt.changed) <= KNOBS
     emitted = snippet_for_record(record, chosen.to_dict())
-    for snippet, text, workers in (
-        (emitted, proc.stdout, chosen.num_workers),
-        (rebuilt, render_python(rebuilt), baseline["num_workers"] + 1),
-    ):
-        if snippet.changed:
-            _assert_keeps_the_users_call(name, text, snippet)
-        else:
-            assert text.endswith("\nloader = make_loader()\n"), text  # keep yours: your call
-        _assert_runs_and_yields_their_batches(name, module, text, workers)
+    assert emitted.form == "factory"
+    changed = chosen.num_workers != baseline["num_workers"]
+    call = f"make_loader(\n    num_workers={chosen.num_workers},  # was " if changed else ""
+    assert call in proc.stdout and "DataLoader(" not in proc.stdout, proc.stdout
+    if not changed:
+        assert proc.stdout.endswith("\nloader = make_loader()\n"), proc.stdout  # your call
+    _assert_runs_and_yields_their_batches(name, module, proc.stdout, chosen.num_workers)
+    text = render_python(rebuilt)
+    _assert_keeps_the_users_call(name, text, rebuilt)
+    _assert_runs_and_yields_their_batches(name, module, text, baseline["num_workers"] + 1)
 
 
 def _assert_keeps_the_users_call(name: str, code: str, snippet) -> None:

@@ -117,7 +117,7 @@ def test_describe_a_batch_sampler_loader_has_no_batch_size_and_reports_its_sizes
 def test_python_keeps_the_users_arguments_and_marks_changed_knobs():
     pipeline = load_target(real_audio.make_loader)
     pick = pipeline.baseline.replace(num_workers=4, prefetch_factor=3)
-    snippet = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline)
+    snippet = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline, own_api=False)
     kwargs = _kwargs(snippet)
     assert (
         kwargs["batch_size"] == "6"
@@ -184,10 +184,10 @@ def test_diff_removes_worker_only_knobs_when_going_to_zero_workers():
 def test_the_users_worker_init_fn_is_kept_and_chained_only_where_seeding_is_missing():
     pipeline = load_target(detection().make_loader)
     pick = pipeline.baseline.replace(num_workers=3)
-    kept = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline)
+    kept = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline, own_api=False)
     assert _kwargs(kept)["worker_init_fn"] == "seed_worker" and "worker_init_fn" not in kept.changed
     chained = build_snippet(
-        pick, call=pipeline.call, baseline=pipeline.baseline, seeding_missing=True
+        pick, call=pipeline.call, baseline=pipeline.baseline, seeding_missing=True, own_api=False
     )
     assert _kwargs(chained)["worker_init_fn"] == "ss.chain_worker_init(seed_worker, ss.seed_worker)"
     assert "import stallscope as ss" in chained.imports
@@ -233,11 +233,17 @@ def test_worker_threads_render_as_a_threaded_dataset_line_that_runs():
 def test_batch_size_changes_only_when_the_pick_asks_for_it():
     pipeline = load_target(real_audio.make_loader)
     same = build_snippet(
-        pipeline.baseline.replace(num_workers=1), call=pipeline.call, baseline=pipeline.baseline
+        pipeline.baseline.replace(num_workers=1),
+        call=pipeline.call,
+        baseline=pipeline.baseline,
+        own_api=False,
     )
     assert "batch_size" not in same.changed and _kwargs(same)["batch_size"] == "6"
     bigger = build_snippet(
-        pipeline.baseline.replace(batch_size=12), call=pipeline.call, baseline=pipeline.baseline
+        pipeline.baseline.replace(batch_size=12),
+        call=pipeline.call,
+        baseline=pipeline.baseline,
+        own_api=False,
     )
     assert ("batch_size", "6", "12") in [(c.name, c.before, c.after) for c in bigger.changes]
 
@@ -245,7 +251,7 @@ def test_batch_size_changes_only_when_the_pick_asks_for_it():
 def test_subclass_is_called_by_its_own_name_and_import():
     pipeline = load_target(detection().make_loader)
     pick = pipeline.baseline.replace(num_workers=pipeline.baseline.num_workers + 1)
-    snippet = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline)
+    snippet = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline, own_api=False)
     assert snippet.callable == "InfiniteDataLoader"
     line = next(i for i in snippet.imports if i.startswith("from real_detection import "))
     assert {"InfiniteDataLoader", "collate_fn", "seed_worker"} <= set(
@@ -258,7 +264,9 @@ def test_yaml_reads_back_as_the_config_and_names_what_it_keeps(batched):
     pipeline = load_target(real_audio.make_loader)
     pick = pipeline.baseline.replace(num_workers=3, batched_fetch=batched)
     text = render_yaml(
-        build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline), pick, comment="tuned"
+        build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline, own_api=False),
+        pick,
+        comment="tuned",
     )
     assert LoaderConfig.from_yaml(text) == pick
     assert "keeps:" in text and "collate_fn:" in text and "drop_last:" in text

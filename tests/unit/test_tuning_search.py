@@ -31,6 +31,7 @@ def _search(
     baseline: LoaderConfig | None = None,
     seeds=(),
     startup=None,
+    persistent_in_pick: bool = True,
     **settings,
 ):
     profile = model.profile()
@@ -41,6 +42,7 @@ def _search(
         epoch_batches=epoch_batches,
         batched_fetch=model.batched,
         threads=(1,) if model.threads_gain != 1.0 else (),
+        persistent_in_pick=persistent_in_pick,
     )
     memory = MemoryBudget(budget_bytes=int(memory_mb * MB), batch_bytes=profile.batch_bytes)
     ev = SimulatedEvaluator(
@@ -285,6 +287,15 @@ def test_persistent_workers_recommended_on_the_measured_epoch_gap():
     # Measured on the pick itself, with and without the flag.
     assert ev.epoch_gaps == [result.pick.replace(persistent_workers=False), result.pick]
     assert any("epoch boundary" in note for note in result.notes)
+
+
+def test_a_loader_whose_own_call_cannot_persist_gets_the_gap_measured_beside_its_pick():
+    # A factory that builds a DataLoader and takes no persistent_workers (NOTE [a DataLoader's
+    # factory]): the gap is measured as before, recommended apart, and the pick stays callable.
+    result, ev = _search(LATENCY_BOUND, budget_s=90.0, persistent_in_pick=False)
+    assert result.pick.num_workers > 0 and not result.pick.persistent_workers
+    assert result.persistent is not None and result.persistent["recommended"]
+    assert ev.epoch_gaps == [result.pick, result.pick.replace(persistent_workers=True)]
 
 
 def test_persistent_workers_not_recommended_when_restarts_cost_nothing():

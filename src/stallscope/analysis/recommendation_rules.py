@@ -12,6 +12,8 @@ from typing import Any
 
 from .costs import epoch_estimate
 from .facts import TARGETS, Recommendation
+from .invariants import factory_knobs
+from .readers import mapping
 from .sections import best_configuration, tuning_facts
 from .training import profile_recommendations
 from .tune_rules import is_tune_section, knob_recommendations, tune_pick
@@ -73,6 +75,7 @@ def _persistent_workers(r: dict[str, Any]) -> Recommendation | None:
     epoch = epoch_estimate(r)
     row = epoch.rows[0] if epoch else None
     seconds = row.seconds if row is not None and row.seconds > 0 else None
+    inside = _factory_without(r, "persistent_workers")
     return _from_values(
         "persistent-workers",
         label=gap.measured_on,
@@ -80,7 +83,19 @@ def _persistent_workers(r: dict[str, Any]) -> Recommendation | None:
         gap_with_s=gap.gap_with_s,
         saved_s=gap.saved_s,
         epoch_s=seconds,
+        **({"inside": inside} if inside else {}),
     )
+
+
+def _factory_without(r: dict[str, Any], knob: str) -> str | None:
+    """The name of the user's factory where it builds the DataLoader and takes no parameter for
+    ``knob``: the change goes into the DataLoader call inside it (NOTE [a DataLoader's factory])."""
+    loader = mapping(r.get("loader"))
+    takes = factory_knobs(r)
+    origin = loader.get("origin")
+    if takes is None or knob in takes or not loader.get("origin_is_loader") or not origin:
+        return None
+    return str(origin).removesuffix("()")
 
 
 def recommend_config(r: dict[str, Any]) -> list[Recommendation]:

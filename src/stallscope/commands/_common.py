@@ -14,6 +14,7 @@ import contextlib
 import multiprocessing
 import signal
 import sys
+import textwrap
 import threading
 import time
 import warnings
@@ -456,7 +457,7 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
     from ..config import LoaderConfig
     from ..pipeline.verify import run_snippet
     from ..render.loader_code import render_python
-    from ..render.loader_snippet import snippet_for_record, unsettable_after_build
+    from ..render.loader_snippet import Snippet, snippet_for_record, unsettable_after_build
 
     data = record.to_dict()
     baseline = data.get("baseline")
@@ -477,11 +478,19 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
         "python": None,
     }
     snippet = snippet_for_record(data, chosen)
-    # The call to the user's constructor first; where it does not run, the knobs set on the object
-    # their factory returns, as trials set them on a copy.
-    candidates = [
-        s for s in (snippet, snippet_for_record(data, chosen, form="attributes")) if s is not None
-    ]
+    # The user's own API first: their factory where it takes the knobs (NOTE [a DataLoader's
+    # factory]), else the call to their loader's constructor; where neither runs, the knobs set on
+    # the object their factory returns, as trials set them on a copy.
+    own_factory = (
+        snippet is not None and snippet.form != "call" and pipeline.kind.rebuilds_from_parts
+    )
+    rebuilt = snippet_for_record(data, chosen, form="rebuild") if own_factory else None
+    candidates: list[Snippet] = []
+    for option in (snippet, rebuilt, snippet_for_record(data, chosen, form="attributes")):
+        if option is not None and all(
+            render_python(option) != render_python(c) for c in candidates
+        ):
+            candidates.append(option)
     if not candidates:
         advice.update(
             verified=False,
@@ -493,7 +502,13 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
     after_build = "setting the knobs on the loader it builds"
     failed: list[tuple[str, str]] = []  # (form, why) of each form that did not run
     for i, candidate in enumerate(candidates):
-        code = render_python(candidate)
+        # Where the call to the user's factory did not run, the code that did says why first.
+        code = render_python(
+            candidate,
+            comment=textwrap.fill(f"{failed[0][0]} was tried first: {failed[0][1]}.", 96)
+            if own_factory and failed
+            else None,
+        )
         factory_form = candidate.form == "factory"
         whole = factory_form or bool(candidate.loader_path) or candidate.form == "attributes"
         if whole not in references:
@@ -501,7 +516,9 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
         run = run_snippet(
             code,
             reference=references[whole],
-            config=None if factory_form else config,
+            # What a factory builds is checked where it is a DataLoader trials rebuild from its
+            # parts: it must have the trial's knobs (NOTE [a DataLoader's factory]).
+            config=None if factory_form and not pipeline.kind.rebuilds_from_parts else config,
             loader_path=candidate.loader_path,
             attributes=candidate.form == "attributes",
         )
@@ -514,7 +531,15 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
             )
         if run.ok:
             break
-        form = after_build if candidate.form == "attributes" else "the call"
+        form = (
+            f"the call to {candidate.callable}()"
+            if candidate.form == "factory"
+            else f"the call to {candidate.prelude[-1].removeprefix('yours = ')}"
+            if own_factory and i == 0
+            else after_build
+            if candidate.form == "attributes"
+            else "the call"
+        )
         failed.append((form, run.reason or "it did not run"))
     settable_kind = pipeline.kind.name != "factory"  # a factory's trials set nothing on it
     if len(failed) == len(candidates) == 1 and candidates[0].form == "call" and settable_kind:

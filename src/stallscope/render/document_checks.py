@@ -140,8 +140,18 @@ def recommendation_parts(rec: Recommendation) -> dm.Text:
             if x.get("epoch_s")
             else ""
         )
+        inside: list[dm.Inline] = (
+            [
+                " in the DataLoader call inside ",
+                dm.Code(x["inside"]),
+                " (it takes no such parameter)",
+            ]
+            if x.get("inside")
+            else []
+        )
         return [
             dm.Strong("Set persistent_workers=True"),
+            *inside,
             " — at ",
             dm.Code(x["label"]),
             f" the gap at an epoch boundary measured {rf.fmt_seconds(x['gap_without_s'])} without "

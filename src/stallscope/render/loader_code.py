@@ -28,12 +28,10 @@ def render_python(snippet: Snippet, *, comment: str | None = None) -> str:
     lines = _comment_lines(comment)
     if snippet.form == "attributes":
         lines += snippet.imports + [""] + snippet.prelude
-        for change in snippet.changes:
-            if change.name != "torch_threads":
-                lines.append(
-                    f"yours{snippet.loader_path}.{change.name} = {change.after}"
-                    f"  # was {change.before}"
-                )
+        was = {c.name: c.before for c in snippet.changes}
+        for name, source in snippet.arguments:
+            before = was.get(name or "")
+            lines.append(f"yours{snippet.loader_path}.{name} = {source}  # was {before}")
         return "\n".join([*lines, "loader = yours"]) + "\n"
     if snippet.placeholders():
         lines.append("# <your ...> marks your own object: put the variable that holds it there.")
@@ -67,14 +65,17 @@ def render_diff(snippet: Snippet, *, comment: str | None = None) -> str:
             "\n".join(lines + ["# nothing to change: your loader's settings are the pick"]) + "\n"
         )
     if snippet.form == "attributes":
+        set_after = {name for name, _ in snippet.arguments}
+        passed = [c for c in snippet.changes if c.name not in set_after | {"torch_threads"}]
+        if passed:  # the factory's own parameters (NOTE [a DataLoader's factory])
+            lines.append("# call your factory with these keyword arguments")
+            lines += [f"+    {c.name}={c.after},  # was {c.before}" for c in passed]
         lines.append(
             "# after building your loader, set these attributes on it"
-            " (its constructor is left as it is)"
+            + ("" if passed else " (its constructor is left as it is)")
         )
         lines += [
-            f"+loader{snippet.loader_path}.{c.name} = {c.after}"
-            for c in snippet.changes
-            if c.name != "torch_threads"
+            f"+loader{snippet.loader_path}.{name} = {source}" for name, source in snippet.arguments
         ]
         lines += [
             f"+torch.set_num_threads({c.after})"

@@ -143,6 +143,7 @@ def build_snippet(
     baseline: LoaderConfig | None = None,
     seeding_missing: bool | None = None,
     through_factory: bool = False,
+    own_api: bool = True,
 ) -> Snippet:
     """The user's call with ``config``'s knobs (see the module docstring).
 
@@ -150,6 +151,8 @@ def build_snippet(
     finding, or RNG objects in a dataset without a worker_init_fn); None: not known.
     ``through_factory``: the trials called the user's factory with the knobs (NOTE [loader
     kinds]), so the code calls it too, never the loader's constructor; None when it cannot.
+    ``own_api``: where the user's factory takes knobs and returns this DataLoader, the code calls
+    it (NOTE [a DataLoader's factory]); False writes the DataLoader call instead.
     """
     call = call or default_call(config.batch_size)
     baseline = baseline or LoaderConfig(batch_size=config.batch_size)
@@ -165,6 +168,10 @@ def build_snippet(
         # as a call keeps no code, as before).
         name = call.origin[: -len("()")] if call.origin.endswith("()") else call.origin
         return Snippet(name, list(call.origin_imports), [], [], [], form="factory")
+    if own_api and call.own_factory and not through_factory and not seeding_missing:
+        own = _own_factory_snippet(config, call, baseline)
+        if own is not None:
+            return own
     by_factory = _factory_call(config, call, baseline, through_factory=through_factory)
     if by_factory is not None or through_factory:
         if by_factory is None:
@@ -280,6 +287,67 @@ def changed_fields(config: LoaderConfig, baseline: LoaderConfig) -> list[str]:
         ):
             out.append(name)
     return out
+
+
+# NOTE [a DataLoader's factory]
+# A target that is a factory taking knobs (``make_loader(num_workers=0, batch_size=32)``) and
+# returning a plain DataLoader is measured as that DataLoader: trials rebuild it from its parts
+# with other knob values, the same constructor call with the same arguments, so every probe
+# (stages, checks, code changes) still runs. The advice is the user's own API:
+# ``make_loader(num_workers=6)``, and, for what a DataLoader lets you set once built and the
+# factory does not take, ``loader.prefetch_factor = 4`` on what it returns. So the tuner keeps to
+# those knobs (``tuning.tuner.limit_to_factory``): persistent_workers the factory does not take is
+# measured and advised on its own, not picked. Before it is printed, the call runs, and the
+# DataLoader it builds must have the trial's knobs (a factory may derive other arguments from
+# ``num_workers``) and batches of the user's structure; where it has not, the DataLoader call is
+# written instead, with why (``commands._common.add_verified_advice``).
+
+
+def _own_factory_snippet(
+    config: LoaderConfig, call: LoaderCall, baseline: LoaderConfig
+) -> Snippet | None:
+    """``loader = make_loader(num_workers=6)``, then any knob the factory does not take set on what
+    it returns (NOTE [a DataLoader's factory]); None where a changed knob is neither."""
+    by_field = {f: name for name, f in call.factory_parameters.items()}
+    was, now = _user_knobs(baseline), _user_knobs(config)
+    passed, set_after = [], []
+    for f in changed_fields(config, baseline):
+        if f in by_field:
+            passed.append(f)
+        elif was.get(f) == now.get(f) and f in dict(KNOB_DEFAULTS):
+            continue  # torch's own value once there are workers (prefetch_factor=2)
+        elif f in SETTABLE_AFTER_BUILD:
+            set_after.append(f)
+        else:
+            return None
+    name = call.origin[: -len("()")] if call.origin and call.origin.endswith("()") else call.origin
+    arguments: list[tuple[str | None, str]] = [
+        (by_field[f], repr(getattr(config, f))) for f in passed
+    ]
+    changes = [
+        Change(by_field[f], repr(getattr(baseline, f)), repr(getattr(config, f))) for f in passed
+    ]
+    imports, prelude = list(call.origin_imports), []
+    if "torch_threads" in set_after:
+        set_after.remove("torch_threads")
+        imports.insert(0, "import torch")
+        prelude.append(
+            f"torch.set_num_threads({config.torch_threads})  # main-process intra-op threads"
+        )
+        changes.append(Change("torch_threads", None, str(config.torch_threads)))
+    if not set_after:
+        return Snippet(str(name), imports, prelude, arguments, changes, form="factory")
+    passing = ", ".join(f"{k}={v}" for k, v in arguments)
+    was_all, now_all = _effective(baseline), _effective(config)
+    changes += [Change(f, repr(was_all[f]), repr(now_all[f])) for f in set_after]
+    return Snippet(
+        "",
+        imports,
+        [*prelude, f"yours = {name}({passing})"],
+        [(f, repr(now_all[f])) for f in set_after],
+        changes,
+        form="attributes",
+    )
 
 
 def _factory_call(
@@ -453,7 +521,8 @@ def snippet_for_record(
 ) -> Snippet | None:
     """The snippet for a record's pick (or ``config``), from its ``loader`` section, baseline and
     findings; ``form="attributes"``: the knobs set on the object the user's factory returns
-    (:func:`attribute_snippet`)."""
+    (:func:`attribute_snippet`); ``form="rebuild"``: the DataLoader call even where the user's
+    factory takes the knobs (NOTE [a DataLoader's factory])."""
     best, recorded = best_of(data), baseline_of(data)
     chosen = config or (best.config if best else None)
     if not chosen:
@@ -483,6 +552,7 @@ def snippet_for_record(
             baseline=baseline,
             seeding_missing=seeding_missing(call, codes),
             through_factory=through_factory,
+            own_api=form != "rebuild",
         )
     except ValueError:
         return None

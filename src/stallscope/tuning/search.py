@@ -267,7 +267,7 @@ class Search:
             record=self._record,
             note=self._note,
             skip=self._skip,
-            can_persist=space.persistent_workers,
+            can_persist=space.can_persist,
         )
         # What the loader is stays the baseline's: a loader that batches itself still does, and
         # labels show the knobs its kind has (NOTE [loader kinds]).
@@ -821,7 +821,7 @@ class Search:
         self._scan_cost = scan_cost = epoch_cost(
             list(usable.values()),
             {c: t.samples_per_s for c, t in usable.items()},
-            can_persist=self.space.persistent_workers,
+            can_persist=self.space.can_persist,
         )
         per_epoch = scan_cost.trial_rate if scan_cost is not None and scan_cost.decides else None
         ok = {c: per_epoch(t) if per_epoch else t.samples_per_s for c, t in usable.items()}
@@ -928,7 +928,9 @@ class Search:
                 self._scan,
                 note=self._note,
             )
-            pick, persistent = measure_persistent(self, pick)
+            persisted, persistent = measure_persistent(self, pick)
+            if self.space.persistent_in_pick:
+                pick = persisted
         if self.baseline.persistent_workers and pick.num_workers:
             pick = pick.replace(
                 persistent_workers=True

@@ -198,10 +198,19 @@ class SearchSpace:
     batch_sizes: tuple[int, ...] = ()  # other batch sizes (only when the user allows it)
     contexts: tuple[str, ...] = ()  # other start methods to compare on start-up
     persistent_workers: bool = True  # measure the pick's epoch-boundary gap with persistent workers
+    # The pick may take persistent_workers=True on that measurement; False: the loader's own API
+    # does not take it (NOTE [a DataLoader's factory]), so the saving is advice beside the pick.
+    persistent_in_pick: bool = True
     multiprocessing_context: str | None = None  # the start method candidates use
     worker_methods: tuple[str, ...] = ()  # torchdata.nodes mappers: threads or processes
     snapshot_steps: tuple[int, ...] = ()  # StatefulDataLoader snapshot intervals to try
     epoch_batches: int | None = None  # batches in one epoch of the user's loader, where known
+
+    @property
+    def can_persist(self) -> bool:
+        """A pick may keep its workers across epochs, so a config's restarts may be left out of
+        its rate per epoch (NOTE [per-epoch rate])."""
+        return self.persistent_workers and self.persistent_in_pick
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -30,6 +30,7 @@ import psutil
 from ..checks.sharding import replayed_stream
 from ..config import LoaderConfig, loader_supports
 from ..errors import PipelineError, UsageError
+from ..loader_call import LoaderCall
 from ..pipeline.batching import FetcherCheck
 from ..pipeline.kinds import LoaderKind
 from ..pipeline.preflight import preflight
@@ -74,6 +75,27 @@ def limit_space(space: SearchSpace, kind: LoaderKind) -> None:
     space.persistent_workers = space.persistent_workers and "persistent_workers" in knobs
     space.worker_methods = tuple(kind.choices.get("worker_method", ()))
     space.snapshot_steps = tuple(kind.choices.get("snapshot_every_n_steps", ()))
+
+
+def limit_to_factory(space: SearchSpace, call: LoaderCall) -> str:
+    """Keep to what a call of the user's factory can set (NOTE [a DataLoader's factory] in
+    render/loader_snippet.py): its own parameters, and the knobs a DataLoader takes once built.
+    ``persistent_workers`` it does not take is measured, and advised on its own, not picked; a
+    fetch of stallscope's (batched, threaded) would replace the factory's DataLoader, so is not
+    tried. Returns the plan's note."""
+    takes = sorted(call.factory_parameters)
+    fields = set(call.factory_parameters.values())
+    space.persistent_in_pick = "persistent_workers" in fields
+    if "batch_size" not in fields:
+        space.batch_sizes = ()
+    space.batched_fetch = False
+    space.worker_threads, space.thread_gate = (), None
+    name = (call.origin or "the factory").removesuffix("()")
+    return (
+        f"the loader comes from {name}(), which takes {', '.join(takes)}: trials vary what it "
+        "takes and what a DataLoader lets you set once built, so the advice is a call to it"
+        + ("" if space.persistent_in_pick else "; persistent_workers is measured and advised apart")
+    )
 
 
 # -- measuring real loaders ------------------------------------------------------------------
@@ -431,6 +453,8 @@ def tune(
             f"{', '.join(kind.knobs)}"
         )
     limit_space(space, kind)
+    if kind.rebuilds_from_parts and pipeline.call is not None and pipeline.call.own_factory:
+        notes.append(limit_to_factory(space, pipeline.call))
     if pipeline.is_iterable and space.max_workers > 0:
         why = replayed_stream(pipeline, seconds=min(20.0, 0.2 * budget_s))
         if why:  # every worker would replay the stream: more samples/s, all of them copies
