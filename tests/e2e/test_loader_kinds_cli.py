@@ -346,27 +346,9 @@ def test_doctor_on_an_adapter_runs_every_step_on_the_loader_inside(tmp_path):
 
 def _advice_for(spec: str, **knobs):
     """The verified advice for a pick that changes ``knobs`` of the target's own settings."""
-    from stallscope.commands._common import add_verified_advice
-    from stallscope.record import RunRecord
-    from stallscope.target import load_target
+    from verified_advice import verified_advice
 
-    pipeline = load_target(str(PIPELINES / spec))
-    record = RunRecord(command="tune", target=spec, host={})
-    pick = pipeline.baseline.replace(**knobs)
-    record.add(
-        loader=pipeline.call.to_dict(),
-        loader_kind=pipeline.kind.to_dict(),
-        baseline={"config": pipeline.baseline.to_dict(), "samples_per_s": 100.0},
-        best={
-            "config": pick.to_dict(),
-            "samples_per_s": 150.0,
-            "speedup": 1.5,
-            "rounds": 4,
-            "confidence": 0.97,
-        },
-    )
-    add_verified_advice(record, pipeline)
-    return record.sections["loader_code"]
+    return verified_advice(str(PIPELINES / spec), **knobs)
 
 
 def test_a_loader_its_constructor_cannot_rebuild_gets_its_knobs_set_after_building():

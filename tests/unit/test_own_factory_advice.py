@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import own_factory
 import pytest
+from verified_advice import verified_advice
 
-from stallscope.commands._common import add_verified_advice
-from stallscope.record import RunRecord
 from stallscope.render.loader_code import render_diff, render_python
 from stallscope.render.loader_snippet import build_snippet
 from stallscope.target import load_target
@@ -18,23 +17,8 @@ from stallscope.tuning.tuner import limit_to_factory
 
 def _advice(factory, **knobs):
     """The verified advice for a pick that changes ``knobs`` of the factory's own settings."""
-    pipeline = load_target(factory)
-    assert pipeline.kind.name == "dataloader" and pipeline.call is not None
-    record = RunRecord(command="tune", target=factory.__name__, host={})
-    record.add(
-        loader=pipeline.call.to_dict(),
-        loader_kind=pipeline.kind.to_dict(),
-        baseline={"config": pipeline.baseline.to_dict(), "samples_per_s": 100.0},
-        best={
-            "config": pipeline.baseline.replace(**knobs).to_dict(),
-            "samples_per_s": 150.0,
-            "speedup": 1.5,
-            "rounds": 4,
-            "confidence": 0.97,
-        },
-    )
-    add_verified_advice(record, pipeline)
-    return record.sections["loader_code"]
+    assert load_target(factory).kind.name == "dataloader"
+    return verified_advice(factory, **knobs)
 
 
 def _built(code: str):
