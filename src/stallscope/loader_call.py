@@ -69,6 +69,11 @@ class LoaderCall:
         return next((a for a in self.arguments if a.name == name), None)
 
     @property
+    def origin_name(self) -> str:
+        """The factory as the code names it (``make_loader``); "" where there is none."""
+        return (self.origin or "").removesuffix("()")
+
+    @property
     def own_factory(self) -> bool:
         """A factory of the user's that takes knobs and returns the DataLoader this call describes
         (NOTE [a DataLoader's factory] in render/loader_snippet.py): the advice calls it."""

@@ -482,7 +482,9 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
     # factory]), else the call to their loader's constructor; where neither runs, the knobs set on
     # the object their factory returns, as trials set them on a copy.
     own_factory = (
-        snippet is not None and snippet.form != "call" and pipeline.kind.rebuilds_from_parts
+        pipeline.kind.rebuilds_from_parts
+        and pipeline.call is not None
+        and pipeline.call.own_factory
     )
     rebuilt = snippet_for_record(data, chosen, form="rebuild") if own_factory else None
     candidates: list[Snippet] = []
@@ -491,6 +493,9 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
             render_python(option) != render_python(c) for c in candidates
         ):
             candidates.append(option)
+    # The first form tried is the call to the user's factory (not the DataLoader call a missing
+    # seeding keeps): where it does not run, the code that does says why.
+    own_first = own_factory and bool(candidates) and candidates[0].form != "call"
     if not candidates:
         advice.update(
             verified=False,
@@ -502,11 +507,10 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
     after_build = "setting the knobs on the loader it builds"
     failed: list[tuple[str, str]] = []  # (form, why) of each form that did not run
     for i, candidate in enumerate(candidates):
-        # Where the call to the user's factory did not run, the code that did says why first.
         code = render_python(
             candidate,
             comment=textwrap.fill(f"{failed[0][0]} was tried first: {failed[0][1]}.", 96)
-            if own_factory and failed
+            if own_first and failed
             else None,
         )
         factory_form = candidate.form == "factory"
@@ -532,10 +536,8 @@ def add_verified_advice(record: RunRecord, pipeline: Any) -> None:
         if run.ok:
             break
         form = (
-            f"the call to {candidate.callable}()"
-            if candidate.form == "factory"
-            else f"the call to {candidate.prelude[-1].removeprefix('yours = ')}"
-            if own_factory and i == 0
+            f"the call to {pipeline.call.origin_name}()"
+            if own_first and i == 0
             else after_build
             if candidate.form == "attributes"
             else "the call"

@@ -37,6 +37,7 @@ KNOB_DEFAULTS: tuple[tuple[str, Any], ...] = (
     ("in_order", True),
     ("multiprocessing_context", None),
 )
+_DEFAULTS = dict(KNOB_DEFAULTS)
 
 
 @dataclass
@@ -115,7 +116,7 @@ def _knob_sources(config: LoaderConfig) -> dict[str, str]:
 def _user_knobs(config: LoaderConfig) -> dict[str, str]:
     """The knobs as the user's call has them: only those differing from torch's defaults."""
     sources = _knob_sources(config)
-    defaults = dict(KNOB_DEFAULTS)
+    defaults = _DEFAULTS
     shown = {}
     for name, source in sources.items():
         if name == "prefetch_factor" and config.prefetch_factor == 2:
@@ -166,8 +167,7 @@ def build_snippet(
         # Nothing to change: the user's call is their own factory as they call it, not a
         # DataLoader rebuilt from the parts of what it returns (a loader stallscope cannot write
         # as a call keeps no code, as before).
-        name = call.origin[: -len("()")] if call.origin.endswith("()") else call.origin
-        return Snippet(name, list(call.origin_imports), [], [], [], form="factory")
+        return Snippet(call.origin_name, list(call.origin_imports), [], [], [], form="factory")
     if own_api and call.own_factory and not through_factory and not seeding_missing:
         own = _own_factory_snippet(config, call, baseline)
         if own is not None:
@@ -224,11 +224,7 @@ def build_snippet(
         dataset_arg.source = "dataset"
         uses_ss = True
     if config.torch_threads is not None:
-        imports.insert(0, "import torch")
-        prelude.append(
-            f"torch.set_num_threads({config.torch_threads})  # main-process intra-op threads"
-        )
-        changes.append(Change("torch_threads", None, str(config.torch_threads)))
+        changes.append(_thread_cap(config.torch_threads, imports, prelude))
 
     uses_ss |= _seeding(args, config, seeding_missing, changes)
 
@@ -314,29 +310,26 @@ def _own_factory_snippet(
     for f in changed_fields(config, baseline):
         if f in by_field:
             passed.append(f)
-        elif was.get(f) == now.get(f) and f in dict(KNOB_DEFAULTS):
+        elif was.get(f) == now.get(f) and f in _DEFAULTS:
             continue  # torch's own value once there are workers (prefetch_factor=2)
         elif f in SETTABLE_AFTER_BUILD:
             set_after.append(f)
         else:
             return None
-    name = call.origin[: -len("()")] if call.origin and call.origin.endswith("()") else call.origin
+    name = call.origin_name
     arguments: list[tuple[str | None, str]] = [
         (by_field[f], repr(getattr(config, f))) for f in passed
     ]
     changes = [
         Change(by_field[f], repr(getattr(baseline, f)), repr(getattr(config, f))) for f in passed
     ]
-    imports, prelude = list(call.origin_imports), []
+    imports, prelude = list(call.origin_imports), list[str]()
     if "torch_threads" in set_after:
-        set_after.remove("torch_threads")
-        imports.insert(0, "import torch")
-        prelude.append(
-            f"torch.set_num_threads({config.torch_threads})  # main-process intra-op threads"
-        )
-        changes.append(Change("torch_threads", None, str(config.torch_threads)))
+        set_after.remove("torch_threads")  # a statement before the call, not an attribute
+        if config.torch_threads is not None:
+            changes.append(_thread_cap(config.torch_threads, imports, prelude))
     if not set_after:
-        return Snippet(str(name), imports, prelude, arguments, changes, form="factory")
+        return Snippet(name, imports, prelude, arguments, changes, form="factory")
     passing = ", ".join(f"{k}={v}" for k, v in arguments)
     was_all, now_all = _effective(baseline), _effective(config)
     changes += [Change(f, repr(was_all[f]), repr(now_all[f])) for f in set_after]
@@ -369,7 +362,7 @@ def _factory_call(
         changed = [f for f in changed if f in by_field]
     if any(f not in by_field for f in changed):
         return None
-    name = call.origin[: -len("()")] if call.origin.endswith("()") else call.origin
+    name = call.origin_name
     arguments: list[tuple[str | None, str]] = []
     changes = []
     for f in changed:
@@ -413,18 +406,14 @@ def attribute_snippet(
     changed = changed_fields(config, baseline)
     prelude = [f"yours = {call.origin}"]
     imports = list(call.origin_imports)
-    if config.torch_threads is not None:
-        imports.insert(0, "import torch")
-        prelude.append(
-            f"torch.set_num_threads({config.torch_threads})  # main-process intra-op threads"
-        )
+    cap = (
+        _thread_cap(config.torch_threads, imports, prelude)
+        if config.torch_threads is not None
+        else None
+    )
     was, now = _effective(baseline), _effective(config)
     arguments: list[tuple[str | None, str]] = []
-    changes = (
-        [Change("torch_threads", None, str(config.torch_threads))]
-        if "torch_threads" in changed
-        else []
-    )
+    changes = [cap] if cap is not None and "torch_threads" in changed else []
     # torch_threads is a statement above, not an attribute
     for name in (f for f in SETTABLE_AFTER_BUILD if f != "torch_threads"):
         before, after = was.get(name, getattr(baseline, name)), now.get(name, getattr(config, name))
@@ -436,6 +425,14 @@ def attribute_snippet(
     return Snippet(
         "", imports, prelude, arguments, changes, form="attributes", loader_path=call.loader_path
     )
+
+
+def _thread_cap(threads: int, imports: list[str], prelude: list[str]) -> Change:
+    """``torch.set_num_threads(n)`` before the loader is built: its import and statement added, and
+    the change it is returned."""
+    imports.insert(0, "import torch")
+    prelude.append(f"torch.set_num_threads({threads})  # main-process intra-op threads")
+    return Change("torch_threads", None, str(threads))
 
 
 def _effective(config: LoaderConfig) -> dict[str, Any]:

@@ -90,7 +90,7 @@ def limit_to_factory(space: SearchSpace, call: LoaderCall) -> str:
         space.batch_sizes = ()
     space.batched_fetch = False
     space.worker_threads, space.thread_gate = (), None
-    name = (call.origin or "the factory").removesuffix("()")
+    name = call.origin_name or "the factory"
     return (
         f"the loader comes from {name}(), which takes {', '.join(takes)}: trials vary what it "
         "takes and what a DataLoader lets you set once built, so the advice is a call to it"
