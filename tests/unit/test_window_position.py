@@ -52,6 +52,17 @@ def test_the_cycle_begins_start_lists_into_the_epoch_and_counts_only_what_it_yie
     assert CyclingBatches(iter(epoch), 1).epoch_length() is None
 
 
+@pytest.mark.parametrize(("drop_last", "samples"), [(False, 2000), (True, 1984)])
+def test_an_epochs_samples_are_its_samplers_where_a_batch_sampler_makes_the_lists(
+    drop_last, samples
+):
+    # 63 lists of 32 for 2,000 items: an estimate from a window's lists per batch read 2,001.
+    epoch = BatchSampler(SequentialSampler(range(2000)), 32, drop_last=drop_last)
+    cycle = CyclingBatches(epoch, 10)
+    assert cycle.epoch_samples() == samples == sum(len(b) for b in epoch)
+    assert CyclingBatches([[0, 1], [2]], 3).epoch_samples() is None  # lists of the user's own
+
+
 def test_spread_points_start_at_zero_and_stay_evenly_spread():
     assert spread_point(0) == 0.0
     for n in range(2, 40):

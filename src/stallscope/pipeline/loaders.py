@@ -110,6 +110,18 @@ class CyclingBatches(Sampler[list[int]]):
         except TypeError:
             return None
 
+    def epoch_samples(self) -> int | None:
+        """Indices in one of the user's epochs, where a torch ``BatchSampler`` over a sampler that
+        knows its length makes them (the last list short unless ``drop_last``); else None."""
+        epoch = self.epoch
+        if not isinstance(epoch, BatchSampler):
+            return None
+        try:
+            length = len(epoch.sampler)  # type: ignore[arg-type]
+        except TypeError:
+            return None
+        return length // epoch.batch_size * epoch.batch_size if epoch.drop_last else length
+
     def __len__(self) -> int:
         return self.total
 

@@ -470,15 +470,16 @@ def _cycled_epoch(result: Measurement, loader: Any, per_batch: float) -> None:
     """The user's epoch where stallscope walked its epochs one after another without a pause
     (``CyclingBatches``): the window saw no epoch start, but a training loop re-iterating the
     loader starts its workers again at each (NOTE [per-epoch rate] in ``tuning/epoch_cost.py``).
-    Its length is the user's batch sampler's (at ``per_batch`` samples a batch, as measured); the
-    start-up cost is left to the measured start-up. Nothing is recorded where the length is not
-    known."""
+    Its length is the user's batch sampler's: its indices where a ``BatchSampler`` says, else its
+    index lists at ``per_batch`` samples a batch, as measured (a window of part epochs holds more
+    or fewer short last lists than an epoch: 2,001 samples for 2,000). The start-up cost is left
+    to the measured start-up. Nothing is recorded where the length is not known."""
     cycling = cycling_batches(loader)
     batches = None if cycling is None else cycling.epoch_length()
-    if not batches:
+    if cycling is None or not batches:
         return
     result.epoch_batches = batches
-    result.epoch_samples = round(batches * per_batch)
+    result.epoch_samples = cycling.epoch_samples() or round(batches * per_batch)
 
 
 # NOTE [the first epoch]
