@@ -67,6 +67,22 @@ def test_unpicklable_names_attribute_path_and_type_and_probes_fall_back_to_fork(
     assert result.coverage["indices_checked"] == 32
 
 
+def test_a_handle_opened_on_first_use_is_not_left_open_by_the_preflight_for_the_check():
+    # doctor fetches a first batch in this process before its check: the file a lazy reader
+    # opens must stay off the user's dataset, or the check pickles a handle of its own making.
+    from stallscope.pipeline.preflight import preflight
+    from stallscope.target import load_target
+
+    pipeline = load_target(cd.lazy_handle)
+    preflight(pipeline)
+    assert pipeline.dataset.handle is None
+    result = ss.check(pipeline, only=["unpicklable"], start_method="spawn")
+    assert "unpicklable" not in result.codes, [f.message for f in result.findings]
+    pipeline.dataset[0]  # opened on the user's object: a real error under spawn
+    result = ss.check(pipeline, only=["unpicklable"], start_method="spawn")
+    assert only(result, "unpicklable").evidence["attribute"] == "dataset.handle"
+
+
 def test_unpicklable_when_a_fresh_interpreter_cannot_import_the_class(tmp_path):
     import importlib.util
 

@@ -368,3 +368,23 @@ class ScatteredSlowDataset(Dataset):
 
 def scattered_slow():
     return {"dataset": ScatteredSlowDataset(), "batch_size": 16}
+
+
+class LazyHandle(Dataset):
+    """Opens its file on first use, the usual way to keep an HDF5 or LMDB handle out of the
+    pickle spawn workers get: as built, it pickles."""
+
+    def __init__(self) -> None:
+        self.handle = None
+
+    def __len__(self) -> int:
+        return 32
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if self.handle is None:
+            self.handle = open(__file__, "rb")  # noqa: SIM115 - held, as a reader's file is
+        return torch.tensor(index)
+
+
+def lazy_handle() -> dict:
+    return {"dataset": LazyHandle(), "batch_size": 4}
