@@ -110,6 +110,25 @@ def test_a_getitem_that_returns_in_its_first_statement_is_not_said_to_draw():
     assert why.startswith("__getitem__ returns in its first statement") and "random" not in why
 
 
+class ComputesThenReturns:
+    """Deterministic statements, no read: the prefix runs up to the return."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        x = np.full((4, 4), index, np.float32)
+        x = x[:, ::-1] if index % 2 else x
+        return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def test_a_prefix_without_a_draw_is_said_to_end_at_the_return():
+    anatomy = examine_inline(ComputesThenReturns())
+    assert anatomy.random_by is None and anatomy.prefix
+    why = InlinePrefixCache().applies(anatomy, None)
+    assert "runs before the return (line " in why and "random draw" not in why, why
+
+
 def test_a_library_dataset_is_not_examined():
     from torch.utils.data import TensorDataset
 

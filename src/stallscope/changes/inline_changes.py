@@ -264,9 +264,11 @@ class InlinePrefixCache(PlacedCache, Change):
             return f"the first statement of __getitem__ already draws random numbers ({where})"
         calls = anatomy.calls_in(anatomy.prefix)
         if not calls & (READ_CALLS | DECODE_CALLS):
+            # Where nothing draws random numbers, the prefix ends at the return.
+            end = "the first random draw" if anatomy.random_by is not None else "the return"
             return (
                 "no known read or decode call (Image.open, cv2.imread, np.load, a file read) "
-                f"runs before the first random draw ({where})"
+                f"runs before {end} ({where})"
             )
         if not anatomy.live:
             return f"the statements before {where} leave nothing the rest of __getitem__ reads"
