@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -102,6 +103,29 @@ def test_module_target_and_python_m(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text())["results"][0]["config"]["batch_size"] == 4
+
+
+def test_module_beside_the_console_script_in_spawned_workers(tmp_path):
+    """``stallscope bench train:make_loader`` run beside ``train.py``: the console script, unlike
+    ``python -m``, does not put the working folder on sys.path; the target is found there, and
+    spawned workers import it the same way."""
+    script = Path(sys.executable).with_name("stallscope")
+    if not script.is_file():
+        pytest.skip(f"no console script beside {sys.executable}")
+    (tmp_path / "ss_e2e_train.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n\n"
+        "def make_loader(num_workers=0):\n"
+        "    data = TensorDataset(torch.arange(256.0).reshape(64, 4))\n"
+        "    return DataLoader(data, batch_size=8, num_workers=num_workers)\n"
+    )
+    out = tmp_path / "b.json"
+    argv = [str(script), "bench", "ss_e2e_train:make_loader", "--num-workers", "0,1"]
+    argv += ["--repeats", "1", "--window", "0.3", "--start-method", "spawn", "--json", str(out)]
+    proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(out.read_text())["results"]
+    assert [r["config"]["num_workers"] for r in results if r.get("error") is None] == [0, 1]
 
 
 @pytest.mark.parametrize(

@@ -100,3 +100,19 @@ def test_a_real_grain_doctor_record_keeps_yours_per_epoch_and_names_labels_as_th
     tuning = an.tuning_facts(record)
     assert record["best"]["runner_up"] == "w=8 bs=32 pf=2"  # as the tuner stored it
     assert tuning is not None and tuning.runner_up == "w=8 bs=32"
+
+
+def test_doctor_seeds_the_race_with_the_config_the_verdict_calls_fastest_in_the_sweep():
+    """doctor races the sweep's fastest against the tuner's finalists under the role "fastest in
+    the sweep": that must be the per-epoch fastest the verdict names, not the steady state's (a
+    PyG loader's run named w=4 in the verdict and raced w=8 under that role)."""
+    from types import SimpleNamespace
+
+    from stallscope.commands.doctor import sweep_best
+
+    record = grain_like()
+    seed = sweep_best(SimpleNamespace(to_dict=lambda: record))
+    assert seed is not None and seed.num_workers == 0
+    assert seed.num_workers == best_result(record).config["num_workers"]
+    record["results"][1]["restart_s"] = 0.01  # start-ups no longer decide: the steady state does
+    assert sweep_best(SimpleNamespace(to_dict=lambda: record)).num_workers == 8

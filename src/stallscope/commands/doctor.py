@@ -300,23 +300,22 @@ def _step_stages(
     return stages(pipeline, num_workers=workers, progress=progress).to_dict()
 
 
-def sweep_best(sections: dict[str, Any]) -> LoaderConfig | None:
-    """The config the sweep measured fastest (``scaling.best_index``), if the sweep ran: it races
-    the tuner's finalists; it is not, by itself, what to use."""
-    from ..record.sections import BenchSection
+def sweep_best(record: RunRecord) -> LoaderConfig | None:
+    """The config the sweep measured fastest, if the sweep ran: per epoch where its epochs
+    restart and their start-up decides, else in steady state (``analysis.sweep_epochs``), the
+    same config the verdict names "the fastest in the sweep". It races the tuner's finalists; it
+    is not, by itself, what to use."""
+    from ..analysis.sweep_epochs import best_result
 
-    bench = BenchSection.from_dict(sections)
-    index = bench.scaling.best_index if bench.scaling else None
-    if index is None or not 0 <= index < len(bench.results):
-        return None
-    return LoaderConfig.from_dict(bench.results[index]["config"])
+    best = best_result(record.to_dict())
+    return None if best is None else LoaderConfig.from_dict(best.config)
 
 
 def _step_tune(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
     from ..tuning.tuner import tune
 
     # One winner per report: the sweep's best races the tuner's finalists head to head.
-    best = sweep_best(record.sections)
+    best = sweep_best(record)
     seeds = [(best, "sweep-best")] if best is not None else []
 
     started = time.perf_counter()
@@ -349,7 +348,7 @@ def _step_changes(
     # Changes race the run's one verdict (NOTE [one verdict]): the config the report tells the user
     # to set (the user's own where keeping it is the verdict), never a config the race set aside.
     chosen = decide(record.to_dict()).config
-    pick = LoaderConfig.from_dict(chosen) if chosen else sweep_best(record.sections)
+    pick = LoaderConfig.from_dict(chosen) if chosen else sweep_best(record)
     budget = args.changes_budget or DEFAULT_BUDGET_S
     result = code_changes(pipeline, pick, budget_s=budget, progress=report)
     return result.to_dict()

@@ -61,9 +61,29 @@ def _import_file(path_text: str) -> Any:
         raise UsageError(f"importing {path_text} raised {describe_exception(exc)}.") from exc
 
 
+def _in_working_folder(name: str) -> bool:
+    """Whether ``name``'s top-level module is a file or package in the working folder that
+    ``sys.path`` does not reach: ``python train.py`` and ``python -m`` put that folder on it, a
+    console script does not, and ``stallscope doctor train:make_loader`` run beside ``train.py``
+    means that file."""
+    top = name.partition(".")[0]
+    here = Path.cwd()
+    if str(here) in sys.path or "" in sys.path:
+        return False
+    return (here / f"{top}.py").is_file() or (here / top / "__init__.py").is_file()
+
+
 def _import_module(name: str) -> Any:
     try:
-        return importlib.import_module(name)
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name.partition(".")[0] or not _in_working_folder(name):
+                raise
+            # Appended, not put first: an installed package of the same name still wins, as it
+            # would for ``python -m``'s own imports of it elsewhere. Spawned workers inherit it.
+            sys.path.append(str(Path.cwd()))
+            return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name and name.startswith(exc.name):
             raise UsageError(
