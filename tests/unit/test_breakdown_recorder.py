@@ -153,6 +153,14 @@ def test_stage_table_order_per_sample_ms_and_shares():
     assert by_name["decode"].share == pytest.approx(6.0 / total)
 
 
+def test_a_run_without_workers_says_every_stage_ran_in_the_main_process():
+    """stages --num-workers 0 measures in the main process: no row may say it ran in a worker."""
+    raw = _raw()
+    raw.transfer = {}
+    table = build_stage_table(raw, ["A", "B"], ["A"], in_process=True)
+    assert {s.where for s in table} == {"main"}
+
+
 def test_transfer_summary_is_per_batch():
     summary = transfer_summary(_raw())
     assert summary["queue_ms_per_batch"] == pytest.approx(4.0)

@@ -109,7 +109,7 @@ def stages(
         progress=progress,
         callees=callees,
     )
-    table = build_stage_table(raw, [s.name for s in slots], chosen)
+    table = build_stage_table(raw, [s.name for s in slots], chosen, in_process=run.num_workers == 0)
     table = mark_doubtful(
         table,
         batch_interval_ms=run.batch_interval_ms,

@@ -63,12 +63,15 @@ def build_stage_table(
     raw: RawStageTotals,
     transforms: Sequence[str],
     random_transforms: Sequence[str] = (),
+    *,
+    in_process: bool = False,
 ) -> list[StageTime]:
     """Per-sample ms and shares, in pipeline order: read, decode, user stages, transforms,
     other and the calls broken out of it, collate, transfer, pin, host→device. Shares add
     up to 1. A call ``__getitem__`` made is a row of its own when it holds at least
     ``CALLEE_MIN_SHARE`` of the total, else its time goes back into ``other`` (whose
-    p50/p90 then leave the folded calls out)."""
+    p50/p90 then leave the folded calls out). ``in_process``: the run had no workers, so every
+    stage ran in the main process."""
     per_sample = 1000.0 / max(1, raw.samples)
     seconds = dict(raw.stage_seconds)
     calls = {name: seconds.pop(name) * per_sample for name in list(seconds) if is_callee(name)}
@@ -108,7 +111,7 @@ def build_stage_table(
             ms_per_sample=ms,
             share=(ms / total) if total > 0 else 0.0,
             kind=kind,
-            where=_WHERE[kind],
+            where="main" if in_process else _WHERE[kind],
             random=name in random_set,
             p50_ms=_percentile_ms(raw.sample_times.get(own if name == OTHER else name), 50),
             p90_ms=_percentile_ms(raw.sample_times.get(own if name == OTHER else name), 90),
