@@ -531,6 +531,19 @@ def test_a_seed_races_head_to_head_with_its_role():
     assert pick_row["rounds"] == result.rounds
 
 
+def test_a_seed_labels_with_the_knobs_of_the_baselines_kind():
+    """A sweep's config read back from its record carries no label knobs: raced beside the
+    tuner's configs of a factory that takes only num_workers and batch_size, it must read
+    'w=2 bs=N' as they do, not 'w=2 bs=N pf=4'."""
+    knobs = ("num_workers", "batch_size")
+    baseline = LoaderConfig(batch_size=CPU_BOUND.batch_size, label_knobs=knobs)
+    seed = LoaderConfig(num_workers=2, batch_size=CPU_BOUND.batch_size, prefetch_factor=4)
+    result, _ = _search(CPU_BOUND, baseline=baseline, seeds=[(seed, "sweep-best")])
+    rows = {r["role"]: r for r in result.head_to_head}
+    assert rows["sweep-best"]["label"] == f"w=2 bs={CPU_BOUND.batch_size}"
+    assert all("pf=" not in r["label"] for r in result.head_to_head)
+
+
 def test_keep_yours_when_the_baseline_is_as_good_as_the_best():
     model = CPU_BOUND
     best, _ = model.best_over(dense_space(model, max_workers=8))

@@ -240,7 +240,13 @@ class Search:
     ) -> None:
         self.ev = evaluator
         # Configs a caller needs in the final race, with their role (doctor: the sweep's best).
-        self.seeds = [(c, role) for c, role in seeds if c != baseline]
+        # Seeds label as the baseline does (the knobs its kind has): a sweep's config read back from
+        # its record carries no label knobs, and would read 'w=8 bs=32 pf=2' beside 'w=6 bs=32'.
+        self.seeds = [
+            (c if c.label_knobs is not None else c.replace(label_knobs=baseline.label_knobs), role)
+            for c, role in seeds
+            if c != baseline
+        ]
         self.space = space
         self.profile = profile
         self.baseline = baseline
