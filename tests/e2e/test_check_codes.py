@@ -299,3 +299,24 @@ def test_budget_bounds_a_slow_dataset():
     assert 0 < coverage["indices_checked"] < coverage["dataset_length"]
     assert coverage["fraction_checked"] < 1.0
     assert not result.errors
+
+
+def test_in_process_trials_leave_a_lazy_handle_off_the_dataset_spawn_workers_get():
+    # A sweep measures w=0 in this process before its worker configs: the file the reader opens
+    # on first use must land on a copy, or the spawn trial after it cannot pickle the dataset
+    # (an h5py reader failed 'h5py objects cannot be pickled' at w=2 under spawn).
+    from stallscope.target import load_target
+    from stallscope.throughput.sweep import bench
+    from stallscope.tuning.profiling import profile_pipeline
+
+    pipeline = load_target(cd.lazy_handle)
+    profile_pipeline(pipeline, max_seconds=0.2)
+    result = bench(
+        pipeline,
+        num_workers=[0, 1],
+        multiprocessing_context="spawn",
+        repeats=1,
+        min_window_s=0.2,
+    )
+    assert [r.error for r in result.results] == [None, None]
+    assert pipeline.dataset.handle is None

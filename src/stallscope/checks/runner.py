@@ -632,18 +632,19 @@ class CheckRun:
         self.probe_status["shm"] = "done"
 
     def _batch_bytes_in_process(self) -> int | None:
-        from ..pipeline.structure import nbytes
+        from ..pipeline.structure import as_built, nbytes
 
+        dataset = as_built(self.pipeline.dataset)  # what the fetch sets stays off the user's
         try:
             if self.pipeline.is_iterable or self.length is None:
                 items = []
-                for item in self.pipeline.dataset:
+                for item in dataset:
                     items.append(item)
                     if len(items) >= self.batch_size:
                         break
             else:
                 good = self._good_indices(limit=10_000)[: self.batch_size]
-                items = [self.pipeline.dataset[i] for i in good]
+                items = [dataset[i] for i in good]
             return nbytes(self.pipeline.collate(items)) if items else None
         except Exception as exc:
             self.notes.append(

@@ -29,6 +29,7 @@ from ..config import LoaderConfig
 from ..errors import UsageError
 from ..runtime.processes import TORCH_WORKER_WARNING
 from ..target import Pipeline
+from .structure import as_built
 from .threaded import ThreadedDataset, threaded_dataset
 
 
@@ -211,6 +212,10 @@ def build_loader(
         kwargs["pin_memory_device"] = pipeline.pin_memory_device
     generator = pipeline.generator if generator is None else generator
     dataset = loader_dataset(pipeline, config)
+    if config.num_workers == 0:
+        # Fetched in this process: what the fetch sets (a file opened on first use) lands on a
+        # copy, not on the dataset later trials fork or pickle into their workers.
+        dataset = as_built(dataset)
     with quiet_worker_warning():
         if pipeline.is_iterable:
             drop = pipeline.drop_last if drop_last is None else drop_last

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import PipelineError, UsageError, describe_exception
 from .kinds import close_trial
-from .structure import batch_length, describe_structure, nbytes, shallow_copy
+from .structure import as_built, batch_length, describe_structure, nbytes
 
 
 @dataclass
@@ -53,7 +53,7 @@ def preflight(pipeline: Any, *, items: int | None = None) -> Preflight:
             )
     want = min(bs, items or bs)
     samples: list[Any] = []
-    dataset = _as_built(pipeline.dataset)
+    dataset = as_built(pipeline.dataset)
     start = time.perf_counter()
     if pipeline.is_iterable or length is None:
         try:
@@ -89,18 +89,6 @@ def preflight(pipeline: Any, *, items: int | None = None) -> Preflight:
         batch_bytes=nbytes(batch) * max(1, bs // max(1, len(samples))),
         seconds_per_item=per_item,
     )
-
-
-def _as_built(dataset: Any) -> Any:
-    """A shallow copy of ``dataset`` to fetch from, so that what ``__getitem__`` sets on it stays
-    off the user's object: a handle opened on first use (``if self.file is None: self.file =
-    h5py.File(...)``, the usual way to keep an HDF5 or LMDB file out of the pickle) would otherwise
-    be open on it when the check pickles it for spawn workers, an ``unpicklable`` error of this
-    fetch's making. The dataset itself where it cannot be copied."""
-    try:
-        return shallow_copy(dataset)
-    except Exception:
-        return dataset
 
 
 def _loader_preflight(pipeline: Any) -> Preflight:

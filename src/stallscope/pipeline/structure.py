@@ -69,6 +69,19 @@ def shallow_copy(obj: Any) -> Any:
     return copy.copy(obj)
 
 
+def as_built(dataset: Any) -> Any:
+    """A shallow copy of ``dataset`` for a fetch in this process, so that what ``__getitem__`` or
+    ``__iter__`` sets on it stays off the user's object: a handle opened on first use (``if
+    self.file is None: self.file = h5py.File(...)``, the usual way to keep an HDF5 or LMDB file
+    out of the pickle) would otherwise be open on it when a later trial pickles it for spawn
+    workers or forks it into workers that then share the handle, a failure of stallscope's own
+    making. The dataset itself where it cannot be copied."""
+    try:
+        return shallow_copy(dataset)
+    except Exception:
+        return dataset
+
+
 def to_device(obj: Any, device: Any, *, non_blocking: bool = False) -> Any:
     """``obj`` with every tensor it holds copied to ``device``, its containers rebuilt as their own
     types where they can be (else as a dict or list). An object that is no container but has a

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import PipelineError, UsageError
 from ..pipeline.batching import FetcherCheck, vectorised_fetcher
-from ..pipeline.structure import nbytes
+from ..pipeline.structure import as_built, nbytes
 from ..target import Pipeline
 from .space import Profile
 
@@ -36,7 +36,8 @@ def profile_pipeline(
     bs = pipeline.batch_size
     length = pipeline.length()
     want = max(4, min(max_items, 2 * bs))
-    items, walls, cpus, own = _timed_items(pipeline, length, want, max_seconds)
+    dataset = as_built(pipeline.dataset)  # what the fetches set stays off the user's object
+    items, walls, cpus, own = _timed_items(pipeline, dataset, length, want, max_seconds)
     if not items:
         raise UsageError("the dataset yielded no items to profile.")
     batch_items = items[:bs]
@@ -76,10 +77,10 @@ def profile_pipeline(
     # batches by size.
     cheap = profile.batch_seconds(bs) <= BATCHED_PROBE_MAX_S and pipeline.batch_sampler is None
     if profile.map_style and cheap and length and length >= bs:
-        check = vectorised_fetcher(pipeline.dataset, pipeline.collate_fn)
+        check = vectorised_fetcher(dataset, pipeline.collate_fn)
         if check.fetch is not None:
             profile.batched_fetch = check.kind
-            profile.batched_speedup = _batched_speedup(pipeline, check, length)
+            profile.batched_speedup = _batched_speedup(pipeline, dataset, check, length)
     return profile, check
 
 
@@ -153,7 +154,7 @@ def _run_queue_seconds() -> float:
 
 
 def _timed_items(
-    pipeline: Pipeline, length: int | None, want: int, max_seconds: float
+    pipeline: Pipeline, dataset: Any, length: int | None, want: int, max_seconds: float
 ) -> tuple[list[Any], list[float], list[float], list[float]]:
     """Items, their wall times, CPU times, and wall times less run-queue waits."""
     items: list[Any] = []
@@ -162,13 +163,13 @@ def _timed_items(
     own: list[float] = []
     deadline = time.perf_counter() + max_seconds
     if pipeline.is_iterable or length is None:
-        iterator = iter(pipeline.dataset)
+        iterator = iter(dataset)
         fetch: Callable[[int], Any] = lambda _i: next(iterator)  # noqa: E731
         indices: Sequence[int] = range(want + 1)
     else:
         stride = max(1, length // (want + 1))
         indices = [(i * stride) % length for i in range(want + 1)]
-        fetch = pipeline.dataset.__getitem__
+        fetch = dataset.__getitem__
     for n, index in enumerate(indices):
         q0, w0, c0 = _run_queue_seconds(), time.perf_counter(), time.process_time()
         try:
@@ -190,7 +191,9 @@ def _timed_items(
     return items, walls, cpus, own
 
 
-def _batched_speedup(pipeline: Pipeline, check: FetcherCheck, length: int) -> float | None:
+def _batched_speedup(
+    pipeline: Pipeline, dataset: Any, check: FetcherCheck, length: int
+) -> float | None:
     """Per-item fetch + collate time over vectorised fetch time, for one batch, in-process (best of
     3)."""
     assert check.fetch is not None
@@ -199,9 +202,9 @@ def _batched_speedup(pipeline: Pipeline, check: FetcherCheck, length: int) -> fl
     per_item, batched = [], []
     for _ in range(3):
         t0 = time.perf_counter()
-        pipeline.collate([pipeline.dataset[i] for i in indices])
+        pipeline.collate([dataset[i] for i in indices])
         t1 = time.perf_counter()
-        check.fetch(pipeline.dataset, indices)
+        check.fetch(dataset, indices)
         t2 = time.perf_counter()
         per_item.append(t1 - t0)
         batched.append(t2 - t1)
