@@ -260,8 +260,12 @@ def test_the_users_own_wrapper_becomes_the_baseline():
     pipeline = load_target(loader)
     assert pipeline.baseline.worker_threads == 6
     assert isinstance(pipeline.dataset, LatencyItems)
-    rebuilt = build_loader(pipeline, pipeline.baseline.replace(worker_threads=0))
+    rebuilt = build_loader(pipeline, pipeline.baseline.replace(worker_threads=0, num_workers=1))
     assert rebuilt.dataset is pipeline.dataset
+    # In this process (w=0) a trial fetches from a shallow copy of it (structure.as_built).
+    rebuilt = build_loader(pipeline, pipeline.baseline.replace(worker_threads=0, num_workers=0))
+    assert type(rebuilt.dataset) is LatencyItems and rebuilt.dataset is not pipeline.dataset
+    assert len(rebuilt.dataset) == len(pipeline.dataset)
 
 
 # -- the thread-safety check -----------------------------------------------------------------------
