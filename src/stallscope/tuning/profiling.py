@@ -137,6 +137,7 @@ def profile_loader(
         spike=per_sample[-1] / median if median > 0 else 1.0,
         map_style=False,
         items=sum(sizes),
+        samples_per_batch=sum(sizes) / len(sizes) if config.batches_itself else None,
     )
 
 

@@ -45,9 +45,13 @@ class Profile:
     batched_fetch: str | None = None  # the vectorised fetch kind available, if any
     batched_speedup: float | None = None  # in-process: per-item batch time / vectorised batch time
     items: int = 0  # how many items were timed
+    # A loader that makes its own batches (its sampler yields what __getitem__ takes, a graph, an
+    # engine): the samples its batches held on average; the config's batch size is not theirs.
+    samples_per_batch: float | None = None
 
     def batch_seconds(self, batch_size: int) -> float:
-        return batch_size * self.seconds_per_sample + self.collate_s
+        samples = self.samples_per_batch if self.samples_per_batch is not None else batch_size
+        return samples * self.seconds_per_sample + self.collate_s
 
     @property
     def jittery(self) -> bool:
@@ -68,6 +72,9 @@ class Profile:
             if self.batched_speedup is None
             else round(self.batched_speedup, 3),
             "items_timed": self.items,
+            "samples_per_batch": None
+            if self.samples_per_batch is None
+            else round(self.samples_per_batch, 2),
         }
 
 
