@@ -263,3 +263,41 @@ def test_a_pipeline_that_cannot_be_copied_is_not_measured_and_says_why():
     with pytest.raises(NotMeasured, match="holds a live connection"):
         declared_stages(pipeline, batches=2, max_seconds=1.0)
     pipeline.kind.loader.pool.shutdown()
+
+
+class _CutBatches:
+    """A sampler that yields what __getitem__ takes (lhotse's yield CutSets): lists of ids."""
+
+    def __iter__(self):
+        return iter([[0, 1, 2], [3, 4], [5]])
+
+    def __len__(self) -> int:
+        return 3
+
+
+class _LoadsACut:
+    def __getitem__(self, cut_ids: list[int]) -> list[int]:
+        return [i * 10 for i in cut_ids]
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_loader_handed_whole_batches_times_its_datasets_getitem(tmp_path, workers):
+    # batch_size=None: the dataset's __getitem__ does the work on the sampler's batch; no attribute
+    # of the loader holds it, and without it the table read "between stages" for all of it.
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(
+        _LoadsACut(),
+        sampler=_CutBatches(),
+        batch_size=None,
+        num_workers=workers,
+        collate_fn=list,
+        multiprocessing_context="fork" if workers else None,
+    )
+    channel = StageChannel(tmp_path)
+    copy, names = timed_object(loader, channel.wrap)
+    assert "_LoadsACut.__getitem__" in names
+    assert [list(b) for b in copy] == [[0, 10, 20], [30, 40], [50]]
+    assert [c.stage for c in channel.calls()].count("_LoadsACut.__getitem__") == 3
+    channel.close()
+    assert isinstance(loader.dataset, _LoadsACut)  # the user's loader is left as it was

@@ -163,6 +163,42 @@ def _timed_graph(
     return loader, names
 
 
+class TimedItems:
+    """A DataLoader's dataset whose ``__getitem__`` is a declared stage: a loader whose sampler
+    yields what ``__getitem__`` takes (``batch_size=None``: lhotse's samplers yield CutSets) does
+    its work there, which no attribute of the loader holds. Module-level, so spawn workers unpickle
+    it."""
+
+    def __init__(self, dataset: Any, getitem: Callable[[Any], Any]) -> None:
+        self.dataset = dataset
+        self.getitem = getitem
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.getitem(index)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+
+def _timed_items(
+    loader: Any, timed: Callable[[Callable[..., Any], str], Any]
+) -> tuple[TimedItems, str] | None:
+    """``loader``'s dataset with its ``__getitem__`` timed, and the stage's name, where the loader
+    hands it whole batches (``batch_size=None``, map-style), else None."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    dataset = getattr(loader, "dataset", None)
+    if (
+        not isinstance(loader, DataLoader)
+        or loader.batch_size is not None
+        or dataset is None
+        or isinstance(dataset, IterableDataset)
+    ):
+        return None
+    name = f"{type(dataset).__name__}.__getitem__"
+    return TimedItems(dataset, timed(dataset.__getitem__, name)), name
+
+
 def timed_object(
     obj: Any, timed: Callable[[Callable[..., Any], str], Any]
 ) -> tuple[Any, list[str]]:
@@ -172,6 +208,10 @@ def timed_object(
     if not isinstance(state, dict):
         return obj, []
     names: list[str] = []
+    items = _timed_items(obj, timed)
+    if items is not None:  # set in the copy's state: a DataLoader refuses a new dataset once built
+        state["dataset"], name = items
+        names.append(name)
     for name, value in list(state.items()):
         if name.startswith("__") or not _is_stage(value):
             continue
