@@ -26,6 +26,8 @@ LIBRARIES = {
     "real_webdataset.py:make_loader": "webdataset",
     "real_litdata.py:make_loader": "litdata",
     "real_stateful_subclass.py:make_loader": "torchdata",
+    "real_pyg.py:make_loader": "torch_geometric",
+    "real_lhotse.py:make_loader": "lhotse",
 }
 
 
@@ -262,3 +264,28 @@ def test_grains_epochs_are_measured_whole_and_its_fastest_is_the_one_per_epoch(t
     label = verdict["label"]
     assert label in done.stdout and label in (tmp_path / "bench.md").read_text()
     assert "pf=" not in label  # grain takes no prefetch_factor
+
+
+def test_lhotse_batches_are_costed_whole_and_its_dataset_is_the_stage(tmp_path):
+    # The sampler yields CutSets and LogPowerFrames.__getitem__ loads each: the profile costs a
+    # batch by the cuts it held (the config's batch size is 1), and the stage table times the
+    # dataset's __getitem__ rather than calling all of it "between stages".
+    pytest.importorskip("lhotse")
+    out = tmp_path / "report.json"
+    done = run_cli(
+        "doctor",
+        "real_lhotse.py:make_loader",
+        *SHORT_DOCTOR,
+        "--out",
+        str(tmp_path),
+        "--json",
+        str(out),
+        "--quiet",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["search"]["profile"]["samples_per_batch"] > 1
+    rows = {row["name"]: row for row in record["stages"]}
+    assert rows["LogPowerFrames.__getitem__"]["share"] > rows.get("between stages", {}).get(
+        "share", 0.0
+    )

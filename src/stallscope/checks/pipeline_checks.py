@@ -239,6 +239,7 @@ def check_pipeline(
         "num_workers": max(0, int(last.get("processes") or 1) - 1),
         "start_method": f"the pipeline's own; {epochs_done} epochs, whole process tree",
         "timeout_s": timeout,
+        "budget_s": budget,
         "elapsed_s": round(time.perf_counter() - started, 2),
         "not_checked": not_checked,
         "notes": [
