@@ -7,19 +7,16 @@ TARGET: ``tests/pipelines/real_lhotse.py:make_loader`` (the factory takes ``num_
 
 from __future__ import annotations
 
-import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 import torch
+from _datadir import cached_dir
 from lhotse import CutSet, Recording, RecordingSet
 from lhotse.dataset import DynamicBucketingSampler
 from lhotse.dataset.collation import collate_audio
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _datadir import cached_dir  # noqa: E402
 
 UTTERANCES = 96
 RATE = 16000
