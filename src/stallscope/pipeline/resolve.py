@@ -80,8 +80,8 @@ def _import_module(name: str) -> Any:
         except ModuleNotFoundError as exc:
             if exc.name != name.partition(".")[0] or not _in_working_folder(name):
                 raise
-            # Appended, not put first: an installed package of the same name still wins, as it
-            # would for ``python -m``'s own imports of it elsewhere. Spawned workers inherit it.
+            # Appended, not put first: an installed module of that name keeps precedence. Spawned
+            # workers receive sys.path, so they import the target the same way.
             sys.path.append(str(Path.cwd()))
             return importlib.import_module(name)
     except ModuleNotFoundError as exc:
