@@ -320,3 +320,9 @@ def test_in_process_trials_leave_a_lazy_handle_off_the_dataset_spawn_workers_get
     )
     assert [r.error for r in result.results] == [None, None]
     assert pipeline.dataset.handle is None
+    # A batched-fetch trial in this process (the tuner's w=0 batched variant) fetches from a copy.
+    from stallscope.pipeline.loaders import build_loader
+
+    batched = build_loader(pipeline, pipeline.baseline.replace(num_workers=0, batched_fetch=True))
+    next(iter(batched))
+    assert pipeline.dataset.handle is None

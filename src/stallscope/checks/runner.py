@@ -634,7 +634,7 @@ class CheckRun:
     def _batch_bytes_in_process(self) -> int | None:
         from ..pipeline.structure import as_built, nbytes
 
-        dataset = as_built(self.pipeline.dataset)  # what the fetch sets stays off the user's
+        dataset = as_built(self.pipeline.dataset)  # what the fetch sets stays off the user's one
         try:
             if self.pipeline.is_iterable or self.length is None:
                 items = []

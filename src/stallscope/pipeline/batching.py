@@ -45,6 +45,7 @@ from torch.utils.data import (
 from torch.utils.data._utils.collate import default_collate, default_convert
 
 from ..config import LoaderConfig
+from .structure import as_built
 from .threaded import equal_arrays
 
 # Where batched_loader caches the validated fetcher on a Pipeline.
@@ -197,10 +198,11 @@ def vectorised_fetcher(
     if fetch is None:
         return FetcherCheck(None, None, "no vectorised index path for this dataset type")
     indices = list(probe_indices) if probe_indices is not None else _spread(length, 8)
+    probe = as_built(dataset)  # fetched in this process: what the fetches set stays off it
     try:
-        expected = default_collate([dataset[i] for i in indices])  # type: ignore[no-untyped-call]
-        got = fetch(dataset, indices)
-        again = default_collate([dataset[i] for i in indices])  # type: ignore[no-untyped-call]
+        expected = default_collate([probe[i] for i in indices])  # type: ignore[no-untyped-call]
+        got = fetch(probe, indices)
+        again = default_collate([probe[i] for i in indices])  # type: ignore[no-untyped-call]
     except Exception as exc:  # the dataset does not take an index array: not vectorisable
         return FetcherCheck(None, None, f"indexing with an array failed ({type(exc).__name__})")
     if not same_batch(expected, again):
@@ -253,6 +255,7 @@ def batched_loader(
     sampler: Sampler[int] | None = None,
     drop_last: bool = False,
     generator: torch.Generator | None = None,
+    dataset: Any = None,
 ) -> DataLoader[Any]:
     """A DataLoader whose every fetch returns a whole batch (``config.batched_fetch``).
 
@@ -260,7 +263,8 @@ def batched_loader(
     (``to_kwargs()`` plus timeout/worker_init_fn). ``batches`` yields the index
     lists (the user's batching); without it, ``sampler``'s indices are grouped
     into batches of ``config.batch_size``. Without a validated vectorised fetch,
-    falls back to fetching the items in one call.
+    falls back to fetching the items in one call. ``dataset``: what the batches are
+    fetched from, default the pipeline's (a trial in this process passes a copy of it).
     """
     if pipeline.is_iterable:
         raise ValueError(
@@ -280,7 +284,7 @@ def batched_loader(
     options.pop("batch_size", None)
     options.pop("shuffle", None)
     return DataLoader(
-        BatchedDataset(pipeline.dataset, fetch),
+        BatchedDataset(pipeline.dataset if dataset is None else dataset, fetch),
         batch_size=None,
         sampler=batches,
         collate_fn=as_is,

@@ -240,7 +240,9 @@ def build_loader(
         if config.batched_fetch:
             from .batching import batched_loader  # noqa: PLC0415 - optional path
 
-            return batched_loader(pipeline, config, kwargs, batches=batches, generator=generator)
+            return batched_loader(
+                pipeline, config, kwargs, batches=batches, generator=generator, dataset=dataset
+            )
         return DataLoader(
             dataset,
             batch_sampler=batches,

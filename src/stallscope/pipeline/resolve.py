@@ -61,12 +61,11 @@ def _import_file(path_text: str) -> Any:
         raise UsageError(f"importing {path_text} raised {describe_exception(exc)}.") from exc
 
 
-def _in_working_folder(name: str) -> bool:
-    """Whether ``name``'s top-level module is a file or package in the working folder that
+def _in_working_folder(top: str) -> bool:
+    """Whether the top-level module ``top`` is a file or package in the working folder that
     ``sys.path`` does not reach: ``python train.py`` and ``python -m`` put that folder on it, a
     console script does not, and ``stallscope doctor train:make_loader`` run beside ``train.py``
     means that file."""
-    top = name.partition(".")[0]
     here = Path.cwd()
     if str(here) in sys.path or "" in sys.path:
         return False
@@ -78,7 +77,8 @@ def _import_module(name: str) -> Any:
         try:
             return importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name != name.partition(".")[0] or not _in_working_folder(name):
+            top = name.partition(".")[0]
+            if exc.name != top or not _in_working_folder(top):
                 raise
             # Appended, not put first: an installed module of that name keeps precedence. Spawned
             # workers receive sys.path, so they import the target the same way.
