@@ -25,7 +25,9 @@ class SleepyDataset(Dataset):
         self.n = n
         self.cost_s = cost_s
         self.shape = shape
-        self.log_dir = log_dir  # where each process appends the real duration of every item
+        # Where each process appends every item it made: its index and when it began and ended
+        # (perf_counter, one clock for every process on the machine).
+        self.log_dir = log_dir
 
     def __len__(self) -> int:
         return self.n
@@ -36,16 +38,30 @@ class SleepyDataset(Dataset):
         item = torch.full(self.shape, float(index)), index % 10
         if self.log_dir is not None:
             with open(os.path.join(self.log_dir, f"{os.getpid()}.log"), "a") as log:
-                log.write(f"{time.perf_counter() - start}\n")
+                log.write(f"{index} {start} {time.perf_counter()}\n")
         return item
+
+
+def logged_items(log_dir: str) -> list[tuple[int, float, float]]:
+    """Every item a SleepyDataset logged, in any process: (index, start, end)."""
+    items = []
+    for path in os.listdir(log_dir):
+        with open(os.path.join(log_dir, path)) as log:
+            for line in log:
+                index, start, end = line.split()
+                items.append((int(index), float(start), float(end)))
+    return items
 
 
 def real_item_seconds(log_dir: str) -> float:
     """Mean real duration of the items a SleepyDataset logged, across all processes."""
-    values = [
-        float(line) for path in os.listdir(log_dir) for line in open(os.path.join(log_dir, path))
-    ]
-    return sum(values) / len(values)
+    items = logged_items(log_dir)
+    return sum(end - start for _, start, end in items) / len(items)
+
+
+def made_between(log_dir: str, start: float, end: float) -> int:
+    """How many items the processes finished within ``(start, end]`` (perf_counter)."""
+    return sum(start < done <= end for _, _, done in logged_items(log_dir))
 
 
 def sleepy() -> SleepyDataset:
