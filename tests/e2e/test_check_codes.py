@@ -326,3 +326,22 @@ def test_in_process_trials_leave_a_lazy_handle_off_the_dataset_spawn_workers_get
     batched = build_loader(pipeline, pipeline.baseline.replace(num_workers=0, batched_fetch=True))
     next(iter(batched))
     assert pipeline.dataset.handle is None
+
+
+def test_in_process_trials_of_the_users_own_loader_class_leave_a_lazy_handle_off_its_dataset():
+    # The same for a DataLoader subclass given as it is: its trials are copies of it, and a w=0
+    # copy fetches from a copy of the dataset, not from the one the spawn trial pickles.
+    from stallscope.target import load_target
+    from stallscope.throughput.sweep import bench
+
+    pipeline = load_target(cd.lazy_handle_own_loader())
+    assert type(pipeline.kind).__name__ == "CopiedLoaderKind"
+    result = bench(
+        pipeline,
+        num_workers=[0, 1],
+        multiprocessing_context="spawn",
+        repeats=1,
+        min_window_s=0.2,
+    )
+    assert [r.error for r in result.results] == [None, None]
+    assert pipeline.dataset.handle is None

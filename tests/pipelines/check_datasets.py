@@ -388,3 +388,11 @@ class LazyHandle(Dataset):
 
 def lazy_handle() -> dict:
     return {"dataset": LazyHandle(), "batch_size": 4}
+
+
+class OwnLoader(torch.utils.data.DataLoader):
+    """A DataLoader subclass of the user's, given as it is (its trials are copies of it)."""
+
+
+def lazy_handle_own_loader() -> OwnLoader:
+    return OwnLoader(LazyHandle(), batch_size=4)

@@ -73,7 +73,7 @@ from typing import Any
 
 from ..config import LoaderConfig
 from ..runtime.held_output import held_call
-from .structure import shallow_copy
+from .structure import as_built, shallow_copy
 
 # Factory (and constructor) parameter names that are knobs, -> the LoaderConfig field they set.
 KNOB_PARAMETERS: dict[str, str] = {
@@ -231,6 +231,10 @@ def reconfigured_copy(
         put(clone, "worker_init_fn", worker_init_fn)
     if config.snapshot_every_n_steps is not None and "snapshot_every_n_steps" in state:
         put(clone, "snapshot_every_n_steps", config.snapshot_every_n_steps)
+    if dataset is None and not workers:
+        # Fetched in this process: what the fetch sets (a file opened on first use) lands on a
+        # copy, not on the dataset a later copy forks or pickles into its workers (as_built).
+        dataset = as_built(loader.dataset)
     if dataset is not None:
         put(clone, "dataset", dataset)
     if collate_fn is not None:
