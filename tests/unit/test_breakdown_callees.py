@@ -98,6 +98,25 @@ def test_break_out_splits_all_of_other_in_the_traced_proportions():
     ]
 
 
+def test_other_as_a_whole_is_read_off_the_fetches_the_hook_did_not_slow():
+    """5 untraced fetches of 6 ms; the hook slows the 5 traced ones to 9 ms (2 ms rest, 7 ms
+    in mosaic()). Other is 6 ms a sample, as the untraced fetches took, split 2 : 7; adding
+    the traced fetches' time would make it 7.5 ms, a quarter of it the hook's own."""
+    raw = RawStageTotals(
+        stage_seconds={OTHER: 0.030, OTHER_TRACED: 0.010, CALLEE_PREFIX + "mosaic()": 0.035},
+        samples=10,
+        batches=1,
+        sample_times={
+            OTHER: [0.006] * 5,
+            OTHER_TRACED: [0.002] * 5,
+            CALLEE_PREFIX + "mosaic()": [0.007] * 5,
+        },
+    )
+    table = {s.name: s for s in build_stage_table(raw, [])}
+    assert table["mosaic()"].ms_per_sample == pytest.approx(6.0 * 7 / 9)
+    assert table[OTHER].ms_per_sample + table["mosaic()"].ms_per_sample == pytest.approx(6.0)
+
+
 def test_one_stall_in_a_traced_fetch_does_not_take_the_split_over():
     """10 traced samples: mosaic() 3 ms each but one stalled for 50 ms; the rest 1 ms each.
     Capped at its 95th percentile, mosaic() weighs 30 ms against 10 ms of rest, so the

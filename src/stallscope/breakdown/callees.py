@@ -14,16 +14,16 @@ own time away from it, so every row stays exclusive and the shares still add up 
 
 The hook costs a Python call per function call or return while it is active (about
 0.1 ms per sample on ``tests/pipelines/stages_injected.py``, whose ``__getitem__`` makes a
-dozen Python-heavy calls). So only
-every ``TRACE_EVERY``-th fetch is traced, and there the rest of ``__getitem__`` is
-recorded as ``OTHER_TRACED``; the table splits the whole ``other`` time of all fetches
-in the proportions the traced ones measured (``table._break_out_calls``), so the
-other stages, and ``other`` with its calls taken together, are timed on fetches the
-hook did not slow down. The hook is also switched off inside known stages (the
-recorder pauses it there: library internals such as Pillow's or a transform's are not
-watched) and stays on only at the level of ``__getitem__`` and inside its first-level
-calls. Thin wrappers that index another dataset (``Subset.__getitem__``) are seen
-through: the inner ``__getitem__`` is watched.
+dozen Python-heavy calls; a third of the fetch on a ``__getitem__`` that indexes pandas
+frames). So only every ``TRACE_EVERY``-th fetch is traced, and there the rest of
+``__getitem__`` is recorded as ``OTHER_TRACED``; the table reads the whole ``other`` time
+per sample off the untraced fetches and splits it in the proportions the traced ones
+measured (``table._break_out_calls``), so the other stages, and ``other`` with its calls
+taken together, are timed on fetches the hook did not slow down. The hook is also
+switched off inside known stages (the recorder pauses it there: library internals such as
+Pillow's or a transform's are not watched) and stays on only at the level of
+``__getitem__`` and inside its first-level calls. Thin wrappers that index another dataset
+(``Subset.__getitem__``) are seen through: the inner ``__getitem__`` is watched.
 """
 
 from __future__ import annotations

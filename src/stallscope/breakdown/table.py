@@ -172,25 +172,31 @@ def _break_out_calls(
     traced_rest: float,
     sample_times: dict[str, list[float]],
 ) -> None:
-    """Split ``other`` of all fetches (the untraced ones' row, plus the traced ones' rest
-    and calls) in the proportions the traced fetches measured (NOTE in callees.py); insert
-    the calls holding ``CALLEE_MIN_SHARE`` of the total after ``other``, largest first,
-    and put the time of the others back into ``other``.
+    """Split ``other`` of all fetches in the proportions the traced fetches measured (NOTE in
+    callees.py); insert the calls holding ``CALLEE_MIN_SHARE`` of the total after ``other``,
+    largest first, and put the time of the others back into ``other``.
+
+    ``other`` of all fetches is read off the untraced ones, per sample, where there are both: the
+    hook costs a Python call per call and return, so a traced fetch of a ``__getitem__`` that
+    makes many small calls (pandas indexing) takes far longer than the fetch itself (a third
+    longer on a pytorch-forecasting ``TimeSeriesDataSet``), and adding the traced fetches' time
+    would put the hook's own cost into the table.
 
     Only part of the fetches is traced, so one stall in a traced fetch (the machine busy
     elsewhere) would count several times over in its call's estimate: the proportions use
-    each part's per-sample times capped at their 95th percentile. ``other`` as a whole
-    keeps every stall, once."""
+    each part's per-sample times capped at their 95th percentile."""
     at = next(i for i, row in enumerate(rows) if row[0] == OTHER)
     name, untraced, kind = rows[at]
     traced = traced_rest + sum(calls.values())
-    whole = untraced + traced
+    plain = len(sample_times.get(OTHER) or ())  # fetches without the hook
+    hooked = len(sample_times.get(OTHER_TRACED) or ())
+    whole = untraced * (plain + hooked) / plain if plain and hooked else untraced + traced
     weights = {n: ms * _robust_fraction(sample_times.get(n)) for n, ms in calls.items()}
     rest_weight = traced_rest * _robust_fraction(sample_times.get(OTHER_TRACED))
     weighed = rest_weight + sum(weights.values())
     scale = whole / weighed if weighed > 0 else 0.0
     estimated = {n: w * scale for n, w in weights.items()}
-    total = sum(ms for _, ms, _ in rows) + traced
+    total = sum(ms for _, ms, _ in rows) - untraced + whole
     kept = sorted(
         ((n, ms) for n, ms in estimated.items() if ms >= CALLEE_MIN_SHARE * total),
         key=lambda c: -c[1],
