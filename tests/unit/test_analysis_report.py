@@ -101,7 +101,12 @@ def test_epoch_estimate_is_length_over_rate():
     epoch = an.epoch_estimate(bench_record())
     assert epoch.length == 1000
     best, baseline = epoch.rows
-    assert (best.role, best.seconds, best.batches, best.startup_s) == ("best", 4.0, 100, 0.5)
+    assert (best.role, best.seconds, best.batches, best.startup_s) == (
+        "fastest in the sweep",
+        4.0,
+        100,
+        0.5,
+    )
     assert (baseline.role, baseline.seconds) == ("baseline", 10.0)
     assert epoch.saving_s == 6.0
 
@@ -119,7 +124,12 @@ def test_memory_facts_scales_batch_bytes_to_the_batch_size():
     record["results"][1]["config"] = cfg(4, bs=20, pf=3)
     budget = an.memory_facts(record)
     row = budget.rows[0]
-    assert (row.role, row.workers, row.prefetch_factor, row.batch_size) == ("best", 4, 3, 20)
+    assert (row.role, row.workers, row.prefetch_factor, row.batch_size) == (
+        "fastest in the sweep",
+        4,
+        3,
+        20,
+    )
     assert row.batch_bytes == 2000.0  # 1000 bytes at batch size 10 -> 2000 at 20
     assert row.in_flight_batches == 12
     assert row.in_flight_bytes == 24000.0
@@ -403,6 +413,12 @@ def test_the_tuner_pick_stands_when_it_raced_the_sweeps_best():
     ]
     best = an.best_configuration(_doctor_record(231.0, raced))
     assert best.source == "tune" and best.label == "w=3 bs=10 pf=2" and best.overruled is None
+    # The epoch and memory tables name it as the verdict does: the pick, never "best".
+    assert [row.role for row in an.epoch_estimate(_doctor_record(231.0, raced)).rows] == [
+        "pick",
+        "baseline",
+    ]
+    assert an.memory_facts(_doctor_record(231.0, raced)).rows[0].role == "pick"
     facts = an.tuning_facts(_doctor_record(231.0, raced))
     assert [(r.label, r.role, r.rounds) for r in facts.head_to_head] == [
         ("w=3 bs=10 pf=2", "tuner", 3),
@@ -444,3 +460,4 @@ def test_keep_yours_recommends_the_users_own_config():
     v = an.verdict(record)
     assert v.label == "near-optimal" and v.values["keep_baseline"] and v.values["within_pct"] == 1.0
     assert [r.id for r in an.recommendations(record)] == ["keep-yours"]
+    assert [row.role for row in an.epoch_estimate(record).rows] == ["yours, kept"]

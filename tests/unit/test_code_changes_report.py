@@ -151,3 +151,16 @@ def test_console_prints_the_table_and_the_diff_of_a_change_worth_it():
     assert "Code changes, applied and measured against the knob config they raced" in text
     assert "image.draft(" in text and "1.41×" in text
     assert "not applied: Integer transfer" in text
+
+
+@pytest.mark.parametrize("fmt", ["md", "html"])
+def test_a_run_where_no_change_applied_says_so_and_no_race(fmt):
+    # Nothing applied (a dataset of an installed package's class): no race of 0 items in 0 rounds.
+    data = record()
+    data["code_changes"] = []
+    data["code_changes_run"].update(items=0, rounds=0)
+    text = (
+        MarkdownRenderer().render(data) if fmt == "md" else HTMLRenderer(plots=False).render(data)
+    )
+    assert "Integer transfer" in text and "no transform turns a uint8 image" in text
+    assert "0 interleaved rounds" not in text and "raced against the knob config" not in text

@@ -103,3 +103,21 @@ def test_the_tuner_keeps_to_what_a_call_of_the_factory_can_set(takes_persistent)
     assert space.persistent_workers  # still measured
     assert space.persistent_in_pick is takes_persistent and space.can_persist is takes_persistent
     assert "make_loader()" in note and ("advised apart" in note) is not takes_persistent
+
+
+def test_code_that_sets_in_order_false_says_what_it_does_besides_the_rate():
+    # A factory's own call with the attribute set after it, and a DataLoader call: both say it.
+    from stallscope.render.loader_snippet import ORDER_NOTE
+
+    pipeline = load_target(own_factory.make_loader)
+    pick = pipeline.baseline.replace(num_workers=2, in_order=False)
+    snippet = build_snippet(pick, call=pipeline.call, baseline=pipeline.baseline)
+    assert "in_order" in snippet.changed
+    code = render_python(snippet)
+    assert f"# note: {ORDER_NOTE}" in code and "in_order = False" in code
+    plain = build_snippet(
+        pick.replace(in_order=True), call=pipeline.call, baseline=pipeline.baseline
+    )
+    assert ORDER_NOTE not in render_python(plain)
+    rebuilt = build_snippet(pick, baseline=pipeline.baseline)
+    assert "in_order=False" in render_python(rebuilt) and ORDER_NOTE in rebuilt.notes

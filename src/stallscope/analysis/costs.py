@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from ..record.model import BenchResult
-from .facts import CpuRow, CpuUse, EpochEstimate, EpochRow, MemoryFacts, MemoryRow
+from .facts import BestConfig, CpuRow, CpuUse, EpochEstimate, EpochRow, MemoryFacts, MemoryRow
 from .invariants import ran_label
 from .readers import (
     MIB,
@@ -29,13 +29,22 @@ def dataset_length(r: Record) -> int | None:
     )
 
 
+def _role(best: BestConfig) -> str:
+    """The verdict's config in words the verdict uses, never "best" (NOTE [invariants])."""
+    if best.keep_baseline:
+        return "yours, kept"
+    return "pick" if best.source == "tune" else "fastest in the sweep"
+
+
 def epoch_estimate(r: Record) -> EpochEstimate | None:
     """Epoch time = dataset length / steady-state rate, for the best and the baseline configs."""
     length = dataset_length(r)
     best = best_configuration(r)
     if length is None or best is None or best.samples_per_s <= 0:
         return None
-    rows = [_epoch_row(r, "best", best.label, best.config, best.samples_per_s, length, best.result)]
+    rows = [
+        _epoch_row(r, _role(best), best.label, best.config, best.samples_per_s, length, best.result)
+    ]
     # "Keep yours": the best row is the user's own config already.
     if best.baseline is not None and best.baseline.samples_per_s > 0 and not best.keep_baseline:
         base = best.baseline
@@ -99,7 +108,7 @@ def memory_facts(r: Record) -> MemoryFacts | None:
     candidates: list[tuple[str, str, dict[str, Any], BenchResult | None]] = []
     best = best_configuration(r)
     if best is not None and workers_of(best.config) > 0:
-        candidates.append(("best", best.label, best.config, best.result))
+        candidates.append((_role(best), best.label, best.config, best.result))
     rows = [_memory_row(r, *c, shm=shm, ram=ram) for c in candidates]
     measured = [res for res in ok_results(r) if workers_of(res.config) > 0]
     if measured:

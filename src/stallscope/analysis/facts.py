@@ -237,7 +237,7 @@ class TrainingFacts:
 
 @dataclass
 class EpochRow:
-    role: str  # "best" or "baseline"
+    role: str  # "pick", "yours, kept" (the verdict keeps the user's config) or "baseline"
     label: str
     samples_per_s: float
     seconds: float
@@ -255,7 +255,7 @@ class EpochEstimate:
 
 @dataclass
 class MemoryRow:
-    role: str  # "best" or "largest"
+    role: str  # "pick", "yours, kept" or "largest"
     label: str
     workers: int
     prefetch_factor: int

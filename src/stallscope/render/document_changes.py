@@ -16,7 +16,7 @@ def code_changes_section(
     facts: CodeChangeFacts, r: dict[str, Any]
 ) -> tuple[dm.Section | None, dm.Text | None]:
     blocks: list[dm.Block] = []
-    if facts.pick_label:
+    if facts.pick_label and facts.rounds > 0:  # a run that raced no change has no race to say
         text = (
             "Each change was applied inside stallscope's probes (your files were not touched) and "
             "raced against the knob config "

@@ -27,6 +27,7 @@ def render_python(snippet: Snippet, *, comment: str | None = None) -> str:
     knobs."""
     lines = _comment_lines(comment)
     if snippet.form == "attributes":
+        lines += [f"# note: {note}" for note in snippet.notes]
         lines += snippet.imports + [""] + snippet.prelude
         was = {c.name: c.before for c in snippet.changes}
         for name, source in snippet.arguments:

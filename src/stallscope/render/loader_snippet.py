@@ -52,6 +52,13 @@ class Change:
         return {"name": self.name, "before": self.before, "after": self.after}
 
 
+# What in_order=False changes besides the rate, said wherever the code sets it.
+ORDER_NOTE = (
+    "in_order=False hands over batches as the workers finish them: each batch holds the same "
+    "samples, but the order of the batches varies from run to run"
+)
+
+
 @dataclass
 class Snippet:
     """The loader call to write, argument by argument, and what changed."""
@@ -69,6 +76,10 @@ class Snippet:
     # wrapper): the code builds the DataLoader, puts it there and measures the wrapper's output,
     # as trials do.
     loader_path: str = ""
+
+    def __post_init__(self) -> None:
+        if "in_order" in self.changed and ORDER_NOTE not in self.notes:
+            self.notes.append(ORDER_NOTE)  # what the change does besides the rate
 
     @property
     def changed(self) -> list[str]:
