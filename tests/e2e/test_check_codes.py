@@ -306,20 +306,11 @@ def test_in_process_trials_leave_a_lazy_handle_off_the_dataset_spawn_workers_get
     # on first use must land on a copy, or the spawn trial after it cannot pickle the dataset
     # (an h5py reader failed 'h5py objects cannot be pickled' at w=2 under spawn).
     from stallscope.target import load_target
-    from stallscope.throughput.sweep import bench
     from stallscope.tuning.profiling import profile_pipeline
 
     pipeline = load_target(cd.lazy_handle)
     profile_pipeline(pipeline, max_seconds=0.2)
-    result = bench(
-        pipeline,
-        num_workers=[0, 1],
-        multiprocessing_context="spawn",
-        repeats=1,
-        min_window_s=0.2,
-    )
-    assert [r.error for r in result.results] == [None, None]
-    assert pipeline.dataset.handle is None
+    _sweep_in_process_then_spawn(pipeline)
     # A batched-fetch trial in this process (the tuner's w=0 batched variant) fetches from a copy.
     from stallscope.pipeline.loaders import build_loader
 
@@ -332,16 +323,18 @@ def test_in_process_trials_of_the_users_own_loader_class_leave_a_lazy_handle_off
     # The same for a DataLoader subclass given as it is: its trials are copies of it, and a w=0
     # copy fetches from a copy of the dataset, not from the one the spawn trial pickles.
     from stallscope.target import load_target
-    from stallscope.throughput.sweep import bench
 
     pipeline = load_target(cd.lazy_handle_own_loader())
     assert type(pipeline.kind).__name__ == "CopiedLoaderKind"
+    _sweep_in_process_then_spawn(pipeline)
+
+
+def _sweep_in_process_then_spawn(pipeline) -> None:
+    """w=0 then a spawn trial: both measured, and the user's dataset still holds no handle."""
+    from stallscope.throughput.sweep import bench
+
     result = bench(
-        pipeline,
-        num_workers=[0, 1],
-        multiprocessing_context="spawn",
-        repeats=1,
-        min_window_s=0.2,
+        pipeline, num_workers=[0, 1], multiprocessing_context="spawn", repeats=1, min_window_s=0.2
     )
     assert [r.error for r in result.results] == [None, None]
     assert pipeline.dataset.handle is None
