@@ -26,5 +26,5 @@ def test_a_helper_that_keeps_nothing_is_not_growth():
     result = ss.check(hp.steady_helper, only=["memory-growth"], budget=12)
     assert not result.by_code("memory-growth")
     series = result.probes["memory"]["workers_memory"]
-    assert series and all(len(w["points"][-1]) == 6 for w in series)  # the helper was read
+    assert series and all(len(w["points"][-1]) == 7 for w in series)  # the helper was read
     assert all(w["points"][-1][5] > 0 for w in series)

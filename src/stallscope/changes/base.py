@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import describe_exception
-from ..pipeline.structure import describe_structure
+from ..pipeline.structure import describe_structure, fetch_for_collate
 from ..pipeline.verify import skeleton
 from .anatomy import (
     Anatomy,
@@ -128,8 +128,8 @@ def batches(
     out = []
     with seeded(seed):
         for b in range(count):
-            items = [dataset[i % length] for i in range(b * size, (b + 1) * size)]
-            batch = pipeline.collate(items)
+            indices = [i % length for i in range(b * size, (b + 1) * size)]
+            batch = pipeline.collate(fetch_for_collate(dataset, indices))
             out.append(main_step(batch) if main_step is not None else batch)
     return out
 

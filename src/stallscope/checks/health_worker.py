@@ -96,12 +96,18 @@ def _collate(
     items: list[Any],
     indices: list[Any],
     report_structure: bool,
+    *,
+    source: Any = None,
 ) -> None:
-    from ..pipeline.structure import describe_structure, nbytes
+    """Collate what a DataLoader would hand the collate: ``items``, or where ``source`` is a
+    dataset with its own ``__getitems__``, what that returns for ``indices`` (each index was
+    fetched alone: a failure of the whole batch is the collate step's)."""
+    from ..pipeline.structure import describe_structure, fetch_for_collate, nbytes
 
-    start = time.perf_counter()
     try:
-        batch = collate(items)
+        given = fetch_for_collate(source, indices) if source is not None else items
+        start = time.perf_counter()
+        batch = collate(given)
     except Exception as exc:
         conn.send(
             msg.CollateFailed(
@@ -128,13 +134,20 @@ def _fetch_indices(
     do_collate: bool,
     first: bool,
 ) -> None:
+    from ..pipeline.threaded import own_batched_fetch
+
+    # A dataset with its own __getitems__ is fetched as torch fetches it, never by __getitem__:
+    # each index as a batch of one here, and the batch to collate in one call (what it returns
+    # is what its collate expects, not necessarily a list).
+    batched = bool(own_batched_fetch(dataset))
+    fetch = (lambda i: dataset.__getitems__([i])) if batched else dataset.__getitem__
     items: list[Any] = []
     fetched: list[int] = []
     for index in indices:
         conn.send(msg.Started(index))
         start = time.perf_counter()
         try:
-            item = dataset[index]
+            item = fetch(index)
         except Exception as exc:
             seconds = time.perf_counter() - start
             conn.send(
@@ -152,7 +165,7 @@ def _fetch_indices(
             items.append(item)
             fetched.append(index)
     if do_collate and items:
-        _collate(conn, collate, items, fetched, first)
+        _collate(conn, collate, items, fetched, first, source=dataset if batched else None)
 
 
 def health_worker(

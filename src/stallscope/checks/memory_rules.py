@@ -50,13 +50,16 @@ COW_MIN_HEAP_MB = 8.0
 
 
 def _native(p: list[float]) -> float:
-    """RSS minus the Python heap and tracemalloc's own bookkeeping, plus the memory of the
-    processes the worker started (``p[5]``, where the point has it)."""
+    """RSS minus the Python heap and tracemalloc's own bookkeeping and minus the pages of files
+    and shared memory it maps (``p[6]``: a memory-mapped dataset's file grows the RSS by what
+    was read, page cache the kernel can drop), plus the memory of the processes the worker
+    started (``p[5]``), where the point has them."""
     return (
         float(p[2])
         - float(p[1])
         - (float(p[4]) if len(p) > 4 else 0.0)
         + (float(p[5]) if len(p) > 5 else 0.0)
+        - (float(p[6]) if len(p) > 6 else 0.0)
     )
 
 

@@ -36,14 +36,19 @@ judges a stream that ended at least twice by those readings only.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import time
 import tracemalloc
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from torch.utils.data import Dataset, IterableDataset
+
+from ..pipeline.structure import fetch_for_collate
+from ..pipeline.threaded import own_batched_fetch
 
 MB = 1024 * 1024
 SITES_AT_POINTS = frozenset({6, 16, 32, 48, 96, 192})
@@ -68,7 +73,6 @@ def container_sizes(dataset: Any, *, depth: int = 2) -> dict[str, list[int]]:
     ``len()``; ``bytes`` is the payload of arrays and tensors, else the
     container's own size (not what it points to).
     """
-    import sys
     import types
 
     arrays = _array_types()
@@ -107,6 +111,29 @@ def container_sizes(dataset: Any, *, depth: int = 2) -> dict[str, list[int]]:
     return sizes
 
 
+# NOTE [tracing and the allocator]
+# tracemalloc's own tables grow as it traces, and glibc raises its mmap threshold to the size of
+# any mmap-served block that is freed (up to 32 MiB): once a table outgrows a batch, the batches'
+# tensors (8 MiB of floats for 32 rows of 64 KiB) come from the heap instead of mmap, and the
+# heap keeps what they free. A worker with large batches then grew by about 370 MiB over its first
+# 45 batches before levelling off, traced, and not at all untraced: memory growth of the probe's
+# own making, read as a leak. The threshold is pinned to glibc's default (128 KiB, which also
+# turns its adjustment off) before tracing starts, so batches are served as in an untraced worker.
+_M_MMAP_THRESHOLD = -3
+_GLIBC_MMAP_THRESHOLD = 128 * 1024
+
+
+def _pin_mmap_threshold() -> None:
+    """Pin glibc's mmap threshold (NOTE [tracing and the allocator]); nothing elsewhere."""
+    import ctypes
+
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        mallopt = ctypes.CDLL(None).mallopt
+        mallopt(_M_MMAP_THRESHOLD, _GLIBC_MMAP_THRESHOLD)
+
+
 class _WorkerState:
     """Per worker process: created at the first fetch there."""
 
@@ -119,18 +146,22 @@ class _WorkerState:
         self.points = 0
         self.t0 = time.perf_counter()
         if not tracemalloc.is_tracing():
+            _pin_mmap_threshold()
             tracemalloc.start(TRACE_FRAMES)
         self.containers_start = container_sizes(dataset)
 
     def reading(self) -> list[float]:
-        """``[samples, python_heap_mb, rss_mb, t, tracemalloc_mb, children_mb]`` now."""
+        """``[samples, python_heap_mb, rss_mb, t, tracemalloc_mb, children_mb, mapped_mb]`` now;
+        ``mapped_mb``: the part of the RSS that is pages of files and shared memory (a memory-mapped
+        dataset's file read through: page cache the kernel can drop, no leak)."""
         from ..runtime.processes import descendants, own_memory_mb
 
         heap, _ = tracemalloc.get_traced_memory()
         try:
-            rss = self.proc.memory_info().rss
+            info = self.proc.memory_info()
+            rss, mapped = info.rss, getattr(info, "shared", 0)
         except Exception:  # psutil.Error: /proc unreadable
-            rss = 0
+            rss = mapped = 0
         children = own_memory_mb(descendants(self.proc))["own_mb"]
         return [
             self.count,
@@ -139,6 +170,7 @@ class _WorkerState:
             round(time.perf_counter() - self.t0, 3),
             round(tracemalloc.get_tracemalloc_memory() / MB, 3),
             round(children, 3),
+            round(mapped / MB, 3),
         ]
 
     def point(self, dataset: Any) -> dict[str, Any]:
@@ -213,6 +245,10 @@ class ProbedDataset(Dataset[Any]):
     def __init__(self, dataset: Any, every: int) -> None:
         self.dataset = dataset
         self.every = max(1, every)
+        if not own_batched_fetch(dataset):
+            # torch fetches item by item where the user's dataset does: it checks the attribute,
+            # so the method is shadowed per instance on purpose.
+            self.__getitems__ = None  # type: ignore[method-assign,assignment]
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -222,6 +258,23 @@ class ProbedDataset(Dataset[Any]):
         start = time.perf_counter()
         item = self.dataset[index]
         return item, _record(self.dataset, index, time.perf_counter() - start, self.every)
+
+    def __getitems__(self, indices: list[Any]) -> FetchedBatch:
+        """A batch as torch fetches it from a dataset with its own ``__getitems__``, each index
+        with its record (the batch's time shared out)."""
+        _state(self.dataset)
+        start = time.perf_counter()
+        batch = fetch_for_collate(self.dataset, indices)
+        seconds = (time.perf_counter() - start) / max(1, len(indices))
+        return FetchedBatch(batch, [_record(self.dataset, i, seconds, self.every) for i in indices])
+
+
+class FetchedBatch(NamedTuple):
+    """What the user's ``__getitems__`` returned for a batch (its collate's input), and the
+    records of its indices."""
+
+    batch: Any
+    records: list[dict[str, Any]]
 
 
 class ProbedIterable(IterableDataset[Any]):
@@ -270,5 +323,9 @@ class ProbedCollate:
     def __init__(self, collate: Callable[[list[Any]], Any]) -> None:
         self.collate = collate
 
-    def __call__(self, pairs: list[tuple[Any, dict[str, Any]]]) -> tuple[Any, list[dict[str, Any]]]:
+    def __call__(
+        self, pairs: list[tuple[Any, dict[str, Any]]] | FetchedBatch
+    ) -> tuple[Any, list[dict[str, Any]]]:
+        if isinstance(pairs, FetchedBatch):
+            return self.collate(pairs.batch), pairs.records
         return self.collate([item for item, _ in pairs]), [meta for _, meta in pairs]

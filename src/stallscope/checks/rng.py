@@ -59,8 +59,9 @@ def _feed(h: Any, obj: Any, depth: int = 0) -> None:
         h.update(f"A{obj.shape}{obj.dtype}".encode())
         h.update(obj.tobytes() if obj.dtype != object else repr(obj.tolist()).encode())
         return
-    if isinstance(obj, Mapping):  # dict, BatchEncoding, UserDict
-        for key in sorted(obj, key=repr):
+    if isinstance(obj, Mapping):  # dict, BatchEncoding, UserDict, TensorDict
+        # keys(), not iteration: a TensorDict iterates over its batch dimension
+        for key in sorted(obj.keys(), key=repr):
             h.update(repr(key).encode())
             _feed(h, obj[key], depth + 1)
         return
@@ -243,7 +244,13 @@ class RngProbeCollate:
         return {
             "worker": info.id if info is not None else -1,
             "pid": os.getpid(),
-            "digests": [sample_digest(item) for item in items],
+            # a dataset's own __getitems__ may hand over the batch itself (a TensorDict): one
+            # digest of it then, as of a batch the loader made
+            "digests": (
+                [sample_digest(item) for item in items]
+                if isinstance(items, list)
+                else [sample_digest(items)]
+            ),
             "globals": global_fingerprints(),
             "attributes": {
                 path: rng_fingerprint(resolve(dataset, steps)) for path, steps in self.attributes

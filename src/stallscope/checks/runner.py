@@ -632,7 +632,7 @@ class CheckRun:
         self.probe_status["shm"] = "done"
 
     def _batch_bytes_in_process(self) -> int | None:
-        from ..pipeline.structure import as_built, nbytes
+        from ..pipeline.structure import as_built, fetch_for_collate, nbytes
 
         dataset = as_built(self.pipeline.dataset)  # what the fetch sets stays off the user's one
         try:
@@ -644,7 +644,9 @@ class CheckRun:
                         break
             else:
                 good = self._good_indices(limit=10_000)[: self.batch_size]
-                items = [dataset[i] for i in good]
+                if not good:
+                    return None
+                return nbytes(self.pipeline.collate(fetch_for_collate(dataset, good)))
             return nbytes(self.pipeline.collate(items)) if items else None
         except Exception as exc:
             self.notes.append(

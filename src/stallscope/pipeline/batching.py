@@ -45,7 +45,7 @@ from torch.utils.data import (
 from torch.utils.data._utils.collate import default_collate, default_convert
 
 from ..config import LoaderConfig
-from .structure import as_built
+from .structure import as_built, fetch_for_collate
 from .threaded import equal_arrays
 
 # Where batched_loader caches the validated fetcher on a Pipeline.
@@ -101,9 +101,7 @@ class ItemsFetch:
         self.collate = collate
 
     def __call__(self, dataset: Any, indices: Sequence[int]) -> Any:
-        getitems = getattr(dataset, "__getitems__", None)
-        items = getitems(list(indices)) if getitems else [dataset[i] for i in indices]
-        return (self.collate or default_collate)(items)
+        return (self.collate or default_collate)(fetch_for_collate(dataset, indices))
 
 
 class BatchedDataset(Dataset[Any]):

@@ -10,7 +10,8 @@ from typing import Any
 
 from ..errors import PipelineError, UsageError, describe_exception
 from .kinds import close_trial
-from .structure import as_built, batch_length, describe_structure, nbytes
+from .structure import as_built, batch_length, describe_structure, fetch_for_collate, nbytes
+from .threaded import own_batched_fetch
 
 
 @dataclass
@@ -54,6 +55,7 @@ def preflight(pipeline: Any, *, items: int | None = None) -> Preflight:
     want = min(bs, items or bs)
     samples: list[Any] = []
     dataset = as_built(pipeline.dataset)
+    fetched: Any = samples  # what the collate gets, as a DataLoader hands it over
     start = time.perf_counter()
     if pipeline.is_iterable or length is None:
         try:
@@ -65,15 +67,29 @@ def preflight(pipeline: Any, *, items: int | None = None) -> Preflight:
             raise PipelineError(f"iterating the dataset raised {describe_exception(exc)}.") from exc
         if not samples:
             raise UsageError("the dataset is empty: iterating it yielded nothing.")
+    elif own_batched_fetch(dataset):
+        # torch fetches a batch with the dataset's own __getitems__, never item by item, and
+        # what it returns need not be a list (fetch_for_collate).
+        try:
+            fetched = fetch_for_collate(dataset, range(want))
+        except Exception as exc:
+            raise PipelineError(
+                f"dataset.__getitems__ on the first {want} indices raised "
+                f"{describe_exception(exc)}."
+            ) from exc
+        # a list of items as torch documents it, else the batch it made itself (a dict of
+        # batched tensors, a TensorDict), described as it is
+        samples.append(fetched[0] if isinstance(fetched, list) and fetched else fetched)
     else:
         for index in range(want):
             try:
                 samples.append(dataset[index])
             except Exception as exc:
                 raise PipelineError(f"dataset[{index}] raised {describe_exception(exc)}.") from exc
-    per_item = (time.perf_counter() - start) / len(samples)
+    count = len(samples) if fetched is samples else want
+    per_item = (time.perf_counter() - start) / count
     try:
-        batch = pipeline.collate(samples)
+        batch = pipeline.collate(fetched)
     except Exception as exc:
         kinds = sorted({describe_structure(s) for s in samples})
         shown = "; ".join(kinds[:3]) + ("; ..." if len(kinds) > 3 else "")
@@ -86,7 +102,7 @@ def preflight(pipeline: Any, *, items: int | None = None) -> Preflight:
         length=length,
         item_structure=describe_structure(samples[0]),
         batch_structure=describe_structure(batch),
-        batch_bytes=nbytes(batch) * max(1, bs // max(1, len(samples))),
+        batch_bytes=nbytes(batch) * max(1, bs // count),
         seconds_per_item=per_item,
     )
 

@@ -20,7 +20,7 @@ import contextlib
 import copy
 import dataclasses
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 _MAX_DEPTH = 8  # nested deeper than this is not a batch: stop rather than recurse forever
@@ -80,6 +80,17 @@ def as_built(dataset: Any) -> Any:
         return shallow_copy(dataset)
     except Exception:
         return dataset
+
+
+def fetch_for_collate(dataset: Any, indices: Sequence[Any]) -> Any:
+    """What a DataLoader hands its collate for one batch of a map-style dataset: the dataset's
+    own ``__getitems__(indices)`` where it has one (torch's fetcher calls it instead of
+    ``__getitem__``, and what it returns need not be a list: a ``TensorDict`` returns the batch
+    itself, for an identity collate), else the list of its items."""
+    getitems = getattr(dataset, "__getitems__", None)
+    if getitems:
+        return getitems(list(indices))
+    return [dataset[i] for i in indices]
 
 
 def to_device(obj: Any, device: Any, *, non_blocking: bool = False) -> Any:

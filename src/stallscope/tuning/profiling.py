@@ -17,7 +17,8 @@ from typing import Any
 
 from ..errors import PipelineError, UsageError
 from ..pipeline.batching import FetcherCheck, vectorised_fetcher
-from ..pipeline.structure import as_built, nbytes
+from ..pipeline.structure import as_built, batch_length, fetch_for_collate, nbytes
+from ..pipeline.threaded import own_batched_fetch
 from ..target import Pipeline
 from .space import Profile
 
@@ -37,10 +38,18 @@ def profile_pipeline(
     length = pipeline.length()
     want = max(4, min(max_items, 2 * bs))
     dataset = as_built(pipeline.dataset)  # what the fetches set stays off the user's object
-    items, walls, cpus, own = _timed_items(pipeline, dataset, length, want, max_seconds)
-    if not items:
-        raise UsageError("the dataset yielded no items to profile.")
-    batch_items = items[:bs]
+    if length and not pipeline.is_iterable and own_batched_fetch(dataset):
+        # torch fetches a batch at a time from it: so is it timed (per sample), and its collate
+        # gets what the batch fetch returns
+        batch_items, walls, cpus, own = _timed_batches(dataset, length, bs, want, max_seconds)
+        timed = len(walls) * max(1, min(bs, length))
+    else:
+        items, walls, cpus, own = _timed_items(pipeline, dataset, length, want, max_seconds)
+        if not items:
+            raise UsageError("the dataset yielded no items to profile.")
+        batch_items = items[:bs]
+        timed = len(walls)
+    fetched = batch_length(batch_items) if not isinstance(batch_items, list) else len(batch_items)
     # Best of three: the first call pays allocation and thread-pool start-up, and on a busy
     # machine torch's intra-op threads can stall a single call by a whole time slice.
     timings = []
@@ -49,12 +58,10 @@ def profile_pipeline(
         try:
             batch = pipeline.collate(batch_items)
         except Exception as exc:  # preflight normally catches this first
-            raise PipelineError(
-                f"the collate function failed on {len(batch_items)} items: {exc}"
-            ) from exc
+            raise PipelineError(f"the collate function failed on {fetched} items: {exc}") from exc
         timings.append(time.perf_counter() - start)
-    collate_s = min(timings) * bs / len(batch_items)
-    batch_bytes = int(nbytes(batch) * bs / len(batch_items))
+    collate_s = min(timings) * bs / max(1, fetched)
+    batch_bytes = int(nbytes(batch) * bs / max(1, fetched))
     # CPU share and jitter come from wall time less run-queue waits: being preempted on a busy
     # machine is neither waiting for data nor the source's jitter.
     own_wall = sum(own)
@@ -70,7 +77,7 @@ def profile_pipeline(
         spike=ordered[-1] / median if median > 0 else 1.0,
         map_style=not pipeline.is_iterable and length is not None,
         length=length,
-        items=len(walls),
+        items=timed,
     )
     check = None
     # Not with the user's own batch sampler: ss.make_loader, which a batched pick is emitted as,
@@ -152,6 +159,42 @@ def _run_queue_seconds() -> float:
             return int(f.read().split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+def _timed_batches(
+    dataset: Any, length: int, bs: int, want: int, max_seconds: float
+) -> tuple[Any, list[float], list[float], list[float]]:
+    """For a dataset with its own ``__getitems__``: what it returns for one batch (the collate's
+    input), and per batch fetched (at least 2, about ``want`` samples, within ``max_seconds``, after
+    one untimed), its wall time, CPU time and wall time less run-queue waits, per sample."""
+    size = max(1, min(bs, length))
+    stride = max(1, length // max(1, want // size + 2))
+    first: Any = None
+    walls: list[float] = []
+    cpus: list[float] = []
+    own: list[float] = []
+    deadline = time.perf_counter() + max_seconds
+    n = 0
+    while len(walls) < 2 or (len(walls) * size < want and time.perf_counter() < deadline):
+        start_at = (n * stride) % length
+        indices = [(start_at + k) % length for k in range(size)]
+        q0, w0, c0 = _run_queue_seconds(), time.perf_counter(), time.process_time()
+        try:
+            batch = fetch_for_collate(dataset, indices)
+        except Exception as exc:
+            raise PipelineError(
+                f"fetching indices {indices[0]}..{indices[-1]} with the dataset's own "
+                f"__getitems__ raised {type(exc).__name__}: {exc}"
+            ) from exc
+        w1, c1, q1 = time.perf_counter(), time.process_time(), _run_queue_seconds()
+        if n == 0:
+            first = batch  # untimed: lazy initialisation
+        else:
+            walls.append((w1 - w0) / size)
+            cpus.append((c1 - c0) / size)
+            own.append(max(1e-9, (w1 - w0) - (q1 - q0)) / size)
+        n += 1
+    return first, walls, cpus, own
 
 
 def _timed_items(
