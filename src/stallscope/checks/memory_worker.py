@@ -115,10 +115,11 @@ def container_sizes(dataset: Any, *, depth: int = 2) -> dict[str, list[int]]:
 # tracemalloc's own tables grow as it traces, and glibc raises its mmap threshold to the size of
 # any mmap-served block that is freed (up to 32 MiB): once a table outgrows a batch, the batches'
 # tensors (8 MiB of floats for 32 rows of 64 KiB) come from the heap instead of mmap, and the
-# heap keeps what they free. A worker with large batches then grew by about 370 MiB over its first
-# 45 batches before levelling off, traced, and not at all untraced: memory growth of the probe's
-# own making, read as a leak. The threshold is pinned to glibc's default (128 KiB, which also
-# turns its adjustment off) before tracing starts, so batches are served as in an untraced worker.
+# heap keeps what they free. A worker with 8 MiB batches then grew by about 370 MiB over its first
+# epoch (96 batches) before levelling off, traced, and not at all untraced: memory growth of the
+# probe's own making, read as a leak. The threshold is pinned to glibc's default (128 KiB, which
+# also turns its adjustment off) before tracing starts, so batches are served as in an untraced
+# worker.
 _M_MMAP_THRESHOLD = -3
 _GLIBC_MMAP_THRESHOLD = 128 * 1024
 
