@@ -56,6 +56,7 @@ def preflight(pipeline: Any, *, items: int | None = None) -> Preflight:
     samples: list[Any] = []
     dataset = as_built(pipeline.dataset)
     fetched: Any = samples  # what the collate gets, as a DataLoader hands it over
+    count = want  # the samples fetched
     start = time.perf_counter()
     if pipeline.is_iterable or length is None:
         try:
@@ -67,6 +68,7 @@ def preflight(pipeline: Any, *, items: int | None = None) -> Preflight:
             raise PipelineError(f"iterating the dataset raised {describe_exception(exc)}.") from exc
         if not samples:
             raise UsageError("the dataset is empty: iterating it yielded nothing.")
+        count = len(samples)
     elif own_batched_fetch(dataset):
         # torch fetches a batch with the dataset's own __getitems__, never item by item, and
         # what it returns need not be a list (fetch_for_collate).
@@ -86,7 +88,6 @@ def preflight(pipeline: Any, *, items: int | None = None) -> Preflight:
                 samples.append(dataset[index])
             except Exception as exc:
                 raise PipelineError(f"dataset[{index}] raised {describe_exception(exc)}.") from exc
-    count = len(samples) if fetched is samples else want
     per_item = (time.perf_counter() - start) / count
     try:
         batch = pipeline.collate(fetched)

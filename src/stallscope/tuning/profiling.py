@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import PipelineError, UsageError
 from ..pipeline.batching import FetcherCheck, vectorised_fetcher
-from ..pipeline.structure import as_built, batch_length, fetch_for_collate, nbytes
+from ..pipeline.structure import as_built, fetch_for_collate, nbytes
 from ..pipeline.threaded import own_batched_fetch
 from ..target import Pipeline
 from .space import Profile
@@ -41,15 +41,15 @@ def profile_pipeline(
     if length and not pipeline.is_iterable and own_batched_fetch(dataset):
         # torch fetches a batch at a time from it: so is it timed (per sample), and its collate
         # gets what the batch fetch returns
+        fetched = max(1, min(bs, length))  # samples in the batch the collate gets
         batch_items, walls, cpus, own = _timed_batches(dataset, length, bs, want, max_seconds)
-        timed = len(walls) * max(1, min(bs, length))
+        timed = len(walls) * fetched
     else:
         items, walls, cpus, own = _timed_items(pipeline, dataset, length, want, max_seconds)
         if not items:
             raise UsageError("the dataset yielded no items to profile.")
         batch_items = items[:bs]
-        timed = len(walls)
-    fetched = batch_length(batch_items) if not isinstance(batch_items, list) else len(batch_items)
+        fetched, timed = len(batch_items), len(walls)
     # Best of three: the first call pays allocation and thread-pool start-up, and on a busy
     # machine torch's intra-op threads can stall a single call by a whole time slice.
     timings = []
@@ -60,8 +60,8 @@ def profile_pipeline(
         except Exception as exc:  # preflight normally catches this first
             raise PipelineError(f"the collate function failed on {fetched} items: {exc}") from exc
         timings.append(time.perf_counter() - start)
-    collate_s = min(timings) * bs / max(1, fetched)
-    batch_bytes = int(nbytes(batch) * bs / max(1, fetched))
+    collate_s = min(timings) * bs / fetched
+    batch_bytes = int(nbytes(batch) * bs / fetched)
     # CPU share and jitter come from wall time less run-queue waits: being preempted on a busy
     # machine is neither waiting for data nor the source's jitter.
     own_wall = sum(own)
