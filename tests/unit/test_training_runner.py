@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from profile_synthetic import compute_bound, input_bound
+from profile_synthetic import input_bound
 from torch import nn
 
 from stallscope.analysis.training import profile_advice, profile_recommendations, verdict_for
@@ -102,15 +102,15 @@ def test_rank_shard_sampler_interleaves_ranks():
 
 
 def test_known_costs_give_the_true_stall_fraction():
-    # 4 items x 3 ms of data per batch (single process) vs 4 ms of compute.
-    pipeline = load_target(input_bound)
-    profile = run_profile(pipeline, steps=25, warmup=2, config=LoaderConfig(batch_size=4))
-    truth = 12 / (12 + 4)
-    assert abs(profile["stall_fraction"] - truth) < 0.05, profile["stall_fraction"]
+    # 4 items x 3 ms of data per batch (single process) vs 4 ms of compute, on the fake clock.
+    profile = _clocked_profile(item_s=0.003, compute_s=0.004, steps=25, warmup=2)
+    assert profile["stall_fraction"] == pytest.approx(12 / (12 + 4), abs=1e-4)
     assert verdict_for(profile["stall_fraction"]) == "input-bound"
     assert "verdict" not in profile  # the probe records; analysis judges (judged_profile)
     assert profile["steps"] == 25 and profile["total_steps"] == 27
     assert profile["train_step_call"] == "train_step(model, batch)"
+    # Free data: the replayed steps take their 4 ms of compute alone.
+    assert profile["what_if_speedup"] == pytest.approx(16 / 4, rel=1e-3)
     # Measurements only; the advice is analysis, over the record (its TARGET) or the profile.
     assert "recommendations" not in profile and "advice" not in profile
     recs = profile_recommendations(dict(profile, target="t.py:fn"))
@@ -142,11 +142,11 @@ def test_profile_warms_up_for_the_loaders_prefetch_by_default():
 
 
 def test_compute_dominated_target_is_compute_bound():
-    profile = run_profile(
-        load_target(compute_bound), steps=12, warmup=1, config=LoaderConfig(batch_size=4)
-    )
-    assert verdict_for(profile["stall_fraction"]) == "compute-bound", profile["stall_fraction"]
-    assert profile["what_if_speedup"] < 1.06
+    # Fetching is free on the fake clock; each step computes for 40 ms.
+    profile = _clocked_profile(item_s=0.0, compute_s=0.040, steps=12, warmup=1)
+    assert profile["stall_fraction"] == pytest.approx(0.0, abs=1e-9)
+    assert verdict_for(profile["stall_fraction"]) == "compute-bound"
+    assert profile["what_if_speedup"] == pytest.approx(1.0)
 
 
 class FakeClock:
@@ -158,17 +158,49 @@ class FakeClock:
 
 
 class ClockedDataset(torch.utils.data.Dataset):
-    """Items of shape (4,), each costing 1 ms of the fake clock to fetch."""
+    """Items of shape (4,), each costing ``cost_s`` of the fake clock to fetch."""
 
-    def __init__(self, clock: FakeClock) -> None:
+    def __init__(self, clock: FakeClock, cost_s: float = 0.001) -> None:
         self.clock = clock
+        self.cost_s = cost_s
 
     def __len__(self) -> int:
         return 64
 
     def __getitem__(self, index: int) -> torch.Tensor:
-        self.clock.t += 0.001
+        self.clock.t += self.cost_s
         return torch.zeros(4)
+
+
+class ClockedStep:
+    """A real model call that takes ``cost_s`` of the fake clock: known compute."""
+
+    def __init__(self, clock: FakeClock, cost_s: float) -> None:
+        self.clock = clock
+        self.cost_s = cost_s
+
+    def __call__(self, model: nn.Module, batch: torch.Tensor) -> None:
+        with torch.no_grad():
+            model(batch)
+        self.clock.t += self.cost_s
+
+
+def _clocked_profile(*, item_s: float, compute_s: float, steps: int, warmup: int) -> dict:
+    """``run_profile`` in one process on the fake clock: batches of 4 items."""
+    clock = FakeClock()
+    target = {
+        "dataset": ClockedDataset(clock, item_s),
+        "model": nn.Linear(4, 2),
+        "train_step": ClockedStep(clock, compute_s),
+        "batch_size": 4,
+    }
+    return run_profile(
+        load_target(target),
+        steps=steps,
+        warmup=warmup,
+        config=LoaderConfig(batch_size=4),
+        watch_options={"clock": clock},
+    )
 
 
 class FakeDevice:

@@ -22,6 +22,7 @@ nccl on CUDA) and rank 0 reports them.
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -287,6 +288,7 @@ def run_profile(
             step,
             cached,
             sync=sync_fn,
+            clock=options.get("clock") or time.perf_counter,  # the steps' own clock
             fixed_steps=2 * REPLAY_STEPS if info.world_size > 1 else None,
         )
         cached.clear()
