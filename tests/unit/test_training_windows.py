@@ -120,6 +120,9 @@ def _reading(**changes) -> SimpleNamespace:
         "workers_rss_mb": 400.0,
         "worker_rss_mb": [200.0, 200.0],
         "worker_uss_each": None,
+        "main_anon_mb": 250.0,
+        "worker_anon_mb": [120.0, 130.0],
+        "worker_dirty_each": None,
     }
     return SimpleNamespace(**{**reading, **changes})
 
@@ -156,6 +159,7 @@ def test_resource_readings_fold_into_their_window():
                 "main_cpu_percent": 70.0,
                 "main_rss_mb": 310.0,
                 "worker_uss_each": [90.0, 110.0],
+                "worker_dirty_each": [60.0, 70.0],
             }
         ),
     )
@@ -164,9 +168,10 @@ def test_resource_readings_fold_into_their_window():
     assert first["main_cpu_percent"] == 60.0  # mean of the readings in the window
     assert first["main_rss_mb"] == 310.0  # memory at the window's end: its latest reading
     assert first["worker_uss_mb"] == 100.0
+    assert first["main_anon_mb"] == 250.0
     assert first["workers"] == [
-        {"worker": 0, "rss_mb": 200.0, "uss_mb": 90.0},
-        {"worker": 1, "rss_mb": 200.0, "uss_mb": 110.0},
+        {"worker": 0, "rss_mb": 200.0, "anon_mb": 120.0, "uss_mb": 90.0, "dirty_mb": 60.0},
+        {"worker": 1, "rss_mb": 200.0, "anon_mb": 130.0, "uss_mb": 110.0, "dirty_mb": 70.0},
     ]
     assert rw.figures(1)["main_rss_mb"] == 320.0 and rw.figures(1)["worker_uss_mb"] is None
     assert rw.figures(7)["main_rss_mb"] is None
@@ -207,12 +212,32 @@ def test_a_steady_leak_is_growing_with_its_slope_per_hour_and_per_thousand_sampl
     ]  # 10 MB per window of 60 s and 1,000 samples (one worker)
     drift = memory_drift(memory_windows(flat, worker_rss=leak), pass_samples=3000)
     assert drift["verdict"] == "growing" and drift["growing"] == ["worker 0 RSS"]
-    worker = drift["workers"][0]["rss"]
+    worker = drift["workers"][0]["anon"]  # a record without anonymous readings: its RSS
     assert worker["mb_per_hour"] == pytest.approx(600.0)
     assert worker["mb_per_1000"] == pytest.approx(10.0)
     assert worker["grew_mb"] == 110.0 and worker["plateaued_after"] is None
     assert drift["main"]["verdict"] == "flat"
     assert drift["worst"]["process"] == "worker 0 RSS"
+
+
+def test_drift_is_judged_on_the_memory_a_process_made_not_the_pages_it_maps():
+    # A worker reading a memory-mapped file: its RSS and USS rise by 10 MB a window while its
+    # anonymous memory and private dirty pages stay put.
+    mapped = [200.0 + 10.0 * k for k in range(12)]
+    windows = memory_windows([500.0] * 12, worker_rss=mapped)
+    for k, w in enumerate(windows):
+        w["main_anon_mb"] = 300.0
+        w["workers"][0].update(anon_mb=80.0 + (k % 2), uss_mb=mapped[k] - 100, dirty_mb=40.0)
+    drift = memory_drift(windows, pass_samples=30_000)
+    assert drift["verdict"] == "flat" and drift["growing"] == [], drift
+    assert drift["workers"][0]["anon"]["grew_mb"] <= 1.0
+    # The same worker writing what it keeps: both measures grow, anonymous memory headlines.
+    for k, w in enumerate(windows):
+        w["workers"][0].update(anon_mb=80.0 + 10.0 * k, dirty_mb=40.0 + 10.0 * k)
+    drift = memory_drift(windows, pass_samples=30_000)
+    assert drift["growing"] == ["worker 0 anonymous", "worker 0 private dirty"]
+    assert drift["worst"]["process"] == "worker 0 anonymous"
+    assert drift["worst"]["mb_per_1000"] == pytest.approx(10.0)
 
 
 def test_growth_that_levels_off_is_plateaued_and_small_noise_is_flat():

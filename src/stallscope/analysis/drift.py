@@ -11,6 +11,12 @@ fitted against time for a rate per hour:
 - ``plateaued``: it grew, then levelled off (past ``PLATEAU_AFTER_PASSES`` passes over the data);
 - ``flat``: it never grew by the rule's minimum.
 
+What is judged is memory a process made, not pages it maps (NOTE [memory a
+process made]): per process its anonymous memory (RSS less the pages of files
+and shared memory), and per worker also its private dirty pages, which copies
+on write raise while its RSS stays flat. Records from before these readings
+are judged on RSS and USS.
+
 A worker's samples are the run's samples divided by the number of workers
 (a DataLoader hands batches to its workers in turn). Without a batch size the
 x axis is steps, and the per-1,000 figures are per 1,000 steps.
@@ -93,25 +99,24 @@ def memory_drift(
     xs = [float((w.end_samples if by_samples else w.end_step) or 0) for w in rows]
     hours = [float(w.end_s or 0.0) / 3600 for w in rows]
     pass_x = pass_samples if pass_samples else xs[-1] / PLATEAU_AFTER_PASSES
-    main = judge_channel(xs, hours, [w.main_rss_mb for w in rows], pass_x)
+    anon = _made([w.main_anon_mb for w in rows], [w.main_rss_mb for w in rows])
+    main = judge_channel(xs, hours, anon, pass_x)
     n_workers = max((len(w.workers) for w in rows), default=0)
     workers: list[dict[str, Any]] = []
+    channels: list[tuple[str, dict[str, Any] | None]] = [("main process", main)]
     for k in range(n_workers):
         share = [x / n_workers for x in xs]
-        rss = [w.worker(k).rss_mb for w in rows]
-        uss = [w.worker(k).uss_mb for w in rows]
-        workers.append(
-            {
-                "worker": k,
-                "rss": judge_channel(share, hours, rss, pass_x / n_workers),
-                "uss": judge_channel(share, hours, uss, pass_x / n_workers),
-            }
-        )
-    channels = [("main process", main)] + [
-        (f"worker {w['worker']} {kind.upper()}", w[kind])
-        for w in workers
-        for kind in ("rss", "uss")
-    ]
+        readings = [w.worker(k) for w in rows]
+        anon = _made([r.anon_mb for r in readings], [r.rss_mb for r in readings])
+        dirty = _made([r.dirty_mb for r in readings], [r.uss_mb for r in readings])
+        anon_judged = judge_channel(share, hours, anon, pass_x / n_workers)
+        dirty_judged = judge_channel(share, hours, dirty, pass_x / n_workers)
+        workers.append({"worker": k, "anon": anon_judged, "dirty": dirty_judged})
+        made = any(r.anon_mb is not None for r in readings)
+        channels += [
+            (f"worker {k} {'anonymous' if made else 'RSS'}", anon_judged),
+            (f"worker {k} {'private dirty' if made else 'USS'}", dirty_judged),
+        ]
     judged = [(name, ch) for name, ch in channels if ch is not None]
     if not judged:
         return {
@@ -142,16 +147,22 @@ def memory_drift(
     }
 
 
+def _made(made: list[float | None], whole: list[float | None]) -> list[float | None]:
+    """The readings of memory a process made where the record has them, else the older whole
+    readings (RSS, USS) of a record from before them."""
+    return made if any(v is not None for v in made) else whole
+
+
 def _worst(judged: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    """The channel to headline: a growing one first, RSS before USS (RSS holds the private pages
-    too, so the two grow alike and the headline would otherwise flip between them), then the largest
-    rate per hour."""
+    """The channel to headline: a growing one first, anonymous memory before private dirty pages
+    (an allocation raises both, so the headline would otherwise flip between them), then the
+    largest rate per hour."""
     order = {GROWING: 0, PLATEAUED: 1, FLAT: 2}
     name, ch = min(
         judged,
         key=lambda c: (
             order[c[1]["verdict"]],
-            c[0].endswith(" USS"),
+            c[0].endswith((" USS", " private dirty")),
             -(c[1]["mb_per_hour"] or 0.0),
         ),
     )

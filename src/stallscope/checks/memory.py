@@ -49,7 +49,7 @@ from typing import Any
 import psutil
 from torch.utils.data import Sampler
 
-from ..runtime.processes import stop_workers, worker_pids
+from ..runtime.processes import smaps_rollup_mb, stop_workers, worker_pids
 from .util import describe_worker_exception
 
 MB = 1024 * 1024
@@ -149,20 +149,6 @@ def python_heap(obj: Any, *, max_objects: int = 3_000_000, seconds: float = 2.0)
     return {"bytes": total, "objects": count, "complete": complete}
 
 
-def smaps_rollup_mb(pid: int) -> tuple[float, float] | None:
-    """``(Private_Dirty, Anonymous)`` of a process in MB (Linux); None where unreadable."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as handle:
-            fields = dict(
-                line.split(":", 1) for line in handle if ":" in line and not line[0].isdigit()
-            )
-        return int(fields["Private_Dirty"].split()[0]) / 1024, int(
-            fields["Anonymous"].split()[0]
-        ) / 1024
-    except (OSError, KeyError, ValueError, IndexError):
-        return None
-
-
 class _MemorySampler:
     """Per worker ``[samples_per_worker, rss_mb, uss_mb, t, private_dirty_mb, anonymous_mb]``
     points (the last two where ``/proc/PID/smaps_rollup`` is readable: NOTE [copy-on-write
@@ -223,7 +209,7 @@ class _MemorySampler:
                 ]
                 rollup = smaps_rollup_mb(pid)
                 if rollup is not None:
-                    point += [round(rollup[0], 3), round(rollup[1], 3)]
+                    point += [round(rollup.private_dirty, 3), round(rollup.anonymous, 3)]
                 self.points[pid].append(point)
                 self.cpu[pid].append(cpu.user + cpu.system)
             self._last = time.perf_counter()

@@ -505,7 +505,9 @@ class WindowWorker(Item):
 
     worker: int | None = None
     rss_mb: float | None = None
+    anon_mb: float | None = None  # RSS less mapped files and shared memory
     uss_mb: float | None = None
+    dirty_mb: float | None = None  # the private pages it wrote (Private_Dirty)
 
 
 @dataclass(frozen=True)
@@ -530,6 +532,7 @@ class Window(Item):
     main_cpu_percent: float | None = None
     workers_cpu_percent: float | None = None
     main_rss_mb: float | None = None
+    main_anon_mb: float | None = None  # RSS less mapped files and shared memory
     workers_rss_mb: float | None = None
     worker_uss_mb: float | None = None
     workers: tuple[WindowWorker, ...] = ()

@@ -153,7 +153,9 @@ def _rank_window(window: dict[str, Any]) -> dict[str, Any]:
     workers = window.get("workers")
     if workers:
         entry["workers"] = [
-            {k: w.get(k) for k in ("rss_mb", "uss_mb")} for w in workers if isinstance(w, dict)
+            {k: w.get(k) for k in ("rss_mb", "anon_mb", "uss_mb", "dirty_mb")}
+            for w in workers
+            if isinstance(w, dict)
         ]
     return entry
 
@@ -168,5 +170,6 @@ _RANK_WINDOW_KEYS = (
     "data_wait_s",
     "step_ms_p50",
     "main_rss_mb",
+    "main_anon_mb",
     "workers_rss_mb",
 )

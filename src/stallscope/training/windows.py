@@ -154,11 +154,13 @@ class ResourceWindows:
                     "main_cpu": 0.0,
                     "workers_cpu": 0.0,
                     "uss": None,
+                    "dirty": None,
                 }
             slot["readings"] += 1
             slot["main_cpu"] += tick.main_cpu_percent
             slot["workers_cpu"] += tick.workers_cpu_percent
             slot["main_rss_mb"] = tick.main_rss_mb
+            slot["main_anon_mb"] = tick.main_anon_mb
             rss = list(tick.worker_rss_mb or [])
             # A reading with fewer workers than an earlier one of the same window was taken as
             # they shut down (a loop that ends shuts its loader's workers down before the
@@ -167,8 +169,10 @@ class ResourceWindows:
             if len(rss) >= len(slot.get("rss") or []):
                 slot["workers_rss_mb"] = tick.workers_rss_mb
                 slot["rss"] = rss
+                slot["anon"] = list(tick.worker_anon_mb or [])
                 if tick.worker_uss_each is not None:
                     slot["uss"] = list(tick.worker_uss_each)
+                    slot["dirty"] = list(tick.worker_dirty_each or [])
 
     def figures(self, k: int) -> dict[str, Any]:
         """Window ``k``'s resource figures (None values where nothing was read in it)."""
@@ -180,6 +184,7 @@ class ResourceWindows:
                 "main_cpu_percent": None,
                 "workers_cpu_percent": None,
                 "main_rss_mb": None,
+                "main_anon_mb": None,
                 "workers_rss_mb": None,
                 "worker_uss_mb": None,
                 "workers": [],
@@ -188,18 +193,35 @@ class ResourceWindows:
         rss, uss = slot["rss"], slot["uss"] or []
         if uss and len(uss) != len(rss):
             uss = []  # a worker came or went between the two readings: no pairing
+        anon = _paired(slot.get("anon"), rss)
+        dirty = _paired(slot.get("dirty") if uss else None, rss)
         workers = [
-            {"worker": w, "rss_mb": r, "uss_mb": uss[w] if uss else None} for w, r in enumerate(rss)
+            {
+                "worker": w,
+                "rss_mb": r,
+                "anon_mb": anon[w],
+                "uss_mb": uss[w] if uss else None,
+                "dirty_mb": dirty[w],
+            }
+            for w, r in enumerate(rss)
         ]
         read = [u for u in uss if u is not None]
         return {
             "main_cpu_percent": round(slot["main_cpu"] / n, 1),
             "workers_cpu_percent": round(slot["workers_cpu"] / n, 1),
             "main_rss_mb": slot["main_rss_mb"],
+            "main_anon_mb": slot.get("main_anon_mb"),
             "workers_rss_mb": slot["workers_rss_mb"],
             "worker_uss_mb": round(sum(read) / len(read), 1) if read else None,
             "workers": workers,
         }
+
+
+def _paired(values: list[float | None] | None, readings: list[Any]) -> list[float | None]:
+    """``values`` per worker where they pair with ``readings`` (one each), else Nones."""
+    if values and len(values) == len(readings):
+        return list(values)
+    return [None] * len(readings)
 
 
 def with_resources(
@@ -286,6 +308,7 @@ _SCALARS = (
     "main_cpu_percent",
     "workers_cpu_percent",
     "main_rss_mb",
+    "main_anon_mb",
     "workers_rss_mb",
     "worker_uss_mb",
 )
@@ -298,7 +321,7 @@ def _scalars(writer: Any, prefix: str, window: dict[str, Any]) -> None:
             if window.get(key) is not None:
                 writer.add_scalar(f"{prefix}/{key}", window[key], window["end_step"])
         for w in window.get("workers") or []:
-            for key in ("rss_mb", "uss_mb"):
+            for key in ("rss_mb", "anon_mb", "uss_mb", "dirty_mb"):
                 if w.get(key) is not None:
                     writer.add_scalar(
                         f"{prefix}/worker{w['worker']}_{key}", w[key], window["end_step"]
