@@ -117,3 +117,22 @@ def _png(fig) -> bytes:
     buffer = io.BytesIO()
     plots._save(fig, buffer)
     return buffer.getvalue()
+
+
+def test_memory_over_time_draws_what_the_drift_judges():
+    record = load("profile")  # written before the anonymous readings: RSS and USS
+    for k, window in enumerate(record["windows"]):
+        window["workers"] = [{"worker": 0, "rss_mb": 200.0 + k, "uss_mb": 90.0 + k}]
+    labels = _legend(plots.over_time_figure(record))
+    assert "worker 0 RSS" in labels and "worker 0 USS" in labels
+    for k, window in enumerate(record["windows"]):
+        window["main_anon_mb"] = 100.0
+        for worker in window["workers"]:
+            worker.update(anon_mb=50.0 + k, dirty_mb=20.0 + k)
+    labels = _legend(plots.over_time_figure(record))
+    assert {"main anonymous", "worker 0 anonymous", "worker 0 private dirty"} <= labels
+    assert not any(label.endswith(("RSS", "USS")) for label in labels)
+
+
+def _legend(fig) -> set[str]:
+    return {text.get_text() for text in fig.axes[1].get_legend().get_texts()}

@@ -415,19 +415,34 @@ def over_time_figure(record: Any) -> Figure | None:
     top.set_ylim(0, 100)
     top.set_ylabel("waiting for data (%)")
     top.set_title("Stall fraction and memory per time window")
-    series = [("main RSS", [w.main_rss_mb for w in windows], COLORS["compute"], "-")]
+    # What the drift judges (NOTE [memory a process made]); RSS and USS in an older record.
+    made = any(w.main_anon_mb is not None for w in windows)
+    whole = "anonymous" if made else "RSS"
+    series = [
+        (
+            f"main {whole}",
+            [w.main_anon_mb if made else w.main_rss_mb for w in windows],
+            COLORS["compute"],
+            "-",
+        )
+    ]
     n_workers = max(len(w.workers) for w in windows)
     for k in range(n_workers):
-        values = [w.worker(k).rss_mb for w in windows]
-        series.append((f"worker {k} RSS", values, STAGE_COLORS[(k + 1) % len(STAGE_COLORS)], "-"))
-    series.append(
-        (
-            "mean worker USS",
-            [w.worker_uss_mb for w in windows],
-            COLORS["ideal"],
-            "--",
-        )
-    )
+        readings = [w.worker(k) for w in windows]
+        series += [
+            (
+                f"worker {k} {whole}",
+                [r.anon_mb if made else r.rss_mb for r in readings],
+                STAGE_COLORS[(k + 1) % len(STAGE_COLORS)],
+                "-",
+            ),
+            (
+                f"worker {k} {'private dirty' if made else 'USS'}",
+                [r.dirty_mb if made else r.uss_mb for r in readings],
+                STAGE_COLORS[(k + 1) % len(STAGE_COLORS)],
+                "--",
+            ),
+        ]
     drawn = 0
     for label, values, color, style in series:
         points = [(x, y) for x, y in zip(mid, values) if y is not None]
