@@ -80,7 +80,13 @@ def test_leaking_stream_still_gets_memory_growth():
     found = result.by_code("memory-growth")
     assert len(found) == 1, result.codes
     evidence = found[0].evidence
-    assert evidence["judged_at"] == "epoch ends" and evidence["epoch_ends_seen"] >= 2
+    # Judged where the stream ended its epochs: how many ends fit in the probe's 10 s depends on
+    # the machine (a fresh-clone run under load saw one); the rule over several ends has its unit
+    # test (test_checks_limits.py).
+    assert evidence["judged_at"] == "epoch ends" and evidence["epoch_ends_seen"] >= 1
+    ends = evidence["epoch_ends_seen"]
+    where = f"each of {ends} epochs" if ends > 1 else "one epoch"
+    assert f"read at the end of {where} of the stream" in found[0].message
     assert evidence["cause"] == "python-heap" and evidence["growing_attribute"] == "dataset.seen"
 
 

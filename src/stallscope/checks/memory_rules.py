@@ -258,9 +258,10 @@ def detect_memory_growth(probes: dict[str, Any]) -> list[Finding]:
         f"over {worst['samples']:,.0f} samples per worker)"
     )
     if worst["epoch_ends"]:
+        ends = worst["epoch_ends"]
+        where = f"each of {ends} epochs" if ends > 1 else "one epoch"
         rate += (
-            f", read at the end of each of {worst['epoch_ends']} epochs of the stream (it "
-            "does not return when an epoch ends)"
+            f", read at the end of {where} of the stream (it does not return when an epoch ends)"
         )
     elif memory.get("iterable"):
         rate += (
