@@ -99,7 +99,7 @@ def memory_drift(
     xs = [float((w.end_samples if by_samples else w.end_step) or 0) for w in rows]
     hours = [float(w.end_s or 0.0) / 3600 for w in rows]
     pass_x = pass_samples if pass_samples else xs[-1] / PLATEAU_AFTER_PASSES
-    anon = _made([w.main_anon_mb for w in rows], [w.main_rss_mb for w in rows])
+    anon, _ = _made([w.main_anon_mb for w in rows], [w.main_rss_mb for w in rows])
     main = judge_channel(xs, hours, anon, pass_x)
     n_workers = max((len(w.workers) for w in rows), default=0)
     workers: list[dict[str, Any]] = []
@@ -107,12 +107,11 @@ def memory_drift(
     for k in range(n_workers):
         share = [x / n_workers for x in xs]
         readings = [w.worker(k) for w in rows]
-        anon = _made([r.anon_mb for r in readings], [r.rss_mb for r in readings])
-        dirty = _made([r.dirty_mb for r in readings], [r.uss_mb for r in readings])
+        anon, made = _made([r.anon_mb for r in readings], [r.rss_mb for r in readings])
+        dirty, _ = _made([r.dirty_mb for r in readings], [r.uss_mb for r in readings])
         anon_judged = judge_channel(share, hours, anon, pass_x / n_workers)
         dirty_judged = judge_channel(share, hours, dirty, pass_x / n_workers)
         workers.append({"worker": k, "anon": anon_judged, "dirty": dirty_judged})
-        made = any(r.anon_mb is not None for r in readings)
         channels += [
             (f"worker {k} {'anonymous' if made else 'RSS'}", anon_judged),
             (f"worker {k} {'private dirty' if made else 'USS'}", dirty_judged),
@@ -147,10 +146,11 @@ def memory_drift(
     }
 
 
-def _made(made: list[float | None], whole: list[float | None]) -> list[float | None]:
+def _made(made: list[float | None], whole: list[float | None]) -> tuple[list[float | None], bool]:
     """The readings of memory a process made where the record has them, else the older whole
-    readings (RSS, USS) of a record from before them."""
-    return made if any(v is not None for v in made) else whole
+    readings (RSS, USS) of a record from before them; and which it is (True: made)."""
+    have = any(v is not None for v in made)
+    return (made if have else whole), have
 
 
 def _worst(judged: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
