@@ -190,17 +190,15 @@ class ResourceWindows:
                 "workers": [],
             }
         n = slot["readings"]
-        rss, uss = slot["rss"], slot["uss"] or []
-        if uss and len(uss) != len(rss):
-            uss = []  # a worker came or went between the two readings: no pairing
-        anon = _paired(slot.get("anon"), rss)
-        dirty = _paired(slot.get("dirty") if uss else None, rss)
+        rss = slot["rss"]
+        # a worker that came or went between a window's readings: no pairing, no figures
+        uss, anon, dirty = (_paired(slot.get(key), rss) for key in ("uss", "anon", "dirty"))
         workers = [
             {
                 "worker": w,
                 "rss_mb": r,
                 "anon_mb": anon[w],
-                "uss_mb": uss[w] if uss else None,
+                "uss_mb": uss[w],
                 "dirty_mb": dirty[w],
             }
             for w, r in enumerate(rss)
