@@ -6,8 +6,9 @@ first use so ``stallscope --help`` stays fast.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any
+
+from .lazy import load
 
 # The one place the version is written: pyproject.toml reads it from here at build time
 # ([tool.setuptools.dynamic]), and every record and report prints it (tool_version).
@@ -37,12 +38,7 @@ __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'stallscope' has no attribute {name!r}")
-    value = getattr(import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+    return load(__name__, _EXPORTS, name)
 
 
 def __dir__() -> list[str]:

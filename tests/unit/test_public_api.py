@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import stallscope as ss
+from stallscope.cli import COMMANDS
 
 PUBLIC_CALLABLES = [
     "bench",
@@ -57,3 +58,19 @@ def test_help_is_fast_to_import():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip().endswith("False")
+
+
+def test_every_command_answers_help_without_importing_torch():
+    # Each command's options (and a usage error found before its target loads) come back in about
+    # a second: the probes, and torch with them, are imported when the command runs.
+    code = (
+        "import contextlib, io, sys, stallscope.cli\n"
+        "for name in stallscope.cli.COMMANDS:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "        stallscope.cli.main([name, '--help'])\n"
+        "    print(name, 'torch' in sys.modules, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = done.stderr.split("\n")
+    assert [line.split()[0] for line in lines if line] == list(COMMANDS)
+    assert [line for line in lines if line.endswith("True")] == []

@@ -11,8 +11,8 @@ from stallscope.analysis.training import profile_advice, profile_recommendations
 from stallscope.config import LoaderConfig
 from stallscope.errors import PipelineError, UsageError
 from stallscope.target import load_target
+from stallscope.training import MIN_WARMUP
 from stallscope.training.runner import (
-    MIN_WARMUP,
     RankShardSampler,
     default_warmup,
     resolve_device,

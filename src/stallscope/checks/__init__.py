@@ -5,26 +5,39 @@ real worker processes: ``pickling``, ``health`` (with ``health_worker``, ``sampl
 indices, ``stacks`` for hung workers), ``rng``, ``memory`` (with ``memory_worker``), ``sharding``
 and ``threads``. Rules (``rules.DEFAULT_RULES`` and ``memory_rules``, one pure function per finding
 code) turn the measurements into :class:`Finding` objects (``findings``), gathered in ``result``.
+
+The names below load their module on first use (``stallscope.lazy``), so that
+``stallscope check --help`` reads the finding codes without importing the probes (and torch).
 """
 
 from __future__ import annotations
 
-from .findings import CODES, ERROR, INFO, SEVERITIES, WARNING, Finding
-from .result import CheckResult
-from .rules import DEFAULT_RULES, analyse
-from .runner import DEFAULT_BUDGET_S, DEFAULT_TIMEOUT_S, check
+from typing import Any
 
-__all__ = [
-    "CODES",
-    "DEFAULT_BUDGET_S",
-    "DEFAULT_RULES",
-    "DEFAULT_TIMEOUT_S",
-    "ERROR",
-    "INFO",
-    "SEVERITIES",
-    "WARNING",
-    "CheckResult",
-    "Finding",
-    "analyse",
-    "check",
-]
+from ..lazy import load
+
+# public name -> module that defines it
+_EXPORTS = {
+    "CODES": "findings",
+    "DEFAULT_BUDGET_S": "findings",
+    "DEFAULT_RULES": "rules",
+    "DEFAULT_TIMEOUT_S": "findings",
+    "ERROR": "findings",
+    "INFO": "findings",
+    "SEVERITIES": "findings",
+    "WARNING": "findings",
+    "CheckResult": "result",
+    "Finding": "findings",
+    "analyse": "rules",
+    "check": "runner",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    return load(__name__, _EXPORTS, name)
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -28,6 +28,12 @@ CODES = (
     "oversubscription",
 )
 
+# The check's defaults, beside its codes so that ``stallscope check --help`` and ``doctor --help``
+# state them without importing the probes: a sample that takes longer than the timeout is a
+# ``hang``, and the probes share the budget (NOTE [check coverage] in runner.py).
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_BUDGET_S = 60.0
+
 
 @dataclass
 class Finding:

@@ -34,14 +34,18 @@ from typing import Any
 from ..errors import UsageError, describe_exception
 from ..runtime.processes import default_start_method, no_orphans, safe_from_worker_deaths
 from . import fork_control
-from .findings import PROBES_FOR, codes_of_probe, select_codes
+from .findings import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_TIMEOUT_S,
+    PROBES_FOR,
+    codes_of_probe,
+    select_codes,
+)
 from .result import CheckResult
 from .rules import analyse, slow_candidates
 from .sampling import bad_indices, memory_pool, pilot_order, plan_order
 from .util import health_blocked, machinery_error, probe_error_texts
 
-DEFAULT_TIMEOUT_S = 10.0
-DEFAULT_BUDGET_S = 60.0
 SAMPLE_SIZE = 512  # items of an iterable dataset fetched in sampled mode
 # Map-style datasets: the sample-health probe fetches a stratified pilot, measures its pace,
 # then every index when they all fit in its share of the budget, else as many as fit,

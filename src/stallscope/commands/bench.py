@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..runtime.host import usable_cores
-from ..throughput.measure import Measurement
-from ..throughput.sweep import bench, default_worker_counts
 from . import _common as common
+
+if TYPE_CHECKING:
+    from ..throughput.measure import Measurement
 
 # The options bench() takes as they are parsed.
 PASSED_ON = (
@@ -80,6 +81,9 @@ def build_parser() -> common.ArgumentParser:
 
 
 def _run(ctx: common.CommandContext) -> int:
+    from ..runtime.host import usable_cores
+    from ..throughput.sweep import bench, default_worker_counts
+
     args = ctx.args
     if args.repeats < 1:
         common.fail("--repeats must be at least 1.")

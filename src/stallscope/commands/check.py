@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+from typing import TYPE_CHECKING
 
-from ..checks import CODES, DEFAULT_BUDGET_S, DEFAULT_TIMEOUT_S, CheckResult, check
+from ..checks.findings import CODES, DEFAULT_BUDGET_S, DEFAULT_TIMEOUT_S
 from ..errors import UsageError
 from . import _common as common
+
+if TYPE_CHECKING:
+    from ..checks.result import CheckResult
 
 # The options check() takes as they are parsed.
 PASSED_ON = "timeout full num_workers start_method only skip seed"
@@ -85,6 +89,8 @@ def build_parser() -> common.ArgumentParser:
 
 
 def _run(ctx: common.CommandContext) -> int:
+    from ..checks.runner import check
+
     # forkserver workers fork from a server process; with torch preloaded there, each
     # worker starts in milliseconds instead of importing torch again (this process is
     # ours, so no user preload list is overridden).

@@ -11,16 +11,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.progress import BarColumn, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
+from ..checks.findings import DEFAULT_TIMEOUT_S
 from ..config import LoaderConfig
 from ..errors import NotMeasured, PipelineError, UsageError
-from ..pipeline.preflight import preflight
 from ..record import RunRecord
-from ..target import Pipeline, load_target
 from . import _common as common
+
+if TYPE_CHECKING:
+    from ..target import Pipeline
 
 DEMO_TARGET = "stallscope.demo:pipeline"
 STEPS = ("check", "bench", "stages", "tune", "changes", "profile")
@@ -85,8 +87,8 @@ def build_parser() -> common.ArgumentParser:
     parser.add_argument(
         "--timeout",
         type=float,
-        default=10.0,
-        help="per-sample timeout of the checks (default 10 s)",
+        default=DEFAULT_TIMEOUT_S,
+        help=f"per-sample timeout of the checks (default {DEFAULT_TIMEOUT_S:g} s)",
     )
     parser.add_argument(
         "--repeats", type=int, default=2, help="repeats per config in the sweep (default 2)"
@@ -104,6 +106,9 @@ def build_parser() -> common.ArgumentParser:
 
 
 def _run(ctx: common.CommandContext) -> int:
+    from ..pipeline.preflight import preflight
+    from ..target import load_target
+
     args = ctx.args
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     unknown = skip - set(STEPS)
@@ -244,7 +249,7 @@ Report = Callable[..., None]
 
 
 def _step_check(pipeline: Pipeline, args: Any, report: Report, record: RunRecord) -> dict[str, Any]:
-    from ..checks import check
+    from ..checks.runner import check
 
     def progress(text: str, done: int | None = None, total: int | None = None) -> None:
         report(text, done / total if done is not None and total else None)

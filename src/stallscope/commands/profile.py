@@ -11,14 +11,7 @@ import argparse
 import contextlib
 
 from ..errors import PipelineError, UsageError
-from ..training.runner import (
-    DEFAULT_STEPS,
-    MIN_WARMUP,
-    default_warmup,
-    resolve_device,
-    resolve_profile_sync,
-    run_profile,
-)
+from ..training import DEFAULT_STEPS, MIN_WARMUP
 from ..training.windows import DEFAULT_WINDOW_S
 from . import _common as common
 
@@ -81,6 +74,12 @@ def _run(ctx: common.CommandContext) -> int:
     from ..analysis.training import judged_profile
     from ..pipeline.preflight import preflight
     from ..runtime.distributed import init_from_env, rank_info, shutdown
+    from ..training.runner import (
+        default_warmup,
+        resolve_device,
+        resolve_profile_sync,
+        run_profile,
+    )
 
     args = ctx.args
     if not args.window_s > 0:

@@ -34,14 +34,10 @@ from ..pipeline.structure import to_device
 from ..runtime.processes import shutdown_iterator
 from ..target import Pipeline
 from ..throughput.measure import warmup_batches_for
+from . import DEFAULT_STEPS, MIN_WARMUP
 from .replay import CACHED_BATCHES, replay_free_data
 from .replay import MIN_STEPS as REPLAY_STEPS
 from .watch import SyncSpec, Watch, resolve_sync
-
-DEFAULT_STEPS = 50
-# Warm-up is never shorter than this (allocator, lazy initialisation, autotuning), even at
-# num_workers=0.
-MIN_WARMUP = 5
 
 
 def default_warmup(config: LoaderConfig) -> int:
