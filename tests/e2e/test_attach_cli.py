@@ -86,10 +86,12 @@ def test_attach_reports_the_jobs_own_data_wait_and_top_worker_function(tmp_path)
     job, log = start_job(tmp_path, "input", steps)
     out = tmp_path / "attach.json"
     try:
+        # The job has its first batch, so its two workers run; read them now, while they surely
+        # do: on a loaded machine the job can finish while attach is still writing its report.
+        workers = psutil.Process(job.pid).children(recursive=True)
         time.sleep(1.0)  # past the first batches
         proc = stallscope("attach", str(job.pid), "--duration", "5", "--json", str(out))
         assert proc.returncode == 0, proc.stderr
-        workers = psutil.Process(job.pid).children(recursive=True)
         assert job.wait(timeout=120) == 0, job.stderr.read().decode()[-500:]
         # the job shut its own workers down as it ended: nothing attach did kept one alive
         _, alive = psutil.wait_procs(workers, timeout=10)
