@@ -49,7 +49,7 @@ from typing import Any
 import psutil
 from torch.utils.data import Sampler
 
-from ..runtime.processes import smaps_rollup_mb, stop_workers, worker_pids
+from ..runtime.processes import private_mb, stop_workers, worker_pids
 from .util import describe_worker_exception
 
 MB = 1024 * 1024
@@ -196,18 +196,13 @@ class _MemorySampler:
             samples = self.counter() / n_workers
             for pid, proc in self.procs.items():
                 try:
-                    info = proc.memory_full_info()
+                    uss, rollup = private_mb(proc)
+                    rss = proc.memory_info().rss
                     cpu = proc.cpu_times()
                 except (psutil.Error, AttributeError):
                     continue
                 t = time.perf_counter() - self._t0
-                point = [
-                    round(samples, 1),
-                    round(info.rss / MB, 3),
-                    round(info.uss / MB, 3),
-                    round(t, 3),
-                ]
-                rollup = smaps_rollup_mb(pid)
+                point = [round(samples, 1), round(rss / MB, 3), round(uss, 3), round(t, 3)]
                 if rollup is not None:
                     point += [round(rollup.private_dirty, 3), round(rollup.anonymous, 3)]
                 self.points[pid].append(point)

@@ -201,6 +201,17 @@ def smaps_rollup_mb(pid: int) -> Rollup | None:
     return Rollup(clean, dirty, anon)
 
 
+def private_mb(proc: psutil.Process) -> tuple[float, Rollup | None]:
+    """A process's USS in MB, with its :class:`Rollup` where ``smaps_rollup`` is readable: that
+    file is read once (psutil's ``memory_full_info`` reads it again for the same sum). Raises
+    ``psutil.Error`` for a process that is gone, ``AttributeError`` where the platform gives no
+    USS."""
+    rollup = smaps_rollup_mb(proc.pid)
+    if rollup is not None:
+        return rollup.uss, rollup
+    return float(proc.memory_full_info().uss) / MB, None
+
+
 def own_memory_mb(procs: list[psutil.Process]) -> dict[str, Any]:
     """The memory ``procs`` hold, summed (NOTE [the whole process tree] in resources.py): each
     process's USS where the platform gives it (pages only that process holds, so what processes
@@ -212,8 +223,8 @@ def own_memory_mb(procs: list[psutil.Process]) -> dict[str, Any]:
     each: dict[int, float] = {}
     for proc in procs:
         try:
-            full = proc.memory_full_info()  # its RSS too: one reading of the process
-            value, resident = float(full.uss) / MB, float(full.rss) / MB
+            value, _ = private_mb(proc)
+            resident = float(proc.memory_info().rss) / MB
         except (psutil.Error, AttributeError):
             have_uss = False
             try:

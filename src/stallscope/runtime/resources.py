@@ -55,7 +55,7 @@ from typing import Any
 
 import psutil
 
-from .processes import smaps_rollup_mb
+from .processes import private_mb
 
 MB = 1024 * 1024
 # psutil derives creation times from the boot time in whole seconds: only a process
@@ -517,11 +517,10 @@ def _memory_mb(proc: psutil.Process) -> tuple[float, float | None] | None:
 def _private_mb(proc: psutil.Process) -> tuple[float | None, float | None]:
     """``(USS, private dirty)`` MB, as :func:`_memory_mb` for a process that is gone (dirty:
     None without ``smaps_rollup``)."""
-    rollup = smaps_rollup_mb(proc.pid)
-    if rollup is not None:
-        return (rollup.uss, rollup.private_dirty) if rollup.uss > 0 else (None, None)
     try:
-        uss: int = proc.memory_full_info().uss
+        uss, rollup = private_mb(proc)
     except (psutil.Error, AttributeError):
         return None, None
-    return (uss / MB if uss > 0 else None), None
+    if uss <= 0:
+        return None, None
+    return uss, None if rollup is None else rollup.private_dirty
