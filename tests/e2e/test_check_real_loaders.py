@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import real_streaming_lib as sl
 
 import stallscope as ss
@@ -144,3 +145,18 @@ def test_lm_stream_stage_times_fit_the_measured_time_per_batch():
     deserialise = next(s for s in record["stages"] if s["name"] == "transfer: deserialise")
     assert not deserialise.get("doubtful")
     assert "doubtful" not in done.stdout or "not counted" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("factory", "copies"),
+    [("make_unserialized_loader", True), ("make_serialized_big_loader", False)],
+)
+def test_mmengine_annotations_are_copied_on_write_only_as_python_objects(factory, copies):
+    # mmengine serialises a dataset's annotations into one NumPy buffer by default, so that forked
+    # workers reading them do not copy the parent's pages; serialize_data=False keeps 400,000 dicts.
+    pytest.importorskip("mmengine")
+    done, record = run_cli(
+        "check", f"tests/pipelines/real_mmengine.py:{factory}", "--only", "copy-on-write"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ("copy-on-write" in _codes(record)) is copies, record["findings"]

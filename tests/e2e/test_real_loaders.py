@@ -271,3 +271,21 @@ def test_grains_epochs_are_measured_whole_and_its_fastest_is_the_one_per_epoch(t
     label = verdict["label"]
     assert label in done.stdout and label in (tmp_path / "bench.md").read_text()
     assert "pf=" not in label  # grain takes no prefetch_factor
+
+
+def test_doctor_on_mmengine_advises_its_factory_and_measures_without_the_random_flip(tmp_path):
+    # Runner.build_dataloader returns a plain DataLoader with persistent workers derived from
+    # num_workers; its packing step reads the key the random flip sets.
+    pytest.importorskip("mmengine")
+    out = tmp_path / "report.json"
+    done = run_cli(
+        "doctor", "real_mmengine.py:make_loader", *SHORT_DOCTOR, "--out", str(tmp_path),
+        "--json", str(out), "--quiet",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert not record.get("step_failures")
+    code = record["loader_code"]
+    assert code["verified"], code
+    assert "make_loader(" in code["python"] and "DataLoader(" not in code["python"]
+    assert any("fails without it (KeyError: 'flip_draw')" in n for n in record["stage_notes"])

@@ -30,3 +30,14 @@ def derived_loader(num_workers: int = 0) -> DataLoader:
 def ignoring_loader(num_workers: int = 0) -> DataLoader:
     """Takes num_workers and never passes it on."""
     return DataLoader(Squares(), batch_size=8)
+
+
+def workers_loader(num_workers: int = 2, batch_size: int = 8) -> DataLoader:
+    """Two persistent workers by default, persistent only with workers: the shape of
+    OpenMMLab's ``Runner.build_dataloader`` configs and many training scripts."""
+    return DataLoader(
+        Squares(),
+        batch_size=batch_size,
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+    )

@@ -116,6 +116,33 @@ class AlbuDataset(Dataset):
         return self.transform(image=np.zeros((4, 4), dtype=np.float32))["image"]
 
 
+class RandomFlipMarked:
+    """A random transform of a dict pipeline (OpenMMLab's style) that records what it drew."""
+
+    def __call__(self, results):
+        results["flip"] = bool(torch.rand(()) < 0.5)
+        return results
+
+
+class PackMarked:
+    """Reads the key the random transform set, as a packing step reads ``flip``."""
+
+    def __call__(self, results):
+        return results["x"] * (-1.0 if results["flip"] else 1.0)
+
+
+class DictPipelineDataset(Dataset):
+    def __init__(self, length: int = 32) -> None:
+        self.pipeline = Compose([RandomFlipMarked(), PackMarked()])
+        self.length = length
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, index):
+        return self.pipeline({"x": torch.full((4,), float(index))})
+
+
 class TorchvisionLikeDataset(Dataset):
     def __init__(self, transform, target_transform=None, length: int = 16) -> None:
         self.transform = transform

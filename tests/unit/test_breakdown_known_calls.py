@@ -64,6 +64,23 @@ def test_nothing_detected_leaves_it_in_other_with_a_note():
     assert any("read and decode were not seen" in note for note in result.notes)
 
 
+def test_a_pipeline_that_fails_without_its_random_transform_keeps_its_stage_table():
+    # The packing step reads the key the random flip sets: the run without the flip fails, which
+    # is the differential's limit, not the pipeline's; its stage time stands.
+    result = ss.stages(
+        {"dataset": sh.DictPipelineDataset(), "batch_size": 4}, num_workers=0, samples=8, hotspots=0
+    )
+    assert {"pipeline.RandomFlipMarked", "pipeline.PackMarked"} <= {s.name for s in result.stages}
+    overhead = result.augmentation_overhead
+    assert overhead is not None and overhead.transforms == ["pipeline.RandomFlipMarked"]
+    assert overhead.differential_ms_per_sample is None and overhead.samples == 0
+    assert any(
+        "the run without pipeline.RandomFlipMarked was not measured" in note
+        and "KeyError: 'flip'" in note
+        for note in result.notes
+    ), result.notes
+
+
 def test_iterable_dataset_stages(tmp_path):
     dataset = sh.StreamDataset(count=160, transform=sh.Compose([sh.Normalize()]))
     result = ss.stages(

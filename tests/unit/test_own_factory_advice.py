@@ -59,6 +59,20 @@ def test_a_factory_that_builds_other_knobs_from_num_workers_gets_the_dataloader_
     assert not _built(code).persistent_workers
 
 
+@pytest.mark.parametrize("persistent", [True, False])
+def test_no_workers_is_advised_as_the_factory_called_with_num_workers_0(persistent):
+    # The factory's loader has persistent workers; at num_workers=0 persistent_workers (and
+    # prefetch_factor) mean nothing, and the factory sets them for no workers itself: the advice
+    # is still its own call, whether the pick kept the flag or cleared it.
+    advice = _advice(own_factory.workers_loader, num_workers=0, persistent_workers=persistent)
+    assert advice["verified"], advice.get("reason")
+    assert advice["form"] == "factory"
+    assert "loader = workers_loader(\n    num_workers=0,  # was 2\n)" in advice["python"]
+    assert "DataLoader(" not in advice["python"] and "persistent" not in advice["python"]
+    loader = _built(advice["python"])
+    assert loader.num_workers == 0 and not loader.persistent_workers
+
+
 def test_a_factory_that_drops_the_knob_is_not_what_the_advice_calls():
     advice = _advice(own_factory.ignoring_loader, num_workers=2)
     assert advice["verified"], advice.get("reason")

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ..errors import describe_exception
 from ..pipeline.transforms import TransformSlot, substitute_all
 from .instrumented import SkippedTransform
 from .results import Hotspot, ProgressFn
@@ -62,6 +63,21 @@ def _fetcher(dataset: Any, is_iterable: bool) -> Callable[[Sequence[int]], int]:
     return fetch_map
 
 
+class SkippingBroke(Exception):
+    """The dataset failed with the augmentations skipped: a later step needs what one of them
+    makes (a key it sets, the fixed size it crops to), so the pipeline has no run without them."""
+
+
+def _skipping(fetch: Callable[[Sequence[int]], int]) -> Callable[[Sequence[int]], int]:
+    def fetch_without(indices: Sequence[int]) -> int:
+        try:
+            return fetch(indices)
+        except Exception as exc:
+            raise SkippingBroke(describe_exception(exc)) from exc
+
+    return fetch_without
+
+
 def measure_augmentation_differential(
     pipeline: Any,
     slots: Sequence[TransformSlot],
@@ -75,7 +91,8 @@ def measure_augmentation_differential(
     """Per-sample ``__getitem__`` ms with and without the augmentations, in-process,
     interleaved A B B A … so drift hits both alike. Each figure is the median over
     rounds, so one round hit by a stall elsewhere on the machine does not move it.
-    Returns (with, without, samples each)."""
+    Returns (with, without, samples each). Raises :class:`SkippingBroke` where the dataset fails
+    only with them skipped."""
     wanted = set(augmentations)
     without = substitute_all(
         pipeline.dataset, [s for s in slots if s.name in wanted], lambda s: SkippedTransform(s.name)
@@ -84,7 +101,7 @@ def measure_augmentation_differential(
     per_round = max(4, samples // rounds)
     indices = _spread_indices(length, per_round * rounds)
     fetch_with = _fetcher(pipeline.dataset, pipeline.is_iterable)
-    fetch_without = _fetcher(without, pipeline.is_iterable)
+    fetch_without = _skipping(_fetcher(without, pipeline.is_iterable))
     per_sample: dict[str, list[float]] = {"with": [], "without": []}
     counts = {"with": 0, "without": 0}
     deadline = time.perf_counter() + max_seconds

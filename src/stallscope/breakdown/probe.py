@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import PipelineError, UsageError, describe_exception
 from ..pipeline.transforms import TransformSlot, find_transforms, substitute_all
 from ..runtime.processes import safe_from_worker_deaths
-from .inprocess import measure_augmentation_differential, profile_hotspots
+from .inprocess import SkippingBroke, measure_augmentation_differential, profile_hotspots
 from .results import Hotspot, ProgressFn, StagesResult, StageTime
 from .storage import measure_storage_split
 from .table import (
@@ -120,16 +120,29 @@ def stages(
     overhead = augmentation_from_stages(table, chosen, source)
     if overhead is not None and differential:
         with _in_process("the with/without-augmentation run"):
-            with_ms, without_ms, count = measure_augmentation_differential(
-                pipeline, slots, chosen, samples=min(96, max(16, samples // 2)), progress=progress
-            )
-        overhead.with_ms_per_sample = with_ms
-        overhead.without_ms_per_sample = without_ms
-        overhead.differential_ms_per_sample = with_ms - without_ms
-        overhead.differential_percent = (
-            100.0 * (with_ms - without_ms) / without_ms if without_ms > 0 else None
-        )
-        overhead.samples = count
+            try:
+                with_ms, without_ms, count = measure_augmentation_differential(
+                    pipeline,
+                    slots,
+                    chosen,
+                    samples=min(96, max(16, samples // 2)),
+                    progress=progress,
+                )
+            except SkippingBroke as exc:
+                them = "it" if len(chosen) == 1 else "them"
+                notes.append(
+                    f"the run without {', '.join(chosen)} was not measured: the dataset fails "
+                    f"without {them} ({exc}), as a later step needs what {them} made; the "
+                    "augmentation's cost is its stage time."
+                )
+            else:
+                overhead.with_ms_per_sample = with_ms
+                overhead.without_ms_per_sample = without_ms
+                overhead.differential_ms_per_sample = with_ms - without_ms
+                overhead.differential_percent = (
+                    100.0 * (with_ms - without_ms) / without_ms if without_ms > 0 else None
+                )
+                overhead.samples = count
     spots: list[Hotspot] = []
     if hotspots > 0:
         with _in_process("profiling __getitem__"):

@@ -323,6 +323,10 @@ def _own_factory_snippet(
             passed.append(f)
         elif was.get(f) == now.get(f) and f in _DEFAULTS:
             continue  # torch's own value once there are workers (prefetch_factor=2)
+        elif f in _NEED_WORKERS and not config.num_workers and "num_workers" in by_field:
+            # Called with num_workers=0, the factory sets these as it does for no workers
+            # (persistent_workers=num_workers > 0): the run before printing checks what it built.
+            continue
         elif f in SETTABLE_AFTER_BUILD:
             set_after.append(f)
         else:
@@ -444,6 +448,10 @@ def _thread_cap(threads: int, imports: list[str], prelude: list[str]) -> Change:
     imports.insert(0, "import torch")
     prelude.append(f"torch.set_num_threads({threads})  # main-process intra-op threads")
     return Change("torch_threads", None, str(threads))
+
+
+# The knobs that mean nothing without workers (torch refuses the first two at num_workers=0).
+_NEED_WORKERS = ("prefetch_factor", "persistent_workers", "in_order", "multiprocessing_context")
 
 
 def _effective(config: LoaderConfig) -> dict[str, Any]:
