@@ -80,51 +80,26 @@ PIPELINE = [
 ]
 
 
-def make_loader(num_workers: int = 2, batch_size: int = 16, seed: int | None = None):
+def _build(num_workers: int, batch_size: int, **dataset: object):
     return Runner.build_dataloader(
         dict(
-            dataset=dict(type="ToyDetDataset", num=512, pipeline=PIPELINE),
+            dataset=dict(type="ToyDetDataset", pipeline=PIPELINE, **dataset),
             sampler=dict(type="DefaultSampler", shuffle=True),
             batch_size=batch_size,
             num_workers=num_workers,
             persistent_workers=num_workers > 0,
             collate_fn=dict(type="pseudo_collate"),
-        ),
-        seed=seed,
+        )
     )
 
 
-def make_seeded_loader(num_workers: int = 2, batch_size: int = 16):
-    return make_loader(num_workers=num_workers, batch_size=batch_size, seed=0)
+def make_loader(num_workers: int = 2, batch_size: int = 16):
+    return _build(num_workers, batch_size, num=512)
 
 
 def make_unserialized_loader(num_workers: int = 2, batch_size: int = 16):
-    """The same loader over 400,000 annotations kept as Python dicts (``serialize_data=False``):
-    mmengine serialises them into one NumPy buffer by default so that forked workers do not copy
-    the parent's pages by touching their reference counts."""
-    return Runner.build_dataloader(
-        dict(
-            dataset=dict(
-                type="ToyDetDataset", num=400_000, pipeline=PIPELINE, serialize_data=False
-            ),
-            sampler=dict(type="DefaultSampler", shuffle=True),
-            batch_size=batch_size,
-            num_workers=num_workers,
-            persistent_workers=num_workers > 0,
-            collate_fn=dict(type="pseudo_collate"),
-        )
-    )
+    return _build(num_workers, batch_size, num=400_000, serialize_data=False)
 
 
 def make_serialized_big_loader(num_workers: int = 2, batch_size: int = 16):
-    """400,000 annotations serialised, mmengine's default."""
-    return Runner.build_dataloader(
-        dict(
-            dataset=dict(type="ToyDetDataset", num=400_000, pipeline=PIPELINE),
-            sampler=dict(type="DefaultSampler", shuffle=True),
-            batch_size=batch_size,
-            num_workers=num_workers,
-            persistent_workers=num_workers > 0,
-            collate_fn=dict(type="pseudo_collate"),
-        )
-    )
+    return _build(num_workers, batch_size, num=400_000)
