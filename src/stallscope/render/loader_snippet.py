@@ -323,7 +323,7 @@ def _own_factory_snippet(
             passed.append(f)
         elif was.get(f) == now.get(f) and f in _DEFAULTS:
             continue  # torch's own value once there are workers (prefetch_factor=2)
-        elif f in _NEED_WORKERS and not config.num_workers and "num_workers" in by_field:
+        elif f in _WITHOUT_WORKERS and not config.num_workers and "num_workers" in by_field:
             # Called with num_workers=0, the factory sets these as it does for no workers
             # (persistent_workers=num_workers > 0): the run before printing checks what it built.
             continue
@@ -450,21 +450,29 @@ def _thread_cap(threads: int, imports: list[str], prelude: list[str]) -> Change:
     return Change("torch_threads", None, str(threads))
 
 
-# The knobs that mean nothing without workers (torch refuses the first two at num_workers=0).
-_NEED_WORKERS = ("prefetch_factor", "persistent_workers", "in_order", "multiprocessing_context")
+# What the knobs that need workers amount to without them (torch refuses the first two set at
+# num_workers=0).
+_WITHOUT_WORKERS: dict[str, Any] = {
+    "prefetch_factor": None,
+    "persistent_workers": False,
+    "in_order": True,
+    "multiprocessing_context": None,
+}
 
 
 def _effective(config: LoaderConfig) -> dict[str, Any]:
     """What each knob amounts to in torch (those that need workers mean nothing without)."""
-    workers = config.num_workers > 0
-    return {
+    effective = {
         "num_workers": config.num_workers,
-        "prefetch_factor": config.prefetch_factor if workers else None,
-        "persistent_workers": config.persistent_workers and workers,
+        "prefetch_factor": config.prefetch_factor,
+        "persistent_workers": config.persistent_workers,
         "pin_memory": config.pin_memory,
-        "in_order": config.in_order or not workers,
-        "multiprocessing_context": config.multiprocessing_context if workers else None,
+        "in_order": config.in_order,
+        "multiprocessing_context": config.multiprocessing_context,
     }
+    if config.num_workers <= 0:
+        effective.update(_WITHOUT_WORKERS)
+    return effective
 
 
 def _seeding(
